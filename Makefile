@@ -1,0 +1,92 @@
+# edge0 — build, test, sanitize, fuzz.  `make help` lists the targets.
+#
+# Out-of-tree builds: `build/` (default), `build-asan/` (make asan).
+# Every C file under src/ except src/cli/ goes into libedge0.a; src/cli/ makes
+# the `edge0` binary; each tests/test_*.c is one test program.
+
+CC      ?= cc
+BUILD   ?= build
+SHARED  ?= ../shared
+OPT     ?= -O2 -g
+SAN     ?=
+WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+          -Wno-unused-parameter -Wformat=2 -Wvla
+CFLAGS  = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -Iinclude -Isrc -MMD -MP -pthread
+LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
+LDFLAGS = $(SAN) -pthread
+
+LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTLIB_OBJ := $(BUILD)/tests/testutil.o
+
+.PHONY: all deps test demo asan fuzz bench format help clean
+all: $(BUILD)/edge0
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libedge0.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/edge0: $(CLI_OBJ) $(BUILD)/libedge0.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcmocka -o $@
+
+test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
+	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) tests/run.sh $(TESTS)
+
+demo: deps
+	@$(MAKE) --no-print-directory $(BUILD)/edge0
+	$(BUILD)/edge0 demo
+
+# AddressSanitizer + UndefinedBehaviorSanitizer over the whole suite.
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test
+
+# libFuzzer targets, one per parser, each for a fixed time budget.
+FUZZ_TIME ?= 20
+FUZZ_TARGETS := $(patsubst fuzz/%.c,build-fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_LIB := $(filter-out src/server/%,$(LIB_SRC))
+build-fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB)
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
+	    $^ $(LDLIBS) -o $@
+fuzz: deps
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	    n=$$(basename $$t); mkdir -p build-fuzz/corpus-$$n; \
+	    echo "== $$n ($(FUZZ_TIME)s)"; \
+	    $$t -max_total_time=$(FUZZ_TIME) -max_len=65536 -print_final_stats=1 \
+	        build-fuzz/corpus-$$n fuzz/seeds/$${n#fuzz_} 2>&1 | tail -4; \
+	done
+
+format:
+	clang-format -i include/*.h src/*/*.c src/*/*.h tests/*.c tests/*.h fuzz/*.c
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+help:
+	@echo "make          build build/edge0"
+	@echo "make demo     install missing packages, build, run the built-in demo"
+	@echo "make test     install missing packages, build, run every test"
+	@echo "make asan     the test suite under AddressSanitizer + UBSan"
+	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
+	@echo "make format   clang-format the tree"
+	@echo "make clean    remove build directories"
+	@echo "variables: SHARED=$(SHARED) (fixtures), OPT, CC, BUILD"
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,142 @@
+/* edge0 logits MODEL --ids 1,2,3 [--prefill N] --out F.safetensors
+ *
+ * The first N ids run as one prefill batch, each later id as one decode
+ * step; every position's logits go to `logits` F32 [T, vocab]. */
+#include "cli/cli.h"
+#include "edge0.h"
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *HELP =
+    "usage: edge0 logits MODEL --ids ID,ID,... [--prefill N] --out FILE.safetensors\n"
+    "\n"
+    "Runs the ids through the model and writes every position's logits as the\n"
+    "tensor `logits` (F32 [T, vocab]) of a safetensors file.\n"
+    "\n"
+    "  --ids LIST     comma-separated token ids\n"
+    "  --prefill N    run the first N ids as one batch, then decode the rest one\n"
+    "                 at a time through the KV cache (default: all ids in one batch)\n"
+    "  --out FILE     output safetensors file\n"
+    "  --threads N    compute threads (default: one per core)\n";
+
+static int parse_ids(const char *s, int32_t **out, size_t *n) {
+    size_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            cli_error("--ids: '%s' is not a comma-separated list of non-negative integers", s);
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        cli_error("--ids is empty");
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+int cmd_logits(int argc, char **argv) {
+    const char *model = NULL, *ids_s = NULL, *outp = NULL;
+    long prefill = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        } else if (!strcmp(a, "--ids")) {
+            ids_s = v, i++;
+        } else if (!strcmp(a, "--out")) {
+            outp = v, i++;
+        } else if (!strcmp(a, "--prefill")) {
+            if ((prefill = cli_parse_long(a, v, 1, 1L << 30)) < 0) return 2;
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            if ((threads = cli_parse_long(a, v, 0, 1024)) < 0) return 2;
+            i++;
+        } else if (a[0] == '-') {
+            cli_error("logits: unknown option '%s' (see edge0 logits --help)", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            cli_error("logits: unexpected argument '%s'", a);
+            return 2;
+        }
+    }
+    if (!model || !ids_s || !outp) {
+        cli_error("logits needs MODEL, --ids and --out (see edge0 logits --help)");
+        return 2;
+    }
+    int32_t *ids;
+    size_t n;
+    if (parse_ids(ids_s, &ids, &n) != 0) return 2;
+    if (prefill == 0) prefill = (long)n;
+    if ((size_t)prefill > n) {
+        cli_error("--prefill %ld exceeds the %zu ids", prefill, n);
+        free(ids);
+        return 2;
+    }
+    char err[E0_ERR_MAX];
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    eo.n_threads = (int)threads;
+    e0_engine *eng = NULL;
+    e0_session *s = NULL;
+    float *logits = NULL;
+    int status = 1;
+    if (e0_engine_open(&eng, model, &eo, err) != E0_OK) goto fail;
+    e0_model_info info;
+    e0_engine_info(eng, &info);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    so.n_batch = (int32_t)prefill;
+    if (e0_session_new(eng, &so, &s, err) != E0_OK) goto fail;
+    const size_t V = (size_t)info.vocab_size;
+    logits = malloc(n * V * sizeof *logits);
+    if (!logits) {
+        snprintf(err, sizeof err, "out of memory for %zu x %zu logits", n, V);
+        goto fail;
+    }
+    double t0 = cli_now();
+    if (e0_session_eval(s, ids, (size_t)prefill, E0_LOGITS_ALL, logits, err) != E0_OK) goto fail;
+    double t1 = cli_now();
+    for (size_t i = (size_t)prefill; i < n; i++)
+        if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, logits + i * V, err) != E0_OK) goto fail;
+    double t2 = cli_now();
+    st_wtensor t = {.name = "logits", .dtype = ST_F32, .ndim = 2, .shape = {n, V}, .data = logits};
+    if (st_write(outp, &t, 1, NULL, 0, err) != 0) goto fail;
+    fprintf(stderr, "edge0 logits: %s (%s, %s layout): prefill %ld tokens %.1f ms, decode %zu tokens %.1f ms -> %s\n",
+            model, info.family, info.layout, prefill, (t1 - t0) * 1e3, n - (size_t)prefill, (t2 - t1) * 1e3, outp);
+    status = 0;
+fail:
+    if (status) cli_error("%s", err);
+    free(logits);
+    free(ids);
+    e0_session_free(s);
+    e0_engine_free(eng);
+    return status;
+}

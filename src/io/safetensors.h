@@ -1,0 +1,111 @@
+/* Safetensors over mmap: one file or a sharded set, every header validated
+ * before use.
+ *
+ * File format: u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]},
+ *  "__metadata__": {"k": "v"}}, then the data section; offsets are relative
+ * to the data section.
+ *
+ * Checks (each failure names the file and the tensor): N fits in the file
+ * and is at most ST_MAX_HEADER; the JSON is an object of objects; dtype is
+ * known; shape is an array of at most ST_MAX_DIMS non-negative integers;
+ * begin <= end <= data size; (end - begin) == prod(shape) * element size
+ * (overflow-checked); no two tensors overlap; data is aligned to its element
+ * size (the kernels read it in place); names are unique across shards.
+ */
+#ifndef E0_IO_SAFETENSORS_H
+#define E0_IO_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_MAX_DIMS   8
+#define ST_MAX_HEADER (100u << 20) /* as the reference implementation */
+
+typedef enum {
+    ST_BOOL, ST_U8, ST_I8, ST_F8_E4M3, ST_F8_E5M2, ST_U16, ST_I16, ST_F16, ST_BF16,
+    ST_U32, ST_I32, ST_F32, ST_U64, ST_I64, ST_F64,
+    ST_NDTYPES
+} st_dtype;
+
+const char *st_dtype_name(st_dtype t);
+size_t st_dtype_size(st_dtype t);
+
+/* One header entry; offsets are relative to the data section. */
+typedef struct {
+    char *name;
+    st_dtype dtype;
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;
+} st_entry;
+
+typedef struct {
+    st_entry *entries;
+    size_t n;
+    uint64_t data_start; /* 8 + header length */
+    char **meta;         /* __metadata__ as key, value, key, value, ... */
+    size_t n_meta;
+} st_header;
+
+/* Parses and validates a header. `buf` holds at least the first 8 + N bytes
+ * of a file of `file_size` bytes (buf_len may be smaller than file_size).
+ * `fname` is only used in messages. Pure: no I/O, safe to fuzz. */
+int st_header_parse(st_header *h, const uint8_t *buf, size_t buf_len, uint64_t file_size,
+                    const char *fname, char *err);
+void st_header_free(st_header *h);
+const char *st_header_meta(const st_header *h, const char *key);
+
+/* A tensor of an opened set. */
+typedef struct {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint32_t file;       /* shard index in the set */
+    uint64_t off;        /* absolute offset in that file */
+    uint64_t nbytes;
+    const uint8_t *data; /* inside the read-only mapping */
+} st_tensor;
+
+typedef struct st_set st_set;
+
+/* Opens `dir`/model.safetensors.index.json and its shards, else
+ * `dir`/model.safetensors, else every *.safetensors in `dir` (sorted). */
+int st_set_open_dir(st_set **out, const char *dir, char *err);
+/* Opens one file. */
+int st_set_open_file(st_set **out, const char *path, char *err);
+void st_set_free(st_set *s);
+
+const st_tensor *st_get(const st_set *s, const char *name);
+size_t st_count(const st_set *s);
+const st_tensor *st_at(const st_set *s, size_t i);
+const char *st_file_path(const st_set *s, uint32_t file);
+int st_file_fd(const st_set *s, uint32_t file);
+/* __metadata__ value of the first file, or NULL. */
+const char *st_meta(const st_set *s, const char *key);
+
+/* Number of elements (product of the shape). */
+uint64_t st_numel(const st_tensor *t);
+
+/* Byte range of slice i along dimension 0 (e.g. expert i of a stacked
+ * [E, out, in] tensor): absolute file offset and length. */
+int st_slice(const st_tensor *t, uint64_t i, uint64_t *off, uint64_t *len);
+
+/* pread exactly `len` bytes at absolute offset `off` of shard `file`. */
+int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst, char *err);
+
+/* Writing. Tensors are laid out in the given order, each aligned to 8
+ * bytes; the file appears atomically (written to PATH.tmp, then renamed). */
+typedef struct {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    const void *data;
+} st_wtensor;
+
+int st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta,
+             size_t n_meta, char *err);
+
+#endif

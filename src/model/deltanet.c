@@ -1,0 +1,112 @@
+/* Gated DeltaNet (linear attention) of Qwen3-Next / Qwen3.5, recurrent form.
+ *
+ * Per value head h (key head h / (Hv/Hk)), state S [Dk, Dv] in f32:
+ *   causal depthwise conv (kernel K, history in the conv state) + SiLU over
+ *   q|k|v; q, k L2-normalised (eps 1e-6), q scaled by Dk^-1/2;
+ *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias);
+ *   S = exp(g) S; d = beta (v - S^T k); S += k d^T; o = S^T q;
+ *   out = w * rmsnorm(o) * silu(z)   (the gated norm, never shifted).
+ */
+#include "model/model.h"
+
+#include <string.h>
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void l2norm(float *v, int n) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += v[i] * v[i];
+    float inv = 1.0f / sqrtf(ss + 1e-6f);
+    for (int i = 0; i < n; i++) v[i] *= inv;
+}
+
+/* qwen3_next packs per key head g: [q Dk | k Dk | v r*Dv | z r*Dv] and
+ * [b r | a r]; unpack into the flat q|k|v (conv order), z, b, a. */
+static void unpack(const e0_config *c, const float *qkvz, const float *ba, float *mix, float *z,
+                   float *b, float *a) {
+    const int Hk = c->lin_k_heads, Dk = c->lin_k_dim, r = c->lin_v_heads / Hk, Dv = c->lin_v_dim;
+    const int Kd = Hk * Dk, per = 2 * Dk + 2 * r * Dv;
+    for (int g = 0; g < Hk; g++) {
+        const float *p = qkvz + (size_t)g * per;
+        memcpy(mix + g * Dk, p, (size_t)Dk * sizeof *mix);
+        memcpy(mix + Kd + g * Dk, p + Dk, (size_t)Dk * sizeof *mix);
+        memcpy(mix + 2 * Kd + g * r * Dv, p + 2 * Dk, (size_t)(r * Dv) * sizeof *mix);
+        memcpy(z + g * r * Dv, p + 2 * Dk + r * Dv, (size_t)(r * Dv) * sizeof *z);
+        memcpy(b + g * r, ba + g * 2 * r, (size_t)r * sizeof *b);
+        memcpy(a + g * r, ba + g * 2 * r + r, (size_t)r * sizeof *a);
+    }
+}
+
+void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *out) {
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    const e0_layer *ly = &m->layers[layer];
+    e0_scratch *S = &s->s;
+    const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, Dk = c->lin_k_dim;
+    const int Dv = c->lin_v_dim, K = c->conv_kernel, r = Hv / Hk;
+    const int Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
+    /* projections -> mix [T, C] (q|k|v), z [T, Vd], b/a [T, Hv] */
+    if (ly->packed) {
+        const int P = (int)ly->qkvz.rows;
+        mat_matmul(&ly->qkvz, in, H, T, S->proj, P);
+        mat_matmul(&ly->ba, in, H, T, S->o, 2 * Hv); /* S->o is free until the recurrence */
+        for (int t = 0; t < T; t++)
+            unpack(c, S->proj + (size_t)t * P, S->o + (size_t)t * 2 * Hv, S->mix + (size_t)t * C,
+                   S->zz + (size_t)t * Vd, S->bb + (size_t)t * Hv, S->aa + (size_t)t * Hv);
+    } else {
+        mat_matmul(&ly->qkv, in, H, T, S->mix, C);
+        mat_matmul(&ly->z, in, H, T, S->zz, Vd);
+        mat_matmul(&ly->b, in, H, T, S->bb, Hv);
+        mat_matmul(&ly->a, in, H, T, S->aa, Hv);
+    }
+    /* causal depthwise conv over [history (K-1 rows) ; mix (T rows)] */
+    float *hist = S->hist, *cs = s->conv[layer];
+    memcpy(hist, cs, (size_t)(K - 1) * C * sizeof *hist);
+    memcpy(hist + (size_t)(K - 1) * C, S->mix, (size_t)T * C * sizeof *hist);
+    for (int t = 0; t < T; t++)
+        for (int ch = 0; ch < C; ch++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc += ly->conv_w[(size_t)ch * K + j] * hist[(size_t)(t + j) * C + ch];
+            S->mix[(size_t)t * C + ch] = e0_silu(acc);
+        }
+    memcpy(cs, hist + (size_t)T * C, (size_t)(K - 1) * C * sizeof *cs);
+
+    const float qscale = 1.0f / sqrtf((float)Dk);
+    float *state = s->rec[layer];
+    for (int t = 0; t < T; t++) {
+        float *row = S->mix + (size_t)t * C;
+        for (int g = 0; g < Hk; g++) {
+            float *q = row + g * Dk, *k = row + Kd + g * Dk;
+            l2norm(q, Dk);
+            l2norm(k, Dk);
+            for (int i = 0; i < Dk; i++) q[i] *= qscale;
+        }
+        for (int h = 0; h < Hv; h++) {
+            const int g = h / r;
+            const float *q = row + g * Dk, *k = row + Kd + g * Dk, *v = row + 2 * Kd + h * Dv;
+            const float beta = e0_sigmoid(S->bb[(size_t)t * Hv + h]);
+            const float gg = -expf(ly->A_log[h]) * softplus(S->aa[(size_t)t * Hv + h] + ly->dt_bias[h]);
+            const float decay = expf(gg);
+            float *St = state + (size_t)h * Dk * Dv; /* [Dk, Dv] */
+            float *o = S->o + (size_t)t * Vd + (size_t)h * Dv;
+            for (int i = 0; i < Dk * Dv; i++) St[i] *= decay;
+            /* o temporarily holds S^T k, then the delta d */
+            for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+            for (int i = 0; i < Dk; i++)
+                for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * k[i];
+            for (int j = 0; j < Dv; j++) o[j] = beta * (v[j] - o[j]);
+            for (int i = 0; i < Dk; i++)
+                for (int j = 0; j < Dv; j++) St[(size_t)i * Dv + j] += k[i] * o[j];
+            for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+            for (int i = 0; i < Dk; i++)
+                for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * q[i];
+            /* gated RMSNorm over the head */
+            float ss = 0.0f;
+            for (int j = 0; j < Dv; j++) ss += o[j] * o[j];
+            const float inv = 1.0f / sqrtf(ss / (float)Dv + c->rms_eps);
+            const float *z = S->zz + (size_t)t * Vd + (size_t)h * Dv;
+            for (int j = 0; j < Dv; j++) o[j] = ly->lin_norm[j] * (o[j] * inv) * e0_silu(z[j]);
+        }
+    }
+    mat_matmul(&ly->out, S->o, Vd, T, out, H);
+}

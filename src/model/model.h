@@ -1,0 +1,117 @@
+/* The resident model: configuration, weight views into the mapping, and the
+ * per-session state (KV cache, DeltaNet conv/recurrent states, scratch).
+ *
+ * Math traps this code handles (DESIGN.md §1, each has caused bugs):
+ *  - Hybrid norms are (1 + w) * x/rms(x) in HF checkpoints; mlx checkpoints
+ *    already store 1 + w. The DeltaNet output norm is never shifted.
+ *    Loading folds the shift in, so kernels always multiply by `*_norm`.
+ *  - Gated attention: q_proj yields [q | gate] per head, not [all q | all gates].
+ *  - Partial RoPE rotates only the first rotary_dim dims, rotate-half within them.
+ *  - DeltaNet: value head h uses key head h / (Hv/Hk) (repeat_interleave);
+ *    qwen3_next packs q|k|v|z and b|a per key head.
+ *  - conv1d is [C,1,K] (HF) or [C,K,1] (mlx): the same bytes, C-major.
+ *  - Router softmax, top-k and renormalisation stay in f32.
+ */
+#ifndef E0_MODEL_MODEL_H
+#define E0_MODEL_MODEL_H
+
+#include "edge0.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "quant/mat.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+typedef struct {
+    e0_mat gate, up; /* [I, H] */
+    e0_mat down;     /* [H, I] */
+} e0_expert;
+
+typedef struct {
+    bool linear; /* Gated DeltaNet (else full attention) */
+    bool moe;    /* MoE block (else dense MLP) */
+    float *in_norm, *post_norm; /* [H], shift folded in */
+
+    /* full attention */
+    e0_mat q, k, v, o;       /* q: [nh*hd*(gated ? 2 : 1), H], k/v: [nkv*hd, H], o: [H, nh*hd] */
+    float *q_norm, *k_norm;  /* [hd] */
+
+    /* Gated DeltaNet */
+    bool packed;             /* qwen3_next: in_proj_qkvz / in_proj_ba */
+    e0_mat qkvz, ba;         /* packed: [2Kd + 2Vd, H], [2Hv, H] */
+    e0_mat qkv, z, b, a;     /* flat: [2Kd + Vd, H], [Vd, H], [Hv, H], [Hv, H] */
+    float *conv_w;           /* [conv_dim, K] */
+    float *A_log, *dt_bias;  /* [Hv] */
+    float *lin_norm;         /* [Dv] */
+    e0_mat out;              /* [H, Vd] */
+
+    /* MoE */
+    e0_mat router;           /* [E, H] */
+    e0_expert *experts;      /* [E] views */
+    bool has_shared;
+    e0_mat sh_gate, sh_up, sh_down; /* [Is, H], [Is, H], [H, Is] */
+    e0_mat sh_router;        /* shared_expert_gate: [1, H] */
+
+    /* dense MLP */
+    e0_mat mlp_gate, mlp_up, mlp_down;
+} e0_layer;
+
+typedef struct {
+    e0_config cfg;
+    st_set *st;
+    const char *layout; /* "hf", "hf-fused", "mlx", "mlx-fused" */
+    e0_mat embed;       /* [V, H] */
+    e0_mat lm_head;     /* [V, H] */
+    float *final_norm;  /* [H] */
+    e0_layer *layers;
+    float *rope_inv_freq; /* [rotary_dim / 2] */
+    uint64_t weight_bytes, expert_bytes;
+} e0_model;
+
+int model_load(e0_model *m, const char *dir, char *err);
+void model_free(e0_model *m);
+
+struct e0_engine {
+    e0_model model;
+    e0_engine_opts opts;
+};
+
+/* Scratch for a batch of up to n_batch tokens; sized once per session. */
+typedef struct {
+    float *x, *h, *y;          /* [B, H] residual, normed input, block output */
+    float *q, *k, *v, *att;    /* attention: [B, q rows], [B, nkv*hd] x2, [B, nh*hd] */
+    float *scores;             /* [n_ctx] */
+    float *proj, *mix, *hist;  /* DeltaNet: [B, packed rows], [B, conv_dim], [K-1+B, conv_dim] */
+    float *zz, *bb, *aa, *o;   /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */
+    float *rlogits, *rw;       /* MoE: [B, E], [B, k] */
+    int32_t *ridx, *count, *order; /* [B, k], [E], [B*k] */
+    float *xs, *g, *u, *ys;    /* gathered: [B, H], [B, I'], [B, I'], [B, H] */
+    float *eo;                 /* [B*k, H] per (token, slot) expert output */
+    float *shg;                /* [B] */
+} e0_scratch;
+
+struct e0_session {
+    e0_engine *eng;
+    const e0_model *m;
+    int32_t n_ctx, n_batch, pos;
+    float **kc, **vc;        /* per attention layer: [n_ctx, nkv*hd] */
+    float **conv;            /* per DeltaNet layer: [K-1, conv_dim] */
+    float **rec;             /* per DeltaNet layer: [Hv, Dk, Dv] */
+    e0_scratch s;
+};
+
+/* Layer pieces over a batch of T tokens at positions pos..pos+T-1.
+ * in: [T, H] normed input, out: [T, H]. */
+void attn_forward(e0_session *s, int layer, const float *in, int T, float *out);
+void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *out);
+void moe_forward(e0_session *s, int layer, const float *in, int T, float *out);
+void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out);
+
+/* y[t] = w * x[t] / rms(x[t]) over n values, T rows. */
+void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y);
+
+static inline float e0_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float e0_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+#endif

@@ -1,0 +1,108 @@
+/* The MoE block (DESIGN.md §3) and the dense MLP.
+ *
+ *   y = sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))  [+ sigmoid(sg(x)) * shared(x)]
+ *
+ * Router logits, softmax, top-k and renormalisation are f32. Each routed
+ * expert runs once over the tokens routed to it (gathered); its outputs land
+ * in a per-(token, slot) buffer and are summed per token in slot order, so
+ * the result does not depend on the order experts are visited in.
+ */
+#include "model/model.h"
+
+#include <string.h>
+
+/* h = silu(g) * u over n values */
+static void swiglu(const float *g, const float *u, size_t n, float *h) {
+    for (size_t i = 0; i < n; i++) h[i] = e0_silu(g[i]) * u[i];
+}
+
+/* Softmax over all E logits, then the k largest probabilities (lower index
+ * first on ties), renormalised to sum 1 when `renorm`. */
+static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, float *w) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < E; e++) sum += expf(logits[e] - mx);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= idx[i] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        idx[j] = best;
+        w[j] = expf(logits[best] - mx) / sum;
+    }
+    if (renorm) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) s += w[j];
+        for (int j = 0; j < k; j++) w[j] /= s;
+    }
+}
+
+void moe_forward(e0_session *s, int layer, const float *in, int T, float *out) {
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    const e0_layer *ly = &m->layers[layer];
+    e0_scratch *S = &s->s;
+    const int H = c->hidden, E = c->n_experts, k = c->top_k, I = c->moe_inter;
+
+    mat_matmul(&ly->router, in, H, T, S->rlogits, E);
+    for (int t = 0; t < T; t++)
+        route(S->rlogits + (size_t)t * E, E, k, c->norm_topk, S->ridx + (size_t)t * k, S->rw + (size_t)t * k);
+
+    /* Group (token, slot) pairs by expert: count, prefix offsets, fill. */
+    memset(S->count, 0, (size_t)E * sizeof *S->count);
+    for (int p = 0; p < T * k; p++) S->count[S->ridx[p]]++;
+    int32_t off = 0;
+    for (int e = 0; e < E; e++) {
+        int32_t n = S->count[e];
+        S->count[e] = off;
+        off += n;
+    }
+    for (int p = 0; p < T * k; p++) S->order[S->count[S->ridx[p]]++] = p;
+    /* count[e] now holds the end of expert e's run in order[]. */
+    int32_t start = 0;
+    for (int e = 0; e < E; e++) {
+        const int32_t end = S->count[e], n = end - start;
+        if (n == 0) continue;
+        const e0_expert *x = &ly->experts[e];
+        for (int32_t j = 0; j < n; j++)
+            memcpy(S->xs + (size_t)j * H, in + (size_t)(S->order[start + j] / k) * H, (size_t)H * sizeof(float));
+        mat_matmul(&x->gate, S->xs, H, n, S->g, I);
+        mat_matmul(&x->up, S->xs, H, n, S->u, I);
+        swiglu(S->g, S->u, (size_t)n * I, S->g);
+        mat_matmul(&x->down, S->g, I, n, S->ys, H);
+        for (int32_t j = 0; j < n; j++)
+            memcpy(S->eo + (size_t)S->order[start + j] * H, S->ys + (size_t)j * H, (size_t)H * sizeof(float));
+        start = end;
+    }
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * H;
+        memset(o, 0, (size_t)H * sizeof *o);
+        for (int j = 0; j < k; j++) {
+            const float w = S->rw[(size_t)t * k + j];
+            const float *y = S->eo + ((size_t)t * k + j) * H;
+            for (int i = 0; i < H; i++) o[i] += w * y[i];
+        }
+    }
+    if (!ly->has_shared) return;
+    const int Is = c->shared_inter;
+    mat_matmul(&ly->sh_router, in, H, T, S->shg, 1);
+    mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
+    mat_matmul(&ly->sh_up, in, H, T, S->u, Is);
+    swiglu(S->g, S->u, (size_t)T * Is, S->g);
+    mat_matmul(&ly->sh_down, S->g, Is, T, S->ys, H);
+    for (int t = 0; t < T; t++) {
+        const float g = e0_sigmoid(S->shg[t]);
+        for (int i = 0; i < H; i++) out[(size_t)t * H + i] += g * S->ys[(size_t)t * H + i];
+    }
+}
+
+void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out) {
+    const e0_layer *ly = &s->m->layers[layer];
+    const int H = s->m->cfg.hidden, I = s->m->cfg.dense_inter;
+    mat_matmul(&ly->mlp_gate, in, H, T, s->s.g, I);
+    mat_matmul(&ly->mlp_up, in, H, T, s->s.u, I);
+    swiglu(s->s.g, s->s.u, (size_t)T * I, s->s.g);
+    mat_matmul(&ly->mlp_down, s->s.g, I, T, out, H);
+}

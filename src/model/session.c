@@ -1,0 +1,222 @@
+/* Engine and session: the public API of edge0.h over the model. */
+#include "model/model.h"
+
+#include "util/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void e0_engine_opts_default(e0_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+}
+
+int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err) {
+    *out = NULL;
+    e0_engine *e = calloc(1, sizeof *e);
+    if (!e) return e0_fail(err, E0_ENOMEM, "out of memory");
+    if (o) e->opts = *o;
+    else e0_engine_opts_default(&e->opts);
+    int rc = model_load(&e->model, model_dir, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void e0_engine_free(e0_engine *e) {
+    if (!e) return;
+    model_free(&e->model);
+    free(e);
+}
+
+void e0_engine_info(const e0_engine *e, e0_model_info *info) {
+    const e0_model *m = &e->model;
+    memset(info, 0, sizeof *info);
+    info->family = m->cfg.family_name;
+    info->layout = m->layout;
+    info->vocab_size = m->cfg.vocab;
+    info->n_layers = m->cfg.n_layers;
+    info->hidden_size = m->cfg.hidden;
+    info->n_experts = m->cfg.n_experts;
+    info->top_k = m->cfg.top_k;
+    info->weight_bytes = m->weight_bytes;
+    info->expert_bytes = m->expert_bytes;
+}
+
+void e0_session_opts_default(e0_session_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_ctx = 4096;
+    o->n_batch = 512;
+}
+
+void e0_session_free(e0_session *s) {
+    if (!s) return;
+    const int L = s->m->cfg.n_layers;
+    for (int i = 0; i < L; i++) {
+        if (s->kc) free(s->kc[i]);
+        if (s->vc) free(s->vc[i]);
+        if (s->conv) free(s->conv[i]);
+        if (s->rec) free(s->rec[i]);
+    }
+    free(s->kc);
+    free(s->vc);
+    free(s->conv);
+    free(s->rec);
+    float **bufs[] = {&s->s.x, &s->s.h, &s->s.y, &s->s.q, &s->s.k, &s->s.v, &s->s.att,
+                      &s->s.scores, &s->s.proj, &s->s.mix, &s->s.hist, &s->s.zz, &s->s.bb,
+                      &s->s.aa, &s->s.o, &s->s.rlogits, &s->s.rw, &s->s.xs, &s->s.g,
+                      &s->s.u, &s->s.ys, &s->s.eo, &s->s.shg};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
+    free(s->s.ridx);
+    free(s->s.count);
+    free(s->s.order);
+    free(s);
+}
+
+static size_t imax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* calloc of n floats (at least one), counting failures in *bad. */
+static float *fbuf(size_t n, int *bad) {
+    float *p = calloc(n ? n : 1, sizeof *p);
+    *bad |= !p;
+    return p;
+}
+
+int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, char *err) {
+    *out = NULL;
+    e0_session_opts d;
+    e0_session_opts_default(&d);
+    if (!o) o = &d;
+    const e0_model *m = &e->model;
+    const e0_config *c = &m->cfg;
+    if (o->n_ctx < 0 || o->n_batch < 0)
+        return e0_fail(err, E0_EINVAL, "n_ctx and n_batch must not be negative");
+    e0_session *s = calloc(1, sizeof *s);
+    if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
+    s->eng = e;
+    s->m = m;
+    s->n_ctx = o->n_ctx ? o->n_ctx : d.n_ctx;
+    s->n_batch = o->n_batch ? o->n_batch : d.n_batch;
+    if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
+    const size_t B = (size_t)s->n_batch, H = (size_t)c->hidden, L = (size_t)c->n_layers;
+    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
+    const size_t C = 2 * Kd + Vd, K = (size_t)c->conv_kernel, topk = (size_t)c->top_k;
+    const size_t inter = imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
+    int bad = 0;
+    s->kc = calloc(L, sizeof *s->kc);
+    s->vc = calloc(L, sizeof *s->vc);
+    s->conv = calloc(L, sizeof *s->conv);
+    s->rec = calloc(L, sizeof *s->rec);
+    bad |= !s->kc || !s->vc || !s->conv || !s->rec;
+    for (size_t i = 0; !bad && i < L; i++) {
+        if (m->layers[i].linear) {
+            s->conv[i] = fbuf((K - 1) * C, &bad);
+            s->rec[i] = fbuf((size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim, &bad);
+        } else {
+            s->kc[i] = fbuf((size_t)s->n_ctx * kvd, &bad);
+            s->vc[i] = fbuf((size_t)s->n_ctx * kvd, &bad);
+        }
+    }
+    e0_scratch *S = &s->s;
+    size_t qrows = (size_t)c->n_heads * c->head_dim * (c->attn_gated ? 2 : 1);
+    S->x = fbuf(B * H, &bad);
+    S->h = fbuf(B * H, &bad);
+    S->y = fbuf(B * H, &bad);
+    S->q = fbuf(B * qrows, &bad);
+    S->k = fbuf(B * kvd, &bad);
+    S->v = fbuf(B * kvd, &bad);
+    S->att = fbuf(B * (size_t)c->n_heads * c->head_dim, &bad);
+    S->scores = fbuf((size_t)s->n_ctx, &bad);
+    S->proj = fbuf(B * (2 * Kd + 2 * Vd), &bad);
+    S->mix = fbuf(B * C, &bad);
+    S->hist = fbuf((K ? K - 1 + B : 0) * C, &bad);
+    S->zz = fbuf(B * Vd, &bad);
+    S->bb = fbuf(B * (size_t)c->lin_v_heads, &bad);
+    S->aa = fbuf(B * (size_t)c->lin_v_heads, &bad);
+    S->o = fbuf(B * imax(Vd, 2 * (size_t)c->lin_v_heads), &bad);
+    S->rlogits = fbuf(B * (size_t)c->n_experts, &bad);
+    S->rw = fbuf(B * topk, &bad);
+    S->xs = fbuf(B * H, &bad);
+    S->g = fbuf(B * inter, &bad);
+    S->u = fbuf(B * inter, &bad);
+    S->ys = fbuf(B * H, &bad);
+    S->eo = fbuf(B * topk * H, &bad);
+    S->shg = fbuf(B, &bad);
+    S->ridx = calloc(B * topk, sizeof *S->ridx);
+    S->count = calloc((size_t)c->n_experts, sizeof *S->count);
+    S->order = calloc(B * topk, sizeof *S->order);
+    bad |= !S->ridx || !S->count || !S->order;
+    if (bad) {
+        e0_session_free(s);
+        return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions", o->n_ctx);
+    }
+    *out = s;
+    return 0;
+}
+
+void e0_session_reset(e0_session *s) {
+    const e0_config *c = &s->m->cfg;
+    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
+    for (int i = 0; i < c->n_layers; i++)
+        if (s->m->layers[i].linear) {
+            memset(s->conv[i], 0, (size_t)(c->conv_kernel - 1) * (2 * Kd + Vd) * sizeof(float));
+            memset(s->rec[i], 0, (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float));
+        }
+    s->pos = 0; /* the KV cache past pos is never read */
+}
+
+int32_t e0_session_pos(const e0_session *s) { return s->pos; }
+
+/* One batch of T <= n_batch tokens through every layer; leaves the final
+ * residual stream in S->x. */
+static void forward_batch(e0_session *s, const int32_t *ids, int T) {
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    e0_scratch *S = &s->s;
+    const int H = c->hidden;
+    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
+    for (int li = 0; li < c->n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
+        if (ly->linear) deltanet_forward(s, li, S->h, T, S->y);
+        else attn_forward(s, li, S->h, T, S->y);
+        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+        rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
+        if (ly->moe) moe_forward(s, li, S->h, T, S->y);
+        else mlp_forward(s, li, S->h, T, S->y);
+        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+    }
+    s->pos += T;
+}
+
+int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
+                    char *err) {
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    if (n == 0) return e0_fail(err, E0_EINVAL, "no ids to evaluate");
+    if (mode != E0_LOGITS_NONE && !logits) return e0_fail(err, E0_EINVAL, "logits buffer is NULL");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab)
+            return e0_fail(err, E0_ERANGE, "token id %d at index %zu is outside the vocabulary [0, %d)",
+                           ids[i], i, c->vocab);
+    if (n > (size_t)(s->n_ctx - s->pos))
+        return e0_fail(err, E0_ERANGE, "%zu more positions do not fit: %d of the context's %d are used",
+                       n, s->pos, s->n_ctx);
+    const int H = c->hidden, V = c->vocab;
+    for (size_t done = 0; done < n;) {
+        int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
+        forward_batch(s, ids + done, T);
+        if (mode == E0_LOGITS_ALL) {
+            rmsnorm(s->s.x, m->final_norm, H, T, c->rms_eps, s->s.h);
+            mat_matmul(&m->lm_head, s->s.h, H, T, logits + done * V, V);
+        } else if (mode == E0_LOGITS_LAST && done + (size_t)T == n) {
+            rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
+            mat_matmul(&m->lm_head, s->s.h, H, 1, logits, V);
+        }
+        done += (size_t)T;
+    }
+    return 0;
+}

@@ -1,0 +1,377 @@
+/* Loading a model directory: config, the four checkpoint layouts' names,
+ * shape checks against the config, and views of every weight in place.
+ *
+ * Name prefixes: "model." (HF Qwen3-MoE / Qwen3-Next), "model.language_model."
+ * (HF Qwen3.5 multimodal wrapper), "language_model.model." (mlx Qwen3.5);
+ * lm_head is "lm_head" or "language_model.lm_head", or the embedding when
+ * tied. mtp.* and vision tensors are never looked up, so they are ignored.
+ */
+#include "model/model.h"
+
+#include "util/err.h"
+#include "util/num.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_LEN 512
+
+typedef struct {
+    e0_model *m;
+    char prefix[64];
+    bool mlx; /* mlx layouts: hybrid norms already hold 1 + w */
+    char *err;
+} loader;
+
+static const st_tensor *find(loader *L, const char *name) { return st_get(L->m->st, name); }
+
+static const char *tfile(loader *L, const st_tensor *t) { return st_file_path(L->m->st, t->file); }
+
+static void shape_str(const st_tensor *t, char *buf, size_t n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int i = 0; i < t->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int check_shape(loader *L, const st_tensor *t, int ndim, const int64_t *want) {
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = (int64_t)t->shape[i] == want[i];
+    if (ok) return 0;
+    char have[128], exp[128] = "[";
+    shape_str(t, have, sizeof have);
+    for (int i = 0; i < ndim; i++)
+        snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? ", " : "", (long long)want[i]);
+    strncat(exp, "]", sizeof exp - strlen(exp) - 1);
+    return e0_fail(L->err, E0_EFORMAT,
+                   "%s: tensor %s has shape %s but config.json implies %s", tfile(L, t), t->name, have, exp);
+}
+
+static int float_wtype(const st_tensor *t, e0_wtype *wt) {
+    switch (t->dtype) {
+    case ST_F32: *wt = E0_W_F32; return 0;
+    case ST_BF16: *wt = E0_W_BF16; return 0;
+    case ST_F16: *wt = E0_W_F16; return 0;
+    default: return -1;
+    }
+}
+
+/* A matrix [lead x rows, cols] (lead = 0: plain [rows, cols]) named `base`
+ * + ".weight" (or `base` itself, as in HF fused experts), quantized iff
+ * `base`.scales exists. */
+static int get_mat(loader *L, const char *base, int64_t lead, int64_t rows, int64_t cols, e0_mat *out) {
+    char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "%s.weight", base);
+    const st_tensor *w = find(L, name);
+    if (!w) w = find(L, base);
+    if (!w) return e0_fail(L->err, E0_ENOTFOUND, "tensor %s is missing from the checkpoint", name);
+    snprintf(name, sizeof name, "%s.scales", base);
+    const st_tensor *sc = find(L, name);
+    int nd = lead ? 3 : 2;
+    int64_t shp[3], *s = shp;
+    if (lead) *s++ = lead;
+    memset(out, 0, sizeof *out);
+    out->rows = (lead ? lead : 1) * rows;
+    out->cols = cols;
+    out->w = w->data;
+    if (!sc) {
+        s[0] = rows;
+        s[1] = cols;
+        if (float_wtype(w, &out->type) != 0)
+            return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s has dtype %s; expected BF16, F16 or F32",
+                           tfile(L, w), w->name, st_dtype_name(w->dtype));
+        return check_shape(L, w, nd, shp);
+    }
+    snprintf(name, sizeof name, "%s.biases", base);
+    const st_tensor *bi = find(L, name);
+    if (!bi) return e0_fail(L->err, E0_ENOTFOUND, "tensor %s is missing (%s.scales exists)", name, base);
+    int bits = 0, group = 0;
+    const e0_config *c = &L->m->cfg;
+    if (config_quant_for(c, base, &bits, &group) != 0) {
+        /* No settings in config.json: infer from the shapes. */
+        if (w->ndim != nd || sc->ndim != nd || w->shape[nd - 1] == 0 || sc->shape[nd - 1] == 0 ||
+            (w->shape[nd - 1] * 32) % (uint64_t)cols || cols % (int64_t)sc->shape[nd - 1])
+            return e0_fail(L->err, E0_EFORMAT,
+                           "%s: tensor %s is quantized but config.json has no quantization settings for it "
+                           "and its shape does not fit %lld input columns",
+                           tfile(L, w), w->name, (long long)cols);
+        bits = (int)(w->shape[nd - 1] * 32 / (uint64_t)cols);
+        group = (int)(cols / (int64_t)sc->shape[nd - 1]);
+    }
+    if (!(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) ||
+        !(group == 32 || group == 64 || group == 128) || cols % group || (cols * bits) % 32)
+        return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s: %d-bit group-%d quantization of %lld columns is not supported",
+                       tfile(L, w), w->name, bits, group, (long long)cols);
+    if (w->dtype != ST_U32)
+        return e0_fail(L->err, E0_EFORMAT, "%s: quantized tensor %s has dtype %s; expected U32", tfile(L, w),
+                       w->name, st_dtype_name(w->dtype));
+    if (sc->dtype != bi->dtype || (sc->dtype != ST_BF16 && sc->dtype != ST_F16 && sc->dtype != ST_F32))
+        return e0_fail(L->err, E0_EFORMAT, "%s: %s scales/biases must both be BF16, F16 or F32", tfile(L, sc), base);
+    s[0] = rows;
+    s[1] = cols * bits / 32;
+    int rc = check_shape(L, w, nd, shp);
+    s[1] = cols / group;
+    if (!rc) rc = check_shape(L, sc, nd, shp);
+    if (!rc) rc = check_shape(L, bi, nd, shp);
+    if (rc) return rc;
+    out->type = E0_W_QAFF;
+    out->bits = bits;
+    out->group = group;
+    out->stype = sc->dtype == ST_BF16 ? E0_S_BF16 : sc->dtype == ST_F16 ? E0_S_F16 : E0_S_F32;
+    out->scales = sc->data;
+    out->biases = bi->data;
+    return 0;
+}
+
+/* A 1-D (or [C,1,K] / [C,K,1]) float tensor as a malloc'd f32 array of n values. */
+static int get_vec(loader *L, const char *name, int64_t n, float add, float **out) {
+    const st_tensor *t = find(L, name);
+    if (!t) return e0_fail(L->err, E0_ENOTFOUND, "tensor %s is missing from the checkpoint", name);
+    e0_wtype wt;
+    if (float_wtype(t, &wt) != 0)
+        return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s has dtype %s; expected BF16, F16 or F32",
+                       tfile(L, t), t->name, st_dtype_name(t->dtype));
+    if ((int64_t)st_numel(t) != n)
+        return e0_fail(L->err, E0_EFORMAT, "%s: tensor %s has %llu values but config.json implies %lld",
+                       tfile(L, t), t->name, (unsigned long long)st_numel(t), (long long)n);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return e0_fail(L->err, E0_ENOMEM, "out of memory loading %s", name);
+    e0_mat m = {.type = wt, .rows = 1, .cols = n, .w = t->data};
+    mat_dequant(&m, 0, 0, n, v);
+    for (int64_t i = 0; i < n; i++) v[i] += add;
+    *out = v;
+    return 0;
+}
+
+/* Norms of the hybrid families are zero-centred in HF checkpoints. */
+static int get_norm(loader *L, const char *name, int64_t n, float **out) {
+    float add = L->m->cfg.norm_zero_centred && !L->mlx ? 1.0f : 0.0f;
+    return get_vec(L, name, n, add, out);
+}
+
+#define NAME(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
+
+static int load_attention(loader *L, e0_layer *ly, const char *b) {
+    const e0_config *c = &L->m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, hd = c->head_dim, qr = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1);
+    int rc;
+    if ((rc = get_mat(L, NAME("%sself_attn.q_proj", b), 0, qr, H, &ly->q)) ||
+        (rc = get_mat(L, NAME("%sself_attn.k_proj", b), 0, c->n_kv_heads * hd, H, &ly->k)) ||
+        (rc = get_mat(L, NAME("%sself_attn.v_proj", b), 0, c->n_kv_heads * hd, H, &ly->v)) ||
+        (rc = get_mat(L, NAME("%sself_attn.o_proj", b), 0, H, c->n_heads * hd, &ly->o)) ||
+        (rc = get_norm(L, NAME("%sself_attn.q_norm.weight", b), hd, &ly->q_norm)) ||
+        (rc = get_norm(L, NAME("%sself_attn.k_norm.weight", b), hd, &ly->k_norm)))
+        return rc;
+    return 0;
+}
+
+static int load_deltanet(loader *L, e0_layer *ly, const char *b) {
+    const e0_config *c = &L->m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, Kd = (int64_t)c->lin_k_heads * c->lin_k_dim;
+    int64_t Vd = (int64_t)c->lin_v_heads * c->lin_v_dim, Hv = c->lin_v_heads;
+    int64_t conv_dim = 2 * Kd + Vd;
+    int rc;
+    ly->packed = find(L, NAME("%slinear_attn.in_proj_qkvz.weight", b)) != NULL;
+    if (ly->packed) {
+        if ((rc = get_mat(L, NAME("%slinear_attn.in_proj_qkvz", b), 0, 2 * Kd + 2 * Vd, H, &ly->qkvz)) ||
+            (rc = get_mat(L, NAME("%slinear_attn.in_proj_ba", b), 0, 2 * Hv, H, &ly->ba)))
+            return rc;
+    } else if ((rc = get_mat(L, NAME("%slinear_attn.in_proj_qkv", b), 0, conv_dim, H, &ly->qkv)) ||
+               (rc = get_mat(L, NAME("%slinear_attn.in_proj_z", b), 0, Vd, H, &ly->z)) ||
+               (rc = get_mat(L, NAME("%slinear_attn.in_proj_b", b), 0, Hv, H, &ly->b)) ||
+               (rc = get_mat(L, NAME("%slinear_attn.in_proj_a", b), 0, Hv, H, &ly->a))) {
+        return rc;
+    }
+    if ((rc = get_vec(L, NAME("%slinear_attn.conv1d.weight", b), conv_dim * c->conv_kernel, 0, &ly->conv_w)) ||
+        (rc = get_vec(L, NAME("%slinear_attn.A_log", b), Hv, 0, &ly->A_log)) ||
+        (rc = get_vec(L, NAME("%slinear_attn.dt_bias", b), Hv, 0, &ly->dt_bias)) ||
+        (rc = get_vec(L, NAME("%slinear_attn.norm.weight", b), c->lin_v_dim, 0, &ly->lin_norm)) ||
+        (rc = get_mat(L, NAME("%slinear_attn.out_proj", b), 0, H, Vd, &ly->out)))
+        return rc;
+    return 0;
+}
+
+/* Which of the four layouts holds this layer's experts. */
+static const char *expert_layout(loader *L, const char *b) {
+    char nm[NAME_MAX_LEN];
+    if (find(L, NAME("%smlp.switch_mlp.gate_up_proj.weight", b))) return "mlx-fused";
+    if (find(L, NAME("%smlp.switch_mlp.gate_proj.weight", b))) return "mlx";
+    if (find(L, NAME("%smlp.experts.gate_up_proj", b)) || find(L, NAME("%smlp.experts.gate_up_proj.weight", b)))
+        return "hf-fused";
+    if (find(L, NAME("%smlp.experts.0.gate_proj.weight", b))) return "hf";
+    return NULL;
+}
+
+static int load_moe(loader *L, e0_layer *ly, const char *b, int li) {
+    e0_model *m = L->m;
+    const e0_config *c = &m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, I = c->moe_inter, E = c->n_experts;
+    int rc;
+    const char *lay = expert_layout(L, b);
+    if (!lay)
+        return e0_fail(L->err, E0_ENOTFOUND,
+                       "layer %d: no expert tensors (%smlp.experts.* or %smlp.switch_mlp.*) in the checkpoint",
+                       li, b, b);
+    if (m->layout && strcmp(m->layout, lay) != 0)
+        return e0_fail(L->err, E0_EFORMAT, "layer %d: experts are in the %s layout but earlier layers use %s",
+                       li, lay, m->layout);
+    m->layout = lay;
+    if ((rc = get_mat(L, NAME("%smlp.gate", b), 0, E, H, &ly->router))) return rc;
+    ly->experts = calloc((size_t)E, sizeof *ly->experts);
+    if (!ly->experts) return e0_fail(L->err, E0_ENOMEM, "out of memory");
+    bool fused = strstr(lay, "fused") != NULL, mlx = strncmp(lay, "mlx", 3) == 0;
+    const char *grp = mlx ? "switch_mlp" : "experts";
+    if (strcmp(lay, "hf") == 0) {
+        for (int64_t e = 0; e < E; e++) {
+            e0_expert *x = &ly->experts[e];
+            if ((rc = get_mat(L, NAME("%smlp.experts.%lld.gate_proj", b, (long long)e), 0, I, H, &x->gate)) ||
+                (rc = get_mat(L, NAME("%smlp.experts.%lld.up_proj", b, (long long)e), 0, I, H, &x->up)) ||
+                (rc = get_mat(L, NAME("%smlp.experts.%lld.down_proj", b, (long long)e), 0, H, I, &x->down)))
+                return rc;
+        }
+    } else {
+        e0_mat gate, up, down;
+        if (fused) {
+            /* gate_up [E, 2I, H]: per expert, gate rows on top, up rows below. */
+            if ((rc = get_mat(L, NAME("%smlp.%s.gate_up_proj", b, grp), E, 2 * I, H, &gate))) return rc;
+            up = gate;
+        } else if ((rc = get_mat(L, NAME("%smlp.%s.gate_proj", b, grp), E, I, H, &gate)) ||
+                   (rc = get_mat(L, NAME("%smlp.%s.up_proj", b, grp), E, I, H, &up))) {
+            return rc;
+        }
+        if ((rc = get_mat(L, NAME("%smlp.%s.down_proj", b, grp), E, H, I, &down))) return rc;
+        for (int64_t e = 0; e < E; e++) {
+            e0_expert *x = &ly->experts[e];
+            x->gate = mat_rows(&gate, fused ? e * 2 * I : e * I, I);
+            x->up = mat_rows(&up, fused ? e * 2 * I + I : e * I, I);
+            x->down = mat_rows(&down, e * H, H);
+        }
+    }
+    for (int64_t e = 0; e < E; e++)
+        m->expert_bytes += mat_bytes(&ly->experts[e].gate) + mat_bytes(&ly->experts[e].up) +
+                           mat_bytes(&ly->experts[e].down);
+    ly->has_shared = c->shared_inter > 0;
+    if (ly->has_shared) {
+        int64_t Is = c->shared_inter;
+        if ((rc = get_mat(L, NAME("%smlp.shared_expert.gate_proj", b), 0, Is, H, &ly->sh_gate)) ||
+            (rc = get_mat(L, NAME("%smlp.shared_expert.up_proj", b), 0, Is, H, &ly->sh_up)) ||
+            (rc = get_mat(L, NAME("%smlp.shared_expert.down_proj", b), 0, H, Is, &ly->sh_down)) ||
+            (rc = get_mat(L, NAME("%smlp.shared_expert_gate", b), 0, 1, H, &ly->sh_router)))
+            return rc;
+    }
+    return 0;
+}
+
+static int load_layer(loader *L, int li) {
+    e0_model *m = L->m;
+    const e0_config *c = &m->cfg;
+    e0_layer *ly = &m->layers[li];
+    char b[128], nm[NAME_MAX_LEN];
+    snprintf(b, sizeof b, "%slayers.%d.", L->prefix, li);
+    ly->linear = c->layer_linear[li];
+    ly->moe = c->layer_moe[li];
+    int rc;
+    if ((rc = get_norm(L, NAME("%sinput_layernorm.weight", b), c->hidden, &ly->in_norm)) ||
+        (rc = get_norm(L, NAME("%spost_attention_layernorm.weight", b), c->hidden, &ly->post_norm)))
+        return rc;
+    rc = ly->linear ? load_deltanet(L, ly, b) : load_attention(L, ly, b);
+    if (rc) return rc;
+    if (ly->moe) return load_moe(L, ly, b, li);
+    int64_t H = c->hidden, I = c->dense_inter;
+    if ((rc = get_mat(L, NAME("%smlp.gate_proj", b), 0, I, H, &ly->mlp_gate)) ||
+        (rc = get_mat(L, NAME("%smlp.up_proj", b), 0, I, H, &ly->mlp_up)) ||
+        (rc = get_mat(L, NAME("%smlp.down_proj", b), 0, H, I, &ly->mlp_down)))
+        return rc;
+    return 0;
+}
+
+int model_load(e0_model *m, const char *dir, char *err) {
+    memset(m, 0, sizeof *m);
+    int rc = config_load(&m->cfg, dir, err);
+    if (rc) return rc;
+    if ((rc = st_set_open_dir(&m->st, dir, err))) goto fail;
+    loader L = {.m = m, .err = err};
+    static const char *prefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
+    char nm[NAME_MAX_LEN];
+    size_t np = sizeof prefixes / sizeof *prefixes;
+    size_t i = 0;
+    for (; i < np; i++)
+        if (find(&L, NAME("%sembed_tokens.weight", prefixes[i]))) break;
+    if (i == np) {
+        rc = e0_fail(err, E0_ENOTFOUND, "%s: no embed_tokens.weight under any known prefix "
+                                        "(model., model.language_model., language_model.model.)", dir);
+        goto fail;
+    }
+    snprintf(L.prefix, sizeof L.prefix, "%s", prefixes[i]);
+    const e0_config *c = &m->cfg;
+    /* mlx layouts store hybrid norms as 1 + w; they are recognised by their
+     * stacked switch_mlp experts or by the writer's metadata. */
+    for (int li = 0; li < c->n_layers; li++)
+        if (c->layer_moe[li]) {
+            char b[128];
+            snprintf(b, sizeof b, "%slayers.%d.", L.prefix, li);
+            const char *lay = expert_layout(&L, b);
+            L.mlx = lay ? strncmp(lay, "mlx", 3) == 0 : false;
+            break;
+        }
+    const char *fmt = st_meta(m->st, "format");
+    if (fmt && strcmp(fmt, "mlx") == 0) L.mlx = true;
+
+    int64_t H = c->hidden, V = c->vocab;
+    if ((rc = get_mat(&L, NAME("%sembed_tokens", L.prefix), 0, V, H, &m->embed))) goto fail;
+    if (find(&L, "lm_head.weight")) rc = get_mat(&L, "lm_head", 0, V, H, &m->lm_head);
+    else if (find(&L, "language_model.lm_head.weight")) rc = get_mat(&L, "language_model.lm_head", 0, V, H, &m->lm_head);
+    else if (c->tie_embeddings) m->lm_head = m->embed;
+    else rc = e0_fail(err, E0_ENOTFOUND, "tensor lm_head.weight is missing and tie_word_embeddings is false");
+    if (rc) goto fail;
+    if ((rc = get_norm(&L, NAME("%snorm.weight", L.prefix), H, &m->final_norm))) goto fail;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int li = 0; li < c->n_layers; li++)
+        if ((rc = load_layer(&L, li))) goto fail;
+    if (!m->layout) m->layout = L.mlx ? "mlx" : "hf";
+    int half = c->rotary_dim / 2;
+    m->rope_inv_freq = malloc((size_t)half * sizeof *m->rope_inv_freq);
+    if (!m->rope_inv_freq) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* As transformers computes it, in f32: 1 / theta^(2i / rotary_dim). */
+    for (int k = 0; k < half; k++)
+        m->rope_inv_freq[k] = 1.0f / powf((float)c->rope_theta, (float)(2 * k) / (float)c->rotary_dim);
+    for (size_t k = 0; k < st_count(m->st); k++) m->weight_bytes += st_at(m->st, k)->nbytes;
+    return 0;
+fail:
+    model_free(m);
+    return rc;
+}
+
+void model_free(e0_model *m) {
+    if (m->layers)
+        for (int li = 0; li < m->cfg.n_layers; li++) {
+            e0_layer *ly = &m->layers[li];
+            free(ly->in_norm);
+            free(ly->post_norm);
+            free(ly->q_norm);
+            free(ly->k_norm);
+            free(ly->conv_w);
+            free(ly->A_log);
+            free(ly->dt_bias);
+            free(ly->lin_norm);
+            free(ly->experts);
+        }
+    free(m->layers);
+    free(m->final_norm);
+    free(m->rope_inv_freq);
+    st_set_free(m->st);
+    config_free(&m->cfg);
+    memset(m, 0, sizeof *m);
+}

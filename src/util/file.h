@@ -1,0 +1,16 @@
+/* Small file helpers shared by the loaders. */
+#ifndef E0_UTIL_FILE_H
+#define E0_UTIL_FILE_H
+
+#include <stddef.h>
+
+/* Reads a whole file (at most `max` bytes) into a NUL-terminated buffer the
+ * caller frees. E0_ENOTFOUND if it does not exist. */
+int e0_read_file(const char *path, char **out, size_t *len, size_t max, char *err);
+
+/* "dir/name", malloc'd; NULL when out of memory. */
+char *e0_path_join(const char *dir, const char *name);
+
+int e0_file_exists(const char *path);
+
+#endif

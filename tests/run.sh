@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs each test program (cmocka), shows its output, then one closing line
+# "N passed, N failed" that adds up the test cases of every program.
+# A program that exits non-zero without a cmocka summary counts as one failure.
+set -u
+pass=0; fail=0; failed=""
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+for t in "$@"; do
+    name=$(basename "$t")
+    echo "=== $name"
+    start=$(date +%s)
+    "$t" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+    if [ "$rc" != 0 ]; then
+        failed="$failed $name"
+        [ -z "$f" ] && fail=$((fail + 1))
+    fi
+    echo "--- $name: rc=$rc, $(( $(date +%s) - start ))s"
+done
+[ -n "$failed" ] && echo "failing programs:$failed"
+echo "$pass passed, $fail failed"
+[ -z "$failed" ]

@@ -1,0 +1,259 @@
+/* Whole models against the Hugging Face reference (../shared/fixtures):
+ * every family x every layout, full-sequence logits, each MoE block alone,
+ * prefill-then-decode (through the CLI and the library), and the 160-token
+ * long sequences. Bounds from the fixtures' README. */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *family, *layout;
+} fx;
+
+static const fx FIXTURES[] = {
+    {"qwen3moe", "hf"},   {"qwen3moe", "hf-fused"},   {"qwen3moe", "mlx"},
+    {"qwen3next", "hf"},  {"qwen3next", "hf-fused"},  {"qwen3next", "mlx"},
+    {"qwen35moe", "hf"},  {"qwen35moe", "hf-fused"},  {"qwen35moe", "mlx"},
+    {"qwen35moe", "mlx-fused"},
+};
+
+static const char *golden_path(const fx *f, bool long_seq) {
+    static char rel[256];
+    bool q = strncmp(f->layout, "mlx", 3) == 0;
+    snprintf(rel, sizeof rel, "fixtures/%s/golden%s%s.safetensors", f->family, q ? "_q" : "",
+             long_seq ? "_long" : "");
+    return tu_shared(rel);
+}
+
+static e0_engine *open_model(const fx *f) {
+    char rel[256], err[E0_ERR_MAX] = "";
+    snprintf(rel, sizeof rel, "fixtures/%s/%s", f->family, f->layout);
+    e0_engine *e = NULL;
+    int rc = e0_engine_open(&e, tu_shared(rel), NULL, err);
+    if (rc) fail_msg("open %s: %s", rel, err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    assert_string_equal(info.layout, f->layout);
+    return e;
+}
+
+static st_set *open_golden(const fx *f, bool long_seq) {
+    st_set *g = NULL;
+    char err[E0_ERR_MAX];
+    if (st_set_open_file(&g, golden_path(f, long_seq), err)) fail_msg("%s", err);
+    return g;
+}
+
+static int prompt_len(const st_set *g) {
+    const char *p = st_meta(g, "prompt_len");
+    assert_non_null(p);
+    return atoi(p);
+}
+
+/* Runs ids[0..n) as a prefill of `prefill` then single decode steps. */
+static float *run(e0_engine *e, const int32_t *ids, size_t n, size_t prefill) {
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    size_t V = (size_t)info.vocab_size;
+    float *lg = malloc(n * V * sizeof *lg);
+    assert_non_null(lg);
+    if (e0_session_eval(s, ids, prefill, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    for (size_t i = prefill; i < n; i++)
+        if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, lg + i * V, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    return lg;
+}
+
+static void check_positions(const fx *f, const char *what, const float *out, const float *ref,
+                            size_t n, size_t V, double bound) {
+    double worst = 0;
+    size_t at = 0;
+    for (size_t t = 0; t < n; t++) {
+        double r = tu_rel_l2(out + t * V, ref + t * V, V);
+        if (r > worst) worst = r, at = t;
+    }
+    printf("  %s/%s %s: worst position %zu rel L2 %.3g\n", f->family, f->layout, what, at, worst);
+    if (!(worst <= bound)) fail_msg("%s/%s %s: position %zu rel L2 %.3g > %.0e", f->family, f->layout, what, at, worst, bound);
+}
+
+/* Full-sequence logits <= 1e-4, and every position's routing as the
+ * reference routes it is implied by the MoE test below. */
+static void test_full_logits(void **state) {
+    const fx *f = *state;
+    e0_engine *e = open_model(f);
+    st_set *g = open_golden(f, false);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    size_t V = (size_t)info.vocab_size;
+    float *lg = run(e, ids, n, n);
+    double r = tu_rel_l2(lg, tu_f32(g, "logits", n * V), n * V);
+    printf("  %s/%s full logits rel L2 %.3g\n", f->family, f->layout, r);
+    if (!(r <= 1e-4)) fail_msg("rel L2 %.3g > 1e-4", r);
+    free(lg);
+    st_set_free(g);
+    e0_engine_free(e);
+}
+
+/* Each MoE block alone on the reference's own input: <= 1e-5. */
+static void test_moe_blocks(void **state) {
+    const fx *f = *state;
+    e0_engine *e = open_model(f);
+    st_set *g = open_golden(f, false);
+    const e0_config *c = &e->model.cfg;
+    size_t n;
+    tu_i32(g, "input_ids", &n);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    e0_session *s;
+    char err[E0_ERR_MAX];
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    size_t H = (size_t)c->hidden;
+    float *out = malloc(n * H * sizeof *out);
+    assert_non_null(out);
+    for (int L = 0; L < c->n_layers; L++) {
+        char name[64];
+        snprintf(name, sizeof name, "moe.%d.in", L);
+        const float *in = tu_f32(g, name, n * H);
+        snprintf(name, sizeof name, "moe.%d.out", L);
+        const float *ref = tu_f32(g, name, n * H);
+        moe_forward(s, L, in, (int)n, out);
+        double r = tu_rel_l2(out, ref, n * H);
+        printf("  %s/%s moe.%d rel L2 %.3g\n", f->family, f->layout, L, r);
+        if (!(r <= 1e-5)) fail_msg("moe.%d rel L2 %.3g > 1e-5", L, r);
+    }
+    free(out);
+    e0_session_free(s);
+    st_set_free(g);
+    e0_engine_free(e);
+}
+
+/* `edge0 logits --prefill 12` through the real binary and its output file. */
+static void test_cli_prefill_decode(void **state) {
+    const fx *f = *state;
+    st_set *g = open_golden(f, false);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    int P = prompt_len(g);
+    char *dir = tu_tmpdir(), rel[256], cmd[8192], out[4200];
+    snprintf(rel, sizeof rel, "fixtures/%s/%s", f->family, f->layout);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    int o = snprintf(cmd, sizeof cmd, "%s logits %s --prefill %d --out %s --ids ", tu_bin(), tu_shared(rel), P, out);
+    for (size_t i = 0; i < n; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, "%s%d", i ? "," : "", ids[i]);
+    snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
+    assert_int_equal(tu_run(cmd), 0);
+    st_set *r;
+    char err[E0_ERR_MAX];
+    if (st_set_open_file(&r, out, err)) fail_msg("%s", err);
+    const st_tensor *t = st_get(r, "logits");
+    assert_non_null(t);
+    assert_int_equal(t->ndim, 2);
+    assert_int_equal(t->shape[0], n);
+    size_t V = (size_t)t->shape[1];
+    check_positions(f, "--prefill 12", tu_f32(r, "logits", n * V), tu_f32(g, "logits", n * V), n, V, 1e-4);
+    st_set_free(r);
+    tu_rmtree(dir);
+    free(dir);
+    st_set_free(g);
+}
+
+/* 160 tokens, prefill 100 then 60 decode steps: RoPE / KV past 128 positions,
+ * several 64-token DeltaNet chunks in the reference. */
+static void test_long(void **state) {
+    const fx *f = *state;
+    e0_engine *e = open_model(f);
+    st_set *g = open_golden(f, true);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    size_t V = (size_t)info.vocab_size;
+    const float *ref = tu_f32(g, "logits", n * V);
+    float *lg = run(e, ids, n, (size_t)prompt_len(g));
+    check_positions(f, "long --prefill 100", lg, ref, n, V, 1e-4);
+    free(lg);
+    lg = run(e, ids, n, n);
+    check_positions(f, "long full", lg, ref, n, V, 1e-4);
+    free(lg);
+    st_set_free(g);
+    e0_engine_free(e);
+}
+
+/* A reset session reproduces a fresh one exactly; prefill split into small
+ * batches equals one batch. */
+static void test_reset_and_batching(void **state) {
+    const fx *f = *state;
+    e0_engine *e = open_model(f);
+    st_set *g = open_golden(f, false);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    size_t V = (size_t)info.vocab_size;
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    so.n_batch = 5;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *a = malloc(n * V * sizeof *a), *b = malloc(n * V * sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(e0_session_eval(s, ids, n, E0_LOGITS_ALL, a, err), 0);
+    assert_int_equal(e0_session_pos(s), (int)n);
+    /* the context is full: one more id is refused */
+    assert_int_equal(e0_session_eval(s, ids, 1, E0_LOGITS_LAST, b, err), E0_ERANGE);
+    e0_session_reset(s);
+    assert_int_equal(e0_session_eval(s, ids, n, E0_LOGITS_ALL, b, err), 0);
+    assert_memory_equal(a, b, n * V * sizeof *a);
+    double r = tu_rel_l2(a, tu_f32(g, "logits", n * V), n * V);
+    if (!(r <= 1e-4)) fail_msg("batched prefill rel L2 %.3g", r);
+    /* an id outside the vocabulary is refused and changes nothing */
+    e0_session_reset(s);
+    int32_t bad[2] = {ids[0], (int32_t)V};
+    assert_int_equal(e0_session_eval(s, bad, 2, E0_LOGITS_LAST, b, err), E0_ERANGE);
+    assert_non_null(strstr(err, "outside the vocabulary"));
+    assert_int_equal(e0_session_pos(s), 0);
+    free(a);
+    free(b);
+    e0_session_free(s);
+    st_set_free(g);
+    e0_engine_free(e);
+}
+
+int main(void) {
+    enum { NF = sizeof FIXTURES / sizeof *FIXTURES };
+    struct CMUnitTest tests[NF * 5];
+    size_t k = 0;
+    static char names[NF * 5][96];
+    for (size_t i = 0; i < NF; i++) {
+        void *st = (void *)&FIXTURES[i];
+        struct {
+            const char *what;
+            CMUnitTestFunction fn;
+        } kinds[] = {{"full logits", test_full_logits},
+                     {"moe blocks", test_moe_blocks},
+                     {"cli --prefill 12", test_cli_prefill_decode},
+                     {"long 160 --prefill 100", test_long},
+                     {"reset and batching", test_reset_and_batching}};
+        for (size_t j = 0; j < 5; j++, k++) {
+            snprintf(names[k], sizeof names[k], "%s/%s %s", FIXTURES[i].family, FIXTURES[i].layout, kinds[j].what);
+            tests[k] = (struct CMUnitTest){names[k], kinds[j].fn, NULL, NULL, st};
+        }
+    }
+    return _cmocka_run_group_tests("fixtures", tests, k, NULL, NULL);
+}

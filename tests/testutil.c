@@ -1,0 +1,75 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+const char *tu_shared(const char *rel) {
+    static char buf[4096];
+    const char *root = getenv("E0_SHARED");
+    snprintf(buf, sizeof buf, "%s/%s", root && *root ? root : "../shared", rel);
+    return buf;
+}
+
+const char *tu_bin(void) {
+    const char *b = getenv("E0_BIN");
+    return b && *b ? b : "build/edge0";
+}
+
+char *tu_tmpdir(void) {
+    char *t = strdup("/tmp/edge0-test-XXXXXX");
+    assert_non_null(t);
+    assert_non_null(mkdtemp(t));
+    return t;
+}
+
+void tu_rmtree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+double tu_rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+const float *tu_f32(const st_set *s, const char *name, size_t numel) {
+    const st_tensor *t = st_get(s, name);
+    if (!t) fail_msg("tensor %s missing", name);
+    assert_int_equal(t->dtype, ST_F32);
+    assert_int_equal(st_numel(t), numel);
+    return (const float *)t->data;
+}
+
+const int32_t *tu_i32(const st_set *s, const char *name, size_t *numel) {
+    const st_tensor *t = st_get(s, name);
+    if (!t) fail_msg("tensor %s missing", name);
+    assert_int_equal(t->dtype, ST_I32);
+    *numel = (size_t)st_numel(t);
+    return (const int32_t *)t->data;
+}
+
+char *tu_write(const char *dir, const char *name, const void *data, size_t len) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    assert_non_null(p);
+    snprintf(p, n, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    return p;
+}
+
+int tu_run(const char *cmd) {
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

@@ -1,0 +1,35 @@
+/* Helpers shared by the test programs (cmocka). */
+#ifndef E0_TESTUTIL_H
+#define E0_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "io/safetensors.h"
+
+/* $E0_SHARED (default ../shared) + "/" + rel, in a static buffer. */
+const char *tu_shared(const char *rel);
+/* The edge0 binary under test: $E0_BIN (default build/edge0). */
+const char *tu_bin(void);
+/* A fresh temporary directory (removed by tu_rmtree). */
+char *tu_tmpdir(void);
+void tu_rmtree(const char *dir);
+
+/* ||a - b|| / ||b|| */
+double tu_rel_l2(const float *a, const float *b, size_t n);
+
+/* An F32 / I32 tensor of an opened set; fails the test if missing or mistyped. */
+const float *tu_f32(const st_set *s, const char *name, size_t numel);
+const int32_t *tu_i32(const st_set *s, const char *name, size_t *numel);
+
+/* Writes `len` bytes to dir/name; returns the malloc'd path. */
+char *tu_write(const char *dir, const char *name, const void *data, size_t len);
+
+/* Runs a shell command line; returns its exit status (-1 if it did not exit). */
+int tu_run(const char *cmd);
+
+#endif
