@@ -4,6 +4,7 @@
 
 int cmd_logits(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* "error: ..." on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

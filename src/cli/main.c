@@ -45,6 +45,7 @@ static const struct {
 } COMMANDS[] = {
     {"demo", cmd_demo, "run a model on a prompt and print timings (no MODEL: built-in tiny model)"},
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},
+    {"tokenize", cmd_tokenize, "encode text with a model's tokenizer.json"},
 };
 
 static void usage(FILE *f) {
