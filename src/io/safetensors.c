@@ -94,8 +94,8 @@ static int parse_meta(st_header *h, const cJSON *m, const char *fname, char *err
     return 0;
 }
 
-static int parse_entry(st_entry *e, const cJSON *v, uint64_t data_size, uint64_t data_start,
-                       const char *fname, char *err) {
+static int parse_entry(st_entry *e, const cJSON *v, uint64_t data_size, const char *fname,
+                       char *err) {
     const char *tn = e->name;
     if (!cJSON_IsObject(v))
         return e0_fail(err, E0_EFORMAT, "%s: tensor %s: header entry is not an object", fname, tn);
@@ -139,11 +139,6 @@ static int parse_entry(st_entry *e, const cJSON *v, uint64_t data_size, uint64_t
                        "%s: tensor %s: shape x dtype is %llu bytes but data_offsets span %llu",
                        fname, tn, (unsigned long long)(numel * es),
                        (unsigned long long)(e->end - e->begin));
-    if ((data_start + e->begin) % es != 0)
-        return e0_fail(err, E0_EUNSUPPORTED,
-                       "%s: tensor %s: data at file offset %llu is not aligned to its %zu-byte "
-                       "elements",
-                       fname, tn, (unsigned long long)(data_start + e->begin), es);
     return 0;
 }
 
@@ -198,7 +193,7 @@ int st_header_parse(st_header *h, const uint8_t *buf, size_t buf_len, uint64_t f
             goto done;
         }
         h->n++;
-        if ((rc = parse_entry(e, v, data_size, h->data_start, fname, err)) != 0) goto done;
+        if ((rc = parse_entry(e, v, data_size, fname, err)) != 0) goto done;
     }
     order = malloc((h->n ? h->n : 1) * sizeof *order);
     if (!order) {

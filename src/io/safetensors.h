@@ -10,8 +10,9 @@
  * and is at most ST_MAX_HEADER; the JSON is an object of objects; dtype is
  * known; shape is an array of at most ST_MAX_DIMS non-negative integers;
  * begin <= end <= data size; (end - begin) == prod(shape) * element size
- * (overflow-checked); no two tensors overlap; data is aligned to its element
- * size (the kernels read it in place); names are unique across shards.
+ * (overflow-checked); no two tensors overlap; names are unique across shards.
+ * Data need not be aligned: the format does not require it, so everything
+ * that reads tensor bytes in place uses unaligned loads (util/num.h).
  */
 #ifndef E0_IO_SAFETENSORS_H
 #define E0_IO_SAFETENSORS_H

@@ -37,9 +37,9 @@ e0_mat mat_rows(const e0_mat *m, int64_t r0, int64_t n) {
 
 static float sval(e0_stype t, const void *p, size_t i) {
     switch (t) {
-    case E0_S_BF16: return e0_bf16_to_f32(((const uint16_t *)p)[i]);
-    case E0_S_F16: return e0_f16_to_f32(((const uint16_t *)p)[i]);
-    case E0_S_F32: return ((const float *)p)[i];
+    case E0_S_BF16: return e0_bf16_to_f32(e0_ld16(p, i));
+    case E0_S_F16: return e0_f16_to_f32(e0_ld16(p, i));
+    case E0_S_F32: return e0_ldf32(p, i);
     }
     return 0;
 }
@@ -47,22 +47,21 @@ static float sval(e0_stype t, const void *p, size_t i) {
 void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) {
     const uint8_t *row = (const uint8_t *)m->w + (size_t)r * mat_row_bytes(m);
     switch (m->type) {
-    case E0_W_F32: memcpy(out, (const float *)row + c0, (size_t)n * 4); return;
+    case E0_W_F32: memcpy(out, row + (size_t)c0 * 4, (size_t)n * 4); return;
     case E0_W_BF16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_bf16_to_f32(((const uint16_t *)row)[c0 + i]);
+        for (int64_t i = 0; i < n; i++) out[i] = e0_bf16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
         return;
     case E0_W_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_f16_to_f32(((const uint16_t *)row)[c0 + i]);
+        for (int64_t i = 0; i < n; i++) out[i] = e0_f16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
         return;
     case E0_W_QAFF: {
-        const uint32_t *words = (const uint32_t *)row;
         const size_t gpr = (size_t)(m->cols / m->group);
         const unsigned bits = (unsigned)m->bits, mask = (1u << bits) - 1;
         for (int64_t i = 0; i < n; i++) {
             uint64_t c = (uint64_t)(c0 + i), bit = c * bits;
             /* a value may straddle two words when 32 % bits != 0 (3, 5, 6 bits) */
-            uint64_t lo = words[bit / 32];
-            if (bit % 32 + bits > 32) lo |= (uint64_t)words[bit / 32 + 1] << 32;
+            uint64_t lo = e0_ld32(row, bit / 32);
+            if (bit % 32 + bits > 32) lo |= (uint64_t)e0_ld32(row, bit / 32 + 1) << 32;
             uint32_t q = (uint32_t)(lo >> (bit % 32)) & mask;
             size_t g = (size_t)r * gpr + c / (uint64_t)m->group;
             out[i] = (float)q * sval(m->stype, m->scales, g) + sval(m->stype, m->biases, g);

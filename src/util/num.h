@@ -2,8 +2,27 @@
 #ifndef E0_UTIL_NUM_H
 #define E0_UTIL_NUM_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+/* Unaligned little-endian loads from mapped tensor data (safetensors does
+ * not promise alignment); each compiles to one plain load on x86-64. */
+static inline uint16_t e0_ld16(const void *p, size_t i) {
+    uint16_t v;
+    memcpy(&v, (const uint8_t *)p + 2 * i, sizeof v);
+    return v;
+}
+static inline uint32_t e0_ld32(const void *p, size_t i) {
+    uint32_t v;
+    memcpy(&v, (const uint8_t *)p + 4 * i, sizeof v);
+    return v;
+}
+static inline float e0_ldf32(const void *p, size_t i) {
+    float v;
+    memcpy(&v, (const uint8_t *)p + 4 * i, sizeof v);
+    return v;
+}
 
 static inline float e0_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
