@@ -5,6 +5,10 @@
 int cmd_logits(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Peak resident set size of this process in bytes. */
+unsigned long long cli_peak_rss(void);
 
 /* "error: ..." on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

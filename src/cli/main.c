@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 void cli_error(const char *fmt, ...) {
@@ -38,6 +39,11 @@ double cli_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+unsigned long long cli_peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (unsigned long long)ru.ru_maxrss * 1024ull : 0;
+}
+
 static const struct {
     const char *name;
     int (*fn)(int, char **);
@@ -45,6 +51,7 @@ static const struct {
 } COMMANDS[] = {
     {"demo", cmd_demo, "run a model on a prompt and print timings (no MODEL: built-in tiny model)"},
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},
+    {"synth", cmd_synth, "write a random-weight checkpoint of a real model's shape"},
     {"tokenize", cmd_tokenize, "encode text with a model's tokenizer.json"},
 };
 

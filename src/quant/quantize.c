@@ -1,0 +1,47 @@
+#include "quant/quantize.h"
+
+#include "util/num.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Per group, in f32: scale = max((max - min) / n_bins, 1e-7); if |min| >
+ * |max| keep the scale positive and edge = min, else negate the scale and
+ * edge = max; q0 = rint(edge / scale); if q0 != 0 then scale = edge / q0,
+ * bias = edge, else bias = 0; q = clip(rint((w - bias) / scale), 0, n_bins).
+ * Scale and bias are then stored as bf16; q uses the f32 values. */
+void quant_row(const float *w, int64_t cols, int bits, int group, uint32_t *words,
+               uint16_t *scales, uint16_t *biases) {
+    const float n_bins = (float)((1u << bits) - 1);
+    memset(words, 0, (size_t)(cols * bits / 32) * sizeof *words);
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+        const float *x = w + g0;
+        float mx = x[0], mn = x[0];
+        for (int i = 1; i < group; i++) {
+            mx = x[i] > mx ? x[i] : mx;
+            mn = x[i] < mn ? x[i] : mn;
+        }
+        float scale = fmaxf((mx - mn) / n_bins, 1e-7f), edge;
+        if (fabsf(mn) > fabsf(mx)) {
+            edge = mn;
+        } else {
+            scale = -scale;
+            edge = mx;
+        }
+        const float q0 = rintf(edge / scale);
+        float bias = 0.0f;
+        if (q0 != 0.0f) {
+            scale = edge / q0;
+            bias = edge;
+        }
+        for (int i = 0; i < group; i++) {
+            float q = rintf((x[i] - bias) / scale);
+            q = q < 0.0f ? 0.0f : q > n_bins ? n_bins : q;
+            uint64_t bit = (uint64_t)(g0 + i) * (uint64_t)bits, v = (uint64_t)q << (bit % 32);
+            words[bit / 32] |= (uint32_t)v;
+            if (bit % 32 + (uint64_t)bits > 32) words[bit / 32 + 1] |= (uint32_t)(v >> 32);
+        }
+        scales[g0 / group] = e0_f32_to_bf16(scale);
+        biases[g0 / group] = e0_f32_to_bf16(bias);
+    }
+}

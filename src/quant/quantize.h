@@ -1,0 +1,15 @@
+/* The mlx affine quantizer of DESIGN.md §2, in f32, so its output matches
+ * mlx-lm's CPU quantizer bit for bit. Used by `edge0 convert` and
+ * `edge0 synth`. */
+#ifndef E0_QUANT_QUANTIZE_H
+#define E0_QUANT_QUANTIZE_H
+
+#include <stdint.h>
+
+/* Quantizes one row of `cols` f32 values (cols % group == 0,
+ * (cols * bits) % 32 == 0) into words [cols * bits / 32] and bf16 scales,
+ * biases [cols / group]. bits in {2, 3, 4, 5, 6, 8}. */
+void quant_row(const float *w, int64_t cols, int bits, int group, uint32_t *words,
+               uint16_t *scales, uint16_t *biases);
+
+#endif
