@@ -256,11 +256,12 @@ static void test_sharded_equals_single(void **state) {
     assert_non_null(strstr(err, "truncated"));
     free(bytes);
     /* index naming a shard outside the directory */
-    free(tu_write(dir, "model.safetensors.index.json",
-                  "{\"weight_map\":{\"lm_head.weight\":\"../etc/passwd\"}}", 51));
+    const char *evil = "{\"weight_map\":{\"lm_head.weight\":\"../etc/passwd\"}}";
+    free(tu_write(dir, "model.safetensors.index.json", evil, strlen(evil)));
     assert_int_equal(open_engine(dir, err), E0_EFORMAT);
     assert_non_null(strstr(err, "lm_head.weight"));
-    free(tu_write(dir, "model.safetensors.index.json", "{\"weight_map\":", 14));
+    const char *cut = "{\"weight_map\":";
+    free(tu_write(dir, "model.safetensors.index.json", cut, strlen(cut)));
     assert_int_equal(open_engine(dir, err), E0_EFORMAT);
     assert_non_null(strstr(err, "index.json"));
     free(saved);
@@ -283,7 +284,8 @@ static void test_model_errors(void **state) {
     assert_int_equal(open_engine(dir, err), E0_EUNSUPPORTED);
     assert_non_null(strstr(err, "llama"));
     /* malformed config */
-    free(tu_write(dir, "config.json", "{\"model_type\": \"qwen3_moe\", \"hidden_size\": ", 44));
+    const char *trunc = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": ";
+    free(tu_write(dir, "config.json", trunc, strlen(trunc)));
     assert_int_equal(open_engine(dir, err), E0_EFORMAT);
     assert_non_null(strstr(err, "config.json"));
     write_config(dir, "\"hidden_size\": 128", "\"hidden_size\": \"128\"");
