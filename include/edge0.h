@@ -59,11 +59,65 @@ const char *e0_status_str(int code);
 typedef struct e0_engine e0_engine;
 typedef struct e0_session e0_session;
 
+/* How the streaming MoE layer gets expert weights (DESIGN.md §4). Every
+ * path changes only where the expert bytes come from, never the arithmetic:
+ * all give logits bit-identical to E0_PATH_EXACT. */
+typedef enum {
+    E0_PATH_AUTO,   /* choose per call from the options below */
+    E0_PATH_EXACT,  /* each routed expert from the LRU or the checkpoint */
+    E0_PATH_STAGED, /* fixed slots filled ahead of need from a predicted set */
+    E0_PATH_HOT,    /* per-layer resident stacks of the most used experts */
+    E0_PATH_FULL,   /* whole-layer expert reads, tokens sorted by expert */
+} e0_path;
+
+/* Where bundles are read from: pread into cache buffers, or the mapping
+ * itself (the page cache is the cache; prefetch is madvise(WILLNEED)). */
+typedef enum { E0_IO_PREAD, E0_IO_MMAP } e0_io_mode;
+
+/* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
 typedef struct {
-    int n_threads; /* compute threads; 0 = one per core */
+    int32_t staged;          /* fixed-slot decode (false) */
+    int32_t staged_n;        /* slot count (8) */
+    int32_t staged_trigger;  /* top-k that triggers staged decode (8) */
+    int32_t staged_replace;    /* staged set replaces routing: lossy, counted (false) */
+    int32_t staged_sync;     /* fill slots at the step boundary (true) */
+    int32_t asm_cache;       /* reuse the assembled slot table of an unchanged set (true) */
+    int32_t incr_stack;      /* rewrite only the slots that changed (false) */
+    int32_t incr_writeback;    /* evicted slot bundles go back to the LRU (false) */
+    int32_t hot_per_layer;   /* resident hot experts per layer (0) */
+    int32_t hot_update_interval; /* calls between hot-set refreshes (4) */
+    float hot_decay;         /* usage count decay per refresh (0.75) */
+    float pin_bonus;         /* usage bonus of predicted experts (2.0) */
+    int32_t cache_slots;     /* LRU capacity in bundles, whole model (64) */
+    int32_t prefetch_cap;    /* prefetches in flight (48) */
+    int32_t load_threads;    /* on-demand I/O threads (8) */
+    int32_t prefetch_threads; /* prefetch I/O threads (4) */
+    int32_t full_layer_prefill;/* whole-layer prefill (false) */
+    int32_t prefill_full_layers; /* leading layers that use it, 0 = all (0) */
+    int32_t hot_window;      /* layers whose hot stacks stay resident, 0 = all (0) */
+    int32_t prefill_hot;     /* hot stack size during prefill (0) */
+    int32_t warm_willneed;    /* madvise(WILLNEED) over ranges about to be read (false) */
+    int32_t top_k;           /* routing top-k override, 0 = the model's (changes the model) */
+} e0_layer_opts;
+
+typedef struct {
+    int n_threads;        /* compute threads; 0 = one per core */
+    e0_layer_opts layer;  /* streaming options */
+    e0_path path;         /* force one path (E0_PATH_AUTO: per options) */
+    e0_io_mode io;        /* E0_IO_PREAD unless measured otherwise (docs/experiments.md) */
+    uint64_t mem_budget;  /* bytes; when set, sizes cache_slots and friends at open */
 } e0_engine_opts;
 
 void e0_engine_opts_default(e0_engine_opts *o);
+
+/* Applies a preset ("staged_k4", "prod_k8", "staged_k8") on top of the defaults. */
+int e0_opts_preset(e0_engine_opts *o, const char *name, char *err);
+/* Sets one LayerOptions field from text, as `--opt field=value` does. */
+int e0_opts_set(e0_engine_opts *o, const char *field, const char *value, char *err);
+/* Writes "field=value" for every LayerOptions field, one per line. */
+int e0_opts_format(const e0_engine_opts *o, char *buf, size_t len);
+/* The preset names, comma-separated. */
+const char *e0_opts_presets(void);
 
 /* Opens a model directory (config.json + safetensors, any layout). */
 int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err);
@@ -82,6 +136,31 @@ typedef struct {
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);
+
+/* Statistics since open or the last e0_engine_stats_reset (DESIGN.md §4). */
+typedef struct {
+    uint64_t prefill_tokens, decode_tokens;
+    double prefill_s, decode_s;        /* wall time in e0_session_eval */
+    uint64_t bytes_read;               /* expert bytes read from the checkpoint */
+    uint64_t bytes_touched;            /* expert bytes the kernels read, from any source */
+    uint64_t expert_calls;             /* (layer, expert) products computed */
+    uint64_t lru_hits, lru_misses;     /* demand lookups of the shared LRU */
+    int32_t cache_slots;               /* LRU capacity in bundles */
+    uint64_t bundle_bytes;             /* bytes of one expert bundle */
+    int32_t working_set;               /* bundles one token touches: MoE layers x top-k */
+    uint64_t staged_hits, exact_fallbacks, drops; /* per routed (token, expert) pair */
+    uint64_t predicted_routed, routed_staged; /* prediction accuracy = predicted_routed / routed_staged */
+    uint64_t hot_hits, hot_misses, full_layers, overflow_reads;
+    double io_wait_s, compute_s;       /* time the expert layer waited for bytes / computed experts */
+    uint64_t peak_rss;                 /* bytes */
+} e0_stats;
+
+void e0_engine_stats(e0_engine *e, e0_stats *st);
+/* Demand hits and misses of one layer in the shared LRU. */
+void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses);
+void e0_engine_stats_reset(e0_engine *e);
+/* What the memory budget chose (empty without one). */
+const char *e0_engine_budget_note(const e0_engine *e);
 
 typedef struct {
     int32_t n_ctx;   /* positions the KV cache holds; 0 = 4096 */

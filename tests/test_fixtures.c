@@ -161,7 +161,7 @@ static void test_moe_blocks(void **state) {
         const float *in = tu_f32(g, name, n * H);
         snprintf(name, sizeof name, "moe.%d.out", L);
         const float *ref = tu_f32(g, name, n * H);
-        moe_forward(s, L, in, (int)n, out);
+        if (moe_forward(s, L, in, (int)n, out, err)) fail_msg("%s", err);
         double r = tu_rel_l2(out, ref, n * H);
         printf("  %s/%s moe.%d rel L2 %.3g\n", f->family, f->layout, L, r);
         if (!(r <= 1e-5)) fail_msg("moe.%d rel L2 %.3g > 1e-5", L, r);

@@ -268,6 +268,23 @@ const char *st_meta(const st_set *s, const char *key) {
     return s->nfiles ? st_header_meta(&s->files[0].hdr, key) : NULL;
 }
 
+int st_locate(const st_set *s, const void *p, uint32_t *file, uint64_t *off) {
+    const uint8_t *q = p;
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        if (q >= s->files[i].map && q < s->files[i].map + s->files[i].size) {
+            *file = i;
+            *off = (uint64_t)(q - s->files[i].map);
+            return 0;
+        }
+    return E0_ENOTFOUND;
+}
+
+int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int advice) {
+    if (file >= s->nfiles || off > s->files[file].size || len > s->files[file].size - off) return E0_ERANGE;
+    const uint64_t page = 4096, a = off & ~(page - 1);
+    return madvise((void *)(s->files[file].map + a), len + (off - a), advice) == 0 ? 0 : E0_EIO;
+}
+
 uint64_t st_numel(const st_tensor *t) {
     uint64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];

@@ -86,6 +86,12 @@ int st_file_fd(const st_set *s, uint32_t file);
 /* __metadata__ value of the first file, or NULL. */
 const char *st_meta(const st_set *s, const char *key);
 
+/* The shard and absolute offset of an address inside one of the set's
+ * mappings (as st_tensor.data and views derived from it). */
+int st_locate(const st_set *s, const void *p, uint32_t *file, uint64_t *off);
+/* madvise over [off, off + len) of shard `file` (e.g. MADV_WILLNEED). */
+int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int advice);
+
 /* Number of elements (product of the shape). */
 uint64_t st_numel(const st_tensor *t);
 

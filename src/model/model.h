@@ -47,6 +47,7 @@ typedef struct {
     e0_mat out;              /* [H, Vd] */
 
     /* MoE */
+    bool fused;              /* experts stored as gate_up (gate rows on top) + down */
     e0_mat router;           /* [E, H] */
     e0_expert *experts;      /* [E] views */
     bool has_shared;
@@ -72,9 +73,16 @@ typedef struct {
 int model_load(e0_model *m, const char *dir, char *err);
 void model_free(e0_model *m);
 
+struct e0_stream;
+
 struct e0_engine {
     e0_model model;
     e0_engine_opts opts;
+    struct e0_stream *stream;
+    int top_k;                 /* routing top-k in force (the model's unless overridden) */
+    char budget_note[512];     /* how mem_budget sized the cache */
+    uint64_t prefill_tokens, decode_tokens;
+    double prefill_s, decode_s;
 };
 
 /* Scratch for a batch of up to n_batch tokens; sized once per session. */
@@ -86,6 +94,9 @@ typedef struct {
     float *zz, *bb, *aa, *o;   /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */
     float *rlogits, *rw;       /* MoE: [B, E], [B, k] */
     int32_t *ridx, *count, *order; /* [B, k], [E], [B*k] */
+    int32_t *exps, *start;     /* routed experts of a call, their runs in order[]: [E + 1] */
+    int32_t *rest, *rstart, *rpairs; /* the part that goes through exact: [E + 1], [E + 1], [B*k] */
+    void **xent;               /* [E] LRU entries pinned by one call */
     float *xs, *g, *u, *ys;    /* gathered: [B, H], [B, I'], [B, I'], [B, H] */
     float *eo;                 /* [B*k, H] per (token, slot) expert output */
     float *shg;                /* [B] */
@@ -105,7 +116,8 @@ struct e0_session {
  * in: [T, H] normed input, out: [T, H]. */
 void attn_forward(e0_session *s, int layer, const float *in, int T, float *out);
 void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *out);
-void moe_forward(e0_session *s, int layer, const float *in, int T, float *out);
+/* Fails only when expert bytes cannot be read (E0_EIO, message in err). */
+int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err);
 void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out);
 
 /* y[t] = w * x[t] / rms(x[t]) over n values, T rows. */

@@ -2,12 +2,14 @@
  *
  *   y = sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))  [+ sigmoid(sg(x)) * shared(x)]
  *
- * Router logits, softmax, top-k and renormalisation are f32. Each routed
- * expert runs once over the tokens routed to it (gathered); its outputs land
- * in a per-(token, slot) buffer and are summed per token in slot order, so
- * the result does not depend on the order experts are visited in.
+ * Router logits, softmax, top-k and renormalisation are f32. The routed
+ * experts run in the streaming layer (stream/switchglu.c), each once over
+ * the tokens routed to it; their outputs land in a per-(token, slot) buffer
+ * and are summed per token in slot order, so the result does not depend on
+ * the order experts are visited in or where their bytes came from.
  */
 #include "model/model.h"
+#include "stream/switchglu.h"
 
 #include <string.h>
 
@@ -39,43 +41,18 @@ static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, 
     }
 }
 
-void moe_forward(e0_session *s, int layer, const float *in, int T, float *out) {
+int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
     const e0_layer *ly = &m->layers[layer];
     e0_scratch *S = &s->s;
-    const int H = c->hidden, E = c->n_experts, k = c->top_k, I = c->moe_inter;
+    const int H = c->hidden, E = c->n_experts, k = s->eng->top_k;
 
     mat_matmul(&ly->router, in, H, T, S->rlogits, E);
     for (int t = 0; t < T; t++)
         route(S->rlogits + (size_t)t * E, E, k, c->norm_topk, S->ridx + (size_t)t * k, S->rw + (size_t)t * k);
-
-    /* Group (token, slot) pairs by expert: count, prefix offsets, fill. */
-    memset(S->count, 0, (size_t)E * sizeof *S->count);
-    for (int p = 0; p < T * k; p++) S->count[S->ridx[p]]++;
-    int32_t off = 0;
-    for (int e = 0; e < E; e++) {
-        int32_t n = S->count[e];
-        S->count[e] = off;
-        off += n;
-    }
-    for (int p = 0; p < T * k; p++) S->order[S->count[S->ridx[p]]++] = p;
-    /* count[e] now holds the end of expert e's run in order[]. */
-    int32_t start = 0;
-    for (int e = 0; e < E; e++) {
-        const int32_t end = S->count[e], n = end - start;
-        if (n == 0) continue;
-        const e0_expert *x = &ly->experts[e];
-        for (int32_t j = 0; j < n; j++)
-            memcpy(S->xs + (size_t)j * H, in + (size_t)(S->order[start + j] / k) * H, (size_t)H * sizeof(float));
-        mat_matmul(&x->gate, S->xs, H, n, S->g, I);
-        mat_matmul(&x->up, S->xs, H, n, S->u, I);
-        swiglu(S->g, S->u, (size_t)n * I, S->g);
-        mat_matmul(&x->down, S->g, I, n, S->ys, H);
-        for (int32_t j = 0; j < n; j++)
-            memcpy(S->eo + (size_t)S->order[start + j] * H, S->ys + (size_t)j * H, (size_t)H * sizeof(float));
-        start = end;
-    }
+    int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
+    if (rc) return rc;
     for (int t = 0; t < T; t++) {
         float *o = out + (size_t)t * H;
         memset(o, 0, (size_t)H * sizeof *o);
@@ -85,7 +62,7 @@ void moe_forward(e0_session *s, int layer, const float *in, int T, float *out) {
             for (int i = 0; i < H; i++) o[i] += w * y[i];
         }
     }
-    if (!ly->has_shared) return;
+    if (!ly->has_shared) return 0;
     const int Is = c->shared_inter;
     mat_matmul(&ly->sh_router, in, H, T, S->shg, 1);
     mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
@@ -96,6 +73,7 @@ void moe_forward(e0_session *s, int layer, const float *in, int T, float *out) {
         const float g = e0_sigmoid(S->shg[t]);
         for (int i = 0; i < H; i++) out[(size_t)t * H + i] += g * S->ys[(size_t)t * H + i];
     }
+    return 0;
 }
 
 void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out) {

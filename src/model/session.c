@@ -1,13 +1,20 @@
 /* Engine and session: the public API of edge0.h over the model. */
 #include "model/model.h"
 
+#include "stream/budget.h"
+#include "stream/switchglu.h"
 #include "util/err.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
-void e0_engine_opts_default(e0_engine_opts *o) {
-    memset(o, 0, sizeof *o);
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err) {
@@ -21,12 +28,25 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
         free(e);
         return rc;
     }
+    const e0_config *c = &e->model.cfg;
+    e->top_k = e->opts.layer.top_k > 0 ? e->opts.layer.top_k : c->top_k;
+    if (e->top_k > c->n_experts)
+        rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k, c->n_experts);
+    if (!rc && e->opts.mem_budget)
+        rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
+    if (!rc) rc = stream_new(&e->stream, &e->model, &e->opts, err);
+    if (rc) {
+        model_free(&e->model);
+        free(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
 
 void e0_engine_free(e0_engine *e) {
     if (!e) return;
+    stream_free(e->stream);
     model_free(&e->model);
     free(e);
 }
@@ -40,7 +60,7 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info) {
     info->n_layers = m->cfg.n_layers;
     info->hidden_size = m->cfg.hidden;
     info->n_experts = m->cfg.n_experts;
-    info->top_k = m->cfg.top_k;
+    info->top_k = e->top_k;
     info->weight_bytes = m->weight_bytes;
     info->expert_bytes = m->expert_bytes;
 }
@@ -72,6 +92,12 @@ void e0_session_free(e0_session *s) {
     free(s->s.ridx);
     free(s->s.count);
     free(s->s.order);
+    free(s->s.exps);
+    free(s->s.start);
+    free(s->s.rest);
+    free(s->s.rstart);
+    free(s->s.rpairs);
+    free(s->s.xent);
     free(s);
 }
 
@@ -103,7 +129,7 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     const size_t B = (size_t)s->n_batch, H = (size_t)c->hidden, L = (size_t)c->n_layers;
     const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
-    const size_t C = 2 * Kd + Vd, K = (size_t)c->conv_kernel, topk = (size_t)c->top_k;
+    const size_t C = 2 * Kd + Vd, K = (size_t)c->conv_kernel, topk = (size_t)e->top_k;
     const size_t inter = imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
     int bad = 0;
     s->kc = calloc(L, sizeof *s->kc);
@@ -148,7 +174,15 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     S->ridx = calloc(B * topk, sizeof *S->ridx);
     S->count = calloc((size_t)c->n_experts, sizeof *S->count);
     S->order = calloc(B * topk, sizeof *S->order);
-    bad |= !S->ridx || !S->count || !S->order;
+    const size_t E1 = (size_t)c->n_experts + 1;
+    S->exps = calloc(E1, sizeof *S->exps);
+    S->start = calloc(E1, sizeof *S->start);
+    S->rest = calloc(E1, sizeof *S->rest);
+    S->rstart = calloc(E1, sizeof *S->rstart);
+    S->rpairs = calloc(B * topk, sizeof *S->rpairs);
+    S->xent = calloc(E1, sizeof *S->xent);
+    bad |= !S->ridx || !S->count || !S->order || !S->exps || !S->start || !S->rest || !S->rstart || !S->rpairs ||
+           !S->xent;
     if (bad) {
         e0_session_free(s);
         return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions", o->n_ctx);
@@ -171,8 +205,8 @@ void e0_session_reset(e0_session *s) {
 int32_t e0_session_pos(const e0_session *s) { return s->pos; }
 
 /* One batch of T <= n_batch tokens through every layer; leaves the final
- * residual stream in S->x. */
-static void forward_batch(e0_session *s, const int32_t *ids, int T) {
+ * residual stream in S->x. Fails only when expert bytes cannot be read. */
+static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
     e0_scratch *S = &s->s;
@@ -185,11 +219,16 @@ static void forward_batch(e0_session *s, const int32_t *ids, int T) {
         else attn_forward(s, li, S->h, T, S->y);
         for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
         rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
-        if (ly->moe) moe_forward(s, li, S->h, T, S->y);
-        else mlp_forward(s, li, S->h, T, S->y);
+        if (ly->moe) {
+            int rc = moe_forward(s, li, S->h, T, S->y, err);
+            if (rc) return rc;
+        } else {
+            mlp_forward(s, li, S->h, T, S->y);
+        }
         for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
     }
     s->pos += T;
+    return 0;
 }
 
 int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
@@ -206,9 +245,14 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         return e0_fail(err, E0_ERANGE, "%zu more positions do not fit: %d of the context's %d are used",
                        n, s->pos, s->n_ctx);
     const int H = c->hidden, V = c->vocab;
+    const double t0 = now_s();
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
-        forward_batch(s, ids + done, T);
+        int rc = forward_batch(s, ids + done, T, err);
+        if (rc) { /* the states are partly updated: start over */
+            e0_session_reset(s);
+            return e0_wrap(err, rc, "evaluation failed; the session was reset");
+        }
         if (mode == E0_LOGITS_ALL) {
             rmsnorm(s->s.x, m->final_norm, H, T, c->rms_eps, s->s.h);
             mat_matmul(&m->lm_head, s->s.h, H, T, logits + done * V, V);
@@ -218,5 +262,61 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         }
         done += (size_t)T;
     }
+    e0_engine *e = s->eng;
+    if (n > 1) {
+        e->prefill_tokens += n;
+        e->prefill_s += now_s() - t0;
+    } else {
+        e->decode_tokens += n;
+        e->decode_s += now_s() - t0;
+    }
     return 0;
 }
+
+void e0_engine_stats(e0_engine *e, e0_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->prefill_tokens = e->prefill_tokens;
+    st->decode_tokens = e->decode_tokens;
+    st->prefill_s = e->prefill_s;
+    st->decode_s = e->decode_s;
+    stream_counters c;
+    stream_counters_get(e->stream, &c);
+    st->bytes_read = c.bytes_read;
+    st->bytes_touched = c.bytes_touched;
+    st->expert_calls = c.expert_calls;
+    for (int l = 0; l < e->model.cfg.n_layers; l++) {
+        uint64_t h, m;
+        stream_layer_stats(e->stream, l, &h, &m);
+        st->lru_hits += h;
+        st->lru_misses += m;
+        st->working_set += e->model.layers[l].moe ? e->top_k : 0;
+    }
+    st->cache_slots = stream_cache_slots(e->stream);
+    st->bundle_bytes = stream_bundle_bytes(e->stream);
+    st->staged_hits = c.staged_hits;
+    st->exact_fallbacks = c.exact_fallbacks;
+    st->drops = c.drops;
+    st->predicted_routed = c.predicted_routed;
+    st->routed_staged = c.routed_staged;
+    st->hot_hits = c.hot_hits;
+    st->hot_misses = c.hot_misses;
+    st->full_layers = c.full_layers;
+    st->overflow_reads = c.overflow_reads;
+    st->io_wait_s = c.io_wait_s;
+    st->compute_s = c.compute_s;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) st->peak_rss = (uint64_t)ru.ru_maxrss * 1024u;
+}
+
+void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses) {
+    *hits = *misses = 0;
+    if (layer >= 0 && layer < e->model.cfg.n_layers) stream_layer_stats(e->stream, layer, hits, misses);
+}
+
+void e0_engine_stats_reset(e0_engine *e) {
+    stream_counters_reset(e->stream);
+    e->prefill_tokens = e->decode_tokens = 0;
+    e->prefill_s = e->decode_s = 0;
+}
+
+const char *e0_engine_budget_note(const e0_engine *e) { return e->budget_note; }

@@ -225,6 +225,7 @@ static int load_moe(loader *L, e0_layer *ly, const char *b, int li) {
     ly->experts = calloc((size_t)E, sizeof *ly->experts);
     if (!ly->experts) return e0_fail(L->err, E0_ENOMEM, "out of memory");
     bool fused = strstr(lay, "fused") != NULL, mlx = strncmp(lay, "mlx", 3) == 0;
+    ly->fused = fused;
     const char *grp = mlx ? "switch_mlp" : "experts";
     if (strcmp(lay, "hf") == 0) {
         for (int64_t e = 0; e < E; e++) {

@@ -1,0 +1,20 @@
+/* A pool of persistent I/O threads running queued jobs in FIFO order, as
+ * Redis bio.c does. One pool serves on-demand loads (load_threads), another
+ * prefetches (prefetch_threads); neither creates a thread per job. With zero
+ * threads, iopool_submit runs the job inline. */
+#ifndef E0_STREAM_IOPOOL_H
+#define E0_STREAM_IOPOOL_H
+
+typedef void (*iopool_fn)(void *arg);
+typedef struct iopool iopool;
+
+int iopool_new(iopool **out, int n_threads, char *err);
+/* Finishes the queued jobs, then joins the threads. */
+void iopool_free(iopool *p);
+/* Queues fn(arg); 0, or E0_ENOMEM (nothing queued). */
+int iopool_submit(iopool *p, iopool_fn fn, void *arg);
+/* Blocks until every job submitted so far has finished. */
+void iopool_drain(iopool *p);
+int iopool_threads(const iopool *p);
+
+#endif

@@ -1,0 +1,778 @@
+/* The streaming SwitchGLU: see switchglu.h for the contract. */
+#include "stream/switchglu.h"
+
+#include "stream/iopool.h"
+#include "stream/xcache.h"
+#include "util/err.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+typedef struct e0_stream e0_stream;
+
+/* A staged slot fill or a whole-layer read running on the prefetch pool. */
+typedef struct {
+    e0_stream *s;
+    int layer;
+    atomic_int busy;
+} bg_job;
+
+typedef struct {
+    /* staged decode: staged_n slots */
+    int32_t *slot_exp;         /* expert held (valid when ready), written by the fill job */
+    int32_t *slot_target;      /* expert the pending fill writes */
+    atomic_int *slot_ready;
+    uint8_t *slot_buf;         /* [staged_n, bundle_bytes] */
+    int32_t *pred, npred;      /* predicted set for the next call */
+    int32_t *prev, nprev;      /* experts the last token routed to */
+    int32_t *asm_set, nasm;    /* set the slots were last assembled for */
+    int32_t *forced, nforced;  /* tests: a prediction that overrides predict(), or -1 */
+    bg_job fill;
+    /* hot: decayed usage and a resident stack */
+    float *usage;
+    int64_t calls;
+    int32_t *hot_exp;          /* [hot_cap], -1 empty */
+    uint8_t *hot_buf;          /* NULL when not resident */
+    uint64_t hot_stamp;        /* last use, for the hot_window */
+    /* full layer: where each expert's bytes sit in a layer buffer */
+    bool contiguous;           /* each range index is one span over all experts */
+    size_t *reg;               /* [nr] region of range index i in the layer buffer */
+    uint64_t *base;            /* [nr] file offset of expert 0's range i */
+    size_t layer_bytes;
+} layer_state;
+
+struct e0_stream {
+    const e0_model *m;
+    e0_engine_opts o;
+    int n_layers, E, H;
+    xcache *xc;
+    iopool *load, *pre;
+    size_t bundle_bytes;
+    xb_plan *plans;            /* [n_layers * E], MoE layers only */
+    xb_order order;
+    uint8_t *overflow;         /* one bundle read outside the LRU */
+    layer_state *ls;
+    int hot_cap, hot_resident;
+    uint64_t hot_clock;
+    int last_moe, first_moe;
+    /* whole-layer double buffer */
+    uint8_t *fl_buf[2];
+    int fl_layer[2];           /* layer held or being read, -1 none */
+    bg_job fl_job[2];
+    size_t fl_bytes;
+    /* on-demand load jobs of the current layer */
+    struct load_job {
+        e0_stream *s;
+        const xb_plan *plan;
+        xentry *e;
+    } *ld;
+    /* counters: atomics, as I/O threads add bytes */
+    atomic_uint_fast64_t bytes_read;
+    stream_counters c;         /* the rest, engine thread only */
+    pthread_mutex_t err_mu;    /* guards io_err */
+    char io_err[E0_ERR_MAX];
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const xb_plan *plan_of(const e0_stream *s, int layer, int e) {
+    return &s->plans[(size_t)layer * (size_t)s->E + (size_t)e];
+}
+
+static void note_io_error(e0_stream *s, const char *msg) {
+    pthread_mutex_lock(&s->err_mu);
+    if (!s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", msg);
+    pthread_mutex_unlock(&s->err_mu);
+}
+
+/* pread a bundle; with a memory budget, drop the pages behind so the page
+ * cache does not grow with every expert read. */
+static int read_bundle(e0_stream *s, const xb_plan *p, uint8_t *buf, char *err) {
+    int rc = xb_read(s->m->st, p, buf, err);
+    if (rc) return rc;
+    atomic_fetch_add(&s->bytes_read, p->bytes);
+    if (s->o.mem_budget)
+        for (int i = 0; i < p->nr; i++)
+            posix_fadvise(st_file_fd(s->m->st, p->r[i].file), (off_t)p->r[i].off, (off_t)p->r[i].len,
+                          POSIX_FADV_DONTNEED);
+    return 0;
+}
+
+/* A bundle into buf: copied from the LRU when present, else read. */
+static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err) {
+    if (s->xc) {
+        xentry *x = xcache_lookup(s->xc, layer, e);
+        if (x) {
+            memcpy(buf, xentry_buf(x), plan_of(s, layer, e)->bytes);
+            xcache_release(s->xc, x);
+            return 0;
+        }
+    }
+    return read_bundle(s, plan_of(s, layer, e), buf, err);
+}
+
+/* ---- the one compute routine every path uses ---------------------------- */
+
+/* Expert x over the tokens of `pairs` (token * k + slot): gather, gate/up,
+ * SwiGLU, down, scatter into eo. Each output row depends only on its own
+ * token and the expert's bytes, never on which other tokens share the call. */
+static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs, int n, int k,
+                       float *eo, e0_scratch *ws) {
+    const int H = s->H;
+    const int64_t I = x->gate.rows;
+    double t0 = now_s();
+    for (int j = 0; j < n; j++) memcpy(ws->xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
+    mat_matmul(&x->gate, ws->xs, H, n, ws->g, I);
+    mat_matmul(&x->up, ws->xs, H, n, ws->u, I);
+    for (int64_t i = 0; i < (int64_t)n * I; i++) ws->g[i] = e0_silu(ws->g[i]) * ws->u[i];
+    mat_matmul(&x->down, ws->g, I, n, ws->ys, H);
+    for (int j = 0; j < n; j++) memcpy(eo + (size_t)pairs[j] * H, ws->ys + (size_t)j * H, (size_t)H * sizeof(float));
+    s->c.compute_s += now_s() - t0;
+    s->c.expert_calls++;
+    s->c.bytes_touched += mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
+}
+
+/* ---- exact --------------------------------------------------------------- */
+
+static void load_job_fn(void *arg) {
+    struct load_job *j = arg;
+    char err[E0_ERR_MAX];
+    int rc = read_bundle(j->s, j->plan, xentry_buf(j->e), err);
+    if (rc) note_io_error(j->s, err);
+    xcache_loaded(j->s->xc, j->e, rc == 0);
+}
+
+/* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
+ * the LRU or, when every slot is pinned, the overflow buffer. */
+static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
+                         const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws, char *err) {
+    const e0_layer *ly = &s->m->layers[layer];
+    if (s->o.io == E0_IO_MMAP) { /* the mapping is the cache */
+        if (s->o.layer.warm_willneed)
+            for (int i = 0; i < n; i++) xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
+        for (int i = 0; i < n; i++)
+            run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+        return 0;
+    }
+    xentry **ent = (xentry **)ws->xent;
+    int submitted = 0;
+    for (int i = 0; i < n; i++) {
+        ent[i] = NULL;
+        if (!s->xc) continue;
+        bool need;
+        ent[i] = xcache_acquire(s->xc, layer, exps[i], true, &need);
+        if (ent[i] && need) {
+            s->ld[submitted] = (struct load_job){s, plan_of(s, layer, exps[i]), ent[i]};
+            if (iopool_submit(s->load, load_job_fn, &s->ld[submitted]) != 0) load_job_fn(&s->ld[submitted]);
+            submitted++;
+        }
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const xb_plan *p = plan_of(s, layer, exps[i]);
+        e0_expert v;
+        double t0 = now_s();
+        if (ent[i]) {
+            if (rc == 0 && xcache_wait(s->xc, ent[i]) != 0) {
+                pthread_mutex_lock(&s->err_mu);
+                rc = e0_fail(err, E0_EIO, "layer %d expert %d: %s", layer, exps[i], s->io_err);
+                pthread_mutex_unlock(&s->err_mu);
+            }
+            s->c.io_wait_s += now_s() - t0;
+            if (rc == 0) {
+                xb_views(p, xentry_buf(ent[i]), &v);
+                run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+            }
+            xcache_wait(s->xc, ent[i]); /* never release an entry its loader still writes */
+            xcache_release(s->xc, ent[i]);
+            continue;
+        }
+        if (rc) continue;
+        rc = read_bundle(s, p, s->overflow, err);
+        s->c.io_wait_s += now_s() - t0;
+        s->c.overflow_reads++;
+        if (rc) {
+            e0_wrap(err, rc, "layer %d expert %d", layer, exps[i]);
+            continue;
+        }
+        xb_views(p, s->overflow, &v);
+        run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+    }
+    return rc;
+}
+
+/* ---- staged ---------------------------------------------------------------- */
+
+static void fill_job_fn(void *arg) {
+    bg_job *j = arg;
+    e0_stream *s = j->s;
+    layer_state *L = &s->ls[j->layer];
+    char err[E0_ERR_MAX];
+    for (int i = 0; i < s->o.layer.staged_n; i++) {
+        if (atomic_load_explicit(&L->slot_ready[i], memory_order_acquire)) continue;
+        int32_t e = L->slot_target[i];
+        if (e < 0) continue;
+        uint8_t *buf = L->slot_buf + (size_t)i * s->bundle_bytes;
+        if (s->o.layer.incr_writeback && s->xc && L->slot_exp[i] >= 0 && L->slot_exp[i] != e) {
+            /* hand the bundle being evicted back to the LRU */
+            bool need;
+            xentry *x = xcache_acquire(s->xc, j->layer, L->slot_exp[i], false, &need);
+            if (x && need) {
+                memcpy(xentry_buf(x), buf, plan_of(s, j->layer, L->slot_exp[i])->bytes);
+                xcache_loaded(s->xc, x, true);
+            }
+            if (x) xcache_release(s->xc, x);
+        }
+        if (s->o.layer.warm_willneed) xb_willneed(s->m->st, plan_of(s, j->layer, e));
+        if (fetch_bundle(s, j->layer, e, buf, err) != 0) {
+            note_io_error(s, err);
+            L->slot_exp[i] = -1;
+            continue; /* stays not ready: those experts run through exact */
+        }
+        L->slot_exp[i] = e;
+        atomic_store_explicit(&L->slot_ready[i], 1, memory_order_release);
+    }
+    atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
+static void bg_wait(bg_job *j) {
+    while (atomic_load_explicit(&j->busy, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static bool in_set(const int32_t *set, int n, int32_t e) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == e) return true;
+    return false;
+}
+
+/* Assigns the predicted set of `layer` to its slots and starts the fill. */
+static void stage(e0_stream *s, int layer) {
+    layer_state *L = &s->ls[layer];
+    const int n = s->o.layer.staged_n;
+    bg_wait(&L->fill); /* one fill per layer in flight */
+    if (s->o.layer.asm_cache && L->npred == L->nasm && memcmp(L->pred, L->asm_set, (size_t)L->npred * 4) == 0)
+        return; /* the slot table of this set is already assembled */
+    bool keep[256] = {0};
+    for (int i = 0; i < n; i++) L->slot_target[i] = -1;
+    if (s->o.layer.incr_stack) /* experts already staged keep their slot */
+        for (int i = 0; i < n; i++)
+            if (atomic_load(&L->slot_ready[i]) && in_set(L->pred, L->npred, L->slot_exp[i])) {
+                keep[i] = true;
+                L->slot_target[i] = L->slot_exp[i];
+            }
+    for (int p = 0, i = 0; p < L->npred; p++) {
+        if (in_set(L->slot_target, n, L->pred[p])) continue;
+        while (i < n && keep[i]) i++;
+        if (i == n) break;
+        L->slot_target[i++] = L->pred[p];
+    }
+    for (int i = 0; i < n; i++)
+        if (!keep[i]) atomic_store_explicit(&L->slot_ready[i], 0, memory_order_release);
+    memcpy(L->asm_set, L->pred, (size_t)L->npred * 4);
+    L->nasm = L->npred;
+    atomic_store(&L->fill.busy, 1);
+    if (iopool_submit(s->pre, fill_job_fn, &L->fill) != 0) fill_job_fn(&L->fill);
+}
+
+/* The predicted set of `layer`: its router applied to x (the MoE input of
+ * the layer before), best first, then the experts the last token routed to. */
+static void predict(e0_stream *s, int layer, const float *x) {
+    layer_state *L = &s->ls[layer];
+    const int n = s->o.layer.staged_n;
+    if (L->nforced >= 0) {
+        L->npred = L->nforced;
+        memcpy(L->pred, L->forced, (size_t)L->nforced * sizeof *L->pred);
+        return;
+    }
+    L->npred = 0;
+    if (x) {
+        float logits[4096];
+        const e0_mat *r = &s->m->layers[layer].router;
+        if (r->rows <= 4096) {
+            mat_matmul(r, x, s->H, 1, logits, r->rows);
+            while (L->npred < n && L->npred < s->E) {
+                int best = -1;
+                for (int e = 0; e < s->E; e++)
+                    if (!in_set(L->pred, L->npred, e) && (best < 0 || logits[e] > logits[best])) best = e;
+                L->pred[L->npred++] = best;
+            }
+        }
+    }
+    for (int i = 0; i < L->nprev && L->npred < n; i++)
+        if (!in_set(L->pred, L->npred, L->prev[i])) L->pred[L->npred++] = L->prev[i];
+}
+
+/* ---- hot ----------------------------------------------------------------- */
+
+static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
+    layer_state *L = &s->ls[layer];
+    if (!L->hot_buf) { /* take a stack, evicting the least recently used layer's past hot_window */
+        int window = s->o.layer.hot_window;
+        if (window > 0 && s->hot_resident >= window) {
+            int victim = -1;
+            for (int l = 0; l < s->n_layers; l++)
+                if (s->ls[l].hot_buf && (victim < 0 || s->ls[l].hot_stamp < s->ls[victim].hot_stamp)) victim = l;
+            L->hot_buf = s->ls[victim].hot_buf;
+            s->ls[victim].hot_buf = NULL;
+            for (int i = 0; i < s->hot_cap; i++) s->ls[victim].hot_exp[i] = -1;
+        } else {
+            L->hot_buf = aligned_alloc(64, (size_t)s->hot_cap * s->bundle_bytes);
+            if (!L->hot_buf) return e0_fail(err, E0_ENOMEM, "out of memory for a hot stack of %d experts", s->hot_cap);
+            s->hot_resident++;
+        }
+        for (int i = 0; i < s->hot_cap; i++) L->hot_exp[i] = -1;
+    }
+    /* choose the top n_hot by usage (+ pin_bonus for predicted experts) */
+    int32_t chosen[256];
+    int nc = 0;
+    while (nc < n_hot && nc < s->E && nc < 256) {
+        int best = -1;
+        float bs = 0;
+        for (int e = 0; e < s->E; e++) {
+            if (in_set(chosen, nc, e)) continue;
+            float sc = L->usage[e] + (in_set(L->pred, L->npred, e) ? s->o.layer.pin_bonus : 0.0f);
+            if (best < 0 || sc > bs) best = e, bs = sc;
+        }
+        if (bs <= 0) break; /* never used: not worth a slot */
+        chosen[nc++] = best;
+    }
+    for (int e = 0; e < s->E; e++) L->usage[e] *= s->o.layer.hot_decay;
+    /* load what is new into slots whose expert left the set */
+    for (int c = 0; c < nc; c++) {
+        if (in_set(L->hot_exp, s->hot_cap, chosen[c])) continue;
+        int slot = -1;
+        for (int i = 0; i < s->hot_cap && slot < 0; i++)
+            if (L->hot_exp[i] < 0 || !in_set(chosen, nc, L->hot_exp[i])) slot = i;
+        if (slot < 0) break;
+        L->hot_exp[slot] = -1;
+        double t0 = now_s();
+        int rc = fetch_bundle(s, layer, chosen[c], L->hot_buf + (size_t)slot * s->bundle_bytes, err);
+        s->c.io_wait_s += now_s() - t0;
+        if (rc) return rc;
+        L->hot_exp[slot] = chosen[c];
+    }
+    return 0;
+}
+
+/* ---- full layer ------------------------------------------------------------ */
+
+static int read_layer(e0_stream *s, int layer, uint8_t *buf, char *err) {
+    const layer_state *L = &s->ls[layer];
+    const xb_plan *p0 = plan_of(s, layer, 0), *pl = plan_of(s, layer, s->E - 1);
+    if (!L->contiguous) {
+        for (int e = 0; e < s->E; e++) {
+            int rc = read_bundle(s, plan_of(s, layer, e), buf + (size_t)e * s->bundle_bytes, err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    for (int i = 0; i < p0->nr; i++) { /* one read per stacked tensor */
+        uint64_t len = pl->r[i].off + pl->r[i].len - p0->r[i].off;
+        int rc = st_pread(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i], err);
+        if (rc) return rc;
+        atomic_fetch_add(&s->bytes_read, len);
+        if (s->o.mem_budget)
+            posix_fadvise(st_file_fd(s->m->st, p0->r[i].file), (off_t)p0->r[i].off, (off_t)len, POSIX_FADV_DONTNEED);
+    }
+    return 0;
+}
+
+/* Views of expert e inside a whole-layer buffer: the per-expert plan with its
+ * ranges relocated, so gate/up split exactly as a per-expert bundle does. */
+static void layer_views(const e0_stream *s, int layer, int e, const uint8_t *buf, e0_expert *v) {
+    const layer_state *L = &s->ls[layer];
+    xb_plan p = *plan_of(s, layer, e);
+    for (int i = 0; i < p.nr; i++)
+        p.r[i].at = L->contiguous ? L->reg[i] + (size_t)(p.r[i].off - L->base[i]) : (size_t)e * s->bundle_bytes + p.r[i].at;
+    xb_views(&p, buf, v);
+}
+
+static void fl_job_fn(void *arg) {
+    bg_job *j = arg;
+    e0_stream *s = j->s;
+    int b = (int)(j - s->fl_job);
+    char err[E0_ERR_MAX];
+    if (read_layer(s, j->layer, s->fl_buf[b], err) != 0) {
+        note_io_error(s, err);
+        s->fl_layer[b] = -1;
+    }
+    atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
+static bool full_applies(const e0_stream *s, int layer) {
+    const int n = s->o.layer.prefill_full_layers;
+    return s->o.path == E0_PATH_FULL || (s->o.layer.full_layer_prefill && (n == 0 || layer < n));
+}
+
+/* The buffer holding `layer`, reading it now unless a prefetch has it; then
+ * starts reading the next MoE layer that will load whole into the other one. */
+static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err) {
+    int b = s->fl_layer[0] == layer ? 0 : s->fl_layer[1] == layer ? 1 : -1;
+    double t0 = now_s();
+    if (b >= 0) {
+        bg_wait(&s->fl_job[b]);
+        if (s->fl_layer[b] != layer) b = -1; /* its read failed: read again to get the error */
+    }
+    if (b < 0) {
+        b = s->fl_layer[0] == -1 || s->fl_layer[1] == layer ? 0 : 1;
+        bg_wait(&s->fl_job[b]);
+        s->fl_layer[b] = layer;
+        int rc = read_layer(s, layer, s->fl_buf[b], err);
+        if (rc) {
+            s->fl_layer[b] = -1;
+            return e0_wrap(err, rc, "layer %d (whole-layer read)", layer);
+        }
+    }
+    s->c.io_wait_s += now_s() - t0;
+    s->c.full_layers++;
+    *out = s->fl_buf[b];
+    int next = -1;
+    for (int l = layer + 1; l < s->n_layers && next < 0; l++)
+        if (s->m->layers[l].moe && full_applies(s, l)) next = l;
+    if (next >= 0 && T > 1) {
+        int o = 1 - b;
+        bg_wait(&s->fl_job[o]);
+        s->fl_layer[o] = next;
+        atomic_store(&s->fl_job[o].busy, 1);
+        s->fl_job[o].layer = next;
+        if (iopool_submit(s->pre, fl_job_fn, &s->fl_job[o]) != 0) fl_job_fn(&s->fl_job[o]);
+    }
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w, int k,
+                   float *eo, e0_scratch *ws, char *err) {
+    const e0_layer_opts *lo = &s->o.layer;
+    layer_state *L = &s->ls[layer];
+    const int E = s->E, P = T * k;
+    /* group (token, slot) pairs by expert: exps[i] owns pairs order[start[i] .. start[i+1]) */
+    int32_t *count = ws->count, *order = ws->order, *exps = ws->exps, *start = ws->start;
+    memset(count, 0, (size_t)E * sizeof *count);
+    for (int p = 0; p < P; p++) count[idx[p]]++;
+    int n = 0, off = 0;
+    for (int e = 0; e < E; e++)
+        if (count[e]) {
+            exps[n] = e;
+            start[n++] = off;
+            off += count[e];
+            count[e] = off - count[e]; /* becomes the fill cursor */
+        }
+    start[n] = off;
+    for (int p = 0; p < P; p++) order[count[idx[p]]++] = p;
+
+    e0_path path = s->o.path;
+    if (path == E0_PATH_AUTO) {
+        if (T > 1) path = full_applies(s, layer) ? E0_PATH_FULL : lo->prefill_hot > 0 ? E0_PATH_HOT : E0_PATH_EXACT;
+        else path = lo->staged && k == lo->staged_trigger ? E0_PATH_STAGED
+                    : lo->hot_per_layer > 0                ? E0_PATH_HOT
+                                                           : E0_PATH_EXACT;
+    }
+    int rc = 0;
+    /* experts no path serves go through exact: rest[0..nr) */
+    int32_t *rest = ws->rest, *rstart = ws->rstart, *rpairs = ws->rpairs;
+    int nrest = 0, rp = 0;
+#define TO_EXACT(i)                                                                 \
+    do {                                                                            \
+        rest[nrest] = exps[i];                                                      \
+        rstart[nrest++] = rp;                                                       \
+        for (int q = start[i]; q < start[(i) + 1]; q++) rpairs[rp++] = order[q];    \
+    } while (0)
+
+    if (path == E0_PATH_FULL) {
+        uint8_t *buf = NULL;
+        if ((rc = layer_buffer(s, layer, T, &buf, err)) != 0) return rc;
+        for (int i = 0; i < n; i++) {
+            e0_expert v;
+            layer_views(s, layer, exps[i], buf, &v);
+            run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+        }
+    } else if (path == E0_PATH_STAGED) {
+        if (lo->staged_sync) {
+            double t0 = now_s();
+            bg_wait(&L->fill);
+            s->c.io_wait_s += now_s() - t0;
+        }
+        for (int i = 0; i < n; i++) {
+            int slot = -1;
+            for (int j = 0; j < lo->staged_n && slot < 0; j++)
+                if (atomic_load_explicit(&L->slot_ready[j], memory_order_acquire) && L->slot_exp[j] == exps[i]) slot = j;
+            /* counted per routed (token, expert) pair */
+            const uint64_t np = (uint64_t)(start[i + 1] - start[i]);
+            s->c.routed_staged += np;
+            if (in_set(L->asm_set, L->nasm, exps[i])) s->c.predicted_routed += np;
+            if (slot >= 0) {
+                e0_expert v;
+                xb_views(plan_of(s, layer, exps[i]), L->slot_buf + (size_t)slot * s->bundle_bytes, &v);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+                s->c.staged_hits += np;
+            } else if (lo->staged_replace) { /* lossy, by request: the expert does not run */
+                for (int q = start[i]; q < start[i + 1]; q++) {
+                    w[order[q]] = 0.0f;
+                    memset(eo + (size_t)order[q] * s->H, 0, (size_t)s->H * sizeof(float));
+                }
+                s->c.drops += np;
+            } else {
+                TO_EXACT(i);
+                s->c.exact_fallbacks += np;
+            }
+        }
+    } else if (path == E0_PATH_HOT) {
+        int n_hot = T > 1 && lo->prefill_hot > 0 ? lo->prefill_hot : lo->hot_per_layer > 0 ? lo->hot_per_layer : 8;
+        if (n_hot > s->hot_cap) n_hot = s->hot_cap;
+        for (int i = 0; i < n; i++) L->usage[exps[i]] += (float)(start[i + 1] - start[i]);
+        L->hot_stamp = ++s->hot_clock;
+        if (!L->hot_buf || L->calls % lo->hot_update_interval == 0)
+            if ((rc = hot_refresh(s, layer, n_hot, err)) != 0) return rc;
+        L->calls++;
+        for (int i = 0; i < n; i++) {
+            int slot = -1;
+            for (int j = 0; j < s->hot_cap && slot < 0; j++)
+                if (L->hot_exp[j] == exps[i]) slot = j;
+            if (slot >= 0) {
+                e0_expert v;
+                xb_views(plan_of(s, layer, exps[i]), L->hot_buf + (size_t)slot * s->bundle_bytes, &v);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+                s->c.hot_hits += (uint64_t)(start[i + 1] - start[i]);
+            } else {
+                TO_EXACT(i);
+                s->c.hot_misses += (uint64_t)(start[i + 1] - start[i]);
+            }
+        }
+    } else {
+        for (int i = 0; i < n; i++) TO_EXACT(i);
+    }
+#undef TO_EXACT
+    rstart[nrest] = rp;
+    if (nrest) rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, err);
+    if (rc) return rc;
+
+    /* remember what the last token routed to, and stage ahead */
+    L->nprev = k < 256 ? k : 256;
+    memcpy(L->prev, idx + (size_t)(T - 1) * k, (size_t)L->nprev * sizeof *L->prev);
+    bool staging = s->o.path == E0_PATH_STAGED || (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
+    if (staging) {
+        int next = -1;
+        for (int l = layer + 1; l < s->n_layers && next < 0; l++)
+            if (s->m->layers[l].moe) next = l;
+        if (next >= 0) {
+            predict(s, next, x + (size_t)(T - 1) * s->H);
+            stage(s, next);
+        } else if (s->first_moe >= 0) { /* step boundary: the first layer, from its last set */
+            predict(s, s->first_moe, NULL);
+            stage(s, s->first_moe);
+        }
+    }
+    return 0;
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static int build_plans(e0_stream *s, char *err) {
+    const e0_model *m = s->m;
+    s->bundle_bytes = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        if (!m->layers[l].moe) continue;
+        for (int e = 0; e < s->E; e++) {
+            xb_plan *p = &s->plans[(size_t)l * (size_t)s->E + (size_t)e];
+            int rc = xb_plan_expert(m, l, e, s->order, p, err);
+            if (rc) return e0_wrap(err, rc, "layer %d expert %d", l, e);
+            if (p->bytes > s->bundle_bytes) s->bundle_bytes = p->bytes;
+        }
+        /* whole-layer layout: contiguous iff every range index is a stride over experts */
+        layer_state *L = &s->ls[l];
+        const xb_plan *p0 = plan_of(s, l, 0);
+        L->contiguous = true;
+        for (int i = 0; i < p0->nr && L->contiguous; i++)
+            for (int e = 1; e < s->E && L->contiguous; e++) {
+                const xb_range *a = &plan_of(s, l, e - 1)->r[i], *b = &plan_of(s, l, e)->r[i];
+                L->contiguous = b->file == a->file && b->off == a->off + a->len;
+            }
+        size_t at = 0;
+        for (int i = 0; i < p0->nr; i++) {
+            L->reg[i] = at;
+            L->base[i] = p0->r[i].off;
+            at += ((size_t)p0->r[i].len * (size_t)s->E + XB_ALIGN - 1) & ~(size_t)(XB_ALIGN - 1);
+        }
+        L->layer_bytes = L->contiguous ? at : 0; /* non-contiguous: E bundles, sized below */
+    }
+    for (int l = 0; l < s->n_layers; l++)
+        if (m->layers[l].moe && !s->ls[l].contiguous) s->ls[l].layer_bytes = (size_t)s->E * s->bundle_bytes;
+    return 0;
+}
+
+void stream_debug_order(e0_stream *s, xb_order order) {
+    s->order = order;
+    char err[E0_ERR_MAX];
+    build_plans(s, err);
+}
+
+int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char *err) {
+    *out = NULL;
+    e0_stream *s = calloc(1, sizeof *s);
+    if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
+    const e0_config *c = &m->cfg;
+    const e0_layer_opts *lo = &o->layer;
+    s->m = m;
+    s->o = *o;
+    s->n_layers = c->n_layers;
+    s->E = c->n_experts;
+    s->H = c->hidden;
+    s->first_moe = s->last_moe = -1;
+    s->fl_layer[0] = s->fl_layer[1] = -1;
+    pthread_mutex_init(&s->err_mu, NULL);
+    int rc = 0;
+    if (lo->staged_n > 256) return e0_fail(err, E0_EINVAL, "staged_n %d exceeds 256", lo->staged_n);
+    s->plans = calloc((size_t)s->n_layers * (size_t)s->E, sizeof *s->plans);
+    s->ls = calloc((size_t)s->n_layers, sizeof *s->ls);
+    s->ld = calloc((size_t)s->E, sizeof *s->ld);
+    if (!s->plans || !s->ls || !s->ld) goto oom;
+    s->hot_cap = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
+    if (s->hot_cap == 0 && o->path == E0_PATH_HOT) s->hot_cap = 8;
+    if (s->hot_cap > s->E) s->hot_cap = s->E;
+    if (s->hot_cap > 256) s->hot_cap = 256;
+    for (int l = 0; l < s->n_layers; l++) {
+        if (!m->layers[l].moe) continue;
+        if (s->first_moe < 0) s->first_moe = l;
+        s->last_moe = l;
+        layer_state *L = &s->ls[l];
+        int sn = lo->staged_n;
+        L->slot_exp = malloc((size_t)sn * sizeof *L->slot_exp);
+        L->slot_target = malloc((size_t)sn * sizeof *L->slot_target);
+        L->slot_ready = calloc((size_t)sn, sizeof *L->slot_ready);
+        L->pred = calloc(256, sizeof *L->pred);
+        L->prev = calloc(256, sizeof *L->prev);
+        L->asm_set = calloc(256, sizeof *L->asm_set);
+        L->forced = calloc(256, sizeof *L->forced);
+        L->nforced = -1;
+        L->usage = calloc((size_t)s->E, sizeof *L->usage);
+        L->hot_exp = malloc((size_t)(s->hot_cap ? s->hot_cap : 1) * sizeof *L->hot_exp);
+        L->reg = calloc(XB_MAX_RANGES, sizeof *L->reg);
+        L->base = calloc(XB_MAX_RANGES, sizeof *L->base);
+        if (!L->slot_exp || !L->slot_target || !L->slot_ready || !L->pred || !L->prev || !L->asm_set || !L->forced ||
+            !L->usage || !L->hot_exp || !L->reg || !L->base)
+            goto oom;
+        for (int i = 0; i < sn; i++) L->slot_exp[i] = L->slot_target[i] = -1;
+        for (int i = 0; i < s->hot_cap; i++) L->hot_exp[i] = -1;
+        L->nasm = -1;
+        L->fill.s = s;
+        L->fill.layer = l;
+    }
+    if (s->first_moe < 0) {
+        *out = s;
+        return 0;
+    }
+    if ((rc = build_plans(s, err)) != 0) goto fail;
+    s->overflow = aligned_alloc(64, s->bundle_bytes);
+    if (!s->overflow) goto oom;
+    bool staged_on = lo->staged || o->path == E0_PATH_STAGED;
+    for (int l = 0; staged_on && l < s->n_layers; l++)
+        if (m->layers[l].moe && !(s->ls[l].slot_buf = aligned_alloc(64, (size_t)lo->staged_n * s->bundle_bytes)))
+            goto oom;
+    if (lo->full_layer_prefill || o->path == E0_PATH_FULL) {
+        for (int l = 0; l < s->n_layers; l++)
+            if (s->ls[l].layer_bytes > s->fl_bytes) s->fl_bytes = s->ls[l].layer_bytes;
+        for (int b = 0; b < 2; b++) {
+            s->fl_job[b].s = s;
+            if (!(s->fl_buf[b] = aligned_alloc(64, s->fl_bytes))) goto oom;
+        }
+    }
+    if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
+        (rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0)
+        goto fail;
+    if ((rc = iopool_new(&s->load, lo->load_threads, err)) != 0 ||
+        (rc = iopool_new(&s->pre, lo->prefetch_threads, err)) != 0)
+        goto fail;
+    *out = s;
+    return 0;
+oom:
+    rc = e0_fail(err, E0_ENOMEM, "out of memory setting up the expert stream");
+fail:
+    stream_free(s);
+    return rc;
+}
+
+void stream_free(e0_stream *s) {
+    if (!s) return;
+    if (s->pre) iopool_free(s->pre); /* finishes fills and layer reads first */
+    if (s->load) iopool_free(s->load);
+    xcache_free(s->xc);
+    if (s->ls)
+        for (int l = 0; l < s->n_layers; l++) {
+            layer_state *L = &s->ls[l];
+            free(L->slot_exp);
+            free(L->slot_target);
+            free(L->slot_ready);
+            free(L->slot_buf);
+            free(L->pred);
+            free(L->prev);
+            free(L->asm_set);
+            free(L->forced);
+            free(L->usage);
+            free(L->hot_exp);
+            free(L->hot_buf);
+            free(L->reg);
+            free(L->base);
+        }
+    free(s->ls);
+    free(s->plans);
+    free(s->overflow);
+    free(s->fl_buf[0]);
+    free(s->fl_buf[1]);
+    free(s->ld);
+    pthread_mutex_destroy(&s->err_mu);
+    free(s);
+}
+
+int stream_top_k(const e0_stream *s) { return s->o.layer.top_k; }
+
+void stream_counters_get(e0_stream *s, stream_counters *c) {
+    *c = s->c;
+    c->bytes_read = atomic_load(&s->bytes_read);
+}
+
+void stream_counters_reset(e0_stream *s) {
+    memset(&s->c, 0, sizeof s->c);
+    atomic_store(&s->bytes_read, 0);
+    if (s->xc) xcache_reset_stats(s->xc);
+}
+
+void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses) {
+    *hits = *misses = 0;
+    if (s->xc) xcache_layer_stats(s->xc, layer, hits, misses);
+}
+
+int32_t stream_cache_slots(const e0_stream *s) { return s->xc ? xcache_slots(s->xc) : 0; }
+size_t stream_bundle_bytes(const e0_stream *s) { return s->bundle_bytes; }
+
+uint64_t stream_buffer_bytes(const e0_stream *s) {
+    uint64_t b = 2 * (uint64_t)s->fl_bytes + s->bundle_bytes;
+    for (int l = 0; l < s->n_layers; l++)
+        if (s->ls[l].slot_buf) b += (uint64_t)s->o.layer.staged_n * s->bundle_bytes;
+    int stacks = s->o.layer.hot_window > 0 ? s->o.layer.hot_window : s->n_layers;
+    if (s->hot_cap) b += (uint64_t)stacks * (uint64_t)s->hot_cap * s->bundle_bytes;
+    return b;
+}
+
+void stream_debug_predict(e0_stream *s, int layer, const int32_t *experts, int n) {
+    layer_state *L = &s->ls[layer];
+    L->nforced = n < s->o.layer.staged_n ? n : s->o.layer.staged_n;
+    memcpy(L->forced, experts, (size_t)L->nforced * sizeof *experts);
+    predict(s, layer, NULL);
+    stage(s, layer);
+    bg_wait(&L->fill);
+}

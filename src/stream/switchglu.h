@@ -1,0 +1,64 @@
+/* The streaming SwitchGLU (DESIGN.md §4): the routed experts of every MoE
+ * layer, with their bytes coming from the checkpoint through the shared LRU
+ * (exact), fixed slots filled ahead of need (staged), per-layer resident
+ * stacks (hot) or whole-layer reads (full). A path decides only where an
+ * expert's bytes come from: each (token, expert) product runs through the
+ * same gathered kernel on the same bytes, so every path is bit-identical to
+ * exact. The one exception is `staged_replace`, which drops routed experts
+ * that are not staged, and counts every drop.
+ *
+ * Threads: one engine thread calls stream_experts() layer after layer; the
+ * load pool reads on-demand bundles into LRU entries, the prefetch pool
+ * fills staged slots and whole layers ahead of need. Staged slots publish
+ * READY with release/acquire atomics; the LRU has its own lock (xcache.h).
+ */
+#ifndef E0_STREAM_SWITCHGLU_H
+#define E0_STREAM_SWITCHGLU_H
+
+#include "edge0.h"
+#include "model/model.h"
+#include "stream/bundle.h"
+
+typedef struct e0_stream e0_stream;
+
+/* Counters since the last reset (read while the engine is idle). */
+typedef struct {
+    uint64_t bytes_read;      /* expert bytes read from the checkpoint */
+    uint64_t bytes_touched;   /* expert bytes the kernels read (any source) */
+    uint64_t expert_calls;    /* (layer, expert) products computed */
+    /* counted per routed (token, expert) pair */
+    uint64_t staged_hits, exact_fallbacks, drops;
+    uint64_t predicted_routed, routed_staged; /* pairs whose expert was predicted / all pairs, staged calls */
+    uint64_t hot_hits, hot_misses;
+    uint64_t full_layers;     /* whole-layer loads */
+    uint64_t overflow_reads;  /* bundles read outside the LRU (every slot pinned or cache_slots 0) */
+    double io_wait_s, compute_s;
+} stream_counters;
+
+int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char *err);
+void stream_free(e0_stream *s);
+
+/* Routed experts of MoE layer `layer` for T tokens.
+ * x: [T, H] the MoE input; idx: [T, k] routed experts; w: [T, k] their
+ * weights (a dropped expert's weight is set to 0); eo: [T*k, H] receives the
+ * output of each (token, slot). The scratch `ws` holds T tokens. */
+int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w, int k,
+                   float *eo, e0_scratch *ws, char *err);
+
+/* Top-k override in force (0: the model's). */
+int stream_top_k(const e0_stream *s);
+
+void stream_counters_get(e0_stream *s, stream_counters *c);
+void stream_counters_reset(e0_stream *s);
+void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses);
+int32_t stream_cache_slots(const e0_stream *s);
+size_t stream_bundle_bytes(const e0_stream *s);
+/* Bytes the stream holds beyond the LRU (staged slots, hot stacks, layer buffers). */
+uint64_t stream_buffer_bytes(const e0_stream *s);
+
+/* Tests: from now on the staged prediction of `layer` is this set (staged now). */
+void stream_debug_predict(e0_stream *s, int layer, const int32_t *experts, int n);
+/* Tests: plan bundles in another order (XB_ORDER_GATE_FIRST shows why the order matters). */
+void stream_debug_order(e0_stream *s, xb_order order);
+
+#endif

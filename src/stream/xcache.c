@@ -1,0 +1,212 @@
+#include "stream/xcache.h"
+
+#include "edge0.h"
+#include "util/err.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ST_FREE, ST_LOADING, ST_READY };
+
+struct xentry {
+    int32_t layer, expert; /* key, valid unless FREE */
+    int state;
+    int32_t pins;
+    uint8_t *buf;
+    xentry *prev, *next; /* LRU list of unpinned READY entries (head = oldest) */
+    bool in_lru;
+};
+
+struct xcache {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t n_slots, n_layers, n_experts;
+    size_t bundle_bytes;
+    xentry *e;
+    uint8_t *mem;
+    int32_t *table;    /* [n_layers * n_experts]: entry index or -1 */
+    xentry *lru_head, *lru_tail;
+    int32_t n_free;    /* FREE entries are found by scanning from `free_hint` */
+    int32_t free_hint;
+    uint64_t *hits, *misses; /* per layer */
+};
+
+static void lru_unlink(xcache *c, xentry *e) {
+    if (!e->in_lru) return;
+    if (e->prev) e->prev->next = e->next;
+    else c->lru_head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else c->lru_tail = e->prev;
+    e->prev = e->next = NULL;
+    e->in_lru = false;
+}
+
+static void lru_push(xcache *c, xentry *e) { /* most recently released at the tail */
+    e->prev = c->lru_tail;
+    e->next = NULL;
+    if (c->lru_tail) c->lru_tail->next = e;
+    else c->lru_head = e;
+    c->lru_tail = e;
+    e->in_lru = true;
+}
+
+int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers, int32_t n_experts,
+               char *err) {
+    *out = NULL;
+    xcache *c = calloc(1, sizeof *c);
+    if (!c) return e0_fail(err, E0_ENOMEM, "out of memory");
+    c->n_slots = n_slots;
+    c->n_layers = n_layers;
+    c->n_experts = n_experts;
+    c->bundle_bytes = bundle_bytes;
+    c->e = calloc((size_t)(n_slots ? n_slots : 1), sizeof *c->e);
+    c->table = malloc((size_t)n_layers * (size_t)n_experts * sizeof *c->table);
+    c->hits = calloc((size_t)n_layers, sizeof *c->hits);
+    c->misses = calloc((size_t)n_layers, sizeof *c->misses);
+    if (n_slots && bundle_bytes) c->mem = aligned_alloc(64, (size_t)n_slots * bundle_bytes);
+    if (!c->e || !c->table || !c->hits || !c->misses || (n_slots && bundle_bytes && !c->mem)) {
+        xcache_free(c);
+        return e0_fail(err, E0_ENOMEM, "out of memory for an expert cache of %d bundles of %zu bytes", n_slots,
+                       bundle_bytes);
+    }
+    for (size_t i = 0; i < (size_t)n_layers * (size_t)n_experts; i++) c->table[i] = -1;
+    for (int32_t i = 0; i < n_slots; i++) c->e[i].buf = c->mem + (size_t)i * bundle_bytes;
+    c->n_free = n_slots;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    *out = c;
+    return 0;
+}
+
+void xcache_free(xcache *c) {
+    if (!c) return;
+    if (c->e) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+    free(c->mem);
+    free(c->e);
+    free(c->table);
+    free(c->hits);
+    free(c->misses);
+    free(c);
+}
+
+/* A FREE slot, else the least recently released unpinned READY one (evicted). */
+static xentry *take_slot(xcache *c) {
+    if (c->n_free > 0)
+        for (int32_t k = 0; k < c->n_slots; k++) {
+            int32_t i = (c->free_hint + k) % c->n_slots;
+            if (c->e[i].state == ST_FREE) {
+                c->free_hint = i + 1;
+                c->n_free--;
+                return &c->e[i];
+            }
+        }
+    xentry *v = c->lru_head;
+    if (!v) return NULL;
+    lru_unlink(c, v);
+    c->table[(size_t)v->layer * (size_t)c->n_experts + (size_t)v->expert] = -1;
+    return v;
+}
+
+xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bool *need_load) {
+    *need_load = false;
+    pthread_mutex_lock(&c->mu);
+    const size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
+    xentry *e = NULL;
+    if (c->table[key] >= 0) {
+        e = &c->e[c->table[key]];
+        lru_unlink(c, e);
+        e->pins++;
+        if (demand) c->hits[layer]++;
+    } else {
+        if (demand) c->misses[layer]++;
+        if ((e = take_slot(c))) {
+            e->layer = layer;
+            e->expert = expert;
+            e->state = ST_LOADING;
+            e->pins = 1;
+            c->table[key] = (int32_t)(e - c->e);
+            *need_load = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+xentry *xcache_lookup(xcache *c, int32_t layer, int32_t expert) {
+    pthread_mutex_lock(&c->mu);
+    int32_t i = c->table[(size_t)layer * (size_t)c->n_experts + (size_t)expert];
+    xentry *e = i >= 0 && c->e[i].state == ST_READY ? &c->e[i] : NULL;
+    if (e) {
+        lru_unlink(c, e);
+        e->pins++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+void xcache_loaded(xcache *c, xentry *e, bool ok) {
+    pthread_mutex_lock(&c->mu);
+    if (ok) {
+        e->state = ST_READY;
+    } else { /* unkeyed: waiters see the failure, the slot frees on the last release */
+        c->table[(size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert] = -1;
+        e->expert = -1;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int xcache_wait(xcache *c, xentry *e) {
+    pthread_mutex_lock(&c->mu);
+    while (e->state == ST_LOADING && e->expert >= 0) pthread_cond_wait(&c->cv, &c->mu);
+    int rc = e->state == ST_READY ? 0 : -1;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void xcache_release(xcache *c, xentry *e) {
+    pthread_mutex_lock(&c->mu);
+    if (--e->pins == 0) {
+        if (e->state == ST_READY) {
+            lru_push(c, e);
+        } else if (e->expert < 0) { /* a failed load: back to FREE */
+            e->state = ST_FREE;
+            c->n_free++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint8_t *xentry_buf(xentry *e) { return e->buf; }
+int32_t xcache_slots(const xcache *c) { return c->n_slots; }
+size_t xcache_bundle_bytes(const xcache *c) { return c->bundle_bytes; }
+
+void xcache_usage(xcache *c, int32_t *used, int32_t *pinned) {
+    pthread_mutex_lock(&c->mu);
+    int32_t u = 0, p = 0;
+    for (int32_t i = 0; i < c->n_slots; i++) {
+        u += c->e[i].state != ST_FREE;
+        p += c->e[i].pins > 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    *used = u;
+    *pinned = p;
+}
+
+void xcache_layer_stats(xcache *c, int32_t layer, uint64_t *hits, uint64_t *misses) {
+    pthread_mutex_lock(&c->mu);
+    *hits = c->hits[layer];
+    *misses = c->misses[layer];
+    pthread_mutex_unlock(&c->mu);
+}
+
+void xcache_reset_stats(xcache *c) {
+    pthread_mutex_lock(&c->mu);
+    memset(c->hits, 0, (size_t)c->n_layers * sizeof *c->hits);
+    memset(c->misses, 0, (size_t)c->n_layers * sizeof *c->misses);
+    pthread_mutex_unlock(&c->mu);
+}

@@ -1,0 +1,58 @@
+/* The shared expert cache: one LRU across all layers, keyed by
+ * (layer, expert), holding at most `n_slots` bundles of `bundle_bytes` each.
+ *
+ * Ownership: the cache owns every slot buffer for its whole life. A
+ * successful xcache_acquire() pins one entry for the caller, and the caller
+ * makes exactly one xcache_release() for it; while pinned, an entry is never
+ * evicted and its buffer never changes. Only unpinned READY entries are
+ * evictable, least recently released first.
+ *
+ * Loading: acquiring a key that is absent takes a free or evictable slot,
+ * marks it LOADING and sets *need_load; that caller (or an I/O thread it
+ * hands the entry to) fills the buffer and calls xcache_loaded(). Others who
+ * acquire the same key meanwhile get the same entry and block in
+ * xcache_wait() until it is READY (or dropped on a failed load).
+ *
+ * Locking: one mutex `mu` guards the key table, the LRU list, every entry's
+ * state, pin count and key, and the counters; `cv` signals state changes.
+ * A LOADING entry's buffer is written only by its loader, outside the lock;
+ * a READY entry's buffer is read only by pin holders. No call blocks while
+ * holding `mu` except on `cv`.
+ */
+#ifndef E0_STREAM_XCACHE_H
+#define E0_STREAM_XCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct xcache xcache;
+typedef struct xentry xentry;
+
+int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers, int32_t n_experts,
+               char *err);
+void xcache_free(xcache *c);
+
+/* Pins the entry for (layer, expert), creating it (LOADING, *need_load = 1)
+ * if absent. Returns NULL when absent and every slot is pinned (the caller
+ * reads the bundle into a buffer of its own). `demand` counts the access as
+ * a hit or a miss of `layer`; prefetches pass false. */
+xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bool *need_load);
+/* Pins the entry only if it is present and READY; counts nothing. */
+xentry *xcache_lookup(xcache *c, int32_t layer, int32_t expert);
+/* The loader's verdict on a LOADING entry: ok -> READY, else it is dropped. */
+void xcache_loaded(xcache *c, xentry *e, bool ok);
+/* Blocks until the entry is READY (0) or its load failed (-1). */
+int xcache_wait(xcache *c, xentry *e);
+void xcache_release(xcache *c, xentry *e);
+
+uint8_t *xentry_buf(xentry *e);
+
+int32_t xcache_slots(const xcache *c);
+size_t xcache_bundle_bytes(const xcache *c);
+/* Entries in use (LOADING or READY) and pinned entries, now. */
+void xcache_usage(xcache *c, int32_t *used, int32_t *pinned);
+void xcache_layer_stats(xcache *c, int32_t layer, uint64_t *hits, uint64_t *misses);
+void xcache_reset_stats(xcache *c);
+
+#endif

@@ -1,0 +1,429 @@
+/* The streaming expert layer on the fixtures (DESIGN.md §3-4):
+ *  - every path, preset, cache size and I/O thread count gives logits
+ *    bit-identical (memcmp) to exact, in prefill and decode, for separate
+ *    and fused layouts;
+ *  - full-layer prefill matches exact [separate] and [fused], and the check
+ *    would catch gate/up rows concatenated wholesale;
+ *  - bundles built in the historical gate-first order are ~100% wrong;
+ *  - staged_replace with a wrong prediction drops experts and counts every
+ *    drop; without it nothing is dropped. */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "model/model.h"
+#include "stream/switchglu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *LAYOUTS[][2] = {
+    {"qwen3moe", "hf"},  {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},  {"qwen3next", "hf"},
+    {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"}, {"qwen35moe", "hf"}, {"qwen35moe", "hf-fused"},
+    {"qwen35moe", "mlx"}, {"qwen35moe", "mlx-fused"},
+};
+enum { NLAYOUTS = sizeof LAYOUTS / sizeof *LAYOUTS };
+
+typedef struct {
+    int32_t ids[32];
+    size_t n;
+    int prompt;
+} seq;
+
+static seq load_seq(const char *family) {
+    char rel[256], err[E0_ERR_MAX];
+    snprintf(rel, sizeof rel, "fixtures/%s/golden.safetensors", family);
+    st_set *g;
+    if (st_set_open_file(&g, tu_shared(rel), err)) fail_msg("%s", err);
+    seq q;
+    const int32_t *ids = tu_i32(g, "input_ids", &q.n);
+    assert_true(q.n <= 32);
+    memcpy(q.ids, ids, q.n * sizeof *ids);
+    q.prompt = atoi(st_meta(g, "prompt_len"));
+    st_set_free(g);
+    return q;
+}
+
+static e0_engine *open_with(const char *family, const char *layout, const e0_engine_opts *o) {
+    char rel[256], err[E0_ERR_MAX];
+    snprintf(rel, sizeof rel, "fixtures/%s/%s", family, layout);
+    e0_engine *e;
+    if (e0_engine_open(&e, tu_shared(rel), o, err)) fail_msg("%s/%s: %s", family, layout, err);
+    return e;
+}
+
+/* Prefill `prompt` ids, decode the rest one by one; every position's logits. */
+static float *run_seq(e0_engine *e, const seq *q) {
+    char err[E0_ERR_MAX];
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    const size_t V = (size_t)info.vocab_size;
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)q->n;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *lg = malloc(q->n * V * sizeof *lg);
+    assert_non_null(lg);
+    if (e0_session_eval(s, q->ids, (size_t)q->prompt, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    for (size_t i = (size_t)q->prompt; i < q->n; i++)
+        if (e0_session_eval(s, q->ids + i, 1, E0_LOGITS_ALL, lg + i * V, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    return lg;
+}
+
+/* The baseline: exact, every bundle straight from the mapping. */
+static float *baseline(const char *family, const char *layout, const seq *q) {
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.path = E0_PATH_EXACT;
+    o.io = E0_IO_MMAP;
+    e0_engine *e = open_with(family, layout, &o);
+    float *lg = run_seq(e, q);
+    e0_engine_free(e);
+    return lg;
+}
+
+typedef struct {
+    const char *name;
+    e0_path path;
+    const char *preset;
+    const char *opts; /* "field=value field=value" */
+} config;
+
+static const config CONFIGS[] = {
+    {"exact", E0_PATH_EXACT, NULL, ""},
+    {"staged n4", E0_PATH_STAGED, NULL, "staged=true staged_n=4"},
+    {"staged n8 async", E0_PATH_STAGED, NULL, "staged=true staged_n=8 staged_sync=false"},
+    {"staged incr+writeback", E0_PATH_STAGED, NULL, "staged=true staged_n=4 incr_stack=true incr_writeback=true asm_cache=false"},
+    {"hot 4/interval 1", E0_PATH_HOT, NULL, "hot_per_layer=4 hot_update_interval=1"},
+    {"hot 6 window 1", E0_PATH_HOT, NULL, "hot_per_layer=6 hot_window=1 pin_bonus=0"},
+    {"full", E0_PATH_FULL, NULL, ""},
+    {"full prefill 2 layers + prefill_hot", E0_PATH_AUTO, NULL, "full_layer_prefill=true prefill_full_layers=2 prefill_hot=4"},
+    {"preset staged_k4", E0_PATH_AUTO, "staged_k4", ""},
+    {"preset staged_k4 trigger 4", E0_PATH_AUTO, "staged_k4", "staged_trigger=4"},
+    {"preset prod_k8", E0_PATH_AUTO, "prod_k8", ""},
+    {"preset staged_k8 trigger 4", E0_PATH_AUTO, "staged_k8", "staged_trigger=4"},
+};
+enum { NCONFIGS = sizeof CONFIGS / sizeof *CONFIGS };
+
+static void apply(e0_engine_opts *o, const config *c, int slots, int many) {
+    char err[E0_ERR_MAX], buf[256];
+    e0_engine_opts_default(o);
+    if (c->preset && e0_opts_preset(o, c->preset, err)) fail_msg("%s", err);
+    o->path = c->path;
+    snprintf(buf, sizeof buf, "%s", c->opts);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        assert_non_null(eq);
+        *eq = 0;
+        if (e0_opts_set(o, tok, eq + 1, err)) fail_msg("%s", err);
+    }
+    o->layer.cache_slots = slots;
+    o->layer.load_threads = many ? 8 : 1;
+    o->layer.prefetch_threads = many ? 4 : 0;
+}
+
+/* Every path x preset x cache size (1, 2, large) x I/O threads (1, many) on
+ * four layouts that cover separate / fused and bf16 / quantized experts;
+ * the main paths at two settings on every other layout. */
+static bool full_matrix(int li) {
+    const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
+    return (!strcmp(fam, "qwen3moe") && !strcmp(lay, "hf")) || (!strcmp(fam, "qwen3next") && !strcmp(lay, "mlx")) ||
+           (!strcmp(fam, "qwen35moe") && (!strcmp(lay, "hf-fused") || !strcmp(lay, "mlx-fused")));
+}
+
+static void test_paths_bit_identical(void **state) {
+    (void)state;
+    const int slots[] = {1, 2, 4096};
+    long runs = 0;
+    for (int li = 0; li < NLAYOUTS; li++) {
+        const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
+        const bool all = full_matrix(li);
+        seq q = load_seq(fam);
+        float *ref = baseline(fam, lay, &q);
+        e0_engine *e0 = open_with(fam, lay, NULL);
+        e0_model_info info;
+        e0_engine_info(e0, &info);
+        e0_engine_free(e0);
+        const size_t bytes = q.n * (size_t)info.vocab_size * sizeof(float);
+        for (int ci = 0; ci < NCONFIGS; ci++)
+            for (int si = 0; si < 3; si++)
+                for (int many = 0; many < 2; many++) {
+                    if (!all && (ci > 6 || si + many != 1 + (ci % 2))) continue;
+                    e0_engine_opts o;
+                    apply(&o, &CONFIGS[ci], slots[si], many);
+                    e0_engine *e = open_with(fam, lay, &o);
+                    float *lg = run_seq(e, &q);
+                    e0_stats st;
+                    e0_engine_stats(e, &st);
+                    if (memcmp(lg, ref, bytes) != 0)
+                        fail_msg("%s/%s %s cache_slots=%d threads=%s: logits differ from exact", fam, lay,
+                                 CONFIGS[ci].name, slots[si], many ? "many" : "1");
+                    assert_int_equal(st.drops, 0);
+                    runs++;
+                    free(lg);
+                    e0_engine_free(e);
+                }
+        free(ref);
+    }
+    printf("  %ld configurations bit-identical to exact\n", runs);
+}
+
+/* The paths are really taken: staged hits, hot hits and whole-layer loads happen. */
+static void test_paths_exercised(void **state) {
+    (void)state;
+    seq q = load_seq("qwen35moe");
+    e0_engine_opts o;
+    e0_stats st;
+    apply(&o, &CONFIGS[1], 64, 1); /* staged n4 */
+    e0_engine *e = open_with("qwen35moe", "mlx", &o);
+    free(run_seq(e, &q));
+    e0_engine_stats(e, &st);
+    printf("  staged: %llu hits, %llu exact fallbacks, prediction %llu/%llu\n", (unsigned long long)st.staged_hits,
+           (unsigned long long)st.exact_fallbacks, (unsigned long long)st.predicted_routed,
+           (unsigned long long)st.routed_staged);
+    assert_true(st.staged_hits > 0);
+    assert_int_equal(st.staged_hits + st.exact_fallbacks, st.routed_staged);
+    e0_engine_free(e);
+    apply(&o, &CONFIGS[4], 64, 1); /* hot */
+    e = open_with("qwen35moe", "mlx", &o);
+    free(run_seq(e, &q));
+    e0_engine_stats(e, &st);
+    printf("  hot: %llu hits, %llu misses\n", (unsigned long long)st.hot_hits, (unsigned long long)st.hot_misses);
+    assert_true(st.hot_hits > 0 && st.hot_misses > 0);
+    e0_engine_free(e);
+    apply(&o, &CONFIGS[7], 64, 1); /* full-layer prefill on 2 layers */
+    e = open_with("qwen35moe", "mlx-fused", &o);
+    free(run_seq(e, &q));
+    e0_engine_stats(e, &st);
+    assert_int_equal(st.full_layers, 2);
+    e0_engine_free(e);
+    apply(&o, &CONFIGS[0], 4096, 1); /* exact: the LRU hits once warm */
+    e = open_with("qwen35moe", "mlx", &o);
+    free(run_seq(e, &q));
+    e0_engine_stats(e, &st);
+    printf("  exact: LRU %llu hits, %llu misses, %llu bytes read\n", (unsigned long long)st.lru_hits,
+           (unsigned long long)st.lru_misses, (unsigned long long)st.bytes_read);
+    assert_true(st.lru_hits > 0);
+    assert_int_equal(st.lru_misses * st.bundle_bytes, st.bytes_read);
+    e0_engine_free(e);
+}
+
+/* MoE block `L` of the golden file, through the engine, vs the reference. */
+static double moe_err(e0_engine *e, const char *family, int L) {
+    char rel[256], err[E0_ERR_MAX], name[64];
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    snprintf(rel, sizeof rel, "fixtures/%s/golden%s.safetensors", family, strncmp(info.layout, "mlx", 3) ? "" : "_q");
+    st_set *g;
+    if (st_set_open_file(&g, tu_shared(rel), err)) fail_msg("%s", err);
+    const size_t T = 32, H = (size_t)e->model.cfg.hidden;
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)T;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    snprintf(name, sizeof name, "moe.%d.in", L);
+    const float *in = tu_f32(g, name, T * H);
+    snprintf(name, sizeof name, "moe.%d.out", L);
+    const float *ref = tu_f32(g, name, T * H);
+    float *out = malloc(T * H * sizeof *out);
+    if (moe_forward(s, L, in, (int)T, out, err)) fail_msg("%s", err);
+    double r = tu_rel_l2(out, ref, T * H);
+    free(out);
+    e0_session_free(s);
+    st_set_free(g);
+    return r;
+}
+
+static void full_layer_case(const char *family, const char *layout) {
+    seq q = load_seq(family);
+    q.prompt = (int)q.n; /* all prefill */
+    float *ref = baseline(family, layout, &q);
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.layer.full_layer_prefill = 1;
+    e0_engine *e = open_with(family, layout, &o);
+    float *lg = run_seq(e, &q);
+    e0_stats st;
+    e0_engine_stats(e, &st);
+    assert_int_equal(st.full_layers, e->model.cfg.n_layers);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    assert_memory_equal(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float));
+    /* whole-layer reads: the stacked tensors only, nothing else */
+    printf("  %s/%s: full-layer prefill matches exact; read %llu bytes for %llu of experts\n", family, layout,
+           (unsigned long long)st.bytes_read, (unsigned long long)info.expert_bytes);
+    assert_true(st.bytes_read <= info.expert_bytes + info.expert_bytes / 20);
+    free(lg);
+    free(ref);
+    e0_engine_free(e);
+}
+
+static void test_full_layer_separate(void **state) {
+    (void)state;
+    full_layer_case("qwen35moe", "mlx");
+    full_layer_case("qwen3moe", "mlx");
+    full_layer_case("qwen3moe", "hf");
+}
+
+/* Fused: correct per-expert interleaving matches; views made the way a
+ * wholesale concatenation of [E, I, H] gate and up stacks would lay rows out
+ * (expert e's gate_up = rows [2eI, 2eI + 2I) of [gate_all; up_all]) do not. */
+static void test_full_layer_fused(void **state) {
+    (void)state;
+    full_layer_case("qwen35moe", "mlx-fused");
+    full_layer_case("qwen35moe", "hf-fused");
+    full_layer_case("qwen3next", "hf-fused");
+    e0_engine *e = open_with("qwen35moe", "mlx", NULL);
+    e0_layer *ly = &e->model.layers[0];
+    const int E = e->model.cfg.n_experts;
+    const int64_t I = e->model.cfg.moe_inter;
+    double good = moe_err(e, "qwen35moe", 0);
+    e0_expert *keep = malloc((size_t)E * sizeof *keep), *wrong = malloc((size_t)E * sizeof *wrong);
+    memcpy(keep, ly->experts, (size_t)E * sizeof *keep);
+    for (int x = 0; x < E; x++) {
+        /* row r of [gate_all; up_all] */
+        int64_t r0 = (int64_t)x * 2 * I, r1 = r0 + I;
+        wrong[x] = keep[x];
+        wrong[x].gate = r0 < E * I ? mat_rows(&keep[r0 / I].gate, 0, I) : mat_rows(&keep[(r0 - E * I) / I].up, 0, I);
+        wrong[x].up = r1 < E * I ? mat_rows(&keep[r1 / I].gate, 0, I) : mat_rows(&keep[(r1 - E * I) / I].up, 0, I);
+    }
+    memcpy(ly->experts, wrong, (size_t)E * sizeof *wrong);
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.io = E0_IO_MMAP; /* compute from the (wrong) views themselves */
+    stream_free(e->stream);
+    char err[E0_ERR_MAX];
+    if (stream_new(&e->stream, &e->model, &o, err)) fail_msg("%s", err);
+    double bad = moe_err(e, "qwen35moe", 0);
+    printf("  gate/up interleaved per expert: rel L2 %.2g; concatenated wholesale: %.2g\n", good, bad);
+    assert_true(good < 1e-5);
+    assert_true(bad > 0.3);
+    memcpy(ly->experts, keep, (size_t)E * sizeof *keep);
+    free(keep);
+    free(wrong);
+    e0_engine_free(e);
+}
+
+/* Bundles in the historical gate-first order: silu(up) * gate, ~100% wrong. */
+static void test_gate_first_order(void **state) {
+    (void)state;
+    const char *lays[] = {"hf", "mlx"};
+    for (int i = 0; i < 2; i++) {
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.path = E0_PATH_EXACT;
+        o.layer.cache_slots = 0; /* every bundle read with the plan in force */
+        e0_engine *e = open_with("qwen3moe", lays[i], &o);
+        double good = moe_err(e, "qwen3moe", 1);
+        stream_debug_order(e->stream, XB_ORDER_GATE_FIRST);
+        double bad = moe_err(e, "qwen3moe", 1);
+        printf("  qwen3moe/%s layer 1: math order rel L2 %.2g, gate-first %.2g\n", lays[i], good, bad);
+        assert_true(good < 1e-5);
+        assert_true(bad > 0.5);
+        e0_engine_free(e);
+    }
+}
+
+/* staged_replace with a wrong prediction drops, and counts every drop;
+ * without it the same prediction drops nothing and the logits are exact. */
+static void test_staged_replace(void **state) {
+    (void)state;
+    seq q = load_seq("qwen35moe");
+    float *ref = baseline("qwen35moe", "mlx", &q);
+    for (int replace = 0; replace < 2; replace++) {
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.path = E0_PATH_STAGED;
+        o.layer.staged = 1;
+        o.layer.staged_n = 4;
+        o.layer.staged_replace = replace;
+        e0_engine *e = open_with("qwen35moe", "mlx", &o);
+        const int wrong[4] = {0, 1, 2, 3};
+        for (int l = 0; l < e->model.cfg.n_layers; l++) stream_debug_predict(e->stream, l, wrong, 4);
+        float *lg = run_seq(e, &q);
+        e0_stats st;
+        e0_engine_stats(e, &st);
+        e0_model_info info;
+        e0_engine_info(e, &info);
+        printf("  staged_replace=%d: %llu staged hits, %llu drops, %llu exact fallbacks of %llu routed\n", replace,
+               (unsigned long long)st.staged_hits, (unsigned long long)st.drops,
+               (unsigned long long)st.exact_fallbacks, (unsigned long long)st.routed_staged);
+        /* every routed expert is a staged hit, a drop or a fallback; hits are exactly the predicted ones */
+        assert_int_equal(st.staged_hits + st.drops + st.exact_fallbacks, st.routed_staged);
+        assert_int_equal(st.staged_hits, st.predicted_routed);
+        int same = memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) == 0;
+        if (replace) {
+            assert_true(st.drops > 0);
+            assert_int_equal(st.exact_fallbacks, 0);
+            assert_false(same);
+        } else {
+            assert_int_equal(st.drops, 0);
+            assert_true(st.exact_fallbacks > 0);
+            assert_true(same);
+        }
+        free(lg);
+        e0_engine_free(e);
+    }
+    free(ref);
+}
+
+/* Options: presets hold the documented values; bad fields and values fail. */
+static void test_options(void **state) {
+    (void)state;
+    e0_engine_opts o;
+    char err[E0_ERR_MAX];
+    e0_engine_opts_default(&o);
+    assert_int_equal(o.layer.staged, 0);
+    assert_int_equal(o.layer.staged_n, 8);
+    assert_int_equal(o.layer.staged_trigger, 8);
+    assert_int_equal(o.layer.staged_sync, 1);
+    assert_int_equal(o.layer.asm_cache, 1);
+    assert_int_equal(o.layer.incr_stack, 0);
+    assert_int_equal(o.layer.hot_update_interval, 4);
+    assert_true(o.layer.hot_decay == 0.75f && o.layer.pin_bonus == 2.0f);
+    assert_int_equal(o.layer.cache_slots, 64);
+    assert_int_equal(o.layer.prefetch_cap, 48);
+    assert_int_equal(o.layer.load_threads, 8);
+    assert_int_equal(o.layer.prefetch_threads, 4);
+    assert_int_equal(o.layer.full_layer_prefill, 0);
+    assert_int_equal(e0_opts_preset(&o, "staged_k4", err), 0);
+    assert_true(o.layer.staged && o.layer.staged_n == 4 && o.layer.prefill_hot == 32 && !o.layer.full_layer_prefill &&
+                o.layer.warm_willneed && o.layer.incr_stack && o.layer.incr_writeback && o.layer.cache_slots == 64);
+    e0_engine_opts_default(&o);
+    assert_int_equal(e0_opts_preset(&o, "prod_k8", err), 0);
+    assert_true(!o.layer.staged && o.layer.full_layer_prefill && o.layer.cache_slots == 64);
+    e0_engine_opts_default(&o);
+    assert_int_equal(e0_opts_preset(&o, "staged_k8", err), 0);
+    assert_true(o.layer.staged && o.layer.staged_n == 8 && o.layer.full_layer_prefill && o.layer.cache_slots == 64);
+    assert_int_equal(o.layer.top_k, 0); /* presets never change the model's top-k */
+    assert_int_equal(e0_opts_preset(&o, "fast", err), E0_EINVAL);
+    assert_non_null(strstr(err, "staged_k4"));
+    assert_int_equal(e0_opts_set(&o, "cache_slot", "3", err), E0_EINVAL);
+    assert_non_null(strstr(err, "cache_slots"));
+    assert_int_equal(e0_opts_set(&o, "cache_slots", "-3", err), E0_EINVAL);
+    assert_int_equal(e0_opts_set(&o, "cache_slots", "3x", err), E0_EINVAL);
+    assert_int_equal(e0_opts_set(&o, "staged", "maybe", err), E0_EINVAL);
+    assert_int_equal(e0_opts_set(&o, "hot_decay", "1.5", err), E0_EINVAL);
+    assert_int_equal(e0_opts_set(&o, "hot_decay", "0.5", err), 0);
+    assert_true(o.layer.hot_decay == 0.5f);
+    char buf[2048];
+    assert_int_equal(e0_opts_format(&o, buf, sizeof buf), 0);
+    assert_non_null(strstr(buf, "hot_decay=0.5\n"));
+    assert_non_null(strstr(buf, "staged_n=8\n"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_paths_bit_identical),
+        cmocka_unit_test(test_paths_exercised),
+        cmocka_unit_test(test_full_layer_separate),
+        cmocka_unit_test(test_full_layer_fused),
+        cmocka_unit_test(test_gate_first_order),
+        cmocka_unit_test(test_staged_replace),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
