@@ -23,7 +23,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o
 
-.PHONY: all deps test demo asan fuzz bench format help clean
+.PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean
 all: $(BUILD)/edge0
 
 deps:
@@ -43,9 +43,19 @@ $(BUILD)/edge0: $(CLI_OBJ) $(BUILD)/libedge0.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcmocka -o $@
 
+# The concurrency tests also run under ThreadSanitizer (build-tsan/).
+TSAN_TESTS := build-tsan/tests/test_xcache
+
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
-	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) tests/run.sh $(TESTS)
+	@$(MAKE) --no-print-directory tsan-build
+	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
+
+tsan-build:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" $(TSAN_TESTS)
+
+tsan: deps tsan-build
+	@TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TSAN_TESTS)
 
 demo: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0
@@ -77,13 +87,14 @@ format:
 	clang-format -i include/*.h src/*/*.c src/*/*.h tests/*.c tests/*.h fuzz/*.c
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
 
 help:
 	@echo "make          build build/edge0"
 	@echo "make demo     install missing packages, build, run the built-in demo"
 	@echo "make test     install missing packages, build, run every test"
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
+	@echo "make tsan     the concurrency tests under ThreadSanitizer (also part of make test)"
 	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
 	@echo "make format   clang-format the tree"
 	@echo "make clean    remove build directories"

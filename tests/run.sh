@@ -6,7 +6,7 @@ set -u
 pass=0; fail=0; failed=""
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 for t in "$@"; do
-    name=$(basename "$t")
+    name=$(basename "$(dirname "$(dirname "$t")")")/$(basename "$t")
     echo "=== $name"
     start=$(date +%s)
     "$t" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}

@@ -2,6 +2,11 @@
 #ifndef E0_CLI_H
 #define E0_CLI_H
 
+#include "edge0.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
 int cmd_logits(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -16,5 +21,30 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 long cli_parse_long(const char *opt, const char *val, long lo, long hi);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
+
+/* Engine options shared by every command that runs a model. */
+#define CLI_MAX_OPTS 64
+typedef struct {
+    e0_engine_opts eo; /* valid after cli_engine_finish */
+    const char *preset;
+    const char *opts[CLI_MAX_OPTS];
+    int n_opts;
+    e0_path path;
+    e0_io_mode io;
+    bool path_set, io_set, ondemand, stats;
+    unsigned long long mem_budget;
+    int threads;
+} cli_engine;
+
+extern const char *CLI_ENGINE_HELP;
+void cli_engine_init(cli_engine *c);
+/* argv[*i] is an engine option: 1 (consumed, *i advanced past its value),
+ * 0 (not one), -1 (bad value, message printed). */
+int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i);
+/* Builds c->eo: defaults, preset, opts, --prefill-ondemand, the rest. */
+int cli_engine_finish(cli_engine *c);
+/* After open: prints what --mem-budget chose. */
+void cli_engine_opened(const cli_engine *c, e0_engine *e);
+void cli_print_stats(e0_engine *e, FILE *f);
 
 #endif

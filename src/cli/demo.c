@@ -20,7 +20,7 @@ static const char *HELP =
     "\n"
     "  --ids LIST       prompt token ids (default: a fixed 16-token prompt)\n"
     "  --max-tokens N   tokens to generate (default 32)\n"
-    "  --threads N      compute threads (default: one per core)\n";
+    "\n";
 
 static int parse_ids(const char *s, int32_t *ids, int max) {
     int n = 0;
@@ -67,11 +67,17 @@ int cmd_demo(int argc, char **argv) {
     const char *model = NULL;
     int32_t prompt[4096];
     int n_prompt = 0;
-    long max_tokens = 32, threads = 0;
+    long max_tokens = 32;
+    cli_engine ce;
+    cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_engine_arg(&ce, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(HELP, stdout);
+            fputs(CLI_ENGINE_HELP, stdout);
             return 0;
         } else if (!strcmp(a, "--ids")) {
             if (!v || (n_prompt = parse_ids(v, prompt, 4096)) <= 0) {
@@ -81,9 +87,6 @@ int cmd_demo(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--max-tokens")) {
             if ((max_tokens = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--threads")) {
-            if ((threads = cli_parse_long(a, v, 0, 1024)) < 0) return 2;
             i++;
         } else if (a[0] == '-') {
             cli_error("demo: unknown option '%s' (see edge0 demo --help)", a);
@@ -95,21 +98,20 @@ int cmd_demo(int argc, char **argv) {
             return 2;
         }
     }
+    if (cli_engine_finish(&ce) != 0) return 2;
     char dir[4200];
     if (!model) {
         if (builtin_model(dir, sizeof dir) != 0) return 1;
         model = dir;
     }
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    eo.n_threads = (int)threads;
     char err[E0_ERR_MAX];
     e0_engine *eng = NULL;
     e0_session *s = NULL;
     float *logits = NULL;
     int status = 1;
     double t0 = cli_now();
-    if (e0_engine_open(&eng, model, &eo, err) != E0_OK) goto out;
+    if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK) goto out;
+    cli_engine_opened(&ce, eng);
     e0_model_info info;
     e0_engine_info(eng, &info);
     if (n_prompt == 0) /* a fixed prompt: ids spread over the vocabulary */
@@ -143,6 +145,7 @@ int cmd_demo(int argc, char **argv) {
     printf("\n\nload %.2f s | prefill %d tokens, %.1f tok/s | decode %ld tokens, %.1f tok/s | peak RSS %.0f MiB\n",
            t1 - t0, n_prompt, n_prompt / (t2 - t1), max_tokens, (max_tokens - 1) / (t3 - t2),
            (double)cli_peak_rss() / (1 << 20));
+    if (ce.stats) cli_print_stats(eng, stdout);
     status = 0;
 out:
     if (status) cli_error("%s", err);

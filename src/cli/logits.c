@@ -21,7 +21,7 @@ static const char *HELP =
     "  --prefill N    run the first N ids as one batch, then decode the rest one\n"
     "                 at a time through the KV cache (default: all ids in one batch)\n"
     "  --out FILE     output safetensors file\n"
-    "  --threads N    compute threads (default: one per core)\n";
+    "\n";
 
 static int parse_ids(const char *s, int32_t **out, size_t *n) {
     size_t cap = 16, k = 0;
@@ -60,11 +60,17 @@ static int parse_ids(const char *s, int32_t **out, size_t *n) {
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *outp = NULL;
-    long prefill = 0, threads = 0;
+    long prefill = 0;
+    cli_engine ce;
+    cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_engine_arg(&ce, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(HELP, stdout);
+            fputs(CLI_ENGINE_HELP, stdout);
             return 0;
         } else if (!strcmp(a, "--ids")) {
             ids_s = v, i++;
@@ -72,9 +78,6 @@ int cmd_logits(int argc, char **argv) {
             outp = v, i++;
         } else if (!strcmp(a, "--prefill")) {
             if ((prefill = cli_parse_long(a, v, 1, 1L << 30)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--threads")) {
-            if ((threads = cli_parse_long(a, v, 0, 1024)) < 0) return 2;
             i++;
         } else if (a[0] == '-') {
             cli_error("logits: unknown option '%s' (see edge0 logits --help)", a);
@@ -86,6 +89,7 @@ int cmd_logits(int argc, char **argv) {
             return 2;
         }
     }
+    if (cli_engine_finish(&ce) != 0) return 2;
     if (!model || !ids_s || !outp) {
         cli_error("logits needs MODEL, --ids and --out (see edge0 logits --help)");
         return 2;
@@ -100,14 +104,12 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     char err[E0_ERR_MAX];
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    eo.n_threads = (int)threads;
     e0_engine *eng = NULL;
     e0_session *s = NULL;
     float *logits = NULL;
     int status = 1;
-    if (e0_engine_open(&eng, model, &eo, err) != E0_OK) goto fail;
+    if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK) goto fail;
+    cli_engine_opened(&ce, eng);
     e0_model_info info;
     e0_engine_info(eng, &info);
     e0_session_opts so;
@@ -131,6 +133,7 @@ int cmd_logits(int argc, char **argv) {
     if (st_write(outp, &t, 1, NULL, 0, err) != 0) goto fail;
     fprintf(stderr, "edge0 logits: %s (%s, %s layout): prefill %ld tokens %.1f ms, decode %zu tokens %.1f ms -> %s\n",
             model, info.family, info.layout, prefill, (t1 - t0) * 1e3, n - (size_t)prefill, (t2 - t1) * 1e3, outp);
+    if (ce.stats) cli_print_stats(eng, stderr);
     status = 0;
 fail:
     if (status) cli_error("%s", err);

@@ -1,0 +1,179 @@
+/* Engine options shared by every command that runs a model, and the
+ * --stats report. Applied in a fixed order whatever the argument order:
+ * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--threads. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *CLI_ENGINE_HELP =
+    "engine options:\n"
+    "  --preset NAME        staged_k4, prod_k8 or staged_k8 (DESIGN.md section 4)\n"
+    "  --opt FIELD=VALUE    set one LayerOptions field (repeatable; --opt help lists them)\n"
+    "  --path P             force the expert path: exact, staged, hot or full\n"
+    "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
+    "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it chose\n"
+    "  --io pread|mmap      read experts with pread into the cache (default) or use the mapping\n"
+    "  --threads N          compute threads (default: one per core)\n"
+    "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";
+
+void cli_engine_init(cli_engine *c) {
+    memset(c, 0, sizeof *c);
+    e0_engine_opts_default(&c->eo);
+}
+
+/* "8G", "8GiB", "512M", "1.5g", "123456" -> bytes; 0 on error. */
+static unsigned long long parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return 0;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "b")) end += strlen(end);
+    if (*end) return 0;
+    return (unsigned long long)(v * mul);
+}
+
+int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool takes = !strcmp(a, "--preset") || !strcmp(a, "--opt") || !strcmp(a, "--path") || !strcmp(a, "--mem-budget") ||
+                 !strcmp(a, "--io") || !strcmp(a, "--threads");
+    if (takes && !v) {
+        cli_error("%s needs a value", a);
+        return -1;
+    }
+    if (!strcmp(a, "--preset")) {
+        c->preset = v;
+    } else if (!strcmp(a, "--opt")) {
+        if (!strcmp(v, "help")) {
+            char buf[2048];
+            e0_engine_opts d;
+            e0_engine_opts_default(&d);
+            e0_opts_format(&d, buf, sizeof buf);
+            printf("LayerOptions fields and their defaults:\n%s", buf);
+            exit(0);
+        }
+        if (c->n_opts == CLI_MAX_OPTS || !strchr(v, '=')) {
+            cli_error("--opt takes FIELD=VALUE (at most %d of them)", CLI_MAX_OPTS);
+            return -1;
+        }
+        c->opts[c->n_opts++] = v;
+    } else if (!strcmp(a, "--path")) {
+        static const char *names[] = {"exact", "staged", "hot", "full"};
+        static const e0_path paths[] = {E0_PATH_EXACT, E0_PATH_STAGED, E0_PATH_HOT, E0_PATH_FULL};
+        int k = -1;
+        for (int j = 0; j < 4; j++)
+            if (!strcmp(v, names[j])) k = j;
+        if (k < 0) {
+            cli_error("--path: '%s' is not exact, staged, hot or full", v);
+            return -1;
+        }
+        c->path = paths[k];
+        c->path_set = true;
+    } else if (!strcmp(a, "--io")) {
+        if (strcmp(v, "pread") && strcmp(v, "mmap")) {
+            cli_error("--io: '%s' is not pread or mmap", v);
+            return -1;
+        }
+        c->io = !strcmp(v, "mmap") ? E0_IO_MMAP : E0_IO_PREAD;
+        c->io_set = true;
+    } else if (!strcmp(a, "--mem-budget")) {
+        if (!(c->mem_budget = parse_size(v))) {
+            cli_error("--mem-budget: '%s' is not a size such as 8G or 512M", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--threads")) {
+        long n = cli_parse_long(a, v, 0, 1024);
+        if (n < 0) return -1;
+        c->threads = (int)n;
+    } else if (!strcmp(a, "--prefill-ondemand")) {
+        c->ondemand = true;
+        return 1;
+    } else if (!strcmp(a, "--stats")) {
+        c->stats = true;
+        return 1;
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
+}
+
+int cli_engine_finish(cli_engine *c) {
+    char err[E0_ERR_MAX];
+    e0_engine_opts_default(&c->eo);
+    if (c->preset && e0_opts_preset(&c->eo, c->preset, err)) {
+        cli_error("%s", err);
+        return -1;
+    }
+    for (int i = 0; i < c->n_opts; i++) {
+        char field[64];
+        const char *eq = strchr(c->opts[i], '=');
+        snprintf(field, sizeof field, "%.*s", (int)(eq - c->opts[i]), c->opts[i]);
+        if (e0_opts_set(&c->eo, field, eq + 1, err)) {
+            cli_error("--opt %s: %s", c->opts[i], err);
+            return -1;
+        }
+    }
+    if (c->ondemand) c->eo.layer.full_layer_prefill = 0;
+    if (c->path_set) c->eo.path = c->path;
+    if (c->io_set) c->eo.io = c->io;
+    c->eo.n_threads = c->threads;
+    c->eo.mem_budget = c->mem_budget;
+    if (c->eo.layer.top_k)
+        fprintf(stderr, "edge0: warning: top_k=%d overrides the model's routing; this is a different model\n",
+                c->eo.layer.top_k);
+    return 0;
+}
+
+void cli_engine_opened(const cli_engine *c, e0_engine *e) {
+    const char *note = e0_engine_budget_note(e);
+    if (note && *note) fprintf(stderr, "edge0: %s\n", note);
+    (void)c;
+}
+
+static double mib(uint64_t b) { return (double)b / (1 << 20); }
+static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+void cli_print_stats(e0_engine *e, FILE *f) {
+    e0_stats st;
+    e0_engine_stats(e, &st);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    const uint64_t tokens = st.prefill_tokens + st.decode_tokens;
+    fprintf(f, "stats: prefill %llu tokens at %.2f tok/s | decode %llu tokens at %.2f tok/s\n",
+            (unsigned long long)st.prefill_tokens, st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0,
+            (unsigned long long)st.decode_tokens, st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
+    fprintf(f, "  experts: bundle %.2f MiB, cache_slots %d (one token's working set: %d bundles)%s\n",
+            mib(st.bundle_bytes), st.cache_slots, st.working_set,
+            st.cache_slots < st.working_set ? " -- too small for hits across tokens; size it with --mem-budget" : "");
+    fprintf(f, "  LRU: %llu hits, %llu misses (hit rate %.1f%%), %llu reads outside the LRU\n",
+            (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses, pct(st.lru_hits, st.lru_hits + st.lru_misses),
+            (unsigned long long)st.overflow_reads);
+    fprintf(f, "  bytes read from the checkpoint: %.1f MiB (%.2f MiB/token); touched by kernels %.1f MiB (%.2f MiB/token)\n",
+            mib(st.bytes_read), tokens ? mib(st.bytes_read) / (double)tokens : 0.0, mib(st.bytes_touched),
+            tokens ? mib(st.bytes_touched) / (double)tokens : 0.0);
+    if (st.routed_staged)
+        fprintf(f, "  staged: %llu hits, %llu exact fallbacks, %llu drops; prediction accuracy %.1f%%\n",
+                (unsigned long long)st.staged_hits, (unsigned long long)st.exact_fallbacks, (unsigned long long)st.drops,
+                pct(st.predicted_routed, st.routed_staged));
+    if (st.hot_hits + st.hot_misses)
+        fprintf(f, "  hot: %llu hits, %llu misses (%.1f%%)\n", (unsigned long long)st.hot_hits,
+                (unsigned long long)st.hot_misses, pct(st.hot_hits, st.hot_hits + st.hot_misses));
+    if (st.full_layers) fprintf(f, "  whole-layer loads: %llu\n", (unsigned long long)st.full_layers);
+    fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s, st.compute_s);
+    fprintf(f, "  LRU hit rate per layer:");
+    for (int l = 0; l < info.n_layers; l++) {
+        uint64_t h, m;
+        e0_engine_layer_stats(e, l, &h, &m);
+        if (h + m) fprintf(f, " %d:%.0f%%", l, pct(h, h + m));
+    }
+    fprintf(f, "\n  peak RSS %.1f MiB\n", mib(st.peak_rss));
+}

@@ -1,0 +1,216 @@
+/* The shared expert LRU: eviction order, pinning, capacity, failed loads,
+ * and many threads acquiring and releasing at once (this program also runs
+ * under ThreadSanitizer in `make test`). */
+#include "testutil.h"
+
+#include "stream/iopool.h"
+#include "stream/xcache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BUNDLE = 256, LAYERS = 4, EXPERTS = 16 };
+
+static xcache *make(int slots) {
+    xcache *c;
+    char err[512];
+    if (xcache_new(&c, slots, BUNDLE, LAYERS, EXPERTS, err)) fail_msg("%s", err);
+    return c;
+}
+
+/* Acquire, load if needed (buffer stamped with the key), release. */
+static bool touch(xcache *c, int l, int e) {
+    bool need;
+    xentry *x = xcache_acquire(c, l, e, true, &need);
+    if (!x) return false;
+    if (need) {
+        memset(xentry_buf(x), l * EXPERTS + e, BUNDLE);
+        xcache_loaded(c, x, true);
+    }
+    assert_int_equal(xcache_wait(c, x), 0);
+    assert_int_equal(xentry_buf(x)[BUNDLE - 1], (uint8_t)(l * EXPERTS + e));
+    xcache_release(c, x);
+    return true;
+}
+
+static bool present(xcache *c, int l, int e) {
+    xentry *x = xcache_lookup(c, l, e);
+    if (x) xcache_release(c, x);
+    return x != NULL;
+}
+
+static void test_eviction_order(void **state) {
+    (void)state;
+    xcache *c = make(3);
+    touch(c, 0, 1);
+    touch(c, 0, 2);
+    touch(c, 1, 1); /* same expert id, other layer: another key */
+    touch(c, 0, 1); /* most recent now: order 0.2, 1.1, 0.1 */
+    touch(c, 2, 5); /* evicts 0.2, the least recently released */
+    assert_false(present(c, 0, 2));
+    assert_true(present(c, 1, 1)); /* lookup refreshes it: order 0.1, 2.5, 1.1 */
+    touch(c, 3, 3);                /* evicts 0.1 */
+    assert_false(present(c, 0, 1));
+    assert_true(present(c, 2, 5) && present(c, 1, 1) && present(c, 3, 3));
+    uint64_t h, m;
+    xcache_layer_stats(c, 0, &h, &m);
+    assert_int_equal(h, 1); /* the second touch of 0.1 */
+    assert_int_equal(m, 2);
+    xcache_free(c);
+}
+
+static void test_pinned_never_evicted(void **state) {
+    (void)state;
+    xcache *c = make(2);
+    bool need;
+    xentry *a = xcache_acquire(c, 0, 0, true, &need);
+    assert_non_null(a);
+    assert_true(need);
+    xcache_loaded(c, a, true);
+    touch(c, 0, 1);
+    touch(c, 0, 2); /* evicts 0.1, never the pinned 0.0 */
+    assert_false(present(c, 0, 1));
+    xentry *b = xcache_acquire(c, 0, 3, true, &need); /* evicts 0.2 */
+    assert_non_null(b);
+    /* both slots pinned: no room, and a hit on a pinned entry still works */
+    assert_null(xcache_acquire(c, 1, 1, true, &need));
+    xentry *a2 = xcache_acquire(c, 0, 0, true, &need);
+    assert_ptr_equal(a2, a);
+    assert_false(need);
+    int32_t used, pinned;
+    xcache_usage(c, &used, &pinned);
+    assert_int_equal(used, 2);
+    assert_int_equal(pinned, 2);
+    xcache_loaded(c, b, true);
+    xcache_release(c, b);
+    xcache_release(c, a2);
+    xcache_release(c, a);
+    assert_true(present(c, 0, 0) && present(c, 0, 3));
+    xcache_free(c);
+}
+
+static void test_failed_load(void **state) {
+    (void)state;
+    xcache *c = make(2);
+    bool need;
+    xentry *x = xcache_acquire(c, 1, 2, true, &need);
+    xentry *y = xcache_acquire(c, 1, 2, true, &need); /* a second user of the loading entry */
+    assert_ptr_equal(x, y);
+    assert_false(need);
+    xcache_loaded(c, x, false);
+    assert_int_equal(xcache_wait(c, y), -1);
+    xcache_release(c, x);
+    xcache_release(c, y);
+    assert_false(present(c, 1, 2));
+    int32_t used, pinned;
+    xcache_usage(c, &used, &pinned);
+    assert_int_equal(used, 0); /* the slot is free again */
+    assert_true(touch(c, 1, 2));
+    xcache_free(c);
+}
+
+static void test_capacity_random(void **state) {
+    (void)state;
+    xcache *c = make(5);
+    uint64_t r = 12345;
+    for (int i = 0; i < 20000; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        assert_true(touch(c, (int)(r >> 33) % LAYERS, (int)(r >> 45) % EXPERTS));
+        int32_t used, pinned;
+        xcache_usage(c, &used, &pinned);
+        assert_true(used <= 5);
+        assert_int_equal(pinned, 0);
+    }
+    xcache_free(c);
+}
+
+/* Many threads: every acquired bundle carries its own key's stamp (no entry
+ * is reused while pinned), every acquire is matched by a release. */
+typedef struct {
+    xcache *c;
+    int seed;
+    atomic_long *full;
+} worker_arg;
+
+static void *worker(void *p) {
+    worker_arg *a = p;
+    uint64_t r = (uint64_t)a->seed * 7919u + 1;
+    for (int i = 0; i < 20000; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int l = (int)(r >> 33) % LAYERS, e = (int)(r >> 45) % EXPERTS;
+        bool need;
+        xentry *x = xcache_acquire(a->c, l, e, true, &need);
+        if (!x) {
+            atomic_fetch_add(a->full, 1);
+            continue;
+        }
+        if (need) {
+            memset(xentry_buf(x), l * EXPERTS + e, BUNDLE);
+            xcache_loaded(a->c, x, (r & 63) != 0); /* some loads fail */
+        }
+        if (xcache_wait(a->c, x) == 0) {
+            const uint8_t *b = xentry_buf(x);
+            for (int k = 0; k < BUNDLE; k += 37)
+                if (b[k] != (uint8_t)(l * EXPERTS + e)) abort();
+        }
+        xcache_release(a->c, x);
+    }
+    return NULL;
+}
+
+static void test_concurrent(void **state) {
+    (void)state;
+    xcache *c = make(12);
+    atomic_long full = 0;
+    pthread_t th[8];
+    worker_arg args[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (worker_arg){c, i, &full};
+        assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    int32_t used, pinned;
+    xcache_usage(c, &used, &pinned);
+    assert_int_equal(pinned, 0);
+    assert_true(used <= 12);
+    uint64_t hits = 0, misses = 0;
+    for (int l = 0; l < LAYERS; l++) {
+        uint64_t h, m;
+        xcache_layer_stats(c, l, &h, &m);
+        hits += h;
+        misses += m;
+    }
+    printf("  8 threads x 20000 ops: %llu hits, %llu misses, %ld times every slot was pinned\n",
+           (unsigned long long)hits, (unsigned long long)misses, (long)atomic_load(&full));
+    assert_int_equal(hits + misses, 8 * 20000);
+    xcache_free(c);
+}
+
+/* The I/O pool runs every job, from several submitters, and drains. */
+static void job(void *p) { atomic_fetch_add((atomic_long *)p, 1); }
+
+static void test_iopool(void **state) {
+    (void)state;
+    for (int n = 0; n <= 4; n += 4) {
+        iopool *p;
+        char err[512];
+        assert_int_equal(iopool_new(&p, n, err), 0);
+        atomic_long count = 0;
+        for (int i = 0; i < 10000; i++) assert_int_equal(iopool_submit(p, job, &count), 0);
+        iopool_drain(p);
+        assert_int_equal(atomic_load(&count), 10000);
+        iopool_free(p);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eviction_order), cmocka_unit_test(test_pinned_never_evicted),
+        cmocka_unit_test(test_failed_load),    cmocka_unit_test(test_capacity_random),
+        cmocka_unit_test(test_concurrent),     cmocka_unit_test(test_iopool),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
