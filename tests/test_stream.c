@@ -415,9 +415,58 @@ static void test_options(void **state) {
     assert_non_null(strstr(buf, "staged_n=8\n"));
 }
 
+/* The same options through the command line: identical logits files for
+ * every --path and preset, clear errors for bad values, --mem-budget. */
+static void test_cli_flags(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), cmd[16384], a[4200], b[4200];
+    const char *m = tu_shared("fixtures/qwen35moe/mlx-fused");
+    const char *ids = "--ids 5,17,300,2,999,41,7,7,7,120,64,1000,3,8 --prefill 5";
+    snprintf(a, sizeof a, "%s/ref.safetensors", dir);
+    snprintf(cmd, sizeof cmd, "%s logits %s %s --path exact --io mmap --out %s 2>/dev/null", tu_bin(), m, ids, a);
+    assert_int_equal(tu_run(cmd), 0);
+    const char *variants[] = {"--path staged --opt staged_n=3",
+                              "--path hot --opt hot_per_layer=2 --opt cache_slots=1",
+                              "--path full",
+                              "--preset staged_k4 --opt staged_trigger=4",
+                              "--preset prod_k8 --prefill-ondemand",
+                              "--preset staged_k8 --threads 1 --opt load_threads=1 --opt prefetch_threads=0",
+                              "--mem-budget 100M --stats"};
+    for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
+        snprintf(b, sizeof b, "%s/v%zu.safetensors", dir, i);
+        snprintf(cmd, sizeof cmd, "%s logits %s %s %s --out %s 2>%s/err.txt", tu_bin(), m, ids, variants[i], b, dir);
+        assert_int_equal(tu_run(cmd), 0);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+        if (tu_run(cmd) != 0) fail_msg("edge0 logits %s: logits differ from --path exact", variants[i]);
+    }
+    /* the last run printed what the budget chose and the stats */
+    snprintf(cmd, sizeof cmd, "grep -q 'mem budget 0.10 GiB.*cache_slots=' %s/err.txt && grep -q 'LRU: ' %s/err.txt", dir, dir);
+    assert_int_equal(tu_run(cmd), 0);
+    const struct {
+        const char *args, *msg;
+    } bad[] = {{"--opt cache_slots=-1", "cache_slots"},
+               {"--opt nosuch=1", "unknown option 'nosuch'"},
+               {"--opt staged", "FIELD=VALUE"},
+               {"--preset turbo", "unknown preset 'turbo'"},
+               {"--path fastest", "exact, staged, hot or full"},
+               {"--mem-budget lots", "not a size"},
+               {"--mem-budget 1K", "too small"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(cmd, sizeof cmd, "%s logits %s --ids 1 --out %s/x.safetensors %s 2>%s/err.txt", tu_bin(), m, dir,
+                 bad[i].args, dir);
+        int rc = tu_run(cmd);
+        if (rc != 1 && rc != 2) fail_msg("%s: exit %d", bad[i].args, rc);
+        snprintf(cmd, sizeof cmd, "grep -q -- \"%s\" %s/err.txt", bad[i].msg, dir);
+        if (tu_run(cmd) != 0) fail_msg("%s: message lacks '%s'", bad[i].args, bad[i].msg);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_cli_flags),
         cmocka_unit_test(test_paths_bit_identical),
         cmocka_unit_test(test_paths_exercised),
         cmocka_unit_test(test_full_layer_separate),
