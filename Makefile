@@ -83,6 +83,12 @@ fuzz: deps
 	        build-fuzz/corpus-$$n fuzz/seeds/$${n#fuzz_} 2>&1 | tail -4; \
 	done
 
+# Benchmarks (not tests): each bench/*.c is one program.
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libedge0.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+bench: $(BUILD)/edge0 $(BENCHES)
+
 format:
 	clang-format -i include/*.h src/*/*.c src/*/*.h tests/*.c tests/*.h fuzz/*.c
 
@@ -96,6 +102,7 @@ help:
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
 	@echo "make tsan     the concurrency tests under ThreadSanitizer (also part of make test)"
 	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
+	@echo "make bench    build the benchmark programs in build/bench/"
 	@echo "make format   clang-format the tree"
 	@echo "make clean    remove build directories"
 	@echo "variables: SHARED=$(SHARED) (fixtures), OPT, CC, BUILD"

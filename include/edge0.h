@@ -71,8 +71,10 @@ typedef enum {
 } e0_path;
 
 /* Where bundles are read from: pread into cache buffers, or the mapping
- * itself (the page cache is the cache; prefetch is madvise(WILLNEED)). */
-typedef enum { E0_IO_PREAD, E0_IO_MMAP } e0_io_mode;
+ * itself (the page cache is the cache; prefetch is madvise(WILLNEED)).
+ * AUTO picks the mapping when the checkpoint fits in 80% of the available
+ * memory and no budget is set, pread otherwise (docs/experiments.md). */
+typedef enum { E0_IO_AUTO, E0_IO_PREAD, E0_IO_MMAP } e0_io_mode;
 
 /* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
 typedef struct {
@@ -104,7 +106,7 @@ typedef struct {
     int n_threads;        /* compute threads; 0 = one per core */
     e0_layer_opts layer;  /* streaming options */
     e0_path path;         /* force one path (E0_PATH_AUTO: per options) */
-    e0_io_mode io;        /* E0_IO_PREAD unless measured otherwise (docs/experiments.md) */
+    e0_io_mode io;        /* E0_IO_AUTO */
     uint64_t mem_budget;  /* bytes; when set, sizes cache_slots and friends at open */
 } e0_engine_opts;
 
@@ -161,6 +163,8 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 void e0_engine_stats_reset(e0_engine *e);
 /* What the memory budget chose (empty without one). */
 const char *e0_engine_budget_note(const e0_engine *e);
+/* How expert bytes are read ("pread: ..." or "mmap: ..."), and why. */
+const char *e0_engine_io_note(const e0_engine *e);
 
 typedef struct {
     int32_t n_ctx;   /* positions the KV cache holds; 0 = 4096 */

@@ -119,6 +119,7 @@ static void apply(e0_engine_opts *o, const config *c, int slots, int many) {
         *eq = 0;
         if (e0_opts_set(o, tok, eq + 1, err)) fail_msg("%s", err);
     }
+    o->io = E0_IO_PREAD; /* the LRU and its reads are what is under test */
     o->layer.cache_slots = slots;
     o->layer.load_threads = many ? 8 : 1;
     o->layer.prefetch_threads = many ? 4 : 0;
@@ -244,6 +245,7 @@ static void full_layer_case(const char *family, const char *layout) {
     e0_engine_opts o;
     e0_engine_opts_default(&o);
     o.layer.full_layer_prefill = 1;
+    o.io = E0_IO_PREAD;
     e0_engine *e = open_with(family, layout, &o);
     float *lg = run_seq(e, &q);
     e0_stats st;
@@ -315,6 +317,7 @@ static void test_gate_first_order(void **state) {
         e0_engine_opts o;
         e0_engine_opts_default(&o);
         o.path = E0_PATH_EXACT;
+        o.io = E0_IO_PREAD;
         o.layer.cache_slots = 0; /* every bundle read with the plan in force */
         e0_engine *e = open_with("qwen3moe", lays[i], &o);
         double good = moe_err(e, "qwen3moe", 1);
@@ -337,6 +340,7 @@ static void test_staged_replace(void **state) {
         e0_engine_opts o;
         e0_engine_opts_default(&o);
         o.path = E0_PATH_STAGED;
+        o.io = E0_IO_PREAD;
         o.layer.staged = 1;
         o.layer.staged_n = 4;
         o.layer.staged_replace = replace;

@@ -14,7 +14,8 @@ const char *CLI_ENGINE_HELP =
     "  --path P             force the expert path: exact, staged, hot or full\n"
     "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
     "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it chose\n"
-    "  --io pread|mmap      read experts with pread into the cache (default) or use the mapping\n"
+    "  --io auto|pread|mmap read experts with pread into the LRU, or use the mapping; auto (default):\n"
+    "                       the mapping when the checkpoint fits in memory and no budget is set\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";
 
@@ -78,11 +79,11 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i) {
         c->path = paths[k];
         c->path_set = true;
     } else if (!strcmp(a, "--io")) {
-        if (strcmp(v, "pread") && strcmp(v, "mmap")) {
-            cli_error("--io: '%s' is not pread or mmap", v);
+        if (strcmp(v, "pread") && strcmp(v, "mmap") && strcmp(v, "auto")) {
+            cli_error("--io: '%s' is not auto, pread or mmap", v);
             return -1;
         }
-        c->io = !strcmp(v, "mmap") ? E0_IO_MMAP : E0_IO_PREAD;
+        c->io = !strcmp(v, "mmap") ? E0_IO_MMAP : !strcmp(v, "pread") ? E0_IO_PREAD : E0_IO_AUTO;
         c->io_set = true;
     } else if (!strcmp(a, "--mem-budget")) {
         if (!(c->mem_budget = parse_size(v))) {
@@ -136,7 +137,7 @@ int cli_engine_finish(cli_engine *c) {
 void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     const char *note = e0_engine_budget_note(e);
     if (note && *note) fprintf(stderr, "edge0: %s\n", note);
-    (void)c;
+    if (c->stats) fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
 }
 
 static double mib(uint64_t b) { return (double)b / (1 << 20); }

@@ -11,6 +11,42 @@
 #include <sys/resource.h>
 #include <time.h>
 
+/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
+/* E0_IO_AUTO: the mapping (with WILLNEED ahead of use) when the checkpoint
+ * stays in the page cache, where it is 2.6x faster than pread warm and as
+ * fast cold; pread into the bounded LRU when memory is budgeted or short,
+ * where the kernel's residency would thrash. */
+static void choose_io(e0_engine *e) {
+    const uint64_t avail = mem_available(), w = e->model.weight_bytes;
+    const char *why;
+    if (e->opts.io != E0_IO_AUTO) {
+        why = "as requested";
+    } else if (e->opts.mem_budget) {
+        e->opts.io = E0_IO_PREAD;
+        why = "a memory budget is set";
+    } else if (avail && w < avail / 10 * 8) {
+        e->opts.io = E0_IO_MMAP;
+        e->opts.layer.warm_willneed = 1;
+        why = "the checkpoint fits in 80% of available memory";
+    } else {
+        e->opts.io = E0_IO_PREAD;
+        why = "the checkpoint does not fit in 80% of available memory";
+    }
+    snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB)",
+             e->opts.io == E0_IO_MMAP ? "mmap" : "pread", why, (double)w / (1u << 30), (double)avail / (1u << 30));
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -34,7 +70,10 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
         rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k, c->n_experts);
     if (!rc && e->opts.mem_budget)
         rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
-    if (!rc) rc = stream_new(&e->stream, &e->model, &e->opts, err);
+    if (!rc) {
+        choose_io(e);
+        rc = stream_new(&e->stream, &e->model, &e->opts, err);
+    }
     if (rc) {
         model_free(&e->model);
         free(e);
@@ -320,3 +359,4 @@ void e0_engine_stats_reset(e0_engine *e) {
 }
 
 const char *e0_engine_budget_note(const e0_engine *e) { return e->budget_note; }
+const char *e0_engine_io_note(const e0_engine *e) { return e->io_note; }

@@ -49,7 +49,7 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->load_threads = 8;
     l->prefetch_threads = 4;
     o->path = E0_PATH_AUTO;
-    o->io = E0_IO_PREAD;
+    o->io = E0_IO_AUTO;
 }
 
 const char *e0_opts_presets(void) { return "staged_k4, prod_k8, staged_k8"; }
