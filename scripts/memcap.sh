@@ -24,6 +24,6 @@ else
 fi
 ( echo $BASHPID > "$cg/cgroup.procs" && exec "$@" )
 rc=$?
-echo "memcap: limit $(numfmt --to=iec "$limit"), peak $(numfmt --to=iec "$(cat "$peak_file")"), oom kills $(oom), exit $rc" >&2
+echo "memcap: limit $(numfmt --to=iec --format=%.2f "$limit"), peak $(numfmt --to=iec --format=%.2f "$(cat "$peak_file")"), oom kills $(oom), exit $rc" >&2
 rmdir "$cg" 2>/dev/null
 exit $rc
