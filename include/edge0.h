@@ -158,8 +158,18 @@ typedef struct {
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);
-/* Demand hits and misses of one layer in the shared LRU. */
+/* Demand hits and misses of one layer in the shared LRU, and the distinct
+ * experts routed to in it (a collapsed routing shows as few). */
 void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses);
+int32_t e0_engine_distinct_experts(const e0_engine *e, int32_t layer);
+/* Drops the checkpoint's pages from the page cache (posix_fadvise
+ * DONTNEED; pages this process has mapped and touched may stay). */
+void e0_engine_drop_cache(e0_engine *e);
+/* Reads every checkpoint file once so it sits in the page cache. Returns bytes read. */
+uint64_t e0_engine_warm_cache(e0_engine *e);
+/* The checkpoint's files: count, and the path of file i. */
+int32_t e0_engine_files(const e0_engine *e);
+const char *e0_engine_file(const e0_engine *e, int32_t i);
 void e0_engine_stats_reset(e0_engine *e);
 /* What the memory budget chose (empty without one). */
 const char *e0_engine_budget_note(const e0_engine *e);

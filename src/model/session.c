@@ -4,11 +4,14 @@
 #include "stream/budget.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
+#include "util/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 /* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
@@ -59,6 +62,7 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     if (!e) return e0_fail(err, E0_ENOMEM, "out of memory");
     if (o) e->opts = *o;
     else e0_engine_opts_default(&e->opts);
+    pool_init(e->opts.n_threads); /* the process's compute pool; fewer threads on failure */
     int rc = model_load(&e->model, model_dir, err);
     if (rc) {
         free(e);
@@ -356,6 +360,41 @@ void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
+}
+
+int32_t e0_engine_distinct_experts(const e0_engine *e, int32_t layer) {
+    if (layer < 0 || layer >= e->model.cfg.n_layers || !e->model.layers[layer].moe) return 0;
+    return stream_distinct_experts(e->stream, layer);
+}
+
+int32_t e0_engine_files(const e0_engine *e) {
+    int32_t n = 0;
+    while (st_file_fd(e->model.st, (uint32_t)n) >= 0) n++;
+    return n;
+}
+
+const char *e0_engine_file(const e0_engine *e, int32_t i) { return st_file_path(e->model.st, (uint32_t)i); }
+
+void e0_engine_drop_cache(e0_engine *e) {
+    for (int32_t i = 0; i < e0_engine_files(e); i++)
+        posix_fadvise(st_file_fd(e->model.st, (uint32_t)i), 0, 0, POSIX_FADV_DONTNEED);
+}
+
+uint64_t e0_engine_warm_cache(e0_engine *e) {
+    enum { CHUNK = 16 << 20 };
+    char *buf = malloc(CHUNK);
+    uint64_t total = 0;
+    for (int32_t i = 0; buf && i < e0_engine_files(e); i++) {
+        int fd = st_file_fd(e->model.st, (uint32_t)i);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        for (off_t off = 0;; off += CHUNK) {
+            ssize_t r = pread(fd, buf, CHUNK, off);
+            if (r <= 0) break;
+            total += (uint64_t)r;
+        }
+    }
+    free(buf);
+    return total;
 }
 
 const char *e0_engine_budget_note(const e0_engine *e) { return e->budget_note; }

@@ -72,6 +72,7 @@ struct e0_stream {
         const xb_plan *plan;
         xentry *e;
     } *ld;
+    uint8_t *touched;          /* [n_layers * E]: experts routed to since the last reset */
     /* counters: atomics, as I/O threads add bytes */
     atomic_uint_fast64_t bytes_read;
     stream_counters c;         /* the rest, engine thread only */
@@ -475,6 +476,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
     start[n] = off;
     for (int p = 0; p < P; p++) order[count[idx[p]]++] = p;
 
+    for (int i = 0; i < n; i++) s->touched[(size_t)layer * (size_t)E + (size_t)exps[i]] = 1;
     e0_path path = s->o.path;
     if (path == E0_PATH_AUTO) {
         if (T > 1) path = full_applies(s, layer) ? E0_PATH_FULL : lo->prefill_hot > 0 ? E0_PATH_HOT : E0_PATH_EXACT;
@@ -640,7 +642,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     s->plans = calloc((size_t)s->n_layers * (size_t)s->E, sizeof *s->plans);
     s->ls = calloc((size_t)s->n_layers, sizeof *s->ls);
     s->ld = calloc((size_t)s->E, sizeof *s->ld);
-    if (!s->plans || !s->ls || !s->ld) goto oom;
+    s->touched = calloc((size_t)s->n_layers * (size_t)s->E, 1);
+    if (!s->plans || !s->ls || !s->ld || !s->touched) goto oom;
     s->hot_cap = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
     if (s->hot_cap == 0 && o->path == E0_PATH_HOT) s->hot_cap = 8;
     if (s->hot_cap > s->E) s->hot_cap = s->E;
@@ -734,6 +737,7 @@ void stream_free(e0_stream *s) {
     free(s->fl_buf[0]);
     free(s->fl_buf[1]);
     free(s->ld);
+    free(s->touched);
     pthread_mutex_destroy(&s->err_mu);
     free(s);
 }
@@ -747,8 +751,15 @@ void stream_counters_get(e0_stream *s, stream_counters *c) {
 
 void stream_counters_reset(e0_stream *s) {
     memset(&s->c, 0, sizeof s->c);
+    memset(s->touched, 0, (size_t)s->n_layers * (size_t)s->E);
     atomic_store(&s->bytes_read, 0);
     if (s->xc) xcache_reset_stats(s->xc);
+}
+
+int stream_distinct_experts(const e0_stream *s, int layer) {
+    int n = 0;
+    for (int e = 0; e < s->E; e++) n += s->touched[(size_t)layer * (size_t)s->E + (size_t)e];
+    return n;
 }
 
 void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses) {

@@ -51,6 +51,8 @@ int stream_top_k(const e0_stream *s);
 void stream_counters_get(e0_stream *s, stream_counters *c);
 void stream_counters_reset(e0_stream *s);
 void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses);
+/* Distinct experts of `layer` routed to since the last reset. */
+int stream_distinct_experts(const e0_stream *s, int layer);
 int32_t stream_cache_slots(const e0_stream *s);
 size_t stream_bundle_bytes(const e0_stream *s);
 /* Bytes the stream holds beyond the LRU (staged slots, hot stacks, layer buffers). */

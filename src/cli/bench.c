@@ -1,0 +1,360 @@
+/* edge0 bench MODEL: speed against this machine's own limits, measured in
+ * the same run. Absolute times drift on shared machines; ratios to the
+ * memory and disk bandwidth measured a moment earlier do not (as much).
+ *
+ *  1. DRAM read bandwidth: every compute thread streams its share of a
+ *     1 GiB buffer; best of 3.
+ *  2. Checkpoint read bandwidth from disk: the largest shard's pages are
+ *     dropped (posix_fadvise DONTNEED), then up to 2 GiB of it is read with
+ *     4 threads in 16 MiB preads.
+ *  3. Cold: the checkpoint's pages dropped, prefill N ids, decode D tokens.
+ *  4. Warm: every shard read once into the page cache, the same again.
+ *
+ * Ratios: decode warm = expert+dense bytes touched per token / time per
+ * token / DRAM bandwidth; decode cold = expert bytes read per token / time
+ * per token / disk bandwidth; whole-layer reads / expert bytes of the
+ * layers loaded. */
+#include "cli/cli.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *HELP =
+    "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
+    "\n"
+    "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
+    "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
+    "(checkpoint in the page cache), and reports every speed as a ratio to the\n"
+    "bandwidth measured in the same run.\n"
+    "\n";
+
+/* ---- DRAM bandwidth ---------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+    uint64_t sink;
+} rd_arg;
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+static uint64_t read_scalar(const uint8_t *p, size_t n) {
+    uint64_t s0 = 0, s1 = 0, v0, v1;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        memcpy(&v0, p + i, 8);
+        memcpy(&v1, p + i + 8, 8);
+        s0 ^= v0;
+        s1 ^= v1;
+    }
+    return s0 ^ s1;
+}
+
+static void *rd_thread(void *arg) {
+    rd_arg *a = arg;
+    a->sink = __builtin_cpu_supports("avx2") ? read_avx2(a->p, a->n) : read_scalar(a->p, a->n);
+    return NULL;
+}
+
+static double dram_bandwidth(int threads) {
+    const size_t N = 1u << 30;
+    uint8_t *buf = aligned_alloc(4096, N);
+    if (!buf) return 0;
+    memset(buf, 1, N); /* fault every page in */
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t th[64];
+        rd_arg a[64];
+        double t0 = cli_now();
+        for (int i = 0; i < threads; i++) {
+            a[i] = (rd_arg){buf + N / (size_t)threads * (size_t)i, N / (size_t)threads, 0};
+            pthread_create(&th[i], NULL, rd_thread, &a[i]);
+        }
+        for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+        double bw = (double)N / (cli_now() - t0);
+        if (bw > best) best = bw;
+    }
+    free(buf);
+    return best;
+}
+
+/* ---- disk bandwidth ------------------------------------------------------ */
+
+typedef struct {
+    int fd;
+    off_t start, len, step;
+    uint64_t got;
+} dk_arg;
+
+static void *dk_thread(void *arg) {
+    dk_arg *a = arg;
+    enum { CH = 16 << 20 };
+    char *buf = malloc(CH);
+    for (off_t o = a->start; buf && o < a->len; o += a->step) {
+        ssize_t r = pread(a->fd, buf, CH, o);
+        if (r <= 0) break;
+        a->got += (uint64_t)r;
+    }
+    free(buf);
+    return NULL;
+}
+
+static double disk_bandwidth(e0_engine *e) {
+    const char *path = NULL;
+    off_t best = 0;
+    for (int32_t i = 0; i < e0_engine_files(e); i++) {
+        struct stat st;
+        if (stat(e0_engine_file(e, i), &st) == 0 && st.st_size > best) best = st.st_size, path = e0_engine_file(e, i);
+    }
+    if (!path) return 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    off_t len = best < (off_t)(2ll << 30) ? best : (off_t)(2ll << 30);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    enum { T = 4 };
+    pthread_t th[T];
+    dk_arg a[T];
+    double t0 = cli_now();
+    for (int i = 0; i < T; i++) {
+        a[i] = (dk_arg){fd, (off_t)i * (16 << 20), len, (off_t)T * (16 << 20), 0};
+        pthread_create(&th[i], NULL, dk_thread, &a[i]);
+    }
+    uint64_t got = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        got += a[i].got;
+    }
+    double bw = (double)got / (cli_now() - t0);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return bw;
+}
+
+/* ---- one phase: prefill then decode ------------------------------------- */
+
+typedef struct {
+    double prefill_s, decode_s;
+    e0_stats p, d;            /* stats of the prefill and of the decode */
+    double distinct;          /* mean distinct experts per MoE layer during decode */
+    int moe_layers;
+} phase;
+
+static int run_phase(e0_engine *e, int n_prefill, int n_decode, phase *out, char *err) {
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = n_prefill + n_decode + 1;
+    e0_session *s;
+    int rc = e0_session_new(e, &so, &s, err);
+    if (rc) return rc;
+    int32_t *ids = malloc((size_t)n_prefill * sizeof *ids);
+    float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
+    if (!ids || !logits) {
+        rc = E0_ENOMEM;
+        snprintf(err, E0_ERR_MAX, "out of memory");
+        goto out;
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n_prefill; i++) {
+        h ^= h >> 31, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+        ids[i] = (int32_t)(h % (uint64_t)info.vocab_size);
+    }
+    e0_engine_stats_reset(e);
+    double t0 = cli_now();
+    if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
+    out->prefill_s = cli_now() - t0;
+    e0_engine_stats(e, &out->p);
+    e0_engine_stats_reset(e);
+    t0 = cli_now();
+    for (int k = 0; k < n_decode; k++) {
+        int32_t best = 0;
+        for (int32_t v = 1; v < info.vocab_size; v++)
+            if (logits[v] > logits[best]) best = v;
+        if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
+        if (isatty(2)) fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode, (k + 1) / (cli_now() - t0));
+    }
+    if (isatty(2)) fprintf(stderr, "\r\033[K");
+    out->decode_s = cli_now() - t0;
+    e0_engine_stats(e, &out->d);
+    out->distinct = 0;
+    out->moe_layers = 0;
+    for (int l = 0; l < info.n_layers; l++) {
+        int d = e0_engine_distinct_experts(e, l);
+        if (d) {
+            out->distinct += d;
+            out->moe_layers++;
+        }
+    }
+    if (out->moe_layers) out->distinct /= out->moe_layers;
+out:
+    free(ids);
+    free(logits);
+    e0_session_free(s);
+    return rc;
+}
+
+static double per_tok(uint64_t bytes, uint64_t tokens) { return tokens ? (double)bytes / (double)tokens : 0; }
+
+static void report(const char *name, const phase *ph, int n_prefill, int n_decode, double dram, double disk,
+                   uint64_t dense_bytes, bool mmap_io, bool json, cJSON *root) {
+    const double ptok = n_prefill / ph->prefill_s, dtok = n_decode / ph->decode_s;
+    const double touched = per_tok(ph->d.bytes_touched, ph->d.decode_tokens) + (double)dense_bytes;
+    const double read = per_tok(ph->d.bytes_read, ph->d.decode_tokens);
+    const double warm_ratio = touched * dtok / dram, cold_ratio = read * dtok / disk;
+    const double io_frac = ph->p.io_wait_s / ph->prefill_s;
+    const uint64_t lk = ph->d.lru_hits + ph->d.lru_misses;
+    if (json) {
+        cJSON *o = cJSON_AddObjectToObject(root, name);
+        cJSON_AddNumberToObject(o, "prefill_tokens", n_prefill);
+        cJSON_AddNumberToObject(o, "prefill_tok_s", ptok);
+        cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", io_frac);
+        cJSON_AddNumberToObject(o, "prefill_bytes_read", (double)ph->p.bytes_read);
+        cJSON_AddNumberToObject(o, "prefill_whole_layer_loads", (double)ph->p.full_layers);
+        cJSON_AddNumberToObject(o, "decode_tokens", n_decode);
+        cJSON_AddNumberToObject(o, "decode_tok_s", dtok);
+        cJSON_AddNumberToObject(o, "decode_bytes_touched_per_token", touched);
+        cJSON_AddNumberToObject(o, "decode_bytes_read_per_token", read);
+        cJSON_AddNumberToObject(o, "decode_touched_bw_over_dram_bw", warm_ratio);
+        cJSON_AddNumberToObject(o, "decode_read_bw_over_disk_bw", cold_ratio);
+        cJSON_AddNumberToObject(o, "decode_lru_hit_rate", lk ? (double)ph->d.lru_hits / (double)lk : 0);
+        cJSON_AddNumberToObject(o, "decode_distinct_experts_per_layer", ph->distinct);
+        cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
+        return;
+    }
+    printf("%s:\n", name);
+    printf("  prefill %d tokens: %.2f tok/s, I/O wait %.0f%% of the time, read %.1f MiB", n_prefill, ptok,
+           100 * io_frac, (double)ph->p.bytes_read / (1 << 20));
+    if (ph->p.full_layers) printf(", %llu whole-layer loads", (unsigned long long)ph->p.full_layers);
+    printf("\n  decode %d tokens: %.2f tok/s, %.0f ms/token\n", n_decode, dtok, 1e3 / dtok);
+    printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM bandwidth\n",
+           touched / (1 << 20), touched * dtok / 1e9, 100 * warm_ratio);
+    if (mmap_io)
+        printf("    reads from the checkpoint happen as page faults of the mapping (--io mmap) and are not counted\n");
+    else
+        printf("    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n", read / (1 << 20),
+               read * dtok / 1e9, 100 * cold_ratio);
+    printf("    LRU hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
+           lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL;
+    long n_prefill = 512, n_decode = 64;
+    bool json = false, skip_cold = false, skip_warm = false;
+    cli_engine ce;
+    cli_engine_init(&ce);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_engine_arg(&ce, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            fputs(CLI_ENGINE_HELP, stdout);
+            return 0;
+        } else if (!strcmp(a, "--prefill")) {
+            if ((n_prefill = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            i++;
+        } else if (!strcmp(a, "--decode")) {
+            if ((n_decode = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            i++;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--skip-cold")) {
+            skip_cold = true;
+        } else if (!strcmp(a, "--skip-warm")) {
+            skip_warm = true;
+        } else if (a[0] == '-') {
+            cli_error("bench: unknown option '%s' (see edge0 bench --help)", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            cli_error("bench: unexpected argument '%s'", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        cli_error("bench needs MODEL (see edge0 bench --help)");
+        return 2;
+    }
+    if (cli_engine_finish(&ce) != 0) return 2;
+    char err[E0_ERR_MAX];
+    e0_engine *e = NULL;
+    if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+        cli_error("%s", err);
+        return 1;
+    }
+    cli_engine_opened(&ce, e);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    const int threads = ce.eo.n_threads > 0 ? ce.eo.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "edge0 bench: measuring DRAM bandwidth (%d threads)...\n", threads);
+    const double dram = dram_bandwidth(threads < 64 ? threads : 64);
+    fprintf(stderr, "edge0 bench: measuring checkpoint read bandwidth...\n");
+    const double disk = disk_bandwidth(e);
+    const uint64_t dense = info.weight_bytes - info.expert_bytes;
+    /* resident weights touched per decode token: all but the experts and the embedding table
+     * (one row of it); an estimate that counts the lm_head and every dense projection once */
+    const uint64_t dense_touched = dense - (uint64_t)info.vocab_size * (uint64_t)info.hidden_size / 2;
+    const bool mmap_io = strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
+    cJSON *root = cJSON_CreateObject();
+    if (json) {
+        cJSON_AddStringToObject(root, "model", model);
+        cJSON_AddStringToObject(root, "family", info.family);
+        cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
+        cJSON_AddNumberToObject(root, "threads", threads);
+        cJSON_AddNumberToObject(root, "dram_bw", dram);
+        cJSON_AddNumberToObject(root, "disk_bw", disk);
+    } else {
+        printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model, info.family, info.layout,
+               (double)info.weight_bytes / (1u << 30), (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
+        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s\n", dram / 1e9,
+               threads, disk / 1e9);
+    }
+    int status = 0;
+    phase ph;
+    if (!skip_cold) {
+        e0_engine_drop_cache(e);
+        fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
+        if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
+        report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json, root);
+    }
+    if (!skip_warm) {
+        fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
+        e0_engine_warm_cache(e);
+        fprintf(stderr, "edge0 bench: warm run...\n");
+        if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
+        report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json, root);
+    }
+    if (json) {
+        char *s = cJSON_Print(root);
+        if (s) puts(s);
+        free(s);
+    }
+    if (!json) printf("peak RSS %.0f MiB\n", (double)cli_peak_rss() / (1 << 20));
+    goto done;
+fail:
+    cli_error("%s", err);
+    status = 1;
+done:
+    cJSON_Delete(root);
+    e0_engine_free(e);
+    return status;
+}
