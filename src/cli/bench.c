@@ -337,6 +337,12 @@ int cmd_bench(int argc, char **argv) {
         report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json, root);
     }
     if (!skip_warm) {
+        /* a fresh engine: only the page cache is warm, not the LRU */
+        e0_engine_free(e);
+        if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+            e = NULL;
+            goto fail;
+        }
         fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
         e0_engine_warm_cache(e);
         fprintf(stderr, "edge0 bench: warm run...\n");
