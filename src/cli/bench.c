@@ -261,14 +261,8 @@ int cmd_bench(int argc, char **argv) {
     cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int r = cli_engine_arg(&ce, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            fputs(CLI_ENGINE_HELP, stdout);
-            return 0;
-        } else if (!strcmp(a, "--prefill")) {
+        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
+        if (!strcmp(a, "--prefill")) {
             if ((n_prefill = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
             i++;
         } else if (!strcmp(a, "--decode")) {

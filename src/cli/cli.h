@@ -20,6 +20,8 @@ unsigned long long cli_peak_rss(void);
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parses a non-negative integer option value; exits-free: returns -1 on error. */
 long cli_parse_long(const char *opt, const char *val, long lo, long hi);
+/* "1,2,3" -> malloc'd ids; -1 (message printed) on a malformed or empty list. */
+int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
@@ -40,8 +42,17 @@ typedef struct {
 extern const char *CLI_ENGINE_HELP;
 void cli_engine_init(cli_engine *c);
 /* argv[*i] is an engine option: 1 (consumed, *i advanced past its value),
- * 0 (not one), -1 (bad value, message printed). */
-int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i);
+ * 0 (not one), -1 (bad value, message printed), 2 (--help: `help` and the
+ * engine options printed; the command exits 0). */
+int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help);
+/* What a command does with cli_engine_arg's answer: continue, or return. */
+#define CLI_ENGINE_ARG(ce, argc, argv, i, help)                 \
+    do {                                                        \
+        int r_ = cli_engine_arg(ce, argc, argv, i, help);       \
+        if (r_ < 0) return 2;                                   \
+        if (r_ == 2) return 0;                                  \
+        if (r_ == 1) continue;                                  \
+    } while (0)
 /* Builds c->eo: defaults, preset, opts, --prefill-ondemand, the rest. */
 int cli_engine_finish(cli_engine *c);
 /* After open: prints what --mem-budget chose. */

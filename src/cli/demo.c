@@ -22,18 +22,6 @@ static const char *HELP =
     "  --max-tokens N   tokens to generate (default 32)\n"
     "\n";
 
-static int parse_ids(const char *s, int32_t *ids, int max) {
-    int n = 0;
-    for (const char *p = s; *p && n < max;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',')) return -1;
-        ids[n++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 /* ~/.cache/edge0/demo-tiny, built on first use. */
 static int builtin_model(char *dir, size_t n) {
     const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -65,46 +53,44 @@ static int builtin_model(char *dir, size_t n) {
 
 int cmd_demo(int argc, char **argv) {
     const char *model = NULL;
-    int32_t prompt[4096];
-    int n_prompt = 0;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
     long max_tokens = 32;
     cli_engine ce;
     cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int r = cli_engine_arg(&ce, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            fputs(CLI_ENGINE_HELP, stdout);
-            return 0;
-        } else if (!strcmp(a, "--ids")) {
-            if (!v || (n_prompt = parse_ids(v, prompt, 4096)) <= 0) {
-                cli_error("--ids needs a comma-separated list of token ids");
+        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
+        if (!strcmp(a, "--ids")) {
+            if (prompt || cli_parse_ids(a, v, &prompt, &n_prompt) != 0) {
+                if (prompt) cli_error("--ids given twice");
+                free(prompt);
                 return 2;
             }
             i++;
         } else if (!strcmp(a, "--max-tokens")) {
-            if ((max_tokens = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            if ((max_tokens = cli_parse_long(a, v, 1, 1 << 20)) < 0) goto usage;
             i++;
         } else if (a[0] == '-') {
             cli_error("demo: unknown option '%s' (see edge0 demo --help)", a);
-            return 2;
+            goto usage;
         } else if (!model) {
             model = a;
         } else {
             cli_error("demo: unexpected argument '%s'", a);
-            return 2;
+            goto usage;
         }
     }
-    if (cli_engine_finish(&ce) != 0) return 2;
+    if (cli_engine_finish(&ce) != 0) goto usage;
     char dir[4200];
     if (!model) {
-        if (builtin_model(dir, sizeof dir) != 0) return 1;
+        if (builtin_model(dir, sizeof dir) != 0) {
+            free(prompt);
+            return 1;
+        }
         model = dir;
     }
-    char err[E0_ERR_MAX];
+    char err[E0_ERR_MAX] = "out of memory";
     e0_engine *eng = NULL;
     e0_session *s = NULL;
     float *logits = NULL;
@@ -114,11 +100,13 @@ int cmd_demo(int argc, char **argv) {
     cli_engine_opened(&ce, eng);
     e0_model_info info;
     e0_engine_info(eng, &info);
-    if (n_prompt == 0) /* a fixed prompt: ids spread over the vocabulary */
+    if (!prompt) { /* a fixed prompt: ids spread over the vocabulary */
+        if (!(prompt = malloc(16 * sizeof *prompt))) goto out;
         for (n_prompt = 0; n_prompt < 16; n_prompt++) prompt[n_prompt] = (int32_t)((n_prompt * 7919 + 13) % info.vocab_size);
+    }
     e0_session_opts so;
     e0_session_opts_default(&so);
-    so.n_ctx = n_prompt + (int32_t)max_tokens;
+    so.n_ctx = (int32_t)n_prompt + (int32_t)max_tokens;
     if (e0_session_new(eng, &so, &s, err) != E0_OK) goto out;
     if (!(logits = malloc((size_t)info.vocab_size * sizeof *logits))) {
         snprintf(err, sizeof err, "out of memory");
@@ -128,7 +116,7 @@ int cmd_demo(int argc, char **argv) {
     printf("model: %s (%s, %s layout, %d layers, %d experts, top-%d)\n", model, info.family, info.layout,
            info.n_layers, info.n_experts, info.top_k);
     printf("prompt ids:");
-    for (int i = 0; i < n_prompt; i++) printf(" %d", prompt[i]);
+    for (size_t i = 0; i < n_prompt; i++) printf(" %d", prompt[i]);
     printf("\ngenerated ids:");
     fflush(stdout);
     if (e0_session_eval(s, prompt, (size_t)n_prompt, E0_LOGITS_LAST, logits, err) != E0_OK) goto out;
@@ -142,15 +130,19 @@ int cmd_demo(int argc, char **argv) {
         if (k + 1 < max_tokens && e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err) != E0_OK) goto out;
     }
     double t3 = cli_now();
-    printf("\n\nload %.2f s | prefill %d tokens, %.1f tok/s | decode %ld tokens, %.1f tok/s | peak RSS %.0f MiB\n",
+    printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %ld tokens, %.1f tok/s | peak RSS %.0f MiB\n",
            t1 - t0, n_prompt, n_prompt / (t2 - t1), max_tokens, (max_tokens - 1) / (t3 - t2),
            (double)cli_peak_rss() / (1 << 20));
     if (ce.stats) cli_print_stats(eng, stdout);
     status = 0;
 out:
     if (status) cli_error("%s", err);
+    free(prompt);
     free(logits);
     e0_session_free(s);
     e0_engine_free(eng);
     return status;
+usage:
+    free(prompt);
+    return 2;
 }

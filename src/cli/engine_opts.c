@@ -42,8 +42,13 @@ static unsigned long long parse_size(const char *s) {
     return (unsigned long long)(v * mul);
 }
 
-int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i) {
+int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        fputs(help, stdout);
+        fputs(CLI_ENGINE_HELP, stdout);
+        return 2;
+    }
     bool takes = !strcmp(a, "--preset") || !strcmp(a, "--opt") || !strcmp(a, "--path") || !strcmp(a, "--mem-budget") ||
                  !strcmp(a, "--io") || !strcmp(a, "--threads");
     if (takes && !v) {

@@ -6,7 +6,6 @@
 #include "edge0.h"
 #include "io/safetensors.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,41 +22,6 @@ static const char *HELP =
     "  --out FILE     output safetensors file\n"
     "\n";
 
-static int parse_ids(const char *s, int32_t **out, size_t *n) {
-    size_t cap = 16, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            cli_error("--ids: '%s' is not a comma-separated list of non-negative integers", s);
-            free(v);
-            return -1;
-        }
-        if (k == cap) {
-            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-        p = *end ? end + 1 : end;
-    }
-    if (k == 0) {
-        cli_error("--ids is empty");
-        free(v);
-        return -1;
-    }
-    *out = v;
-    *n = k;
-    return 0;
-}
-
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *outp = NULL;
     long prefill = 0;
@@ -65,14 +29,8 @@ int cmd_logits(int argc, char **argv) {
     cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int r = cli_engine_arg(&ce, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            fputs(CLI_ENGINE_HELP, stdout);
-            return 0;
-        } else if (!strcmp(a, "--ids")) {
+        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
+        if (!strcmp(a, "--ids")) {
             ids_s = v, i++;
         } else if (!strcmp(a, "--out")) {
             outp = v, i++;
@@ -96,7 +54,7 @@ int cmd_logits(int argc, char **argv) {
     }
     int32_t *ids;
     size_t n;
-    if (parse_ids(ids_s, &ids, &n) != 0) return 2;
+    if (cli_parse_ids("--ids", ids_s, &ids, &n) != 0) return 2;
     if (prefill == 0) prefill = (long)n;
     if ((size_t)prefill > n) {
         cli_error("--prefill %ld exceeds the %zu ids", prefill, n);

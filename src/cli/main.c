@@ -33,6 +33,43 @@ long cli_parse_long(const char *opt, const char *val, long lo, long hi) {
     return v;
 }
 
+int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n) {
+    size_t cap = 16, k = 0;
+    int32_t *v = s ? malloc(cap * sizeof *v) : NULL;
+    if (!v) {
+        cli_error("%s needs a comma-separated list of token ids", opt);
+        return -1;
+    }
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            cli_error("%s: '%s' is not a comma-separated list of non-negative integers", opt, s);
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        cli_error("%s is empty", opt);
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
