@@ -64,12 +64,12 @@ void chat_opts_default(chat_opts *o);
  * unknown role \"developer\""), E0_EINVAL for a NULL argument, E0_ENOMEM. */
 int chat_render(const cJSON *messages, const chat_opts *o, char **out, size_t *len, char *err);
 
-/* Python json.dumps(v, ensure_ascii=False) of a cJSON value, appended to
- * nothing: a malloc'd string. Separators ", " and ": ", keys in document
- * order, non-ASCII kept, control characters escaped as Python does. An
- * integral number below 2^53 in magnitude prints as an integer (cJSON does
- * not keep whether the source wrote "1" or "1.0"); others print as Python's
- * repr(float). `what` names the value in error messages. */
+/* Python json.dumps(v, ensure_ascii=False) of a cJSON value, as a malloc'd
+ * string. Separators ", " and ": ", keys in document order, non-ASCII kept,
+ * control characters escaped as Python does. An integral number below 2^53
+ * in magnitude prints as an integer (cJSON does not keep whether the source
+ * wrote "1" or "1.0"); others print as Python's repr(float). `what` names
+ * the value in error messages. */
 int chat_json_dumps(const cJSON *v, const char *what, char **out, char *err);
 
 /* ---- Stop strings over a stream of decoded text -----------------------

@@ -1,0 +1,437 @@
+/* Sampling chain; the order and formulas are documented in sampler.h.
+ *
+ * Hot path: one pass copies the logits into the candidate array (id, logit),
+ * the penalties touch only the tokens in the window, and the truncations
+ * avoid sorting the whole vocabulary: top-k selects k candidates in O(vocab)
+ * and sorts those; top-p without top-k sorts a growing prefix (256, 512, ...)
+ * until its mass reaches top_p, which for a peaked distribution is the first
+ * round; min-p alone is a linear filter. No allocation after sampler_new.
+ *
+ * Traps:
+ *  - top-p must normalise over the candidates left after top-k, not over the
+ *    vocabulary, and it sees untempered logits (llama.cpp order).
+ *  - Weights are exp(logit - max): a -inf max (everything masked) or +inf
+ *    logits would give NaN; a NaN difference means "equal to the max" here.
+ *  - The repetition penalty divides a positive logit but multiplies a
+ *    negative one (both push it down); it applies once per distinct token,
+ *    not once per occurrence.
+ */
+#include "text/sampler.h"
+
+#include "util/err.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+typedef struct {
+    float logit;
+    int32_t id;
+} cand;
+
+struct sampler {
+    sampler_params p;
+    int32_t n_vocab;
+    uint64_t seed;
+    uint64_t rng[4];
+    cand *c;        /* [n_vocab] candidates of the current step */
+    float *w;       /* [n_vocab] weights of the final draw */
+    int32_t *count; /* [n_vocab] scratch, all zero between calls */
+    int32_t *hist;  /* [penalty_last_n] ring of accepted tokens */
+    int32_t hist_len, hist_pos;
+};
+
+/* ---- PRNG: splitmix64 seeds xoshiro256** ----------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_unit(uint64_t s[4]) {
+    return (double)(rng_next(s) >> 11) * 0x1.0p-53;
+}
+
+static void rng_seed(sampler *s) {
+    uint64_t x = s->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+}
+
+/* ---- params --------------------------------------------------------------- */
+
+void sampler_params_default(sampler_params *p) {
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->penalty_last_n = 64;
+    p->seed = SAMPLER_SEED_RANDOM;
+}
+
+static int check_params(const sampler_params *p, char *err) {
+    if (!(isfinite(p->temperature) && p->temperature >= 0))
+        return e0_fail(err, E0_EINVAL, "temperature: %g is not a finite value >= 0",
+                       (double)p->temperature);
+    if (p->top_k < 0)
+        return e0_fail(err, E0_EINVAL, "top_k: %d is negative (0 disables it)", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return e0_fail(err, E0_EINVAL, "top_p: %g is outside (0, 1] (1 disables it)",
+                       (double)p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return e0_fail(err, E0_EINVAL, "min_p: %g is outside [0, 1] (0 disables it)",
+                       (double)p->min_p);
+    if (!(isfinite(p->repeat_penalty) && p->repeat_penalty > 0))
+        return e0_fail(err, E0_EINVAL,
+                       "repeat_penalty: %g is not a finite value > 0 (1 disables it)",
+                       (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty))
+        return e0_fail(err, E0_EINVAL, "presence_penalty: %g is not finite",
+                       (double)p->presence_penalty);
+    if (!isfinite(p->frequency_penalty))
+        return e0_fail(err, E0_EINVAL, "frequency_penalty: %g is not finite",
+                       (double)p->frequency_penalty);
+    if (p->penalty_last_n < 0 || p->penalty_last_n > SAMPLER_MAX_LAST_N)
+        return e0_fail(err, E0_EINVAL, "penalty_last_n: %d is outside [0, %d]", p->penalty_last_n,
+                       SAMPLER_MAX_LAST_N);
+    return 0;
+}
+
+static uint64_t fresh_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&x;
+    }
+    return x == SAMPLER_SEED_RANDOM ? 0 : x;
+}
+
+int sampler_new(const sampler_params *p, int32_t vocab_size, sampler **out, char *err) {
+    if (!p || !out) return e0_fail(err, E0_EINVAL, "sampler_new: NULL argument");
+    *out = NULL;
+    int rc = check_params(p, err);
+    if (rc) return rc;
+    if (vocab_size <= 0)
+        return e0_fail(err, E0_EINVAL, "vocab_size: %d is not positive", vocab_size);
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return e0_fail(err, E0_ENOMEM, "sampler_new: out of memory");
+    s->p = *p;
+    s->n_vocab = vocab_size;
+    s->c = malloc((size_t)vocab_size * sizeof *s->c);
+    s->w = malloc((size_t)vocab_size * sizeof *s->w);
+    s->count = calloc((size_t)vocab_size, sizeof *s->count);
+    s->hist = malloc((size_t)(p->penalty_last_n ? p->penalty_last_n : 1) * sizeof *s->hist);
+    if (!s->c || !s->w || !s->count || !s->hist) {
+        sampler_free(s);
+        return e0_fail(err, E0_ENOMEM, "sampler_new: out of memory (vocab %d)", vocab_size);
+    }
+    s->seed = p->seed == SAMPLER_SEED_RANDOM ? fresh_seed() : p->seed;
+    rng_seed(s);
+    *out = s;
+    return 0;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->w);
+    free(s->count);
+    free(s->hist);
+    free(s);
+}
+
+void sampler_reset(sampler *s) {
+    s->hist_len = s->hist_pos = 0;
+    rng_seed(s);
+}
+
+uint64_t sampler_seed(const sampler *s) {
+    return s->seed;
+}
+
+int sampler_accept(sampler *s, int32_t token) {
+    if (token < 0 || token >= s->n_vocab) return E0_ERANGE;
+    int32_t n = s->p.penalty_last_n;
+    if (n == 0) return 0;
+    s->hist[s->hist_pos] = token;
+    s->hist_pos = (s->hist_pos + 1) % n;
+    if (s->hist_len < n) s->hist_len++;
+    return 0;
+}
+
+/* ---- stage 1: penalties ---------------------------------------------------- */
+
+static bool penalties_on(const sampler *s) {
+    const sampler_params *p = &s->p;
+    return s->hist_len > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                               p->frequency_penalty != 0.0f);
+}
+
+static float penalize1(const sampler_params *p, float l, int32_t count) {
+    l = l <= 0 ? l * p->repeat_penalty : l / p->repeat_penalty;
+    return l - ((float)count * p->frequency_penalty + p->presence_penalty);
+}
+
+/* Counts the window into s->count; returns the window length. Each caller
+ * then visits the window, penalises a token when its count is non-zero and
+ * clears the count, so each distinct token is penalised once and s->count is
+ * all zero again afterwards. */
+static int32_t count_window(sampler *s) {
+    for (int32_t i = 0; i < s->hist_len; i++)
+        s->count[s->hist[i]]++;
+    return s->hist_len;
+}
+
+void sampler_penalize(sampler *s, float *logits) {
+    if (!penalties_on(s)) return;
+    for (int32_t i = 0, n = count_window(s); i < n; i++) {
+        int32_t t = s->hist[i];
+        if (!s->count[t]) continue;
+        logits[t] = penalize1(&s->p, logits[t], s->count[t]);
+        s->count[t] = 0;
+    }
+}
+
+/* ---- ordering and selection ------------------------------------------------------ */
+
+/* a comes before b: higher logit, then lower id (a total order). */
+static inline bool before(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb) {
+    const cand *a = pa, *b = pb;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static inline void cswap(cand *c, size_t i, size_t j) {
+    cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+/* Moves the m best of c[0..n) to c[0..m), unordered (quickselect with a
+ * median-of-three pivot). */
+static void select_top(cand *c, size_t n, size_t m) {
+    size_t lo = 0, hi = n;
+    if (m == 0 || m >= n) return;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        if (before(&c[mid], &c[lo])) cswap(c, mid, lo);
+        if (before(&c[last], &c[lo])) cswap(c, last, lo);
+        if (before(&c[last], &c[mid])) cswap(c, last, mid);
+        cswap(c, mid, last); /* the median is the pivot, at `last` */
+        cand piv = c[last];
+        size_t st = lo;
+        for (size_t i = lo; i < last; i++)
+            if (before(&c[i], &piv)) cswap(c, i, st++);
+        cswap(c, st, last);
+        if (m < st)
+            hi = st;
+        else if (m > st + 1)
+            lo = st + 1;
+        else
+            break;
+    }
+}
+
+/* The same for small m: a heap of the m best kept in c[0..m) with the worst
+ * at the root; one comparison for most of the vocabulary. */
+static void heap_down(cand *h, size_t m, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < m && before(&h[w], &h[l])) w = l;
+        if (r < m && before(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        cswap(h, i, w);
+        i = w;
+    }
+}
+
+static void heap_top(cand *c, size_t n, size_t m) {
+    for (size_t i = m / 2; i-- > 0;)
+        heap_down(c, m, i);
+    for (size_t i = m; i < n; i++)
+        if (before(&c[i], &c[0])) {
+            c[0] = c[i];
+            heap_down(c, m, 0);
+        }
+}
+
+#define HEAP_MAX_K 256
+
+/* c[0..k) = the k best, sorted. */
+static void top_k(cand *c, size_t n, size_t k) {
+    if (k <= HEAP_MAX_K)
+        heap_top(c, n, k);
+    else
+        select_top(c, n, k);
+    qsort(c, k, sizeof *c, cand_cmp);
+}
+
+/* exp(l - max), with a NaN difference (inf - inf) read as equal to max. */
+static inline float weight(float l, float max, float inv_t) {
+    float d = l - max;
+    return d == d ? expf(d * inv_t) : 1.0f;
+}
+
+static float max_logit(const cand *c, size_t n) {
+    float m = c[0].logit;
+    for (size_t i = 1; i < n; i++)
+        if (c[i].logit > m) m = c[i].logit;
+    return m;
+}
+
+/* ---- top-p ---------------------------------------------------------------------
+ *
+ * On a sorted list (after top-k) a running sum. On the whole vocabulary a
+ * bucket pass instead of a sort: logits fall into TP_BUCKETS buckets of
+ * width TP_RANGE / TP_BUCKETS below the max (the last one takes the rest);
+ * the bucket masses locate the bucket where the running mass crosses top_p;
+ * buckets above it are kept whole and unsorted, and only that one bucket is
+ * sorted to find the exact cut. The kept set is the same as a full sort's. */
+#define TP_BUCKETS 1024
+#define TP_RANGE   32.0f
+
+static inline size_t bucket_of(float l, float mx) {
+    float d = (mx - l) * ((float)TP_BUCKETS / TP_RANGE);
+    if (!(d >= 0)) return 0; /* NaN: inf - inf, equal to the max */
+    return d < (float)(TP_BUCKETS - 1) ? (size_t)d : TP_BUCKETS - 1;
+}
+
+static size_t top_p_sorted(const cand *c, size_t m, float mx, float p) {
+    double z = 0, cum = 0;
+    for (size_t i = 0; i < m; i++)
+        z += weight(c[i].logit, mx, 1.0f);
+    double target = (double)p * z;
+    for (size_t i = 0; i < m; i++) {
+        cum += weight(c[i].logit, mx, 1.0f);
+        if (cum >= target) return i + 1;
+    }
+    return m;
+}
+
+static size_t top_p_buckets(cand *c, size_t m, float mx, float p) {
+    double mass[TP_BUCKETS] = {0}, z = 0;
+    for (size_t i = 0; i < m; i++) {
+        float w = weight(c[i].logit, mx, 1.0f);
+        mass[bucket_of(c[i].logit, mx)] += w;
+        z += w;
+    }
+    double target = (double)p * z, cum = 0;
+    size_t k = 0;
+    for (; k < TP_BUCKETS; k++) {
+        if (cum + mass[k] >= target) break;
+        cum += mass[k];
+    }
+    if (k == TP_BUCKETS) return m; /* rounding: everything */
+    /* three-way partition: buckets < k, == k, > k */
+    size_t lo = 0, mid = 0, hi = m;
+    while (mid < hi) {
+        size_t b = bucket_of(c[mid].logit, mx);
+        if (b < k)
+            cswap(c, lo++, mid++);
+        else if (b == k)
+            mid++;
+        else
+            cswap(c, mid, --hi);
+    }
+    qsort(c + lo, mid - lo, sizeof *c, cand_cmp);
+    for (size_t i = lo; i < mid; i++) {
+        cum += weight(c[i].logit, mx, 1.0f);
+        if (cum >= target) return i + 1;
+    }
+    return mid;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits) {
+    if (!logits) return E0_EINVAL;
+    const sampler_params *p = &s->p;
+    cand *c = s->c;
+    size_t n = (size_t)s->n_vocab;
+    for (size_t i = 0; i < n; i++) {
+        float l = logits[i];
+        c[i].logit = l == l ? l : -INFINITY;
+        c[i].id = (int32_t)i;
+    }
+    if (penalties_on(s)) { /* c[] is in id order here */
+        for (int32_t i = 0, nh = count_window(s); i < nh; i++) {
+            int32_t t = s->hist[i];
+            if (!s->count[t]) continue;
+            c[t].logit = penalize1(p, c[t].logit, s->count[t]);
+            s->count[t] = 0;
+        }
+    }
+
+    /* greedy; also for a temperature so small that 1 / T overflows */
+    if (p->temperature <= 0 || isinf(1.0f / p->temperature)) {
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        return c[best].id;
+    }
+
+    size_t m = n; /* candidates left: c[0..m) */
+    bool sorted = false;
+    if (p->top_k > 0 && (size_t)p->top_k < n) {
+        m = (size_t)p->top_k;
+        top_k(c, n, m);
+        sorted = true;
+    }
+    /* every stage keeps the maximum, so it is found once */
+    float mx = sorted ? c[0].logit : max_logit(c, m);
+    if (p->top_p < 1.0f)
+        m = sorted ? top_p_sorted(c, m, mx, p->top_p) : top_p_buckets(c, m, mx, p->top_p);
+
+    if (p->min_p > 0.0f) {
+        float thr = mx + logf(p->min_p);
+        size_t k = 0;
+        if (sorted) {
+            while (k < m && c[k].logit >= thr)
+                k++;
+        } else {
+            for (size_t i = 0; i < m; i++)
+                if (c[i].logit >= thr) c[k++] = c[i];
+        }
+        m = k ? k : 1; /* the maximum passes; k == 0 cannot happen */
+    }
+
+    float inv_t = 1.0f / p->temperature, *w = s->w;
+    double z = 0;
+    for (size_t i = 0; i < m; i++)
+        z += w[i] = weight(c[i].logit, mx, inv_t);
+    double u = rng_unit(s->rng) * z, cum = 0;
+    for (size_t i = 0; i < m; i++) {
+        cum += w[i];
+        if (u < cum) return c[i].id;
+    }
+    /* u landed on the rounding slack at the end: the last token with weight */
+    for (size_t i = m; i-- > 0;)
+        if (w[i] > 0) return c[i].id;
+    return c[0].id;
+}

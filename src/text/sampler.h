@@ -1,0 +1,88 @@
+/* Token sampling: penalties, top-k, top-p, min-p, temperature, seeded draw.
+ *
+ *     sampler_params sp;
+ *     sampler_params_default(&sp);
+ *     sp.temperature = 0.6f, sp.top_k = 20, sp.seed = 42;
+ *     sampler *s;
+ *     if (sampler_new(&sp, vocab, &s, err)) ...;
+ *     for (each prompt id) sampler_accept(s, id);       // penalty history
+ *     for (;;) {
+ *         e0_session_eval(..., logits, err);
+ *         int id = sampler_sample(s, logits);
+ *         sampler_accept(s, id);
+ *         ...
+ *     }
+ *     sampler_free(s);
+ *
+ * The chain is llama.cpp's default order, each stage a no-op at its neutral
+ * value:
+ *   1. penalties over the last `penalty_last_n` accepted tokens, once per
+ *      distinct token t seen c(t) times:
+ *        logit = logit <= 0 ? logit * repeat_penalty : logit / repeat_penalty
+ *        logit -= c(t) * frequency_penalty + presence_penalty
+ *   2. temperature <= 0: greedy, the argmax of the penalised logits (lowest
+ *      id on ties); stages 3-6 are skipped and the RNG is not advanced.
+ *   3. top-k: keep the k highest logits (k = 0: off).
+ *   4. top-p: softmax over what is left, keep the smallest prefix by
+ *      descending probability whose mass reaches top_p (1: off).
+ *   5. min-p: keep tokens with p >= min_p * p_max, i.e. logit >= max +
+ *      log(min_p) (0: off).
+ *   6. temperature: softmax of logit / temperature over what is left, and one
+ *      draw from the sampler's own PRNG (xoshiro256** seeded through
+ *      splitmix64), so a seed gives the same tokens on every platform for
+ *      the same logits. Top-p and min-p see the logits before temperature,
+ *      as in llama.cpp. Every stage keeps at least one token.
+ * Ties in logit order by token id, so results never depend on qsort.
+ * NaN logits are read as -inf.
+ *
+ * Memory: sampler_new allocates everything (O(vocab)); sampling and
+ * accepting allocate nothing. A sampler belongs to one thread at a time.
+ */
+#ifndef E0_TEXT_SAMPLER_H
+#define E0_TEXT_SAMPLER_H
+
+#include <stdint.h>
+
+#define SAMPLER_SEED_RANDOM UINT64_MAX /* seed from the OS; see sampler_seed */
+#define SAMPLER_MAX_LAST_N  65536
+
+typedef struct {
+    float temperature;       /* >= 0; 0 = greedy. Default 0.8 */
+    int32_t top_k;           /* >= 0; 0 = off. Default 40 */
+    float top_p;             /* (0, 1]; 1 = off. Default 0.95 */
+    float min_p;             /* [0, 1]; 0 = off. Default 0.05 */
+    float repeat_penalty;    /* > 0; 1 = off. Default 1 */
+    float presence_penalty;  /* finite; 0 = off. Default 0 */
+    float frequency_penalty; /* finite; 0 = off. Default 0 */
+    int32_t penalty_last_n;  /* [0, SAMPLER_MAX_LAST_N]; 0 = no penalties. Default 64 */
+    uint64_t seed;           /* SAMPLER_SEED_RANDOM = a fresh seed. Default random */
+} sampler_params;
+
+typedef struct sampler sampler;
+
+/* llama.cpp's defaults (see each field). */
+void sampler_params_default(sampler_params *p);
+
+/* Validates `p` (E0_EINVAL naming the field) and allocates for vocab_size. */
+int sampler_new(const sampler_params *p, int32_t vocab_size, sampler **out, char *err);
+void sampler_free(sampler *s);
+
+/* Adds a token to the penalty window (prompt and generated tokens alike).
+ * E0_ERANGE for an id outside [0, vocab). */
+int sampler_accept(sampler *s, int32_t token);
+
+/* One token id from logits [vocab]; E0_EINVAL if logits is NULL. */
+int32_t sampler_sample(sampler *s, const float *logits);
+
+/* Stage 1 alone, in place on logits [vocab]: what the penalties do to the
+ * logits given the current window. */
+void sampler_penalize(sampler *s, float *logits);
+
+/* Empties the penalty window and restarts the PRNG from the seed, so the
+ * same logits give the same tokens again. */
+void sampler_reset(sampler *s);
+
+/* The seed in use (the drawn one when SAMPLER_SEED_RANDOM was asked for). */
+uint64_t sampler_seed(const sampler *s);
+
+#endif
