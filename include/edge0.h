@@ -204,6 +204,87 @@ typedef enum {
 int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode,
                     float *logits, char *err);
 
+/* The ids the session holds, in order (what e0_session_eval and
+ * e0_generate have evaluated since the last reset); *n gets their count. */
+const int32_t *e0_session_history(const e0_session *s, size_t *n);
+
+/* ---- Text in, text out ------------------------------------------------- *
+ * A model's tokenizer (tokenizer.json, byte-level BPE), its chat format
+ * (ChatML as the Qwen templates render it) and sampling. An e0_text is
+ * immutable after open: any number of threads may use it at once. */
+
+typedef struct e0_text e0_text;
+
+/* `path`: a model directory holding tokenizer.json, or a tokenizer.json. */
+int e0_text_open(e0_text **out, const char *path, char *err);
+void e0_text_free(e0_text *t);
+/* ids of s[0..len): special tokens written in the text are matched as
+ * special tokens. *ids is malloc'd. */
+int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n, char *err);
+/* Text of ids, special tokens kept; *out is malloc'd and NUL-terminated. */
+int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err);
+/* The id of a token written as text (e.g. "<|im_end|>"), or -1. */
+int32_t e0_text_token_id(const e0_text *t, const char *token);
+
+typedef struct {
+    int add_generation_prompt; /* append "<|im_start|>assistant\n" (1) */
+    int enable_thinking;       /* 0 appends the empty think block, as the template does (1) */
+    const char *tools_json;    /* a JSON array of tool definitions, or NULL */
+} e0_chat_opts;
+
+void e0_chat_opts_default(e0_chat_opts *o);
+/* Renders an OpenAI-style messages array given as JSON text
+ * ([{"role": "user", "content": "..."}, ...]); *out is malloc'd. */
+int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o, char **out, size_t *out_len,
+                   char *err);
+
+/* Sampling, in llama.cpp's order: penalties, top-k, top-p, min-p,
+ * temperature (0 = greedy), draw. Reproducible for a given seed. */
+typedef struct {
+    float temperature;       /* 0.8 */
+    int32_t top_k;           /* 40; 0 = off */
+    float top_p;             /* 0.95; 1 = off */
+    float min_p;             /* 0.05; 0 = off */
+    float repeat_penalty;    /* 1 = off */
+    float presence_penalty;  /* 0 = off */
+    float frequency_penalty; /* 0 = off */
+    uint64_t seed;           /* 0: a fresh random seed */
+    int32_t max_tokens;      /* 0: until EOS, a stop string or the end of the context */
+    const char *const *stop; /* stop strings (not emitted) */
+    size_t n_stop;
+} e0_sample_opts;
+
+void e0_sample_opts_default(e0_sample_opts *o);
+
+/* Receives generated text as it becomes complete (never half a UTF-8
+ * character, never a prefix of a stop string that may still complete).
+ * Return non-zero to cancel: generation stops before the next token. */
+typedef int (*e0_piece_fn)(void *user, const char *text, size_t len);
+
+typedef enum {
+    E0_FINISH_STOP,      /* an end-of-turn token or a stop string */
+    E0_FINISH_LENGTH,    /* max_tokens reached */
+    E0_FINISH_CONTEXT,   /* the context is full */
+    E0_FINISH_CANCELLED, /* the callback asked to stop */
+} e0_finish;
+
+typedef struct {
+    int32_t prompt_tokens;     /* ids of the prompt */
+    int32_t reused_tokens;     /* of those, already in the session (not evaluated again) */
+    int32_t completion_tokens; /* generated, the end-of-turn token not counted */
+    e0_finish finish;
+    double prefill_s, decode_s;
+} e0_gen_result;
+
+/* Continues `s` with `prompt` and generates. When the session already holds
+ * a prefix of the prompt, only the rest is evaluated (for models with
+ * recurrent layers the whole history must be that prefix, else the session
+ * is reset first). Generated ids are appended to the session's history; the
+ * end-of-turn token that stops generation is not evaluated. E0_ERANGE if the
+ * prompt does not fit in the context. */
+int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
+
 #ifdef __cplusplus
 }
 #endif

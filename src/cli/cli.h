@@ -11,6 +11,7 @@ int cmd_logits(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 /* Peak resident set size of this process in bytes. */
@@ -37,22 +38,27 @@ typedef struct {
     bool path_set, io_set, ondemand, stats;
     unsigned long long mem_budget;
     int threads;
+    e0_sample_opts sample; /* --temp --top-k --top-p --min-p --seed --max-tokens --stop ... */
+    const char *stops[16];
 } cli_engine;
 
 extern const char *CLI_ENGINE_HELP;
+extern const char *CLI_SAMPLE_HELP;
 void cli_engine_init(cli_engine *c);
 /* argv[*i] is an engine option: 1 (consumed, *i advanced past its value),
  * 0 (not one), -1 (bad value, message printed), 2 (--help: `help` and the
  * engine options printed; the command exits 0). */
 int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help);
-/* What a command does with cli_engine_arg's answer: continue, or return. */
+/* What a command's argument loop does with cli_engine_arg's answer: the
+ * next argument, or return. A plain block, not do-while(0): `continue` must
+ * reach the argument loop. */
 #define CLI_ENGINE_ARG(ce, argc, argv, i, help)                 \
-    do {                                                        \
+    {                                                           \
         int r_ = cli_engine_arg(ce, argc, argv, i, help);       \
         if (r_ < 0) return 2;                                   \
         if (r_ == 2) return 0;                                  \
         if (r_ == 1) continue;                                  \
-    } while (0)
+    }
 /* Builds c->eo: defaults, preset, opts, --prefill-ondemand, the rest. */
 int cli_engine_finish(cli_engine *c);
 /* After open: prints what --mem-budget chose. */

@@ -1,37 +1,88 @@
-/* edge0 demo [MODEL]: greedy generation from a prompt, with timings.
- * Without MODEL it builds (once) and runs a tiny random-weight model of the
- * Qwen3.5/3.6 MoE shape, so it works offline on a fresh clone. Until the
- * tokenizer lands it shows token ids rather than text. */
+/* edge0 demo [MODEL] [--prompt TEXT]: one answer streamed to the terminal,
+ * then a stats line. Without MODEL it builds (once) a tiny random-weight
+ * model of the Qwen3.5/3.6 MoE shape with the real Qwen3 tokenizer (from
+ * assets/), so it runs offline on a fresh clone; its answers are noise. */
 #include "cli/cli.h"
 #include "edge0.h"
 #include "model/synth.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char *HELP =
-    "usage: edge0 demo [MODEL] [--ids ID,ID,...] [--max-tokens N] [--threads N]\n"
+    "usage: edge0 demo [MODEL] [--prompt TEXT] [--no-think] [--ids ID,ID,...]\n"
     "\n"
-    "Runs a prompt through MODEL and generates greedily, printing each token id\n"
-    "as it comes and a stats line at the end. Without MODEL it uses a built-in\n"
-    "tiny random-weight model (built once into ~/.cache/edge0/demo-tiny).\n"
+    "Answers one prompt with MODEL (a directory with config.json, safetensors and\n"
+    "tokenizer.json), streaming the answer, then prints a stats line. Without\n"
+    "MODEL it uses a built-in tiny random-weight model with the real Qwen3\n"
+    "tokenizer (built once into ~/.cache/edge0/demo-tiny): it works offline, and\n"
+    "its answers are noise.\n"
     "\n"
-    "  --ids LIST       prompt token ids (default: a fixed 16-token prompt)\n"
-    "  --max-tokens N   tokens to generate (default 32)\n"
+    "  --prompt TEXT   the user message (default: a short question)\n"
+    "  --no-think      render the prompt with thinking off, as the template does\n"
+    "  --ids LIST      feed these token ids instead of a prompt (no tokenizer needed)\n"
     "\n";
 
-/* ~/.cache/edge0/demo-tiny, built on first use. */
+/* assets/qwen3-tokenizer next to the binary's build directory, or $E0_ASSETS. */
+static int find_tokenizer(char *out, size_t n) {
+    const char *env = getenv("E0_ASSETS");
+    char exe[PATH_MAX];
+    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *cands[3];
+    char a[PATH_MAX + 64], b[PATH_MAX + 64], c[PATH_MAX + 64];
+    int k = 0;
+    if (env && *env) {
+        snprintf(a, sizeof a, "%s/qwen3-tokenizer/tokenizer.json", env);
+        cands[k++] = a;
+    }
+    if (l > 0) {
+        exe[l] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(b, sizeof b, "%s/../assets/qwen3-tokenizer/tokenizer.json", exe);
+        snprintf(c, sizeof c, "%s/assets/qwen3-tokenizer/tokenizer.json", exe);
+        cands[k++] = b;
+        cands[k++] = c;
+    }
+    for (int i = 0; i < k; i++)
+        if (access(cands[i], R_OK) == 0) {
+            snprintf(out, n, "%s", cands[i]);
+            return 0;
+        }
+    cli_error("demo: the built-in model needs assets/qwen3-tokenizer/tokenizer.json (set E0_ASSETS to the assets "
+              "directory of the edge0 source tree)");
+    return -1;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+    char buf[1 << 16];
+    size_t r;
+    int ok = in && out;
+    while (ok && (r = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, r, out) == r;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = 0;
+    if (!ok) cli_error("demo: cannot copy %s to %s: %s", src, dst, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+/* ~/.cache/edge0/demo-tiny: the tiny model plus the tokenizer, built on first use. */
 static int builtin_model(char *dir, size_t n) {
     const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char root[4096];
+    char root[4096], tok[PATH_MAX + 64], dst[4200];
     if (cache && *cache) snprintf(root, sizeof root, "%s/edge0", cache);
     else if (home && *home) snprintf(root, sizeof root, "%s/.cache/edge0", home);
     else snprintf(root, sizeof root, "/tmp/edge0-cache");
     snprintf(dir, n, "%s/demo-tiny", root);
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
     struct stat st;
-    if (stat(dir, &st) == 0) return 0;
+    if (stat(dst, &st) == 0) return 0;
+    if (find_tokenizer(tok, sizeof tok) != 0) return -1;
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", root);
     for (char *p = parent + 1; *p; p++)
@@ -41,35 +92,45 @@ static int builtin_model(char *dir, size_t n) {
             *p = '/';
         }
     mkdir(parent, 0755);
-    fprintf(stderr, "edge0 demo: no MODEL given; building the built-in tiny model (random weights, "
-                    "qwen3_5_moe layout) in %s\n", dir);
-    char err[E0_ERR_MAX];
-    if (synth_write(synth_find("tiny"), dir, 1, err) != 0) {
-        cli_error("%s", err);
-        return -1;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "edge0 demo: no MODEL given; building the built-in tiny model (random weights, "
+                        "qwen3_5_moe layout, Qwen3 tokenizer) in %s\n", dir);
+        char err[E0_ERR_MAX];
+        if (synth_write(synth_find("tiny"), dir, 1, err) != 0) {
+            cli_error("%s", err);
+            return -1;
+        }
     }
+    return copy_file(tok, dst);
+}
+
+static int print_piece(void *user, const char *text, size_t len) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
     return 0;
 }
 
 int cmd_demo(int argc, char **argv) {
-    const char *model = NULL;
-    int32_t *prompt = NULL;
-    size_t n_prompt = 0;
-    long max_tokens = 32;
+    const char *model = NULL, *prompt = "Why is the sky blue? Answer in one sentence.";
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    bool think = true;
     cli_engine ce;
     cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--ids")) {
-            if (prompt || cli_parse_ids(a, v, &prompt, &n_prompt) != 0) {
-                if (prompt) cli_error("--ids given twice");
-                free(prompt);
-                return 2;
+        if (!strcmp(a, "--prompt")) {
+            if (!v) {
+                cli_error("--prompt needs a value");
+                goto usage;
             }
-            i++;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if ((max_tokens = cli_parse_long(a, v, 1, 1 << 20)) < 0) goto usage;
+            prompt = v, i++;
+        } else if (!strcmp(a, "--no-think")) {
+            think = false;
+        } else if (!strcmp(a, "--ids")) {
+            if (ids || cli_parse_ids(a, v, &ids, &n_ids) != 0) goto usage;
             i++;
         } else if (a[0] == '-') {
             cli_error("demo: unknown option '%s' (see edge0 demo --help)", a);
@@ -82,67 +143,106 @@ int cmd_demo(int argc, char **argv) {
         }
     }
     if (cli_engine_finish(&ce) != 0) goto usage;
+    if (!ce.sample.max_tokens) ce.sample.max_tokens = 64;
     char dir[4200];
     if (!model) {
         if (builtin_model(dir, sizeof dir) != 0) {
-            free(prompt);
+            free(ids);
             return 1;
         }
         model = dir;
     }
-    char err[E0_ERR_MAX] = "out of memory";
+    char err[E0_ERR_MAX] = "out of memory", *rendered = NULL;
     e0_engine *eng = NULL;
     e0_session *s = NULL;
-    float *logits = NULL;
+    e0_text *text = NULL;
     int status = 1;
     double t0 = cli_now();
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
+    if (!ids) {
+        if (e0_text_open(&text, model, err) != E0_OK) {
+            char why[E0_ERR_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, sizeof err, "%.400s (give --ids to run token ids without a tokenizer)", why);
+            goto out;
+        }
+        char *msg = NULL;
+        size_t ml = strlen(prompt) * 6 + 64;
+        if (!(msg = malloc(ml))) goto out;
+        /* [{"role":"user","content":"<prompt, JSON-escaped>"}] */
+        size_t o = (size_t)snprintf(msg, ml, "[{\"role\":\"user\",\"content\":\"");
+        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
+            if (*p == '"' || *p == '\\') o += (size_t)snprintf(msg + o, ml - o, "\\%c", *p);
+            else if (*p < 0x20) o += (size_t)snprintf(msg + o, ml - o, "\\u%04x", *p);
+            else msg[o++] = (char)*p;
+        }
+        snprintf(msg + o, ml - o, "\"}]");
+        e0_chat_opts co;
+        e0_chat_opts_default(&co);
+        co.enable_thinking = think;
+        size_t rl;
+        int rc = e0_chat_render(msg, strlen(msg), &co, &rendered, &rl, err);
+        free(msg);
+        if (rc || e0_text_encode(text, rendered, rl, &ids, &n_ids, err)) goto out;
+    }
     e0_model_info info;
     e0_engine_info(eng, &info);
-    if (!prompt) { /* a fixed prompt: ids spread over the vocabulary */
-        if (!(prompt = malloc(16 * sizeof *prompt))) goto out;
-        for (n_prompt = 0; n_prompt < 16; n_prompt++) prompt[n_prompt] = (int32_t)((n_prompt * 7919 + 13) % info.vocab_size);
-    }
     e0_session_opts so;
     e0_session_opts_default(&so);
-    so.n_ctx = (int32_t)n_prompt + (int32_t)max_tokens;
+    so.n_ctx = (int32_t)n_ids + ce.sample.max_tokens + 1;
     if (e0_session_new(eng, &so, &s, err) != E0_OK) goto out;
-    if (!(logits = malloc((size_t)info.vocab_size * sizeof *logits))) {
-        snprintf(err, sizeof err, "out of memory");
-        goto out;
-    }
-    double t1 = cli_now();
-    printf("model: %s (%s, %s layout, %d layers, %d experts, top-%d)\n", model, info.family, info.layout,
-           info.n_layers, info.n_experts, info.top_k);
-    printf("prompt ids:");
-    for (size_t i = 0; i < n_prompt; i++) printf(" %d", prompt[i]);
-    printf("\ngenerated ids:");
+    printf("model: %s (%s, %s layout, %d layers, %d experts, top-%d)%s\n", model, info.family, info.layout,
+           info.n_layers, info.n_experts, info.top_k,
+           model == dir ? " -- the built-in tiny model has random weights: expect noise" : "");
+    if (text) printf("> %s\n", prompt);
+    else printf("prompt ids: %zu of them\n", n_ids);
     fflush(stdout);
-    if (e0_session_eval(s, prompt, (size_t)n_prompt, E0_LOGITS_LAST, logits, err) != E0_OK) goto out;
-    double t2 = cli_now();
-    for (long k = 0; k < max_tokens; k++) {
-        int32_t best = 0;
-        for (int32_t v = 1; v < info.vocab_size; v++)
-            if (logits[v] > logits[best]) best = v;
-        printf(" %d", best);
-        fflush(stdout);
-        if (k + 1 < max_tokens && e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err) != E0_OK) goto out;
+    e0_gen_result r;
+    if (text) {
+        if (e0_generate(s, text, ids, n_ids, &ce.sample, print_piece, NULL, &r, err) != E0_OK) goto out;
+    } else { /* ids only: greedy, printing ids */
+        float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
+        if (!logits) goto out;
+        memset(&r, 0, sizeof r);
+        double a = cli_now();
+        int rc = e0_session_eval(s, ids, n_ids, E0_LOGITS_LAST, logits, err);
+        r.prefill_s = cli_now() - a;
+        a = cli_now();
+        for (int k = 0; !rc && k < ce.sample.max_tokens; k++) {
+            int32_t best = 0;
+            for (int32_t v = 1; v < info.vocab_size; v++)
+                if (logits[v] > logits[best]) best = v;
+            printf(" %d", best);
+            fflush(stdout);
+            r.completion_tokens++;
+            if (k + 1 < ce.sample.max_tokens) rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err);
+        }
+        r.decode_s = cli_now() - a;
+        free(logits);
+        if (rc) goto out;
     }
-    double t3 = cli_now();
-    printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %ld tokens, %.1f tok/s | peak RSS %.0f MiB\n",
-           t1 - t0, n_prompt, n_prompt / (t2 - t1), max_tokens, (max_tokens - 1) / (t3 - t2),
-           (double)cli_peak_rss() / (1 << 20));
+    e0_stats st;
+    e0_engine_stats(eng, &st);
+    const uint64_t tokens = st.prefill_tokens + st.decode_tokens, lk = st.lru_hits + st.lru_misses;
+    char hit[32] = "n/a (mapped checkpoint)";
+    if (lk) snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)st.lru_hits / (double)lk);
+    printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %d tokens, %.1f tok/s | read %.1f MiB/token | "
+           "cache hit rate %s | peak RSS %.0f MiB\n",
+           cli_now() - t0 - r.prefill_s - r.decode_s, n_ids, (double)n_ids / r.prefill_s, r.completion_tokens,
+           r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0,
+           tokens ? (double)st.bytes_read / (double)tokens / (1 << 20) : 0.0, hit, (double)st.peak_rss / (1 << 20));
     if (ce.stats) cli_print_stats(eng, stdout);
     status = 0;
 out:
     if (status) cli_error("%s", err);
-    free(prompt);
-    free(logits);
+    free(rendered);
+    free(ids);
+    e0_text_free(text);
     e0_session_free(s);
     e0_engine_free(eng);
     return status;
 usage:
-    free(prompt);
+    free(ids);
     return 2;
 }

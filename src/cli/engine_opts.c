@@ -19,9 +19,68 @@ const char *CLI_ENGINE_HELP =
     "  --threads N          compute threads (default: one per core)\n"
     "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";
 
+const char *CLI_SAMPLE_HELP =
+    "sampling options:\n"
+    "  --temp T             temperature, 0 = greedy (0.8)\n"
+    "  --top-k K            keep the K most likely tokens, 0 = off (40)\n"
+    "  --top-p P            nucleus sampling, 1 = off (0.95)\n"
+    "  --min-p P            drop tokens below P x the best one's probability, 0 = off (0.05)\n"
+    "  --repeat-penalty R   penalise the last 64 tokens, 1 = off (1)\n"
+    "  --presence-penalty X, --frequency-penalty X   OpenAI-style penalties (0)\n"
+    "  --seed N             reproducible sampling (default: random)\n"
+    "  --max-tokens N       stop after N tokens\n"
+    "  --stop TEXT          stop at TEXT (repeatable)\n";
+
 void cli_engine_init(cli_engine *c) {
     memset(c, 0, sizeof *c);
     e0_engine_opts_default(&c->eo);
+    e0_sample_opts_default(&c->sample);
+    c->sample.stop = c->stops;
+}
+
+/* A float option value; -1 (message printed) when it is not a number. */
+static int parse_float(const char *opt, const char *v, float *out) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || d != d) {
+        cli_error("%s: '%s' is not a number", opt, v);
+        return -1;
+    }
+    *out = (float)d;
+    return 0;
+}
+
+static int sample_arg(cli_engine *c, const char *a, const char *v) {
+    e0_sample_opts *s = &c->sample;
+    long n;
+    if (!strcmp(a, "--temp")) return parse_float(a, v, &s->temperature);
+    if (!strcmp(a, "--top-p")) return parse_float(a, v, &s->top_p);
+    if (!strcmp(a, "--min-p")) return parse_float(a, v, &s->min_p);
+    if (!strcmp(a, "--repeat-penalty")) return parse_float(a, v, &s->repeat_penalty);
+    if (!strcmp(a, "--presence-penalty")) return parse_float(a, v, &s->presence_penalty);
+    if (!strcmp(a, "--frequency-penalty")) return parse_float(a, v, &s->frequency_penalty);
+    if (!strcmp(a, "--top-k")) return (n = cli_parse_long(a, v, 0, 1 << 24)) < 0 ? -1 : (s->top_k = (int32_t)n, 0);
+    if (!strcmp(a, "--max-tokens"))
+        return (n = cli_parse_long(a, v, 1, 1 << 24)) < 0 ? -1 : (s->max_tokens = (int32_t)n, 0);
+    if (!strcmp(a, "--seed")) {
+        char *end;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (end == v || *end || v[0] == '-') {
+            cli_error("--seed: '%s' is not a non-negative integer", v);
+            return -1;
+        }
+        s->seed = x ? x : 1; /* 0 would mean "random" */
+        return 0;
+    }
+    if (!strcmp(a, "--stop")) {
+        if (s->n_stop == sizeof c->stops / sizeof *c->stops || !*v) {
+            cli_error("--stop: at most %zu non-empty stop strings", sizeof c->stops / sizeof *c->stops);
+            return -1;
+        }
+        c->stops[s->n_stop++] = v;
+        return 0;
+    }
+    return 1; /* not a sampling option */
 }
 
 /* "8G", "8GiB", "512M", "1.5g", "123456" -> bytes; 0 on error. */
@@ -47,13 +106,23 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
         fputs(help, stdout);
         fputs(CLI_ENGINE_HELP, stdout);
+        fputs(CLI_SAMPLE_HELP, stdout);
         return 2;
     }
-    bool takes = !strcmp(a, "--preset") || !strcmp(a, "--opt") || !strcmp(a, "--path") || !strcmp(a, "--mem-budget") ||
-                 !strcmp(a, "--io") || !strcmp(a, "--threads");
+    static const char *valued[] = {"--preset", "--opt", "--path", "--mem-budget", "--io", "--threads", "--temp",
+                                   "--top-p", "--min-p", "--top-k", "--repeat-penalty", "--presence-penalty",
+                                   "--frequency-penalty", "--max-tokens", "--seed", "--stop"};
+    bool takes = false;
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
     if (takes && !v) {
         cli_error("%s needs a value", a);
         return -1;
+    }
+    int sr = takes ? sample_arg(c, a, v) : 1;
+    if (sr < 0) return -1;
+    if (sr == 0) {
+        (*i)++;
+        return 1;
     }
     if (!strcmp(a, "--preset")) {
         c->preset = v;

@@ -110,8 +110,16 @@ struct e0_session {
     float **kc, **vc;        /* per attention layer: [n_ctx, nkv*hd] */
     float **conv;            /* per DeltaNet layer: [K-1, conv_dim] */
     float **rec;             /* per DeltaNet layer: [Hv, Dk, Dv] */
+    int32_t *hist;           /* [n_ctx]: the ids at positions 0..pos */
     e0_scratch s;
 };
+
+/* Keeps the longest part of the session's history that is a prefix of
+ * prompt[0..n) and still leaves one id to evaluate: attention-only models
+ * truncate their KV cache to it; models with recurrent layers keep the
+ * whole history or nothing (their states cannot be rewound). Returns the
+ * number of positions kept. */
+int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n);
 
 /* Layer pieces over a batch of T tokens at positions pos..pos+T-1.
  * in: [T, H] normed input, out: [T, H]. */

@@ -127,6 +127,7 @@ void e0_session_free(e0_session *s) {
     free(s->vc);
     free(s->conv);
     free(s->rec);
+    free(s->hist);
     float **bufs[] = {&s->s.x, &s->s.h, &s->s.y, &s->s.q, &s->s.k, &s->s.v, &s->s.att,
                       &s->s.scores, &s->s.proj, &s->s.mix, &s->s.hist, &s->s.zz, &s->s.bb,
                       &s->s.aa, &s->s.o, &s->s.rlogits, &s->s.rw, &s->s.xs, &s->s.g,
@@ -179,7 +180,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     s->vc = calloc(L, sizeof *s->vc);
     s->conv = calloc(L, sizeof *s->conv);
     s->rec = calloc(L, sizeof *s->rec);
-    bad |= !s->kc || !s->vc || !s->conv || !s->rec;
+    s->hist = calloc((size_t)s->n_ctx, sizeof *s->hist);
+    bad |= !s->kc || !s->vc || !s->conv || !s->rec || !s->hist;
     for (size_t i = 0; !bad && i < L; i++) {
         if (m->layers[i].linear) {
             s->conv[i] = fbuf((K - 1) * C, &bad);
@@ -247,6 +249,26 @@ void e0_session_reset(e0_session *s) {
 
 int32_t e0_session_pos(const e0_session *s) { return s->pos; }
 
+const int32_t *e0_session_history(const e0_session *s, size_t *n) {
+    *n = (size_t)s->pos;
+    return s->hist;
+}
+
+int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
+    int32_t common = 0;
+    while (common < s->pos && (size_t)common < n && s->hist[common] == prompt[common]) common++;
+    bool recurrent = false;
+    for (int i = 0; i < s->m->cfg.n_layers; i++) recurrent |= s->m->layers[i].linear;
+    if (!recurrent) {
+        if ((size_t)common >= n) common = (int32_t)n - 1; /* the last id must run for its logits */
+        s->pos = common < 0 ? 0 : common;                  /* the KV cache past pos is never read */
+        return s->pos;
+    }
+    if (common == s->pos && (size_t)common < n) return common;
+    e0_session_reset(s);
+    return 0;
+}
+
 /* One batch of T <= n_batch tokens through every layer; leaves the final
  * residual stream in S->x. Fails only when expert bytes cannot be read. */
 static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
@@ -255,6 +277,7 @@ static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
     e0_scratch *S = &s->s;
     const int H = c->hidden;
     for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
+    memcpy(s->hist + s->pos, ids, (size_t)T * sizeof *ids);
     for (int li = 0; li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);

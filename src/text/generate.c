@@ -1,0 +1,209 @@
+/* Text in, text out: the public e0_text / e0_chat / e0_generate API over the
+ * tokenizer, the chat renderer, the sampler and a session. */
+#include "edge0.h"
+#include "model/model.h"
+#include "text/chat.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+#include "util/err.h"
+#include "util/file.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct e0_text {
+    tok_tokenizer *tk;
+    int32_t eot[4]; /* end-of-turn tokens the tokenizer knows (<|im_end|>, <|endoftext|>) */
+    int n_eot;
+};
+
+int e0_text_open(e0_text **out, const char *path, char *err) {
+    *out = NULL;
+    struct stat st;
+    char *file = NULL;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (!(file = e0_path_join(path, "tokenizer.json"))) return e0_fail(err, E0_ENOMEM, "out of memory");
+        path = file;
+    }
+    e0_text *t = calloc(1, sizeof *t);
+    int rc = t ? tok_load(&t->tk, path, err) : e0_fail(err, E0_ENOMEM, "out of memory");
+    if (rc == E0_ENOTFOUND) e0_wrap(err, rc, "no tokenizer (a model directory needs tokenizer.json)");
+    free(file);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    static const char *eot[] = {CHAT_IM_END, "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof eot / sizeof *eot; i++) {
+        int32_t id = tok_token_id(t->tk, eot[i]);
+        if (id >= 0) t->eot[t->n_eot++] = id;
+    }
+    *out = t;
+    return 0;
+}
+
+void e0_text_free(e0_text *t) {
+    if (!t) return;
+    tok_free(t->tk);
+    free(t);
+}
+
+int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n, char *err) {
+    tok_ids v = {0};
+    int rc = tok_encode(t->tk, s, len, 0, &v, err);
+    if (rc) return rc;
+    *ids = v.v;
+    *n = v.n;
+    return 0;
+}
+
+int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err) {
+    size_t l;
+    return tok_decode(t->tk, ids, n, 0, out, len ? len : &l, err);
+}
+
+int32_t e0_text_token_id(const e0_text *t, const char *token) { return tok_token_id(t->tk, token); }
+
+void e0_chat_opts_default(e0_chat_opts *o) {
+    o->add_generation_prompt = 1;
+    o->enable_thinking = 1;
+    o->tools_json = NULL;
+}
+
+int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o, char **out, size_t *out_len,
+                   char *err) {
+    cJSON *msgs = cJSON_ParseWithLength(messages_json, len), *tools = NULL;
+    if (!msgs) return e0_fail(err, E0_EFORMAT, "messages: not valid JSON");
+    int rc = 0;
+    if (o && o->tools_json && !(tools = cJSON_Parse(o->tools_json)))
+        rc = e0_fail(err, E0_EFORMAT, "tools: not valid JSON");
+    if (!rc) {
+        chat_opts co;
+        chat_opts_default(&co);
+        if (o) {
+            co.add_generation_prompt = o->add_generation_prompt != 0;
+            co.enable_thinking = o->enable_thinking != 0;
+        }
+        co.tools = tools;
+        rc = chat_render(msgs, &co, out, out_len, err);
+    }
+    cJSON_Delete(tools);
+    cJSON_Delete(msgs);
+    return rc;
+}
+
+void e0_sample_opts_default(e0_sample_opts *o) {
+    sampler_params p;
+    sampler_params_default(&p);
+    memset(o, 0, sizeof *o);
+    o->temperature = p.temperature;
+    o->top_k = p.top_k;
+    o->top_p = p.top_p;
+    o->min_p = p.min_p;
+    o->repeat_penalty = p.repeat_penalty;
+    o->presence_penalty = p.presence_penalty;
+    o->frequency_penalty = p.frequency_penalty;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
+    for (int i = 0; i < t->n_eot; i++)
+        if (t->eot[i] == id) return true;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos[i] == id) return true;
+    return false;
+}
+
+int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
+    const e0_config *c = &s->m->cfg;
+    e0_sample_opts d;
+    if (!o) {
+        e0_sample_opts_default(&d);
+        o = &d;
+    }
+    memset(r, 0, sizeof *r);
+    r->prompt_tokens = (int32_t)n;
+    if (n == 0) return e0_fail(err, E0_EINVAL, "the prompt is empty");
+    if (n >= (size_t)s->n_ctx)
+        return e0_fail(err, E0_ERANGE, "the prompt has %zu tokens but the context holds %d; shorten it or raise the context size",
+                       n, s->n_ctx);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = o->temperature;
+    sp.top_k = o->top_k;
+    sp.top_p = o->top_p;
+    sp.min_p = o->min_p;
+    sp.repeat_penalty = o->repeat_penalty;
+    sp.presence_penalty = o->presence_penalty;
+    sp.frequency_penalty = o->frequency_penalty;
+    if (o->seed) sp.seed = o->seed;
+    sampler *sm = NULL;
+    chat_stop *stop = NULL;
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    char *piece = malloc(tok_stream_max(t->tk) + 8);
+    int rc = !logits || !piece ? e0_fail(err, E0_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = sampler_new(&sp, c->vocab, &sm, err);
+    if (!rc) rc = chat_stop_new(&stop, o->stop, o->n_stop, err);
+    if (rc) goto done;
+    const double t0 = now_s();
+    r->reused_tokens = session_prepare(s, prompt, n);
+    rc = e0_session_eval(s, prompt + r->reused_tokens, n - (size_t)r->reused_tokens, E0_LOGITS_LAST, logits, err);
+    if (rc) goto done;
+    r->prefill_s = now_s() - t0;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < c->vocab) sampler_accept(sm, prompt[i]);
+    tok_stream ts;
+    tok_stream_init(&ts, TOK_DECODE_SKIP_SPECIAL);
+    chat_emit em;
+    r->finish = E0_FINISH_LENGTH;
+    const double t1 = now_s();
+    for (;;) {
+        if (o->max_tokens > 0 && r->completion_tokens >= o->max_tokens) break;
+        if (e0_session_pos(s) >= s->n_ctx) {
+            r->finish = E0_FINISH_CONTEXT;
+            break;
+        }
+        int32_t id = sampler_sample(sm, logits);
+        sampler_accept(sm, id);
+        if (is_eot(t, c, id)) {
+            r->finish = E0_FINISH_STOP;
+            break;
+        }
+        r->completion_tokens++;
+        size_t len = 0;
+        if (id < tok_vocab_size(t->tk) && tok_stream_push(t->tk, &ts, id, piece, tok_stream_max(t->tk), &len, err) != 0)
+            len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
+        if ((rc = chat_stop_feed(stop, piece, len, &em))) break;
+        if (em.len && fn && fn(user, em.text, em.len)) {
+            r->finish = E0_FINISH_CANCELLED;
+            break;
+        }
+        if (em.stop >= 0) {
+            r->finish = E0_FINISH_STOP;
+            break;
+        }
+        if ((rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err))) break;
+    }
+    if (!rc && r->finish != E0_FINISH_CANCELLED) {
+        size_t len = tok_stream_flush(&ts, piece);
+        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+        chat_stop_finish(stop, &em);
+        if (em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+    }
+    r->decode_s = now_s() - t1;
+done:
+    chat_stop_free(stop);
+    sampler_free(sm);
+    free(piece);
+    free(logits);
+    return rc;
+}
