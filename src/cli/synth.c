@@ -1,37 +1,166 @@
-/* edge0 synth --shape NAME DST */
+/* edge0 synth --shape NAME [--format mlx|hf] [--route-skew S] DST
+ * Random-weight checkpoint of a real model's shape, with a progress bar on
+ * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
 #include "edge0.h"
 #include "model/synth.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void help(FILE *f) {
-    fprintf(f,
-            "usage: edge0 synth --shape NAME [--seed N] DST\n"
-            "\n"
-            "Writes a random-weight checkpoint with the tensor names, shapes and layout\n"
-            "of a real model (mlx affine 4-bit, group 64; routers 8-bit) into DST.\n"
-            "\n"
-            "  --shape NAME   one of: %s\n"
-            "  --seed N       PRNG seed (default 1)\n",
-            synth_names());
+    fprintf(f, "usage: edge0 synth --shape NAME [options] DST\n"
+               "\n"
+               "Writes a random-weight checkpoint with the tensor names, shapes, dtypes and\n"
+               "layout of a released model into the new directory DST (written as\n"
+               "DST.tmp-XXXXXX and renamed when complete; an existing DST is refused).\n"
+               "\n"
+               "  --shape NAME       the model shape (below)\n"
+               "  --format FMT       mlx: mlx affine 4-bit, group 64, routers and shared-expert\n"
+               "                     gates 8-bit (default); hf: bf16 in the released\n"
+               "                     Hugging Face layout\n"
+               "  --route-skew S     0: routing close to uniform over experts (default);\n"
+               "                     S > 0: Zipf(S)-like expert popularity per layer, so cache\n"
+               "                     behaviour can be studied (recorded in config.json)\n"
+               "  --seed N           PRNG seed (default 1)\n"
+               "  --threads N        generator threads (default: one per core, at most 8)\n"
+               "  --shard-gb N       largest shard in GiB (default 5)\n"
+               "  --no-sync          skip the fsync before the rename\n"
+               "  --dry-run          print the size and layout, write nothing\n"
+               "\n"
+               "shapes (size in the mlx format):\n");
+    synth_opts o;
+    synth_opts_default(&o);
+    for (size_t i = 0; i < synth_count(); i++) {
+        const synth_shape *s = synth_at(i);
+        synth_info in = {0};
+        char err[E0_ERR_MAX];
+        synth_plan_info(s, &o, &in, err);
+        fprintf(f, "  %-20s %-11s %3d layers, %3d experts top-%-2d %6.1fB params %7.2f GB  %s\n",
+                s->name,
+                s->family == SYNTH_QWEN3_MOE    ? "qwen3_moe"
+                : s->family == SYNTH_QWEN3_NEXT ? "qwen3_next"
+                                                : "qwen3_5_moe",
+                s->n_layers, s->n_experts, s->top_k, (double)in.params / 1e9,
+                (double)in.bytes / 1e9, s->released[0] ? s->released : "(test shape)");
+    }
+}
+
+/* ---- progress ------------------------------------------------------------ */
+
+typedef struct {
+    int tty;
+    double last_line;    /* non-tty: time of the last line */
+    double win_t, win_d; /* start of the rate window */
+    double rate;         /* recent bytes/s */
+} progress;
+
+static void fmt_eta(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 360000)
+        snprintf(buf, n, "--:--");
+    else if (s >= 3600)
+        snprintf(buf, n, "%d:%02d:%02d", (int)s / 3600, (int)s / 60 % 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+static void on_progress(void *ctx, const synth_progress *p) {
+    progress *st = ctx;
+    const double done = (double)p->done, total = (double)p->total;
+    /* rate over a window of about 3 s, so the ETA follows the disk once the
+     * page cache has filled */
+    if (p->seconds - st->win_t >= 3.0 || st->rate == 0) {
+        if (p->seconds > st->win_t + 0.2) st->rate = (done - st->win_d) / (p->seconds - st->win_t);
+        if (p->seconds - st->win_t >= 3.0) {
+            st->win_t = p->seconds;
+            st->win_d = done;
+        }
+    }
+    char eta[32];
+    fmt_eta(eta, sizeof eta, st->rate > 0 ? (total - done) / st->rate : -1);
+    const double pct = total > 0 ? 100.0 * done / total : 100.0;
+    if (st->tty) {
+        char bar[31];
+        int fill = (int)(pct * 30 / 100);
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '-';
+        bar[30] = 0;
+        if (p->phase == SYNTH_WRITING)
+            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB  %7.1f MB/s  ETA %s   ", bar, pct,
+                    done / 1e9, total / 1e9, st->rate / 1e6, eta);
+        else if (p->phase == SYNTH_SYNCING)
+            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB  syncing to disk...              ",
+                    bar, pct, done / 1e9, total / 1e9);
+        else
+            fprintf(stderr, "\r  [%s] 100%%  %6.2f GB in %.1f s                                 \n",
+                    bar, total / 1e9, p->seconds);
+        fflush(stderr);
+    } else if ((p->phase == SYNTH_SYNCING && st->last_line > 0) ||
+               (p->phase == SYNTH_WRITING && p->seconds - st->last_line >= 5.0)) {
+        st->last_line = p->seconds;
+        if (p->phase == SYNTH_SYNCING)
+            fprintf(stderr, "edge0 synth: %.2f GB written in %.1f s, syncing to disk\n",
+                    total / 1e9, p->seconds);
+        else
+            fprintf(stderr, "edge0 synth: %3.0f%%  %.2f / %.2f GB  %.1f MB/s  ETA %s\n", pct,
+                    done / 1e9, total / 1e9, st->rate / 1e6, eta);
+    }
+}
+
+static volatile sig_atomic_t g_cancel;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_cancel = 1;
 }
 
 int cmd_synth(int argc, char **argv) {
-    const char *shape = NULL, *dst = NULL;
-    long seed = 1;
+    const char *shape = NULL, *dst = NULL, *fmt = "mlx";
+    synth_opts o;
+    synth_opts_default(&o);
+    int dry = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             help(stdout);
             return 0;
         } else if (!strcmp(a, "--shape")) {
+            if (!v) {
+                cli_error("--shape needs a value (see edge0 synth --help)");
+                return 2;
+            }
             shape = v, i++;
+        } else if (!strcmp(a, "--format")) {
+            if (!v || (strcmp(v, "mlx") && strcmp(v, "hf"))) {
+                cli_error("--format must be mlx or hf");
+                return 2;
+            }
+            fmt = v, i++;
+        } else if (!strcmp(a, "--route-skew")) {
+            char *end = NULL;
+            double s = v ? strtod(v, &end) : -1;
+            if (!v || *end || !(s >= 0 && s <= 8)) {
+                cli_error("--route-skew needs a number in [0, 8] (0: near-uniform routing)");
+                return 2;
+            }
+            o.route_skew = s, i++;
         } else if (!strcmp(a, "--seed")) {
-            if ((seed = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
-            i++;
+            if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
+            o.seed = (uint64_t)n, i++;
+        } else if (!strcmp(a, "--threads")) {
+            if ((n = cli_parse_long(a, v, 1, 256)) < 0) return 2;
+            o.n_threads = (int)n, i++;
+        } else if (!strcmp(a, "--shard-gb")) {
+            if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return 2;
+            o.shard_bytes = (uint64_t)n << 30, i++;
+        } else if (!strcmp(a, "--no-sync")) {
+            o.no_sync = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry = 1;
         } else if (a[0] == '-') {
             cli_error("synth: unknown option '%s' (see edge0 synth --help)", a);
             return 2;
@@ -42,7 +171,7 @@ int cmd_synth(int argc, char **argv) {
             return 2;
         }
     }
-    if (!shape || !dst) {
+    if (!shape || (!dst && !dry)) {
         cli_error("synth needs --shape and DST (see edge0 synth --help)");
         return 2;
     }
@@ -51,12 +180,52 @@ int cmd_synth(int argc, char **argv) {
         cli_error("synth: unknown shape '%s' (known: %s)", shape, synth_names());
         return 2;
     }
+    o.format = strcmp(fmt, "hf") == 0 ? SYNTH_HF : SYNTH_MLX;
     char err[E0_ERR_MAX];
-    double t0 = cli_now();
-    if (synth_write(s, dst, (uint64_t)seed, err) != 0) {
+    synth_info info;
+    if (synth_plan_info(s, &o, &info, err) != 0) {
         cli_error("%s", err);
         return 1;
     }
-    fprintf(stderr, "edge0 synth: wrote shape %s (seed %ld) to %s in %.2f s\n", shape, seed, dst, cli_now() - t0);
+    printf("edge0 synth: %s%s%s%s, %s, seed %llu\n", s->name, s->released[0] ? " (shape of " : "",
+           s->released, s->released[0] ? ")" : "",
+           o.format == SYNTH_MLX ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
+                                 : "bf16, Hugging Face layout",
+           (unsigned long long)o.seed);
+    if (o.route_skew > 0)
+        printf("routing: Zipf-like expert popularity, route skew %g (a random expert ranking per "
+               "layer)\n",
+               o.route_skew);
+    else
+        printf("routing: near-uniform over experts (no skew; --route-skew S plants Zipf-like "
+               "popularity)\n");
+    printf("plan: %.2f GB, %.2fB parameters, %zu tensors in %d file%s\n", (double)info.bytes / 1e9,
+           (double)info.params / 1e9, info.n_tensors, info.n_shards, info.n_shards > 1 ? "s" : "");
+    fflush(stdout);
+    if (dry) return 0;
+
+    progress st = {.tty = isatty(STDERR_FILENO)};
+    o.progress = on_progress;
+    o.progress_ctx = &st;
+    o.cancel = &g_cancel;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    double t0 = cli_now();
+    int rc = synth_write_opts(s, dst, &o, err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (rc != 0) {
+        if (st.tty) fputc('\n', stderr);
+        cli_error("%s", err);
+        return 1;
+    }
+    double dt = cli_now() - t0;
+    printf("wrote %s: %.2f GB in %.1f s (%.2f GB/s), peak RSS %.0f MiB\n", dst,
+           (double)info.bytes / 1e9, dt, (double)info.bytes / 1e9 / (dt > 0 ? dt : 1e-9),
+           (double)cli_peak_rss() / (1 << 20));
     return 0;
 }

@@ -25,47 +25,67 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "synth.c stores packed codes and bf16 values in host byte order, which must be little-endian"
+#endif
+
 /* ======================================================================
  * Shapes. Numbers from the released config.json files (text model).
  * ====================================================================== */
 
+/* clang-format off */
 static const synth_shape SHAPES[] = {
     {.name = "qwen3.6-35b-a3b", .released = "Qwen/Qwen3.6-35B-A3B", .family = SYNTH_QWEN3_5_MOE,
-     .hidden = 2048, .n_layers = 40, .vocab = 248320, .n_heads = 16, .n_kv_heads = 2, .head_dim = 256,
-     .partial_rotary = 0.25, .rope_theta = 1e7, .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128,
-     .lin_v_dim = 128, .conv_kernel = 4, .full_attention_interval = 4, .n_experts = 256, .top_k = 8,
-     .moe_inter = 512, .shared_inter = 512, .max_pos = 262144, .bos = -1, .eos = 248046},
-    {.name = "qwen3-30b-a3b", .released = "Qwen/Qwen3-30B-A3B", .family = SYNTH_QWEN3_MOE, .hidden = 2048,
-     .n_layers = 48, .vocab = 151936, .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .partial_rotary = 1.0,
-     .rope_theta = 1e6, .n_experts = 128, .top_k = 8, .moe_inter = 768, .dense_inter = 6144, .max_pos = 40960,
-     .bos = 151643, .eos = 151645},
-    {.name = "qwen3-next-80b-a3b", .released = "Qwen/Qwen3-Next-80B-A3B-Instruct", .family = SYNTH_QWEN3_NEXT,
-     .hidden = 2048, .n_layers = 48, .vocab = 151936, .n_heads = 16, .n_kv_heads = 2, .head_dim = 256,
-     .partial_rotary = 0.25, .rope_theta = 1e7, .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128,
-     .lin_v_dim = 128, .conv_kernel = 4, .full_attention_interval = 4, .n_experts = 512, .top_k = 10,
-     .moe_inter = 512, .shared_inter = 512, .dense_inter = 5120, .max_pos = 262144, .bos = 151643, .eos = 151645},
+     .hidden = 2048, .n_layers = 40, .vocab = 248320,
+     .n_heads = 16, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
+     .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
+     .full_attention_interval = 4,
+     .n_experts = 256, .top_k = 8, .moe_inter = 512, .shared_inter = 512,
+     .max_pos = 262144, .bos = -1, .eos = 248046},
+    {.name = "qwen3-30b-a3b", .released = "Qwen/Qwen3-30B-A3B", .family = SYNTH_QWEN3_MOE,
+     .hidden = 2048, .n_layers = 48, .vocab = 151936,
+     .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .partial_rotary = 1.0, .rope_theta = 1e6,
+     .n_experts = 128, .top_k = 8, .moe_inter = 768, .dense_inter = 6144,
+     .max_pos = 40960, .bos = 151643, .eos = 151645},
+    {.name = "qwen3-next-80b-a3b", .released = "Qwen/Qwen3-Next-80B-A3B-Instruct",
+     .family = SYNTH_QWEN3_NEXT,
+     .hidden = 2048, .n_layers = 48, .vocab = 151936,
+     .n_heads = 16, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
+     .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
+     .full_attention_interval = 4,
+     .n_experts = 512, .top_k = 10, .moe_inter = 512, .shared_inter = 512, .dense_inter = 5120,
+     .max_pos = 262144, .bos = 151643, .eos = 151645},
     {.name = "qwen3.5-122b-a10b", .released = "Qwen/Qwen3.5-122B-A10B", .family = SYNTH_QWEN3_5_MOE,
-     .hidden = 3072, .n_layers = 48, .vocab = 248320, .n_heads = 32, .n_kv_heads = 2, .head_dim = 256,
-     .partial_rotary = 0.25, .rope_theta = 1e7, .lin_k_heads = 16, .lin_v_heads = 64, .lin_k_dim = 128,
-     .lin_v_dim = 128, .conv_kernel = 4, .full_attention_interval = 4, .n_experts = 256, .top_k = 8,
-     .moe_inter = 1024, .shared_inter = 1024, .max_pos = 262144, .bos = -1, .eos = 248046},
+     .hidden = 3072, .n_layers = 48, .vocab = 248320,
+     .n_heads = 32, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
+     .lin_k_heads = 16, .lin_v_heads = 64, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
+     .full_attention_interval = 4,
+     .n_experts = 256, .top_k = 8, .moe_inter = 1024, .shared_inter = 1024,
+     .max_pos = 262144, .bos = -1, .eos = 248046},
     /* A Qwen3.5/3.6-style hybrid small enough to build in a second, with the
      * Qwen3 tokenizer's vocabulary so it can run real text (edge0 demo). */
-    {.name = "tiny", .released = "", .family = SYNTH_QWEN3_5_MOE, .hidden = 256, .n_layers = 4, .vocab = 151936,
-     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7, .lin_k_heads = 2,
-     .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4, .full_attention_interval = 4,
-     .n_experts = 32, .top_k = 4, .moe_inter = 128, .shared_inter = 128, .max_pos = 262144, .bos = -1,
-     .eos = 151645},
-    {.name = "tiny-qwen3moe", .released = "", .family = SYNTH_QWEN3_MOE, .hidden = 256, .n_layers = 4,
-     .vocab = 151936, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 1.0, .rope_theta = 1e6,
-     .n_experts = 32, .top_k = 4, .moe_inter = 128, .dense_inter = 512, .max_pos = 40960, .bos = 151643,
-     .eos = 151645},
-    {.name = "tiny-qwen3next", .released = "", .family = SYNTH_QWEN3_NEXT, .hidden = 256, .n_layers = 4,
-     .vocab = 151936, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
+    {.name = "tiny", .released = "", .family = SYNTH_QWEN3_5_MOE,
+     .hidden = 256, .n_layers = 4, .vocab = 151936,
+     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 2, .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4,
-     .full_attention_interval = 4, .n_experts = 32, .top_k = 4, .moe_inter = 128, .shared_inter = 128,
-     .dense_inter = 512, .max_pos = 262144, .bos = 151643, .eos = 151645},
+     .full_attention_interval = 4,
+     .n_experts = 32, .top_k = 4, .moe_inter = 128, .shared_inter = 128,
+     .max_pos = 262144, .bos = -1, .eos = 151645},
+    /* The same for the other two families (tests). */
+    {.name = "tiny-qwen3moe", .released = "", .family = SYNTH_QWEN3_MOE,
+     .hidden = 256, .n_layers = 4, .vocab = 151936,
+     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 1.0, .rope_theta = 1e6,
+     .n_experts = 32, .top_k = 4, .moe_inter = 128, .dense_inter = 512,
+     .max_pos = 40960, .bos = 151643, .eos = 151645},
+    {.name = "tiny-qwen3next", .released = "", .family = SYNTH_QWEN3_NEXT,
+     .hidden = 256, .n_layers = 4, .vocab = 151936,
+     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
+     .lin_k_heads = 2, .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4,
+     .full_attention_interval = 4,
+     .n_experts = 32, .top_k = 4, .moe_inter = 128, .shared_inter = 128, .dense_inter = 512,
+     .max_pos = 262144, .bos = 151643, .eos = 151645},
 };
+/* clang-format on */
 
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
@@ -76,13 +96,18 @@ const synth_shape *synth_find(const char *name) {
 }
 
 const char *synth_names(void) {
-    return "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny, tiny-qwen3moe, "
+    return "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny, "
+           "tiny-qwen3moe, "
            "tiny-qwen3next";
 }
 
-size_t synth_count(void) { return N_SHAPES; }
+size_t synth_count(void) {
+    return N_SHAPES;
+}
 
-const synth_shape *synth_at(size_t i) { return i < N_SHAPES ? &SHAPES[i] : NULL; }
+const synth_shape *synth_at(size_t i) {
+    return i < N_SHAPES ? &SHAPES[i] : NULL;
+}
 
 void synth_opts_default(synth_opts *o) {
     memset(o, 0, sizeof *o);
@@ -110,10 +135,13 @@ static void xr_seed(xrng *r, uint64_t seed, uint64_t a, uint64_t b) {
     uint64_t x = seed ^ 0x5eed5eed5eed5eedull;
     x = splitmix(&x) ^ a;
     x = splitmix(&x) ^ b;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&x);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix(&x);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static inline uint64_t xr_next(xrng *r) {
     uint64_t *s = r->s;
@@ -128,20 +156,22 @@ static inline uint64_t xr_next(xrng *r) {
 }
 
 /* uniform in [0, 1) */
-static double xr_unif(xrng *r) { return (double)(xr_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+static double xr_unif(xrng *r) {
+    return (double)(xr_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* ======================================================================
  * Scaling (see synth.h): target stds of every kind of tensor.
  * ====================================================================== */
 
-#define SILU2 0.35578 /* E[silu(z)^2], z ~ N(0, 1) */
-#define SIG2  0.29338 /* E[sigmoid(z)^2] */
-#define SKEW_AMP 0.5f /* per-element amplitude of the planted direction in the embedding */
+#define SILU2    0.35578 /* E[silu(z)^2], z ~ N(0, 1) */
+#define SIG2     0.29338 /* E[sigmoid(z)^2] */
+#define SKEW_AMP 0.5f    /* per-element amplitude of the planted direction in the embedding */
 
 typedef struct {
     double gamma;                     /* RMS each block adds to the residual stream */
     float embed, in, router, lm_head; /* stds */
-    float o_proj, out_proj, down, sh_down, conv;
+    float o_proj, out_proj, down, sh_down;
 } gains;
 
 static gains make_gains(const synth_shape *s) {
@@ -152,16 +182,19 @@ static gains make_gains(const synth_shape *s) {
     g.router = (float)(1.0 / sqrt(H)); /* logits ~ N(0, 1) per token */
     g.lm_head = (float)(3.0 / sqrt(H));
     /* attention output: values of RMS ~1 (times the sigmoid gate when gated) */
-    g.o_proj = (float)(gamma / ((hybrid ? sqrt(SIG2) : 1.0) * sqrt((double)s->n_heads * s->head_dim)));
+    g.o_proj =
+        (float)(gamma / ((hybrid ? sqrt(SIG2) : 1.0) * sqrt((double)s->n_heads * s->head_dim)));
     /* DeltaNet: RMS-normed heads times silu(z) */
-    g.out_proj = (float)(gamma / (sqrt(SILU2) * sqrt((double)s->lin_v_heads * s->lin_v_dim + 1e-9)));
+    g.out_proj =
+        (float)(gamma / (sqrt(SILU2) * sqrt((double)s->lin_v_heads * s->lin_v_dim + 1e-9)));
     /* MoE: top-k experts with near-equal weights (sum of k independent outputs
      * scaled by ~1/k); the hybrids split the block's output with the shared
      * expert, whose sigmoid gate averages sqrt(SIG2). */
     const double routed = hybrid ? gamma / sqrt(2.0) : gamma;
     g.down = (float)(routed * sqrt((double)s->top_k) / (sqrt(SILU2) * sqrt((double)s->moe_inter)));
-    g.sh_down = hybrid ? (float)(gamma / sqrt(2.0) / (sqrt(SIG2) * sqrt(SILU2) * sqrt((double)s->shared_inter))) : 0;
-    g.conv = s->conv_kernel ? (float)(1.0 / sqrt((double)s->conv_kernel)) : 0;
+    g.sh_down = hybrid ? (float)(gamma / sqrt(2.0) /
+                                 (sqrt(SIG2) * sqrt(SILU2) * sqrt((double)s->shared_inter)))
+                       : 0;
     return g;
 }
 
@@ -169,8 +202,8 @@ static gains make_gains(const synth_shape *s) {
  * The plan: every tensor, its shard and offset, before any byte is written.
  * ====================================================================== */
 
-#define NAME_LEN 112
-#define GROUP 64
+#define NAME_LEN    112
+#define GROUP       64
 #define CHUNK_BYTES (8u << 20) /* per job: bounded memory is threads x this */
 
 typedef enum { K_QMAT, K_BMAT, K_NORM, K_ALOG, K_DTBIAS, K_CONV } item_kind;
@@ -183,11 +216,11 @@ typedef struct {
     uint8_t kind, dir, bits, dtype; /* dtype: st_dtype of K_BMAT and the vectors */
     int32_t layer;                  /* DIR_ROUTER: whose expert ranking */
     int ndim;
-    uint64_t shape[3];    /* as written; K_QMAT: [lead,] out, in (unpacked) */
-    int64_t rows, cols;   /* matrix view: rows = lead x out; vectors: 1 x n */
+    uint64_t shape[3];  /* as written; K_QMAT: [lead,] out, in (unpacked) */
+    int64_t rows, cols; /* matrix view: rows = lead x out; vectors: 1 x n */
     float std, base;
     uint32_t shard;
-    uint64_t off;         /* in the shard's data section */
+    uint64_t off;            /* in the shard's data section */
     uint64_t wbytes, sbytes; /* K_QMAT: codes, and each of scales / biases; else wbytes = all */
 } item;
 
@@ -199,11 +232,11 @@ typedef struct {
     size_t n, cap;
     bool oom;
     int nshards;
-    uint64_t *data_bytes;  /* [nshards] data section size */
-    char **hdr;            /* [nshards] header: u64 length + padded JSON */
+    uint64_t *data_bytes; /* [nshards] data section size */
+    char **hdr;           /* [nshards] header: u64 length + padded JSON */
     size_t *hdr_len;
     uint64_t total_data, total_bytes, params;
-    int8_t *sign;          /* [hidden / GROUP]: planted direction, +-1 per group */
+    int8_t *sign; /* [hidden / GROUP]: planted direction, +-1 per group */
     float skew_amp;
 } plan;
 
@@ -230,8 +263,8 @@ static item *add_item(plan *p, const char *name, item_kind kind, int ndim, const
 
 /* A weight matrix [lead x] rows x cols named `base` (mlx: quantized with
  * `bits`, HF: bf16 `base`.weight, or `base` itself when `bare`). */
-static void add_mat(plan *p, const char *base, int64_t lead, int64_t rows, int64_t cols, float std, int bits,
-                    item_dir dir, int layer, bool bare) {
+static void add_mat(plan *p, const char *base, int64_t lead, int64_t rows, int64_t cols, float std,
+                    int bits, item_dir dir, int layer, bool bare) {
     const bool mlx = p->o.format == SYNTH_MLX;
     uint64_t sh[3], *q = sh;
     if (lead) *q++ = (uint64_t)lead;
@@ -257,8 +290,8 @@ static void add_mat(plan *p, const char *base, int64_t lead, int64_t rows, int64
     p->params += (uint64_t)t->rows * (uint64_t)cols;
 }
 
-static void add_vec(plan *p, const char *name, item_kind kind, int ndim, const uint64_t *shape, st_dtype dt,
-                    int64_t rows, int64_t cols, float base) {
+static void add_vec(plan *p, const char *name, item_kind kind, int ndim, const uint64_t *shape,
+                    st_dtype dt, int64_t rows, int64_t cols, float base) {
     item *t = add_item(p, name, kind, ndim, shape);
     if (!t) return;
     t->dtype = (uint8_t)dt;
@@ -283,7 +316,8 @@ static void plan_deltanet(plan *p, const char *b, bool mlx) {
     const int64_t Vd = (int64_t)s->lin_v_heads * s->lin_v_dim, Hv = s->lin_v_heads, C = 2 * Kd + Vd;
     char nm[NAME_LEN];
     if (s->family == SYNTH_QWEN3_NEXT) {
-        add_mat(p, NM("%slinear_attn.in_proj_qkvz", b), 0, 2 * Kd + 2 * Vd, H, g->in, 4, DIR_NONE, -1, false);
+        add_mat(p, NM("%slinear_attn.in_proj_qkvz", b), 0, 2 * Kd + 2 * Vd, H, g->in, 4, DIR_NONE,
+                -1, false);
         add_mat(p, NM("%slinear_attn.in_proj_ba", b), 0, 2 * Hv, H, g->in, 4, DIR_NONE, -1, false);
     } else {
         add_mat(p, NM("%slinear_attn.in_proj_qkv", b), 0, C, H, g->in, 4, DIR_NONE, -1, false);
@@ -306,10 +340,14 @@ static void plan_attention(plan *p, const char *b, float nb) {
     const gains *g = &p->g;
     const int64_t H = s->hidden, hd = s->head_dim, gated = s->family != SYNTH_QWEN3_MOE ? 2 : 1;
     char nm[NAME_LEN];
-    add_mat(p, NM("%sself_attn.q_proj", b), 0, s->n_heads * hd * gated, H, g->in, 4, DIR_NONE, -1, false);
-    add_mat(p, NM("%sself_attn.k_proj", b), 0, s->n_kv_heads * hd, H, g->in, 4, DIR_NONE, -1, false);
-    add_mat(p, NM("%sself_attn.v_proj", b), 0, s->n_kv_heads * hd, H, g->in, 4, DIR_NONE, -1, false);
-    add_mat(p, NM("%sself_attn.o_proj", b), 0, H, s->n_heads * hd, g->o_proj, 4, DIR_NONE, -1, false);
+    add_mat(p, NM("%sself_attn.q_proj", b), 0, s->n_heads * hd * gated, H, g->in, 4, DIR_NONE, -1,
+            false);
+    add_mat(p, NM("%sself_attn.k_proj", b), 0, s->n_kv_heads * hd, H, g->in, 4, DIR_NONE, -1,
+            false);
+    add_mat(p, NM("%sself_attn.v_proj", b), 0, s->n_kv_heads * hd, H, g->in, 4, DIR_NONE, -1,
+            false);
+    add_mat(p, NM("%sself_attn.o_proj", b), 0, H, s->n_heads * hd, g->o_proj, 4, DIR_NONE, -1,
+            false);
     add_norm(p, NM("%sself_attn.q_norm.weight", b), hd, nb);
     add_norm(p, NM("%sself_attn.k_norm.weight", b), hd, nb);
 }
@@ -319,7 +357,8 @@ static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
     const gains *g = &p->g;
     const int64_t H = s->hidden, I = s->moe_inter, E = s->n_experts, Is = s->shared_inter;
     char nm[NAME_LEN];
-    add_mat(p, NM("%smlp.gate", b), 0, E, H, g->router, 8, p->skew_amp > 0 ? DIR_ROUTER : DIR_NONE, layer, false);
+    add_mat(p, NM("%smlp.gate", b), 0, E, H, g->router, 8, p->skew_amp > 0 ? DIR_ROUTER : DIR_NONE,
+            layer, false);
     if (mlx) {
         add_mat(p, NM("%smlp.switch_mlp.gate_proj", b), E, I, H, g->in, 4, DIR_NONE, -1, false);
         add_mat(p, NM("%smlp.switch_mlp.up_proj", b), E, I, H, g->in, 4, DIR_NONE, -1, false);
@@ -331,15 +370,19 @@ static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
     } else {
         for (int64_t e = 0; e < E && !p->oom; e++) {
             long long ee = (long long)e;
-            add_mat(p, NM("%smlp.experts.%lld.gate_proj", b, ee), 0, I, H, g->in, 4, DIR_NONE, -1, false);
-            add_mat(p, NM("%smlp.experts.%lld.up_proj", b, ee), 0, I, H, g->in, 4, DIR_NONE, -1, false);
-            add_mat(p, NM("%smlp.experts.%lld.down_proj", b, ee), 0, H, I, g->down, 4, DIR_NONE, -1, false);
+            add_mat(p, NM("%smlp.experts.%lld.gate_proj", b, ee), 0, I, H, g->in, 4, DIR_NONE, -1,
+                    false);
+            add_mat(p, NM("%smlp.experts.%lld.up_proj", b, ee), 0, I, H, g->in, 4, DIR_NONE, -1,
+                    false);
+            add_mat(p, NM("%smlp.experts.%lld.down_proj", b, ee), 0, H, I, g->down, 4, DIR_NONE, -1,
+                    false);
         }
     }
     if (s->family == SYNTH_QWEN3_MOE) return;
     add_mat(p, NM("%smlp.shared_expert.gate_proj", b), 0, Is, H, g->in, 4, DIR_NONE, -1, false);
     add_mat(p, NM("%smlp.shared_expert.up_proj", b), 0, Is, H, g->in, 4, DIR_NONE, -1, false);
-    add_mat(p, NM("%smlp.shared_expert.down_proj", b), 0, H, Is, g->sh_down, 4, DIR_NONE, -1, false);
+    add_mat(p, NM("%smlp.shared_expert.down_proj", b), 0, H, Is, g->sh_down, 4, DIR_NONE, -1,
+            false);
     add_mat(p, NM("%smlp.shared_expert_gate", b), 0, 1, H, g->in, 8, DIR_NONE, -1, false);
 }
 
@@ -359,8 +402,10 @@ static void plan_tensors(plan *p) {
         snprintf(b, sizeof b, "%slayers.%d.", pre, L);
         add_norm(p, NM("%sinput_layernorm.weight", b), s->hidden, nb);
         add_norm(p, NM("%spost_attention_layernorm.weight", b), s->hidden, nb);
-        if (hybrid && (L + 1) % s->full_attention_interval != 0) plan_deltanet(p, b, mlx);
-        else plan_attention(p, b, nb);
+        if (hybrid && (L + 1) % s->full_attention_interval != 0)
+            plan_deltanet(p, b, mlx);
+        else
+            plan_attention(p, b, nb);
         plan_moe(p, b, L, mlx);
     }
     add_norm(p, NM("%snorm.weight", pre), s->hidden, nb);
@@ -392,7 +437,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
             return;
         }
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap <= b->n + (size_t)k) cap *= 2;
+        while (cap <= b->n + (size_t)k)
+            cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) {
             b->oom = true;
@@ -410,16 +456,22 @@ static void sb_free(sbuf *b) {
 
 /* ---- sharding and headers ---------------------------------------------- */
 
-static const char *st_name(uint8_t dt) { return st_dtype_name((st_dtype)dt); }
+static const char *st_name(uint8_t dt) {
+    return st_dtype_name((st_dtype)dt);
+}
 
 static void hdr_entry(sbuf *b, const char *name, const char *suffix, const char *dt, int ndim,
                       const uint64_t *shape, uint64_t begin, uint64_t end) {
     sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dt);
-    for (int d = 0; d < ndim; d++) sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
-    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
+    for (int d = 0; d < ndim; d++)
+        sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
+    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin,
+              (unsigned long long)end);
 }
 
-static uint64_t item_bytes(const item *t) { return t->wbytes + 2 * t->sbytes; }
+static uint64_t item_bytes(const item *t) {
+    return t->wbytes + 2 * t->sbytes;
+}
 
 /* Assigns shards (a new one when the next weight would pass shard_bytes),
  * offsets (contiguous, as the safetensors format requires) and headers. */
@@ -445,12 +497,14 @@ static int plan_layout(plan *p, char *err) {
     size_t i = 0;
     for (int sh = 0; sh < p->nshards; sh++) {
         sbuf b = {0};
-        sb_printf(&b, "{\"__metadata__\":{\"format\":\"%s\"}", p->o.format == SYNTH_MLX ? "mlx" : "pt");
+        sb_printf(&b, "{\"__metadata__\":{\"format\":\"%s\"}",
+                  p->o.format == SYNTH_MLX ? "mlx" : "pt");
         for (; i < p->n && p->it[i].shard == (uint32_t)sh; i++) {
             const item *t = &p->it[i];
             p->data_bytes[sh] = t->off + item_bytes(t);
             if (t->kind != K_QMAT) {
-                hdr_entry(&b, t->name, "", st_name(t->dtype), t->ndim, t->shape, t->off, t->off + t->wbytes);
+                hdr_entry(&b, t->name, "", st_name(t->dtype), t->ndim, t->shape, t->off,
+                          t->off + t->wbytes);
                 continue;
             }
             uint64_t shp[3];
@@ -460,7 +514,8 @@ static int plan_layout(plan *p, char *err) {
             shp[t->ndim - 1] = (uint64_t)(t->cols / GROUP);
             uint64_t o = t->off + t->wbytes;
             hdr_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
-            hdr_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes, o + 2 * t->sbytes);
+            hdr_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes,
+                      o + 2 * t->sbytes);
         }
         sb_printf(&b, "}");
         if (b.oom) {
@@ -474,7 +529,8 @@ static int plan_layout(plan *p, char *err) {
             sb_free(&b);
             return e0_fail(err, E0_ENOMEM, "out of memory");
         }
-        for (int k = 0; k < 8; k++) h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
+        for (int k = 0; k < 8; k++)
+            h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
         memcpy(h + 8, b.p, jl);
         memset(h + 8 + jl, ' ', hl - jl);
         sb_free(&b);
@@ -487,7 +543,8 @@ static int plan_layout(plan *p, char *err) {
 }
 
 static void plan_free(plan *p) {
-    for (int i = 0; p->hdr && i < p->nshards; i++) free(p->hdr[i]);
+    for (int i = 0; p->hdr && i < p->nshards; i++)
+        free(p->hdr[i]);
     free(p->hdr);
     free(p->hdr_len);
     free(p->data_bytes);
@@ -499,12 +556,14 @@ static void plan_free(plan *p) {
 static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *err) {
     memset(p, 0, sizeof *p);
     if (!s) return e0_fail(err, E0_EINVAL, "no shape given");
-    if (o->format != SYNTH_MLX && o->format != SYNTH_HF) return e0_fail(err, E0_EINVAL, "unknown format");
+    if (o->format != SYNTH_MLX && o->format != SYNTH_HF)
+        return e0_fail(err, E0_EINVAL, "unknown format");
     if (!(o->route_skew >= 0 && o->route_skew <= 8))
         return e0_fail(err, E0_EINVAL, "route skew %g is outside [0, 8]", o->route_skew);
     if (s->hidden % GROUP || s->moe_inter % GROUP || (s->shared_inter && s->shared_inter % GROUP) ||
         (s->head_dim * s->n_heads) % GROUP || (s->lin_v_dim * s->lin_v_heads) % GROUP)
-        return e0_fail(err, E0_EINVAL, "shape %s: dimensions must be multiples of %d", s->name, GROUP);
+        return e0_fail(err, E0_EINVAL, "shape %s: dimensions must be multiples of %d", s->name,
+                       GROUP);
     p->s = s;
     p->o = *o;
     p->g = make_gains(s);
@@ -513,7 +572,8 @@ static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *
     if (!(p->sign = malloc((size_t)ng))) return e0_fail(err, E0_ENOMEM, "out of memory");
     xrng r;
     xr_seed(&r, o->seed, 0x7369676eull, 0);
-    for (int i = 0; i < ng; i++) p->sign[i] = (xr_next(&r) >> 63) ? 1 : -1;
+    for (int i = 0; i < ng; i++)
+        p->sign[i] = (xr_next(&r) >> 63) ? 1 : -1;
     plan_tensors(p);
     if (p->oom) return e0_fail(err, E0_ENOMEM, "out of memory planning shape %s", s->name);
     return plan_layout(p, err);
@@ -529,7 +589,8 @@ int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *i
         info->params = p.params;
         info->n_shards = p.nshards;
         info->n_tensors = 0;
-        for (size_t i = 0; i < p.n; i++) info->n_tensors += p.it[i].kind == K_QMAT ? 3 : 1;
+        for (size_t i = 0; i < p.n; i++)
+            info->n_tensors += p.it[i].kind == K_QMAT ? 3 : 1;
     }
     plan_free(&p);
     return rc;
@@ -542,11 +603,12 @@ int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *i
 /* Sum of the 16 nibbles / 8 bytes of a word. */
 static inline unsigned nib_sum(uint64_t x) {
     uint64_t y = (x & 0x0f0f0f0f0f0f0f0full) + ((x >> 4) & 0x0f0f0f0f0f0f0f0full); /* bytes <= 30 */
-    return (unsigned)((y * 0x0101010101010101ull) >> 56);                           /* <= 240 */
+    return (unsigned)((y * 0x0101010101010101ull) >> 56);                          /* <= 240 */
 }
 static inline unsigned byte_sum(uint64_t x) {
-    uint64_t y = (x & 0x00ff00ff00ff00ffull) + ((x >> 8) & 0x00ff00ff00ff00ffull); /* lanes <= 510 */
-    return (unsigned)((y * 0x0001000100010001ull) >> 48);                           /* <= 2040 */
+    uint64_t y =
+        (x & 0x00ff00ff00ff00ffull) + ((x >> 8) & 0x00ff00ff00ff00ffull); /* lanes <= 510 */
+    return (unsigned)((y * 0x0001000100010001ull) >> 48);                 /* <= 2040 */
 }
 
 /* Estimated RMS of the residual stream's random part at layer L's router:
@@ -560,12 +622,17 @@ static double rest_rms(const plan *p, int layer) {
  * the amplitude of row r0 + r; the group pattern is p->sign. */
 static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float *coef) {
     if (t->dir == DIR_EMBED) {
-        for (int64_t r = 0; r < n; r++) coef[r] = p->skew_amp;
+        for (int64_t r = 0; r < n; r++)
+            coef[r] = p->skew_amp;
         return 0;
     }
-    /* A random expert ranking per layer; offset -S ln(rank + 1) / sqrt(2 ln E)
-     * logit-noise units (centred), converted to a weight along the planted
-     * direction: offset * rest_rms / (amp * H). */
+    /* A random expert ranking per layer; offset -S c ln(rank + 1) in units
+     * of the logit noise (centred), converted to a weight along the planted
+     * direction: offset * rest_rms / (amp * H). With Gumbel noise of scale
+     * 1/c the first choice would follow Zipf(S) exactly; for Gaussian noise
+     * and top-k selection, c = 1.6 / sqrt(2 ln E) makes the fitted log-log
+     * slope of selection counts against rank -S (simulated for E/k = 32/4,
+     * 128/8, 256/8, 512/10 and S = 0.5..1.5, within ~10%). */
     const int64_t E = t->rows;
     int32_t *rank = malloc((size_t)E * sizeof *rank), *perm = malloc((size_t)E * sizeof *perm);
     if (!rank || !perm) {
@@ -575,17 +642,20 @@ static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float 
     }
     xrng r;
     xr_seed(&r, p->o.seed, 0x72616e6bull, (uint64_t)t->layer);
-    for (int64_t e = 0; e < E; e++) perm[e] = (int32_t)e;
+    for (int64_t e = 0; e < E; e++)
+        perm[e] = (int32_t)e;
     for (int64_t e = E - 1; e > 0; e--) {
         int64_t j = (int64_t)(xr_next(&r) % (uint64_t)(e + 1));
         int32_t tmp = perm[e];
         perm[e] = perm[j];
         perm[j] = tmp;
     }
-    for (int64_t k = 0; k < E; k++) rank[perm[k]] = (int32_t)k;
-    const double S = p->o.route_skew, norm = sqrt(2.0 * log((double)E));
+    for (int64_t k = 0; k < E; k++)
+        rank[perm[k]] = (int32_t)k;
+    const double S = p->o.route_skew, norm = sqrt(2.0 * log((double)E)) / 1.6;
     double mean = 0;
-    for (int64_t k = 0; k < E; k++) mean += -S * log((double)k + 1.0) / norm;
+    for (int64_t k = 0; k < E; k++)
+        mean += -S * log((double)k + 1.0) / norm;
     mean /= (double)E;
     const double conv = rest_rms(p, t->layer) / (p->skew_amp * (double)p->s->hidden);
     for (int64_t i = 0; i < n; i++) {
@@ -600,11 +670,12 @@ static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float 
 /* mlx affine codes: uniform codes, one scale per item so values have the
  * item's std, and per group bias = -scale * mean(codes) (+ the planted
  * direction), so each group of 64 dequantized weights has mean 0. */
-static void gen_qmat(const plan *p, const item *t, xrng *r, int64_t n, const float *coef, uint8_t *w,
-                     uint16_t *sc, uint16_t *bi) {
+static void gen_qmat(const plan *p, const item *t, xrng *r, int64_t n, const float *coef,
+                     uint8_t *w, uint16_t *sc, uint16_t *bi) {
     const int64_t G = t->cols / GROUP;
     const double levels = (double)(1u << t->bits);
-    const float s = e0_bf16_to_f32(e0_f32_to_bf16(t->std / (float)sqrt((levels * levels - 1.0) / 12.0)));
+    const float s =
+        e0_bf16_to_f32(e0_f32_to_bf16(t->std / (float)sqrt((levels * levels - 1.0) / 12.0)));
     const uint16_t sb = e0_f32_to_bf16(s);
     const size_t gbytes = (size_t)GROUP * t->bits / 8; /* 32 or 64 */
     for (int64_t row = 0; row < n; row++) {
@@ -612,9 +683,11 @@ static void gen_qmat(const plan *p, const item *t, xrng *r, int64_t n, const flo
             uint64_t words[8];
             unsigned sum = 0;
             if (t->bits == 4) {
-                for (int k = 0; k < 4; k++) sum += nib_sum(words[k] = xr_next(r));
+                for (int k = 0; k < 4; k++)
+                    sum += nib_sum(words[k] = xr_next(r));
             } else {
-                for (int k = 0; k < 8; k++) sum += byte_sum(words[k] = xr_next(r));
+                for (int k = 0; k < 8; k++)
+                    sum += byte_sum(words[k] = xr_next(r));
             }
             memcpy(w, words, gbytes); /* little-endian: code k at bits [k*bits, (k+1)*bits) */
             w += gbytes;
@@ -628,7 +701,8 @@ static void gen_qmat(const plan *p, const item *t, xrng *r, int64_t n, const flo
 
 /* bf16 weights: uniform with the item's std, each group of 64 shifted to
  * mean 0 (+ the planted direction). */
-static void gen_bmat(const plan *p, const item *t, xrng *r, int64_t n, const float *coef, uint16_t *out) {
+static void gen_bmat(const plan *p, const item *t, xrng *r, int64_t n, const float *coef,
+                     uint16_t *out) {
     const int64_t G = t->cols / GROUP;
     const float k = t->std * 1.7320508f / 32768.0f; /* uniform on [-sqrt(3) std, sqrt(3) std] */
     for (int64_t row = 0; row < n; row++)
@@ -643,12 +717,14 @@ static void gen_bmat(const plan *p, const item *t, xrng *r, int64_t n, const flo
             }
             float add = -sum / (float)GROUP;
             if (coef) add += coef[row] * (float)p->sign[g];
-            for (int i = 0; i < GROUP; i++) *out++ = e0_f32_to_bf16(v[i] + add);
+            for (int i = 0; i < GROUP; i++)
+                *out++ = e0_f32_to_bf16(v[i] + add);
         }
 }
 
 static void put_val(uint8_t dt, void *out, int64_t i, float v) {
-    if (dt == ST_F32) memcpy((uint8_t *)out + 4 * i, &v, 4);
+    if (dt == ST_F32)
+        memcpy((uint8_t *)out + 4 * i, &v, 4);
     else {
         uint16_t h = e0_f32_to_bf16(v);
         memcpy((uint8_t *)out + 2 * i, &h, 2);
@@ -675,7 +751,8 @@ static void gen_vec(const item *t, xrng *r, void *out) {
         case K_CONV: /* uniform, std 1/sqrt(K) */
             v = (float)((xr_unif(r) * 2.0 - 1.0) * 1.7320508 / sqrt((double)t->cols));
             break;
-        default: break;
+        default:
+            break;
         }
         put_val(t->dtype, out, i, v);
     }
@@ -698,7 +775,9 @@ typedef struct {
     atomic_size_t next;
     atomic_uint_fast64_t done;
     atomic_int failed, running;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* guards err, err_code and turn */
+    pthread_cond_t cv;  /* turn advanced or failed */
+    size_t turn;        /* the job whose pieces are written next */
     char err[E0_ERR_MAX];
     int err_code;
     char **paths;
@@ -716,10 +795,16 @@ static void w_fail(writer *w, int code, const char *fmt, ...) {
         w->err_code = code;
         atomic_store(&w->failed, 1);
     }
+    pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
-static bool w_stop(writer *w) { return atomic_load(&w->failed) || (w->cancel && *w->cancel); }
+/* Workers look only at `failed`; the calling thread polls *cancel (a
+ * signal handler's flag, not meant to be shared between threads) and turns
+ * it into a failure. */
+static bool w_stop(writer *w) {
+    return atomic_load(&w->failed);
+}
 
 static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off) {
     const uint8_t *b = buf;
@@ -760,7 +845,8 @@ static void run_job(writer *w, const job *j, uint8_t *buf, float *coef) {
         gen_qmat(p, t, &r, j->n, cf, wb, (uint16_t *)(void *)sb, (uint16_t *)(void *)bb);
         piece[np++] = (wpiece){wb, (size_t)j->n * rw, base + (uint64_t)j->r0 * rw};
         piece[np++] = (wpiece){sb, (size_t)j->n * rs, base + t->wbytes + (uint64_t)j->r0 * rs};
-        piece[np++] = (wpiece){bb, (size_t)j->n * rs, base + t->wbytes + t->sbytes + (uint64_t)j->r0 * rs};
+        piece[np++] =
+            (wpiece){bb, (size_t)j->n * rs, base + t->wbytes + t->sbytes + (uint64_t)j->r0 * rs};
     } else if (t->kind == K_BMAT) {
         const size_t rw = (size_t)t->cols * 2;
         gen_bmat(p, t, &r, j->n, cf, (uint16_t *)(void *)buf);
@@ -769,20 +855,33 @@ static void run_job(writer *w, const job *j, uint8_t *buf, float *coef) {
         gen_vec(t, &r, buf);
         piece[np++] = (wpiece){buf, (size_t)t->wbytes, base};
     }
-    for (int k = 0; k < np; k++) {
+    /* Writes go out in job order (= file order): generation overlaps, the
+     * page cache sees sequential streams, and threads never contend for
+     * the file's lock. */
+    const size_t me = (size_t)(j - w->jobs);
+    pthread_mutex_lock(&w->mu);
+    while (w->turn != me && !w_stop(w))
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    for (int k = 0; k < np && !w_stop(w); k++) {
         if (pwrite_all(w->fds[sh], piece[k].b, piece[k].len, piece[k].off) != 0) {
             w_fail(w, E0_EIO, "%s: write failed: %s", w->paths[sh], strerror(errno ? errno : EIO));
             return;
         }
         atomic_fetch_add(&w->done, piece[k].len);
     }
+    pthread_mutex_lock(&w->mu);
+    w->turn = me + 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void *worker(void *arg) {
     writer *w = arg;
     uint8_t *buf = malloc(w->buf_bytes);
     float *coef = malloc(w->max_rows * sizeof *coef);
-    if (!buf || !coef) w_fail(w, E0_ENOMEM, "out of memory allocating a %zu-byte write buffer", w->buf_bytes);
+    if (!buf || !coef)
+        w_fail(w, E0_ENOMEM, "out of memory allocating a %zu-byte write buffer", w->buf_bytes);
     while (buf && coef && !w_stop(w)) {
         size_t i = atomic_fetch_add(&w->next, 1);
         if (i >= w->njobs) break;
@@ -845,12 +944,12 @@ static void report(const synth_opts *o, synth_phase ph, uint64_t done, uint64_t 
 /* ---- config.json and the index ----------------------------------------- */
 
 static void cfg_quant(sbuf *b, const plan *p, const char *key, const char *ind) {
-    sb_printf(b, "%s\"%s\": {\n%s  \"group_size\": %d,\n%s  \"bits\": 4,\n%s  \"mode\": \"affine\"", ind, key, ind,
-              GROUP, ind, ind);
+    sb_printf(b, "%s\"%s\": {\n%s  \"group_size\": %d,\n%s  \"bits\": 4,\n%s  \"mode\": \"affine\"",
+              ind, key, ind, GROUP, ind, ind);
     for (size_t i = 0; i < p->n; i++)
         if (p->it[i].kind == K_QMAT && p->it[i].bits != 4)
-            sb_printf(b, ",\n%s  \"%s\": {\"group_size\": %d, \"bits\": %d}", ind, p->it[i].name, GROUP,
-                      p->it[i].bits);
+            sb_printf(b, ",\n%s  \"%s\": {\"group_size\": %d, \"bits\": %d}", ind, p->it[i].name,
+                      GROUP, p->it[i].bits);
     sb_printf(b, "\n%s}", ind);
 }
 
@@ -859,12 +958,15 @@ static void cfg_text(sbuf *b, const plan *p, const char *in) {
     const synth_shape *s = p->s;
     const bool hybrid = s->family != SYNTH_QWEN3_MOE, q35 = s->family == SYNTH_QWEN3_5_MOE;
     sb_printf(b, "%s\"attention_bias\": false,\n%s\"attention_dropout\": 0.0,\n", in, in);
-    if (s->bos >= 0) sb_printf(b, "%s\"bos_token_id\": %d,\n", in, s->bos);
-    else sb_printf(b, "%s\"bos_token_id\": null,\n", in);
+    if (s->bos >= 0)
+        sb_printf(b, "%s\"bos_token_id\": %d,\n", in, s->bos);
+    else
+        sb_printf(b, "%s\"bos_token_id\": null,\n", in);
     sb_printf(b, "%s\"decoder_sparse_step\": 1,\n%s\"eos_token_id\": %d,\n", in, in, s->eos);
-    if (hybrid) sb_printf(b, "%s\"full_attention_interval\": %d,\n", in, s->full_attention_interval);
-    sb_printf(b, "%s\"head_dim\": %d,\n%s\"hidden_act\": \"silu\",\n%s\"hidden_size\": %d,\n", in, s->head_dim, in, in,
-              s->hidden);
+    if (hybrid)
+        sb_printf(b, "%s\"full_attention_interval\": %d,\n", in, s->full_attention_interval);
+    sb_printf(b, "%s\"head_dim\": %d,\n%s\"hidden_act\": \"silu\",\n%s\"hidden_size\": %d,\n", in,
+              s->head_dim, in, in, s->hidden);
     sb_printf(b, "%s\"initializer_range\": 0.02,\n", in);
     if (s->dense_inter) sb_printf(b, "%s\"intermediate_size\": %d,\n", in, s->dense_inter);
     if (hybrid) {
@@ -872,56 +974,70 @@ static void cfg_text(sbuf *b, const plan *p, const char *in) {
         for (int L = 0; L < s->n_layers; L++)
             sb_printf(b, "%s\"%s\"", L ? ", " : "",
                       (L + 1) % s->full_attention_interval ? "linear_attention" : "full_attention");
-        sb_printf(b, "],\n%s\"linear_conv_kernel_dim\": %d,\n%s\"linear_key_head_dim\": %d,\n", in, s->conv_kernel,
-                  in, s->lin_k_dim);
-        sb_printf(b, "%s\"linear_num_key_heads\": %d,\n%s\"linear_num_value_heads\": %d,\n", in, s->lin_k_heads, in,
-                  s->lin_v_heads);
+        sb_printf(b, "],\n%s\"linear_conv_kernel_dim\": %d,\n%s\"linear_key_head_dim\": %d,\n", in,
+                  s->conv_kernel, in, s->lin_k_dim);
+        sb_printf(b, "%s\"linear_num_key_heads\": %d,\n%s\"linear_num_value_heads\": %d,\n", in,
+                  s->lin_k_heads, in, s->lin_v_heads);
         sb_printf(b, "%s\"linear_value_head_dim\": %d,\n", in, s->lin_v_dim);
     }
-    sb_printf(b, "%s\"max_position_embeddings\": %d,\n%s\"mlp_only_layers\": [],\n", in, s->max_pos, in);
+    sb_printf(b, "%s\"max_position_embeddings\": %d,\n%s\"mlp_only_layers\": [],\n", in, s->max_pos,
+              in);
     sb_printf(b, "%s\"model_type\": \"%s\",\n", in,
-              q35 ? "qwen3_5_moe_text" : hybrid ? "qwen3_next" : "qwen3_moe");
-    sb_printf(b, "%s\"moe_intermediate_size\": %d,\n%s\"norm_topk_prob\": true,\n", in, s->moe_inter, in);
-    sb_printf(b, "%s\"num_attention_heads\": %d,\n%s\"num_experts\": %d,\n%s\"num_experts_per_tok\": %d,\n", in,
-              s->n_heads, in, s->n_experts, in, s->top_k);
-    sb_printf(b, "%s\"num_hidden_layers\": %d,\n%s\"num_key_value_heads\": %d,\n", in, s->n_layers, in,
-              s->n_kv_heads);
+              q35      ? "qwen3_5_moe_text"
+              : hybrid ? "qwen3_next"
+                       : "qwen3_moe");
+    sb_printf(b, "%s\"moe_intermediate_size\": %d,\n%s\"norm_topk_prob\": true,\n", in,
+              s->moe_inter, in);
+    sb_printf(
+        b,
+        "%s\"num_attention_heads\": %d,\n%s\"num_experts\": %d,\n%s\"num_experts_per_tok\": %d,\n",
+        in, s->n_heads, in, s->n_experts, in, s->top_k);
+    sb_printf(b, "%s\"num_hidden_layers\": %d,\n%s\"num_key_value_heads\": %d,\n", in, s->n_layers,
+              in, s->n_kv_heads);
     sb_printf(b, "%s\"output_router_logits\": false,\n%s\"rms_norm_eps\": 1e-06,\n", in, in);
     if (q35) {
         /* multimodal RoPE sections (text positions make it plain RoPE) */
         int half = (int)(s->head_dim * s->partial_rotary) / 2, a = (half + 2) / 3;
-        sb_printf(b,
-                  "%s\"rope_parameters\": {\"mrope_interleaved\": true, \"mrope_section\": [%d, %d, %d], "
-                  "\"partial_rotary_factor\": %g, \"rope_theta\": %.1f, \"rope_type\": \"default\"},\n",
-                  in, a, a, half - 2 * a, s->partial_rotary, s->rope_theta);
+        sb_printf(
+            b,
+            "%s\"rope_parameters\": {\"mrope_interleaved\": true, \"mrope_section\": [%d, %d, %d], "
+            "\"partial_rotary_factor\": %g, \"rope_theta\": %.1f, \"rope_type\": \"default\"},\n",
+            in, a, a, half - 2 * a, s->partial_rotary, s->rope_theta);
     } else {
         if (hybrid) sb_printf(b, "%s\"partial_rotary_factor\": %g,\n", in, s->partial_rotary);
         sb_printf(b, "%s\"rope_scaling\": null,\n%s\"rope_theta\": %.1f,\n", in, in, s->rope_theta);
     }
     sb_printf(b, "%s\"router_aux_loss_coef\": 0.001,\n", in);
     if (hybrid) sb_printf(b, "%s\"shared_expert_intermediate_size\": %d,\n", in, s->shared_inter);
-    if (!hybrid) sb_printf(b, "%s\"sliding_window\": null,\n%s\"use_sliding_window\": false,\n", in, in);
-    sb_printf(b, "%s\"tie_word_embeddings\": false,\n%s\"dtype\": \"bfloat16\",\n%s\"use_cache\": true,\n", in, in,
-              in);
+    if (!hybrid)
+        sb_printf(b, "%s\"sliding_window\": null,\n%s\"use_sliding_window\": false,\n", in, in);
+    sb_printf(
+        b,
+        "%s\"tie_word_embeddings\": false,\n%s\"dtype\": \"bfloat16\",\n%s\"use_cache\": true,\n",
+        in, in, in);
     sb_printf(b, "%s\"vocab_size\": %d", in, s->vocab);
 }
 
 static char *config_json(const plan *p) {
     const synth_shape *s = p->s;
     const bool mlx = p->o.format == SYNTH_MLX, q35 = s->family == SYNTH_QWEN3_5_MOE;
-    const char *arch = q35 ? "Qwen3_5MoeForConditionalGeneration"
-                           : s->family == SYNTH_QWEN3_NEXT ? "Qwen3NextForCausalLM" : "Qwen3MoeForCausalLM";
+    const char *arch = q35                             ? "Qwen3_5MoeForConditionalGeneration"
+                       : s->family == SYNTH_QWEN3_NEXT ? "Qwen3NextForCausalLM"
+                                                       : "Qwen3MoeForCausalLM";
     sbuf b = {0};
     sb_printf(&b, "{\n  \"architectures\": [\"%s\"],\n", arch);
     sb_printf(&b,
-              "  \"edge0_synth\": {\"shape\": \"%s\", \"released\": \"%s\", \"format\": \"%s\", \"seed\": %llu, "
+              "  \"edge0_synth\": {\"shape\": \"%s\", \"released\": \"%s\", \"format\": \"%s\", "
+              "\"seed\": %llu, "
               "\"route_skew\": %g, \"routing\": \"%s\", \"writer\": \"edge0 synth\"},\n",
-              s->name, s->released, mlx ? "mlx" : "hf", (unsigned long long)p->o.seed, p->o.route_skew,
-              p->o.route_skew > 0 ? "zipf" : "near-uniform");
+              s->name, s->released, mlx ? "mlx" : "hf", (unsigned long long)p->o.seed,
+              p->o.route_skew, p->o.route_skew > 0 ? "zipf" : "near-uniform");
     if (q35) {
-        sb_printf(&b, "  \"model_type\": \"qwen3_5_moe\",\n  \"tie_word_embeddings\": false,\n  \"text_config\": {\n");
+        sb_printf(&b, "  \"model_type\": \"qwen3_5_moe\",\n  \"tie_word_embeddings\": false,\n  "
+                      "\"text_config\": {\n");
         cfg_text(&b, p, "    ");
-        sb_printf(&b, "\n  },\n  \"vision_config\": {\"model_type\": \"qwen3_5_moe\", \"depth\": 0}");
+        sb_printf(&b,
+                  "\n  },\n  \"vision_config\": {\"model_type\": \"qwen3_5_moe\", \"depth\": 0}");
     } else {
         cfg_text(&b, p, "  ");
     }
@@ -946,7 +1062,8 @@ static int cmp_entry(const void *a, const void *b) {
 /* model.safetensors.index.json: {"metadata": {"total_size"}, "weight_map"}, names sorted. */
 static char *index_json(const plan *p, char **files) {
     size_t n = 0;
-    for (size_t i = 0; i < p->n; i++) n += p->it[i].kind == K_QMAT ? 3 : 1;
+    for (size_t i = 0; i < p->n; i++)
+        n += p->it[i].kind == K_QMAT ? 3 : 1;
     char **lines = calloc(n, sizeof *lines);
     if (!lines) return NULL;
     size_t k = 0;
@@ -970,10 +1087,12 @@ static char *index_json(const plan *p, char **files) {
         qsort(lines, k, sizeof *lines, cmp_entry);
         sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {\n",
                   (unsigned long long)p->total_data);
-        for (size_t i = 0; i < k; i++) sb_printf(&b, "    %s%s\n", lines[i], i + 1 < k ? "," : "");
+        for (size_t i = 0; i < k; i++)
+            sb_printf(&b, "    %s%s\n", lines[i], i + 1 < k ? "," : "");
         sb_printf(&b, "  }\n}\n");
     }
-    for (size_t i = 0; i < k; i++) free(lines[i]);
+    for (size_t i = 0; i < k; i++)
+        free(lines[i]);
     free(lines);
     if (oom || b.oom) {
         sb_free(&b);
@@ -1010,8 +1129,8 @@ static int check_space(const char *dst, uint64_t need, char *err) {
     } else {
         uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
         if (avail < need + (64u << 20))
-            rc = e0_fail(err, E0_EIO, "%s: the checkpoint needs %.2f GB but only %.2f GB are free", par,
-                         (double)need / 1e9, (double)avail / 1e9);
+            rc = e0_fail(err, E0_EIO, "%s: the checkpoint needs %.2f GB but only %.2f GB are free",
+                         par, (double)need / 1e9, (double)avail / 1e9);
     }
     free(par);
     return rc;
@@ -1070,11 +1189,12 @@ static int run_workers(writer *w, const synth_opts *o, double t0) {
             last = t;
         }
     }
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
     free(th);
     if (!atomic_load(&w->failed) && atomic_load(&w->done) != total)
-        w_fail(w, E0_EIO, "internal error: wrote %llu of %llu bytes", (unsigned long long)atomic_load(&w->done),
-               (unsigned long long)total);
+        w_fail(w, E0_EIO, "internal error: wrote %llu of %llu bytes",
+               (unsigned long long)atomic_load(&w->done), (unsigned long long)total);
     if (!atomic_load(&w->failed)) report(o, SYNTH_WRITING, total, total, t0);
     return atomic_load(&w->failed) ? -1 : 0;
 }
@@ -1097,6 +1217,7 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     }
     writer w = {.p = &p, .cancel = o->cancel};
     pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
     size_t tl = strlen(dst) + 16;
     char *tmp = malloc(tl), *cfg = NULL, *idx = NULL, *cfg_path = NULL, *idx_path = NULL;
     w.fds = malloc((size_t)p.nshards * sizeof *w.fds);
@@ -1109,16 +1230,20 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     }
     snprintf(tmp, tl, "%s.tmp-XXXXXX", dst);
     if (!mkdtemp(tmp)) {
-        rc = e0_fail(err, E0_EIO, "%s: cannot create a directory next to it: %s", dst, strerror(errno));
+        rc = e0_fail(err, E0_EIO, "%s: cannot create a directory next to it: %s", dst,
+                     strerror(errno));
         goto done;
     }
     made_dir = true;
+    chmod(tmp, 0755); /* mkdtemp makes it 0700; a model directory is shared */
     if ((rc = make_jobs(&w, err))) goto done;
     /* Shards: created, space reserved up front (ENOSPC now, not at 90%), headers written. */
     for (int sh = 0; sh < p.nshards; sh++) {
         char name[64];
-        if (p.nshards == 1) snprintf(name, sizeof name, "model.safetensors");
-        else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, p.nshards);
+        if (p.nshards == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, p.nshards);
         if (!(w.paths[sh] = e0_path_join(tmp, name))) {
             rc = e0_fail(err, E0_ENOMEM, "out of memory");
             goto done;
@@ -1132,7 +1257,8 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
         const uint64_t size = p.hdr_len[sh] + p.data_bytes[sh];
         int e = posix_fallocate(w.fds[sh], 0, (off_t)size);
         if (e && e != EOPNOTSUPP && e != EINVAL) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", w.paths[sh], (double)size / 1e9, strerror(e));
+            rc = e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", w.paths[sh],
+                         (double)size / 1e9, strerror(e));
             goto done;
         }
         if (e && ftruncate(w.fds[sh], (off_t)size) != 0) {
@@ -1162,7 +1288,8 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     }
     if ((rc = write_text(cfg_path, cfg, !o->no_sync, err))) goto done;
     if (p.nshards > 1) {
-        if (!(idx = index_json(&p, w.paths)) || !(idx_path = e0_path_join(tmp, "model.safetensors.index.json"))) {
+        if (!(idx = index_json(&p, w.paths)) ||
+            !(idx_path = e0_path_join(tmp, "model.safetensors.index.json"))) {
             rc = e0_fail(err, E0_ENOMEM, "out of memory");
             goto done;
         }
@@ -1174,12 +1301,13 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     }
     if (!o->no_sync) sync_dir(tmp);
     for (int sh = 0; sh < nopen; sh++)
-        if (close(w.fds[sh]) != 0 && !rc) rc = e0_fail(err, E0_EIO, "%s: close failed: %s", w.paths[sh], strerror(errno));
+        if (close(w.fds[sh]) != 0 && !rc)
+            rc = e0_fail(err, E0_EIO, "%s: close failed: %s", w.paths[sh], strerror(errno));
     nopen = 0;
     if (rc) goto done;
     if (rename_noreplace(tmp, dst) != 0) {
-        rc = e0_fail(err, errno == EEXIST || errno == ENOTEMPTY ? E0_EINVAL : E0_EIO, "rename %s -> %s: %s", tmp,
-                     dst, strerror(errno));
+        rc = e0_fail(err, errno == EEXIST || errno == ENOTEMPTY ? E0_EINVAL : E0_EIO,
+                     "rename %s -> %s: %s", tmp, dst, strerror(errno));
         goto done;
     }
     made_dir = false;
@@ -1190,7 +1318,8 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     }
     report(o, SYNTH_DONE, p.total_data, p.total_data, t0);
 done:
-    for (int sh = 0; sh < nopen; sh++) close(w.fds[sh]);
+    for (int sh = 0; sh < nopen; sh++)
+        close(w.fds[sh]);
     if (made_dir) { /* leave nothing that looks finished */
         for (int sh = 0; sh < p.nshards && w.paths; sh++)
             if (w.paths[sh]) unlink(w.paths[sh]);
@@ -1198,7 +1327,8 @@ done:
         if (idx_path) unlink(idx_path);
         rmdir(tmp);
     }
-    for (int sh = 0; w.paths && sh < p.nshards; sh++) free(w.paths[sh]);
+    for (int sh = 0; w.paths && sh < p.nshards; sh++)
+        free(w.paths[sh]);
     free(w.paths);
     free(w.fds);
     free(w.jobs);
@@ -1207,6 +1337,7 @@ done:
     free(idx);
     free(cfg_path);
     free(idx_path);
+    pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&w.mu);
     plan_free(&p);
     return rc;

@@ -33,8 +33,9 @@
  * each group of 64 hidden dims into every embedding row; all other matrices
  * are blind to it (zero-mean groups) except the routers, whose rows get a
  * per-expert component along it. That adds a fixed per-expert logit offset
- * -S * ln(rank + 1) / sqrt(2 ln E) (in units of the logit noise), a random
- * expert ranking per layer, so expert popularity falls off like Zipf(S).
+ * -S * 1.6 ln(rank + 1) / sqrt(2 ln E) (in units of the logit noise), with a
+ * random expert ranking per layer, so the share of routed tokens an expert
+ * gets falls off like (rank + 1)^-S.
  */
 #ifndef E0_MODEL_SYNTH_H
 #define E0_MODEL_SYNTH_H
@@ -54,7 +55,7 @@ typedef struct {
     double partial_rotary, rope_theta;
     int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_attention_interval;
     int n_experts, top_k, moe_inter, shared_inter;
-    int dense_inter; /* config "intermediate_size" (no dense layers; 0: omitted) */
+    int dense_inter;       /* config "intermediate_size" (no dense layers; 0: omitted) */
     int max_pos, bos, eos; /* bos < 0: null */
 } synth_shape;
 
@@ -94,8 +95,8 @@ typedef struct {
 void synth_opts_default(synth_opts *o);
 
 typedef struct {
-    uint64_t bytes;    /* all safetensors files, headers included */
-    uint64_t params;   /* logical parameters (quantized weights count once) */
+    uint64_t bytes;  /* all safetensors files, headers included */
+    uint64_t params; /* logical parameters (quantized weights count once) */
     size_t n_tensors;
     int n_shards;
 } synth_info;
