@@ -1,0 +1,246 @@
+/* edge0 chat MODEL: a multi-turn conversation in the terminal.
+ *
+ * The session keeps every token of the conversation: each turn appends
+ * only its own tokens (the end of the last answer, the new user message and
+ * the generation prompt), so the history is never evaluated twice.
+ * Ctrl-C stops the answer being generated; at the prompt it only reminds
+ * how to leave. */
+#include "cli/cli.h"
+#include "edge0.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *HELP =
+    "usage: edge0 chat MODEL [--system TEXT] [--ctx N] [--no-think]\n"
+    "\n"
+    "Chats with MODEL, streaming each answer as it is generated. The conversation\n"
+    "stays in the session: each turn evaluates only its own new tokens.\n"
+    "\n"
+    "  --system TEXT   a system message for the conversation\n"
+    "  --ctx N         context size in tokens (default 4096)\n"
+    "  --no-think      start with thinking off (/think on|off switches it)\n"
+    "\n"
+    "In the chat: /reset starts over, /stats shows speed and cache statistics,\n"
+    "/think on|off switches the model's thinking, /exit (or Ctrl-D) leaves,\n"
+    "Ctrl-C stops the answer being generated.\n"
+    "\n";
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static int piece(void *user, const char *text, size_t len) {
+    (void)user;
+    if (interrupted) return 1;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* JSON string literal of s into a malloc'd buffer. */
+static char *json_str(const char *s) {
+    size_t n = strlen(s), o = 0;
+    char *out = malloc(n * 6 + 3);
+    if (!out) return NULL;
+    out[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') out[o++] = '\\', out[o++] = (char)*p;
+        else if (*p < 0x20) o += (size_t)sprintf(out + o, "\\u%04x", *p);
+        else out[o++] = (char)*p;
+    }
+    out[o++] = '"';
+    out[o] = 0;
+    return out;
+}
+
+/* The text this turn appends: on the first turn the rendered system and
+ * user messages, later the end of the previous answer and the user message,
+ * each followed by the generation prompt. */
+static int turn_text(const char *system, const char *user, bool first, bool think, char **out, size_t *len,
+                     char *err) {
+    char *u = json_str(user), *sy = system && first ? json_str(system) : NULL, *msgs = NULL, *r = NULL;
+    size_t rl = 0;
+    int rc = E0_ENOMEM;
+    if (u && (!system || !first || sy)) {
+        size_t n = strlen(u) + (sy ? strlen(sy) : 0) + 96;
+        if ((msgs = malloc(n))) {
+            if (sy) snprintf(msgs, n, "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]", sy, u);
+            else snprintf(msgs, n, "[{\"role\":\"user\",\"content\":%s}]", u);
+            e0_chat_opts co;
+            e0_chat_opts_default(&co);
+            co.enable_thinking = think;
+            rc = e0_chat_render(msgs, strlen(msgs), &co, &r, &rl, err);
+        }
+    }
+    if (!rc) {
+        const char *close = first ? "" : "<|im_end|>\n"; /* the answer stopped before its end-of-turn token */
+        *len = strlen(close) + rl;
+        if ((*out = malloc(*len + 1))) snprintf(*out, *len + 1, "%s%s", close, r);
+        else rc = E0_ENOMEM;
+    }
+    if (rc == E0_ENOMEM) snprintf(err, E0_ERR_MAX, "out of memory");
+    free(u);
+    free(sy);
+    free(msgs);
+    free(r);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *model = NULL, *system = NULL;
+    long ctx = 4096;
+    bool think = true;
+    cli_engine ce;
+    cli_engine_init(&ce);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
+        if (!strcmp(a, "--system")) {
+            if (!v) {
+                cli_error("--system needs a value");
+                return 2;
+            }
+            system = v, i++;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((ctx = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
+            i++;
+        } else if (!strcmp(a, "--no-think")) {
+            think = false;
+        } else if (a[0] == '-') {
+            cli_error("chat: unknown option '%s' (see edge0 chat --help)", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            cli_error("chat: unexpected argument '%s'", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        cli_error("chat needs MODEL (see edge0 chat --help)");
+        return 2;
+    }
+    if (cli_engine_finish(&ce) != 0) return 2;
+    char err[E0_ERR_MAX];
+    e0_engine *eng = NULL;
+    e0_session *s = NULL;
+    e0_text *text = NULL;
+    int32_t *prompt = NULL;
+    int status = 1;
+    if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
+    cli_engine_opened(&ce, eng);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)ctx;
+    if (e0_session_new(eng, &so, &s, err) != E0_OK) goto out;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a read at the prompt returns EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    e0_model_info info;
+    e0_engine_info(eng, &info);
+    printf("edge0 chat: %s (%s, %d layers, %d experts, top-%d), context %ld tokens. /reset /stats /think on|off /exit\n",
+           model, info.family, info.n_layers, info.n_experts, info.top_k, ctx);
+    char line[65536];
+    bool first = true;
+    for (;;) {
+        printf("\n> ");
+        fflush(stdout);
+        interrupted = 0;
+        if (!fgets(line, sizeof line, stdin)) {
+            if (ferror(stdin) && errno == EINTR) {
+                clearerr(stdin);
+                printf("\n(Ctrl-C stops an answer; /exit or Ctrl-D leaves)");
+                continue;
+            }
+            printf("\n");
+            break;
+        }
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            e0_session_reset(s);
+            first = true;
+            printf("(conversation reset)");
+            continue;
+        }
+        if (!strcmp(line, "/stats")) {
+            printf("conversation: %d of %ld context tokens\n", e0_session_pos(s), ctx);
+            cli_print_stats(eng, stdout);
+            continue;
+        }
+        if (!strncmp(line, "/think", 6)) {
+            const char *arg = line + 6 + strspn(line + 6, " ");
+            if (!strcmp(arg, "on") || !strcmp(arg, "off")) think = !strcmp(arg, "on");
+            printf("(thinking %s%s)", think ? "on" : "off", *arg && strcmp(arg, "on") && strcmp(arg, "off") ? "; use /think on|off" : "");
+            continue;
+        }
+        if (line[0] == '/') {
+            printf("(unknown command %s: /reset /stats /think on|off /exit)", line);
+            continue;
+        }
+        char *delta = NULL;
+        size_t dl;
+        int32_t *ids = NULL;
+        size_t n_ids, n_hist;
+        if (turn_text(system, line, first, think, &delta, &dl, err) || e0_text_encode(text, delta, dl, &ids, &n_ids, err)) {
+            free(delta);
+            printf("error: %s", err);
+            continue;
+        }
+        free(delta);
+        const int32_t *hist = e0_session_history(s, &n_hist);
+        if (!first && n_hist + n_ids + 1 > (size_t)ctx) {
+            printf("(the context is full: %zu of %ld tokens used and this turn needs %zu more; /reset to start over, "
+                   "or restart with a larger --ctx)", n_hist, ctx, n_ids);
+            free(ids);
+            continue;
+        }
+        free(prompt);
+        prompt = malloc((n_hist + n_ids) * sizeof *prompt);
+        if (!prompt) {
+            free(ids);
+            snprintf(err, sizeof err, "out of memory");
+            goto out;
+        }
+        memcpy(prompt, hist, n_hist * sizeof *prompt);
+        memcpy(prompt + n_hist, ids, n_ids * sizeof *prompt);
+        free(ids);
+        e0_gen_result r;
+        int rc = e0_generate(s, text, prompt, n_hist + n_ids, &ce.sample, piece, NULL, &r, err);
+        if (rc == E0_ERANGE) {
+            printf("(this message does not fit in the context of %ld tokens; /reset or use a larger --ctx)", ctx);
+            continue;
+        }
+        if (rc) {
+            printf("\nerror: %s", err);
+            first = true; /* a failed evaluation resets the session */
+            continue;
+        }
+        first = false;
+        const char *why = r.finish == E0_FINISH_CANCELLED ? " stopped"
+                          : r.finish == E0_FINISH_CONTEXT ? " -- the context is full; /reset to start over"
+                          : r.finish == E0_FINISH_LENGTH  ? " (max tokens)"
+                                                          : "";
+        printf("\n\033[2m[%d new prompt tokens (%d reused), %.1f tok/s prefill; %d tokens, %.1f tok/s%s]\033[0m",
+               r.prompt_tokens - r.reused_tokens, r.reused_tokens,
+               r.prefill_s > 0 ? (r.prompt_tokens - r.reused_tokens) / r.prefill_s : 0.0, r.completion_tokens,
+               r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why);
+    }
+    status = 0;
+out:
+    if (status) cli_error("%s", err);
+    free(prompt);
+    e0_text_free(text);
+    e0_session_free(s);
+    e0_engine_free(eng);
+    return status;
+}
