@@ -74,7 +74,7 @@ static int copy_file(const char *src, const char *dst) {
 /* ~/.cache/edge0/demo-tiny: the tiny model plus the tokenizer, built on first use. */
 static int builtin_model(char *dir, size_t n) {
     const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char root[4096], tok[PATH_MAX + 64], dst[4200];
+    char root[4096], tok[PATH_MAX + 64], dst[4300];
     if (cache && *cache) snprintf(root, sizeof root, "%s/edge0", cache);
     else if (home && *home) snprintf(root, sizeof root, "%s/.cache/edge0", home);
     else snprintf(root, sizeof root, "/tmp/edge0-cache");

@@ -87,6 +87,7 @@ static const struct {
     const char *help;
 } COMMANDS[] = {
     {"bench", cmd_bench, "prefill/decode speed, cold and warm, as ratios to this machine's bandwidth"},
+    {"convert", cmd_convert, "convert a Hugging Face checkpoint to the streaming (mlx 4-bit) layout"},
     {"chat", cmd_chat, "chat with a model in the terminal, answers streamed"},
     {"demo", cmd_demo, "run a model on a prompt and print timings (no MODEL: built-in tiny model)"},
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},

@@ -1,0 +1,207 @@
+/* edge0 convert SRC DST [--bits 4|8] [--group-size 32|64|128] [--fused-gate-up]
+ * Hugging Face checkpoint -> mlx layout, with a progress bar on stderr (a
+ * line every few seconds when stderr is not a terminal). */
+#include "cli/cli.h"
+#include "convert/convert.h"
+#include "edge0.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: edge0 convert SRC DST [options]\n"
+            "\n"
+            "Converts the Hugging Face checkpoint in SRC (qwen3_moe, qwen3_next or qwen3_5_moe;\n"
+            "per-expert or fused experts; one file or shards; BF16, F16 or F32) into the mlx\n"
+            "layout edge0 streams from: mlx affine quantization computed in f32 (bit for bit\n"
+            "what mlx-lm's CPU quantizer writes), routers and shared-expert gates 8-bit group 64,\n"
+            "experts stacked per layer, hybrid norms stored as 1 + w, conv1d as [C, K, 1], MTP and\n"
+            "vision tensors dropped. Writes safetensors shards, model.safetensors.index.json and\n"
+            "config.json (with its \"quantization\" block) and copies the tokenizer and generation\n"
+            "files. Reads and writes one slice at a time: memory stays at a few MiB per thread.\n"
+            "DST is written as DST.tmp-XXXXXX and renamed when complete.\n"
+            "\n"
+            "  --bits N           4 (default) or 8 (2, 3, 5, 6 also accepted)\n"
+            "  --group-size N     32, 64 (default) or 128\n"
+            "  --fused-gate-up    one switch_mlp.gate_up_proj per layer (gate rows on top of up\n"
+            "                     rows, per expert) instead of gate_proj + up_proj\n"
+            "  --force            replace an existing DST (only a model directory)\n"
+            "  --threads N        worker threads (default: one per core, at most 8)\n"
+            "  --shard-gb N       largest shard in GiB (default 5, as mlx-lm)\n"
+            "  --shard-mb N       largest shard in MiB\n"
+            "  --no-sync          skip the fsyncs before the rename (faster, not durable)\n"
+            "  --dry-run          check SRC and print the plan, write nothing\n");
+}
+
+typedef struct {
+    int tty;
+    double last_line;    /* non-tty: time of the last line */
+    double win_t, win_d; /* start of the rate window */
+    double rate;         /* recent source bytes/s */
+} progress;
+
+static void fmt_eta(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 360000) snprintf(buf, n, "--:--");
+    else if (s >= 3600) snprintf(buf, n, "%d:%02d:%02d", (int)s / 3600, (int)s / 60 % 60, (int)s % 60);
+    else snprintf(buf, n, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+static void on_progress(void *ctx, const convert_progress *p) {
+    progress *st = ctx;
+    const double done = (double)p->done, total = (double)p->total;
+    /* rate over a window of about 3 s, so the ETA follows the disk */
+    if (p->seconds - st->win_t >= 3.0 || st->rate == 0) {
+        if (p->seconds > st->win_t + 0.2) st->rate = (done - st->win_d) / (p->seconds - st->win_t);
+        if (p->seconds - st->win_t >= 3.0) {
+            st->win_t = p->seconds;
+            st->win_d = done;
+        }
+    }
+    char eta[32];
+    fmt_eta(eta, sizeof eta, st->rate > 0 ? (total - done) / st->rate : -1);
+    const double pct = total > 0 ? 100.0 * done / total : 100.0;
+    if (st->tty) {
+        char bar[31];
+        const int fill = (int)(pct * 30 / 100);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '-';
+        bar[30] = 0;
+        if (p->phase == CONVERT_WRITING)
+            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB read  %7.1f MB/s  ETA %s   ", bar, pct, done / 1e9,
+                    total / 1e9, st->rate / 1e6, eta);
+        else if (p->phase == CONVERT_SYNCING)
+            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB read  syncing to disk...             ", bar, pct,
+                    done / 1e9, total / 1e9);
+        else
+            fprintf(stderr, "\r  [%s] 100%%  %6.2f GB read in %.1f s                                \n", bar,
+                    total / 1e9, p->seconds);
+        fflush(stderr);
+    } else if ((p->phase == CONVERT_SYNCING && st->last_line > 0) ||
+               (p->phase == CONVERT_WRITING && p->seconds - st->last_line >= 5.0)) {
+        st->last_line = p->seconds;
+        if (p->phase == CONVERT_SYNCING)
+            fprintf(stderr, "edge0 convert: %.2f GB read in %.1f s, syncing to disk\n", total / 1e9, p->seconds);
+        else
+            fprintf(stderr, "edge0 convert: %3.0f%%  %.2f / %.2f GB read  %.1f MB/s  ETA %s\n", pct, done / 1e9,
+                    total / 1e9, st->rate / 1e6, eta);
+    }
+}
+
+static volatile sig_atomic_t g_cancel;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_cancel = 1;
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *src = NULL, *dst = NULL;
+    convert_opts o;
+    convert_opts_default(&o);
+    int dry = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(a, "--bits")) {
+            if ((n = cli_parse_long(a, v, 2, 8)) < 0) return 2;
+            if (n == 7) {
+                cli_error("--bits must be 2, 3, 4, 5, 6 or 8");
+                return 2;
+            }
+            o.bits = (int)n, i++;
+        } else if (!strcmp(a, "--group-size")) {
+            if ((n = cli_parse_long(a, v, 32, 128)) < 0) return 2;
+            if (n != 32 && n != 64 && n != 128) {
+                cli_error("--group-size must be 32, 64 or 128");
+                return 2;
+            }
+            o.group = (int)n, i++;
+        } else if (!strcmp(a, "--fused-gate-up")) {
+            o.fused_gate_up = 1;
+        } else if (!strcmp(a, "--force")) {
+            o.force = 1;
+        } else if (!strcmp(a, "--threads")) {
+            if ((n = cli_parse_long(a, v, 1, 256)) < 0) return 2;
+            o.n_threads = (int)n, i++;
+        } else if (!strcmp(a, "--shard-gb")) {
+            if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return 2;
+            o.shard_bytes = (uint64_t)n << 30, i++;
+        } else if (!strcmp(a, "--shard-mb")) {
+            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            o.shard_bytes = (uint64_t)n << 20, i++;
+        } else if (!strcmp(a, "--no-sync")) {
+            o.no_sync = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry = 1;
+        } else if (a[0] == '-') {
+            cli_error("convert: unknown option '%s' (see edge0 convert --help)", a);
+            return 2;
+        } else if (!src) {
+            src = a;
+        } else if (!dst) {
+            dst = a;
+        } else {
+            cli_error("convert: unexpected argument '%s'", a);
+            return 2;
+        }
+    }
+    if (!src || (!dst && !dry)) {
+        cli_error("convert needs SRC and DST (see edge0 convert --help)");
+        return 2;
+    }
+    struct stat sst;
+    if (dst && !dry && !o.force && lstat(dst, &sst) == 0) {
+        cli_error("%s already exists; remove it, choose another path or pass --force", dst);
+        return 1;
+    }
+    char err[E0_ERR_MAX];
+    convert_info info;
+    if (convert_plan(src, &o, &info, err) != 0) {
+        cli_error("%s", err);
+        return 1;
+    }
+    printf("edge0 convert: %s (%s, %s experts, %zu tensors, %.2f GB) -> mlx affine %d-bit group %d, routers and "
+           "shared-expert gates 8-bit group 64%s\n",
+           src, info.family, info.src_layout, info.src_tensors, (double)info.src_bytes / 1e9, o.bits, o.group,
+           o.fused_gate_up ? ", fused gate_up" : "");
+    printf("plan: %zu tensors (%zu quantized modules), %.2f GB in %d file%s", info.out_tensors, info.quantized,
+           (double)info.out_bytes / 1e9, info.n_shards, info.n_shards > 1 ? "s" : "");
+    if (info.dropped) printf("; %zu source tensors dropped (MTP, vision, ...: %s)", info.dropped, info.dropped_example);
+    printf("\n");
+    fflush(stdout);
+    if (dry) return 0;
+
+    progress st = {.tty = isatty(STDERR_FILENO)};
+    o.progress = on_progress;
+    o.progress_ctx = &st;
+    o.cancel = &g_cancel;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    const double t0 = cli_now();
+    int rc = convert_run(src, dst, &o, &info, err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (rc != 0) {
+        if (st.tty) fputc('\n', stderr);
+        cli_error("%s", err);
+        return 1;
+    }
+    const double dt = cli_now() - t0, s = dt > 0 ? dt : 1e-9;
+    printf("wrote %s: %.2f GB from %.2f GB in %.1f s (read %.0f MB/s, write %.0f MB/s), %zu file%s copied, "
+           "peak RSS %.0f MiB\n",
+           dst, (double)info.out_bytes / 1e9, (double)info.src_bytes / 1e9, dt, (double)info.src_bytes / 1e6 / s,
+           (double)info.out_bytes / 1e6 / s, info.copied_files, info.copied_files == 1 ? "" : "s",
+           (double)cli_peak_rss() / (1 << 20));
+    return 0;
+}

@@ -1,0 +1,1352 @@
+/* edge0 convert: Hugging Face checkpoint -> mlx layout. See convert.h for
+ * what is written; this file is the plan (names, shapes, checks, shards and
+ * headers), the streaming writer (worker threads with read-ahead, ordered
+ * pwrites), config.json and the index; convert_fs.c has the copies and the
+ * atomic directory.
+ *
+ * Traps this code handles (each would silently give a wrong model):
+ *  - hybrid norms: input/post-attention/final/q/k are zero-centred in HF and
+ *    stored as 1 + w; the DeltaNet output norm (linear_attn.norm) is not;
+ *  - fused experts: gate rows come first in gate_up [E, 2I, H]; splitting
+ *    takes rows [e*2I, e*2I + I) for gate and the next I for up, per expert;
+ *  - scales and biases are computed and applied in f32 and only stored as
+ *    bf16: quantizing with the rounded values changes codes;
+ *  - routers and shared-expert gates are 8-bit group 64 whatever the
+ *    default, and must be listed per module in config.json or a loader will
+ *    read them with the default width;
+ *  - qwen3_5_moe always gets the "language_model." names, also from a
+ *    text-only source with the "model." prefix (as mlx-lm's sanitize). */
+#include "convert/convert.h"
+
+#include "convert/convert_fs.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "quant/quantize.h"
+#include "util/err.h"
+#include "util/file.h"
+#include "util/num.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK_BYTES (16u << 20)    /* source rows per job, as f32 */
+#define PREFETCH_BYTES (256u << 20) /* source read ahead of the workers */
+#define NAME_LEN 512
+#define ROUTER_BITS 8
+#define ROUTER_GROUP 64
+
+void convert_opts_default(convert_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->bits = 4;
+    o->group = 64;
+}
+
+/* ---- the quantizer, vectorizable --------------------------------------- */
+
+/* quant_row's arithmetic step for step: the same f32 min/max, scale, edge,
+ * q0 and bias; per element (w - bias) / scale clamped to [0, n_bins] and
+ * rounded to nearest even by the 1.5 * 2^23 trick (exact for |x| < 2^22,
+ * and the clamp keeps x in [0, 255]). Clamping before rounding equals
+ * rounding before clamping because 0 and n_bins are integers. */
+void convert_quant_row(const float *w, int64_t cols, int bits, int group, uint32_t *words, uint16_t *scales,
+                       uint16_t *biases) {
+    if ((bits != 4 && bits != 8) || group > 128 || group % 8) {
+        quant_row(w, cols, bits, group, words, scales, biases);
+        return;
+    }
+    const float n_bins = (float)((1u << bits) - 1), magic = 12582912.0f; /* 1.5 * 2^23 */
+    uint8_t codes[128];
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+        const float *x = w + g0;
+        float mx = x[0], mn = x[0];
+        for (int i = 1; i < group; i++) {
+            mx = x[i] > mx ? x[i] : mx;
+            mn = x[i] < mn ? x[i] : mn;
+        }
+        float scale = fmaxf((mx - mn) / n_bins, 1e-7f), edge;
+        if (fabsf(mn) > fabsf(mx)) {
+            edge = mn;
+        } else {
+            scale = -scale;
+            edge = mx;
+        }
+        const float q0 = rintf(edge / scale);
+        float bias = 0.0f;
+        if (q0 != 0.0f) {
+            scale = edge / q0;
+            bias = edge;
+        }
+        for (int i = 0; i < group; i++) {
+            float q = (x[i] - bias) / scale;
+            q = q > 0.0f ? q : 0.0f; /* NaN -> 0 */
+            q = q < n_bins ? q : n_bins;
+            q = (q + magic) - magic;
+            codes[i] = (uint8_t)(int)q;
+        }
+        if (bits == 4) {
+            uint32_t *o = words + g0 / 8;
+            for (int k = 0; k < group / 8; k++) {
+                const uint8_t *c = codes + 8 * k;
+                o[k] = (uint32_t)c[0] | (uint32_t)c[1] << 4 | (uint32_t)c[2] << 8 | (uint32_t)c[3] << 12 |
+                       (uint32_t)c[4] << 16 | (uint32_t)c[5] << 20 | (uint32_t)c[6] << 24 | (uint32_t)c[7] << 28;
+            }
+        } else {
+            uint32_t *o = words + g0 / 4;
+            for (int k = 0; k < group / 4; k++) {
+                const uint8_t *c = codes + 4 * k;
+                o[k] = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+            }
+        }
+        scales[g0 / group] = e0_f32_to_bf16(scale);
+        biases[g0 / group] = e0_f32_to_bf16(bias);
+    }
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && (size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+static void sb_free(sbuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const uint64_t *shape) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static bool float_dtype(st_dtype t) { return t == ST_BF16 || t == ST_F16 || t == ST_F32; }
+
+/* f32 -> f16, round to nearest even (only for F16 norms that get + 1). */
+static uint16_t f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;       /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u;      /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                             /* below 2^-14: subnormal */
+        float v;
+        memcpy(&v, &a, sizeof v);
+        return sign | (uint16_t)rintf(v * 16777216.0f); /* exact scaling by 2^24 */
+    }
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+    return sign | (uint16_t)(r >> 13);
+}
+
+/* n values of dtype dt at src -> f32. */
+static void load_f32(st_dtype dt, const uint8_t *src, int64_t n, float *out) {
+    switch (dt) {
+    case ST_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = e0_bf16_to_f32(e0_ld16(src, (size_t)i));
+        break;
+    case ST_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = e0_f16_to_f32(e0_ld16(src, (size_t)i));
+        break;
+    default:
+        memcpy(out, src, (size_t)n * sizeof *out);
+        break;
+    }
+}
+
+static void store_f32(st_dtype dt, const float *in, int64_t n, float add, uint8_t *dst) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = in[i] + add;
+        if (dt == ST_F32) {
+            memcpy(dst + 4 * i, &v, 4);
+        } else {
+            const uint16_t h = dt == ST_BF16 ? e0_f32_to_bf16(v) : f32_to_f16(v);
+            memcpy(dst + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* ---- the plan -------------------------------------------------------------- */
+
+/* Rows [row0, row0 + n) of source tensor t, each `cols` values wide. */
+typedef struct {
+    uint32_t t;
+    int64_t row0, n;
+} seg;
+
+/* One output tensor (float) or quantized module (weight, scales, biases). */
+typedef struct {
+    char *name;      /* float: tensor name; quantized: module path */
+    bool quant;
+    bool listed;     /* per-module entry in config.json "quantization" */
+    int bits, group; /* quantized */
+    st_dtype dtype;  /* float output dtype */
+    float add;       /* + 1 for zero-centred norms */
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS]; /* float: as written; quantized: logical [..., out, in] */
+    int64_t rows, cols;          /* rows of `cols` source values */
+    size_t seg0, nseg;
+    uint32_t shard;
+    uint64_t off;            /* in the shard's data section */
+    uint64_t wbytes, sbytes; /* weight (or float data) bytes; scales bytes (= biases bytes) */
+    uint64_t src_bytes;
+} item;
+
+typedef struct {
+    const char *src;
+    convert_opts o;
+    st_set *st;
+    e0_config cfg;
+    bool have_cfg;
+    char sp[64];          /* source name prefix ("model.", "model.language_model.") */
+    char op[64];          /* output prefix */
+    const char *lm_out;   /* output lm_head module */
+    const char *layout;   /* "hf" / "hf-fused" of the first MoE layer */
+    item *it;
+    size_t n, cap;
+    seg *sg;
+    size_t nsg, capsg;
+    uint8_t *used;        /* [st_count]: 1 converted, 2 dropped */
+    size_t dropped, quantized, out_tensors;
+    char dropped_example[128];
+    int nshards;
+    uint64_t *data_bytes; /* [nshards] */
+    char **hdr;           /* [nshards] u64 length + padded JSON */
+    size_t *hdr_len;
+    uint64_t total_src, total_data, total_bytes;
+    char *err;
+} plan;
+
+static size_t tidx(const plan *p, const st_tensor *t) { return (size_t)(t - st_at(p->st, 0)); }
+
+static const char *tfile(const plan *p, const st_tensor *t) { return st_file_path(p->st, t->file); }
+
+/* A source tensor that must exist with this shape and a float dtype. */
+static int need(plan *p, const char *name, int ndim, const int64_t *shape, const st_tensor **out) {
+    const st_tensor *t = st_get(p->st, name);
+    if (!t)
+        return e0_fail(p->err, E0_ENOTFOUND, "%s: tensor %s is missing (config.json describes a %s model with %d layers)",
+                       p->src, name, p->cfg.family_name, p->cfg.n_layers);
+    if (!float_dtype(t->dtype))
+        return e0_fail(p->err, E0_EUNSUPPORTED,
+                       "%s: tensor %s has dtype %s, which convert cannot read (it converts BF16, F16 and F32 weights)",
+                       tfile(p, t), name, st_dtype_name(t->dtype));
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = (int64_t)t->shape[i] == shape[i];
+    if (!ok) {
+        char have[128], want[128];
+        uint64_t w[ST_MAX_DIMS];
+        for (int i = 0; i < ndim; i++) w[i] = (uint64_t)shape[i];
+        shape_str(have, sizeof have, t->ndim, t->shape);
+        shape_str(want, sizeof want, ndim, w);
+        return e0_fail(p->err, E0_EFORMAT, "%s: tensor %s has shape %s but config.json implies %s", tfile(p, t),
+                       name, have, want);
+    }
+    p->used[tidx(p, t)] = 1;
+    *out = t;
+    return 0;
+}
+
+static item *new_item(plan *p, const char *name, bool quant, int ndim, const uint64_t *shape, int64_t cols) {
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 256;
+        item *ni = realloc(p->it, cap * sizeof *ni);
+        if (!ni) return NULL;
+        p->it = ni;
+        p->cap = cap;
+    }
+    item *t = &p->it[p->n];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = strdup(name))) return NULL;
+    p->n++;
+    t->quant = quant;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= shape[i];
+    t->cols = cols;
+    t->rows = (int64_t)(numel / (uint64_t)cols);
+    t->seg0 = p->nsg;
+    return t;
+}
+
+/* Appends rows of source tensor t to the last item (merged with the
+ * previous piece when contiguous). */
+static int add_seg(plan *p, const st_tensor *t, int64_t row0, int64_t n) {
+    item *it = &p->it[p->n - 1];
+    const uint32_t ti = (uint32_t)tidx(p, t);
+    it->src_bytes += (uint64_t)n * (uint64_t)it->cols * st_dtype_size(t->dtype);
+    if (it->nseg) {
+        seg *last = &p->sg[p->nsg - 1];
+        if (last->t == ti && last->row0 + last->n == row0) {
+            last->n += n;
+            return 0;
+        }
+    }
+    if (p->nsg == p->capsg) {
+        size_t cap = p->capsg ? 2 * p->capsg : 1024;
+        seg *ns = realloc(p->sg, cap * sizeof *ns);
+        if (!ns) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+        p->sg = ns;
+        p->capsg = cap;
+    }
+    p->sg[p->nsg++] = (seg){ti, row0, n};
+    it->nseg++;
+    return 0;
+}
+
+static bool quantizable(int64_t cols, int bits, int group) { return cols % group == 0 && (cols * bits) % 32 == 0; }
+
+/* A matrix module out_base: [lead x] [rows, cols], quantized when its width
+ * divides into groups, else kept in `dtype`. Sources are added by the caller. */
+static int mat_item(plan *p, const char *out_base, int64_t lead, int64_t rows, int64_t cols, bool router,
+                    st_dtype dtype) {
+    int bits = router ? ROUTER_BITS : p->o.bits, group = router ? ROUTER_GROUP : p->o.group;
+    bool q = quantizable(cols, bits, group);
+    uint64_t shape[3];
+    int nd = 0;
+    if (lead) shape[nd++] = (uint64_t)lead;
+    shape[nd++] = (uint64_t)rows;
+    shape[nd++] = (uint64_t)cols;
+    char name[NAME_LEN];
+    snprintf(name, sizeof name, q ? "%s" : "%s.weight", out_base);
+    item *t = new_item(p, name, q, nd, shape, cols);
+    if (!t) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+    t->dtype = dtype;
+    if (q) {
+        t->bits = bits;
+        t->group = group;
+        t->listed = router;
+    }
+    return 0;
+}
+
+/* A plain linear layer: src_base.weight [rows, cols] -> out_base. */
+static int linear(plan *p, const char *src_base, const char *out_base, int64_t rows, int64_t cols, bool router) {
+    char name[NAME_LEN];
+    snprintf(name, sizeof name, "%s.weight", src_base);
+    const st_tensor *t;
+    int rc = need(p, name, 2, (int64_t[]){rows, cols}, &t);
+    if (!rc) rc = mat_item(p, out_base, 0, rows, cols, router, t->dtype);
+    if (!rc) rc = add_seg(p, t, 0, rows);
+    return rc;
+}
+
+/* A vector [n] copied (dtype: ST_NDTYPES keeps the source's), + add. */
+static int vec(plan *p, const char *src_name, const char *out_name, int64_t n, float add, st_dtype dtype) {
+    const st_tensor *t;
+    int rc = need(p, src_name, 1, (int64_t[]){n}, &t);
+    if (rc) return rc;
+    item *it = new_item(p, out_name, false, 1, (uint64_t[]){(uint64_t)n}, n);
+    if (!it) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+    it->dtype = dtype == ST_NDTYPES ? t->dtype : dtype;
+    it->add = add;
+    return add_seg(p, t, 0, 1);
+}
+
+#define NM(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+static int plan_attention(plan *p, const char *sb, const char *ob) {
+    const e0_config *c = &p->cfg;
+    char a[NAME_LEN], b[NAME_LEN];
+    const int64_t H = c->hidden, hd = c->head_dim, nq = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1);
+    const int64_t nkv = (int64_t)c->n_kv_heads * hd;
+    const float add = c->norm_zero_centred ? 1.0f : 0.0f;
+    int rc;
+    if ((rc = linear(p, NM(a, "%sself_attn.q_proj", sb), NM(b, "%sself_attn.q_proj", ob), nq, H, false)) ||
+        (rc = linear(p, NM(a, "%sself_attn.k_proj", sb), NM(b, "%sself_attn.k_proj", ob), nkv, H, false)) ||
+        (rc = linear(p, NM(a, "%sself_attn.v_proj", sb), NM(b, "%sself_attn.v_proj", ob), nkv, H, false)) ||
+        (rc = linear(p, NM(a, "%sself_attn.o_proj", sb), NM(b, "%sself_attn.o_proj", ob), H, (int64_t)c->n_heads * hd,
+                     false)) ||
+        (rc = vec(p, NM(a, "%sself_attn.q_norm.weight", sb), NM(b, "%sself_attn.q_norm.weight", ob), hd, add,
+                  ST_NDTYPES)) ||
+        (rc = vec(p, NM(a, "%sself_attn.k_norm.weight", sb), NM(b, "%sself_attn.k_norm.weight", ob), hd, add,
+                  ST_NDTYPES)))
+        return rc;
+    return 0;
+}
+
+static int plan_deltanet(plan *p, const char *sb, const char *ob) {
+    const e0_config *c = &p->cfg;
+    char a[NAME_LEN], b[NAME_LEN];
+    const int64_t H = c->hidden, Kd = (int64_t)c->lin_k_heads * c->lin_k_dim;
+    const int64_t Vd = (int64_t)c->lin_v_heads * c->lin_v_dim, Hv = c->lin_v_heads, K = c->conv_kernel;
+    const int64_t C = 2 * Kd + Vd;
+    int rc;
+    if (st_get(p->st, NM(a, "%slinear_attn.in_proj_qkvz.weight", sb))) { /* qwen3_next packing */
+        if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkvz", sb), NM(b, "%slinear_attn.in_proj_qkvz", ob),
+                         2 * Kd + 2 * Vd, H, false)) ||
+            (rc = linear(p, NM(a, "%slinear_attn.in_proj_ba", sb), NM(b, "%slinear_attn.in_proj_ba", ob), 2 * Hv, H,
+                         false)))
+            return rc;
+    } else if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkv", sb), NM(b, "%slinear_attn.in_proj_qkv", ob), C, H,
+                            false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_z", sb), NM(b, "%slinear_attn.in_proj_z", ob), Vd, H,
+                            false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_b", sb), NM(b, "%slinear_attn.in_proj_b", ob), Hv, H,
+                            false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_a", sb), NM(b, "%slinear_attn.in_proj_a", ob), Hv, H,
+                            false))) {
+        return rc;
+    }
+    /* conv1d: HF [C, 1, K] -> mlx [C, K, 1], the same bytes; a source
+     * already in [C, K, 1] is copied as it is. */
+    NM(a, "%slinear_attn.conv1d.weight", sb);
+    const st_tensor *t = st_get(p->st, a);
+    const bool mlx_shape = t && t->ndim == 3 && (int64_t)t->shape[1] == K && t->shape[2] == 1 && K != 1;
+    if ((rc = need(p, a, 3, mlx_shape ? (int64_t[]){C, K, 1} : (int64_t[]){C, 1, K}, &t))) return rc;
+    item *it = new_item(p, NM(b, "%slinear_attn.conv1d.weight", ob), false, 3,
+                        (uint64_t[]){(uint64_t)C, (uint64_t)K, 1}, K);
+    if (!it) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+    it->dtype = t->dtype;
+    if (mlx_shape) it->cols = 1, it->rows = C * K;
+    if ((rc = add_seg(p, t, 0, it->rows))) return rc;
+    if ((rc = vec(p, NM(a, "%slinear_attn.A_log", sb), NM(b, "%slinear_attn.A_log", ob), Hv, 0, ST_F32)) ||
+        (rc = vec(p, NM(a, "%slinear_attn.dt_bias", sb), NM(b, "%slinear_attn.dt_bias", ob), Hv, 0, ST_NDTYPES)) ||
+        (rc = vec(p, NM(a, "%slinear_attn.norm.weight", sb), NM(b, "%slinear_attn.norm.weight", ob), c->lin_v_dim, 0,
+                  ST_NDTYPES)) ||
+        (rc = linear(p, NM(a, "%slinear_attn.out_proj", sb), NM(b, "%slinear_attn.out_proj", ob), H, Vd, false)))
+        return rc;
+    return 0;
+}
+
+/* A fused expert tensor, with or without ".weight". */
+static const st_tensor *find2(plan *p, const char *base) {
+    char n[NAME_LEN + 16];
+    const st_tensor *t = st_get(p->st, base);
+    return t ? t : st_get(p->st, NM(n, "%s.weight", base));
+}
+
+static int plan_experts(plan *p, const char *sb, const char *ob, int li) {
+    const e0_config *c = &p->cfg;
+    char a[NAME_LEN], b[NAME_LEN];
+    const int64_t H = c->hidden, I = c->moe_inter, E = c->n_experts;
+    int rc;
+    const st_tensor *gu = find2(p, NM(a, "%smlp.experts.gate_up_proj", sb)), *dn = NULL;
+    const bool fused = gu != NULL;
+    const st_tensor **g = NULL, **u = NULL, **d = NULL;
+    if (fused) {
+        if ((rc = need(p, gu->name, 3, (int64_t[]){E, 2 * I, H}, &gu))) return rc;
+        dn = find2(p, NM(a, "%smlp.experts.down_proj", sb));
+        if ((rc = need(p, dn ? dn->name : a, 3, (int64_t[]){E, H, I}, &dn))) return rc;
+    } else if (st_get(p->st, NM(a, "%smlp.experts.0.gate_proj.weight", sb))) {
+        g = calloc((size_t)E, sizeof *g);
+        u = calloc((size_t)E, sizeof *u);
+        d = calloc((size_t)E, sizeof *d);
+        if (!g || !u || !d) {
+            rc = e0_fail(p->err, E0_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (int64_t e = 0; e < E; e++)
+            if ((rc = need(p, NM(a, "%smlp.experts.%lld.gate_proj.weight", sb, (long long)e), 2, (int64_t[]){I, H},
+                           &g[e])) ||
+                (rc = need(p, NM(a, "%smlp.experts.%lld.up_proj.weight", sb, (long long)e), 2, (int64_t[]){I, H},
+                           &u[e])) ||
+                (rc = need(p, NM(a, "%smlp.experts.%lld.down_proj.weight", sb, (long long)e), 2, (int64_t[]){H, I},
+                           &d[e])))
+                goto done;
+    } else if (st_get(p->st, NM(a, "%smlp.switch_mlp.gate_proj.weight", sb)) ||
+               st_get(p->st, NM(a, "%smlp.switch_mlp.gate_up_proj.weight", sb))) {
+        return e0_fail(p->err, E0_EUNSUPPORTED, "%s: layer %d is already in the mlx layout (%s); nothing to convert",
+                       p->src, li, a);
+    } else {
+        return e0_fail(p->err, E0_ENOTFOUND,
+                       "%s: layer %d has no expert tensors (%smlp.experts.0.gate_proj.weight or "
+                       "%smlp.experts.gate_up_proj)",
+                       p->src, li, sb, sb);
+    }
+    if (!p->layout) p->layout = fused ? "hf-fused" : "hf";
+    const st_dtype dt = fused ? gu->dtype : g[0]->dtype;
+    if (p->o.fused_gate_up) {
+        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_up_proj", ob), E, 2 * I, H, false, dt))) goto done;
+        if (fused) rc = add_seg(p, gu, 0, E * 2 * I);
+        for (int64_t e = 0; !fused && !rc && e < E; e++)
+            if (!(rc = add_seg(p, g[e], 0, I))) rc = add_seg(p, u[e], 0, I);
+        if (rc) goto done;
+    } else {
+        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_proj", ob), E, I, H, false, dt))) goto done;
+        for (int64_t e = 0; !rc && e < E; e++) rc = fused ? add_seg(p, gu, e * 2 * I, I) : add_seg(p, g[e], 0, I);
+        if (rc || (rc = mat_item(p, NM(b, "%smlp.switch_mlp.up_proj", ob), E, I, H, false, dt))) goto done;
+        for (int64_t e = 0; !rc && e < E; e++) rc = fused ? add_seg(p, gu, e * 2 * I + I, I) : add_seg(p, u[e], 0, I);
+        if (rc) goto done;
+    }
+    if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.down_proj", ob), E, H, I, false, fused ? dn->dtype : d[0]->dtype)))
+        goto done;
+    if (fused) rc = add_seg(p, dn, 0, E * H);
+    for (int64_t e = 0; !fused && !rc && e < E; e++) rc = add_seg(p, d[e], 0, H);
+done:
+    free(g);
+    free(u);
+    free(d);
+    return rc;
+}
+
+static int plan_moe(plan *p, const char *sb, const char *ob, int li) {
+    const e0_config *c = &p->cfg;
+    char a[NAME_LEN], b[NAME_LEN];
+    const int64_t H = c->hidden;
+    int rc;
+    if ((rc = linear(p, NM(a, "%smlp.gate", sb), NM(b, "%smlp.gate", ob), c->n_experts, H, true)) ||
+        (rc = plan_experts(p, sb, ob, li)))
+        return rc;
+    if (c->shared_inter <= 0) return 0;
+    const int64_t Is = c->shared_inter;
+    if ((rc = linear(p, NM(a, "%smlp.shared_expert.gate_proj", sb), NM(b, "%smlp.shared_expert.gate_proj", ob), Is,
+                     H, false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert.up_proj", sb), NM(b, "%smlp.shared_expert.up_proj", ob), Is, H,
+                     false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert.down_proj", sb), NM(b, "%smlp.shared_expert.down_proj", ob), H, Is,
+                     false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert_gate", sb), NM(b, "%smlp.shared_expert_gate", ob), 1, H, true)))
+        return rc;
+    return 0;
+}
+
+static int plan_layer(plan *p, int li) {
+    const e0_config *c = &p->cfg;
+    char sb[128], ob[128], a[NAME_LEN], b[NAME_LEN];
+    snprintf(sb, sizeof sb, "%slayers.%d.", p->sp, li);
+    snprintf(ob, sizeof ob, "%slayers.%d.", p->op, li);
+    const float add = c->norm_zero_centred ? 1.0f : 0.0f;
+    int rc;
+    if ((rc = vec(p, NM(a, "%sinput_layernorm.weight", sb), NM(b, "%sinput_layernorm.weight", ob), c->hidden, add,
+                  ST_NDTYPES)))
+        return rc;
+    rc = c->layer_linear[li] ? plan_deltanet(p, sb, ob) : plan_attention(p, sb, ob);
+    if (!rc)
+        rc = vec(p, NM(a, "%spost_attention_layernorm.weight", sb), NM(b, "%spost_attention_layernorm.weight", ob),
+                 c->hidden, add, ST_NDTYPES);
+    if (rc) return rc;
+    if (c->layer_moe[li]) return plan_moe(p, sb, ob, li);
+    const int64_t H = c->hidden, I = c->dense_inter;
+    if ((rc = linear(p, NM(a, "%smlp.gate_proj", sb), NM(b, "%smlp.gate_proj", ob), I, H, false)) ||
+        (rc = linear(p, NM(a, "%smlp.up_proj", sb), NM(b, "%smlp.up_proj", ob), I, H, false)) ||
+        (rc = linear(p, NM(a, "%smlp.down_proj", sb), NM(b, "%smlp.down_proj", ob), H, I, false)))
+        return rc;
+    return 0;
+}
+
+static bool starts(const char *s, const char *pre) { return strncmp(s, pre, strlen(pre)) == 0; }
+
+static bool ends(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Tensors mlx-lm drops: the MTP head, the vision tower, RoPE buffers. */
+static bool droppable(const char *n) {
+    static const char *const pre[] = {"mtp.",          "model.mtp.",         "model.visual.",
+                                      "visual.",       "model.vision_tower.", "vision_tower.",
+                                      "vision_model.", "model.multi_modal_projector.", "multi_modal_projector."};
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++)
+        if (starts(n, pre[i])) return true;
+    return ends(n, ".rotary_emb.inv_freq");
+}
+
+static void note_drop(plan *p, const st_tensor *t) {
+    p->used[tidx(p, t)] = 2;
+    if (!p->dropped++) snprintf(p->dropped_example, sizeof p->dropped_example, "%s", t->name);
+}
+
+static int plan_tensors(plan *p) {
+    const e0_config *c = &p->cfg;
+    static const char *const prefixes[] = {"model.language_model.", "model.", "language_model.model.", ""};
+    char a[NAME_LEN], b[NAME_LEN];
+    size_t i = 0, np = sizeof prefixes / sizeof *prefixes;
+    for (; i < np; i++)
+        if (st_get(p->st, NM(a, "%sembed_tokens.weight", prefixes[i]))) break;
+    if (i == np)
+        return e0_fail(p->err, E0_ENOTFOUND,
+                       "%s: no embed_tokens.weight under any known prefix (model., model.language_model.)", p->src);
+    snprintf(p->sp, sizeof p->sp, "%s", prefixes[i]);
+    const bool q35 = c->family == E0_FAM_QWEN3_5_MOE;
+    snprintf(p->op, sizeof p->op, "%s", q35 ? "language_model.model." : "model.");
+    p->lm_out = q35 ? "language_model.lm_head" : "lm_head";
+    int rc;
+    if ((rc = linear(p, NM(a, "%sembed_tokens", p->sp), NM(b, "%sembed_tokens", p->op), c->vocab, c->hidden, false)))
+        return rc;
+    for (int li = 0; li < c->n_layers; li++)
+        if ((rc = plan_layer(p, li))) return rc;
+    if ((rc = vec(p, NM(a, "%snorm.weight", p->sp), NM(b, "%snorm.weight", p->op), c->hidden,
+                  c->norm_zero_centred ? 1.0f : 0.0f, ST_NDTYPES)))
+        return rc;
+    const char *lm_src = "lm_head";
+    if (!st_get(p->st, "lm_head.weight") && st_get(p->st, "language_model.lm_head.weight"))
+        lm_src = "language_model.lm_head";
+    const st_tensor *lm = st_get(p->st, NM(a, "%s.weight", lm_src));
+    if (c->tie_embeddings) {
+        if (lm) note_drop(p, lm); /* tied: mlx-lm drops it */
+    } else if ((rc = linear(p, lm_src, p->lm_out, c->vocab, c->hidden, false))) {
+        return rc;
+    }
+    /* Everything else must be something mlx-lm drops too. */
+    size_t unknown = 0;
+    const st_tensor *first = NULL;
+    for (size_t k = 0; k < st_count(p->st); k++) {
+        const st_tensor *t = st_at(p->st, k);
+        if (p->used[k]) continue;
+        if (droppable(t->name)) {
+            note_drop(p, t);
+        } else if (!unknown++) {
+            first = t;
+        }
+    }
+    if (unknown) {
+        char more[64] = "";
+        if (unknown > 1) snprintf(more, sizeof more, " (and %zu more)", unknown - 1);
+        return e0_fail(p->err, E0_EFORMAT,
+                       "%s: tensor %s%s is not part of the %s model config.json describes; convert does not know "
+                       "where it belongs",
+                       tfile(p, first), first->name, more, c->family_name);
+    }
+    return 0;
+}
+
+/* ---- shards and headers --------------------------------------------------- */
+
+static uint64_t item_bytes(const item *t) { return t->wbytes + 2 * t->sbytes; }
+
+static void hdr_entry(sbuf *b, const char *name, const char *suffix, const char *dt, int ndim, const uint64_t *shape,
+                      uint64_t begin, uint64_t end) {
+    sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dt);
+    for (int d = 0; d < ndim; d++) sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
+    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
+}
+
+/* Sizes, shards (a new one when the next module would pass shard_bytes; a
+ * module never straddles two), contiguous offsets, headers. */
+static int plan_layout(plan *p) {
+    const uint64_t max = p->o.shard_bytes ? p->o.shard_bytes : (5ull << 30);
+    uint64_t used = 0;
+    int cur = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        item *t = &p->it[i];
+        if (t->quant) {
+            t->wbytes = (uint64_t)t->rows * (uint64_t)(t->cols * t->bits / 8);
+            t->sbytes = (uint64_t)t->rows * (uint64_t)(t->cols / t->group) * 2;
+            p->quantized++;
+            p->out_tensors += 3;
+        } else {
+            t->wbytes = (uint64_t)t->rows * (uint64_t)t->cols * st_dtype_size(t->dtype);
+            p->out_tensors++;
+        }
+        if (used > 0 && used + item_bytes(t) > max) {
+            cur++;
+            used = 0;
+        }
+        t->shard = (uint32_t)cur;
+        t->off = used;
+        used += item_bytes(t);
+        p->total_src += t->src_bytes;
+    }
+    p->nshards = cur + 1;
+    p->data_bytes = calloc((size_t)p->nshards, sizeof *p->data_bytes);
+    p->hdr = calloc((size_t)p->nshards, sizeof *p->hdr);
+    p->hdr_len = calloc((size_t)p->nshards, sizeof *p->hdr_len);
+    if (!p->data_bytes || !p->hdr || !p->hdr_len) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+    size_t i = 0;
+    for (int sh = 0; sh < p->nshards; sh++) {
+        sbuf b = {0};
+        sb_printf(&b, "{\"__metadata__\":{\"format\":\"mlx\"}");
+        for (; i < p->n && p->it[i].shard == (uint32_t)sh; i++) {
+            const item *t = &p->it[i];
+            p->data_bytes[sh] = t->off + item_bytes(t);
+            if (!t->quant) {
+                hdr_entry(&b, t->name, "", st_dtype_name(t->dtype), t->ndim, t->shape, t->off, t->off + t->wbytes);
+                continue;
+            }
+            uint64_t shp[ST_MAX_DIMS];
+            memcpy(shp, t->shape, sizeof shp);
+            shp[t->ndim - 1] = (uint64_t)(t->cols * t->bits / 32);
+            hdr_entry(&b, t->name, ".weight", "U32", t->ndim, shp, t->off, t->off + t->wbytes);
+            shp[t->ndim - 1] = (uint64_t)(t->cols / t->group);
+            const uint64_t o = t->off + t->wbytes;
+            hdr_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
+            hdr_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes, o + 2 * t->sbytes);
+        }
+        sb_printf(&b, "}");
+        if (b.oom) {
+            sb_free(&b);
+            return e0_fail(p->err, E0_ENOMEM, "out of memory");
+        }
+        /* u64 length, then the JSON padded with spaces so data starts 8-aligned */
+        const size_t jl = b.n, hl = (jl + 7) & ~(size_t)7;
+        char *h = malloc(8 + hl);
+        if (!h) {
+            sb_free(&b);
+            return e0_fail(p->err, E0_ENOMEM, "out of memory");
+        }
+        for (int k = 0; k < 8; k++) h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
+        memcpy(h + 8, b.p, jl);
+        memset(h + 8 + jl, ' ', hl - jl);
+        sb_free(&b);
+        p->hdr[sh] = h;
+        p->hdr_len[sh] = 8 + hl;
+        p->total_data += p->data_bytes[sh];
+        p->total_bytes += 8 + hl + p->data_bytes[sh];
+    }
+    return 0;
+}
+
+static void plan_free(plan *p) {
+    for (size_t i = 0; i < p->n; i++) free(p->it[i].name);
+    free(p->it);
+    free(p->sg);
+    free(p->used);
+    for (int i = 0; p->hdr && i < p->nshards; i++) free(p->hdr[i]);
+    free(p->hdr);
+    free(p->hdr_len);
+    free(p->data_bytes);
+    st_set_free(p->st);
+    if (p->have_cfg) config_free(&p->cfg);
+    memset(p, 0, sizeof *p);
+}
+
+static int check_opts(const convert_opts *o, char *err) {
+    if (!(o->bits == 2 || o->bits == 3 || o->bits == 4 || o->bits == 5 || o->bits == 6 || o->bits == 8))
+        return e0_fail(err, E0_EINVAL, "bits must be 2, 3, 4, 5, 6 or 8 (got %d)", o->bits);
+    if (!(o->group == 32 || o->group == 64 || o->group == 128))
+        return e0_fail(err, E0_EINVAL, "group size must be 32, 64 or 128 (got %d)", o->group);
+    return 0;
+}
+
+static int plan_build(plan *p, const char *src, const convert_opts *o, char *err) {
+    memset(p, 0, sizeof *p);
+    p->src = src;
+    p->o = *o;
+    p->err = err;
+    int rc = check_opts(o, err);
+    if (rc) return rc;
+    if ((rc = config_load(&p->cfg, src, err))) return rc;
+    p->have_cfg = true;
+    if (p->cfg.quantized) {
+        rc = e0_fail(err, E0_EUNSUPPORTED, "%s/config.json has a quantization block: the checkpoint is already quantized",
+                     src);
+        goto fail;
+    }
+    if ((rc = st_set_open_dir(&p->st, src, err))) goto fail;
+    if (!(p->used = calloc(st_count(p->st) + 1, 1))) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = plan_tensors(p)) || (rc = plan_layout(p))) goto fail;
+    for (size_t i = 0; i < p->n; i++) { /* every output row has exactly one source row */
+        int64_t rows = 0;
+        for (size_t s = 0; s < p->it[i].nseg; s++) rows += p->sg[p->it[i].seg0 + s].n;
+        if (rows != p->it[i].rows) {
+            rc = e0_fail(err, E0_EFORMAT, "internal error: %s has %lld source rows for %lld", p->it[i].name,
+                         (long long)rows, (long long)p->it[i].rows);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    plan_free(p);
+    return rc;
+}
+
+static void fill_info(const plan *p, convert_info *info) {
+    if (!info) return;
+    memset(info, 0, sizeof *info);
+    snprintf(info->family, sizeof info->family, "%s", p->cfg.family_name);
+    snprintf(info->src_layout, sizeof info->src_layout, "%s", p->layout ? p->layout : "hf");
+    info->src_tensors = st_count(p->st);
+    info->dropped = p->dropped;
+    snprintf(info->dropped_example, sizeof info->dropped_example, "%s", p->dropped_example);
+    info->out_tensors = p->out_tensors;
+    info->quantized = p->quantized;
+    info->n_shards = p->nshards;
+    info->src_bytes = p->total_src;
+    info->out_bytes = p->total_bytes;
+}
+
+int convert_plan(const char *src, const convert_opts *o, convert_info *info, char *err) {
+    convert_opts d;
+    convert_opts_default(&d);
+    plan p;
+    int rc = plan_build(&p, src, o ? o : &d, err);
+    if (rc) return rc;
+    fill_info(&p, info);
+    plan_free(&p);
+    return 0;
+}
+
+/* ---- the streaming writer --------------------------------------------------- */
+
+typedef struct {
+    uint32_t item;
+    int64_t r0, n;
+} job;
+
+typedef struct {
+    const plan *p;
+    job *jobs;
+    size_t njobs, buf_bytes, max_cols;
+    int *fds;
+    char **paths;
+    atomic_size_t next;
+    uint64_t *cum;    /* [njobs + 1] source bytes before each job */
+    size_t pf_next;   /* the next job to prefetch (guarded by mu) */
+    atomic_uint_fast64_t done, written;
+    atomic_int failed, running;
+    pthread_mutex_t mu; /* guards err, err_code, turn and pf_next */
+    pthread_cond_t cv;  /* turn advanced or failed */
+    size_t turn;        /* the job whose pieces are written next */
+    char err[E0_ERR_MAX];
+    int err_code;
+    const volatile sig_atomic_t *cancel;
+} writer;
+
+static void w_fail(writer *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void w_fail(writer *w, int code, const char *fmt, ...) {
+    pthread_mutex_lock(&w->mu);
+    if (!atomic_load(&w->failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(w->err, sizeof w->err, fmt, ap);
+        va_end(ap);
+        w->err_code = code;
+        atomic_store(&w->failed, 1);
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static bool w_stop(writer *w) { return atomic_load(&w->failed) || (w->cancel && *w->cancel); }
+
+typedef struct {
+    uint8_t *src, *out;
+    float *row;
+} wbufs;
+
+typedef struct {
+    const void *b;
+    size_t len;
+    uint64_t off;
+} wpiece;
+
+/* The source pieces of a job in order: rows of one segment each. */
+typedef struct {
+    size_t s;        /* segment */
+    int64_t cur, lo; /* next item row; first item row of segment s */
+} piece_it;
+
+static void piece_begin(const plan *p, const job *j, piece_it *it) {
+    it->s = p->it[j->item].seg0;
+    it->cur = j->r0;
+    it->lo = 0;
+}
+
+/* Next piece: source tensor, absolute file offset, row bytes and rows, and
+ * the piece's first row within the job. false when the job is done. */
+static bool piece_next(const plan *p, const job *j, piece_it *it, const st_tensor **st, uint64_t *off, size_t *rb,
+                       int64_t *k, int64_t *at) {
+    const item *t = &p->it[j->item];
+    const int64_t end = j->r0 + j->n;
+    for (; it->s < t->seg0 + t->nseg && it->cur < end; it->s++) {
+        const seg *sg = &p->sg[it->s];
+        const int64_t hi = it->lo + sg->n;
+        if (hi <= it->cur) {
+            it->lo = hi;
+            continue;
+        }
+        *st = st_at(p->st, sg->t);
+        *rb = (size_t)t->cols * st_dtype_size((*st)->dtype);
+        *k = (hi < end ? hi : end) - it->cur;
+        *off = (*st)->off + (uint64_t)(sg->row0 + (it->cur - it->lo)) * *rb;
+        *at = it->cur - j->r0;
+        it->cur += *k;
+        if (it->cur >= hi) {
+            it->lo = hi;
+            it->s++;
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Asks the kernel to start reading the source of jobs up to PREFETCH_BYTES
+ * ahead of job i, so the disk has a queue while the workers compute. */
+static void prefetch(writer *w, size_t i) {
+    const plan *p = w->p;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        size_t k = w->pf_next;
+        bool go = k < w->njobs && w->cum[k] < w->cum[i] + PREFETCH_BYTES;
+        if (go) w->pf_next = k + 1;
+        pthread_mutex_unlock(&w->mu);
+        if (!go) return;
+        piece_it it;
+        const st_tensor *st;
+        uint64_t off;
+        size_t rb;
+        int64_t n, at;
+        piece_begin(p, &w->jobs[k], &it);
+        while (piece_next(p, &w->jobs[k], &it, &st, &off, &rb, &n, &at))
+            posix_fadvise(st_file_fd(p->st, st->file), (off_t)off, (off_t)((uint64_t)n * rb), POSIX_FADV_WILLNEED);
+    }
+}
+
+/* Reads the job's source rows piece by piece and converts each row into
+ * the output buffers, then writes them in job order (= file order). */
+static void run_job(writer *w, const job *j, wbufs *b) {
+    const plan *p = w->p;
+    const item *t = &p->it[j->item];
+    const int64_t cols = t->cols;
+    const size_t wrow = t->quant ? (size_t)(cols * t->bits / 8) : (size_t)cols * st_dtype_size(t->dtype);
+    const size_t srow = t->quant ? (size_t)(cols / t->group) * 2 : 0;
+    uint8_t *wout = b->out, *sout = wout + (size_t)j->n * wrow, *bout = sout + (size_t)j->n * srow;
+    char err[E0_ERR_MAX];
+    piece_it it;
+    const st_tensor *st;
+    uint64_t off;
+    size_t rb;
+    int64_t k, at;
+    piece_begin(p, j, &it);
+    while (piece_next(p, j, &it, &st, &off, &rb, &k, &at)) {
+        if (st_pread(p->st, st->file, off, (uint64_t)k * rb, b->src, err) != 0) {
+            w_fail(w, E0_EIO, "%s", err);
+            return;
+        }
+        for (int64_t r = 0; r < k; r++) {
+            const size_t o = (size_t)(at + r);
+            const uint8_t *in = b->src + (size_t)r * rb;
+            if (t->quant) {
+                load_f32(st->dtype, in, cols, b->row);
+                convert_quant_row(b->row, cols, t->bits, t->group, (uint32_t *)(void *)(wout + o * wrow),
+                                  (uint16_t *)(void *)(sout + o * srow), (uint16_t *)(void *)(bout + o * srow));
+            } else if (st->dtype == t->dtype && t->add == 0.0f) {
+                memcpy(wout + o * wrow, in, rb);
+            } else {
+                load_f32(st->dtype, in, cols, b->row);
+                store_f32(t->dtype, b->row, cols, t->add, wout + o * wrow);
+            }
+        }
+        atomic_fetch_add(&w->done, (uint64_t)k * rb);
+        if (w_stop(w)) return;
+    }
+    wpiece piece[3];
+    int np = 0;
+    const uint32_t sh = t->shard;
+    const uint64_t base = p->hdr_len[sh] + t->off;
+    piece[np++] = (wpiece){wout, (size_t)j->n * wrow, base + (uint64_t)j->r0 * wrow};
+    if (t->quant) {
+        piece[np++] = (wpiece){sout, (size_t)j->n * srow, base + t->wbytes + (uint64_t)j->r0 * srow};
+        piece[np++] =
+            (wpiece){bout, (size_t)j->n * srow, base + t->wbytes + t->sbytes + (uint64_t)j->r0 * srow};
+    }
+    /* Writes go out in job order: conversion overlaps, the page cache sees
+     * one sequential stream per shard. */
+    const size_t me = (size_t)(j - w->jobs);
+    pthread_mutex_lock(&w->mu);
+    while (w->turn != me && !w_stop(w)) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    for (int q = 0; q < np && !w_stop(w); q++) {
+        if (convert_fs_pwrite(w->fds[sh], piece[q].b, piece[q].len, piece[q].off) != 0) {
+            w_fail(w, E0_EIO, "%s: write failed: %s", w->paths[sh], strerror(errno ? errno : EIO));
+            return;
+        }
+        atomic_fetch_add(&w->written, piece[q].len);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->turn = me + 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *worker(void *arg) {
+    writer *w = arg;
+    wbufs b = {malloc(w->buf_bytes), malloc(w->buf_bytes), malloc(w->max_cols * sizeof(float))};
+    if (!b.src || !b.out || !b.row) w_fail(w, E0_ENOMEM, "out of memory allocating %zu-byte buffers", w->buf_bytes);
+    while (b.src && b.out && b.row && !w_stop(w)) {
+        size_t i = atomic_fetch_add(&w->next, 1);
+        if (i >= w->njobs) break;
+        prefetch(w, i);
+        run_job(w, &w->jobs[i], &b);
+    }
+    free(b.src);
+    free(b.out);
+    free(b.row);
+    atomic_fetch_sub(&w->running, 1);
+    return NULL;
+}
+
+/* Jobs of about CHUNK_BYTES of f32 rows, each item's rows in order. */
+static int make_jobs(writer *w, char *err) {
+    const plan *p = w->p;
+    size_t n = 0, cap = p->n + 64;
+    job *jobs = malloc(cap * sizeof *jobs);
+    if (!jobs) return e0_fail(err, E0_ENOMEM, "out of memory");
+    w->buf_bytes = 4096;
+    w->max_cols = 1;
+    for (size_t i = 0; i < p->n; i++) {
+        const item *t = &p->it[i];
+        const uint64_t row = (uint64_t)t->cols * 4;
+        int64_t per = (int64_t)(CHUNK_BYTES / row);
+        if (per < 1) per = 1;
+        if ((size_t)t->cols > w->max_cols) w->max_cols = (size_t)t->cols;
+        for (int64_t r0 = 0; r0 < t->rows; r0 += per) {
+            if (n == cap) {
+                cap *= 2;
+                job *nj = realloc(jobs, cap * sizeof *nj);
+                if (!nj) {
+                    free(jobs);
+                    return e0_fail(err, E0_ENOMEM, "out of memory");
+                }
+                jobs = nj;
+            }
+            const int64_t k = t->rows - r0 < per ? t->rows - r0 : per;
+            jobs[n++] = (job){(uint32_t)i, r0, k};
+            if ((size_t)k * row > w->buf_bytes) w->buf_bytes = (size_t)k * row;
+        }
+    }
+    w->jobs = jobs;
+    w->njobs = n;
+    if (!(w->cum = malloc((n + 1) * sizeof *w->cum))) return e0_fail(err, E0_ENOMEM, "out of memory");
+    w->cum[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const item *t = &p->it[jobs[i].item];
+        w->cum[i + 1] = w->cum[i] + t->src_bytes / (uint64_t)t->rows * (uint64_t)jobs[i].n;
+    }
+    return 0;
+}
+
+static void report(const convert_opts *o, convert_phase ph, const writer *w, double t0) {
+    if (!o->progress) return;
+    convert_progress pr = {.phase = ph,
+                           .done = atomic_load(&w->done),
+                           .total = w->p->total_src,
+                           .written = atomic_load(&w->written),
+                           .seconds = now_s() - t0};
+    o->progress(o->progress_ctx, &pr);
+}
+
+static int run_workers(writer *w, const convert_opts *o, double t0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 2);
+    if ((size_t)nt > w->njobs) nt = (int)w->njobs;
+    if (nt < 1) nt = 1;
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    if (!th) {
+        w_fail(w, E0_ENOMEM, "out of memory");
+        return -1;
+    }
+    int started = 0;
+    atomic_store(&w->running, nt);
+    for (; started < nt; started++)
+        if (pthread_create(&th[started], NULL, worker, w) != 0) {
+            atomic_fetch_sub(&w->running, nt - started);
+            w_fail(w, E0_EIO, "cannot start a worker thread");
+            break;
+        }
+    double last = 0;
+    while (atomic_load(&w->running) > 0) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (w->cancel && *w->cancel) w_fail(w, E0_EINVAL, "interrupted");
+        const double t = now_s();
+        if (t - last >= 0.1) {
+            report(o, CONVERT_WRITING, w, t0);
+            last = t;
+        }
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    if (w->cancel && *w->cancel) w_fail(w, E0_EINVAL, "interrupted");
+    if (!atomic_load(&w->failed) && atomic_load(&w->written) != w->p->total_data)
+        w_fail(w, E0_EIO, "internal error: wrote %llu of %llu bytes", (unsigned long long)atomic_load(&w->written),
+               (unsigned long long)w->p->total_data);
+    if (!atomic_load(&w->failed)) report(o, CONVERT_WRITING, w, t0);
+    return atomic_load(&w->failed) ? -1 : 0;
+}
+
+/* ---- config.json, the index, the copied files ---------------------------------- */
+
+static cJSON *quant_block(const plan *p) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q) return NULL;
+    cJSON_AddNumberToObject(q, "group_size", p->o.group);
+    cJSON_AddNumberToObject(q, "bits", p->o.bits);
+    cJSON_AddStringToObject(q, "mode", "affine");
+    for (size_t i = 0; i < p->n; i++) {
+        const item *t = &p->it[i];
+        if (!t->listed) continue;
+        cJSON *m = cJSON_AddObjectToObject(q, t->name);
+        if (!m) break;
+        cJSON_AddNumberToObject(m, "group_size", t->group);
+        cJSON_AddNumberToObject(m, "bits", t->bits);
+    }
+    return q;
+}
+
+/* The source's config.json with "quantization" and "quantization_config"
+ * (mlx-lm writes both), printed with two-space indents. */
+static int config_json(const plan *p, char **out, char *err) {
+    char *path = e0_path_join(p->src, "config.json"), *text = NULL;
+    size_t len = 0;
+    if (!path) return e0_fail(err, E0_ENOMEM, "out of memory");
+    int rc = e0_read_file(path, &text, &len, 16u << 20, err);
+    free(path);
+    if (rc) return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return e0_fail(err, E0_EFORMAT, "%s/config.json: not a JSON object", p->src);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    cJSON *q1 = quant_block(p), *q2 = quant_block(p);
+    if (!q1 || !q2 || !cJSON_AddItemToObject(root, "quantization", q1) ||
+        !cJSON_AddItemToObject(root, "quantization_config", q2)) {
+        cJSON_Delete(root);
+        return e0_fail(err, E0_ENOMEM, "out of memory");
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
+    /* cJSON indents with tabs and writes "key":\tvalue; strings never hold a
+     * raw tab (it is escaped). */
+    sbuf b = {0};
+    for (const char *c = s; *c; c++) {
+        if (*c != '\t') {
+            const char *e = c;
+            while (e[1] && e[1] != '\t') e++;
+            sb_printf(&b, "%.*s", (int)(e - c + 1), c);
+            c = e;
+        } else {
+            sb_printf(&b, "%s", c > s && c[-1] == ':' ? " " : "  ");
+        }
+    }
+    sb_printf(&b, "\n");
+    free(s);
+    if (b.oom) {
+        sb_free(&b);
+        return e0_fail(err, E0_ENOMEM, "out of memory");
+    }
+    *out = b.p;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* model.safetensors.index.json: {"metadata": {"total_size"}, "weight_map"}, names sorted. */
+static char *index_json(const plan *p, char **files) {
+    size_t n = p->out_tensors, k = 0;
+    char **lines = calloc(n + 1, sizeof *lines);
+    if (!lines) return NULL;
+    bool oom = false;
+    for (size_t i = 0; i < p->n && !oom; i++) {
+        const item *t = &p->it[i];
+        static const char *const sfx[] = {".weight", ".scales", ".biases"};
+        const int m = t->quant ? 3 : 1;
+        const char *f = strrchr(files[t->shard], '/') + 1;
+        for (int j = 0; j < m && k < n; j++) {
+            size_t len = strlen(t->name) + strlen(f) + 16;
+            if (!(lines[k] = malloc(len))) {
+                oom = true;
+                break;
+            }
+            snprintf(lines[k++], len, "\"%s%s\": \"%s\"", t->name, t->quant ? sfx[j] : "", f);
+        }
+    }
+    sbuf b = {0};
+    if (!oom) {
+        qsort(lines, k, sizeof *lines, cmp_str);
+        sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {\n",
+                  (unsigned long long)p->total_data);
+        for (size_t i = 0; i < k; i++) sb_printf(&b, "    %s%s\n", lines[i], i + 1 < k ? "," : "");
+        sb_printf(&b, "  }\n}\n");
+    }
+    for (size_t i = 0; i < k; i++) free(lines[i]);
+    free(lines);
+    if (oom || b.oom) {
+        sb_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info, char *err) {
+    convert_opts d;
+    convert_opts_default(&d);
+    if (!o) o = &d;
+    if (!dst || !*dst || !src || !*src) return e0_fail(err, E0_EINVAL, "convert needs a source and a destination");
+    int rc = check_opts(o, err);
+    if (rc) return rc;
+    struct stat st;
+    const bool exists = lstat(dst, &st) == 0;
+    if (exists && !o->force)
+        return e0_fail(err, E0_EINVAL, "%s already exists; remove it, choose another path or pass --force", dst);
+    if (exists && (rc = convert_fs_check_replace(dst, src, err))) return rc;
+    const double t0 = now_s();
+    plan p;
+    if ((rc = plan_build(&p, src, o, err))) return rc;
+    if ((rc = convert_fs_check_space(dst, p.total_bytes, err))) {
+        plan_free(&p);
+        return rc;
+    }
+    fill_info(&p, info);
+    writer w = {.p = &p, .cancel = o->cancel};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    const size_t tl = strlen(dst) + 16;
+    char *tmp = malloc(tl), *cfg = NULL, *idx = NULL, *path = NULL;
+    w.fds = malloc((size_t)p.nshards * sizeof *w.fds);
+    w.paths = calloc((size_t)p.nshards, sizeof *w.paths);
+    int nopen = 0;
+    bool made_dir = false;
+    const bool sync = !o->no_sync;
+    if (!tmp || !w.fds || !w.paths) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tl, "%s.tmp-XXXXXX", dst);
+    if (!mkdtemp(tmp)) {
+        rc = e0_fail(err, E0_EIO, "%s: cannot create a directory next to it: %s", dst, strerror(errno));
+        goto done;
+    }
+    made_dir = true;
+    chmod(tmp, 0755); /* mkdtemp makes it private; a model directory is not */
+    if ((rc = make_jobs(&w, err))) goto done;
+    /* Shards: created, space reserved up front (ENOSPC now, not at 90%), headers written. */
+    for (int sh = 0; sh < p.nshards; sh++) {
+        char name[64];
+        if (p.nshards == 1) snprintf(name, sizeof name, "model.safetensors");
+        else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, p.nshards);
+        if (!(w.paths[sh] = e0_path_join(tmp, name))) {
+            rc = e0_fail(err, E0_ENOMEM, "out of memory");
+            goto done;
+        }
+        w.fds[sh] = open(w.paths[sh], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (w.fds[sh] < 0) {
+            rc = e0_fail(err, E0_EIO, "%s: cannot create: %s", w.paths[sh], strerror(errno));
+            goto done;
+        }
+        nopen++;
+        const uint64_t size = p.hdr_len[sh] + p.data_bytes[sh];
+        int e = posix_fallocate(w.fds[sh], 0, (off_t)size);
+        if (e && e != EOPNOTSUPP && e != EINVAL) {
+            rc = e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", w.paths[sh], (double)size / 1e9, strerror(e));
+            goto done;
+        }
+        if (e && ftruncate(w.fds[sh], (off_t)size) != 0) {
+            rc = e0_fail(err, E0_EIO, "%s: cannot size: %s", w.paths[sh], strerror(errno));
+            goto done;
+        }
+        if (convert_fs_pwrite(w.fds[sh], p.hdr[sh], p.hdr_len[sh], 0) != 0) {
+            rc = e0_fail(err, E0_EIO, "%s: write failed: %s", w.paths[sh], strerror(errno));
+            goto done;
+        }
+    }
+    if (run_workers(&w, o, t0) != 0) {
+        rc = e0_fail(err, w.err_code ? w.err_code : E0_EIO, "%s", w.err);
+        goto done;
+    }
+    if (sync) {
+        report(o, CONVERT_SYNCING, &w, t0);
+        for (int sh = 0; sh < p.nshards; sh++)
+            if (fsync(w.fds[sh]) != 0) {
+                rc = e0_fail(err, E0_EIO, "%s: fsync failed: %s", w.paths[sh], strerror(errno));
+                goto done;
+            }
+    }
+    if ((rc = config_json(&p, &cfg, err))) goto done;
+    if (!(path = e0_path_join(tmp, "config.json"))) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = convert_fs_write_text(path, cfg, sync, err))) goto done;
+    free(path);
+    path = NULL;
+    if (!(idx = index_json(&p, w.paths)) || !(path = e0_path_join(tmp, "model.safetensors.index.json"))) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = convert_fs_write_text(path, idx, sync, err))) goto done;
+    size_t copied = 0;
+    if ((rc = convert_fs_copy_aux(src, tmp, sync, &copied, err))) goto done;
+    if (info) info->copied_files = copied;
+    for (int sh = 0; sh < nopen; sh++)
+        if (close(w.fds[sh]) != 0 && !rc)
+            rc = e0_fail(err, E0_EIO, "%s: close failed: %s", w.paths[sh], strerror(errno));
+    nopen = 0;
+    if (rc) goto done;
+    if (o->cancel && *o->cancel) {
+        rc = e0_fail(err, E0_EINVAL, "interrupted");
+        goto done;
+    }
+    if (sync) convert_fs_sync_dir(tmp);
+    if ((rc = convert_fs_install(tmp, dst, o->force, err))) goto done;
+    made_dir = false;
+    if (sync) {
+        char *par = convert_fs_parent(dst);
+        if (par) convert_fs_sync_dir(par);
+        free(par);
+    }
+    report(o, CONVERT_DONE, &w, t0);
+done:
+    for (int sh = 0; sh < nopen; sh++) close(w.fds[sh]);
+    if (made_dir) convert_fs_rmtree(tmp); /* leave nothing that looks finished */
+    for (int sh = 0; w.paths && sh < p.nshards; sh++) free(w.paths[sh]);
+    free(w.paths);
+    free(w.fds);
+    free(w.jobs);
+    free(w.cum);
+    free(tmp);
+    free(cfg);
+    free(idx);
+    free(path);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    plan_free(&p);
+    return rc;
+}

@@ -1,0 +1,514 @@
+/* edge0 convert against the reference fixtures.
+ *  - the vectorized quantizer equals quant_row bit for bit (every width and
+ *    group, constant, tiny-range and large-magnitude groups);
+ *  - converting every fixture's hf/ and hf-fused/ (and with --fused-gate-up)
+ *    gives every tensor of the fixture's mlx/ (mlx-fused/) byte for byte:
+ *    quantized words, scales and biases, 1 + w norms, F32 A_log, conv1d
+ *    [C, K, 1]; the same tensor names and nothing else; the same per-module
+ *    quantization settings in config.json;
+ *  - the converted model's logits are bit-identical to the engine's on the
+ *    fixture mlx/ directory and within 1e-4 relative L2 per position of
+ *    golden_q_long (160 tokens, one prefill, exact f32 reference);
+ *  - sharded source in, sharded output out (--shard-mb);
+ *  - malformed sources (missing shard, an I64 weight, a shape that disagrees
+ *    with config.json, a tensor with no place in the model), an existing
+ *    DST without --force and a cancelled run: clear errors, no DST and no
+ *    temporary directory left behind. */
+#include "testutil.h"
+
+#include "convert/convert.h"
+#include "edge0.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "quant/quantize.h"
+#include "util/file.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* Each test's temporary directory, removed by the teardown also when the
+ * test fails. */
+static char *g_root;
+
+static char *new_root(void) {
+    assert_null(g_root);
+    g_root = tu_tmpdir();
+    return g_root;
+}
+
+static int cleanup(void **state) {
+    (void)state;
+    if (g_root) {
+        tu_rmtree(g_root);
+        free(g_root);
+        g_root = NULL;
+    }
+    return 0;
+}
+
+static const char *fixture(const char *family, const char *layout) {
+    static char rel[256];
+    snprintf(rel, sizeof rel, "fixtures/%s/%s", family, layout);
+    return tu_shared(rel);
+}
+
+static char *join(const char *a, const char *b) {
+    char *p = e0_path_join(a, b);
+    assert_non_null(p);
+    return p;
+}
+
+/* Nothing named DST and no DST.tmp-* next to it. */
+static void assert_nothing_left(const char *root, const char *dst_name) {
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    struct dirent *de;
+    size_t l = strlen(dst_name);
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, dst_name, l) == 0) fail_msg("%s/%s was left behind", root, de->d_name);
+    closedir(d);
+}
+
+static void copy_text(const char *from_dir, const char *to_dir, const char *name) {
+    char *from = join(from_dir, name), *text = NULL;
+    size_t len = 0;
+    char err[E0_ERR_MAX];
+    if (e0_read_file(from, &text, &len, 1u << 24, err)) fail_msg("%s", err);
+    free(tu_write(to_dir, name, text, len));
+    free(text);
+    free(from);
+}
+
+/* Converts through the library (ASan sees it); returns the status. */
+static int convert(const char *src, const char *dst, bool fused, char *err) {
+    convert_opts o;
+    convert_opts_default(&o);
+    o.fused_gate_up = fused;
+    o.no_sync = 1;
+    return convert_run(src, dst, &o, NULL, err);
+}
+
+/* Every tensor of `ref` in `out` with the same dtype, shape and bytes, and
+ * nothing else in `out`. Quantized modules that differ are counted per
+ * group (words, scale or bias of the same group). Returns differing tensors. */
+static int compare_dirs(const char *out, const char *ref, const char *what) {
+    st_set *a, *b;
+    char err[E0_ERR_MAX];
+    if (st_set_open_dir(&a, out, err)) fail_msg("%s", err);
+    if (st_set_open_dir(&b, ref, err)) fail_msg("%s", err);
+    int bad = 0;
+    uint64_t bytes = 0, groups = 0, bad_groups = 0;
+    for (size_t i = 0; i < st_count(b); i++) {
+        const st_tensor *r = st_at(b, i), *t = st_get(a, r->name);
+        if (!t) {
+            printf("  %s: %s missing from the output\n", what, r->name);
+            bad++;
+            continue;
+        }
+        bool same = t->dtype == r->dtype && t->ndim == r->ndim && !memcmp(t->shape, r->shape, sizeof t->shape);
+        if (!same) {
+            printf("  %s: %s has another dtype or shape\n", what, r->name);
+            bad++;
+            continue;
+        }
+        bytes += r->nbytes;
+        const size_t l = strlen(r->name);
+        if (l > 7 && !strcmp(r->name + l - 7, ".scales")) {
+            /* per group: the scale, the bias and the group's words */
+            char base[512], nm[600];
+            snprintf(base, sizeof base, "%.*s", (int)(l - 7), r->name);
+            snprintf(nm, sizeof nm, "%s.weight", base);
+            const st_tensor *rw = st_get(b, nm), *tw = st_get(a, nm);
+            snprintf(nm, sizeof nm, "%s.biases", base);
+            const st_tensor *rb = st_get(b, nm), *tb = st_get(a, nm);
+            assert_true(rw && tw && rb && tb && rw->nbytes == tw->nbytes && rb->nbytes == tb->nbytes);
+            const uint64_t ng = st_numel(r), wpg = rw->nbytes / ng;
+            for (uint64_t g = 0; g < ng; g++) {
+                groups++;
+                bad_groups += memcmp(t->data + 2 * g, r->data + 2 * g, 2) || memcmp(tb->data + 2 * g, rb->data + 2 * g, 2) ||
+                              memcmp(tw->data + g * wpg, rw->data + g * wpg, wpg);
+            }
+        }
+        if (memcmp(t->data, r->data, r->nbytes)) {
+            printf("  %s: %s differs\n", what, r->name);
+            bad++;
+        }
+    }
+    for (size_t i = 0; i < st_count(a); i++)
+        if (!st_get(b, st_at(a, i)->name)) {
+            printf("  %s: %s is not in the reference\n", what, st_at(a, i)->name);
+            bad++;
+        }
+    printf("  %s: %zu tensors, %.2f MB compared, %llu of %llu quantization groups differ, %d tensors differ\n", what,
+           st_count(b), (double)bytes / 1e6, (unsigned long long)bad_groups, (unsigned long long)groups, bad);
+    st_set_free(a);
+    st_set_free(b);
+    return bad;
+}
+
+/* The per-module quantization settings of two model directories agree. */
+static void compare_quant_config(const char *out, const char *ref) {
+    e0_config a, b;
+    char err[E0_ERR_MAX];
+    if (config_load(&a, out, err)) fail_msg("%s", err);
+    if (config_load(&b, ref, err)) fail_msg("%s", err);
+    assert_true(a.quantized && b.quantized);
+    assert_int_equal(a.q_bits, b.q_bits);
+    assert_int_equal(a.q_group, b.q_group);
+    assert_int_equal(a.n_q_over, b.n_q_over);
+    for (int i = 0; i < b.n_q_over; i++) {
+        int bits, group;
+        assert_int_equal(config_quant_for(&a, b.q_over[i].module, &bits, &group), 0);
+        assert_int_equal(bits, b.q_over[i].bits);
+        assert_int_equal(group, b.q_over[i].group);
+    }
+    config_free(&a);
+    config_free(&b);
+}
+
+static float *run_logits(const char *dir, const int32_t *ids, size_t n, size_t *V) {
+    e0_engine *e;
+    char err[E0_ERR_MAX];
+    if (e0_engine_open(&e, dir, NULL, err)) fail_msg("open %s: %s", dir, err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    *V = (size_t)info.vocab_size;
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *lg = malloc(n * *V * sizeof *lg);
+    assert_non_null(lg);
+    if (e0_session_eval(s, ids, n, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    e0_engine_free(e);
+    return lg;
+}
+
+/* ---- the quantizer ------------------------------------------------------------ */
+
+static void test_quant_row_fast(void **state) {
+    (void)state;
+    const int64_t cols = 1024;
+    float *w = malloc((size_t)cols * sizeof *w);
+    uint32_t *qa = malloc((size_t)cols), *qb = malloc((size_t)cols);
+    uint16_t *sa = malloc((size_t)cols), *sb = malloc((size_t)cols), *ba = malloc((size_t)cols), *bb = malloc((size_t)cols);
+    assert_true(w && qa && qb && sa && sb && ba && bb);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    int rows = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        for (int64_t i = 0; i < cols; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            float u = (float)(x >> 40) / (float)(1 << 24) - 0.5f;
+            switch (rep % 5) {
+            case 0: w[i] = u; break;
+            case 1: w[i] = u * 1e4f + (i % 64 == 0 ? 3e4f : 0); break;       /* large, skewed */
+            case 2: w[i] = i % 128 < 64 ? 0.25f : u * 1e-9f; break;           /* constant, tiny range */
+            case 3: w[i] = i % 3 ? 0.0f : u; break;                           /* mostly zeros */
+            default: w[i] = u > 0.2f ? u : -fabsf(u) * 0.01f; break;          /* one-sided */
+            }
+        }
+        for (size_t bi = 0; bi < 6; bi++)
+            for (size_t gi = 0; gi < 3; gi++) {
+                const int B = bits[bi], G = groups[gi];
+                const size_t nw = (size_t)(cols * B / 32) * 4, ns = (size_t)(cols / G) * 2;
+                memset(qa, 0xab, (size_t)cols);
+                memset(qb, 0xcd, (size_t)cols);
+                quant_row(w, cols, B, G, qa, sa, ba);
+                convert_quant_row(w, cols, B, G, qb, sb, bb);
+                assert_memory_equal(qa, qb, nw);
+                assert_memory_equal(sa, sb, ns);
+                assert_memory_equal(ba, bb, ns);
+                rows++;
+            }
+    }
+    printf("  %d rows x %lld columns: convert_quant_row == quant_row\n", rows, (long long)cols);
+    free(w), free(qa), free(qb), free(sa), free(sb), free(ba), free(bb);
+}
+
+/* ---- fixtures ----------------------------------------------------------------- */
+
+typedef struct {
+    const char *family, *src, *ref; /* source layout, reference layout */
+    bool fused;
+} cv_case;
+
+static const cv_case CASES[] = {
+    {"qwen3moe", "hf", "mlx", false},          {"qwen3moe", "hf-fused", "mlx", false},
+    {"qwen3next", "hf", "mlx", false},         {"qwen3next", "hf-fused", "mlx", false},
+    {"qwen35moe", "hf", "mlx", false},         {"qwen35moe", "hf-fused", "mlx", false},
+    {"qwen35moe", "hf", "mlx-fused", true},    {"qwen35moe", "hf-fused", "mlx-fused", true},
+};
+
+static void test_fixture(void **state) {
+    const cv_case *c = *state;
+    char *root = new_root(), *dst = join(root, "out"), err[E0_ERR_MAX], what[128];
+    snprintf(what, sizeof what, "%s/%s%s -> %s", c->family, c->src, c->fused ? " --fused-gate-up" : "", c->ref);
+    if (convert(fixture(c->family, c->src), dst, c->fused, err)) fail_msg("%s: %s", what, err);
+    assert_int_equal(compare_dirs(dst, fixture(c->family, c->ref), what), 0);
+    compare_quant_config(dst, fixture(c->family, c->ref));
+    /* the source's generation_config.json comes along */
+    char *g = join(fixture(c->family, c->src), "generation_config.json"), *h = join(dst, "generation_config.json");
+    assert_int_equal(e0_file_exists(g), e0_file_exists(h));
+    free(g), free(h);
+
+    /* Same bytes, same logits as the fixture's mlx directory; and the exact
+     * f32 reference over 160 tokens as one prefill. */
+    char rel[256], err2[E0_ERR_MAX];
+    snprintf(rel, sizeof rel, "fixtures/%s/golden_q_long.safetensors", c->family);
+    st_set *gold;
+    if (st_set_open_file(&gold, tu_shared(rel), err2)) fail_msg("%s", err2);
+    size_t n, V, V2;
+    const int32_t *ids = tu_i32(gold, "input_ids", &n);
+    float *mine = run_logits(dst, ids, n, &V), *theirs = run_logits(fixture(c->family, c->ref), ids, n, &V2);
+    assert_int_equal(V, V2);
+    assert_memory_equal(mine, theirs, n * V * sizeof *mine);
+    const float *ref = tu_f32(gold, "logits", n * V);
+    double worst = 0;
+    for (size_t t = 0; t < n; t++) {
+        double r = tu_rel_l2(mine + t * V, ref + t * V, V);
+        worst = r > worst ? r : worst;
+    }
+    printf("  %s: logits bit-identical to the engine on %s; golden_q_long worst position rel L2 %.3g\n", what,
+           c->ref, worst);
+    assert_true(worst <= 1e-4);
+    free(mine), free(theirs);
+    st_set_free(gold);
+    free(dst);
+}
+
+/* A two-shard source with an index, converted into 1 MiB shards. */
+static void test_sharded(void **state) {
+    (void)state;
+    char *root = new_root(), *src = join(root, "src"), *dst = join(root, "out"), err[E0_ERR_MAX];
+    assert_int_equal(mkdir(src, 0755), 0);
+    const char *fx = fixture("qwen3next", "hf");
+    st_set *s;
+    if (st_set_open_dir(&s, fx, err)) fail_msg("%s", err);
+    const size_t n = st_count(s), half = n / 2;
+    st_wtensor *wt = calloc(n, sizeof *wt);
+    assert_non_null(wt);
+    char idx[65536];
+    int o = snprintf(idx, sizeof idx, "{\"metadata\": {}, \"weight_map\": {");
+    for (size_t i = 0; i < n; i++) {
+        const st_tensor *t = st_at(s, i);
+        wt[i] = (st_wtensor){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(wt[i].shape, t->shape, sizeof wt[i].shape);
+        o += snprintf(idx + o, sizeof idx - (size_t)o, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "",
+                      t->name, i < half ? 1 : 2);
+        assert_true(o < (int)sizeof idx);
+    }
+    snprintf(idx + o, sizeof idx - (size_t)o, "}}");
+    static const char *const meta[] = {"format", "pt"};
+    char *p1 = join(src, "model-00001-of-00002.safetensors"), *p2 = join(src, "model-00002-of-00002.safetensors");
+    if (st_write(p1, wt, half, meta, 2, err) || st_write(p2, wt + half, n - half, meta, 2, err)) fail_msg("%s", err);
+    free(tu_write(src, "model.safetensors.index.json", idx, strlen(idx)));
+    copy_text(fx, src, "config.json");
+    copy_text(fx, src, "generation_config.json");
+    st_set_free(s);
+    free(wt), free(p1), free(p2);
+
+    convert_opts co;
+    convert_opts_default(&co);
+    co.shard_bytes = 1u << 20;
+    co.no_sync = 1;
+    convert_info info;
+    if (convert_run(src, dst, &co, &info, err)) fail_msg("%s", err);
+    printf("  sharded source (2 files) -> %d output shards of <= 1 MiB, %zu tensors\n", info.n_shards, info.out_tensors);
+    assert_true(info.n_shards >= 2);
+    char *ix = join(dst, "model.safetensors.index.json");
+    assert_true(e0_file_exists(ix));
+    free(ix);
+    DIR *d = opendir(dst);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *pth = join(dst, de->d_name);
+        struct stat st;
+        assert_int_equal(stat(pth, &st), 0);
+        if (strstr(de->d_name, ".safetensors") && !strstr(de->d_name, ".json"))
+            assert_true((uint64_t)st.st_size <= (1u << 20) + 65536); /* data <= 1 MiB, plus the header */
+        free(pth);
+    }
+    closedir(d);
+    assert_int_equal(compare_dirs(dst, fixture("qwen3next", "mlx"), "qwen3next sharded"), 0);
+    free(src), free(dst);
+}
+
+/* ---- malformed sources ----------------------------------------------------------- */
+
+/* A copy of qwen3moe/hf in root/src, with tensor `drop` left out, `extra`
+ * (dtype, 1-D n) added, and config.json text replaced when given. */
+static char *make_source(const char *root, const char *drop, const char *extra, st_dtype dt, uint64_t n,
+                         const char *config) {
+    char *src = join(root, "src"), err[E0_ERR_MAX];
+    assert_int_equal(mkdir(src, 0755), 0);
+    const char *fx = fixture("qwen3moe", "hf");
+    st_set *s;
+    if (st_set_open_dir(&s, fx, err)) fail_msg("%s", err);
+    st_wtensor *wt = calloc(st_count(s) + 1, sizeof *wt);
+    uint8_t *zeros = calloc(n ? n : 1, 8);
+    assert_true(wt && zeros);
+    size_t k = 0;
+    for (size_t i = 0; i < st_count(s); i++) {
+        const st_tensor *t = st_at(s, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        wt[k] = (st_wtensor){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(wt[k++].shape, t->shape, sizeof wt[0].shape);
+    }
+    if (extra) wt[k++] = (st_wtensor){extra, dt, 1, {n}, zeros};
+    char *p = join(src, "model.safetensors");
+    static const char *const meta[] = {"format", "pt"};
+    if (st_write(p, wt, k, meta, 2, err)) fail_msg("%s", err);
+    if (config) free(tu_write(src, "config.json", config, strlen(config)));
+    else copy_text(fx, src, "config.json");
+    st_set_free(s);
+    free(wt), free(zeros), free(p);
+    return src;
+}
+
+static void expect_error(const char *src, const char *root, const char *must1, const char *must2) {
+    char *dst = join(root, "out"), err[E0_ERR_MAX] = "";
+    int rc = convert(src, dst, false, err);
+    printf("  error: %s\n", err);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(err, must1) || (must2 && !strstr(err, must2)))
+        fail_msg("message lacks '%s'%s%s: %s", must1, must2 ? " / " : "", must2 ? must2 : "", err);
+    assert_nothing_left(root, "out");
+    free(dst);
+}
+
+static void test_missing_shard(void **state) {
+    (void)state;
+    char *root = new_root(), *src = join(root, "src");
+    assert_int_equal(mkdir(src, 0755), 0);
+    copy_text(fixture("qwen3moe", "hf"), src, "config.json");
+    const char *idx = "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\","
+                      " \"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
+    free(tu_write(src, "model.safetensors.index.json", idx, strlen(idx)));
+    expect_error(src, root, "missing", "model-00001-of-00002.safetensors");
+    free(src);
+}
+
+static void test_bad_dtype(void **state) {
+    (void)state;
+    char *root = new_root();
+    char *src = make_source(root, "model.norm.weight", "model.norm.weight", ST_I64, 128, NULL);
+    expect_error(src, root, "model.norm.weight", "I64");
+    free(src);
+}
+
+static void test_bad_shape(void **state) {
+    (void)state;
+    char *root = new_root(), *text = NULL, err[E0_ERR_MAX];
+    char *cp = join(fixture("qwen3moe", "hf"), "config.json");
+    size_t len;
+    if (e0_read_file(cp, &text, &len, 1u << 20, err)) fail_msg("%s", err);
+    char *at = strstr(text, "\"moe_intermediate_size\": 128");
+    assert_non_null(at);
+    memcpy(at, "\"moe_intermediate_size\": 64 ", 28);
+    char *src = make_source(root, NULL, NULL, ST_F32, 0, text);
+    expect_error(src, root, "config.json implies", "[64, 128]");
+    free(src), free(text), free(cp);
+}
+
+static void test_unknown_and_dropped(void **state) {
+    (void)state;
+    char *root = new_root();
+    char *src = make_source(root, NULL, "model.layers.0.self_attn.q_proj.bias", ST_BF16, 128, NULL);
+    expect_error(src, root, "model.layers.0.self_attn.q_proj.bias", "not part of");
+    free(src);
+    /* MTP tensors are dropped, as mlx-lm drops them: output unchanged */
+    cleanup(NULL);
+    root = new_root();
+    src = make_source(root, NULL, "mtp.fc.weight", ST_BF16, 64, NULL);
+    char *dst = join(root, "out"), err[E0_ERR_MAX];
+    convert_opts o;
+    convert_opts_default(&o);
+    o.no_sync = 1;
+    convert_info info;
+    if (convert_run(src, dst, &o, &info, err)) fail_msg("%s", err);
+    assert_int_equal(info.dropped, 1);
+    assert_string_equal(info.dropped_example, "mtp.fc.weight");
+    assert_int_equal(compare_dirs(dst, fixture("qwen3moe", "mlx"), "qwen3moe + mtp.fc.weight"), 0);
+    free(src), free(dst);
+}
+
+/* Through the binary: an existing DST is refused (and left as it was)
+ * without --force, replaced with it; --force does not replace what is not
+ * a model directory. */
+static void test_existing_dst(void **state) {
+    (void)state;
+    char *root = new_root(), *dst = join(root, "out"), cmd[8192], *log = join(root, "log");
+    assert_int_equal(mkdir(dst, 0755), 0);
+    free(tu_write(dst, "config.json", "{}", 2));
+    snprintf(cmd, sizeof cmd, "%s convert %s %s > %s 2>&1", tu_bin(), fixture("qwen3moe", "hf"), dst, log);
+    assert_int_not_equal(tu_run(cmd), 0);
+    char *text = NULL, err[E0_ERR_MAX];
+    size_t len;
+    if (e0_read_file(log, &text, &len, 1u << 20, err)) fail_msg("%s", err);
+    printf("  %s", text);
+    assert_non_null(strstr(text, "already exists"));
+    free(text);
+    char *cfg = join(dst, "config.json"), *st = join(dst, "model.safetensors");
+    if (e0_read_file(cfg, &text, &len, 1u << 20, err)) fail_msg("%s", err);
+    assert_string_equal(text, "{}");
+    free(text);
+    assert_false(e0_file_exists(st));
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --force --no-sync > %s 2>&1", tu_bin(), fixture("qwen3moe", "hf"),
+             dst, log);
+    assert_int_equal(tu_run(cmd), 0);
+    assert_true(e0_file_exists(st));
+    assert_int_equal(compare_dirs(dst, fixture("qwen3moe", "mlx"), "qwen3moe --force"), 0);
+    assert_nothing_left(root, "out.");
+    /* not a model directory: refused even with --force */
+    char *other = join(root, "other"), *sub = join(other, "sub");
+    assert_int_equal(mkdir(other, 0755), 0);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --force > %s 2>&1", tu_bin(), fixture("qwen3moe", "hf"), other, log);
+    assert_int_not_equal(tu_run(cmd), 0);
+    assert_true(e0_file_exists(sub));
+    free(dst), free(log), free(cfg), free(st), free(other), free(sub);
+}
+
+static void test_cancel(void **state) {
+    (void)state;
+    char *root = new_root(), *dst = join(root, "out"), err[E0_ERR_MAX];
+    static volatile sig_atomic_t cancel = 1;
+    convert_opts o;
+    convert_opts_default(&o);
+    o.cancel = &cancel;
+    assert_int_equal(convert_run(fixture("qwen35moe", "hf"), dst, &o, NULL, err), E0_EINVAL);
+    printf("  cancelled: %s\n", err);
+    assert_nothing_left(root, "out");
+    free(dst);
+}
+
+int main(int argc, char **argv) {
+    (void)argc, (void)argv;
+    struct CMUnitTest tests[32];
+    size_t n = 0;
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_quant_row_fast, cleanup);
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        static char names[8][96];
+        snprintf(names[i], sizeof names[i], "fixture %s/%s%s -> %s", CASES[i].family, CASES[i].src,
+                 CASES[i].fused ? " --fused-gate-up" : "", CASES[i].ref);
+        tests[n++] = (struct CMUnitTest){names[i], test_fixture, NULL, cleanup, (void *)&CASES[i]};
+    }
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_sharded, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_missing_shard, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_bad_dtype, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_bad_shape, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_unknown_and_dropped, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_existing_dst, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_cancel, cleanup);
+    return _cmocka_run_group_tests("test_convert", tests, n, NULL, NULL);
+}
