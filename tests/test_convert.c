@@ -1,5 +1,5 @@
 /* edge0 convert against the reference fixtures.
- *  - the vectorized quantizer equals quant_row bit for bit (every width and
+ *  - (the quantizer itself is tested in tests/test_quant.c)
  *    group, constant, tiny-range and large-magnitude groups);
  *  - converting every fixture's hf/ and hf-fused/ (and with --fused-gate-up)
  *    gives every tensor of the fixture's mlx/ (mlx-fused/) byte for byte:
@@ -191,48 +191,6 @@ static float *run_logits(const char *dir, const int32_t *ids, size_t n, size_t *
     e0_session_free(s);
     e0_engine_free(e);
     return lg;
-}
-
-/* ---- the quantizer ------------------------------------------------------------ */
-
-static void test_quant_row_fast(void **state) {
-    (void)state;
-    const int64_t cols = 1024;
-    float *w = malloc((size_t)cols * sizeof *w);
-    uint32_t *qa = malloc((size_t)cols), *qb = malloc((size_t)cols);
-    uint16_t *sa = malloc((size_t)cols), *sb = malloc((size_t)cols), *ba = malloc((size_t)cols), *bb = malloc((size_t)cols);
-    assert_true(w && qa && qb && sa && sb && ba && bb);
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
-    int rows = 0;
-    for (int rep = 0; rep < 40; rep++) {
-        for (int64_t i = 0; i < cols; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            float u = (float)(x >> 40) / (float)(1 << 24) - 0.5f;
-            switch (rep % 5) {
-            case 0: w[i] = u; break;
-            case 1: w[i] = u * 1e4f + (i % 64 == 0 ? 3e4f : 0); break;       /* large, skewed */
-            case 2: w[i] = i % 128 < 64 ? 0.25f : u * 1e-9f; break;           /* constant, tiny range */
-            case 3: w[i] = i % 3 ? 0.0f : u; break;                           /* mostly zeros */
-            default: w[i] = u > 0.2f ? u : -fabsf(u) * 0.01f; break;          /* one-sided */
-            }
-        }
-        for (size_t bi = 0; bi < 6; bi++)
-            for (size_t gi = 0; gi < 3; gi++) {
-                const int B = bits[bi], G = groups[gi];
-                const size_t nw = (size_t)(cols * B / 32) * 4, ns = (size_t)(cols / G) * 2;
-                memset(qa, 0xab, (size_t)cols);
-                memset(qb, 0xcd, (size_t)cols);
-                quant_row(w, cols, B, G, qa, sa, ba);
-                convert_quant_row(w, cols, B, G, qb, sb, bb);
-                assert_memory_equal(qa, qb, nw);
-                assert_memory_equal(sa, sb, ns);
-                assert_memory_equal(ba, bb, ns);
-                rows++;
-            }
-    }
-    printf("  %d rows x %lld columns: convert_quant_row == quant_row\n", rows, (long long)cols);
-    free(w), free(qa), free(qb), free(sa), free(sb), free(ba), free(bb);
 }
 
 /* ---- fixtures ----------------------------------------------------------------- */
@@ -496,7 +454,6 @@ int main(int argc, char **argv) {
     (void)argc, (void)argv;
     struct CMUnitTest tests[32];
     size_t n = 0;
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_quant_row_fast, cleanup);
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         static char names[8][96];
         snprintf(names[i], sizeof names[i], "fixture %s/%s%s -> %s", CASES[i].family, CASES[i].src,

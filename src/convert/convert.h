@@ -94,11 +94,5 @@ int convert_plan(const char *src, const convert_opts *o, convert_info *info, cha
 /* Converts SRC into the new directory DST. info may be NULL. */
 int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info, char *err);
 
-/* The quantizer of DESIGN.md §2 (quant/quantize.h quant_row), with the
- * per-element work written so the compiler vectorizes it: same words,
- * scales and biases bit for bit for every finite input. bits 4 and 8 take
- * the fast path; other widths call quant_row. */
-void convert_quant_row(const float *w, int64_t cols, int bits, int group, uint32_t *words, uint16_t *scales,
-                       uint16_t *biases);
 
 #endif
