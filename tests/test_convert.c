@@ -1,6 +1,5 @@
 /* edge0 convert against the reference fixtures.
- *  - (the quantizer itself is tested in tests/test_quant.c)
- *    group, constant, tiny-range and large-magnitude groups);
+ *  (the quantizer itself is tested in tests/test_quant.c)
  *  - converting every fixture's hf/ and hf-fused/ (and with --fused-gate-up)
  *    gives every tensor of the fixture's mlx/ (mlx-fused/) byte for byte:
  *    quantized words, scales and biases, 1 + w norms, F32 A_log, conv1d
