@@ -1,0 +1,161 @@
+/* Byte-level BPE tokenizer driven by a Hugging Face tokenizer.json.
+ *
+ *     tok_tokenizer *tk;
+ *     char err[E0_ERR_MAX];
+ *     if (tok_load(&tk, "model/tokenizer.json", err)) die(err);
+ *     tok_ids ids = {0};
+ *     if (tok_encode(tk, text, strlen(text), 0, &ids, err)) die(err);   // appends
+ *     char *s;
+ *     size_t n;
+ *     if (tok_decode(tk, ids.v, ids.n, 0, &s, &n, err)) die(err);
+ *     free(s);
+ *     tok_ids_free(&ids);
+ *     tok_free(tk);
+ *
+ * The file is followed generally, not one model by hand. Encoding runs the
+ * steps of the `tokenizers` library in its order:
+ *   1. added tokens with "normalized": false are cut out of the raw text
+ *      (leftmost-longest; "special", "lstrip", "rstrip", "single_word");
+ *   2. each remaining part goes through the normalizer (NFC, NFD, NFKC, NFKD,
+ *      Lowercase, Replace, Prepend, Strip, StripAccents, Sequence);
+ *   3. added tokens with "normalized": true are cut out of the normalized text;
+ *   4. the pre-tokenizer splits the rest (Split with the file's regex or
+ *      string and any of its five behaviours and `invert`, Digits, Whitespace,
+ *      WhitespaceSplit, Punctuation, Sequence, and ByteLevel, which must come
+ *      last and may add a prefix space or apply the GPT-2 regex);
+ *   5. BPE over the bytes of each piece: lowest merge rank first, leftmost on
+ *      ties; `ignore_merges`, `unk_token` and `fuse_unk` as the library does.
+ * No BOS/EOS is added: the post_processor is not applied (chat templates add
+ * their own markers). Decoding is the ByteLevel decoder: the bytes of every
+ * token joined, invalid UTF-8 replaced by U+FFFD per maximal ill-formed
+ * subsequence (as Rust's String::from_utf8_lossy).
+ *
+ * Not supported, so loading fails with E0_EUNSUPPORTED naming the field:
+ * models other than BPE, pre-tokenizers without ByteLevel (Metaspace,
+ * BertPreTokenizer, ...), Precompiled / BertNormalizer normalizers, decoders
+ * other than ByteLevel, continuing_subword_prefix / end_of_word_suffix.
+ * Ignored: dropout, byte_fallback (every byte has a byte-level token),
+ * post_processor, truncation, padding.
+ *
+ * Regexes are PCRE2 (JIT when available, the interpreter otherwise) with
+ * UTF and UCP; the file's Oniguruma syntax is translated where the two differ:
+ * \s and \S mean Unicode White_Space (PCRE2 alone misses U+0085), \w and \W
+ * letters, marks, numbers and connector punctuation, \h a hex digit, \uHHHH
+ * a code point. Normalisation is utf8proc.
+ *
+ * Invalid UTF-8 in the text to encode (the library only accepts valid
+ * strings) has a byte fallback: the text is cut into maximal valid runs and
+ * runs of invalid bytes; a valid run is tokenized as above, an invalid run
+ * becomes one piece whose raw bytes go through BPE, never through the
+ * normalizer or the regex. So no byte is lost: the concatenated
+ * tok_token_bytes of the ids give back the input wherever the normalizer did
+ * not change it, and tok_decode shows them as U+FFFD (one per maximal
+ * ill-formed subsequence).
+ *
+ * Errors: every function that can fail returns E0_OK or a negative E0_E*
+ * status and writes a message naming the file and field (loading) or the
+ * offending id (decoding) into `err` (E0_ERR_MAX bytes, may be NULL).
+ *
+ * Threads: a loaded tokenizer is immutable; any number of threads may encode
+ * and decode with it at once. A tok_stream belongs to one thread at a time.
+ */
+#ifndef E0_TEXT_TOKENIZER_H
+#define E0_TEXT_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOK_MAX_FILE (1u << 30) /* largest tokenizer.json tok_load reads */
+#define TOK_MAX_ID   (1 << 24)  /* ids must be in [0, TOK_MAX_ID); tables are sized by id */
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+/* Reads and validates `path` (a tokenizer.json). */
+int tok_load(tok_tokenizer **out, const char *path, char *err);
+/* The same from memory; `name` is only used in messages. Pure: safe to fuzz. */
+int tok_load_json(tok_tokenizer **out, const char *json, size_t len, const char *name, char *err);
+void tok_free(tok_tokenizer *t);
+
+/* A growable id array. Zero-initialise; tok_encode appends to it. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} tok_ids;
+
+void tok_ids_free(tok_ids *ids);
+
+enum {
+    /* Added tokens marked "special" are not matched in the text: they are
+     * encoded as ordinary text (for user content that must not inject
+     * control tokens). Non-special added tokens are still matched. */
+    TOK_ENCODE_SPECIAL_AS_TEXT = 1u << 0,
+};
+
+/* Appends the ids of text[0..len) (any bytes; see the invalid UTF-8 note
+ * above) to `out`. On error `out` keeps only what it held before. */
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
+               char *err);
+
+enum {
+    TOK_DECODE_SKIP_SPECIAL = 1u << 0, /* drop added tokens marked "special" */
+};
+
+/* The text of ids[0..n): a malloc'd, NUL-terminated, valid UTF-8 string of
+ * *out_len bytes. E0_ERANGE names the first id that is not a token. */
+int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+               size_t *out_len, char *err);
+
+/* Incremental decoding for generation: push one id at a time and get the
+ * text that is complete so far. A UTF-8 sequence split across tokens is held
+ * back until its last byte arrives, so no output ever ends in half a
+ * character; bytes that cannot become a character come out as U+FFFD exactly
+ * where tok_decode puts them, so the concatenation of every push and the
+ * final flush equals tok_decode of the same ids. No allocation:
+ *
+ *     char *buf = malloc(tok_stream_max(tk));     // once, at load
+ *     tok_stream st;
+ *     tok_stream_init(&st, TOK_DECODE_SKIP_SPECIAL);
+ *     for each generated id:
+ *         if (tok_stream_push(tk, &st, id, buf, tok_stream_max(tk), &n, err)) ...;
+ *         fwrite(buf, 1, n, stdout);
+ *     n = tok_stream_flush(&st, buf);             // at the end of the stream
+ */
+typedef struct {
+    unsigned flags;  /* TOK_DECODE_* */
+    uint8_t pend[4]; /* the incomplete sequence held back */
+    uint8_t npend;   /* bytes in pend */
+    uint8_t need;    /* continuation bytes still expected */
+    uint8_t lo, hi;  /* range of the next continuation byte */
+} tok_stream;
+
+void tok_stream_init(tok_stream *s, unsigned flags);
+/* Bytes one push may write (and at least what a flush writes). */
+size_t tok_stream_max(const tok_tokenizer *t);
+/* Writes the newly complete text of `id` to out[0..*n); cap >= tok_stream_max.
+ * An id that is not a token fails with E0_ERANGE and leaves `s` unchanged. */
+int tok_stream_push(const tok_tokenizer *t, tok_stream *s, int32_t id, char *out, size_t cap,
+                    size_t *n, char *err);
+/* Ends the stream: writes U+FFFD for a held-back incomplete sequence (at most
+ * 3 bytes), returns the count and resets `s` for a new stream. */
+size_t tok_stream_flush(tok_stream *s, char *out);
+
+/* Lookups (for chat templates and samplers). */
+
+/* 1 + the largest id of the vocabulary and the added tokens. A model's
+ * config.json vocab_size may be larger (padded): ids in between are not
+ * tokens, and decoding them fails with E0_ERANGE. */
+int32_t tok_vocab_size(const tok_tokenizer *t);
+/* The id of an added token's content ("<|im_start|>"), else of a vocabulary
+ * entry spelled as in tokenizer.json ("Ġthe"); -1 if there is none. */
+int32_t tok_token_id(const tok_tokenizer *t, const char *s);
+/* Whether `id` is a token at all / an added token / a special added token. */
+bool tok_is_token(const tok_tokenizer *t, int32_t id);
+bool tok_is_added(const tok_tokenizer *t, int32_t id);
+bool tok_is_special(const tok_tokenizer *t, int32_t id);
+/* The token as tokenizer.json spells it (NUL-terminated), NULL if none. */
+const char *tok_token_str(const tok_tokenizer *t, int32_t id, size_t *len);
+/* The bytes the token decodes to (not NUL-terminated), NULL if none. */
+const uint8_t *tok_token_bytes(const tok_tokenizer *t, int32_t id, size_t *len);
+
+#endif
