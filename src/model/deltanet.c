@@ -8,6 +8,7 @@
  *   out = w * rmsnorm(o) * silu(z)   (the gated norm, never shifted).
  */
 #include "model/model.h"
+#include "util/pool.h"
 
 #include <string.h>
 
@@ -37,13 +38,50 @@ static void unpack(const e0_config *c, const float *qkvz, const float *ba, float
     }
 }
 
+typedef struct {
+    e0_session *s;
+    const e0_layer *ly;
+    int T;
+} dn_job;
+
+/* The recurrence of value heads [h0, h1) over the batch's T tokens. */
+static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
+    (void)tid;
+    const dn_job *j = arg;
+    const e0_config *c = &j->s->m->cfg;
+    const e0_layer *ly = j->ly;
+    e0_scratch *S = &j->s->s;
+    const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, Dk = c->lin_k_dim, Dv = c->lin_v_dim, r = Hv / Hk;
+    const int Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
+    float *state = j->s->rec[ly - j->s->m->layers];
+    for (int t = 0; t < j->T; t++) {
+        const float *row = S->mix + (size_t)t * C;
+        for (int h = (int)h0; h < (int)h1; h++) {
+            const int g = h / r;
+            const float *q = row + g * Dk, *k = row + Kd + g * Dk, *v = row + 2 * Kd + h * Dv;
+            const float beta = e0_sigmoid(S->bb[(size_t)t * Hv + h]);
+            const float gg = -expf(ly->A_log[h]) * softplus(S->aa[(size_t)t * Hv + h] + ly->dt_bias[h]);
+            const float decay = expf(gg);
+            float *St = state + (size_t)h * Dk * Dv; /* [Dk, Dv] */
+            float *o = S->o + (size_t)t * Vd + (size_t)h * Dv;
+            mat_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+            /* gated RMSNorm over the head */
+            float ss = 0.0f;
+            for (int jj = 0; jj < Dv; jj++) ss += o[jj] * o[jj];
+            const float inv = 1.0f / sqrtf(ss / (float)Dv + c->rms_eps);
+            const float *z = S->zz + (size_t)t * Vd + (size_t)h * Dv;
+            for (int jj = 0; jj < Dv; jj++) o[jj] = ly->lin_norm[jj] * (o[jj] * inv) * e0_silu(z[jj]);
+        }
+    }
+}
+
 void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *out) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
     const e0_layer *ly = &m->layers[layer];
     e0_scratch *S = &s->s;
     const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, Dk = c->lin_k_dim;
-    const int Dv = c->lin_v_dim, K = c->conv_kernel, r = Hv / Hk;
+    const int Dv = c->lin_v_dim, K = c->conv_kernel;
     const int Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
     /* projections -> mix [T, C] (q|k|v), z [T, Vd], b/a [T, Hv] */
     if (ly->packed) {
@@ -72,7 +110,6 @@ void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *o
     memcpy(cs, hist + (size_t)T * C, (size_t)(K - 1) * C * sizeof *cs);
 
     const float qscale = 1.0f / sqrtf((float)Dk);
-    float *state = s->rec[layer];
     for (int t = 0; t < T; t++) {
         float *row = S->mix + (size_t)t * C;
         for (int g = 0; g < Hk; g++) {
@@ -81,32 +118,9 @@ void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *o
             l2norm(k, Dk);
             for (int i = 0; i < Dk; i++) q[i] *= qscale;
         }
-        for (int h = 0; h < Hv; h++) {
-            const int g = h / r;
-            const float *q = row + g * Dk, *k = row + Kd + g * Dk, *v = row + 2 * Kd + h * Dv;
-            const float beta = e0_sigmoid(S->bb[(size_t)t * Hv + h]);
-            const float gg = -expf(ly->A_log[h]) * softplus(S->aa[(size_t)t * Hv + h] + ly->dt_bias[h]);
-            const float decay = expf(gg);
-            float *St = state + (size_t)h * Dk * Dv; /* [Dk, Dv] */
-            float *o = S->o + (size_t)t * Vd + (size_t)h * Dv;
-            for (int i = 0; i < Dk * Dv; i++) St[i] *= decay;
-            /* o temporarily holds S^T k, then the delta d */
-            for (int j = 0; j < Dv; j++) o[j] = 0.0f;
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * k[i];
-            for (int j = 0; j < Dv; j++) o[j] = beta * (v[j] - o[j]);
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) St[(size_t)i * Dv + j] += k[i] * o[j];
-            for (int j = 0; j < Dv; j++) o[j] = 0.0f;
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * q[i];
-            /* gated RMSNorm over the head */
-            float ss = 0.0f;
-            for (int j = 0; j < Dv; j++) ss += o[j] * o[j];
-            const float inv = 1.0f / sqrtf(ss / (float)Dv + c->rms_eps);
-            const float *z = S->zz + (size_t)t * Vd + (size_t)h * Dv;
-            for (int j = 0; j < Dv; j++) o[j] = ly->lin_norm[j] * (o[j] * inv) * e0_silu(z[j]);
-        }
     }
+    /* value heads are independent: split them across the compute pool */
+    dn_job job = {s, ly, T};
+    pool_for(Hv, 1, dn_heads, &job);
     mat_matmul(&ly->out, S->o, Vd, T, out, H);
 }

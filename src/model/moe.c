@@ -48,7 +48,7 @@ int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, ch
     e0_scratch *S = &s->s;
     const int H = c->hidden, E = c->n_experts, k = s->eng->top_k;
 
-    mat_matmul(&ly->router, in, H, T, S->rlogits, E);
+    mat_matmul_f32(&ly->router, in, H, T, S->rlogits, E); /* f32 activations: near-ties decide routing */
     for (int t = 0; t < T; t++)
         route(S->rlogits + (size_t)t * E, E, k, c->norm_topk, S->ridx + (size_t)t * k, S->rw + (size_t)t * k);
     int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
@@ -64,7 +64,7 @@ int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, ch
     }
     if (!ly->has_shared) return 0;
     const int Is = c->shared_inter;
-    mat_matmul(&ly->sh_router, in, H, T, S->shg, 1);
+    mat_matmul_f32(&ly->sh_router, in, H, T, S->shg, 1);
     mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
     mat_matmul(&ly->sh_up, in, H, T, S->u, Is);
     swiglu(S->g, S->u, (size_t)T * Is, S->g);

@@ -1,7 +1,18 @@
 #include "quant/mat.h"
 
-#include "util/num.h"
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
+#include "edge0.h"
+#include "quant/kernels.h"
+#include "util/num.h"
+#include "util/pool.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t stype_size(e0_stype s) { return s == E0_S_F32 ? 4 : 2; }
@@ -90,6 +101,318 @@ void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
     }
 }
 
+/* ---- dispatch --------------------------------------------------------------
+ * mat_matmul picks the row kernel of the set in force for the matrix (the
+ * reference where a set does not handle a shape), prepares the activations
+ * once per call in a per-thread scratch buffer that grows to the largest
+ * call and then stays (no allocation per token), and splits the output rows
+ * across the compute pool. */
+
+static atomic_int g_kernels = E0_KERNELS_AUTO;
+
+#if defined(__x86_64__)
+/* F16C from CPUID leaf 1, ECX bit 29: clang does not accept "f16c" in
+ * __builtin_cpu_supports, and the fuzz targets build with clang. */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
+int mat_kernels_supported(e0_kernels k) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    switch (k) {
+    case E0_KERNELS_AUTO:
+    case E0_KERNELS_REF: return 1;
+    case E0_KERNELS_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    case E0_KERNELS_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               mat_kernels_supported(E0_KERNELS_AVX2);
+    case E0_KERNELS_AVX512_Q8:
+    case E0_KERNELS_AVX512_Q16:
+    case E0_KERNELS_AVX512_Q24:
+        return __builtin_cpu_supports("avx512vnni") && mat_kernels_supported(E0_KERNELS_AVX512);
+    case E0_KERNELS_F32: return 1;
+    }
+    return 0;
+#else
+    return k == E0_KERNELS_AUTO || k == E0_KERNELS_REF;
+#endif
+}
+
+static e0_kernels resolve(e0_kernels k) {
+    if (k != E0_KERNELS_AUTO && k != E0_KERNELS_F32) return k;
+    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_Q24)) return E0_KERNELS_AVX512_Q24;
+    if (mat_kernels_supported(E0_KERNELS_AVX512)) return E0_KERNELS_AVX512;
+    if (mat_kernels_supported(E0_KERNELS_AVX2)) return E0_KERNELS_AVX2;
+    return E0_KERNELS_REF;
+}
+
+/* The f32-activation set behind k. */
+static e0_kernels f32_of(e0_kernels k) {
+    return k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_Q24 ? E0_KERNELS_AVX512
+                                                                                                 : k;
+}
+
+int mat_set_kernels(e0_kernels k) {
+    if (!mat_kernels_supported(k)) return E0_EUNSUPPORTED;
+    /* AUTO stays unresolved: the next call resolves it, $E0_KERNELS included */
+    atomic_store_explicit(&g_kernels, (int)(k == E0_KERNELS_AUTO ? k : resolve(k)), memory_order_relaxed);
+    return 0;
+}
+
+/* $E0_KERNELS (ref, avx2, avx512, avx512-q8, avx512-q16, avx512-q24, f32)
+ * picks the set while it is AUTO, to run a whole test suite, benchmark or
+ * CLI process under one set; unknown or unsupported names leave AUTO. */
+static e0_kernels env_kernels(void) {
+    const char *v = getenv("E0_KERNELS");
+    if (!v) return E0_KERNELS_AUTO;
+    e0_kernels k = !strcmp(v, "ref") ? E0_KERNELS_REF
+                   : !strcmp(v, "avx2") ? E0_KERNELS_AVX2
+                   : !strcmp(v, "avx512") ? E0_KERNELS_AVX512
+                   : !strcmp(v, "avx512-q8") ? E0_KERNELS_AVX512_Q8
+                   : !strcmp(v, "avx512-q16") ? E0_KERNELS_AVX512_Q16
+                   : !strcmp(v, "avx512-q24") ? E0_KERNELS_AVX512_Q24
+                   : !strcmp(v, "f32") ? E0_KERNELS_F32
+                                          : E0_KERNELS_AUTO;
+    return mat_kernels_supported(k) ? k : E0_KERNELS_AUTO;
+}
+
+e0_kernels mat_kernels(void) {
+    e0_kernels k = (e0_kernels)atomic_load_explicit(&g_kernels, memory_order_relaxed);
+    if (k == E0_KERNELS_AUTO) {
+        k = resolve(env_kernels());
+        atomic_store_explicit(&g_kernels, (int)k, memory_order_relaxed);
+    }
+    return k;
+}
+
+const char *mat_kernels_name(void) {
+    switch (mat_kernels()) {
+    case E0_KERNELS_AUTO:
+    case E0_KERNELS_F32: break;
+    case E0_KERNELS_REF: return "ref";
+    case E0_KERNELS_AVX2: return "avx2";
+    case E0_KERNELS_AVX512: return "avx512";
+    case E0_KERNELS_AVX512_Q8: return "avx512-q8";
+    case E0_KERNELS_AVX512_Q16: return "avx512-q16";
+    case E0_KERNELS_AVX512_Q24: return "avx512-q24";
+    }
+    return "?";
+}
+
+/* Per-thread scratch: a header holding the capacity, then the buffer. The
+ * key's destructor frees it when the thread exits. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_make(void) { pthread_key_create(&scratch_key, free); }
+
+#define SCRATCH_HDR 64
+
+static void *scratch(size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_make);
+    uint8_t *p = pthread_getspecific(scratch_key);
+    if (p && *(size_t *)p >= bytes) return p + SCRATCH_HDR;
+    uint8_t *n = aligned_alloc(64, (bytes + SCRATCH_HDR + 63) / 64 * 64);
+    if (!n) return NULL;
+    *(size_t *)n = bytes;
+    free(p);
+    pthread_setspecific(scratch_key, n);
+    return n + SCRATCH_HDR;
+}
+
+void k_prep_q4(const float *x, int64_t cols, int lanes, float *xp, int64_t nblk) {
+    const int64_t bv = 8 * (int64_t)lanes; /* values per block */
+    for (int64_t b = 0; b < nblk; b++)
+        for (int k = 0; k < 8; k++)
+            for (int j = 0; j < lanes; j++) {
+                const int64_t c = b * bv + 8 * j + k;
+                xp[b * bv + k * lanes + j] = c < cols ? x[c] : 0.0f;
+            }
+}
+
+void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs) {
+    const int64_t ng = cols / group;
+    for (int64_t g = 0; g < ng; g++) {
+        float s = 0.0f;
+        for (int i = 0; i < group; i++) s += x[g * group + i];
+        xs[g] = s;
+    }
+    for (int64_t g = ng; g < ldxs; g++) xs[g] = 0.0f;
+}
+
+void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk) {
+    for (int64_t b = 0; b < nblk; b++)
+        for (int m4 = 0; m4 < 4; m4++) {
+            const int64_t c0 = b * 128 + m4 * 32;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                const float v = c0 + i < cols ? fabsf(x[c0 + i]) : 0.0f;
+                amax = v > amax ? v : amax;
+            }
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) {
+                /* n = rint(x / d * 256^(planes-1)), |n| <= 127 * 256^(planes-1): exact in f32 and int32 */
+                const int32_t n = (int32_t)lrintf((c0 + i < cols ? x[c0 + i] : 0.0f) * id * scale);
+                const int j = m4 * 32 + i; /* column within the block */
+                int32_t rest = n;
+                for (int p = planes - 1; p >= 0; p--) { /* signed base-256 digits, the last plane lowest */
+                    int32_t q = p ? ((rest + 128) & 255) - 128 : rest;
+                    if (!p) q = q < -128 ? -128 : q > 127 ? 127 : q;
+                    xq[(b * planes + p) * 128 + (j & 1) * 64 + j / 2] = (int8_t)q;
+                    rest = (rest - q) / 256;
+                }
+                sum += n;
+            }
+            const float dl = planes == 3 ? d / 65536.0f : planes == 2 ? d / 256.0f : d;
+            for (int l = 0; l < 4; l++) xdl[b * 16 + m4 * 4 + l] = dl;
+            xb[b * 4 + m4] = dl * (float)sum;
+        }
+}
+
+typedef struct {
+    k_rows_fn fn; /* NULL: the reference */
+    const e0_mat *m;
+    const k_act *a;
+    float *y;
+    int64_t ldy;
+} mm_job;
+
+static void mm_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const mm_job *j = ctx;
+    if (j->fn) {
+        j->fn(j->m, j->a, r0, r1, j->y, j->ldy);
+    } else {
+        e0_mat v = mat_rows(j->m, r0, r1 - r0);
+        mat_matmul_ref(&v, j->a->x, j->a->ldx, j->a->T, j->y + r0, j->ldy);
+    }
+}
+
+/* Below this many multiply-adds a call stays in the caller's thread. */
+#define PAR_MIN_MACS (1 << 18)
+#define ROW_ALIGN 16
+
+static k_rows_fn pick(e0_kernels k, const e0_mat *m, int *need, int *lanes) {
+    switch (k) {
+    case E0_KERNELS_AVX512_Q8: return k_avx512_q8_pick(m, 1, need, lanes);
+    case E0_KERNELS_AVX512_Q16: return k_avx512_q8_pick(m, 2, need, lanes);
+    case E0_KERNELS_AVX512_Q24: return k_avx512_q8_pick(m, 3, need, lanes);
+    case E0_KERNELS_AVX512: return k_avx512_pick(m, need, lanes);
+    case E0_KERNELS_AVX2: return k_avx2_pick(m, need, lanes);
+    case E0_KERNELS_AUTO:
+    case E0_KERNELS_F32:
+    case E0_KERNELS_REF: break;
+    }
+    return NULL;
+}
+
+static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                        int64_t ldy) {
+    if (m->rows <= 0 || T <= 0) return;
+    k_act a = {.T = T, .x = x, .ldx = ldx};
+    int need = 0, lanes = 16;
+    k_rows_fn fn = pick(k, m, &need, &lanes);
+    if (fn && need != K_NEED_X) {
+        /* scratch: xp | xs | xd (floats), then xq (bytes) */
+        const int64_t bv = 8 * (int64_t)lanes, nblk = (m->cols + bv - 1) / bv;
+        const int64_t ldxp = need & K_NEED_XP ? nblk * bv : 0;
+        const int64_t ldxs = need & K_NEED_XS ? (m->cols / m->group + 15) / 16 * 16 : 0;
+        const int planes = need & K_NEED_XQ3 ? 3 : need & K_NEED_XQ2 ? 2 : need & K_NEED_XQ ? 1 : 0;
+        const int64_t nq = (m->cols + 127) / 128, ldxd = planes ? nq * 16 : 0;
+        const int64_t ldxq = nq * 128 * planes, nxb = planes ? nq * 4 : 0;
+        const size_t nf = (size_t)(T * (ldxp + ldxs + ldxd) + nxb);
+        float *buf = scratch(nf * sizeof(float) + (size_t)(T * ldxq));
+        if (!buf) {
+            fn = NULL; /* out of memory: the reference needs no scratch */
+        } else {
+            a.xp = buf;
+            a.ldxp = ldxp;
+            a.xs = buf + T * ldxp;
+            a.ldxs = ldxs;
+            a.xd = buf + T * (ldxp + ldxs);
+            a.ldxd = ldxd;
+            a.xq = (const int8_t *)(buf + nf);
+            a.ldxq = ldxq;
+            for (int64_t t = 0; t < T; t++) {
+                const float *xt = x + t * ldx;
+                float *xs = buf + T * ldxp + t * ldxs;
+                if (ldxp) k_prep_q4(xt, m->cols, lanes, buf + t * ldxp, nblk);
+                if (ldxq) { /* the group sums are those of the quantized x (kernels.h) */
+                    float *xb = buf + nf - nxb;
+                    k_avx512_prep_q8(xt, m->cols, planes, (int8_t *)(buf + nf) + t * ldxq,
+                                     buf + T * (ldxp + ldxs) + t * ldxd, xb, nq);
+                    const int64_t ng = m->cols / m->group, per = m->group / 32;
+                    for (int64_t g = 0; g < ng; g++) {
+                        float sum = 0.0f;
+                        for (int64_t i = 0; i < per; i++) sum += xb[g * per + i];
+                        xs[g] = sum;
+                    }
+                    for (int64_t g = ng; g < ldxs; g++) xs[g] = 0.0f;
+                } else if (ldxs) {
+                    k_prep_xs(xt, m->cols, m->group, xs, ldxs);
+                }
+            }
+        }
+    }
+    mm_job j = {fn, m, &a, y, ldy};
+    if ((double)m->rows * (double)m->cols * (double)T < PAR_MIN_MACS || m->rows < 2 * ROW_ALIGN)
+        mm_rows(&j, 0, m->rows, 0);
+    else
+        pool_for(m->rows, ROW_ALIGN, mm_rows, &j);
+}
+
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {
-    mat_matmul_ref(m, x, ldx, T, y, ldy);
+    matmul_with(mat_kernels(), m, x, ldx, T, y, ldy);
+}
+
+void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {
+    matmul_with(f32_of(mat_kernels()), m, x, ldx, T, y, ldy);
+}
+
+/* ---- Gated DeltaNet step ------------------------------------------------------ */
+
+void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                        int Dv, float *o) {
+    for (int i = 0; i < Dk * Dv; i++) St[i] *= decay;
+    /* o temporarily holds S^T k, then the delta d */
+    for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < Dk; i++)
+        for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * k[i];
+    for (int j = 0; j < Dv; j++) o[j] = beta * (v[j] - o[j]);
+    for (int i = 0; i < Dk; i++)
+        for (int j = 0; j < Dv; j++) St[(size_t)i * Dv + j] += k[i] * o[j];
+    for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < Dk; i++)
+        for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * q[i];
+}
+
+void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                    int Dv, float *o) {
+    switch (mat_kernels()) {
+    case E0_KERNELS_AVX512:
+    case E0_KERNELS_AVX512_Q8:
+    case E0_KERNELS_AVX512_Q16:
+    case E0_KERNELS_AVX512_Q24:
+        if (Dv % 16 == 0) {
+            k_avx512_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+            return;
+        }
+        break;
+    case E0_KERNELS_AVX2:
+        if (Dv % 8 == 0) {
+            k_avx2_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+            return;
+        }
+        break;
+    case E0_KERNELS_AUTO:
+    case E0_KERNELS_F32:
+    case E0_KERNELS_REF: break;
+    }
+    mat_delta_step_ref(St, k, q, v, beta, decay, Dk, Dv, o);
 }

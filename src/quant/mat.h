@@ -45,7 +45,53 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out);
  * reused for every token. */
 void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
-/* The dispatching entry point the model calls. */
+/* The dispatching entry point the model calls: the kernel set in force
+ * (mat_set_kernels), rows split across the compute pool (util/pool.h).
+ * For each (row, token) the result depends only on the kernel set, the row
+ * and that token's activations: not on T, the other tokens or the number
+ * of threads. */
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
+
+/* As mat_matmul, but never with quantized activations: the f32 kernel of
+ * the set in force. For router logits, whose near-ties decide routing. */
+void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
+
+/* Kernel sets (docs/experiments.md has their accuracy and speed). AUTO,
+ * the default, is AVX512_Q24 where the CPU has VNNI, else the fastest
+ * f32-activation set (AVX512, else AVX2, else REF); each is as close to the
+ * Hugging Face fixtures as the reference (NMSE ~1e-12 per dot). Q16 and Q8 are
+ * faster and lossy: Q16 keeps every fixture's routing and logits within
+ * 4e-4; Q8 changes routing on the mlx fixtures. */
+typedef enum {
+    E0_KERNELS_AUTO,      /* the default (see above) */
+    E0_KERNELS_REF,       /* mat_matmul_ref (still split across the pool) */
+    E0_KERNELS_AVX2,      /* AVX2 + FMA + F16C, f32 activations */
+    E0_KERNELS_AVX512,    /* AVX-512 F/BW/VL/DQ, f32 activations */
+    E0_KERNELS_AVX512_Q8, /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
+    E0_KERNELS_AVX512_Q16,/* as Q8 with two int8 planes (~16-bit activations) */
+    E0_KERNELS_AVX512_Q24,/* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
+    E0_KERNELS_F32,       /* the fastest f32-activation set this CPU runs */
+} e0_kernels;
+
+/* Process-wide; set it while no matmul runs (tests, startup). While the
+ * set is AUTO, $E0_KERNELS (ref, avx2, avx512, avx512-q8, avx512-q16,
+ * avx512-q24, f32)
+ * may name another, read at the first call. 0, or E0_EUNSUPPORTED when
+ * this CPU lacks the set's ISA (nothing changes). */
+int mat_set_kernels(e0_kernels k);
+/* The set in force, resolved (never AUTO), and its name ("ref", "avx2", ...). */
+e0_kernels mat_kernels(void);
+const char *mat_kernels_name(void);
+/* Whether this CPU runs set k. */
+int mat_kernels_supported(e0_kernels k);
+
+/* One Gated DeltaNet step of one value head (DESIGN.md section 1), in the
+ * kernel set in force (REF: the scalar reference, mat_delta_step_ref):
+ *   St *= decay; u = St^T k; d = beta (v - u); St += k d^T; o = St^T q
+ * St: [Dk, Dv] (row i belongs to key dim i), k, q: [Dk], v, o: [Dv]. */
+void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                    int Dv, float *o);
+void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                        int Dv, float *o);
 
 #endif

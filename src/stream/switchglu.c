@@ -303,7 +303,7 @@ static void predict(e0_stream *s, int layer, const float *x) {
         float logits[4096];
         const e0_mat *r = &s->m->layers[layer].router;
         if (r->rows <= 4096) {
-            mat_matmul(r, x, s->H, 1, logits, r->rows);
+            mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
             while (L->npred < n && L->npred < s->E) {
                 int best = -1;
                 for (int e = 0; e < s->E; e++)

@@ -1,0 +1,116 @@
+/* Kernel throughput in GB/s of weights processed (not a test; not in
+ * `make test`). Build and run:
+ *     make bench && ./build/bench/bench_kernels [SECONDS]
+ * Shapes (Qwen3.6-35B-A3B, mlx 4-bit group 64, bf16 scales):
+ *  - expert matvec: gate/up [512 x 2048] and down [2048 x 512], cycling over
+ *    ~1 GiB of distinct experts so every call reads DRAM ("cold"), and one
+ *    expert called again and again (L2-resident, "hot": the compute bound);
+ *  - lm_head [248320 x 2048] (286 MB);
+ * each at T = 1 and T = 16, 1 and 2 threads, for every kernel set the CPU
+ * runs (E0_BENCH_SETS=avx512,avx512-q16 picks some; lm_head of the
+ * reference prints 0: it would take minutes). */
+#include "quant/mat.h"
+#include "util/num.h"
+#include "util/pool.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+
+/* n matrices [rows x cols] q4 g64 laid out back to back. */
+typedef struct {
+    int64_t rows, cols, n;
+    uint32_t *w;
+    uint16_t *s, *b;
+} qset;
+
+static qset qset_new(int64_t rows, int64_t cols, int64_t n) {
+    qset q = {rows, cols, n, NULL, NULL, NULL};
+    const size_t words = (size_t)(n * rows * cols / 8), groups = (size_t)(n * rows * cols / 64);
+    q.w = aligned_alloc(64, (words * 4 + 63) / 64 * 64);
+    q.s = aligned_alloc(64, (groups * 2 + 63) / 64 * 64);
+    q.b = aligned_alloc(64, (groups * 2 + 63) / 64 * 64);
+    if (!q.w || !q.s || !q.b) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < words / 2; i++) ((uint64_t *)q.w)[i] = rnd();
+    for (size_t i = 0; i < groups; i++) {
+        q.s[i] = e0_f32_to_bf16(0.001f + (float)(rnd() % 1000) * 1e-5f);
+        q.b[i] = e0_f32_to_bf16(-8.0f * e0_bf16_to_f32(q.s[i]));
+    }
+    return q;
+}
+
+static e0_mat qset_mat(const qset *q, int64_t i) {
+    const size_t wr = (size_t)(q->rows * q->cols / 8), gr = (size_t)(q->rows * q->cols / 64);
+    return (e0_mat){.type = E0_W_QAFF, .rows = q->rows, .cols = q->cols, .bits = 4, .group = 64,
+                    .stype = E0_S_BF16, .w = q->w + (size_t)i * wr, .scales = q->s + (size_t)i * gr,
+                    .biases = q->b + (size_t)i * gr};
+}
+
+/* GB/s of weights over calls cycling through q's matrices (or only the first). */
+static double run(const qset *q, bool cycle, int64_t T, double secs, const float *x, float *y) {
+    e0_mat m0 = qset_mat(q, 0);
+    const double bytes = (double)mat_bytes(&m0);
+    double t0 = now_s(), t;
+    int64_t calls = 0;
+    do {
+        e0_mat m = qset_mat(q, cycle ? calls % q->n : 0);
+        mat_matmul(&m, x, q->cols, T, y, q->rows);
+        calls++;
+        t = now_s() - t0;
+    } while (t < secs);
+    return bytes * (double)calls / t / 1e9;
+}
+
+int main(int argc, char **argv) {
+    const double secs = argc > 1 ? atof(argv[1]) : 1.0;
+    const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
+    const char *names[] = {"ref", "avx2", "avx512", "avx512-q8", "avx512-q16", "avx512-q24"};
+    const char *only = getenv("E0_BENCH_SETS"); /* e.g. "avx512,avx512-q8" (substring match) */
+    /* ~1.1 GiB of gate/up-shaped experts, ~1.1 GiB of down-shaped ones */
+    qset up = qset_new(512, 2048, 1920), down = qset_new(2048, 512, 1920), head = qset_new(248320, 2048, 1);
+    float *x = malloc((size_t)16 * 2048 * sizeof *x), *y = malloc((size_t)16 * 248320 * sizeof *y);
+    for (int i = 0; i < 16 * 2048; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+    printf("GB/s of weights (4-bit g64, %.0f s per cell)\n", secs);
+    printf("%-10s %-3s %-3s %11s %11s %11s %11s %11s\n", "kernels", "thr", "T", "up cold", "down cold", "up hot",
+           "down hot", "lm_head");
+    for (size_t si = 0; si < 6; si++) {
+        if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
+        mat_set_kernels(sets[si]);
+        for (int nt = 1; nt <= 2; nt++) {
+            pool_init(nt);
+            const int64_t Ts[] = {1, 16};
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t T = Ts[ti];
+                const double s = sets[si] == E0_KERNELS_REF ? secs / 2 : secs;
+                double a = run(&up, true, T, s, x, y), b = run(&down, true, T, s, x, y);
+                double c = run(&up, false, T, s, x, y), d = run(&down, false, T, s, x, y);
+                /* the reference needs seconds per lm_head call: not measured */
+                double e = sets[si] == E0_KERNELS_REF ? 0.0 : run(&head, false, T, s, x, y);
+                printf("%-10s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f %11.2f\n", names[si], nt, (long long)T, a, b, c,
+                       d, e);
+                fflush(stdout);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,92 @@
+/* The SIMD kernels behind mat_matmul and mat_delta_step (quant/mat.c
+ * dispatches; kernels_avx2.c, kernels_avx512.c implement).
+ *
+ * Every kernel computes y[t, r] = sum_c W[r, c] x[t, c] for rows [r0, r1)
+ * of one matrix, from activations the dispatcher prepared once per call
+ * (k_act). The arithmetic of one (row, token) dot product is fixed per
+ * kernel: it does not depend on T, on which rows or tokens share a tile, or
+ * on how rows are split across threads. Each kernel documents its order.
+ *
+ * Quantized weights use the factored form of mlx affine dequantization
+ * (w = q * s_g + b_g):
+ *     sum_c w_c x_c = sum_g s_g * (sum_{c in g} q_c x_c) + sum_g b_g * xsum_g
+ * with xsum_g the group sums of x, prepared once per call.
+ *
+ * f32-activation kernels: results differ from mat_matmul_ref only by
+ * summation order (NMSE ~1e-13 per dot).
+ * int8-activation kernels (E0_KERNELS_AVX512_Q8 / _Q16 / _Q24, q4
+ * weights): activations quantized per 32 values to one, two or three int8
+ * planes (NMSE per dot ~1e-5, ~1e-10, ~1e-14: Q24 is as close to the
+ * reference as the f32 kernels), products summed exactly in int32 by VNNI.
+ * Router logits never use Q8 / Q16 (mat_matmul_f32).
+ */
+#ifndef E0_QUANT_KERNELS_H
+#define E0_QUANT_KERNELS_H
+
+#include "quant/mat.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The q4 layout of SIMD kernels with L lanes: a block is L words (8L values);
+ * lane j of nibble position k holds column 8j + k of the block. Activations
+ * are permuted to match: xp[b*8L + k*L + j] = x[b*8L + 8j + k], zero-padded
+ * to whole blocks (k_prep_q4). */
+
+/* Activations of one call, prepared by the dispatcher. */
+typedef struct {
+    int64_t T;
+    const float *x;  /* [T, cols], row stride ldx: natural order */
+    int64_t ldx;
+    const float *xp; /* [T, ldxp]: q4 order for the kernel's lane count, zero-padded */
+    int64_t ldxp;
+    const float *xs; /* [T, ldxs]: group sums (QAFF), zero-padded to a multiple of 16 */
+    int64_t ldxs;
+    /* int8-activation kernels (k_prep_q8): */
+    const int8_t *xq; /* [T, ldxq]: per block of 128 columns, the even columns then the odd ones */
+    int64_t ldxq;
+    const float *xd;  /* [T, ldxd]: per block, the scale of each lane's 8 columns (16 floats) */
+    int64_t ldxd;
+} k_act;
+
+typedef void (*k_rows_fn)(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+
+/* What a kernel needs prepared. */
+enum { K_NEED_X = 0, K_NEED_XP = 1, K_NEED_XS = 2, K_NEED_XQ = 4, K_NEED_XQ2 = 8, K_NEED_XQ3 = 16 };
+
+/* Picks the row kernel of one ISA for m (NULL: not handled, use the
+ * reference); *need says which activations to prepare, *lanes the q4 lane
+ * count. */
+k_rows_fn k_avx2_pick(const e0_mat *m, int *need, int *lanes);
+k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes);
+/* int8-activation kernels of q4 weights, with one or two activation planes
+ * (else the f32-activation kernel of k_avx512_pick). */
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes);
+
+/* mat_delta_step per ISA (Dv a multiple of 16 / 8). */
+void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                         int Dv, float *o);
+void k_avx2_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
+                       int Dv, float *o);
+
+/* Preparation of f32 activations (scalar; a few percent of a call). */
+void k_prep_q4(const float *x, int64_t cols, int lanes, float *xp, int64_t nblk);
+/* xs[g] = sum of x over group g in column order; zero up to ldxs. */
+void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs);
+/* int8 activations per 32 columns in 1..3 planes: d = amax / 127,
+ * n = rint(x * (1 / d) * 256^(planes-1)) (|n| <= 127 * 256^(planes-1)),
+ * written as signed base-256 digits q1 q2 q3 in [-128, 127] (q_last = the
+ * sign-extended low byte of n, and so on), so x ~ d (q1 + q2 / 256 + q3 / 65536)
+ * within d / 2 / 256^(planes-1).
+ * xq: nblk * planes * 128 bytes (per block: plane 1, 2, 3; each the even
+ * columns, then the odd ones), xdl: nblk * 16 floats (d / 256^(planes-1)
+ * per lane of 8 columns), xb: nblk * 4 floats, the sum of the dequantized x
+ * over each 32 columns (zero-padded past cols).
+ * The bias term uses these sums of the quantized x, not of x: then the
+ * error is sum_c w_c (x^_c - x_c), not sum_c s q_c (x^_c - x_c), which is
+ * several times larger where the weights are offset from zero. */
+void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk);
+/* The same, vectorized (AVX-512), bit-identical. */
+void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk);
+
+#endif
