@@ -14,6 +14,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Peak resident set size of this process in bytes. */
 unsigned long long cli_peak_rss(void);

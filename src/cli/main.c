@@ -90,6 +90,7 @@ static const struct {
     {"convert", cmd_convert, "convert a Hugging Face checkpoint to the streaming (mlx 4-bit) layout"},
     {"chat", cmd_chat, "chat with a model in the terminal, answers streamed"},
     {"demo", cmd_demo, "run a model on a prompt and print timings (no MODEL: built-in tiny model)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a real model's shape"},
     {"tokenize", cmd_tokenize, "encode text with a model's tokenizer.json"},

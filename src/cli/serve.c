@@ -1,0 +1,154 @@
+/* edge0 serve MODEL: the OpenAI-compatible HTTP server (src/server/server.h).
+ *
+ * Loads the model, listens, logs one line per request to stderr, and on
+ * SIGINT or SIGTERM stops gracefully: the running request is cancelled,
+ * queued ones get 503, and the process exits 0. Signals are handled by
+ * sigwait on the main thread, so no server thread is ever interrupted. */
+#include "cli/cli.h"
+#include "edge0.h"
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *HELP =
+    "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
+    "                         [--body-limit SIZE] [--name NAME] [--no-think]\n"
+    "\n"
+    "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions,\n"
+    "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+    "One engine thread runs the requests in order; a request that extends the\n"
+    "previous conversation reuses its tokens. The sampling options below are the\n"
+    "defaults for fields a request leaves out.\n"
+    "\n"
+    "  --host H          address to listen on (default 127.0.0.1)\n"
+    "  --port P          port (default 8080; 0 picks a free one)\n"
+    "  --api-key KEY     require 'Authorization: Bearer KEY' (default: $EDGE0_API_KEY, else none);\n"
+    "                    /health stays open\n"
+    "  --max-queue N     waiting requests before answering 503 (default 64)\n"
+    "  --ctx N           context size in tokens (default 4096)\n"
+    "  --body-limit SIZE largest request body (default 1M)\n"
+    "  --name NAME       the model id clients see (default: the directory name)\n"
+    "  --no-think        thinking off unless a request turns it on\n"
+    "\n";
+
+/* "1M", "64k", "1048576" -> bytes; 0 on error. */
+static size_t parse_bytes(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || s[0] == '-') return 0;
+    if (*end == 'k' || *end == 'K') v <<= 10, end++;
+    else if (*end == 'm' || *end == 'M') v <<= 20, end++;
+    if (*end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    return *end || v > (1ull << 34) ? 0 : (size_t)v;
+}
+
+/* The last path component of `dir`, without trailing slashes, into buf. */
+static const char *base_name(const char *dir, char *buf, size_t n) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    size_t b = len;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(buf, n, "%.*s", (int)(len - b), dir + b);
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *name = NULL;
+    srv_opts so;
+    srv_opts_default(&so);
+    so.api_key = getenv("EDGE0_API_KEY");
+    cli_engine ce;
+    cli_engine_init(&ce);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
+        long n;
+        if (!strcmp(a, "--no-think")) {
+            so.defaults.enable_thinking = false;
+            continue;
+        }
+        if (a[0] == '-' && !v) {
+            cli_error("%s needs a value (see edge0 serve --help)", a);
+            return 2;
+        }
+        if (!strcmp(a, "--host")) {
+            so.host = v;
+        } else if (!strcmp(a, "--port")) {
+            if ((n = cli_parse_long(a, v, 0, 65535)) < 0) return 2;
+            so.port = (int)n;
+        } else if (!strcmp(a, "--api-key")) {
+            so.api_key = v;
+        } else if (!strcmp(a, "--max-queue")) {
+            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            so.max_queue = (int)n;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((n = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
+            so.n_ctx = (int32_t)n;
+        } else if (!strcmp(a, "--body-limit")) {
+            if (!(so.body_limit = parse_bytes(v))) {
+                cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--name")) {
+            name = v;
+        } else if (a[0] == '-') {
+            cli_error("serve: unknown option '%s' (see edge0 serve --help)", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+            continue;
+        } else {
+            cli_error("serve: unexpected argument '%s'", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!model) {
+        cli_error("serve needs MODEL (see edge0 serve --help)");
+        return 2;
+    }
+    if (cli_engine_finish(&ce) != 0) return 2;
+    so.defaults.sample = ce.sample;
+    char base[256];
+    so.model_name = name ? name : base_name(model, base, sizeof base);
+
+    /* Every thread started from here on inherits this mask; only sigwait sees the signals. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[E0_ERR_MAX];
+    e0_engine *eng = NULL;
+    e0_text *text = NULL;
+    srv *s = NULL;
+    int status = 1;
+    if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
+    cli_engine_opened(&ce, eng);
+    so.engine = eng;
+    so.text = text;
+    if (srv_start(&s, &so, err) != 0) goto out;
+    e0_model_info info;
+    e0_engine_info(eng, &info);
+    fprintf(stderr, "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", context %d tokens\n", model,
+            info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, (int)so.n_ctx);
+    fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,
+            strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "edge0: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    if (ce.stats) cli_print_stats(eng, stderr);
+    status = 0;
+out:
+    if (status) cli_error("%s", err);
+    e0_text_free(text);
+    e0_engine_free(eng);
+    return status;
+}

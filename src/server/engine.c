@@ -1,0 +1,493 @@
+/* The engine thread and its queue (engine.h). */
+#include "server/engine.h"
+
+#include "server/think.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int srv_buf_put(srv_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+srv_job *srv_job_new(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->fd = -1;
+    return j;
+}
+
+void srv_job_ref(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_unref(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    srv_request_free(&j->req);
+    free(j->prompt);
+    free(j->ids);
+    free(j->reasoning.p);
+    free(j->content.p);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void srv_job_cancel(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->cancel = true;
+    j->fd = -1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static const char *finish_name(e0_finish f) {
+    return f == E0_FINISH_STOP ? "stop" : f == E0_FINISH_CANCELLED ? "cancelled" : "length";
+}
+
+/* One line per request: id, method, path, status, tokens in/out, time. */
+static void log_job(const srv_job *j) {
+    fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s %.3fs\n", j->id,
+            j->method, j->url, j->http_status, j->streamed ? " stream" : "", j->res.prompt_tokens,
+            j->res.reused_tokens, j->res.completion_tokens, j->status == 200 ? finish_name(j->res.finish) : "error",
+            j->reuse ? j->reuse : "none", now_s() - j->t0);
+}
+
+void srv_job_connection_over(srv_job *j, int http_status, bool left) {
+    pthread_mutex_lock(&j->mu);
+    if (left && !j->done) j->cancel = true;
+    j->fd = -1;
+    j->http_status = http_status;
+    j->conn_over = true;
+    bool done = j->done;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (done) log_job(j);
+}
+
+bool srv_client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    int r;
+    while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR) {}
+    return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* ---- the engine ----------------------------------------------------------- */
+
+struct srv_engine {
+    e0_engine *eng;
+    const e0_text *text;
+    e0_session *s;
+    int32_t n_ctx;
+    srv_metrics *m;
+    pthread_t th;
+
+    pthread_mutex_t mu; /* guards the queue, running, stopping, avg_s */
+    pthread_cond_t cv;
+    srv_job *head, *tail, *running;
+    int depth, capacity;
+    bool stopping;
+    double avg_s; /* moving average of request time */
+
+    /* Engine thread only: what the session holds (see "Prompt reuse"). */
+    cJSON *conv;      /* the last chat conversation, our answer last; NULL if none */
+    char *conv_tools; /* its tools JSON, or NULL */
+    size_t conv_n;    /* history length it belongs to */
+    char *hist_text;  /* the decoded history (special tokens kept), or NULL */
+    size_t hist_len, hist_n;
+    double stats_t;   /* last metrics snapshot */
+};
+
+static void forget_history(srv_engine *E) {
+    cJSON_Delete(E->conv);
+    E->conv = NULL;
+    free(E->conv_tools);
+    E->conv_tools = NULL;
+    free(E->hist_text);
+    E->hist_text = NULL;
+    E->hist_len = E->hist_n = E->conv_n = 0;
+}
+
+static bool str_eq(const cJSON *v, const char *s) { return v && cJSON_IsString(v) && !strcmp(v->valuestring, s); }
+
+static const cJSON *nonnull(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Way 1: the request continues the recorded conversation. *tail gets the
+ * text to append to the history ("<|im_end|>\n" + the new messages). */
+static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *tail_len) {
+    const cJSON *m2 = j->req.messages;
+    int k = cJSON_GetArraySize(E->conv), n = cJSON_GetArraySize(m2);
+    if (!E->conv || n <= k) return -1;
+    if ((E->conv_tools == NULL) != (j->req.tools_json == NULL) ||
+        (E->conv_tools && strcmp(E->conv_tools, j->req.tools_json)))
+        return -1;
+    const cJSON *a = E->conv->child, *b = m2->child;
+    for (int i = 0; i < k - 1; i++, a = a->next, b = b->next)
+        if (!cJSON_Compare(a, b, 1)) return -1;
+    /* b: the assistant message that should be our answer (a) */
+    const cJSON *calls = nonnull(b, "tool_calls"), *rc = nonnull(b, "reasoning_content");
+    if (!str_eq(nonnull(b, "role"), "assistant") || !str_eq(nonnull(b, "content"), nonnull(a, "content")->valuestring) ||
+        (calls && (!cJSON_IsArray(calls) || cJSON_GetArraySize(calls))))
+        return -1;
+    const cJSON *ra = nonnull(a, "reasoning_content");
+    if (rc && !(ra ? str_eq(rc, ra->valuestring) : str_eq(rc, ""))) return -1;
+    /* the rest: user and tool messages only, rendered on their own */
+    srv_buf rest = {0};
+    int ok = srv_buf_put(&rest, "[", 1) == 0;
+    int first = 1;
+    for (b = b->next; b && ok; b = b->next) {
+        const cJSON *role = nonnull(b, "role");
+        if (!str_eq(role, "user") && !str_eq(role, "tool")) ok = 0;
+        char *t = ok ? cJSON_PrintUnformatted(b) : NULL;
+        ok = t && (first || srv_buf_put(&rest, ",", 1) == 0) && srv_buf_put(&rest, t, strlen(t)) == 0;
+        first = 0;
+        free(t);
+    }
+    ok = ok && srv_buf_put(&rest, "]", 1) == 0;
+    char *r = NULL, err[E0_ERR_MAX];
+    size_t rl = 0;
+    e0_chat_opts co;
+    e0_chat_opts_default(&co);
+    co.enable_thinking = j->req.enable_thinking;
+    if (ok) ok = e0_chat_render(rest.p, rest.len, &co, &r, &rl, err) == 0;
+    free(rest.p);
+    static const char END[] = "<|im_end|>\n";
+    if (ok && (*tail = malloc(strlen(END) + rl + 1))) {
+        memcpy(*tail, END, strlen(END));
+        memcpy(*tail + strlen(END), r, rl + 1);
+        *tail_len = strlen(END) + rl;
+    } else {
+        ok = 0;
+    }
+    free(r);
+    return ok ? 0 : -1;
+}
+
+/* The ids to run for job j: *ids is j->ids or a malloc'd array (*owned). */
+static void choose_prompt(srv_engine *E, const srv_job *j, int32_t **ids, size_t *n, bool *owned, const char **how) {
+    *ids = j->ids;
+    *n = j->n_ids;
+    *owned = false;
+    *how = "prompt";
+    size_t hn;
+    const int32_t *h = e0_session_history(E->s, &hn);
+    char *tail = NULL;
+    size_t tail_len = 0;
+    const char *way = NULL;
+    if (j->req.kind == SRV_CHAT && E->conv && hn == E->conv_n && continuation(E, j, &tail, &tail_len) == 0) {
+        way = "continuation";
+    } else if (E->hist_text && hn == E->hist_n && hn && j->prompt_len > E->hist_len &&
+               !memcmp(j->prompt, E->hist_text, E->hist_len)) {
+        tail_len = j->prompt_len - E->hist_len;
+        if ((tail = malloc(tail_len + 1))) memcpy(tail, j->prompt + E->hist_len, tail_len + 1);
+        way = "prefix";
+    }
+    if (!tail) return;
+    int32_t *t = NULL;
+    size_t tn = 0;
+    char err[E0_ERR_MAX];
+    if (e0_text_encode(E->text, tail, tail_len, &t, &tn, err) == 0 && hn + tn < (size_t)E->n_ctx) {
+        int32_t *all = malloc((hn + tn) * sizeof *all);
+        if (all) {
+            if (hn) memcpy(all, h, hn * sizeof *all);
+            if (tn) memcpy(all + hn, t, tn * sizeof *all);
+            *ids = all;
+            *n = hn + tn;
+            *owned = true;
+            *how = way;
+        }
+    }
+    free(t);
+    free(tail);
+}
+
+typedef struct {
+    srv_engine *E;
+    srv_job *j;
+    srv_think think;
+    srv_buf raw; /* every piece, as generated */
+    bool oom;
+} gen_ctx;
+
+/* Called with j->mu held. */
+static int add_text(void *user, int reasoning, const char *s, size_t n) {
+    srv_job *j = user;
+    return srv_buf_put(reasoning ? &j->reasoning : &j->content, s, n);
+}
+
+static void snapshot_stats(srv_engine *E) {
+    e0_stats st;
+    e0_engine_stats(E->eng, &st);
+    srv_metrics_engine(E->m, &st);
+    E->stats_t = now_s();
+}
+
+static int on_piece(void *user, const char *s, size_t n) {
+    gen_ctx *g = user;
+    srv_job *j = g->j;
+    if (srv_buf_put(&g->raw, s, n)) g->oom = true;
+    pthread_mutex_lock(&j->mu);
+    if (srv_client_gone(j->fd)) {
+        j->cancel = true;
+        j->fd = -1;
+    }
+    bool stop = j->cancel || g->oom;
+    if (!stop) {
+        int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, add_text, j) : add_text(j, 0, s, n);
+        if (rc) stop = g->oom = true;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (now_s() - g->E->stats_t > 1.0) snapshot_stats(g->E);
+    return stop;
+}
+
+/* After a generation: remember what the session holds for the next request. */
+static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, const gen_ctx *g, int rc) {
+    forget_history(E);
+    if (rc) {
+        e0_session_reset(E->s); /* a failed evaluation leaves no usable history */
+        return;
+    }
+    size_t hn, len;
+    const int32_t *h = e0_session_history(E->s, &hn);
+    char err[E0_ERR_MAX], *text = NULL;
+    if (!hn || e0_text_decode(E->text, h, hn, &text, &len, err)) return;
+    E->hist_text = text;
+    E->hist_len = len;
+    E->hist_n = hn;
+    /* A conversation continues only from an answer the client saw whole:
+     * the generated ids must decode to exactly the text that was sent. */
+    if (j->req.kind != SRV_CHAT || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt) return;
+    char *gen = NULL;
+    size_t gl = 0;
+    bool clean = e0_text_decode(E->text, h + n_prompt, hn - n_prompt, &gen, &gl, err) == 0 && gl == g->raw.len &&
+                 (!gl || !memcmp(gen, g->raw.p, gl));
+    free(gen);
+    if (!clean) return;
+    cJSON *conv = cJSON_Duplicate(j->req.messages, 1), *a = cJSON_CreateObject();
+    bool ok = conv && a && cJSON_AddStringToObject(a, "role", "assistant") &&
+              cJSON_AddStringToObject(a, "content", j->content.p ? j->content.p : "") &&
+              (!g->think.has_reasoning ||
+               cJSON_AddStringToObject(a, "reasoning_content", j->reasoning.p ? j->reasoning.p : "")) &&
+              cJSON_AddItemToArray(conv, a);
+    if (!ok) {
+        cJSON_Delete(a);
+        cJSON_Delete(conv);
+        return;
+    }
+    if (j->req.tools_json && !(E->conv_tools = strdup(j->req.tools_json))) {
+        cJSON_Delete(conv);
+        return;
+    }
+    E->conv = conv;
+    E->conv_n = hn;
+}
+
+static void finish_job(srv_engine *E, srv_job *j, int status, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->status = status;
+    if (msg) snprintf(j->err, sizeof j->err, "%s", msg);
+    j->seconds = now_s() - j->t0;
+    j->done = true;
+    j->fd = -1;
+    bool over = j->conn_over;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (over) log_job(j);
+    pthread_mutex_lock(&E->mu);
+    E->avg_s = E->avg_s ? 0.8 * E->avg_s + 0.2 * j->seconds : j->seconds;
+    pthread_mutex_unlock(&E->mu);
+}
+
+static void run_job(srv_engine *E, srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    if (cancelled) {
+        j->res.finish = E0_FINISH_CANCELLED;
+        finish_job(E, j, 200, NULL);
+        srv_metrics_generation(E->m, 0, 0, 0, 1, now_s() - j->t0);
+        return;
+    }
+    int32_t *ids;
+    size_t n;
+    bool owned;
+    const char *how;
+    choose_prompt(E, j, &ids, &n, &owned, &how);
+    gen_ctx g = {.E = E, .j = j};
+    srv_think_init(&g.think);
+    char err[E0_ERR_MAX] = "";
+    e0_gen_result res;
+    int rc = e0_generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
+    pthread_mutex_lock(&j->mu);
+    if (!rc && j->req.kind == SRV_CHAT && srv_think_finish(&g.think, add_text, j)) g.oom = true;
+    j->res = res;
+    pthread_mutex_unlock(&j->mu);
+    record_history(E, j, n, &g, rc);
+    if (owned) free(ids);
+    srv_think_free(&g.think);
+    free(g.raw.p);
+    snapshot_stats(E);
+    pthread_mutex_lock(&E->mu);
+    bool stopping = E->stopping;
+    pthread_mutex_unlock(&E->mu);
+    j->reuse = how;
+    if (stopping && res.finish == E0_FINISH_CANCELLED) finish_job(E, j, 503, "the server is shutting down");
+    else if (rc == E0_ERANGE) finish_job(E, j, 400, err);
+    else if (rc) finish_job(E, j, 500, err);
+    else if (g.oom) finish_job(E, j, 500, "out of memory while collecting the answer");
+    else finish_job(E, j, 200, NULL);
+    srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
+                           res.finish == E0_FINISH_CANCELLED, j->seconds);
+}
+
+static void *engine_main(void *arg) {
+    srv_engine *E = arg;
+    for (;;) {
+        pthread_mutex_lock(&E->mu);
+        while (!E->head && !E->stopping) pthread_cond_wait(&E->cv, &E->mu);
+        srv_job *j = E->head;
+        if (j) {
+            E->head = j->next;
+            if (!E->head) E->tail = NULL;
+            E->depth--;
+        }
+        bool stopping = E->stopping;
+        E->running = stopping ? NULL : j;
+        pthread_mutex_unlock(&E->mu);
+        if (!j) break;
+        if (stopping) finish_job(E, j, 503, "the server is shutting down");
+        else run_job(E, j);
+        pthread_mutex_lock(&E->mu);
+        E->running = NULL;
+        pthread_mutex_unlock(&E->mu);
+        srv_job_unref(j);
+    }
+    return NULL;
+}
+
+int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
+                     srv_metrics *m, char *err) {
+    *out = NULL;
+    srv_engine *E = calloc(1, sizeof *E);
+    if (!E) {
+        snprintf(err, E0_ERR_MAX, "out of memory");
+        return E0_ENOMEM;
+    }
+    E->eng = eng;
+    E->text = text;
+    E->n_ctx = n_ctx;
+    E->m = m;
+    E->capacity = max_queue;
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = n_ctx;
+    int rc = e0_session_new(eng, &so, &E->s, err);
+    if (rc) {
+        free(E);
+        return rc;
+    }
+    pthread_mutex_init(&E->mu, NULL);
+    pthread_cond_init(&E->cv, NULL);
+    snapshot_stats(E);
+    if ((rc = pthread_create(&E->th, NULL, engine_main, E))) {
+        snprintf(err, E0_ERR_MAX, "cannot start the engine thread: %s", strerror(rc));
+        pthread_cond_destroy(&E->cv);
+        pthread_mutex_destroy(&E->mu);
+        e0_session_free(E->s);
+        free(E);
+        return E0_ENOMEM;
+    }
+    *out = E;
+    return 0;
+}
+
+int srv_engine_submit(srv_engine *E, srv_job *j) {
+    pthread_mutex_lock(&E->mu);
+    int rc = E->stopping ? -2 : E->depth >= E->capacity ? -1 : 0;
+    if (!rc) {
+        srv_job_ref(j);
+        j->next = NULL;
+        if (E->tail) E->tail->next = j;
+        else E->head = j;
+        E->tail = j;
+        E->depth++;
+        pthread_cond_signal(&E->cv);
+    }
+    pthread_mutex_unlock(&E->mu);
+    return rc;
+}
+
+void srv_engine_queue_info(srv_engine *E, int *depth, int *running, int *capacity) {
+    pthread_mutex_lock(&E->mu);
+    *depth = E->depth;
+    *running = E->running != NULL;
+    *capacity = E->capacity;
+    pthread_mutex_unlock(&E->mu);
+}
+
+int srv_engine_retry_after(srv_engine *E) {
+    pthread_mutex_lock(&E->mu);
+    double s = E->avg_s * (E->depth + 1) / 2;
+    pthread_mutex_unlock(&E->mu);
+    return s < 1 ? 1 : s > 600 ? 600 : (int)(s + 0.5);
+}
+
+void srv_engine_stop(srv_engine *E) {
+    pthread_mutex_lock(&E->mu);
+    if (E->stopping) {
+        pthread_mutex_unlock(&E->mu);
+        return;
+    }
+    E->stopping = true;
+    if (E->running) srv_job_cancel(E->running);
+    pthread_cond_broadcast(&E->cv);
+    pthread_mutex_unlock(&E->mu);
+    pthread_join(E->th, NULL);
+}
+
+void srv_engine_free(srv_engine *E) {
+    if (!E) return;
+    forget_history(E);
+    e0_session_free(E->s);
+    pthread_cond_destroy(&E->cv);
+    pthread_mutex_destroy(&E->mu);
+    free(E);
+}

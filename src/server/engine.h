@@ -1,0 +1,124 @@
+/* The one owner of the inference state: a FIFO of jobs and the engine thread
+ * that runs them, one at a time, on the server's single e0_session.
+ *
+ * Connection threads build a job (a validated request, its rendered prompt
+ * and prompt ids), submit it, and then read the answer as it grows: the
+ * engine thread appends reasoning and content text to the job under the
+ * job's mutex and signals its condition variable; a streaming connection
+ * turns new text into server-sent events, a plain one waits for `done`.
+ * The engine never waits for a client, so a slow reader costs memory (its
+ * answer so far), never engine time.
+ *
+ * Cancellation: a job is cancelled when its client leaves. Connection
+ * threads notice it while waiting (a hang-up on the socket, or MHD's
+ * completion callback); the engine thread also polls the client's socket
+ * before every token, so a generation stops within one token of the
+ * disconnect. A cancelled job still in the queue is skipped.
+ *
+ * Prompt reuse: the session keeps the last
+ * conversation's tokens, prompt and answer. A new prompt is turned into ids
+ * in the first of these ways that applies:
+ *  1. continuation: a chat request whose messages are the last chat
+ *     request's messages, then an assistant message with the answer the
+ *     server gave (content, and reasoning_content if sent back), then only
+ *     user/tool messages: the ids are the session's own tokens plus
+ *     "<|im_end|>\n" and the rendering of the new messages, as `edge0 chat`
+ *     does. Nothing of the history is evaluated again, even on models with
+ *     recurrent layers, which cannot rewind. (The history then keeps the
+ *     answer's reasoning and the model's own tokenization of it, where a
+ *     fresh rendering would drop the reasoning.)
+ *  2. text prefix: the prompt text starts with the decoded session history
+ *     (a completion that continues the previous prompt and answer): the
+ *     history's ids plus the ids of the rest.
+ *  3. otherwise the prompt's own ids; e0_generate still reuses the longest
+ *     common prefix where the model allows it.
+ *
+ * Locks: srv_engine.mu guards the queue, `running` and `stopping`; each
+ * job's mu guards the fields marked so. Never hold a job's mu while taking
+ * the engine's. */
+#ifndef E0_SERVER_ENGINE_H
+#define E0_SERVER_ENGINE_H
+
+#include "edge0.h"
+#include "server/metrics.h"
+#include "server/request.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} srv_buf;
+
+/* Appends n bytes (keeps a NUL after them). 0, or -1 out of memory. */
+int srv_buf_put(srv_buf *b, const char *s, size_t n);
+
+typedef struct srv_job srv_job;
+struct srv_job {
+    /* Set before srv_engine_submit, then read-only. */
+    char id[48];       /* "chatcmpl-7", "cmpl-8" */
+    int64_t created;   /* unix time */
+    double t0;         /* arrival, monotonic seconds */
+    srv_request req;
+    char *prompt;      /* rendered prompt text */
+    size_t prompt_len;
+    int32_t *ids;      /* its ids */
+    size_t n_ids;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;  /* signalled when text is added, and when done */
+    int refs;
+    int fd;            /* the client's socket while it may be polled, else -1 */
+    bool cancel;       /* the client left, or the server stops */
+    bool done;
+    srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
+    /* Valid once done: */
+    e0_gen_result res;
+    int status;        /* 200, or the HTTP status of the failure */
+    char err[E0_ERR_MAX];
+    double seconds;    /* arrival to done */
+    const char *reuse; /* how the prompt was built: "continuation", "prefix", "prompt" (static) */
+    /* The request's log line, printed by whichever of the connection and
+     * the engine is done last (srv_job_connection_over). */
+    char method[16], url[128];
+    int http_status;
+    bool streamed, conn_over;
+
+    srv_job *next;     /* queue link (srv_engine.mu) */
+};
+
+/* A job with one reference (the caller's), fd -1. NULL when out of memory. */
+srv_job *srv_job_new(void);
+void srv_job_ref(srv_job *j);
+/* Drops a reference; the last one frees the job. */
+void srv_job_unref(srv_job *j);
+/* Marks the job cancelled and forgets its socket (call before the socket may close). */
+void srv_job_cancel(srv_job *j);
+/* The connection of a submitted job has ended with `http_status` (499: the
+ * client left; the job is then cancelled). Prints the request's log line
+ * now if the job is done, else the engine prints it when it is. */
+void srv_job_connection_over(srv_job *j, int http_status, bool left);
+/* True when the peer of `fd` has closed or reset the connection. */
+bool srv_client_gone(int fd);
+
+typedef struct srv_engine srv_engine;
+
+/* Creates the session (n_ctx positions) and starts the engine thread. The
+ * engine and text must outlive srv_engine_free. */
+int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
+                     srv_metrics *m, char *err);
+/* Queues the job (taking a reference): 0, -1 when the queue is full, -2
+ * when the engine is stopping. */
+int srv_engine_submit(srv_engine *e, srv_job *j);
+void srv_engine_queue_info(srv_engine *e, int *depth, int *running, int *capacity);
+/* Seconds a client should wait before trying again, from recent request times. */
+int srv_engine_retry_after(srv_engine *e);
+/* Cancels the running job, fails the queued ones (503), joins the thread.
+ * Jobs stay readable until their last reference is dropped. */
+void srv_engine_stop(srv_engine *e);
+/* After srv_engine_stop: frees the session and the engine's state. */
+void srv_engine_free(srv_engine *e);
+
+#endif

@@ -1,0 +1,692 @@
+/* HTTP side of edge0 serve: libmicrohttpd glue, routing, authentication,
+ * request bodies, JSON responses and server-sent event streams (server.h).
+ *
+ * A request goes through on_request several times (libmicrohttpd's access
+ * handler protocol): once with the headers, where routing, method, API key
+ * and Content-Length are checked and an early error is answered; then once
+ * per piece of body; then once more with no data, where the body is parsed,
+ * rendered, tokenized and queued. A plain request then waits on the job in
+ * that same call (its connection thread has nothing else to do); a streamed
+ * one returns a callback response whose reader turns the job's growing text
+ * into events. Both watch the client's socket while they wait, so a client
+ * that leaves cancels its job, queued or running.
+ *
+ * Details that have caused bugs elsewhere:
+ *  - libmicrohttpd only accepts a response in the headers call or after the
+ *    whole body; a body that grows past the limit without a Content-Length
+ *    (chunked) is drained and answered 413 at the end, or the connection is
+ *    dropped once it passes 16x the limit.
+ *  - the request-completed callback runs before libmicrohttpd closes the
+ *    socket: it is where the job forgets the socket, so the engine thread
+ *    never polls a descriptor that was closed and reused.
+ *  - generated text may hold any bytes: every string goes through json_str,
+ *    which escapes control characters and replaces invalid UTF-8 with U+FFFD.
+ */
+#include "server/server.h"
+
+#include "server/engine.h"
+#include "server/metrics.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+struct srv {
+    srv_opts o;
+    char *model_name;
+    char *api_auth; /* "Bearer KEY", or NULL */
+    struct MHD_Daemon *d;
+    srv_engine *E;
+    srv_metrics m;
+    int port;
+    int64_t started;
+    uint64_t seq;   /* request ids; atomic */
+    e0_model_info info;
+};
+
+void srv_opts_default(srv_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_queue = 64;
+    o->n_ctx = 4096;
+    o->body_limit = 1 << 20;
+    srv_defaults_init(&o->defaults);
+}
+
+int srv_port(const srv *s) { return s->port; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- JSON output ------------------------------------------------------------ */
+
+static void bput(srv_buf *b, const char *s) { srv_buf_put(b, s, strlen(s)); }
+
+static void bprintf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(srv_buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) srv_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (!k || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
+    for (size_t i = 1; i < k; i++) cp = cp << 6 | (s[i] & 0x3f);
+    static const unsigned MIN[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < MIN[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return k;
+}
+
+/* A JSON string literal of s[0..n). */
+static void json_str(srv_buf *b, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    srv_buf_put(b, "\"", 1);
+    size_t run = 0; /* bytes of p copied as they are, not yet written */
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        size_t k = c >= 0x20 && c != '"' && c != '\\' ? utf8_len(p + i, n - i) : 0;
+        if (k) {
+            run += k;
+            i += k;
+            continue;
+        }
+        srv_buf_put(b, (const char *)p + i - run, run);
+        run = 0;
+        char esc[8];
+        if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
+        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
+        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
+        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
+        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
+        else snprintf(esc, sizeof esc, "\\ufffd"); /* invalid UTF-8 */
+        bput(b, esc);
+        i++;
+    }
+    srv_buf_put(b, (const char *)p + n - run, run);
+    srv_buf_put(b, "\"", 1);
+}
+
+static void json_cstr(srv_buf *b, const char *s) { json_str(b, s, strlen(s)); }
+
+static char *error_json(const srv_error *e, size_t *len) {
+    srv_buf b = {0};
+    bput(&b, "{\"error\":{\"message\":");
+    json_cstr(&b, e->message);
+    bput(&b, ",\"type\":");
+    json_cstr(&b, e->type);
+    bput(&b, ",\"code\":");
+    json_cstr(&b, e->code);
+    bput(&b, ",\"param\":");
+    if (e->param[0]) json_cstr(&b, e->param);
+    else bput(&b, "null");
+    bput(&b, "}}");
+    *len = b.len;
+    return b.p;
+}
+
+static const char *finish_str(e0_finish f) {
+    return f == E0_FINISH_STOP ? "stop" : f == E0_FINISH_CANCELLED ? "cancelled" : "length";
+}
+
+static void usage_json(srv_buf *b, const e0_gen_result *r) {
+    bprintf(b,
+            "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+            r->prompt_tokens, r->completion_tokens, r->prompt_tokens + r->completion_tokens, r->reused_tokens);
+}
+
+/* llama.cpp's "timings" object: what was evaluated and how fast. */
+static void timings_json(srv_buf *b, const e0_gen_result *r) {
+    int pn = r->prompt_tokens - r->reused_tokens;
+    bprintf(b,
+            "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_second\":%.2f,"
+            "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f}",
+            r->reused_tokens, pn, r->prefill_s * 1e3, r->prefill_s > 0 ? pn / r->prefill_s : 0.0,
+            r->completion_tokens, r->decode_s * 1e3, r->decode_s > 0 ? r->completion_tokens / r->decode_s : 0.0);
+}
+
+/* {"id":..,"object":..,"created":..,"model":.., — the head every response and chunk shares. */
+static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *object) {
+    bput(b, "{\"id\":");
+    json_cstr(b, j->id);
+    bprintf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
+    json_cstr(b, S->model_name);
+}
+
+/* The whole (non-streamed) answer; call with the job done. */
+static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
+    srv_buf b = {0};
+    bool chat = j->req.kind == SRV_CHAT;
+    head_json(&b, S, j, chat ? "chat.completion" : "text_completion");
+    if (chat) {
+        bput(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        if (j->reasoning.p) {
+            bput(&b, ",\"reasoning_content\":");
+            json_str(&b, j->reasoning.p, j->reasoning.len);
+        }
+        bput(&b, "}");
+    } else {
+        bput(&b, ",\"choices\":[{\"index\":0,\"text\":");
+        json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+    }
+    bprintf(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j->res.finish));
+    usage_json(&b, &j->res);
+    bput(&b, ",\"timings\":");
+    timings_json(&b, &j->res);
+    bput(&b, "}");
+    *len = b.len;
+    return b.p;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+enum { EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_NONE };
+
+static const struct {
+    const char *path, *alias, *method, *name;
+} ROUTES[] = {
+    [EP_CHAT] = {"/v1/chat/completions", "/chat/completions", "POST", "chat_completions"},
+    [EP_COMPLETIONS] = {"/v1/completions", "/completions", "POST", "completions"},
+    [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
+    [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
+    [EP_METRICS] = {"/metrics", "/v1/metrics", "GET", "metrics"},
+    [EP_NONE] = {"", "", "", "other"},
+};
+
+/* Per request (libmicrohttpd's con_cls). */
+typedef struct {
+    int ep;
+    char method[16];
+    char url[128];
+    double t0;
+    srv_buf body;
+    size_t received;
+    bool too_big;
+    bool answered; /* a response is queued */
+    int status;
+    const char *code; /* error code, for the log */
+    srv_job *job;     /* a reference, while the request lives */
+    bool streamed;
+} req_ctx;
+
+static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int status, char *body, size_t len,
+                                 const char *type, const char *hname, const char *hval) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (hname) MHD_add_response_header(r, hname, hval);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    cx->answered = true;
+    cx->status = status;
+    return ok;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *cx, const srv_error *e, const char *hname,
+                                  const char *hval) {
+    size_t len;
+    char *body = error_json(e, &len);
+    if (!body) return MHD_NO;
+    cx->code = e->code;
+    return send_body(c, cx, e->status, body, len, "application/json", hname, hval);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, req_ctx *cx, int status, const char *type, const char *code,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result fail(struct MHD_Connection *c, req_ctx *cx, int status, const char *type, const char *code,
+                            const char *fmt, ...) {
+    srv_error e;
+    srv_fail(&e, status, type, code, NULL, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(c, cx, &e, NULL, NULL);
+}
+
+static int client_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+/* Waits up to 50 ms for the job to change; true when its client has left
+ * (the job is then cancelled). Called with j->mu held. */
+static bool wait_job(srv_job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (!j->done && srv_client_gone(j->fd)) {
+        j->cancel = true;
+        j->fd = -1;
+        pthread_cond_broadcast(&j->cv);
+        return true;
+    }
+    return false;
+}
+
+/* ---- server-sent events ------------------------------------------------------- */
+
+typedef struct {
+    srv *S;
+    srv_job *j;         /* a reference */
+    size_t r_sent, c_sent; /* bytes of reasoning and content already sent */
+    int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
+    srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
+    size_t out_pos;
+} stream_ctx;
+
+static void chunk_open(stream_ctx *sc) {
+    bool chat = sc->j->req.kind == SRV_CHAT;
+    bput(&sc->out, "data: ");
+    head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
+}
+
+static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n) {
+    chunk_open(sc);
+    if (sc->j->req.kind == SRV_CHAT) {
+        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
+                key);
+        json_str(&sc->out, s, n);
+        bput(&sc->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    } else {
+        bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
+        json_str(&sc->out, s, n);
+        bput(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    }
+    sc->phase = 1;
+}
+
+/* The end of a stream: the finish chunk (with usage), the usage chunk when
+ * asked for (stream_options.include_usage), [DONE]; or an error event. */
+static void chunk_end(stream_ctx *sc) {
+    const srv_job *j = sc->j;
+    if (j->status != 200) {
+        srv_error e;
+        srv_fail(&e, j->status, j->status == 503 ? "server_error" : j->status == 400 ? "invalid_request_error" : "server_error",
+                 j->status == 503 ? "unavailable" : j->status == 400 ? "context_length_exceeded" : "internal_error", NULL,
+                 "%s", j->err);
+        size_t len;
+        char *body = error_json(&e, &len);
+        bput(&sc->out, "data: ");
+        if (body) srv_buf_put(&sc->out, body, len);
+        bput(&sc->out, "\n\n");
+        free(body);
+    } else {
+        chunk_open(sc);
+        if (j->req.kind == SRV_CHAT) bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null");
+        else bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+        bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j->res.finish));
+        usage_json(&sc->out, &j->res);
+        bput(&sc->out, ",\"timings\":");
+        timings_json(&sc->out, &j->res);
+        bput(&sc->out, "}\n\n");
+        if (j->req.include_usage) {
+            chunk_open(sc);
+            bput(&sc->out, ",\"choices\":[],\"usage\":");
+            usage_json(&sc->out, &j->res);
+            bput(&sc->out, "}\n\n");
+        }
+    }
+    bput(&sc->out, "data: [DONE]\n\n");
+    sc->phase = 2;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *sc = cls;
+    srv_job *j = sc->j;
+    while (sc->out_pos == sc->out.len) {
+        sc->out.len = sc->out_pos = 0;
+        if (sc->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&j->mu);
+        while (!j->done && j->reasoning.len == sc->r_sent && j->content.len == sc->c_sent)
+            if (wait_job(j)) {
+                pthread_mutex_unlock(&j->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        /* Copy the new text out under the lock (the engine may grow the buffers). */
+        srv_buf r = {0}, t = {0};
+        srv_buf_put(&r, j->reasoning.p ? j->reasoning.p + sc->r_sent : "", j->reasoning.len - sc->r_sent);
+        srv_buf_put(&t, j->content.p ? j->content.p + sc->c_sent : "", j->content.len - sc->c_sent);
+        sc->r_sent = j->reasoning.len;
+        sc->c_sent = j->content.len;
+        bool done = j->done;
+        pthread_mutex_unlock(&j->mu);
+        if (r.len) chunk_text(sc, "reasoning_content", r.p, r.len);
+        if (t.len) chunk_text(sc, "content", t.p, t.len);
+        free(r.p);
+        free(t.p);
+        if (done) chunk_end(sc);
+        if (!sc->out.p) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+    }
+    size_t n = sc->out.len - sc->out_pos < max ? sc->out.len - sc->out_pos : max;
+    memcpy(buf, sc->out.p + sc->out_pos, n);
+    sc->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *sc = cls;
+    srv_job_cancel(sc->j); /* a no-op when it is done */
+    srv_job_unref(sc->j);
+    free(sc->out.p);
+    free(sc);
+}
+
+/* ---- endpoints ------------------------------------------------------------------ */
+
+static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    srv_kind kind = cx->ep == EP_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_error e;
+    srv_job *j = srv_job_new();
+    if (!j) return fail(c, cx, 500, "server_error", "out_of_memory", "%s", "out of memory");
+    cx->job = j;
+    if (srv_request_parse(&j->req, kind, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &e) ||
+        srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
+        return send_error(c, cx, &e, NULL, NULL);
+    char err[E0_ERR_MAX];
+    int rc = e0_text_encode(S->o.text, j->prompt, j->prompt_len, &j->ids, &j->n_ids, err);
+    if (rc == E0_ENOMEM) return fail(c, cx, 500, "server_error", "out_of_memory", "%s", err);
+    if (rc) return fail(c, cx, 400, "invalid_request_error", "invalid_prompt", "the prompt cannot be tokenized: %s", err);
+    if (j->n_ids >= (size_t)S->o.n_ctx) {
+        srv_fail(&e, 400, "invalid_request_error", "context_length_exceeded", kind == SRV_CHAT ? "messages" : "prompt",
+                 "the prompt has %zu tokens but the context holds %d: shorten it, or start the server with a larger --ctx",
+                 j->n_ids, (int)S->o.n_ctx);
+        return send_error(c, cx, &e, NULL, NULL);
+    }
+    snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)__atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED));
+    j->created = (int64_t)time(NULL);
+    j->t0 = cx->t0;
+    j->fd = client_fd(c);
+    rc = srv_engine_submit(S->E, j);
+    if (rc) {
+        j->id[0] = 0; /* never submitted: logged as a plain error */
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", srv_engine_retry_after(S->E));
+        srv_fail(&e, 503, "server_error", rc == -1 ? "queue_full" : "unavailable", NULL,
+                 rc == -1 ? "the server is busy: %d requests are waiting; retry later" : "the server is shutting down",
+                 S->o.max_queue);
+        return send_error(c, cx, &e, rc == -1 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, rc == -1 ? ra : NULL);
+    }
+    if (j->req.stream) {
+        stream_ctx *sc = calloc(1, sizeof *sc);
+        if (!sc) {
+            srv_job_cancel(j);
+            return MHD_NO;
+        }
+        sc->S = S;
+        sc->j = j;
+        srv_job_ref(j);
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, sc,
+                                                                   stream_free);
+        if (!r) {
+            stream_free(sc);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        cx->answered = true;
+        cx->streamed = true;
+        cx->status = 200;
+        return ok;
+    }
+    pthread_mutex_lock(&j->mu);
+    while (!j->done)
+        if (wait_job(j)) {
+            pthread_mutex_unlock(&j->mu);
+            cx->status = 499;
+            return MHD_NO;
+        }
+    pthread_mutex_unlock(&j->mu);
+    if (j->status != 200) {
+        srv_fail(&e, j->status, j->status < 500 ? "invalid_request_error" : "server_error",
+                 j->status == 503 ? "unavailable" : j->status == 400 ? "context_length_exceeded" : "internal_error", NULL,
+                 "%s", j->err);
+        return send_error(c, cx, &e, NULL, NULL);
+    }
+    size_t len;
+    char *body = answer_json(S, j, &len);
+    if (!body) return MHD_NO;
+    return send_body(c, cx, 200, body, len, "application/json", NULL, NULL);
+}
+
+static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    srv_buf b = {0};
+    bput(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+    json_cstr(&b, S->model_name);
+    bprintf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
+            (long long)S->started);
+    json_cstr(&b, S->info.family);
+    bprintf(&b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}]}", (int)S->o.n_ctx,
+            S->info.vocab_size, S->info.n_layers, S->info.n_experts, S->info.top_k);
+    if (!b.p) return MHD_NO;
+    return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
+}
+
+static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    int depth, running, cap;
+    srv_engine_queue_info(S->E, &depth, &running, &cap);
+    size_t len;
+    char *t = srv_metrics_text(&S->m, depth, running, cap, &len);
+    if (!t) return MHD_NO;
+    return send_body(c, cx, 200, t, len, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+static bool authorized(const srv *S, struct MHD_Connection *c) {
+    if (!S->api_auth) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h) return false;
+    size_t n = strlen(S->api_auth), m = strlen(h);
+    unsigned diff = n != m;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)S->api_auth[i] ^ (unsigned char)(i < m ? h[i] : 0);
+    return diff == 0;
+}
+
+/* The headers call: route, method, key and declared size. */
+static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx, const char *url, const char *method) {
+    for (int i = 0; i < EP_NONE; i++)
+        if (!strcmp(url, ROUTES[i].path) || !strcmp(url, ROUTES[i].alias)) cx->ep = i;
+    if (cx->ep == EP_NONE)
+        return fail(c, cx, 404, "not_found_error", "not_found", "unknown endpoint %s", url);
+    bool get = !strcmp(ROUTES[cx->ep].method, "GET");
+    if (strcmp(method, ROUTES[cx->ep].method) && !(get && !strcmp(method, "HEAD"))) {
+        srv_error e;
+        srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s is not allowed; use %s", method,
+                 url, ROUTES[cx->ep].method);
+        return send_error(c, cx, &e, MHD_HTTP_HEADER_ALLOW, get ? "GET, HEAD" : ROUTES[cx->ep].method);
+    }
+    if (cx->ep != EP_HEALTH && !authorized(S, c)) {
+        srv_error e;
+        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
+                 "a valid API key is required: send the header 'Authorization: Bearer KEY'");
+        return send_error(c, cx, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
+    if (get) {
+        if (cx->ep == EP_MODELS) return do_models(S, c, cx);
+        if (cx->ep == EP_METRICS) return do_metrics(S, c, cx);
+        char *ok = strdup("{\"status\":\"ok\"}");
+        return ok ? send_body(c, cx, 200, ok, strlen(ok), "application/json", NULL, NULL) : MHD_NO;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (!errno && end != cl && n > S->o.body_limit) cx->too_big = true;
+    }
+    if (cx->too_big) {
+        char lim[32];
+        snprintf(lim, sizeof lim, "%zu", S->o.body_limit);
+        return fail(c, cx, 413, "invalid_request_error", "body_too_large", "the request body is larger than %s bytes",
+                    lim);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv *S = cls;
+    req_ctx *cx = *con_cls;
+    if (!cx) {
+        if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
+        *con_cls = cx;
+        cx->t0 = now_s();
+        cx->ep = EP_NONE;
+        snprintf(cx->method, sizeof cx->method, "%s", method);
+        snprintf(cx->url, sizeof cx->url, "%s", url);
+        return on_headers(S, c, cx, url, method);
+    }
+    if (cx->answered) { /* an early answer: the body is not read */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        cx->received += *upload_size;
+        if (cx->received > S->o.body_limit) cx->too_big = true;
+        else if (srv_buf_put(&cx->body, upload, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return cx->received > 16 * S->o.body_limit ? MHD_NO : MHD_YES;
+    }
+    if (cx->too_big) {
+        char lim[32];
+        snprintf(lim, sizeof lim, "%zu", S->o.body_limit);
+        return fail(c, cx, 413, "invalid_request_error", "body_too_large", "the request body is larger than %s bytes",
+                    lim);
+    }
+    return do_generate(S, c, cx);
+}
+
+/* After the last byte (or the end of the connection): one log line, the
+ * metrics, and the job forgets the socket. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    srv *S = cls;
+    req_ctx *cx = *con_cls;
+    if (!cx) return;
+    *con_cls = NULL;
+    bool left = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN;
+    int status = cx->status ? cx->status : 500;
+    if (left && (status == 200 || !cx->answered)) status = 499; /* the client left before the end */
+    srv_metrics_request(&S->m, ROUTES[cx->ep].name, status);
+    srv_job *j = cx->job;
+    if (j && j->id[0]) { /* submitted: the job logs itself */
+        snprintf(j->method, sizeof j->method, "%s", cx->method);
+        snprintf(j->url, sizeof j->url, "%s", cx->url);
+        j->streamed = cx->streamed;
+        srv_job_connection_over(j, status, left);
+    } else {
+        fprintf(stderr, "edge0: - %s %s %d%s%s %.3fs\n", cx->method, cx->url, status, cx->code ? " " : "",
+                cx->code ? cx->code : "", now_s() - cx->t0);
+    }
+    srv_job_unref(j);
+    free(cx->body.p);
+    free(cx);
+}
+
+/* ---- start and stop -------------------------------------------------------------- */
+
+int srv_start(srv **out, const srv_opts *o, char *err) {
+    *out = NULL;
+    srv *S = calloc(1, sizeof *S);
+    if (!S) {
+        snprintf(err, E0_ERR_MAX, "out of memory");
+        return E0_ENOMEM;
+    }
+    S->o = *o;
+    S->started = (int64_t)time(NULL);
+    e0_engine_info(o->engine, &S->info);
+    S->model_name = strdup(o->model_name ? o->model_name : "edge0");
+    if (o->api_key && *o->api_key) {
+        size_t n = strlen(o->api_key) + 8;
+        if ((S->api_auth = malloc(n))) snprintf(S->api_auth, n, "Bearer %s", o->api_key);
+    }
+    srv_metrics_init(&S->m);
+    int rc = !S->model_name || (o->api_key && *o->api_key && !S->api_auth) ? E0_ENOMEM : 0;
+    if (rc) snprintf(err, E0_ERR_MAX, "out of memory");
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    int gai = rc ? 0 : getaddrinfo(o->host, port, &hints, &ai);
+    if (!rc && gai) {
+        snprintf(err, E0_ERR_MAX, "--host %s: %s", o->host, gai_strerror(gai));
+        rc = E0_EINVAL;
+    }
+    if (!rc) rc = srv_engine_start(&S->E, o->engine, o->text, o->n_ctx, o->max_queue, &S->m, err);
+    if (!rc) {
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                         MHD_USE_ITC | MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+        S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, S, MHD_OPTION_CONNECTION_TIMEOUT,
+                                (unsigned)300, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_queue + 128),
+                                MHD_OPTION_END);
+        if (!S->d) {
+            snprintf(err, E0_ERR_MAX, "cannot listen on %s port %d (in use, or not an address of this machine?)",
+                     o->host, o->port);
+            rc = E0_EIO;
+        }
+    }
+    if (ai) freeaddrinfo(ai);
+    if (rc) {
+        if (S->E) {
+            srv_engine_stop(S->E);
+            srv_engine_free(S->E);
+        }
+        srv_metrics_free(&S->m);
+        free(S->model_name);
+        free(S->api_auth);
+        free(S);
+        return rc;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
+    S->port = di ? di->port : o->port;
+    *out = S;
+    return 0;
+}
+
+void srv_stop(srv *S) {
+    if (!S) return;
+    MHD_socket ls = MHD_quiesce_daemon(S->d); /* no new connections */
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    srv_engine_stop(S->E);                    /* running: cancelled; queued: 503 */
+    MHD_stop_daemon(S->d);                    /* waits for the connection threads */
+    srv_engine_free(S->E);
+    srv_metrics_free(&S->m);
+    free(S->model_name);
+    free(S->api_auth);
+    free(S);
+}

@@ -1,0 +1,163 @@
+/* Prometheus text format 0.0.4: "# HELP", "# TYPE", then one sample per
+ * line; counters end in _total, a histogram has cumulative _bucket lines
+ * with an le label, _sum and _count. */
+#include "server/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const double BUCKETS[10] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
+
+void srv_metrics_init(srv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void srv_metrics_free(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void srv_metrics_request(srv_metrics *m, const char *endpoint, int status) {
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_rows && (m->rows[i].status != status || strcmp(m->rows[i].endpoint, endpoint))) i++;
+    if (i == m->n_rows && i < SRV_METRIC_ROWS) {
+        m->rows[i].endpoint = endpoint;
+        m->rows[i].status = status;
+        m->n_rows++;
+    }
+    if (i < m->n_rows) m->rows[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_generation(srv_metrics *m, int32_t prompt, int32_t cached, int32_t completion, int cancelled,
+                            double seconds) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += (uint64_t)prompt;
+    m->cached_tokens += (uint64_t)cached;
+    m->completion_tokens += (uint64_t)completion;
+    m->cancelled += cancelled != 0;
+    m->duration_sum += seconds;
+    m->duration_n++;
+    for (int b = 0; b < 10; b++)
+        if (seconds <= BUCKETS[b]) {
+            m->duration_le[b]++;
+            break;
+        }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_engine(srv_metrics *m, const e0_stats *st) {
+    pthread_mutex_lock(&m->mu);
+    m->engine = *st;
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tbuf;
+
+static void put(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(tbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void metric(tbuf *b, const char *name, const char *type, const char *help, double v) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+/* Resident set size now, from /proc/self/statm (0 if unreadable). */
+static double rss_now(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return (double)res * (double)sysconf(_SC_PAGESIZE);
+}
+
+char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len) {
+    tbuf b = {malloc(4096), 0, 4096, 0};
+    if (!b.p) return NULL;
+    b.p[0] = 0;
+    pthread_mutex_lock(&m->mu);
+    const e0_stats *st = &m->engine;
+    put(&b, "# HELP edge0_requests_total HTTP requests answered, by endpoint and status (499: the client left).\n"
+            "# TYPE edge0_requests_total counter\n");
+    for (int i = 0; i < m->n_rows; i++)
+        put(&b, "edge0_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->rows[i].endpoint, m->rows[i].status,
+            (unsigned long long)m->rows[i].n);
+    metric(&b, "edge0_prompt_tokens_total", "counter", "Prompt tokens of finished generation requests.",
+           (double)m->prompt_tokens);
+    metric(&b, "edge0_cached_prompt_tokens_total", "counter",
+           "Prompt tokens reused from the session's KV cache instead of evaluated.", (double)m->cached_tokens);
+    metric(&b, "edge0_completion_tokens_total", "counter", "Generated tokens.", (double)m->completion_tokens);
+    metric(&b, "edge0_requests_cancelled_total", "counter", "Generation requests cancelled by a client that left.",
+           (double)m->cancelled);
+    put(&b, "# HELP edge0_request_duration_seconds Time from arrival to the last token, generation requests.\n"
+            "# TYPE edge0_request_duration_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < 10; i++) {
+        cum += m->duration_le[i];
+        put(&b, "edge0_request_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[i], (unsigned long long)cum);
+    }
+    put(&b, "edge0_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->duration_n);
+    put(&b, "edge0_request_duration_seconds_sum %.6f\nedge0_request_duration_seconds_count %llu\n", m->duration_sum,
+        (unsigned long long)m->duration_n);
+    metric(&b, "edge0_queue_depth", "gauge", "Requests waiting for the engine.", queue_depth);
+    metric(&b, "edge0_queue_capacity", "gauge", "Waiting requests the server accepts before answering 503.",
+           queue_capacity);
+    metric(&b, "edge0_requests_running", "gauge", "Requests the engine is running (0 or 1).", running);
+    metric(&b, "edge0_prefill_tokens_total", "counter", "Prompt tokens evaluated.", (double)st->prefill_tokens);
+    metric(&b, "edge0_prefill_seconds_total", "counter", "Time spent evaluating prompts.", st->prefill_s);
+    metric(&b, "edge0_prefill_tokens_per_second", "gauge", "Prefill speed since start.",
+           st->prefill_s > 0 ? (double)st->prefill_tokens / st->prefill_s : 0.0);
+    metric(&b, "edge0_decode_tokens_total", "counter", "Tokens evaluated one at a time.", (double)st->decode_tokens);
+    metric(&b, "edge0_decode_seconds_total", "counter", "Time spent in decode steps.", st->decode_s);
+    metric(&b, "edge0_decode_tokens_per_second", "gauge", "Decode speed since start.",
+           st->decode_s > 0 ? (double)st->decode_tokens / st->decode_s : 0.0);
+    metric(&b, "edge0_expert_cache_hits_total", "counter", "Expert lookups served by the LRU cache.",
+           (double)st->lru_hits);
+    metric(&b, "edge0_expert_cache_misses_total", "counter", "Expert lookups that had to read the checkpoint.",
+           (double)st->lru_misses);
+    metric(&b, "edge0_expert_cache_slots", "gauge", "Expert cache capacity in bundles.", st->cache_slots);
+    metric(&b, "edge0_expert_bytes_read_total", "counter", "Expert bytes read from the checkpoint.",
+           (double)st->bytes_read);
+    metric(&b, "edge0_expert_bytes_touched_total", "counter", "Expert bytes the kernels read, from any source.",
+           (double)st->bytes_touched);
+    metric(&b, "edge0_peak_rss_bytes", "gauge", "Peak resident set size.", (double)st->peak_rss);
+    pthread_mutex_unlock(&m->mu);
+    metric(&b, "edge0_rss_bytes", "gauge", "Resident set size now.", rss_now());
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}

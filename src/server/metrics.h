@@ -1,0 +1,43 @@
+/* Server counters and their Prometheus text exposition (GET /metrics).
+ *
+ * Threads: every function may be called from any thread; one mutex guards
+ * all fields. The engine statistics are a snapshot that only the engine
+ * thread takes (e0_engine_stats is not safe against a running eval), after
+ * each request and about once a second while one runs. */
+#ifndef E0_SERVER_METRICS_H
+#define E0_SERVER_METRICS_H
+
+#include "edge0.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_METRIC_ROWS 96
+
+typedef struct {
+    pthread_mutex_t mu;
+    struct {
+        const char *endpoint; /* static */
+        int status;
+        uint64_t n;
+    } rows[SRV_METRIC_ROWS]; /* requests by (endpoint, status) */
+    int n_rows;
+    uint64_t prompt_tokens, cached_tokens, completion_tokens, cancelled;
+    double duration_sum;      /* seconds, generation requests */
+    uint64_t duration_le[10]; /* histogram buckets (cumulative at exposition) */
+    uint64_t duration_n;
+    e0_stats engine;          /* snapshot */
+} srv_metrics;
+
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m, const char *endpoint, int status);
+/* A finished generation request. */
+void srv_metrics_generation(srv_metrics *m, int32_t prompt, int32_t cached, int32_t completion, int cancelled,
+                            double seconds);
+void srv_metrics_engine(srv_metrics *m, const e0_stats *st);
+/* The exposition text, malloc'd. queue_depth / running / capacity come from the queue. */
+char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len);
+
+#endif

@@ -1,0 +1,289 @@
+/* Request parsing and validation for /v1/chat/completions and /v1/completions.
+ *
+ * Every check happens here, on the connection thread, before a request is
+ * queued: the engine thread only ever sees requests that are well-formed.
+ * Details that are easy to get wrong:
+ *  - cJSON keeps numbers as doubles: an "integer" field must be finite and
+ *    integral, and in range before it is cast.
+ *  - null means "absent" (clients send "stop": null, "tools": null).
+ *  - seed 0 is a real seed to a client but "random" to e0_sample_opts, so it
+ *    maps to a fixed non-zero value.
+ *  - empty stop strings are dropped (the stop matcher rejects them), not errors.
+ */
+#include "server/request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BAD "invalid_request_error"
+
+void srv_defaults_init(srv_defaults *d) {
+    e0_sample_opts_default(&d->sample);
+    d->enable_thinking = true;
+}
+
+/* The member `name` of `o` unless it is absent or null. */
+static const cJSON *field(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int want_number(const cJSON *o, const char *name, double lo, double hi, bool lo_open, double *out,
+                       srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return srv_fail(e, 400, BAD, "invalid_type", name, "'%s' must be a number", name);
+    double x = v->valuedouble;
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return srv_fail(e, 400, BAD, "invalid_value", name, "'%s' must be in %c%g, %g]", name, lo_open ? '(' : '[',
+                        lo, hi);
+    *out = x;
+    return 1;
+}
+
+static int want_int(const cJSON *o, const char *name, double lo, double hi, double *out, srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+        return srv_fail(e, 400, BAD, "invalid_type", name, "'%s' must be an integer", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return srv_fail(e, 400, BAD, "invalid_value", name, "'%s' must be an integer in [%.0f, %.0f]", name, lo, hi);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int want_bool(const cJSON *o, const char *name, bool *out, srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return srv_fail(e, 400, BAD, "invalid_type", name, "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+static int parse_sampling(srv_request *r, const cJSON *body, const srv_defaults *d, srv_error *e) {
+    e0_sample_opts *s = &r->sample;
+    *s = d->sample;
+    double x;
+    int k;
+    if ((k = want_number(body, "temperature", 0, 100, false, &x, e)) < 0) return -1;
+    if (k) s->temperature = (float)x;
+    if ((k = want_number(body, "top_p", 0, 1, true, &x, e)) < 0) return -1;
+    if (k) s->top_p = (float)x;
+    if ((k = want_number(body, "min_p", 0, 1, false, &x, e)) < 0) return -1;
+    if (k) s->min_p = (float)x;
+    if ((k = want_number(body, "presence_penalty", -2, 2, false, &x, e)) < 0) return -1;
+    if (k) s->presence_penalty = (float)x;
+    if ((k = want_number(body, "frequency_penalty", -2, 2, false, &x, e)) < 0) return -1;
+    if (k) s->frequency_penalty = (float)x;
+    if ((k = want_number(body, "repeat_penalty", 0, 10, true, &x, e)) < 0) return -1;
+    if (k) s->repeat_penalty = (float)x;
+    if ((k = want_int(body, "top_k", -1e9, 1e9, &x, e)) < 0) return -1;
+    if (k) s->top_k = x <= 0 ? 0 : x > (1 << 24) ? (1 << 24) : (int32_t)x;
+    if ((k = want_int(body, "seed", -9.2e18, 1.8e19, &x, e)) < 0) return -1;
+    if (k) {
+        uint64_t seed = x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
+        s->seed = seed ? seed : 0x9e3779b97f4a7c15ull; /* 0 would mean "random" */
+    }
+    /* max_tokens <= 0 is an error, not "unlimited": OpenAI rejects it too. */
+    static const char *const MAXN[] = {"max_tokens", "max_completion_tokens"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = field(body, MAXN[i]);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+            return srv_fail(e, 400, BAD, "invalid_type", MAXN[i], "'%s' must be an integer", MAXN[i]);
+        if (v->valuedouble < 1)
+            return srv_fail(e, 400, BAD, "invalid_value", MAXN[i], "'%s' must be at least 1, got %.0f", MAXN[i],
+                            v->valuedouble);
+        s->max_tokens = v->valuedouble > (1 << 24) ? (1 << 24) : (int32_t)v->valuedouble;
+    }
+    const cJSON *stop = field(body, "stop");
+    if (stop) {
+        s->stop = (const char *const *)r->stop;
+        s->n_stop = 0;
+        if (cJSON_IsString(stop)) {
+            if (*stop->valuestring && !(r->stop[s->n_stop++] = strdup(stop->valuestring)))
+                return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        } else if (cJSON_IsArray(stop)) {
+            if (cJSON_GetArraySize(stop) > SRV_MAX_STOP)
+                return srv_fail(e, 400, BAD, "invalid_value", "stop", "'stop' holds at most %d strings", SRV_MAX_STOP);
+            const cJSON *it;
+            cJSON_ArrayForEach(it, stop) {
+                if (!cJSON_IsString(it))
+                    return srv_fail(e, 400, BAD, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+                if (*it->valuestring && !(r->stop[s->n_stop++] = strdup(it->valuestring)))
+                    return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+            }
+        } else {
+            return srv_fail(e, 400, BAD, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+        }
+    }
+    return 0;
+}
+
+static const char *const ROLES[] = {"system", "user", "assistant", "tool"};
+
+/* content: a string, an array of text parts, or (assistant only) null/absent. */
+static int check_content(const cJSON *m, int i, bool assistant, srv_error *e) {
+    char p[64];
+    snprintf(p, sizeof p, "messages[%d].content", i);
+    const cJSON *c = field(m, "content");
+    if (!c) {
+        if (assistant) return 0;
+        return srv_fail(e, 400, BAD, "missing_field", p, "'%s' is required", p);
+    }
+    if (cJSON_IsString(c)) return 0;
+    if (!cJSON_IsArray(c)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be a string or an array of text parts", p);
+    const cJSON *part;
+    int j = 0;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_IsObject(part) ? field(part, "type") : NULL, *text = type ? field(part, "text") : NULL;
+        if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "text") || !text || !cJSON_IsString(text))
+            return srv_fail(e, 400, BAD, "invalid_type", p,
+                            "'%s[%d]' must be {\"type\": \"text\", \"text\": STRING} (only text parts are supported)", p, j);
+        j++;
+    }
+    return 0;
+}
+
+static int parse_messages(srv_request *r, cJSON *body, srv_error *e) {
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    if (!msgs || cJSON_IsNull(msgs)) return srv_fail(e, 400, BAD, "missing_field", "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return srv_fail(e, 400, BAD, "invalid_type", "messages", "'messages' must be an array");
+    if (!cJSON_GetArraySize(msgs)) return srv_fail(e, 400, BAD, "invalid_value", "messages", "'messages' must not be empty");
+    const cJSON *m;
+    int i = 0;
+    cJSON_ArrayForEach(m, msgs) {
+        char p[64];
+        snprintf(p, sizeof p, "messages[%d]", i);
+        if (!cJSON_IsObject(m)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
+        snprintf(p, sizeof p, "messages[%d].role", i);
+        const cJSON *role = field(m, "role");
+        if (!role) return srv_fail(e, 400, BAD, "missing_field", p, "'%s' is required", p);
+        if (!cJSON_IsString(role)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be a string", p);
+        bool known = false;
+        for (size_t k = 0; k < sizeof ROLES / sizeof *ROLES; k++) known |= !strcmp(role->valuestring, ROLES[k]);
+        if (!known)
+            return srv_fail(e, 400, BAD, "invalid_role", p, "'%s': unknown role \"%.64s\" (system, user, assistant or tool)",
+                            p, role->valuestring);
+        if (check_content(m, i, !strcmp(role->valuestring, "assistant"), e)) return -1;
+        i++;
+    }
+    r->messages = cJSON_DetachItemViaPointer(body, msgs);
+    return 0;
+}
+
+static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_error *e) {
+    if (parse_messages(r, body, e)) return -1;
+    const cJSON *tools = field(body, "tools");
+    if (tools) {
+        if (!cJSON_IsArray(tools)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
+        if (cJSON_GetArraySize(tools) && !(r->tools_json = cJSON_PrintUnformatted(tools)))
+            return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    }
+    /* Thinking on/off, in the spellings of vLLM and llama.cpp
+     * (chat_template_kwargs) and the short forms some clients send. */
+    r->enable_thinking = d->enable_thinking;
+    const cJSON *kw = field(body, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw))
+        return srv_fail(e, 400, BAD, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (kw && want_bool(kw, "enable_thinking", &r->enable_thinking, e) < 0) {
+        snprintf(e->param, sizeof e->param, "chat_template_kwargs.enable_thinking");
+        return -1;
+    }
+    if (want_bool(body, "enable_thinking", &r->enable_thinking, e) < 0) return -1;
+    if (want_bool(body, "think", &r->enable_thinking, e) < 0) return -1;
+    return 0;
+}
+
+static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
+    const cJSON *p = field(body, "prompt");
+    if (!p) return srv_fail(e, 400, BAD, "missing_field", "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
+    if (!cJSON_IsString(p))
+        return srv_fail(e, 400, BAD, "invalid_type", "prompt", "'prompt' must be a string (or an array of one string)");
+    if (!*p->valuestring) return srv_fail(e, 400, BAD, "invalid_value", "prompt", "'prompt' must not be empty");
+    r->prompt_len = strlen(p->valuestring);
+    if (!(r->prompt = strdup(p->valuestring))) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    return 0;
+}
+
+int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t len, const srv_defaults *d,
+                      srv_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!j) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
+        return srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body is not valid JSON (near byte %ld)", off);
+    }
+    int rc = 0;
+    if (!cJSON_IsObject(j)) rc = srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
+    const cJSON *model = rc ? NULL : field(j, "model");
+    if (model && !cJSON_IsString(model)) rc = srv_fail(e, 400, BAD, "invalid_type", "model", "'model' must be a string");
+    double n;
+    int k = 0;
+    if (!rc && (k = want_int(j, "n", 1, 1, &n, e)) < 0) {
+        snprintf(e->message, sizeof e->message, "'n' must be 1: one choice per request");
+        rc = -1;
+    }
+    if (!rc) rc = want_bool(j, "stream", &r->stream, e) < 0 ? -1 : 0;
+    const cJSON *so = rc ? NULL : field(j, "stream_options");
+    if (so && !cJSON_IsObject(so))
+        rc = srv_fail(e, 400, BAD, "invalid_type", "stream_options", "'stream_options' must be an object");
+    if (!rc && so && want_bool(so, "include_usage", &r->include_usage, e) < 0) {
+        snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+        rc = -1;
+    }
+    if (!rc) rc = kind == SRV_CHAT ? parse_chat(r, j, d, e) : parse_completion(r, j, e);
+    if (!rc) rc = parse_sampling(r, j, d, e);
+    cJSON_Delete(j);
+    if (rc) srv_request_free(r);
+    return rc;
+}
+
+int srv_request_render(const srv_request *r, char **out, size_t *len, srv_error *e) {
+    *out = NULL;
+    *len = 0;
+    if (r->kind == SRV_COMPLETION) {
+        if (!(*out = malloc(r->prompt_len + 1))) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        memcpy(*out, r->prompt, r->prompt_len + 1);
+        *len = r->prompt_len;
+        return 0;
+    }
+    char *msgs = cJSON_PrintUnformatted(r->messages);
+    if (!msgs) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    e0_chat_opts co;
+    e0_chat_opts_default(&co);
+    co.enable_thinking = r->enable_thinking;
+    co.tools_json = r->tools_json;
+    char err[E0_ERR_MAX];
+    int rc = e0_chat_render(msgs, strlen(msgs), &co, out, len, err);
+    free(msgs);
+    if (rc == E0_ENOMEM) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    if (rc) return srv_fail(e, 400, BAD, "invalid_message", "messages", "%s", err);
+    return 0;
+}
+
+void srv_request_free(srv_request *r) {
+    cJSON_Delete(r->messages);
+    free(r->tools_json);
+    free(r->prompt);
+    for (int i = 0; i < SRV_MAX_STOP; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}

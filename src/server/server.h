@@ -1,0 +1,52 @@
+/* edge0 serve: an OpenAI-compatible HTTP server over one engine.
+ *
+ *     srv_opts o;
+ *     srv_opts_default(&o);
+ *     o.engine = eng; o.text = text; o.model_name = "Qwen3.6-35B-A3B-4bit";
+ *     srv *s;
+ *     if (srv_start(&s, &o, err)) die(err);     // listening when it returns
+ *     ... wait for a signal ...
+ *     srv_stop(s);                              // graceful: running requests are cancelled
+ *
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /metrics (also without the /v1 prefix). Responses and
+ * errors are JSON ({"error": {"message", "type", "code", "param"}}),
+ * streams are server-sent events ending with "data: [DONE]".
+ *
+ * Threads: libmicrohttpd runs one thread per connection; those threads
+ * parse, validate, render and tokenize, then queue the request for the one
+ * engine thread (engine.h), which owns the session. One log line per request
+ * goes to stderr. */
+#ifndef E0_SERVER_SERVER_H
+#define E0_SERVER_SERVER_H
+
+#include "edge0.h"
+#include "server/request.h"
+
+#include <stddef.h>
+
+typedef struct {
+    e0_engine *engine;      /* borrowed; outlives the server */
+    const e0_text *text;    /* borrowed */
+    const char *model_name; /* the id /v1/models reports and responses carry */
+    const char *host;       /* "127.0.0.1" */
+    int port;               /* 8080; 0 picks a free port (see srv_port) */
+    const char *api_key;    /* NULL: no authentication */
+    int max_queue;          /* waiting requests before 503 (64) */
+    int32_t n_ctx;          /* session context (4096) */
+    size_t body_limit;      /* largest request body in bytes (1 MiB) */
+    srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
+} srv_opts;
+
+void srv_opts_default(srv_opts *o);
+
+typedef struct srv srv;
+
+int srv_start(srv **out, const srv_opts *o, char *err);
+/* The port the server listens on. */
+int srv_port(const srv *s);
+/* Stops accepting, cancels the running request, answers the queued ones
+ * with 503, waits for every connection to end, frees. */
+void srv_stop(srv *s);
+
+#endif
