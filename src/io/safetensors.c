@@ -3,6 +3,7 @@
 
 #include "util/err.h"
 #include "util/file.h"
+#include "util/sbuf.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -551,6 +552,26 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
 }
 
 /* ---- writing ----------------------------------------------------------- */
+
+void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype, int ndim,
+                     const uint64_t *shape, uint64_t begin, uint64_t end) {
+    sbuf *b = json_sbuf;
+    sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dtype);
+    for (int d = 0; d < ndim; d++) sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
+    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
+}
+
+int st_header_pack(const char *json, size_t len, char **out, size_t *out_len) {
+    const size_t hl = (len + 7) & ~(size_t)7;
+    char *h = malloc(8 + hl);
+    if (!h) return E0_ENOMEM;
+    for (int k = 0; k < 8; k++) h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
+    memcpy(h + 8, json, len);
+    memset(h + 8 + len, ' ', hl - len);
+    *out = h;
+    *out_len = 8 + hl;
+    return 0;
+}
 
 int st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta,
              size_t n_meta, char *err) {

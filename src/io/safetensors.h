@@ -102,6 +102,16 @@ int st_slice(const st_tensor *t, uint64_t i, uint64_t *off, uint64_t *len);
 /* pread exactly `len` bytes at absolute offset `off` of shard `file`. */
 int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst, char *err);
 
+/* Streaming writers (synth, convert) build headers themselves: one entry
+ * ',"NAME SUFFIX":{"dtype":..,"shape":[..],"data_offsets":[begin,end]}'
+ * appended to a JSON object already opened, and the finished JSON packed as
+ * the u64 length prefix + JSON padded with spaces to a multiple of 8 (so
+ * data starts 8-aligned). `json_sbuf` is a util/sbuf.h sbuf; *out is
+ * malloc'd. */
+void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype, int ndim,
+                     const uint64_t *shape, uint64_t begin, uint64_t end);
+int st_header_pack(const char *json, size_t len, char **out, size_t *out_len);
+
 /* Writing. Tensors are laid out in the given order, each aligned to 8
  * bytes; the file appears atomically (written to PATH.tmp, then renamed). */
 typedef struct {

@@ -7,6 +7,7 @@
 
 #include "io/safetensors.h"
 #include "util/err.h"
+#include "util/sbuf.h"
 #include "util/file.h"
 #include "util/num.h"
 
@@ -412,61 +413,10 @@ static void plan_tensors(plan *p) {
     add_mat(p, lm, 0, s->vocab, s->hidden, p->g.lm_head, 4, DIR_NONE, -1, false);
 }
 
-/* ---- a growable string ------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap <= b->n + (size_t)k)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
-static void sb_free(sbuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 /* ---- sharding and headers ---------------------------------------------- */
 
 static const char *st_name(uint8_t dt) {
     return st_dtype_name((st_dtype)dt);
-}
-
-static void hdr_entry(sbuf *b, const char *name, const char *suffix, const char *dt, int ndim,
-                      const uint64_t *shape, uint64_t begin, uint64_t end) {
-    sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dt);
-    for (int d = 0; d < ndim; d++)
-        sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
-    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin,
-              (unsigned long long)end);
 }
 
 static uint64_t item_bytes(const item *t) {
@@ -503,18 +453,18 @@ static int plan_layout(plan *p, char *err) {
             const item *t = &p->it[i];
             p->data_bytes[sh] = t->off + item_bytes(t);
             if (t->kind != K_QMAT) {
-                hdr_entry(&b, t->name, "", st_name(t->dtype), t->ndim, t->shape, t->off,
+                st_header_entry(&b, t->name, "", st_name(t->dtype), t->ndim, t->shape, t->off,
                           t->off + t->wbytes);
                 continue;
             }
             uint64_t shp[3];
             memcpy(shp, t->shape, sizeof shp);
             shp[t->ndim - 1] = (uint64_t)t->cols * t->bits / 32;
-            hdr_entry(&b, t->name, ".weight", "U32", t->ndim, shp, t->off, t->off + t->wbytes);
+            st_header_entry(&b, t->name, ".weight", "U32", t->ndim, shp, t->off, t->off + t->wbytes);
             shp[t->ndim - 1] = (uint64_t)(t->cols / GROUP);
             uint64_t o = t->off + t->wbytes;
-            hdr_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
-            hdr_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes,
+            st_header_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
+            st_header_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes,
                       o + 2 * t->sbytes);
         }
         sb_printf(&b, "}");
@@ -522,22 +472,17 @@ static int plan_layout(plan *p, char *err) {
             sb_free(&b);
             return e0_fail(err, E0_ENOMEM, "out of memory");
         }
-        /* u64 length, then the JSON padded with spaces so data starts 8-aligned */
-        size_t jl = b.n, hl = (jl + 7) & ~(size_t)7;
-        char *h = malloc(8 + hl);
-        if (!h) {
+        char *h;
+        size_t hlen;
+        if (st_header_pack(b.p, b.n, &h, &hlen) != 0) {
             sb_free(&b);
             return e0_fail(err, E0_ENOMEM, "out of memory");
         }
-        for (int k = 0; k < 8; k++)
-            h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
-        memcpy(h + 8, b.p, jl);
-        memset(h + 8 + jl, ' ', hl - jl);
         sb_free(&b);
         p->hdr[sh] = h;
-        p->hdr_len[sh] = 8 + hl;
+        p->hdr_len[sh] = hlen;
         p->total_data += p->data_bytes[sh];
-        p->total_bytes += 8 + hl + p->data_bytes[sh];
+        p->total_bytes += hlen + p->data_bytes[sh];
     }
     return 0;
 }
