@@ -258,6 +258,7 @@ void e0_sample_opts_default(e0_sample_opts *o);
 
 /* Receives generated text as it becomes complete (never half a UTF-8
  * character, never a prefix of a stop string that may still complete).
+ * Called after every generated token, with len 0 when no text is ready yet.
  * Return non-zero to cancel: generation stops before the next token. */
 typedef int (*e0_piece_fn)(void *user, const char *text, size_t len);
 

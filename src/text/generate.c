@@ -183,7 +183,8 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
         if (id < tok_vocab_size(t->tk) && tok_stream_push(t->tk, &ts, id, piece, tok_stream_max(t->tk), &len, err) != 0)
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
         if ((rc = chat_stop_feed(stop, piece, len, &em))) break;
-        if (em.len && fn && fn(user, em.text, em.len)) {
+        /* called after every token, text or not, so a cancel lands within one token */
+        if (fn && fn(user, em.len ? em.text : "", em.len)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
