@@ -16,6 +16,20 @@ int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
+/* A progress bar for long commands (progress.c): redrawn on a terminal, a
+ * line every 5 s otherwise; bytes, rate over ~3 s, ETA. */
+typedef enum { CLI_PHASE_WRITING, CLI_PHASE_SYNCING, CLI_PHASE_DONE } cli_phase;
+typedef struct {
+    const char *cmd;     /* "synth", "convert" */
+    const char *unit;    /* after "GB": " read" or "" */
+    const char *verb;    /* "read" or "written", in the syncing line */
+    int tty;
+    double last_line;    /* non-tty: time of the last line */
+    double win_t, win_d; /* start of the rate window */
+    double rate;         /* recent bytes/s */
+} cli_progress;
+void cli_progress_update(cli_progress *st, cli_phase phase, double done, double total, double seconds);
+
 /* Peak resident set size of this process in bytes. */
 unsigned long long cli_peak_rss(void);
 

@@ -49,65 +49,11 @@ static void help(FILE *f) {
     }
 }
 
-/* ---- progress ------------------------------------------------------------ */
-
-typedef struct {
-    int tty;
-    double last_line;    /* non-tty: time of the last line */
-    double win_t, win_d; /* start of the rate window */
-    double rate;         /* recent bytes/s */
-} progress;
-
-static void fmt_eta(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 360000)
-        snprintf(buf, n, "--:--");
-    else if (s >= 3600)
-        snprintf(buf, n, "%d:%02d:%02d", (int)s / 3600, (int)s / 60 % 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%d:%02d", (int)s / 60, (int)s % 60);
-}
-
 static void on_progress(void *ctx, const synth_progress *p) {
-    progress *st = ctx;
-    const double done = (double)p->done, total = (double)p->total;
-    /* rate over a window of about 3 s, so the ETA follows the disk once the
-     * page cache has filled */
-    if (p->seconds - st->win_t >= 3.0 || st->rate == 0) {
-        if (p->seconds > st->win_t + 0.2) st->rate = (done - st->win_d) / (p->seconds - st->win_t);
-        if (p->seconds - st->win_t >= 3.0) {
-            st->win_t = p->seconds;
-            st->win_d = done;
-        }
-    }
-    char eta[32];
-    fmt_eta(eta, sizeof eta, st->rate > 0 ? (total - done) / st->rate : -1);
-    const double pct = total > 0 ? 100.0 * done / total : 100.0;
-    if (st->tty) {
-        char bar[31];
-        int fill = (int)(pct * 30 / 100);
-        for (int i = 0; i < 30; i++)
-            bar[i] = i < fill ? '#' : '-';
-        bar[30] = 0;
-        if (p->phase == SYNTH_WRITING)
-            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB  %7.1f MB/s  ETA %s   ", bar, pct,
-                    done / 1e9, total / 1e9, st->rate / 1e6, eta);
-        else if (p->phase == SYNTH_SYNCING)
-            fprintf(stderr, "\r  [%s] %3.0f%%  %6.2f / %.2f GB  syncing to disk...              ",
-                    bar, pct, done / 1e9, total / 1e9);
-        else
-            fprintf(stderr, "\r  [%s] 100%%  %6.2f GB in %.1f s                                 \n",
-                    bar, total / 1e9, p->seconds);
-        fflush(stderr);
-    } else if ((p->phase == SYNTH_SYNCING && st->last_line > 0) ||
-               (p->phase == SYNTH_WRITING && p->seconds - st->last_line >= 5.0)) {
-        st->last_line = p->seconds;
-        if (p->phase == SYNTH_SYNCING)
-            fprintf(stderr, "edge0 synth: %.2f GB written in %.1f s, syncing to disk\n",
-                    total / 1e9, p->seconds);
-        else
-            fprintf(stderr, "edge0 synth: %3.0f%%  %.2f / %.2f GB  %.1f MB/s  ETA %s\n", pct,
-                    done / 1e9, total / 1e9, st->rate / 1e6, eta);
-    }
+    cli_phase ph = p->phase == SYNTH_WRITING ? CLI_PHASE_WRITING
+                   : p->phase == SYNTH_SYNCING ? CLI_PHASE_SYNCING
+                                               : CLI_PHASE_DONE;
+    cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
 static volatile sig_atomic_t g_cancel;
@@ -204,7 +150,7 @@ int cmd_synth(int argc, char **argv) {
     fflush(stdout);
     if (dry) return 0;
 
-    progress st = {.tty = isatty(STDERR_FILENO)};
+    cli_progress st = {.cmd = "synth", .unit = "", .verb = "written", .tty = isatty(STDERR_FILENO)};
     o.progress = on_progress;
     o.progress_ctx = &st;
     o.cancel = &g_cancel;
