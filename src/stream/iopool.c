@@ -7,16 +7,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-typedef struct job {
-    iopool_fn fn;
-    void *arg;
-    struct job *next;
-} job;
-
 struct iopool {
     pthread_mutex_t mu; /* guards the queue, `pending` and `stop` */
     pthread_cond_t work, idle;
-    job *head, *tail;
+    iopool_job *head, *tail;
     long pending; /* queued or running */
     bool stop;
     int n;
@@ -29,12 +23,11 @@ static void *worker(void *arg) {
     for (;;) {
         while (!p->head && !p->stop) pthread_cond_wait(&p->work, &p->mu);
         if (!p->head) break; /* stop, and the queue is empty */
-        job *j = p->head;
+        iopool_job *j = p->head;
         p->head = j->next;
         if (!p->head) p->tail = NULL;
         pthread_mutex_unlock(&p->mu);
-        j->fn(j->arg);
-        free(j);
+        j->fn(j->arg); /* j may be reused by its owner from here on */
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0) pthread_cond_broadcast(&p->idle);
     }
@@ -74,14 +67,12 @@ void iopool_free(iopool *p) {
     free(p);
 }
 
-int iopool_submit(iopool *p, iopool_fn fn, void *arg) {
+void iopool_submit(iopool *p, iopool_job *j, iopool_fn fn, void *arg) {
     if (p->n == 0) {
         fn(arg);
-        return 0;
+        return;
     }
-    job *j = malloc(sizeof *j);
-    if (!j) return E0_ENOMEM;
-    *j = (job){fn, arg, NULL};
+    *j = (iopool_job){fn, arg, NULL};
     pthread_mutex_lock(&p->mu);
     if (p->tail) p->tail->next = j;
     else p->head = j;
@@ -89,7 +80,6 @@ int iopool_submit(iopool *p, iopool_fn fn, void *arg) {
     p->pending++;
     pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->mu);
-    return 0;
 }
 
 void iopool_drain(iopool *p) {

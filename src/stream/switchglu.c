@@ -21,6 +21,7 @@ typedef struct {
     e0_stream *s;
     int layer;
     atomic_int busy;
+    iopool_job node;
 } bg_job;
 
 typedef struct {
@@ -71,6 +72,7 @@ struct e0_stream {
         e0_stream *s;
         const xb_plan *plan;
         xentry *e;
+        iopool_job node;
     } *ld;
     uint8_t *touched;          /* [n_layers * E]: experts routed to since the last reset */
     /* counters: atomics, as I/O threads add bytes */
@@ -173,8 +175,8 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         bool need;
         ent[i] = xcache_acquire(s->xc, layer, exps[i], true, &need);
         if (ent[i] && need) {
-            s->ld[submitted] = (struct load_job){s, plan_of(s, layer, exps[i]), ent[i]};
-            if (iopool_submit(s->load, load_job_fn, &s->ld[submitted]) != 0) load_job_fn(&s->ld[submitted]);
+            s->ld[submitted] = (struct load_job){s, plan_of(s, layer, exps[i]), ent[i], {0}};
+            iopool_submit(s->load, &s->ld[submitted].node, load_job_fn, &s->ld[submitted]);
             submitted++;
         }
     }
@@ -285,7 +287,7 @@ static void stage(e0_stream *s, int layer) {
     memcpy(L->asm_set, L->pred, (size_t)L->npred * 4);
     L->nasm = L->npred;
     atomic_store(&L->fill.busy, 1);
-    if (iopool_submit(s->pre, fill_job_fn, &L->fill) != 0) fill_job_fn(&L->fill);
+    iopool_submit(s->pre, &L->fill.node, fill_job_fn, &L->fill);
 }
 
 /* The predicted set of `layer`: its router applied to x (the MoE input of
@@ -449,7 +451,7 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
         s->fl_layer[o] = next;
         atomic_store(&s->fl_job[o].busy, 1);
         s->fl_job[o].layer = next;
-        if (iopool_submit(s->pre, fl_job_fn, &s->fl_job[o]) != 0) fl_job_fn(&s->fl_job[o]);
+        iopool_submit(s->pre, &s->fl_job[o].node, fl_job_fn, &s->fl_job[o]);
     }
     return 0;
 }
