@@ -88,4 +88,3 @@ void iopool_drain(iopool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-int iopool_threads(const iopool *p) { return p->n; }

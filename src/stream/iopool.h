@@ -23,6 +23,5 @@ void iopool_free(iopool *p);
 void iopool_submit(iopool *p, iopool_job *j, iopool_fn fn, void *arg);
 /* Blocks until every job submitted so far has finished. */
 void iopool_drain(iopool *p);
-int iopool_threads(const iopool *p);
 
 #endif

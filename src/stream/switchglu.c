@@ -744,8 +744,6 @@ void stream_free(e0_stream *s) {
     free(s);
 }
 
-int stream_top_k(const e0_stream *s) { return s->o.layer.top_k; }
-
 void stream_counters_get(e0_stream *s, stream_counters *c) {
     *c = s->c;
     c->bytes_read = atomic_load(&s->bytes_read);
@@ -771,15 +769,6 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
 
 int32_t stream_cache_slots(const e0_stream *s) { return s->xc ? xcache_slots(s->xc) : 0; }
 size_t stream_bundle_bytes(const e0_stream *s) { return s->bundle_bytes; }
-
-uint64_t stream_buffer_bytes(const e0_stream *s) {
-    uint64_t b = 2 * (uint64_t)s->fl_bytes + s->bundle_bytes;
-    for (int l = 0; l < s->n_layers; l++)
-        if (s->ls[l].slot_buf) b += (uint64_t)s->o.layer.staged_n * s->bundle_bytes;
-    int stacks = s->o.layer.hot_window > 0 ? s->o.layer.hot_window : s->n_layers;
-    if (s->hot_cap) b += (uint64_t)stacks * (uint64_t)s->hot_cap * s->bundle_bytes;
-    return b;
-}
 
 void stream_debug_predict(e0_stream *s, int layer, const int32_t *experts, int n) {
     layer_state *L = &s->ls[layer];

@@ -45,9 +45,6 @@ void stream_free(e0_stream *s);
 int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w, int k,
                    float *eo, e0_scratch *ws, char *err);
 
-/* Top-k override in force (0: the model's). */
-int stream_top_k(const e0_stream *s);
-
 void stream_counters_get(e0_stream *s, stream_counters *c);
 void stream_counters_reset(e0_stream *s);
 void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses);
@@ -55,8 +52,6 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
 int stream_distinct_experts(const e0_stream *s, int layer);
 int32_t stream_cache_slots(const e0_stream *s);
 size_t stream_bundle_bytes(const e0_stream *s);
-/* Bytes the stream holds beyond the LRU (staged slots, hot stacks, layer buffers). */
-uint64_t stream_buffer_bytes(const e0_stream *s);
 
 /* Tests: from now on the staged prediction of `layer` is this set (staged now). */
 void stream_debug_predict(e0_stream *s, int layer, const int32_t *experts, int n);

@@ -183,7 +183,6 @@ void xcache_release(xcache *c, xentry *e) {
 
 uint8_t *xentry_buf(xentry *e) { return e->buf; }
 int32_t xcache_slots(const xcache *c) { return c->n_slots; }
-size_t xcache_bundle_bytes(const xcache *c) { return c->bundle_bytes; }
 
 void xcache_usage(xcache *c, int32_t *used, int32_t *pinned) {
     pthread_mutex_lock(&c->mu);

@@ -49,7 +49,6 @@ void xcache_release(xcache *c, xentry *e);
 uint8_t *xentry_buf(xentry *e);
 
 int32_t xcache_slots(const xcache *c);
-size_t xcache_bundle_bytes(const xcache *c);
 /* Entries in use (LOADING or READY) and pinned entries, now. */
 void xcache_usage(xcache *c, int32_t *used, int32_t *pinned);
 void xcache_layer_stats(xcache *c, int32_t layer, uint64_t *hits, uint64_t *misses);
