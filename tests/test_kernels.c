@@ -34,8 +34,12 @@ static uint64_t rnd(void) {
     rs ^= rs << 17;
     return rs;
 }
-static float frand(void) { return (float)((rnd() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
-static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+static float frand(void) {
+    return (float)((rnd() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+static int64_t irand(int64_t lo, int64_t hi) {
+    return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
 
 /* A random matrix and the buffers it points into. */
 typedef struct {
@@ -69,28 +73,33 @@ static void *conv_s(const uint16_t *bf, size_t n, e0_stype st) {
     }
     if (st == E0_S_F16) {
         uint16_t *p = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) p[i] = to_f16(e0_bf16_to_f32(bf[i]));
+        for (size_t i = 0; i < n; i++)
+            p[i] = to_f16(e0_bf16_to_f32(bf[i]));
         return p;
     }
     float *p = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) p[i] = e0_bf16_to_f32(bf[i]);
+    for (size_t i = 0; i < n; i++)
+        p[i] = e0_bf16_to_f32(bf[i]);
     return p;
 }
 
 static tmat make_mat(e0_wtype type, int64_t rows, int64_t cols, int bits, int group, e0_stype st) {
-    tmat t = {.m = {.type = type, .rows = rows, .cols = cols, .bits = bits, .group = group, .stype = st}};
+    tmat t = {
+        .m = {.type = type, .rows = rows, .cols = cols, .bits = bits, .group = group, .stype = st}};
     const size_t n = (size_t)(rows * cols);
     switch (type) {
     case E0_W_F32: {
         float *w = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) w[i] = frand();
+        for (size_t i = 0; i < n; i++)
+            w[i] = frand();
         t.w = w;
         break;
     }
     case E0_W_BF16:
     case E0_W_F16: {
         uint16_t *w = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) w[i] = type == E0_W_BF16 ? e0_f32_to_bf16(frand()) : to_f16(frand());
+        for (size_t i = 0; i < n; i++)
+            w[i] = type == E0_W_BF16 ? e0_f32_to_bf16(frand()) : to_f16(frand());
         t.w = w;
         break;
     }
@@ -102,7 +111,8 @@ static tmat make_mat(e0_wtype type, int64_t rows, int64_t cols, int bits, int gr
         for (int64_t r = 0; r < rows; r++) {
             /* rows of different amplitude and offset, as real weights have */
             const float amp = 0.01f + 0.1f * fabsf(frand()), off = 0.02f * frand();
-            for (int64_t c = 0; c < cols; c++) row[c] = off + amp * frand();
+            for (int64_t c = 0; c < cols; c++)
+                row[c] = off + amp * frand();
             quant_row(row, cols, bits, group, q + r * W, s + r * G, b + r * G);
         }
         t.w = q;
@@ -121,21 +131,26 @@ static tmat make_mat(e0_wtype type, int64_t rows, int64_t cols, int bits, int gr
 }
 
 static const char *set_name(e0_kernels k) {
-    return k == E0_KERNELS_AVX512_Q24  ? "avx512-q24"
-           : k == E0_KERNELS_AVX512_Q16  ? "avx512-q16"
-           : k == E0_KERNELS_AVX512_Q8 ? "avx512-q8"
-           : k == E0_KERNELS_AVX512  ? "avx512"
-           : k == E0_KERNELS_AVX2    ? "avx2"
-                                     : "ref";
+    return k == E0_KERNELS_AVX512_Q24   ? "avx512-q24"
+           : k == E0_KERNELS_AVX512_Q16 ? "avx512-q16"
+           : k == E0_KERNELS_AVX512_Q8  ? "avx512-q8"
+           : k == E0_KERNELS_AVX512     ? "avx512"
+           : k == E0_KERNELS_AVX2       ? "avx2"
+                                        : "ref";
 }
 
 static const char *kind_name(const e0_mat *m) {
     static char buf[32];
     switch (m->type) {
-    case E0_W_F32: return "f32";
-    case E0_W_BF16: return "bf16";
-    case E0_W_F16: return "f16";
-    case E0_W_QAFF: snprintf(buf, sizeof buf, "q%d", m->bits); return buf;
+    case E0_W_F32:
+        return "f32";
+    case E0_W_BF16:
+        return "bf16";
+    case E0_W_F16:
+        return "f16";
+    case E0_W_QAFF:
+        snprintf(buf, sizeof buf, "q%d", m->bits);
+        return buf;
     }
     return "?";
 }
@@ -146,8 +161,10 @@ static double one_case(e0_kernels k, const e0_mat *m, int64_t T) {
     const int64_t ldx = m->cols + irand(0, 5), ldy = m->rows + irand(0, 3);
     float *x = malloc((size_t)(T * ldx) * sizeof *x);
     float *y = malloc((size_t)(T * ldy) * sizeof *y), *yr = malloc((size_t)(T * ldy) * sizeof *yr);
-    for (int64_t i = 0; i < T * ldx; i++) x[i] = frand();
-    for (int64_t i = 0; i < T * ldy; i++) y[i] = yr[i] = 1234.5f;
+    for (int64_t i = 0; i < T * ldx; i++)
+        x[i] = frand();
+    for (int64_t i = 0; i < T * ldy; i++)
+        y[i] = yr[i] = 1234.5f;
     assert_int_equal(mat_set_kernels(k), 0);
     mat_matmul(m, x, ldx, T, y, ldy);
     mat_matmul_ref(m, x, ldx, T, yr, ldy);
@@ -158,7 +175,8 @@ static double one_case(e0_kernels k, const e0_mat *m, int64_t T) {
             num += d * d;
             den += (double)yr[t * ldy + r] * yr[t * ldy + r];
         }
-        for (int64_t r = m->rows; r < ldy; r++) assert_true(y[t * ldy + r] == 1234.5f);
+        for (int64_t r = m->rows; r < ldy; r++)
+            assert_true(y[t * ldy + r] == 1234.5f);
     }
     free(x);
     free(y);
@@ -170,7 +188,7 @@ static double one_case(e0_kernels k, const e0_mat *m, int64_t T) {
  * of f32 sums (and, quantized, in the factored scale / bias form); int8
  * activations (per 32 values) add their rounding, ~1e-5 on uniform data. */
 #define NMSE_F32 1e-11
-#define NMSE_Q8 1e-4
+#define NMSE_Q8  1e-4
 #define NMSE_Q16 1e-8
 #define NMSE_Q24 1e-11
 
@@ -185,8 +203,8 @@ static double bound(e0_kernels k, const e0_mat *m) {
 
 static void test_kernels_vs_ref(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16,
-                               E0_KERNELS_AVX512_Q24};
+    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8,
+                               E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
     for (size_t si = 0; si < 5; si++) {
         const e0_kernels k = sets[si];
         if (!mat_kernels_supported(k)) {
@@ -212,16 +230,17 @@ static void test_kernels_vs_ref(void **state) {
             }
             double e = one_case(k, &t.m, T);
             if (!(e <= bound(k, &t.m)))
-                fail_msg("%s %s rows %lld cols %lld group %d stype %d T %lld: NMSE %.3g > %.0e", set_name(k),
-                         kind_name(&t.m), (long long)rows, (long long)t.m.cols, t.m.group, (int)st, (long long)T, e,
-                         bound(k, &t.m));
+                fail_msg("%s %s rows %lld cols %lld group %d stype %d T %lld: NMSE %.3g > %.0e",
+                         set_name(k), kind_name(&t.m), (long long)rows, (long long)t.m.cols,
+                         t.m.group, (int)st, (long long)T, e, bound(k, &t.m));
             if (e > worst[kind]) worst[kind] = e;
             cases[kind]++;
             tmat_free(&t);
         }
         const char *names[] = {"f32", "bf16", "f16", "q4", "q8", "q2/3/5/6 (reference)"};
         for (int i = 0; i < 6; i++)
-            printf("  %s %-22s %3d cases, worst NMSE %.3g\n", set_name(k), names[i], cases[i], worst[i]);
+            printf("  %s %-22s %3d cases, worst NMSE %.3g\n", set_name(k), names[i], cases[i],
+                   worst[i]);
     }
     mat_set_kernels(E0_KERNELS_AUTO);
 }
@@ -229,23 +248,26 @@ static void test_kernels_vs_ref(void **state) {
 /* Every set on the model's shapes at group 64 / 32 / 128, bf16 scales. */
 static void test_kernels_model_shapes(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16,
-                               E0_KERNELS_AVX512_Q24};
+    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8,
+                               E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
     const struct {
         int64_t rows, cols;
         int bits, group;
-    } shapes[] = {{512, 2048, 4, 64}, {2048, 512, 4, 64}, {256, 2048, 8, 64}, {8, 2048, 8, 64},
+    } shapes[] = {{512, 2048, 4, 64}, {2048, 512, 4, 64},  {256, 2048, 8, 64}, {8, 2048, 8, 64},
                   {300, 1024, 4, 32}, {200, 1024, 4, 128}, {96, 2048, 8, 128}};
     for (size_t si = 0; si < 5; si++) {
         if (!mat_kernels_supported(sets[si])) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-            tmat t = make_mat(E0_W_QAFF, shapes[i].rows, shapes[i].cols, shapes[i].bits, shapes[i].group, E0_S_BF16);
+            tmat t = make_mat(E0_W_QAFF, shapes[i].rows, shapes[i].cols, shapes[i].bits,
+                              shapes[i].group, E0_S_BF16);
             const int64_t Ts[] = {1, 16};
             for (int j = 0; j < 2; j++) {
                 double e = one_case(sets[si], &t.m, Ts[j]);
-                printf("  %s q%d [%lld x %lld] g%d T=%lld: NMSE %.3g\n", set_name(sets[si]), shapes[i].bits,
-                       (long long)shapes[i].rows, (long long)shapes[i].cols, shapes[i].group, (long long)Ts[j], e);
-                if (!(e <= bound(sets[si], &t.m))) fail_msg("NMSE %.3g > %.0e", e, bound(sets[si], &t.m));
+                printf("  %s q%d [%lld x %lld] g%d T=%lld: NMSE %.3g\n", set_name(sets[si]),
+                       shapes[i].bits, (long long)shapes[i].rows, (long long)shapes[i].cols,
+                       shapes[i].group, (long long)Ts[j], e);
+                if (!(e <= bound(sets[si], &t.m)))
+                    fail_msg("NMSE %.3g > %.0e", e, bound(sets[si], &t.m));
             }
             tmat_free(&t);
         }
@@ -257,10 +279,12 @@ static void test_kernels_model_shapes(void **state) {
  * 2 threads, bit for bit, for every set. */
 static void test_determinism(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_REF, E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8,
-                               E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
-    tmat mats[4] = {make_mat(E0_W_QAFF, 384, 1024, 4, 64, E0_S_BF16), make_mat(E0_W_QAFF, 160, 512, 8, 32, E0_S_F16),
-                    make_mat(E0_W_BF16, 200, 520, 0, 0, E0_S_BF16), make_mat(E0_W_QAFF, 130, 384, 4, 128, E0_S_F32)};
+    const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
+    tmat mats[4] = {make_mat(E0_W_QAFF, 384, 1024, 4, 64, E0_S_BF16),
+                    make_mat(E0_W_QAFF, 160, 512, 8, 32, E0_S_F16),
+                    make_mat(E0_W_BF16, 200, 520, 0, 0, E0_S_BF16),
+                    make_mat(E0_W_QAFF, 130, 384, 4, 128, E0_S_F32)};
     const int64_t T = 11;
     for (size_t si = 0; si < 6; si++) {
         if (!mat_kernels_supported(sets[si])) continue;
@@ -268,9 +292,11 @@ static void test_determinism(void **state) {
         for (int mi = 0; mi < 4; mi++) {
             const e0_mat *m = &mats[mi].m;
             float *x = malloc((size_t)(T * m->cols) * sizeof *x);
-            float *y = malloc((size_t)(T * m->rows) * sizeof *y), *y1 = malloc((size_t)m->rows * sizeof *y1);
+            float *y = malloc((size_t)(T * m->rows) * sizeof *y),
+                  *y1 = malloc((size_t)m->rows * sizeof *y1);
             float *y2 = malloc((size_t)(T * m->rows) * sizeof *y2);
-            for (int64_t i = 0; i < T * m->cols; i++) x[i] = frand();
+            for (int64_t i = 0; i < T * m->cols; i++)
+                x[i] = frand();
             pool_init(2);
             mat_matmul(m, x, m->cols, T, y, m->rows);
             for (int64_t t = 0; t < T; t++) {
@@ -290,7 +316,8 @@ static void test_determinism(void **state) {
         }
         printf("  %s: T-, batch- and thread-independent\n", set_name(sets[si]));
     }
-    for (int mi = 0; mi < 4; mi++) tmat_free(&mats[mi]);
+    for (int mi = 0; mi < 4; mi++)
+        tmat_free(&mats[mi]);
     pool_init(0);
     mat_set_kernels(E0_KERNELS_AUTO);
 }
@@ -309,14 +336,18 @@ static void test_prep_q8(void **state) {
         const int64_t cols = irand(1, 700), nblk = (cols + 127) / 128;
         float *x = malloc((size_t)cols * sizeof *x);
         const float amp = (float)pow(10.0, (double)irand(-6, 4));
-        for (int64_t i = 0; i < cols; i++) x[i] = amp * frand();
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = amp * frand();
         if (it % 5 == 0) /* a block of zeros */
-            for (int64_t i = 0; i < cols && i < 40; i++) x[i] = 0.0f;
+            for (int64_t i = 0; i < cols && i < 40; i++)
+                x[i] = 0.0f;
         if (it % 7 == 0) x[irand(0, cols - 1)] = 1e6f; /* one outlier */
         const size_t nq = (size_t)(nblk * 128 * planes);
         int8_t *q1 = malloc(nq), *q2 = malloc(nq);
-        float *d1 = malloc((size_t)nblk * 16 * sizeof *d1), *d2 = malloc((size_t)nblk * 16 * sizeof *d2);
-        float *s1 = malloc((size_t)nblk * 4 * sizeof *s1), *s2 = malloc((size_t)nblk * 4 * sizeof *s2);
+        float *d1 = malloc((size_t)nblk * 16 * sizeof *d1),
+              *d2 = malloc((size_t)nblk * 16 * sizeof *d2);
+        float *s1 = malloc((size_t)nblk * 4 * sizeof *s1),
+              *s2 = malloc((size_t)nblk * 4 * sizeof *s2);
         memset(q2, 0x55, nq);
         k_prep_q8(x, cols, planes, q1, d1, s1, nblk);
         k_avx512_prep_q8(x, cols, planes, q2, d2, s2, nblk);
@@ -329,12 +360,14 @@ static void test_prep_q8(void **state) {
             const int64_t b = c / 128, j = c % 128, at = b * 128 * planes + (j & 1) * 64 + j / 2;
             const float d = d1[b * 16 + j / 8];
             double code = 0;
-            for (int p = 0; p < planes; p++) code = code * 256 + q1[at + 128 * p];
+            for (int p = 0; p < planes; p++)
+                code = code * 256 + q1[at + 128 * p];
             const double v = d * code;
             if (!(fabs(v - x[c]) <= 0.5001 * d + 2e-7 * fabs(x[c]) + 1e-30))
-                fail_msg("planes %d cols %lld col %lld: x %.9g dequantized %.9g (step %.3g) codes %d %d %d", planes,
-                         (long long)cols, (long long)c, x[c], v, d, q1[at], planes > 1 ? q1[at + 128] : 0,
-                         planes > 2 ? q1[at + 256] : 0);
+                fail_msg("planes %d cols %lld col %lld: x %.9g dequantized %.9g (step %.3g) codes "
+                         "%d %d %d",
+                         planes, (long long)cols, (long long)c, x[c], v, d, q1[at],
+                         planes > 1 ? q1[at + 128] : 0, planes > 2 ? q1[at + 256] : 0);
         }
         free(x);
         free(q1);
@@ -358,27 +391,74 @@ static void test_delta_step(void **state) {
         double worst = 0;
         for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
             const int Dk = shapes[sh][0], Dv = shapes[sh][1];
-            float *S1 = malloc((size_t)Dk * Dv * sizeof *S1), *S2 = malloc((size_t)Dk * Dv * sizeof *S2);
+            float *S1 = malloc((size_t)Dk * Dv * sizeof *S1),
+                  *S2 = malloc((size_t)Dk * Dv * sizeof *S2);
             float *k = malloc((size_t)Dk * sizeof *k), *q = malloc((size_t)Dk * sizeof *q);
             float *v = malloc((size_t)Dv * sizeof *v), *o1 = malloc((size_t)Dv * sizeof *o1);
             float *o2 = malloc((size_t)Dv * sizeof *o2);
-            for (int i = 0; i < Dk * Dv; i++) S1[i] = S2[i] = 0.1f * frand();
+            for (int i = 0; i < Dk * Dv; i++)
+                S1[i] = S2[i] = 0.1f * frand();
             double num = 0, den = 0;
             for (int step = 0; step < 8; step++) {
-                for (int i = 0; i < Dk; i++) k[i] = frand() / sqrtf((float)Dk), q[i] = frand() / sqrtf((float)Dk);
-                for (int j = 0; j < Dv; j++) v[j] = frand();
+                for (int i = 0; i < Dk; i++)
+                    k[i] = frand() / sqrtf((float)Dk), q[i] = frand() / sqrtf((float)Dk);
+                for (int j = 0; j < Dv; j++)
+                    v[j] = frand();
                 const float beta = 0.5f + 0.5f * frand(), decay = 0.9f + 0.1f * fabsf(frand());
                 mat_delta_step(S1, k, q, v, beta, decay, Dk, Dv, o1);
                 mat_delta_step_ref(S2, k, q, v, beta, decay, Dk, Dv, o2);
-                for (int j = 0; j < Dv; j++) num += (o1[j] - o2[j]) * (o1[j] - o2[j]), den += o2[j] * o2[j];
+                for (int j = 0; j < Dv; j++)
+                    num += (o1[j] - o2[j]) * (o1[j] - o2[j]), den += o2[j] * o2[j];
             }
-            for (int i = 0; i < Dk * Dv; i++) num += (S1[i] - S2[i]) * (S1[i] - S2[i]), den += S2[i] * S2[i];
+            for (int i = 0; i < Dk * Dv; i++)
+                num += (S1[i] - S2[i]) * (S1[i] - S2[i]), den += S2[i] * S2[i];
             const double e = num / den;
-            if (!(e <= NMSE_F32)) fail_msg("%s delta step Dk %d Dv %d: NMSE %.3g", set_name(sets[si]), Dk, Dv, e);
+            if (!(e <= NMSE_F32))
+                fail_msg("%s delta step Dk %d Dv %d: NMSE %.3g", set_name(sets[si]), Dk, Dv, e);
             worst = e > worst ? e : worst;
             free(S1), free(S2), free(k), free(q), free(v), free(o1), free(o2);
         }
         printf("  %s delta step: worst NMSE %.3g\n", set_name(sets[si]), worst);
+    }
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* mat_attend under every set against mat_attend_ref: head sizes 16..256,
+ * 1..300 positions with a stride wider than the head (GQA rows), scores
+ * spread enough that the softmax is neither flat nor one-hot. */
+static void test_attend(void **state) {
+    (void)state;
+    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q24};
+    const int hds[] = {16, 48, 64, 128, 256}, ns[] = {1, 2, 7, 64, 300};
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+        if (!mat_kernels_supported(sets[si])) continue;
+        assert_int_equal(mat_set_kernels(sets[si]), 0);
+        double worst = 0;
+        for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
+                const int hd = hds[a], n = ns[b];
+                const size_t stride = (size_t)hd * 3;
+                float *kc = malloc((size_t)n * stride * sizeof *kc),
+                      *vc = malloc((size_t)n * stride * sizeof *vc);
+                float *q = malloc((size_t)hd * sizeof *q), *sc = malloc((size_t)n * sizeof *sc);
+                float *o1 = malloc((size_t)hd * sizeof *o1), *o2 = malloc((size_t)hd * sizeof *o2);
+                for (size_t i = 0; i < (size_t)n * stride; i++)
+                    kc[i] = frand(), vc[i] = frand();
+                for (int i = 0; i < hd; i++)
+                    q[i] = 2.0f * frand();
+                const float scale = 1.0f / sqrtf((float)hd);
+                mat_attend(q, kc, vc, stride, n, hd, scale, sc, o1);
+                mat_attend_ref(q, kc, vc, stride, n, hd, scale, sc, o2);
+                double num = 0, den = 0;
+                for (int i = 0; i < hd; i++)
+                    num += (o1[i] - o2[i]) * (o1[i] - o2[i]), den += o2[i] * o2[i];
+                const double e = num / den;
+                if (!(e <= NMSE_F32))
+                    fail_msg("%s attend hd %d n %d: NMSE %.3g", set_name(sets[si]), hd, n, e);
+                worst = e > worst ? e : worst;
+                free(kc), free(vc), free(q), free(sc), free(o1), free(o2);
+            }
+        printf("  %s attend: worst NMSE %.3g\n", set_name(sets[si]), worst);
     }
     mat_set_kernels(E0_KERNELS_AUTO);
 }
@@ -395,7 +475,8 @@ typedef struct {
 static void cover_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     cover_ctx *c = ctx;
     if (i0 % c->align != 0 || tid < 0 || tid >= pool_threads()) atomic_fetch_add(&c->bad, 1);
-    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&c->hits[i], 1);
+    for (int64_t i = i0; i < i1; i++)
+        atomic_fetch_add(&c->hits[i], 1);
     if (c->nested) { /* runs serially in this thread: the pool is busy */
         cover_ctx inner = {.hits = c->hits, .align = 1};
         pool_for(i1 - i0, 1, cover_fn, &inner);
@@ -407,13 +488,15 @@ static void check_cover(int64_t n, int64_t align) {
     cover_ctx c = {.hits = hits, .align = align};
     pool_for(n, align, cover_fn, &c);
     assert_int_equal(atomic_load(&c.bad), 0);
-    for (int64_t i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), 1);
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(atomic_load(&hits[i]), 1);
     free(hits);
 }
 
 static void *concurrent_caller(void *arg) {
     (void)arg;
-    for (int i = 0; i < 200; i++) check_cover(1000 + i, 16);
+    for (int i = 0; i < 200; i++)
+        check_cover(1000 + i, 16);
     return NULL;
 }
 
@@ -436,7 +519,8 @@ static void test_pool(void **state) {
         cover_ctx c = {.hits = hits, .align = 16, .nested = 1};
         pool_for(n, 16, cover_fn, &c);
         int total = 0;
-        for (int64_t i = 0; i < n; i++) total += atomic_load(&hits[i]);
+        for (int64_t i = 0; i < n; i++)
+            total += atomic_load(&hits[i]);
         assert_int_equal(total, 2 * n);
         assert_int_equal(atomic_load(&c.bad), 0);
         free(hits);
@@ -460,9 +544,9 @@ typedef struct {
 } fx;
 
 static const fx FIXTURES[] = {
-    {"qwen3moe", "hf"},   {"qwen3moe", "hf-fused"},   {"qwen3moe", "mlx"},
-    {"qwen3next", "hf"},  {"qwen3next", "hf-fused"},  {"qwen3next", "mlx"},
-    {"qwen35moe", "hf"},  {"qwen35moe", "hf-fused"},  {"qwen35moe", "mlx"},
+    {"qwen3moe", "hf"},         {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
+    {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
+    {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
     {"qwen35moe", "mlx-fused"},
 };
 
@@ -477,7 +561,8 @@ static void topk_ids(const float *logits, int E, int k, int32_t *out) {
         int best = -1;
         for (int e = 0; e < E; e++) {
             bool taken = false;
-            for (int i = 0; i < j; i++) taken |= out[i] == e;
+            for (int i = 0; i < j; i++)
+                taken |= out[i] == e;
             if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
         }
         out[j] = best;
@@ -525,13 +610,17 @@ static void test_fixture_kernels(void **state) {
     if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
     e0_scratch *S = &s->s;
     int layers_checked = 0;
-    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
+    for (int t = 0; t < T; t++)
+        mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
     for (int li = 0; li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
-        if (ly->linear) deltanet_forward(s, li, S->h, T, S->y);
-        else attn_forward(s, li, S->h, T, S->y);
-        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+        if (ly->linear)
+            deltanet_forward(s, li, S->h, T, S->y);
+        else
+            attn_forward(s, li, S->h, T, S->y);
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            S->x[i] += S->y[i];
         rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
         if (!ly->moe) {
             mlp_forward(s, li, S->h, T, S->y);
@@ -546,12 +635,13 @@ static void test_fixture_kernels(void **state) {
                 memcpy(got, S->ridx + (size_t)t * k, (size_t)k * sizeof *got);
                 qsort(got, (size_t)k, sizeof *got, cmp_i32);
                 if (memcmp(want, got, (size_t)k * sizeof *got) != 0)
-                    fail_msg("%s/%s layer %d token %d: routing differs from the reference", f->family, f->layout, li,
-                             t);
+                    fail_msg("%s/%s layer %d token %d: routing differs from the reference",
+                             f->family, f->layout, li, t);
             }
             layers_checked++;
         }
-        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            S->x[i] += S->y[i];
     }
     s->pos += T;
     assert_true(layers_checked > 0);
@@ -561,8 +651,8 @@ static void test_fixture_kernels(void **state) {
     assert_non_null(lg);
     if (e0_session_eval(s, ids, n, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
     const double r = tu_rel_l2(lg, tu_f32(g, "logits", n * V), n * V);
-    printf("  %s/%s kernels %s: routing identical in %d layers, logits rel L2 %.3g\n", f->family, f->layout,
-           mat_kernels_name(), layers_checked, r);
+    printf("  %s/%s kernels %s: routing identical in %d layers, logits rel L2 %.3g\n", f->family,
+           f->layout, mat_kernels_name(), layers_checked, r);
     if (!(r <= 5e-3)) fail_msg("logits rel L2 %.3g > 5e-3", r);
     free(lg);
     e0_session_free(s);
@@ -573,7 +663,7 @@ static void test_fixture_kernels(void **state) {
 
 int main(void) {
     enum { NF = sizeof FIXTURES / sizeof *FIXTURES };
-    struct CMUnitTest tests[6 + 2 * NF];
+    struct CMUnitTest tests[7 + 2 * NF];
     static char names[2 * NF][96];
     static fx_case cases[2 * NF];
     size_t k = 0;
@@ -583,11 +673,13 @@ int main(void) {
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_determinism);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_q8);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_delta_step);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_attend);
     /* the default set, then avx512-q16: the fastest set that keeps routing */
     for (size_t i = 0; i < 2 * NF; i++, k++) {
         const fx *f = &FIXTURES[i % NF];
         cases[i] = (fx_case){f, i < NF ? E0_KERNELS_AUTO : E0_KERNELS_AVX512_Q16};
-        snprintf(names[i], sizeof names[i], "%s/%s %s kernels", f->family, f->layout, i < NF ? "default" : "avx512-q16");
+        snprintf(names[i], sizeof names[i], "%s/%s %s kernels", f->family, f->layout,
+                 i < NF ? "default" : "avx512-q16");
         tests[k] = (struct CMUnitTest){names[i], test_fixture_kernels, NULL, NULL, &cases[i]};
     }
     printf("kernels: %s, %d threads\n", mat_kernels_name(), pool_threads());

@@ -1,6 +1,8 @@
 /* Full attention: GQA with per-head QK-norm, (partial) RoPE, optional
  * sigmoid output gate (Qwen3-Next / 3.5), over the session's KV cache. */
 #include "model/model.h"
+#include "quant/mat.h"
+#include "util/pool.h"
 
 #include <string.h>
 
@@ -8,9 +10,11 @@ void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y) 
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * n;
         float ss = 0.0f;
-        for (int i = 0; i < n; i++) ss += xt[i] * xt[i];
+        for (int i = 0; i < n; i++)
+            ss += xt[i] * xt[i];
         float inv = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int i = 0; i < n; i++) y[(size_t)t * n + i] = w[i] * (xt[i] * inv);
+        for (int i = 0; i < n; i++)
+            y[(size_t)t * n + i] = w[i] * (xt[i] * inv);
     }
 }
 
@@ -23,6 +27,40 @@ static void rope(float *v, int half, const float *inv_freq, int pos) {
         float a = v[i], b = v[i + half];
         v[i] = a * c - b * s;
         v[i + half] = b * c + a * s;
+    }
+}
+
+typedef struct {
+    e0_session *s;
+    int layer, T;
+} attn_job;
+
+/* Query heads [h0, h1) of every token of the batch, as thread tid (its own
+ * row of scores). */
+static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
+    const attn_job *j = arg;
+    e0_session *s = j->s;
+    const e0_config *c = &s->m->cfg;
+    e0_scratch *S = &s->s;
+    const int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd,
+              group = nh / c->n_kv_heads;
+    const int qrows = (int)s->m->layers[j->layer].q.rows, per = c->attn_gated ? 2 * hd : hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *kc = s->kc[j->layer], *vc = s->vc[j->layer];
+    float *scores = S->scores + (size_t)tid * (size_t)s->n_ctx;
+    for (int t = 0; t < j->T; t++) {
+        const int n = s->pos + t + 1; /* causal: positions 0..pos+t */
+        for (int h = (int)h0; h < (int)h1; h++) {
+            const float *q = S->q + (size_t)t * qrows + (size_t)h * per;
+            const size_t kh = (size_t)(h / group) * (size_t)hd;
+            float *o = S->att + (size_t)t * nh * hd + (size_t)h * hd;
+            mat_attend(q, kc + kh, vc + kh, (size_t)kvd, n, hd, scale, scores, o);
+            if (c->attn_gated) {
+                const float *g = q + hd; /* the head's gate half */
+                for (int i = 0; i < hd; i++)
+                    o[i] *= e0_sigmoid(g[i]);
+            }
+        }
     }
 }
 
@@ -53,35 +91,10 @@ void attn_forward(e0_session *s, int layer, const float *in, int T, float *out) 
         memcpy(kc + (size_t)pos * kvd, S->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
         memcpy(vc + (size_t)pos * kvd, S->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
     }
-    const float scale = 1.0f / sqrtf((float)hd);
-    const int group = nh / nkv;
-    for (int t = 0; t < T; t++) {
-        int n = s->pos + t + 1; /* causal: positions 0..pos+t */
-        for (int h = 0; h < nh; h++) {
-            const float *q = S->q + (size_t)t * qrows + (size_t)h * per;
-            const int kh = h / group;
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                const float *k = kc + (size_t)j * kvd + (size_t)kh * hd;
-                float d = 0.0f;
-                for (int i = 0; i < hd; i++) d += q[i] * k[i];
-                S->scores[j] = d * scale;
-                if (S->scores[j] > mx) mx = S->scores[j];
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) sum += S->scores[j] = expf(S->scores[j] - mx);
-            float *o = S->att + (size_t)t * nh * hd + (size_t)h * hd;
-            memset(o, 0, (size_t)hd * sizeof *o);
-            for (int j = 0; j < n; j++) {
-                const float p = S->scores[j] / sum;
-                const float *v = vc + (size_t)j * kvd + (size_t)kh * hd;
-                for (int i = 0; i < hd; i++) o[i] += p * v[i];
-            }
-            if (c->attn_gated) {
-                const float *g = q + hd; /* the head's gate half */
-                for (int i = 0; i < hd; i++) o[i] *= e0_sigmoid(g[i]);
-            }
-        }
-    }
+    attn_job job = {s, layer, T};
+    if (pool_threads() <= S->nscores)
+        pool_for(nh, 1, attn_heads, &job);
+    else /* the pool grew after this session was made: its score rows cover one thread */
+        attn_heads(&job, 0, nh, 0);
     mat_matmul(&ly->o, S->att, nh * hd, T, out, H);
 }

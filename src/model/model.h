@@ -29,30 +29,30 @@ typedef struct {
 } e0_expert;
 
 typedef struct {
-    bool linear; /* Gated DeltaNet (else full attention) */
-    bool moe;    /* MoE block (else dense MLP) */
+    bool linear;                /* Gated DeltaNet (else full attention) */
+    bool moe;                   /* MoE block (else dense MLP) */
     float *in_norm, *post_norm; /* [H], shift folded in */
 
     /* full attention */
-    e0_mat q, k, v, o;       /* q: [nh*hd*(gated ? 2 : 1), H], k/v: [nkv*hd, H], o: [H, nh*hd] */
-    float *q_norm, *k_norm;  /* [hd] */
+    e0_mat q, k, v, o;      /* q: [nh*hd*(gated ? 2 : 1), H], k/v: [nkv*hd, H], o: [H, nh*hd] */
+    float *q_norm, *k_norm; /* [hd] */
 
     /* Gated DeltaNet */
-    bool packed;             /* qwen3_next: in_proj_qkvz / in_proj_ba */
-    e0_mat qkvz, ba;         /* packed: [2Kd + 2Vd, H], [2Hv, H] */
-    e0_mat qkv, z, b, a;     /* flat: [2Kd + Vd, H], [Vd, H], [Hv, H], [Hv, H] */
-    float *conv_w;           /* [conv_dim, K] */
-    float *A_log, *dt_bias;  /* [Hv] */
-    float *lin_norm;         /* [Dv] */
-    e0_mat out;              /* [H, Vd] */
+    bool packed;            /* qwen3_next: in_proj_qkvz / in_proj_ba */
+    e0_mat qkvz, ba;        /* packed: [2Kd + 2Vd, H], [2Hv, H] */
+    e0_mat qkv, z, b, a;    /* flat: [2Kd + Vd, H], [Vd, H], [Hv, H], [Hv, H] */
+    float *conv_w;          /* [conv_dim, K] */
+    float *A_log, *dt_bias; /* [Hv] */
+    float *lin_norm;        /* [Dv] */
+    e0_mat out;             /* [H, Vd] */
 
     /* MoE */
-    bool fused;              /* experts stored as gate_up (gate rows on top) + down */
-    e0_mat router;           /* [E, H] */
-    e0_expert *experts;      /* [E] views */
+    bool fused;         /* experts stored as gate_up (gate rows on top) + down */
+    e0_mat router;      /* [E, H] */
+    e0_expert *experts; /* [E] views */
     bool has_shared;
     e0_mat sh_gate, sh_up, sh_down; /* [Is, H], [Is, H], [H, Is] */
-    e0_mat sh_router;        /* shared_expert_gate: [1, H] */
+    e0_mat sh_router;               /* shared_expert_gate: [1, H] */
 
     /* dense MLP */
     e0_mat mlp_gate, mlp_up, mlp_down;
@@ -79,38 +79,39 @@ struct e0_engine {
     e0_model model;
     e0_engine_opts opts;
     struct e0_stream *stream;
-    int top_k;                 /* routing top-k in force (the model's unless overridden) */
-    char budget_note[512];     /* how mem_budget sized the cache */
-    char io_note[256];         /* how expert bytes are read, and why */
+    int top_k;             /* routing top-k in force (the model's unless overridden) */
+    char budget_note[512]; /* how mem_budget sized the cache */
+    char io_note[256];     /* how expert bytes are read, and why */
     uint64_t prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
 };
 
 /* Scratch for a batch of up to n_batch tokens; sized once per session. */
 typedef struct {
-    float *x, *h, *y;          /* [B, H] residual, normed input, block output */
-    float *q, *k, *v, *att;    /* attention: [B, q rows], [B, nkv*hd] x2, [B, nh*hd] */
-    float *scores;             /* [n_ctx] */
-    float *proj, *mix, *hist;  /* DeltaNet: [B, packed rows], [B, conv_dim], [K-1+B, conv_dim] */
-    float *zz, *bb, *aa, *o;   /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */
-    float *rlogits, *rw;       /* MoE: [B, E], [B, k] */
-    int32_t *ridx, *count, *order; /* [B, k], [E], [B*k] */
-    int32_t *exps, *start;     /* routed experts of a call, their runs in order[]: [E + 1] */
+    float *x, *h, *y;       /* [B, H] residual, normed input, block output */
+    float *q, *k, *v, *att; /* attention: [B, q rows], [B, nkv*hd] x2, [B, nh*hd] */
+    float *scores;          /* [nscores, n_ctx]: one row per compute thread */
+    int nscores;
+    float *proj, *mix, *hist; /* DeltaNet: [B, packed rows], [B, conv_dim], [K-1+B, conv_dim] */
+    float *zz, *bb, *aa, *o;  /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */
+    float *rlogits, *rw;      /* MoE: [B, E], [B, k] */
+    int32_t *ridx, *count, *order;   /* [B, k], [E], [B*k] */
+    int32_t *exps, *start;           /* routed experts of a call, their runs in order[]: [E + 1] */
     int32_t *rest, *rstart, *rpairs; /* the part that goes through exact: [E + 1], [E + 1], [B*k] */
-    void **xent;               /* [E] LRU entries pinned by one call */
-    float *xs, *g, *u, *ys;    /* gathered: [B, H], [B, I'], [B, I'], [B, H] */
-    float *eo;                 /* [B*k, H] per (token, slot) expert output */
-    float *shg;                /* [B] */
+    void **xent;                     /* [E] LRU entries pinned by one call */
+    float *xs, *g, *u, *ys;          /* gathered: [B, H], [B, I'], [B, I'], [B, H] */
+    float *eo;                       /* [B*k, H] per (token, slot) expert output */
+    float *shg;                      /* [B] */
 } e0_scratch;
 
 struct e0_session {
     e0_engine *eng;
     const e0_model *m;
     int32_t n_ctx, n_batch, pos;
-    float **kc, **vc;        /* per attention layer: [n_ctx, nkv*hd] */
-    float **conv;            /* per DeltaNet layer: [K-1, conv_dim] */
-    float **rec;             /* per DeltaNet layer: [Hv, Dk, Dv] */
-    int32_t *hist;           /* [n_ctx]: the ids at positions 0..pos */
+    float **kc, **vc; /* per attention layer: [n_ctx, nkv*hd] */
+    float **conv;     /* per DeltaNet layer: [K-1, conv_dim] */
+    float **rec;      /* per DeltaNet layer: [Hv, Dk, Dv] */
+    int32_t *hist;    /* [n_ctx]: the ids at positions 0..pos */
     e0_scratch s;
 };
 
@@ -132,7 +133,11 @@ void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out);
 /* y[t] = w * x[t] / rms(x[t]) over n values, T rows. */
 void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y);
 
-static inline float e0_silu(float x) { return x / (1.0f + expf(-x)); }
-static inline float e0_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float e0_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+static inline float e0_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 #endif

@@ -47,7 +47,8 @@ static void choose_io(e0_engine *e) {
         why = "the checkpoint does not fit in 80% of available memory";
     }
     snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB)",
-             e->opts.io == E0_IO_MMAP ? "mmap" : "pread", why, (double)w / (1u << 30), (double)avail / (1u << 30));
+             e->opts.io == E0_IO_MMAP ? "mmap" : "pread", why, (double)w / (1u << 30),
+             (double)avail / (1u << 30));
 }
 
 static double now_s(void) {
@@ -60,8 +61,10 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     *out = NULL;
     e0_engine *e = calloc(1, sizeof *e);
     if (!e) return e0_fail(err, E0_ENOMEM, "out of memory");
-    if (o) e->opts = *o;
-    else e0_engine_opts_default(&e->opts);
+    if (o)
+        e->opts = *o;
+    else
+        e0_engine_opts_default(&e->opts);
     pool_init(e->opts.n_threads); /* the process's compute pool; fewer threads on failure */
     int rc = model_load(&e->model, model_dir, err);
     if (rc) {
@@ -71,7 +74,8 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     const e0_config *c = &e->model.cfg;
     e->top_k = e->opts.layer.top_k > 0 ? e->opts.layer.top_k : c->top_k;
     if (e->top_k > c->n_experts)
-        rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k, c->n_experts);
+        rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k,
+                     c->n_experts);
     if (!rc && e->opts.mem_budget)
         rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
     if (!rc) {
@@ -128,11 +132,12 @@ void e0_session_free(e0_session *s) {
     free(s->conv);
     free(s->rec);
     free(s->hist);
-    float **bufs[] = {&s->s.x, &s->s.h, &s->s.y, &s->s.q, &s->s.k, &s->s.v, &s->s.att,
-                      &s->s.scores, &s->s.proj, &s->s.mix, &s->s.hist, &s->s.zz, &s->s.bb,
-                      &s->s.aa, &s->s.o, &s->s.rlogits, &s->s.rw, &s->s.xs, &s->s.g,
-                      &s->s.u, &s->s.ys, &s->s.eo, &s->s.shg};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
+    float **bufs[] = {&s->s.x,   &s->s.h,      &s->s.y,    &s->s.q,       &s->s.k,    &s->s.v,
+                      &s->s.att, &s->s.scores, &s->s.proj, &s->s.mix,     &s->s.hist, &s->s.zz,
+                      &s->s.bb,  &s->s.aa,     &s->s.o,    &s->s.rlogits, &s->s.rw,   &s->s.xs,
+                      &s->s.g,   &s->s.u,      &s->s.ys,   &s->s.eo,      &s->s.shg};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(*bufs[i]);
     free(s->s.ridx);
     free(s->s.count);
     free(s->s.order);
@@ -145,7 +150,9 @@ void e0_session_free(e0_session *s) {
     free(s);
 }
 
-static size_t imax(size_t a, size_t b) { return a > b ? a : b; }
+static size_t imax(size_t a, size_t b) {
+    return a > b ? a : b;
+}
 
 /* calloc of n floats (at least one), counting failures in *bad. */
 static float *fbuf(size_t n, int *bad) {
@@ -172,9 +179,11 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
     const size_t B = (size_t)s->n_batch, H = (size_t)c->hidden, L = (size_t)c->n_layers;
     const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
+    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim,
+                 Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
     const size_t C = 2 * Kd + Vd, K = (size_t)c->conv_kernel, topk = (size_t)e->top_k;
-    const size_t inter = imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
+    const size_t inter =
+        imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
     int bad = 0;
     s->kc = calloc(L, sizeof *s->kc);
     s->vc = calloc(L, sizeof *s->vc);
@@ -200,7 +209,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     S->k = fbuf(B * kvd, &bad);
     S->v = fbuf(B * kvd, &bad);
     S->att = fbuf(B * (size_t)c->n_heads * c->head_dim, &bad);
-    S->scores = fbuf((size_t)s->n_ctx, &bad);
+    S->nscores = pool_threads();
+    S->scores = fbuf((size_t)S->nscores * (size_t)s->n_ctx, &bad);
     S->proj = fbuf(B * (2 * Kd + 2 * Vd), &bad);
     S->mix = fbuf(B * C, &bad);
     S->hist = fbuf((K ? K - 1 + B : 0) * C, &bad);
@@ -226,11 +236,12 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     S->rstart = calloc(E1, sizeof *S->rstart);
     S->rpairs = calloc(B * topk, sizeof *S->rpairs);
     S->xent = calloc(E1, sizeof *S->xent);
-    bad |= !S->ridx || !S->count || !S->order || !S->exps || !S->start || !S->rest || !S->rstart || !S->rpairs ||
-           !S->xent;
+    bad |= !S->ridx || !S->count || !S->order || !S->exps || !S->start || !S->rest || !S->rstart ||
+           !S->rpairs || !S->xent;
     if (bad) {
         e0_session_free(s);
-        return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions", o->n_ctx);
+        return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions",
+                       o->n_ctx);
     }
     *out = s;
     return 0;
@@ -238,16 +249,20 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
 
 void e0_session_reset(e0_session *s) {
     const e0_config *c = &s->m->cfg;
-    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
+    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim,
+                 Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
     for (int i = 0; i < c->n_layers; i++)
         if (s->m->layers[i].linear) {
             memset(s->conv[i], 0, (size_t)(c->conv_kernel - 1) * (2 * Kd + Vd) * sizeof(float));
-            memset(s->rec[i], 0, (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float));
+            memset(s->rec[i], 0,
+                   (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float));
         }
     s->pos = 0; /* the KV cache past pos is never read */
 }
 
-int32_t e0_session_pos(const e0_session *s) { return s->pos; }
+int32_t e0_session_pos(const e0_session *s) {
+    return s->pos;
+}
 
 const int32_t *e0_session_history(const e0_session *s, size_t *n) {
     *n = (size_t)s->pos;
@@ -256,12 +271,14 @@ const int32_t *e0_session_history(const e0_session *s, size_t *n) {
 
 int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
     int32_t common = 0;
-    while (common < s->pos && (size_t)common < n && s->hist[common] == prompt[common]) common++;
+    while (common < s->pos && (size_t)common < n && s->hist[common] == prompt[common])
+        common++;
     bool recurrent = false;
-    for (int i = 0; i < s->m->cfg.n_layers; i++) recurrent |= s->m->layers[i].linear;
+    for (int i = 0; i < s->m->cfg.n_layers; i++)
+        recurrent |= s->m->layers[i].linear;
     if (!recurrent) {
         if ((size_t)common >= n) common = (int32_t)n - 1; /* the last id must run for its logits */
-        s->pos = common < 0 ? 0 : common;                  /* the KV cache past pos is never read */
+        s->pos = common < 0 ? 0 : common;                 /* the KV cache past pos is never read */
         return s->pos;
     }
     if (common == s->pos && (size_t)common < n) return common;
@@ -276,14 +293,18 @@ static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
     const e0_config *c = &m->cfg;
     e0_scratch *S = &s->s;
     const int H = c->hidden;
-    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
+    for (int t = 0; t < T; t++)
+        mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
     memcpy(s->hist + s->pos, ids, (size_t)T * sizeof *ids);
     for (int li = 0; li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
-        if (ly->linear) deltanet_forward(s, li, S->h, T, S->y);
-        else attn_forward(s, li, S->h, T, S->y);
-        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+        if (ly->linear)
+            deltanet_forward(s, li, S->h, T, S->y);
+        else
+            attn_forward(s, li, S->h, T, S->y);
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            S->x[i] += S->y[i];
         rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
         if (ly->moe) {
             int rc = moe_forward(s, li, S->h, T, S->y, err);
@@ -291,7 +312,8 @@ static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
         } else {
             mlp_forward(s, li, S->h, T, S->y);
         }
-        for (size_t i = 0; i < (size_t)T * H; i++) S->x[i] += S->y[i];
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            S->x[i] += S->y[i];
     }
     s->pos += T;
     return 0;
@@ -305,11 +327,13 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     if (mode != E0_LOGITS_NONE && !logits) return e0_fail(err, E0_EINVAL, "logits buffer is NULL");
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab)
-            return e0_fail(err, E0_ERANGE, "token id %d at index %zu is outside the vocabulary [0, %d)",
-                           ids[i], i, c->vocab);
+            return e0_fail(err, E0_ERANGE,
+                           "token id %d at index %zu is outside the vocabulary [0, %d)", ids[i], i,
+                           c->vocab);
     if (n > (size_t)(s->n_ctx - s->pos))
-        return e0_fail(err, E0_ERANGE, "%zu more positions do not fit: %d of the context's %d are used",
-                       n, s->pos, s->n_ctx);
+        return e0_fail(err, E0_ERANGE,
+                       "%zu more positions do not fit: %d of the context's %d are used", n, s->pos,
+                       s->n_ctx);
     const int H = c->hidden, V = c->vocab;
     const double t0 = now_s();
     for (size_t done = 0; done < n;) {
@@ -376,7 +400,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
 
 void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses) {
     *hits = *misses = 0;
-    if (layer >= 0 && layer < e->model.cfg.n_layers) stream_layer_stats(e->stream, layer, hits, misses);
+    if (layer >= 0 && layer < e->model.cfg.n_layers)
+        stream_layer_stats(e->stream, layer, hits, misses);
 }
 
 void e0_engine_stats_reset(e0_engine *e) {
@@ -392,11 +417,14 @@ int32_t e0_engine_distinct_experts(const e0_engine *e, int32_t layer) {
 
 int32_t e0_engine_files(const e0_engine *e) {
     int32_t n = 0;
-    while (st_file_fd(e->model.st, (uint32_t)n) >= 0) n++;
+    while (st_file_fd(e->model.st, (uint32_t)n) >= 0)
+        n++;
     return n;
 }
 
-const char *e0_engine_file(const e0_engine *e, int32_t i) { return st_file_path(e->model.st, (uint32_t)i); }
+const char *e0_engine_file(const e0_engine *e, int32_t i) {
+    return st_file_path(e->model.st, (uint32_t)i);
+}
 
 void e0_engine_drop_cache(e0_engine *e) {
     for (int32_t i = 0; i < e0_engine_files(e); i++)
@@ -420,5 +448,9 @@ uint64_t e0_engine_warm_cache(e0_engine *e) {
     return total;
 }
 
-const char *e0_engine_budget_note(const e0_engine *e) { return e->budget_note; }
-const char *e0_engine_io_note(const e0_engine *e) { return e->io_note; }
+const char *e0_engine_budget_note(const e0_engine *e) {
+    return e->budget_note;
+}
+const char *e0_engine_io_note(const e0_engine *e) {
+    return e->io_note;
+}

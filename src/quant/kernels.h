@@ -36,7 +36,7 @@
 /* Activations of one call, prepared by the dispatcher. */
 typedef struct {
     int64_t T;
-    const float *x;  /* [T, cols], row stride ldx: natural order */
+    const float *x; /* [T, cols], row stride ldx: natural order */
     int64_t ldx;
     const float *xp; /* [T, ldxp]: q4 order for the kernel's lane count, zero-padded */
     int64_t ldxp;
@@ -45,11 +45,12 @@ typedef struct {
     /* int8-activation kernels (k_prep_q8): */
     const int8_t *xq; /* [T, ldxq]: per block of 128 columns, the even columns then the odd ones */
     int64_t ldxq;
-    const float *xd;  /* [T, ldxd]: per block, the scale of each lane's 8 columns (16 floats) */
+    const float *xd; /* [T, ldxd]: per block, the scale of each lane's 8 columns (16 floats) */
     int64_t ldxd;
 } k_act;
 
-typedef void (*k_rows_fn)(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+typedef void (*k_rows_fn)(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                          int64_t ldy);
 
 /* What a kernel needs prepared. */
 enum { K_NEED_X = 0, K_NEED_XP = 1, K_NEED_XS = 2, K_NEED_XQ = 4, K_NEED_XQ2 = 8, K_NEED_XQ3 = 16 };
@@ -64,10 +65,14 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes);
 k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes);
 
 /* mat_delta_step per ISA (Dv a multiple of 16 / 8). */
-void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                         int Dv, float *o);
-void k_avx2_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                       int Dv, float *o);
+void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                         float decay, int Dk, int Dv, float *o);
+void k_avx2_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                       float decay, int Dk, int Dv, float *o);
+
+/* mat_attend with AVX-512 (hd a multiple of 16). */
+void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                     float scale, float *scores, float *o);
 
 /* Preparation of f32 activations (scalar; a few percent of a call). */
 void k_prep_q4(const float *x, int64_t cols, int lanes, float *xp, int64_t nblk);
@@ -85,8 +90,10 @@ void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs)
  * The bias term uses these sums of the quantized x, not of x: then the
  * error is sum_c w_c (x^_c - x_c), not sum_c s q_c (x^_c - x_c), which is
  * several times larger where the weights are offset from zero. */
-void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk);
+void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
+               int64_t nblk);
 /* The same, vectorized (AVX-512), bit-identical. */
-void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk);
+void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
+                      int64_t nblk);
 
 #endif

@@ -13,6 +13,8 @@
 
 #include "util/num.h"
 
+#include <math.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -41,9 +43,12 @@ INL __m512 ld_s16(e0_stype st, const void *p, int64_t i, int64_t n) {
 
 static inline float ld_s1(e0_stype st, const void *p, int64_t i) {
     switch (st) {
-    case E0_S_BF16: return e0_bf16_to_f32(e0_ld16(p, (size_t)i));
-    case E0_S_F16: return e0_f16_to_f32(e0_ld16(p, (size_t)i));
-    case E0_S_F32: return e0_ldf32(p, (size_t)i);
+    case E0_S_BF16:
+        return e0_bf16_to_f32(e0_ld16(p, (size_t)i));
+    case E0_S_F16:
+        return e0_f16_to_f32(e0_ld16(p, (size_t)i));
+    case E0_S_F32:
+        return e0_ldf32(p, (size_t)i);
     }
     return 0;
 }
@@ -58,22 +63,25 @@ INL __m512 ld_w16(e0_wtype wt, const void *p, int64_t i, __mmask16 k) {
 
 /* Bias term of rows r..r+R: bt[i][t] = fma chain over 16-group chunks of
  * b_g * xsum_g (chunks ascending). */
-INL void bias_terms(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
-                    __m512 bt[4][8]) {
+INL void bias_terms(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0,
+                    const int TT, __m512 bt[4][8]) {
     const int64_t ng = m->cols / m->group;
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++) bt[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        bt[i][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < ng; c += 16) {
         __m512 bv[4];
         UNROLL
-        for (int i = 0; i < R; i++) bv[i] = ld_s16(m->stype, m->biases, (r + i) * ng + c, ng - c);
+        for (int i = 0; i < R; i++)
+            bv[i] = ld_s16(m->stype, m->biases, (r + i) * ng + c, ng - c);
         UNROLL
         for (int t = 0; t < TT; t++) {
             const __m512 xs = _mm512_loadu_ps(a->xs + (t0 + t) * a->ldxs + c);
             UNROLL
-            for (int i = 0; i < R; i++) bt[i][t] = _mm512_fmadd_ps(bv[i], xs, bt[i][t]);
+            for (int i = 0; i < R; i++)
+                bt[i][t] = _mm512_fmadd_ps(bv[i], xs, bt[i][t]);
         }
     }
 }
@@ -88,24 +96,28 @@ INL void bias_terms(const e0_mat *m, const k_act *a, int64_t r, const int R, int
  *   y = reduce_add(tot + bt)            (bt: bias_terms)
  * A nibble becomes a float through a 16-entry table (vpermps reads only the
  * low 4 bits of each index), so no mask or convert is needed. */
-INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R, int64_t t0, const int TT,
-                 float *y, int64_t ldy) {
+INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R, int64_t t0,
+                 const int TT, float *y, int64_t ldy) {
     const int64_t G = m->group, ng = m->cols / G, wpr = m->cols / 8;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const uint32_t *w[4];
     const float *xp[8];
     UNROLL
-    for (int i = 0; i < R; i++) w[i] = (const uint32_t *)m->w + (r + i) * wpr;
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint32_t *)m->w + (r + i) * wpr;
     UNROLL
-    for (int t = 0; t < TT; t++) xp[t] = a->xp + (t0 + t) * a->ldxp;
+    for (int t = 0; t < TT; t++)
+        xp[t] = a->xp + (t0 + t) * a->ldxp;
     __m512 tot[4][8];
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++) tot[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        tot[i][t] = _mm512_setzero_ps();
     __m512 sc[4]; /* 16 group scales per row from group sbase on */
     UNROLL
-    for (int i = 0; i < R; i++) sc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++)
+        sc[i] = _mm512_setzero_ps();
     int64_t sbase = -16;
     for (int64_t b = 0; b * 16 < wpr; b++) {
         const int64_t wrem = wpr - b * 16, gb = b * 128 / G;
@@ -113,7 +125,8 @@ INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const
         if (gb >= sbase + 16) {
             sbase = gb;
             UNROLL
-            for (int i = 0; i < R; i++) sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
+            for (int i = 0; i < R; i++)
+                sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
         }
         const __m512i pat = _mm512_add_epi32(gpat, _mm512_set1_epi32((int)(gb - sbase)));
         __m512i d[4];
@@ -124,9 +137,10 @@ INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const
             _mm_prefetch((const char *)(w[i] + PF_ROWS * wpr + b * 16), _MM_HINT_T0);
             sv[i] = _mm512_permutexvar_ps(pat, sc[i]);
             UNROLL
-            for (int t = 0; t < TT; t++) a0[i][t] = a1[i][t] = _mm512_setzero_ps();
+            for (int t = 0; t < TT; t++)
+                a0[i][t] = a1[i][t] = _mm512_setzero_ps();
         }
-UNROLL
+        UNROLL
         for (int k = 0; k < 8; k++) {
             __m512 q[4];
             UNROLL
@@ -139,38 +153,41 @@ UNROLL
                 const __m512 xv = _mm512_loadu_ps(xp[t] + b * 128 + k * 16);
                 UNROLL
                 for (int i = 0; i < R; i++) {
-                    if (k & 1) a1[i][t] = _mm512_fmadd_ps(q[i], xv, a1[i][t]);
-                    else a0[i][t] = _mm512_fmadd_ps(q[i], xv, a0[i][t]);
+                    if (k & 1)
+                        a1[i][t] = _mm512_fmadd_ps(q[i], xv, a1[i][t]);
+                    else
+                        a0[i][t] = _mm512_fmadd_ps(q[i], xv, a0[i][t]);
                 }
             }
         }
         UNROLL
         for (int i = 0; i < R; i++)
             UNROLL
-            for (int t = 0; t < TT; t++)
-                tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
+        for (int t = 0; t < TT; t++)
+            tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
     }
     __m512 bt[4][8];
     bias_terms(m, a, r, R, t0, TT, bt);
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++)
-            y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
 }
 
 /* Lane j of a block of 128 values: its group relative to the block's first. */
 TGT static __m512i q4_gpat(int64_t G) {
     int32_t p[16];
-    for (int j = 0; j < 16; j++) p[j] = G >= 128 ? 0 : (int32_t)(8 * j / G);
+    for (int j = 0; j < 16; j++)
+        p[j] = G >= 128 ? 0 : (int32_t)(8 * j / G);
     return _mm512_loadu_si512(p);
 }
 
 /* One instance per tile shape keeps each loop nest fully unrolled. */
-#define Q4_TILE(R, TT)                                                                                          \
-    TGT static void q4_tile_##R##x##TT(const e0_mat *m, const k_act *a, __m512i gp, int64_t r, int64_t t0,      \
-                                        float *y, int64_t ldy) {                                                \
-        q4_tile(m, a, gp, r, R, t0, TT, y, ldy);                                                                 \
+#define Q4_TILE(R, TT)                                                                             \
+    TGT static void q4_tile_##R##x##TT(const e0_mat *m, const k_act *a, __m512i gp, int64_t r,     \
+                                       int64_t t0, float *y, int64_t ldy) {                        \
+        q4_tile(m, a, gp, r, R, t0, TT, y, ldy);                                                   \
     }
 Q4_TILE(4, 1)
 Q4_TILE(1, 1)
@@ -179,13 +196,15 @@ Q4_TILE(1, 2)
 Q4_TILE(2, 4)
 Q4_TILE(1, 4)
 
-typedef void (*q4_tile_fn)(const e0_mat *, const k_act *, __m512i, int64_t, int64_t, float *, int64_t);
+typedef void (*q4_tile_fn)(const e0_mat *, const k_act *, __m512i, int64_t, int64_t, float *,
+                           int64_t);
 
 /* Rows are taken in blocks of RB so a block's weights stay in L1/L2 while
  * every token tile passes over them. */
 #define RB 16
 
-TGT static void q4_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+TGT static void q4_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy) {
     const __m512i gp = q4_gpat(m->group);
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
@@ -196,8 +215,10 @@ TGT static void q4_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
             q4_tile_fn one = TT == 4 ? q4_tile_1x4 : TT == 2 ? q4_tile_1x2 : q4_tile_1x1;
             const int R = TT == 1 ? 4 : 2;
             int64_t r = rb;
-            for (; r + R <= re; r += R) big(m, a, gp, r, t0, y, ldy);
-            for (; r < re; r++) one(m, a, gp, r, t0, y, ldy);
+            for (; r + R <= re; r += R)
+                big(m, a, gp, r, t0, y, ldy);
+            for (; r < re; r++)
+                one(m, a, gp, r, t0, y, ldy);
             t0 += TT;
         }
     }
@@ -207,43 +228,49 @@ TGT static void q4_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
  * Per (row, token), per group g: a0 = fma chain over the group's even
  * 16-value chunks of w * x (from 0), a1 over the odd ones;
  * tot = fma(a0 + a1, s_g, tot); y = reduce_add(tot + bt). */
-INL void q8_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT, float *y,
-                 int64_t ldy) {
+INL void q8_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                 float *y, int64_t ldy) {
     const int64_t G = m->group, ng = m->cols / G, cols = m->cols;
     const uint8_t *w[4];
     const float *x[8];
     UNROLL
-    for (int i = 0; i < R; i++) w[i] = (const uint8_t *)m->w + (r + i) * cols;
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint8_t *)m->w + (r + i) * cols;
     UNROLL
-    for (int t = 0; t < TT; t++) x[t] = a->x + (t0 + t) * a->ldx;
+    for (int t = 0; t < TT; t++)
+        x[t] = a->x + (t0 + t) * a->ldx;
     __m512 tot[4][8];
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++) tot[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        tot[i][t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         __m512 sv[4], a0[4][8], a1[4][8];
         UNROLL
         for (int i = 0; i < R; i++) {
             sv[i] = _mm512_set1_ps(ld_s1(m->stype, m->scales, (r + i) * ng + g));
             UNROLL
-            for (int t = 0; t < TT; t++) a0[i][t] = a1[i][t] = _mm512_setzero_ps();
+            for (int t = 0; t < TT; t++)
+                a0[i][t] = a1[i][t] = _mm512_setzero_ps();
         }
         for (int64_t c = 0; c < G; c += 32) {
-UNROLL
+            UNROLL
             for (int h = 0; h < 2; h++) {
                 __m512 wv[4];
                 UNROLL
                 for (int i = 0; i < R; i++)
-                    wv[i] = _mm512_cvtepi32_ps(
-                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w[i] + g * G + c + 16 * h))));
+                    wv[i] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                        _mm_loadu_si128((const __m128i *)(w[i] + g * G + c + 16 * h))));
                 UNROLL
                 for (int t = 0; t < TT; t++) {
                     const __m512 xv = _mm512_loadu_ps(x[t] + g * G + c + 16 * h);
                     UNROLL
                     for (int i = 0; i < R; i++) {
-                        if (h) a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
-                        else a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
+                        if (h)
+                            a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
+                        else
+                            a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
                     }
                 }
             }
@@ -251,22 +278,22 @@ UNROLL
         UNROLL
         for (int i = 0; i < R; i++)
             UNROLL
-            for (int t = 0; t < TT; t++)
-                tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
+        for (int t = 0; t < TT; t++)
+            tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
     }
     __m512 bt[4][8];
     bias_terms(m, a, r, R, t0, TT, bt);
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++)
-            y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
 }
 
-#define Q8_TILE(R, TT)                                                                                          \
-    TGT static void q8_tile_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0, float *y,        \
-                                        int64_t ldy) {                                                          \
-        q8_tile(m, a, r, R, t0, TT, y, ldy);                                                                     \
+#define Q8_TILE(R, TT)                                                                             \
+    TGT static void q8_tile_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,     \
+                                       float *y, int64_t ldy) {                                    \
+        q8_tile(m, a, r, R, t0, TT, y, ldy);                                                       \
     }
 Q8_TILE(4, 1)
 Q8_TILE(1, 1)
@@ -275,16 +302,20 @@ Q8_TILE(1, 4)
 
 typedef void (*tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, float *, int64_t);
 
-TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy) {
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
             const int TT = a->T - t0 >= 4 ? 4 : 1;
-            tile_fn big = TT == 4 ? q8_tile_2x4 : q8_tile_4x1, one = TT == 4 ? q8_tile_1x4 : q8_tile_1x1;
+            tile_fn big = TT == 4 ? q8_tile_2x4 : q8_tile_4x1,
+                    one = TT == 4 ? q8_tile_1x4 : q8_tile_1x1;
             const int R = TT == 4 ? 2 : 4;
             int64_t r = rb;
-            for (; r + R <= re; r += R) big(m, a, r, t0, y, ldy);
-            for (; r < re; r++) one(m, a, r, t0, y, ldy);
+            for (; r + R <= re; r += R)
+                big(m, a, r, t0, y, ldy);
+            for (; r < re; r++)
+                one(m, a, r, t0, y, ldy);
             t0 += TT;
         }
     }
@@ -293,37 +324,43 @@ TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
 /* ---- f32 / bf16 / f16 weights ----------------------------------------------
  * Per (row, token): a0 = fma chain over the even 16-value chunks of w * x
  * (from 0; the last chunk masked), a1 over the odd ones; y = reduce_add(a0 + a1). */
-INL void fw_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT, float *y,
-                 int64_t ldy) {
+INL void fw_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                 float *y, int64_t ldy) {
     const int64_t cols = m->cols;
     const size_t esz = m->type == E0_W_F32 ? 4 : 2;
     const uint8_t *w[4];
     const float *x[8];
     UNROLL
-    for (int i = 0; i < R; i++) w[i] = (const uint8_t *)m->w + (size_t)(r + i) * (size_t)cols * esz;
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint8_t *)m->w + (size_t)(r + i) * (size_t)cols * esz;
     UNROLL
-    for (int t = 0; t < TT; t++) x[t] = a->x + (t0 + t) * a->ldx;
+    for (int t = 0; t < TT; t++)
+        x[t] = a->x + (t0 + t) * a->ldx;
     __m512 a0[4][8], a1[4][8];
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++) a0[i][t] = a1[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        a0[i][t] = a1[i][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < cols; c += 32) {
-UNROLL
+        UNROLL
         for (int h = 0; h < 2; h++) {
             const int64_t cc = c + 16 * h, left = cols - cc;
             if (left <= 0) break;
             const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
             __m512 wv[4];
             UNROLL
-            for (int i = 0; i < R; i++) wv[i] = ld_w16(m->type, w[i], cc, k);
+            for (int i = 0; i < R; i++)
+                wv[i] = ld_w16(m->type, w[i], cc, k);
             UNROLL
             for (int t = 0; t < TT; t++) {
                 const __m512 xv = _mm512_maskz_loadu_ps(k, x[t] + cc);
                 UNROLL
                 for (int i = 0; i < R; i++) {
-                    if (h) a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
-                    else a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
+                    if (h)
+                        a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
+                    else
+                        a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
                 }
             }
         }
@@ -331,30 +368,34 @@ UNROLL
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++)
-            y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
 }
 
-#define FW_TILE(R, TT)                                                                                          \
-    TGT static void fw_tile_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0, float *y,        \
-                                        int64_t ldy) {                                                          \
-        fw_tile(m, a, r, R, t0, TT, y, ldy);                                                                     \
+#define FW_TILE(R, TT)                                                                             \
+    TGT static void fw_tile_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,     \
+                                       float *y, int64_t ldy) {                                    \
+        fw_tile(m, a, r, R, t0, TT, y, ldy);                                                       \
     }
 FW_TILE(4, 1)
 FW_TILE(1, 1)
 FW_TILE(2, 4)
 FW_TILE(1, 4)
 
-TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy) {
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
             const int TT = a->T - t0 >= 4 ? 4 : 1;
-            tile_fn big = TT == 4 ? fw_tile_2x4 : fw_tile_4x1, one = TT == 4 ? fw_tile_1x4 : fw_tile_1x1;
+            tile_fn big = TT == 4 ? fw_tile_2x4 : fw_tile_4x1,
+                    one = TT == 4 ? fw_tile_1x4 : fw_tile_1x1;
             const int R = TT == 4 ? 2 : 4;
             int64_t r = rb;
-            for (; r + R <= re; r += R) big(m, a, r, t0, y, ldy);
-            for (; r < re; r++) one(m, a, r, t0, y, ldy);
+            for (; r + R <= re; r += R)
+                big(m, a, r, t0, y, ldy);
+            for (; r < re; r++)
+                one(m, a, r, t0, y, ldy);
             t0 += TT;
         }
     }
@@ -371,24 +412,24 @@ TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
  * 8l..8l+7 exactly in int32. Lane l lies in one weight group and one
  * activation block (xdl: d / 256^(P-1) per lane). Per (row, token):
  *   for each block b: acc = dpbusd(dpbusd(0, lo_b, x1lo_b), hi_b, x1hi_b)
- *                     each further plane p: acc = dpbusd(dpbusd(acc << 8, lo_b, xplo_b), hi_b, xphi_b)
- *                     tot = fma(float(acc) * xdl_b, s_b, tot)
- *   y = reduce_add(tot + bt)       (bt: bias_terms over the group sums of the quantized x)
- * |acc| < 2^31 with three planes (8 columns x 15 x 128 x 65793); float(acc)
- * is exact up to two planes and rounds like any f32 sum with three.
+ *                     each further plane p: acc = dpbusd(dpbusd(acc << 8, lo_b, xplo_b), hi_b,
+ * xphi_b) tot = fma(float(acc) * xdl_b, s_b, tot) y = reduce_add(tot + bt)       (bt: bias_terms
+ * over the group sums of the quantized x) |acc| < 2^31 with three planes (8 columns x 15 x 128 x
+ * 65793); float(acc) is exact up to two planes and rounds like any f32 sum with three.
  */
 #define TGTV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLV static inline __attribute__((always_inline)) TGTV
 
-INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R, int64_t t0,
-                    const int TT, const int P, float *y, int64_t ldy) {
+INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R,
+                    int64_t t0, const int TT, const int P, float *y, int64_t ldy) {
     const int64_t G = m->group, ng = m->cols / G, wpr = m->cols / 8;
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const uint32_t *w[4];
     const int8_t *xq[8];
     const float *xd[8];
     UNROLL
-    for (int i = 0; i < R; i++) w[i] = (const uint32_t *)m->w + (r + i) * wpr;
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint32_t *)m->w + (r + i) * wpr;
     UNROLL
     for (int t = 0; t < TT; t++) {
         xq[t] = a->xq + (t0 + t) * a->ldxq;
@@ -398,10 +439,12 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++) tot[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < TT; t++)
+        tot[i][t] = _mm512_setzero_ps();
     __m512 sc[4]; /* 16 group scales per row from group sbase on */
     UNROLL
-    for (int i = 0; i < R; i++) sc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++)
+        sc[i] = _mm512_setzero_ps();
     int64_t sbase = -16;
     for (int64_t b = 0; b * 16 < wpr; b++) {
         const int64_t wrem = wpr - b * 16, gb = b * 128 / G;
@@ -409,7 +452,8 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
         if (gb >= sbase + 16) {
             sbase = gb;
             UNROLL
-            for (int i = 0; i < R; i++) sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
+            for (int i = 0; i < R; i++)
+                sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
         }
         const __m512i pat = _mm512_add_epi32(gpat, _mm512_set1_epi32((int)(gb - sbase)));
         __m512i lo[4], hi[4];
@@ -433,10 +477,12 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
                 acc = _mm512_dpbusd_epi32(acc, hi[i], x1h);
                 UNROLL
                 for (int p = 1; p < P; p++) {
-                    acc = _mm512_dpbusd_epi32(_mm512_slli_epi32(acc, 8), lo[i], _mm512_loadu_si512(xb + 128 * p));
+                    acc = _mm512_dpbusd_epi32(_mm512_slli_epi32(acc, 8), lo[i],
+                                              _mm512_loadu_si512(xb + 128 * p));
                     acc = _mm512_dpbusd_epi32(acc, hi[i], _mm512_loadu_si512(xb + 128 * p + 64));
                 }
-                tot[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), dx), sv[i], tot[i][t]);
+                tot[i][t] =
+                    _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), dx), sv[i], tot[i][t]);
             }
         }
     }
@@ -445,14 +491,14 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
     UNROLL
     for (int i = 0; i < R; i++)
         UNROLL
-        for (int t = 0; t < TT; t++)
-            y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
 }
 
-#define Q4X8_TILE(R, TT, P)                                                                                     \
-    TGTV static void q4x8_tile_##R##x##TT##_##P(const e0_mat *m, const k_act *a, __m512i gp, int64_t r,         \
-                                                 int64_t t0, float *y, int64_t ldy) {                           \
-        q4x8_tile(m, a, gp, r, R, t0, TT, P, y, ldy);                                                            \
+#define Q4X8_TILE(R, TT, P)                                                                        \
+    TGTV static void q4x8_tile_##R##x##TT##_##P(const e0_mat *m, const k_act *a, __m512i gp,       \
+                                                int64_t r, int64_t t0, float *y, int64_t ldy) {    \
+        q4x8_tile(m, a, gp, r, R, t0, TT, P, y, ldy);                                              \
     }
 Q4X8_TILE(4, 1, 1)
 Q4X8_TILE(1, 1, 1)
@@ -480,49 +526,67 @@ INLV void q4x8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, flo
             q4_tile_fn one = TT == 4 ? tiles[3] : tiles[1];
             const int R = TT == 4 ? 2 : 4;
             int64_t r = rb;
-            for (; r + R <= re; r += R) big(m, a, gp, r, t0, y, ldy);
-            for (; r < re; r++) one(m, a, gp, r, t0, y, ldy);
+            for (; r + R <= re; r += R)
+                big(m, a, gp, r, t0, y, ldy);
+            for (; r < re; r++)
+                one(m, a, gp, r, t0, y, ldy);
             t0 += TT;
         }
     }
 }
 
-TGTV static void q4x8_rows_1(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_1, q4x8_tile_1x1_1, q4x8_tile_2x4_1, q4x8_tile_1x4_1};
+TGTV static void q4x8_rows_1(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                             int64_t ldy) {
+    static const q4_tile_fn t[4] = {q4x8_tile_4x1_1, q4x8_tile_1x1_1, q4x8_tile_2x4_1,
+                                    q4x8_tile_1x4_1};
     q4x8_rows(m, a, r0, r1, y, ldy, t);
 }
 
-TGTV static void q4x8_rows_2(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_2, q4x8_tile_1x1_2, q4x8_tile_2x4_2, q4x8_tile_1x4_2};
+TGTV static void q4x8_rows_2(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                             int64_t ldy) {
+    static const q4_tile_fn t[4] = {q4x8_tile_4x1_2, q4x8_tile_1x1_2, q4x8_tile_2x4_2,
+                                    q4x8_tile_1x4_2};
     q4x8_rows(m, a, r0, r1, y, ldy, t);
 }
 
-TGTV static void q4x8_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_3, q4x8_tile_1x1_3, q4x8_tile_2x4_3, q4x8_tile_1x4_3};
+TGTV static void q4x8_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                             int64_t ldy) {
+    static const q4_tile_fn t[4] = {q4x8_tile_4x1_3, q4x8_tile_1x1_3, q4x8_tile_2x4_3,
+                                    q4x8_tile_1x4_3};
     q4x8_rows(m, a, r0, r1, y, ldy, t);
 }
 
 /* k_prep_q8 (mat.c) vectorized; bit-identical to it. */
-TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
-                           int64_t nblk) {
+TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
+                           float *xb, int64_t nblk) {
     const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
     for (int64_t b = 0; b < nblk; b++) {
         __m512i q[3][8]; /* int32 codes of the block's 128 columns per plane, 16 per vector */
         for (int m4 = 0; m4 < 4; m4++) {
             const int64_t c0 = b * 128 + m4 * 32;
             const int64_t n0 = cols - c0, n1 = cols - c0 - 16;
-            const __mmask16 k0 = n0 >= 16 ? (__mmask16)0xFFFF : n0 > 0 ? (__mmask16)((1u << n0) - 1) : 0;
-            const __mmask16 k1 = n1 >= 16 ? (__mmask16)0xFFFF : n1 > 0 ? (__mmask16)((1u << n1) - 1) : 0;
-            const __m512 v[2] = {_mm512_maskz_loadu_ps(k0, x + c0), _mm512_maskz_loadu_ps(k1, x + c0 + 16)};
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            const __mmask16 k0 = n0 >= 16 ? (__mmask16)0xFFFF
+                                 : n0 > 0 ? (__mmask16)((1u << n0) - 1)
+                                          : 0;
+            const __mmask16 k1 = n1 >= 16 ? (__mmask16)0xFFFF
+                                 : n1 > 0 ? (__mmask16)((1u << n1) - 1)
+                                          : 0;
+            const __m512 v[2] = {_mm512_maskz_loadu_ps(k0, x + c0),
+                                 _mm512_maskz_loadu_ps(k1, x + c0 + 16)};
+            const float amax =
+                _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
             const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             const __m512 vid = _mm512_set1_ps(id);
-            const __m512 vscale = _mm512_set1_ps(planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f);
+            const __m512 vscale = _mm512_set1_ps(planes == 3   ? 65536.0f
+                                                 : planes == 2 ? 256.0f
+                                                               : 1.0f);
             __m512i sum = _mm512_setzero_si512();
             for (int h = 0; h < 2; h++) {
-                const __m512i n = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(v[h], vid), vscale));
+                const __m512i n =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(v[h], vid), vscale));
                 __m512i rest = n;
-                for (int p = planes - 1; p > 0; p--) { /* sign-extended low byte, then the rest / 256 */
+                for (int p = planes - 1; p > 0;
+                     p--) { /* sign-extended low byte, then the rest / 256 */
                     const __m512i qd = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);
                     q[p][2 * m4 + h] = qd;
                     rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, qd), 8);
@@ -541,7 +605,8 @@ TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq,
                 nat[h] = _mm512_inserti64x4(
                     _mm512_castsi256_si512(_mm256_set_m128i(_mm512_cvtsepi32_epi8(q[p][4 * h + 1]),
                                                             _mm512_cvtsepi32_epi8(q[p][4 * h]))),
-                    _mm256_set_m128i(_mm512_cvtsepi32_epi8(q[p][4 * h + 3]), _mm512_cvtsepi32_epi8(q[p][4 * h + 2])),
+                    _mm256_set_m128i(_mm512_cvtsepi32_epi8(q[p][4 * h + 3]),
+                                     _mm512_cvtsepi32_epi8(q[p][4 * h + 2])),
                     1);
             /* as int16 words: the low byte of word j is column 2j, the high byte 2j + 1 */
             const __m256i ev0 = _mm512_cvtepi16_epi8(nat[0]), ev1 = _mm512_cvtepi16_epi8(nat[1]);
@@ -555,8 +620,8 @@ TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq,
 }
 
 k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes) {
-    if (m->type == E0_W_QAFF && m->bits == 4 && m->cols % 8 == 0 && m->group % 32 == 0 && m->cols % m->group == 0 &&
-        (128 % m->group == 0 || m->group % 128 == 0)) {
+    if (m->type == E0_W_QAFF && m->bits == 4 && m->cols % 8 == 0 && m->group % 32 == 0 &&
+        m->cols % m->group == 0 && (128 % m->group == 0 || m->group % 128 == 0)) {
         *lanes = 16;
         *need = (planes == 3 ? K_NEED_XQ3 : planes == 2 ? K_NEED_XQ2 : K_NEED_XQ) | K_NEED_XS;
         return planes == 3 ? q4x8_rows_3 : planes == 2 ? q4x8_rows_2 : q4x8_rows_1;
@@ -570,25 +635,29 @@ k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes) {
  * Per column chunk: u = sum_i (St[i] *= decay) k_i (fma chains over even and
  * odd i, added at the end), d = beta (v - u), then o = sum_i (St[i] += k_i d) q_i
  * (the same two chains). */
-TGT void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay,
-                             int Dk, int Dv, float *o) {
+TGT void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                             float decay, int Dk, int Dv, float *o) {
     const __m512 vdecay = _mm512_set1_ps(decay), vbeta = _mm512_set1_ps(beta);
     for (int c = 0; c < Dv; c += 64) {
         const int nv = Dv - c >= 64 ? 4 : (Dv - c) / 16;
         __m512 u0[4], u1[4], d[4];
-        for (int j = 0; j < 4; j++) u0[j] = u1[j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; j++)
+            u0[j] = u1[j] = _mm512_setzero_ps();
         for (int i = 0; i < Dk; i++) {
             float *row = St + (size_t)i * Dv + c;
             const __m512 ki = _mm512_set1_ps(k[i]);
             for (int j = 0; j < nv; j++) {
                 const __m512 sv = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * j), vdecay);
                 _mm512_storeu_ps(row + 16 * j, sv);
-                if (i & 1) u1[j] = _mm512_fmadd_ps(sv, ki, u1[j]);
-                else u0[j] = _mm512_fmadd_ps(sv, ki, u0[j]);
+                if (i & 1)
+                    u1[j] = _mm512_fmadd_ps(sv, ki, u1[j]);
+                else
+                    u0[j] = _mm512_fmadd_ps(sv, ki, u0[j]);
             }
         }
         for (int j = 0; j < nv; j++) {
-            d[j] = _mm512_mul_ps(vbeta, _mm512_sub_ps(_mm512_loadu_ps(v + c + 16 * j), _mm512_add_ps(u0[j], u1[j])));
+            d[j] = _mm512_mul_ps(
+                vbeta, _mm512_sub_ps(_mm512_loadu_ps(v + c + 16 * j), _mm512_add_ps(u0[j], u1[j])));
             u0[j] = u1[j] = _mm512_setzero_ps();
         }
         for (int i = 0; i < Dk; i++) {
@@ -597,11 +666,55 @@ TGT void k_avx512_delta_step(float *St, const float *k, const float *q, const fl
             for (int j = 0; j < nv; j++) {
                 const __m512 sv = _mm512_fmadd_ps(ki, d[j], _mm512_loadu_ps(row + 16 * j));
                 _mm512_storeu_ps(row + 16 * j, sv);
-                if (i & 1) u1[j] = _mm512_fmadd_ps(sv, qi, u1[j]);
-                else u0[j] = _mm512_fmadd_ps(sv, qi, u0[j]);
+                if (i & 1)
+                    u1[j] = _mm512_fmadd_ps(sv, qi, u1[j]);
+                else
+                    u0[j] = _mm512_fmadd_ps(sv, qi, u0[j]);
             }
         }
-        for (int j = 0; j < nv; j++) _mm512_storeu_ps(o + c + 16 * j, _mm512_add_ps(u0[j], u1[j]));
+        for (int j = 0; j < nv; j++)
+            _mm512_storeu_ps(o + c + 16 * j, _mm512_add_ps(u0[j], u1[j]));
+    }
+}
+
+/* ---- attention of one head ------------------------------------------------------
+ * s_j: 16 columns at a time into four accumulators (column block c goes to
+ * accumulator c % 4), summed as ((a0 + a1) + (a2 + a3)) and reduced, times
+ * scale; softmax with expf as the reference; then o over 64 columns at a
+ * time: o += (e_j / sum) v_j in order of j. */
+TGT void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n,
+                         int hd, float scale, float *scores, float *o) {
+    const int nb = hd / 16;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *k = kc + (size_t)j * stride;
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+        for (int b = 0; b < nb; b++)
+            a[b & 3] =
+                _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * b), _mm512_loadu_ps(k + 16 * b), a[b & 3]);
+        const float d = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+        scores[j] = d * scale;
+        if (scores[j] > mx) mx = scores[j];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++)
+        sum += scores[j] = expf(scores[j] - mx);
+    for (int j = 0; j < n; j++)
+        scores[j] /= sum;
+    for (int c = 0; c < nb; c += 4) {
+        const int nv = nb - c < 4 ? nb - c : 4;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        for (int j = 0; j < n; j++) {
+            const float *v = vc + (size_t)j * stride + 16 * c;
+            const __m512 p = _mm512_set1_ps(scores[j]);
+            for (int u = 0; u < nv; u++)
+                acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * u), acc[u]);
+        }
+        for (int u = 0; u < nv; u++)
+            _mm512_storeu_ps(o + 16 * (c + u), acc[u]);
     }
 }
 
@@ -610,7 +723,9 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     switch (m->type) {
     case E0_W_F32:
     case E0_W_BF16:
-    case E0_W_F16: *need = K_NEED_X; return fw_rows;
+    case E0_W_F16:
+        *need = K_NEED_X;
+        return fw_rows;
     case E0_W_QAFF:
         if (m->bits == 4 && m->cols % 8 == 0 && m->group % 8 == 0 && m->cols % m->group == 0 &&
             (128 % m->group == 0 || m->group % 128 == 0)) {
@@ -628,6 +743,11 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
 
 #else
 
+void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                     float scale, float *scores, float *o) {
+    mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
+}
+
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     (void)m, (void)need, (void)lanes;
     return NULL;
@@ -638,12 +758,13 @@ k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes) {
     return NULL;
 }
 
-void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk) {
+void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
+                      int64_t nblk) {
     k_prep_q8(x, cols, planes, xq, xdl, xb, nblk);
 }
 
-void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                         int Dv, float *o) {
+void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                         float decay, int Dk, int Dv, float *o) {
     mat_delta_step_ref(St, k, q, v, beta, decay, Dk, Dv, o);
 }
 

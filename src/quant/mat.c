@@ -15,14 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t stype_size(e0_stype s) { return s == E0_S_F32 ? 4 : 2; }
+static size_t stype_size(e0_stype s) {
+    return s == E0_S_F32 ? 4 : 2;
+}
 
 size_t mat_row_bytes(const e0_mat *m) {
     switch (m->type) {
-    case E0_W_F32: return (size_t)m->cols * 4;
+    case E0_W_F32:
+        return (size_t)m->cols * 4;
     case E0_W_BF16:
-    case E0_W_F16: return (size_t)m->cols * 2;
-    case E0_W_QAFF: return (size_t)m->cols * (size_t)m->bits / 8;
+    case E0_W_F16:
+        return (size_t)m->cols * 2;
+    case E0_W_QAFF:
+        return (size_t)m->cols * (size_t)m->bits / 8;
     }
     return 0;
 }
@@ -48,9 +53,12 @@ e0_mat mat_rows(const e0_mat *m, int64_t r0, int64_t n) {
 
 static float sval(e0_stype t, const void *p, size_t i) {
     switch (t) {
-    case E0_S_BF16: return e0_bf16_to_f32(e0_ld16(p, i));
-    case E0_S_F16: return e0_f16_to_f32(e0_ld16(p, i));
-    case E0_S_F32: return e0_ldf32(p, i);
+    case E0_S_BF16:
+        return e0_bf16_to_f32(e0_ld16(p, i));
+    case E0_S_F16:
+        return e0_f16_to_f32(e0_ld16(p, i));
+    case E0_S_F32:
+        return e0_ldf32(p, i);
     }
     return 0;
 }
@@ -58,12 +66,16 @@ static float sval(e0_stype t, const void *p, size_t i) {
 void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) {
     const uint8_t *row = (const uint8_t *)m->w + (size_t)r * mat_row_bytes(m);
     switch (m->type) {
-    case E0_W_F32: memcpy(out, row + (size_t)c0 * 4, (size_t)n * 4); return;
+    case E0_W_F32:
+        memcpy(out, row + (size_t)c0 * 4, (size_t)n * 4);
+        return;
     case E0_W_BF16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_bf16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
+        for (int64_t i = 0; i < n; i++)
+            out[i] = e0_bf16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
         return;
     case E0_W_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_f16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
+        for (int64_t i = 0; i < n; i++)
+            out[i] = e0_f16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
         return;
     case E0_W_QAFF: {
         const size_t gpr = (size_t)(m->cols / m->group);
@@ -84,17 +96,20 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) 
 
 #define CHUNK 512
 
-void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {
+void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy) {
     float w[CHUNK];
     for (int64_t r = 0; r < m->rows; r++) {
-        for (int64_t t = 0; t < T; t++) y[t * ldy + r] = 0.0f;
+        for (int64_t t = 0; t < T; t++)
+            y[t * ldy + r] = 0.0f;
         for (int64_t c0 = 0; c0 < m->cols; c0 += CHUNK) {
             int64_t n = m->cols - c0 < CHUNK ? m->cols - c0 : CHUNK;
             mat_dequant(m, r, c0, n, w);
             for (int64_t t = 0; t < T; t++) {
                 const float *xt = x + t * ldx + c0;
                 float acc = 0.0f;
-                for (int64_t i = 0; i < n; i++) acc += w[i] * xt[i];
+                for (int64_t i = 0; i < n; i++)
+                    acc += w[i] * xt[i];
                 y[t * ldy + r] += acc;
             }
         }
@@ -124,7 +139,8 @@ int mat_kernels_supported(e0_kernels k) {
     __builtin_cpu_init();
     switch (k) {
     case E0_KERNELS_AUTO:
-    case E0_KERNELS_REF: return 1;
+    case E0_KERNELS_REF:
+        return 1;
     case E0_KERNELS_AVX2:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case E0_KERNELS_AVX512:
@@ -135,7 +151,8 @@ int mat_kernels_supported(e0_kernels k) {
     case E0_KERNELS_AVX512_Q16:
     case E0_KERNELS_AVX512_Q24:
         return __builtin_cpu_supports("avx512vnni") && mat_kernels_supported(E0_KERNELS_AVX512);
-    case E0_KERNELS_F32: return 1;
+    case E0_KERNELS_F32:
+        return 1;
     }
     return 0;
 #else
@@ -145,7 +162,8 @@ int mat_kernels_supported(e0_kernels k) {
 
 static e0_kernels resolve(e0_kernels k) {
     if (k != E0_KERNELS_AUTO && k != E0_KERNELS_F32) return k;
-    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_Q24)) return E0_KERNELS_AVX512_Q24;
+    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_Q24))
+        return E0_KERNELS_AVX512_Q24;
     if (mat_kernels_supported(E0_KERNELS_AVX512)) return E0_KERNELS_AVX512;
     if (mat_kernels_supported(E0_KERNELS_AVX2)) return E0_KERNELS_AVX2;
     return E0_KERNELS_REF;
@@ -153,14 +171,16 @@ static e0_kernels resolve(e0_kernels k) {
 
 /* The f32-activation set behind k. */
 static e0_kernels f32_of(e0_kernels k) {
-    return k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_Q24 ? E0_KERNELS_AVX512
-                                                                                                 : k;
+    return k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_Q24
+               ? E0_KERNELS_AVX512
+               : k;
 }
 
 int mat_set_kernels(e0_kernels k) {
     if (!mat_kernels_supported(k)) return E0_EUNSUPPORTED;
     /* AUTO stays unresolved: the next call resolves it, $E0_KERNELS included */
-    atomic_store_explicit(&g_kernels, (int)(k == E0_KERNELS_AUTO ? k : resolve(k)), memory_order_relaxed);
+    atomic_store_explicit(&g_kernels, (int)(k == E0_KERNELS_AUTO ? k : resolve(k)),
+                          memory_order_relaxed);
     return 0;
 }
 
@@ -170,14 +190,14 @@ int mat_set_kernels(e0_kernels k) {
 static e0_kernels env_kernels(void) {
     const char *v = getenv("E0_KERNELS");
     if (!v) return E0_KERNELS_AUTO;
-    e0_kernels k = !strcmp(v, "ref") ? E0_KERNELS_REF
-                   : !strcmp(v, "avx2") ? E0_KERNELS_AVX2
-                   : !strcmp(v, "avx512") ? E0_KERNELS_AVX512
-                   : !strcmp(v, "avx512-q8") ? E0_KERNELS_AVX512_Q8
+    e0_kernels k = !strcmp(v, "ref")          ? E0_KERNELS_REF
+                   : !strcmp(v, "avx2")       ? E0_KERNELS_AVX2
+                   : !strcmp(v, "avx512")     ? E0_KERNELS_AVX512
+                   : !strcmp(v, "avx512-q8")  ? E0_KERNELS_AVX512_Q8
                    : !strcmp(v, "avx512-q16") ? E0_KERNELS_AVX512_Q16
                    : !strcmp(v, "avx512-q24") ? E0_KERNELS_AVX512_Q24
-                   : !strcmp(v, "f32") ? E0_KERNELS_F32
-                                          : E0_KERNELS_AUTO;
+                   : !strcmp(v, "f32")        ? E0_KERNELS_F32
+                                              : E0_KERNELS_AUTO;
     return mat_kernels_supported(k) ? k : E0_KERNELS_AUTO;
 }
 
@@ -193,13 +213,20 @@ e0_kernels mat_kernels(void) {
 const char *mat_kernels_name(void) {
     switch (mat_kernels()) {
     case E0_KERNELS_AUTO:
-    case E0_KERNELS_F32: break;
-    case E0_KERNELS_REF: return "ref";
-    case E0_KERNELS_AVX2: return "avx2";
-    case E0_KERNELS_AVX512: return "avx512";
-    case E0_KERNELS_AVX512_Q8: return "avx512-q8";
-    case E0_KERNELS_AVX512_Q16: return "avx512-q16";
-    case E0_KERNELS_AVX512_Q24: return "avx512-q24";
+    case E0_KERNELS_F32:
+        break;
+    case E0_KERNELS_REF:
+        return "ref";
+    case E0_KERNELS_AVX2:
+        return "avx2";
+    case E0_KERNELS_AVX512:
+        return "avx512";
+    case E0_KERNELS_AVX512_Q8:
+        return "avx512-q8";
+    case E0_KERNELS_AVX512_Q16:
+        return "avx512-q16";
+    case E0_KERNELS_AVX512_Q24:
+        return "avx512-q24";
     }
     return "?";
 }
@@ -208,7 +235,9 @@ const char *mat_kernels_name(void) {
  * key's destructor frees it when the thread exits. */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static void scratch_key_make(void) { pthread_key_create(&scratch_key, free); }
+static void scratch_key_make(void) {
+    pthread_key_create(&scratch_key, free);
+}
 
 #define SCRATCH_HDR 64
 
@@ -238,13 +267,16 @@ void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs)
     const int64_t ng = cols / group;
     for (int64_t g = 0; g < ng; g++) {
         float s = 0.0f;
-        for (int i = 0; i < group; i++) s += x[g * group + i];
+        for (int i = 0; i < group; i++)
+            s += x[g * group + i];
         xs[g] = s;
     }
-    for (int64_t g = ng; g < ldxs; g++) xs[g] = 0.0f;
+    for (int64_t g = ng; g < ldxs; g++)
+        xs[g] = 0.0f;
 }
 
-void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb, int64_t nblk) {
+void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
+               int64_t nblk) {
     for (int64_t b = 0; b < nblk; b++)
         for (int m4 = 0; m4 < 4; m4++) {
             const int64_t c0 = b * 128 + m4 * 32;
@@ -257,11 +289,13 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
             const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) {
-                /* n = rint(x / d * 256^(planes-1)), |n| <= 127 * 256^(planes-1): exact in f32 and int32 */
+                /* n = rint(x / d * 256^(planes-1)), |n| <= 127 * 256^(planes-1): exact in f32 and
+                 * int32 */
                 const int32_t n = (int32_t)lrintf((c0 + i < cols ? x[c0 + i] : 0.0f) * id * scale);
                 const int j = m4 * 32 + i; /* column within the block */
                 int32_t rest = n;
-                for (int p = planes - 1; p >= 0; p--) { /* signed base-256 digits, the last plane lowest */
+                for (int p = planes - 1; p >= 0;
+                     p--) { /* signed base-256 digits, the last plane lowest */
                     int32_t q = p ? ((rest + 128) & 255) - 128 : rest;
                     if (!p) q = q < -128 ? -128 : q > 127 ? 127 : q;
                     xq[(b * planes + p) * 128 + (j & 1) * 64 + j / 2] = (int8_t)q;
@@ -270,7 +304,8 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
                 sum += n;
             }
             const float dl = planes == 3 ? d / 65536.0f : planes == 2 ? d / 256.0f : d;
-            for (int l = 0; l < 4; l++) xdl[b * 16 + m4 * 4 + l] = dl;
+            for (int l = 0; l < 4; l++)
+                xdl[b * 16 + m4 * 4 + l] = dl;
             xb[b * 4 + m4] = dl * (float)sum;
         }
 }
@@ -296,24 +331,30 @@ static void mm_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 
 /* Below this many multiply-adds a call stays in the caller's thread. */
 #define PAR_MIN_MACS (1 << 18)
-#define ROW_ALIGN 16
+#define ROW_ALIGN    16
 
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int *need, int *lanes) {
     switch (k) {
-    case E0_KERNELS_AVX512_Q8: return k_avx512_q8_pick(m, 1, need, lanes);
-    case E0_KERNELS_AVX512_Q16: return k_avx512_q8_pick(m, 2, need, lanes);
-    case E0_KERNELS_AVX512_Q24: return k_avx512_q8_pick(m, 3, need, lanes);
-    case E0_KERNELS_AVX512: return k_avx512_pick(m, need, lanes);
-    case E0_KERNELS_AVX2: return k_avx2_pick(m, need, lanes);
+    case E0_KERNELS_AVX512_Q8:
+        return k_avx512_q8_pick(m, 1, need, lanes);
+    case E0_KERNELS_AVX512_Q16:
+        return k_avx512_q8_pick(m, 2, need, lanes);
+    case E0_KERNELS_AVX512_Q24:
+        return k_avx512_q8_pick(m, 3, need, lanes);
+    case E0_KERNELS_AVX512:
+        return k_avx512_pick(m, need, lanes);
+    case E0_KERNELS_AVX2:
+        return k_avx2_pick(m, need, lanes);
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
-    case E0_KERNELS_REF: break;
+    case E0_KERNELS_REF:
+        break;
     }
     return NULL;
 }
 
-static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
-                        int64_t ldy) {
+static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t ldx, int64_t T,
+                        float *y, int64_t ldy) {
     if (m->rows <= 0 || T <= 0) return;
     k_act a = {.T = T, .x = x, .ldx = ldx};
     int need = 0, lanes = 16;
@@ -350,10 +391,12 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
                     const int64_t ng = m->cols / m->group, per = m->group / 32;
                     for (int64_t g = 0; g < ng; g++) {
                         float sum = 0.0f;
-                        for (int64_t i = 0; i < per; i++) sum += xb[g * per + i];
+                        for (int64_t i = 0; i < per; i++)
+                            sum += xb[g * per + i];
                         xs[g] = sum;
                     }
-                    for (int64_t g = ng; g < ldxs; g++) xs[g] = 0.0f;
+                    for (int64_t g = ng; g < ldxs; g++)
+                        xs[g] = 0.0f;
                 } else if (ldxs) {
                     k_prep_xs(xt, m->cols, m->group, xs, ldxs);
                 }
@@ -371,29 +414,37 @@ void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *
     matmul_with(mat_kernels(), m, x, ldx, T, y, ldy);
 }
 
-void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {
+void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy) {
     matmul_with(f32_of(mat_kernels()), m, x, ldx, T, y, ldy);
 }
 
 /* ---- Gated DeltaNet step ------------------------------------------------------ */
 
-void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                        int Dv, float *o) {
-    for (int i = 0; i < Dk * Dv; i++) St[i] *= decay;
+void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta,
+                        float decay, int Dk, int Dv, float *o) {
+    for (int i = 0; i < Dk * Dv; i++)
+        St[i] *= decay;
     /* o temporarily holds S^T k, then the delta d */
-    for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+    for (int j = 0; j < Dv; j++)
+        o[j] = 0.0f;
     for (int i = 0; i < Dk; i++)
-        for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * k[i];
-    for (int j = 0; j < Dv; j++) o[j] = beta * (v[j] - o[j]);
+        for (int j = 0; j < Dv; j++)
+            o[j] += St[(size_t)i * Dv + j] * k[i];
+    for (int j = 0; j < Dv; j++)
+        o[j] = beta * (v[j] - o[j]);
     for (int i = 0; i < Dk; i++)
-        for (int j = 0; j < Dv; j++) St[(size_t)i * Dv + j] += k[i] * o[j];
-    for (int j = 0; j < Dv; j++) o[j] = 0.0f;
+        for (int j = 0; j < Dv; j++)
+            St[(size_t)i * Dv + j] += k[i] * o[j];
+    for (int j = 0; j < Dv; j++)
+        o[j] = 0.0f;
     for (int i = 0; i < Dk; i++)
-        for (int j = 0; j < Dv; j++) o[j] += St[(size_t)i * Dv + j] * q[i];
+        for (int j = 0; j < Dv; j++)
+            o[j] += St[(size_t)i * Dv + j] * q[i];
 }
 
-void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                    int Dv, float *o) {
+void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                    float decay, int Dk, int Dv, float *o) {
     switch (mat_kernels()) {
     case E0_KERNELS_AVX512:
     case E0_KERNELS_AVX512_Q8:
@@ -412,7 +463,54 @@ void mat_delta_step(float *St, const float *k, const float *q, const float *v, f
         break;
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
-    case E0_KERNELS_REF: break;
+    case E0_KERNELS_REF:
+        break;
     }
     mat_delta_step_ref(St, k, q, v, beta, decay, Dk, Dv, o);
+}
+
+/* ---- attention of one head ------------------------------------------------------ */
+
+void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                    float scale, float *scores, float *o) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *k = kc + (size_t)j * stride;
+        float d = 0.0f;
+        for (int i = 0; i < hd; i++)
+            d += q[i] * k[i];
+        scores[j] = d * scale;
+        if (scores[j] > mx) mx = scores[j];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++)
+        sum += scores[j] = expf(scores[j] - mx);
+    memset(o, 0, (size_t)hd * sizeof *o);
+    for (int j = 0; j < n; j++) {
+        const float p = scores[j] / sum;
+        const float *v = vc + (size_t)j * stride;
+        for (int i = 0; i < hd; i++)
+            o[i] += p * v[i];
+    }
+}
+
+void mat_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                float scale, float *scores, float *o) {
+    switch (mat_kernels()) {
+    case E0_KERNELS_AVX512:
+    case E0_KERNELS_AVX512_Q8:
+    case E0_KERNELS_AVX512_Q16:
+    case E0_KERNELS_AVX512_Q24:
+        if (hd % 16 == 0) {
+            k_avx512_attend(q, kc, vc, stride, n, hd, scale, scores, o);
+            return;
+        }
+        break;
+    case E0_KERNELS_AVX2:
+    case E0_KERNELS_AUTO:
+    case E0_KERNELS_F32:
+    case E0_KERNELS_REF:
+        break;
+    }
+    mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
 }

@@ -20,11 +20,11 @@ typedef enum { E0_S_BF16, E0_S_F16, E0_S_F32 } e0_stype;
 typedef struct {
     e0_wtype type;
     int64_t rows, cols;
-    int bits, group;       /* E0_W_QAFF */
-    e0_stype stype;        /* dtype of scales / biases */
-    const void *w;         /* F32/BF16/F16: [rows, cols]; QAFF: u32 [rows, cols*bits/32] */
-    const void *scales;    /* [rows, cols/group] */
-    const void *biases;    /* [rows, cols/group] */
+    int bits, group;    /* E0_W_QAFF */
+    e0_stype stype;     /* dtype of scales / biases */
+    const void *w;      /* F32/BF16/F16: [rows, cols]; QAFF: u32 [rows, cols*bits/32] */
+    const void *scales; /* [rows, cols/group] */
+    const void *biases; /* [rows, cols/group] */
 } e0_mat;
 
 /* Bytes of one row of each part (QAFF: weight words; scales; biases). */
@@ -63,14 +63,14 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * faster and lossy: Q16 keeps every fixture's routing and logits within
  * 4e-4; Q8 changes routing on the mlx fixtures. */
 typedef enum {
-    E0_KERNELS_AUTO,      /* the default (see above) */
-    E0_KERNELS_REF,       /* mat_matmul_ref (still split across the pool) */
-    E0_KERNELS_AVX2,      /* AVX2 + FMA + F16C, f32 activations */
-    E0_KERNELS_AVX512,    /* AVX-512 F/BW/VL/DQ, f32 activations */
-    E0_KERNELS_AVX512_Q8, /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
-    E0_KERNELS_AVX512_Q16,/* as Q8 with two int8 planes (~16-bit activations) */
-    E0_KERNELS_AVX512_Q24,/* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_F32,       /* the fastest f32-activation set this CPU runs */
+    E0_KERNELS_AUTO,       /* the default (see above) */
+    E0_KERNELS_REF,        /* mat_matmul_ref (still split across the pool) */
+    E0_KERNELS_AVX2,       /* AVX2 + FMA + F16C, f32 activations */
+    E0_KERNELS_AVX512,     /* AVX-512 F/BW/VL/DQ, f32 activations */
+    E0_KERNELS_AVX512_Q8,  /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
+    E0_KERNELS_AVX512_Q16, /* as Q8 with two int8 planes (~16-bit activations) */
+    E0_KERNELS_AVX512_Q24, /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
+    E0_KERNELS_F32,        /* the fastest f32-activation set this CPU runs */
 } e0_kernels;
 
 /* Process-wide; set it while no matmul runs (tests, startup). While the
@@ -89,9 +89,20 @@ int mat_kernels_supported(e0_kernels k);
  * kernel set in force (REF: the scalar reference, mat_delta_step_ref):
  *   St *= decay; u = St^T k; d = beta (v - u); St += k d^T; o = St^T q
  * St: [Dk, Dv] (row i belongs to key dim i), k, q: [Dk], v, o: [Dv]. */
-void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                    int Dv, float *o);
-void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta, float decay, int Dk,
-                        int Dv, float *o);
+void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
+                    float decay, int Dk, int Dv, float *o);
+void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta,
+                        float decay, int Dk, int Dv, float *o);
+
+/* Attention of one query head over n cached positions (DESIGN.md section 1):
+ *   s_j = scale (q . k_j); p = softmax(s); o = sum_j p_j v_j
+ * with k_j = kc + j * stride and v_j = vc + j * stride (hd floats each);
+ * scores: n floats of scratch. In the kernel set in force (REF and sets
+ * without a version: mat_attend_ref, whose order the kernels document
+ * against). */
+void mat_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                float scale, float *scores, float *o);
+void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                    float scale, float *scores, float *o);
 
 #endif
