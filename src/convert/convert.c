@@ -1,8 +1,8 @@
 /* edge0 convert: Hugging Face checkpoint -> mlx layout. See convert.h for
- * what is written; this file is the plan (names, shapes, checks, shards and
- * headers), the streaming writer (worker threads with read-ahead, ordered
- * pwrites), config.json and the index; convert_fs.c has the copies and the
- * atomic directory.
+ * what is written; this file is the plan (names, shapes, checks), the
+ * producer of every job's rows (read-ahead, pread, quantize) and
+ * config.json; io/stwriter.c lays out and writes the shards, the index and
+ * the atomic directory; convert_fs.c has the copies and the --force checks.
  *
  * Traps this code handles (each would silently give a wrong model):
  *  - hybrid norms: input/post-attention/final/q/k are zero-centred in HF and
@@ -21,6 +21,7 @@
 #include "convert/convert_fs.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "io/stwriter.h"
 #include "quant/quantize.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -28,25 +29,19 @@
 #include "util/sbuf.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#define CHUNK_BYTES (16u << 20)    /* source rows per job, as f32 */
+#define CHUNK_BYTES    (16u << 20)  /* source rows per job, as f32 */
 #define PREFETCH_BYTES (256u << 20) /* source read ahead of the workers */
-#define NAME_LEN 512
-#define ROUTER_BITS 8
-#define ROUTER_GROUP 64
+#define NAME_LEN       512
+#define ROUTER_BITS    8
+#define ROUTER_GROUP   64
 
 void convert_opts_default(convert_opts *o) {
     memset(o, 0, sizeof *o);
@@ -56,21 +51,17 @@ void convert_opts_default(convert_opts *o) {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void shape_str(char *buf, size_t n, int ndim, const uint64_t *shape) {
     size_t o = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < ndim && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+        o +=
+            (size_t)snprintf(buf + o, n - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-static bool float_dtype(st_dtype t) { return t == ST_BF16 || t == ST_F16 || t == ST_F32; }
+static bool float_dtype(st_dtype t) {
+    return t == ST_BF16 || t == ST_F16 || t == ST_F32;
+}
 
 /* f32 -> f16, round to nearest even (only for F16 norms that get + 1). */
 static uint16_t f32_to_f16(float f) {
@@ -78,9 +69,9 @@ static uint16_t f32_to_f16(float f) {
     memcpy(&u, &f, sizeof u);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;       /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u;      /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                             /* below 2^-14: subnormal */
+    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                       /* below 2^-14: subnormal */
         float v;
         memcpy(&v, &a, sizeof v);
         return sign | (uint16_t)rintf(v * 16777216.0f); /* exact scaling by 2^24 */
@@ -93,10 +84,12 @@ static uint16_t f32_to_f16(float f) {
 static void load_f32(st_dtype dt, const uint8_t *src, int64_t n, float *out) {
     switch (dt) {
     case ST_BF16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_bf16_to_f32(e0_ld16(src, (size_t)i));
+        for (int64_t i = 0; i < n; i++)
+            out[i] = e0_bf16_to_f32(e0_ld16(src, (size_t)i));
         break;
     case ST_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = e0_f16_to_f32(e0_ld16(src, (size_t)i));
+        for (int64_t i = 0; i < n; i++)
+            out[i] = e0_f16_to_f32(e0_ld16(src, (size_t)i));
         break;
     default:
         memcpy(out, src, (size_t)n * sizeof *out);
@@ -126,7 +119,7 @@ typedef struct {
 
 /* One output tensor (float) or quantized module (weight, scales, biases). */
 typedef struct {
-    char *name;      /* float: tensor name; quantized: module path */
+    char *name; /* float: tensor name; quantized: module path */
     bool quant;
     bool listed;     /* per-module entry in config.json "quantization" */
     int bits, group; /* quantized */
@@ -136,9 +129,6 @@ typedef struct {
     uint64_t shape[ST_MAX_DIMS]; /* float: as written; quantized: logical [..., out, in] */
     int64_t rows, cols;          /* rows of `cols` source values */
     size_t seg0, nseg;
-    uint32_t shard;
-    uint64_t off;            /* in the shard's data section */
-    uint64_t wbytes, sbytes; /* weight (or float data) bytes; scales bytes (= biases bytes) */
     uint64_t src_bytes;
 } item;
 
@@ -148,56 +138,63 @@ typedef struct {
     st_set *st;
     e0_config cfg;
     bool have_cfg;
-    char sp[64];          /* source name prefix ("model.", "model.language_model.") */
-    char op[64];          /* output prefix */
-    const char *lm_out;   /* output lm_head module */
-    const char *layout;   /* "hf" / "hf-fused" of the first MoE layer */
+    char sp[64];        /* source name prefix ("model.", "model.language_model.") */
+    char op[64];        /* output prefix */
+    const char *lm_out; /* output lm_head module */
+    const char *layout; /* "hf" / "hf-fused" of the first MoE layer */
     item *it;
     size_t n, cap;
     seg *sg;
     size_t nsg, capsg;
-    uint8_t *used;        /* [st_count]: 1 converted, 2 dropped */
-    size_t dropped, quantized, out_tensors;
+    uint8_t *used; /* [st_count]: 1 converted, 2 dropped */
+    size_t dropped, quantized;
     char dropped_example[128];
-    int nshards;
-    uint64_t *data_bytes; /* [nshards] */
-    char **hdr;           /* [nshards] u64 length + padded JSON */
-    size_t *hdr_len;
-    uint64_t total_src, total_data, total_bytes;
+    stw w; /* the output's shards, headers and jobs */
+    uint64_t total_src;
+    size_t max_cols;
     char *err;
 } plan;
 
-static size_t tidx(const plan *p, const st_tensor *t) { return (size_t)(t - st_at(p->st, 0)); }
+static size_t tidx(const plan *p, const st_tensor *t) {
+    return (size_t)(t - st_at(p->st, 0));
+}
 
-static const char *tfile(const plan *p, const st_tensor *t) { return st_file_path(p->st, t->file); }
+static const char *tfile(const plan *p, const st_tensor *t) {
+    return st_file_path(p->st, t->file);
+}
 
 /* A source tensor that must exist with this shape and a float dtype. */
 static int need(plan *p, const char *name, int ndim, const int64_t *shape, const st_tensor **out) {
     const st_tensor *t = st_get(p->st, name);
     if (!t)
-        return e0_fail(p->err, E0_ENOTFOUND, "%s: tensor %s is missing (config.json describes a %s model with %d layers)",
+        return e0_fail(p->err, E0_ENOTFOUND,
+                       "%s: tensor %s is missing (config.json describes a %s model with %d layers)",
                        p->src, name, p->cfg.family_name, p->cfg.n_layers);
     if (!float_dtype(t->dtype))
         return e0_fail(p->err, E0_EUNSUPPORTED,
-                       "%s: tensor %s has dtype %s, which convert cannot read (it converts BF16, F16 and F32 weights)",
+                       "%s: tensor %s has dtype %s, which convert cannot read (it converts BF16, "
+                       "F16 and F32 weights)",
                        tfile(p, t), name, st_dtype_name(t->dtype));
     bool ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = (int64_t)t->shape[i] == shape[i];
+    for (int i = 0; ok && i < ndim; i++)
+        ok = (int64_t)t->shape[i] == shape[i];
     if (!ok) {
         char have[128], want[128];
         uint64_t w[ST_MAX_DIMS];
-        for (int i = 0; i < ndim; i++) w[i] = (uint64_t)shape[i];
+        for (int i = 0; i < ndim; i++)
+            w[i] = (uint64_t)shape[i];
         shape_str(have, sizeof have, t->ndim, t->shape);
         shape_str(want, sizeof want, ndim, w);
-        return e0_fail(p->err, E0_EFORMAT, "%s: tensor %s has shape %s but config.json implies %s", tfile(p, t),
-                       name, have, want);
+        return e0_fail(p->err, E0_EFORMAT, "%s: tensor %s has shape %s but config.json implies %s",
+                       tfile(p, t), name, have, want);
     }
     p->used[tidx(p, t)] = 1;
     *out = t;
     return 0;
 }
 
-static item *new_item(plan *p, const char *name, bool quant, int ndim, const uint64_t *shape, int64_t cols) {
+static item *new_item(plan *p, const char *name, bool quant, int ndim, const uint64_t *shape,
+                      int64_t cols) {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 256;
         item *ni = realloc(p->it, cap * sizeof *ni);
@@ -213,7 +210,8 @@ static item *new_item(plan *p, const char *name, bool quant, int ndim, const uin
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     uint64_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
     t->cols = cols;
     t->rows = (int64_t)(numel / (uint64_t)cols);
     t->seg0 = p->nsg;
@@ -245,12 +243,14 @@ static int add_seg(plan *p, const st_tensor *t, int64_t row0, int64_t n) {
     return 0;
 }
 
-static bool quantizable(int64_t cols, int bits, int group) { return cols % group == 0 && (cols * bits) % 32 == 0; }
+static bool quantizable(int64_t cols, int bits, int group) {
+    return cols % group == 0 && (cols * bits) % 32 == 0;
+}
 
 /* A matrix module out_base: [lead x] [rows, cols], quantized when its width
  * divides into groups, else kept in `dtype`. Sources are added by the caller. */
-static int mat_item(plan *p, const char *out_base, int64_t lead, int64_t rows, int64_t cols, bool router,
-                    st_dtype dtype) {
+static int mat_item(plan *p, const char *out_base, int64_t lead, int64_t rows, int64_t cols,
+                    bool router, st_dtype dtype) {
     int bits = router ? ROUTER_BITS : p->o.bits, group = router ? ROUTER_GROUP : p->o.group;
     bool q = quantizable(cols, bits, group);
     uint64_t shape[3];
@@ -272,7 +272,8 @@ static int mat_item(plan *p, const char *out_base, int64_t lead, int64_t rows, i
 }
 
 /* A plain linear layer: src_base.weight [rows, cols] -> out_base. */
-static int linear(plan *p, const char *src_base, const char *out_base, int64_t rows, int64_t cols, bool router) {
+static int linear(plan *p, const char *src_base, const char *out_base, int64_t rows, int64_t cols,
+                  bool router) {
     char name[NAME_LEN];
     snprintf(name, sizeof name, "%s.weight", src_base);
     const st_tensor *t;
@@ -283,7 +284,8 @@ static int linear(plan *p, const char *src_base, const char *out_base, int64_t r
 }
 
 /* A vector [n] copied (dtype: ST_NDTYPES keeps the source's), + add. */
-static int vec(plan *p, const char *src_name, const char *out_name, int64_t n, float add, st_dtype dtype) {
+static int vec(plan *p, const char *src_name, const char *out_name, int64_t n, float add,
+               st_dtype dtype) {
     const st_tensor *t;
     int rc = need(p, src_name, 1, (int64_t[]){n}, &t);
     if (rc) return rc;
@@ -299,19 +301,23 @@ static int vec(plan *p, const char *src_name, const char *out_name, int64_t n, f
 static int plan_attention(plan *p, const char *sb, const char *ob) {
     const e0_config *c = &p->cfg;
     char a[NAME_LEN], b[NAME_LEN];
-    const int64_t H = c->hidden, hd = c->head_dim, nq = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1);
+    const int64_t H = c->hidden, hd = c->head_dim,
+                  nq = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1);
     const int64_t nkv = (int64_t)c->n_kv_heads * hd;
     const float add = c->norm_zero_centred ? 1.0f : 0.0f;
     int rc;
-    if ((rc = linear(p, NM(a, "%sself_attn.q_proj", sb), NM(b, "%sself_attn.q_proj", ob), nq, H, false)) ||
-        (rc = linear(p, NM(a, "%sself_attn.k_proj", sb), NM(b, "%sself_attn.k_proj", ob), nkv, H, false)) ||
-        (rc = linear(p, NM(a, "%sself_attn.v_proj", sb), NM(b, "%sself_attn.v_proj", ob), nkv, H, false)) ||
-        (rc = linear(p, NM(a, "%sself_attn.o_proj", sb), NM(b, "%sself_attn.o_proj", ob), H, (int64_t)c->n_heads * hd,
+    if ((rc = linear(p, NM(a, "%sself_attn.q_proj", sb), NM(b, "%sself_attn.q_proj", ob), nq, H,
                      false)) ||
-        (rc = vec(p, NM(a, "%sself_attn.q_norm.weight", sb), NM(b, "%sself_attn.q_norm.weight", ob), hd, add,
-                  ST_NDTYPES)) ||
-        (rc = vec(p, NM(a, "%sself_attn.k_norm.weight", sb), NM(b, "%sself_attn.k_norm.weight", ob), hd, add,
-                  ST_NDTYPES)))
+        (rc = linear(p, NM(a, "%sself_attn.k_proj", sb), NM(b, "%sself_attn.k_proj", ob), nkv, H,
+                     false)) ||
+        (rc = linear(p, NM(a, "%sself_attn.v_proj", sb), NM(b, "%sself_attn.v_proj", ob), nkv, H,
+                     false)) ||
+        (rc = linear(p, NM(a, "%sself_attn.o_proj", sb), NM(b, "%sself_attn.o_proj", ob), H,
+                     (int64_t)c->n_heads * hd, false)) ||
+        (rc = vec(p, NM(a, "%sself_attn.q_norm.weight", sb), NM(b, "%sself_attn.q_norm.weight", ob),
+                  hd, add, ST_NDTYPES)) ||
+        (rc = vec(p, NM(a, "%sself_attn.k_norm.weight", sb), NM(b, "%sself_attn.k_norm.weight", ob),
+                  hd, add, ST_NDTYPES)))
         return rc;
     return 0;
 }
@@ -320,42 +326,48 @@ static int plan_deltanet(plan *p, const char *sb, const char *ob) {
     const e0_config *c = &p->cfg;
     char a[NAME_LEN], b[NAME_LEN];
     const int64_t H = c->hidden, Kd = (int64_t)c->lin_k_heads * c->lin_k_dim;
-    const int64_t Vd = (int64_t)c->lin_v_heads * c->lin_v_dim, Hv = c->lin_v_heads, K = c->conv_kernel;
+    const int64_t Vd = (int64_t)c->lin_v_heads * c->lin_v_dim, Hv = c->lin_v_heads,
+                  K = c->conv_kernel;
     const int64_t C = 2 * Kd + Vd;
     int rc;
     if (st_get(p->st, NM(a, "%slinear_attn.in_proj_qkvz.weight", sb))) { /* qwen3_next packing */
-        if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkvz", sb), NM(b, "%slinear_attn.in_proj_qkvz", ob),
-                         2 * Kd + 2 * Vd, H, false)) ||
-            (rc = linear(p, NM(a, "%slinear_attn.in_proj_ba", sb), NM(b, "%slinear_attn.in_proj_ba", ob), 2 * Hv, H,
-                         false)))
+        if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkvz", sb),
+                         NM(b, "%slinear_attn.in_proj_qkvz", ob), 2 * Kd + 2 * Vd, H, false)) ||
+            (rc = linear(p, NM(a, "%slinear_attn.in_proj_ba", sb),
+                         NM(b, "%slinear_attn.in_proj_ba", ob), 2 * Hv, H, false)))
             return rc;
-    } else if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkv", sb), NM(b, "%slinear_attn.in_proj_qkv", ob), C, H,
-                            false)) ||
-               (rc = linear(p, NM(a, "%slinear_attn.in_proj_z", sb), NM(b, "%slinear_attn.in_proj_z", ob), Vd, H,
-                            false)) ||
-               (rc = linear(p, NM(a, "%slinear_attn.in_proj_b", sb), NM(b, "%slinear_attn.in_proj_b", ob), Hv, H,
-                            false)) ||
-               (rc = linear(p, NM(a, "%slinear_attn.in_proj_a", sb), NM(b, "%slinear_attn.in_proj_a", ob), Hv, H,
-                            false))) {
+    } else if ((rc = linear(p, NM(a, "%slinear_attn.in_proj_qkv", sb),
+                            NM(b, "%slinear_attn.in_proj_qkv", ob), C, H, false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_z", sb),
+                            NM(b, "%slinear_attn.in_proj_z", ob), Vd, H, false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_b", sb),
+                            NM(b, "%slinear_attn.in_proj_b", ob), Hv, H, false)) ||
+               (rc = linear(p, NM(a, "%slinear_attn.in_proj_a", sb),
+                            NM(b, "%slinear_attn.in_proj_a", ob), Hv, H, false))) {
         return rc;
     }
     /* conv1d: HF [C, 1, K] -> mlx [C, K, 1], the same bytes; a source
      * already in [C, K, 1] is copied as it is. */
     NM(a, "%slinear_attn.conv1d.weight", sb);
     const st_tensor *t = st_get(p->st, a);
-    const bool mlx_shape = t && t->ndim == 3 && (int64_t)t->shape[1] == K && t->shape[2] == 1 && K != 1;
-    if ((rc = need(p, a, 3, mlx_shape ? (int64_t[]){C, K, 1} : (int64_t[]){C, 1, K}, &t))) return rc;
+    const bool mlx_shape =
+        t && t->ndim == 3 && (int64_t)t->shape[1] == K && t->shape[2] == 1 && K != 1;
+    if ((rc = need(p, a, 3, mlx_shape ? (int64_t[]){C, K, 1} : (int64_t[]){C, 1, K}, &t)))
+        return rc;
     item *it = new_item(p, NM(b, "%slinear_attn.conv1d.weight", ob), false, 3,
                         (uint64_t[]){(uint64_t)C, (uint64_t)K, 1}, K);
     if (!it) return e0_fail(p->err, E0_ENOMEM, "out of memory");
     it->dtype = t->dtype;
     if (mlx_shape) it->cols = 1, it->rows = C * K;
     if ((rc = add_seg(p, t, 0, it->rows))) return rc;
-    if ((rc = vec(p, NM(a, "%slinear_attn.A_log", sb), NM(b, "%slinear_attn.A_log", ob), Hv, 0, ST_F32)) ||
-        (rc = vec(p, NM(a, "%slinear_attn.dt_bias", sb), NM(b, "%slinear_attn.dt_bias", ob), Hv, 0, ST_NDTYPES)) ||
-        (rc = vec(p, NM(a, "%slinear_attn.norm.weight", sb), NM(b, "%slinear_attn.norm.weight", ob), c->lin_v_dim, 0,
+    if ((rc = vec(p, NM(a, "%slinear_attn.A_log", sb), NM(b, "%slinear_attn.A_log", ob), Hv, 0,
+                  ST_F32)) ||
+        (rc = vec(p, NM(a, "%slinear_attn.dt_bias", sb), NM(b, "%slinear_attn.dt_bias", ob), Hv, 0,
                   ST_NDTYPES)) ||
-        (rc = linear(p, NM(a, "%slinear_attn.out_proj", sb), NM(b, "%slinear_attn.out_proj", ob), H, Vd, false)))
+        (rc = vec(p, NM(a, "%slinear_attn.norm.weight", sb), NM(b, "%slinear_attn.norm.weight", ob),
+                  c->lin_v_dim, 0, ST_NDTYPES)) ||
+        (rc = linear(p, NM(a, "%slinear_attn.out_proj", sb), NM(b, "%slinear_attn.out_proj", ob), H,
+                     Vd, false)))
         return rc;
     return 0;
 }
@@ -388,17 +400,18 @@ static int plan_experts(plan *p, const char *sb, const char *ob, int li) {
             goto done;
         }
         for (int64_t e = 0; e < E; e++)
-            if ((rc = need(p, NM(a, "%smlp.experts.%lld.gate_proj.weight", sb, (long long)e), 2, (int64_t[]){I, H},
-                           &g[e])) ||
-                (rc = need(p, NM(a, "%smlp.experts.%lld.up_proj.weight", sb, (long long)e), 2, (int64_t[]){I, H},
-                           &u[e])) ||
-                (rc = need(p, NM(a, "%smlp.experts.%lld.down_proj.weight", sb, (long long)e), 2, (int64_t[]){H, I},
-                           &d[e])))
+            if ((rc = need(p, NM(a, "%smlp.experts.%lld.gate_proj.weight", sb, (long long)e), 2,
+                           (int64_t[]){I, H}, &g[e])) ||
+                (rc = need(p, NM(a, "%smlp.experts.%lld.up_proj.weight", sb, (long long)e), 2,
+                           (int64_t[]){I, H}, &u[e])) ||
+                (rc = need(p, NM(a, "%smlp.experts.%lld.down_proj.weight", sb, (long long)e), 2,
+                           (int64_t[]){H, I}, &d[e])))
                 goto done;
     } else if (st_get(p->st, NM(a, "%smlp.switch_mlp.gate_proj.weight", sb)) ||
                st_get(p->st, NM(a, "%smlp.switch_mlp.gate_up_proj.weight", sb))) {
-        return e0_fail(p->err, E0_EUNSUPPORTED, "%s: layer %d is already in the mlx layout (%s); nothing to convert",
-                       p->src, li, a);
+        return e0_fail(p->err, E0_EUNSUPPORTED,
+                       "%s: layer %d is already in the mlx layout (%s); nothing to convert", p->src,
+                       li, a);
     } else {
         return e0_fail(p->err, E0_ENOTFOUND,
                        "%s: layer %d has no expert tensors (%smlp.experts.0.gate_proj.weight or "
@@ -408,22 +421,29 @@ static int plan_experts(plan *p, const char *sb, const char *ob, int li) {
     if (!p->layout) p->layout = fused ? "hf-fused" : "hf";
     const st_dtype dt = fused ? gu->dtype : g[0]->dtype;
     if (p->o.fused_gate_up) {
-        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_up_proj", ob), E, 2 * I, H, false, dt))) goto done;
+        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_up_proj", ob), E, 2 * I, H, false, dt)))
+            goto done;
         if (fused) rc = add_seg(p, gu, 0, E * 2 * I);
         for (int64_t e = 0; !fused && !rc && e < E; e++)
             if (!(rc = add_seg(p, g[e], 0, I))) rc = add_seg(p, u[e], 0, I);
         if (rc) goto done;
     } else {
-        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_proj", ob), E, I, H, false, dt))) goto done;
-        for (int64_t e = 0; !rc && e < E; e++) rc = fused ? add_seg(p, gu, e * 2 * I, I) : add_seg(p, g[e], 0, I);
-        if (rc || (rc = mat_item(p, NM(b, "%smlp.switch_mlp.up_proj", ob), E, I, H, false, dt))) goto done;
-        for (int64_t e = 0; !rc && e < E; e++) rc = fused ? add_seg(p, gu, e * 2 * I + I, I) : add_seg(p, u[e], 0, I);
+        if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.gate_proj", ob), E, I, H, false, dt)))
+            goto done;
+        for (int64_t e = 0; !rc && e < E; e++)
+            rc = fused ? add_seg(p, gu, e * 2 * I, I) : add_seg(p, g[e], 0, I);
+        if (rc || (rc = mat_item(p, NM(b, "%smlp.switch_mlp.up_proj", ob), E, I, H, false, dt)))
+            goto done;
+        for (int64_t e = 0; !rc && e < E; e++)
+            rc = fused ? add_seg(p, gu, e * 2 * I + I, I) : add_seg(p, u[e], 0, I);
         if (rc) goto done;
     }
-    if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.down_proj", ob), E, H, I, false, fused ? dn->dtype : d[0]->dtype)))
+    if ((rc = mat_item(p, NM(b, "%smlp.switch_mlp.down_proj", ob), E, H, I, false,
+                       fused ? dn->dtype : d[0]->dtype)))
         goto done;
     if (fused) rc = add_seg(p, dn, 0, E * H);
-    for (int64_t e = 0; !fused && !rc && e < E; e++) rc = add_seg(p, d[e], 0, H);
+    for (int64_t e = 0; !fused && !rc && e < E; e++)
+        rc = add_seg(p, d[e], 0, H);
 done:
     free(g);
     free(u);
@@ -441,13 +461,14 @@ static int plan_moe(plan *p, const char *sb, const char *ob, int li) {
         return rc;
     if (c->shared_inter <= 0) return 0;
     const int64_t Is = c->shared_inter;
-    if ((rc = linear(p, NM(a, "%smlp.shared_expert.gate_proj", sb), NM(b, "%smlp.shared_expert.gate_proj", ob), Is,
-                     H, false)) ||
-        (rc = linear(p, NM(a, "%smlp.shared_expert.up_proj", sb), NM(b, "%smlp.shared_expert.up_proj", ob), Is, H,
-                     false)) ||
-        (rc = linear(p, NM(a, "%smlp.shared_expert.down_proj", sb), NM(b, "%smlp.shared_expert.down_proj", ob), H, Is,
-                     false)) ||
-        (rc = linear(p, NM(a, "%smlp.shared_expert_gate", sb), NM(b, "%smlp.shared_expert_gate", ob), 1, H, true)))
+    if ((rc = linear(p, NM(a, "%smlp.shared_expert.gate_proj", sb),
+                     NM(b, "%smlp.shared_expert.gate_proj", ob), Is, H, false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert.up_proj", sb),
+                     NM(b, "%smlp.shared_expert.up_proj", ob), Is, H, false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert.down_proj", sb),
+                     NM(b, "%smlp.shared_expert.down_proj", ob), H, Is, false)) ||
+        (rc = linear(p, NM(a, "%smlp.shared_expert_gate", sb),
+                     NM(b, "%smlp.shared_expert_gate", ob), 1, H, true)))
         return rc;
     return 0;
 }
@@ -459,13 +480,13 @@ static int plan_layer(plan *p, int li) {
     snprintf(ob, sizeof ob, "%slayers.%d.", p->op, li);
     const float add = c->norm_zero_centred ? 1.0f : 0.0f;
     int rc;
-    if ((rc = vec(p, NM(a, "%sinput_layernorm.weight", sb), NM(b, "%sinput_layernorm.weight", ob), c->hidden, add,
-                  ST_NDTYPES)))
+    if ((rc = vec(p, NM(a, "%sinput_layernorm.weight", sb), NM(b, "%sinput_layernorm.weight", ob),
+                  c->hidden, add, ST_NDTYPES)))
         return rc;
     rc = c->layer_linear[li] ? plan_deltanet(p, sb, ob) : plan_attention(p, sb, ob);
     if (!rc)
-        rc = vec(p, NM(a, "%spost_attention_layernorm.weight", sb), NM(b, "%spost_attention_layernorm.weight", ob),
-                 c->hidden, add, ST_NDTYPES);
+        rc = vec(p, NM(a, "%spost_attention_layernorm.weight", sb),
+                 NM(b, "%spost_attention_layernorm.weight", ob), c->hidden, add, ST_NDTYPES);
     if (rc) return rc;
     if (c->layer_moe[li]) return plan_moe(p, sb, ob, li);
     const int64_t H = c->hidden, I = c->dense_inter;
@@ -476,7 +497,9 @@ static int plan_layer(plan *p, int li) {
     return 0;
 }
 
-static bool starts(const char *s, const char *pre) { return strncmp(s, pre, strlen(pre)) == 0; }
+static bool starts(const char *s, const char *pre) {
+    return strncmp(s, pre, strlen(pre)) == 0;
+}
 
 static bool ends(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
@@ -485,9 +508,15 @@ static bool ends(const char *s, const char *suf) {
 
 /* Tensors mlx-lm drops: the MTP head, the vision tower, RoPE buffers. */
 static bool droppable(const char *n) {
-    static const char *const pre[] = {"mtp.",          "model.mtp.",         "model.visual.",
-                                      "visual.",       "model.vision_tower.", "vision_tower.",
-                                      "vision_model.", "model.multi_modal_projector.", "multi_modal_projector."};
+    static const char *const pre[] = {"mtp.",
+                                      "model.mtp.",
+                                      "model.visual.",
+                                      "visual.",
+                                      "model.vision_tower.",
+                                      "vision_tower.",
+                                      "vision_model.",
+                                      "model.multi_modal_projector.",
+                                      "multi_modal_projector."};
     for (size_t i = 0; i < sizeof pre / sizeof *pre; i++)
         if (starts(n, pre[i])) return true;
     return ends(n, ".rotary_emb.inv_freq");
@@ -500,20 +529,24 @@ static void note_drop(plan *p, const st_tensor *t) {
 
 static int plan_tensors(plan *p) {
     const e0_config *c = &p->cfg;
-    static const char *const prefixes[] = {"model.language_model.", "model.", "language_model.model.", ""};
+    static const char *const prefixes[] = {"model.language_model.", "model.",
+                                           "language_model.model.", ""};
     char a[NAME_LEN], b[NAME_LEN];
     size_t i = 0, np = sizeof prefixes / sizeof *prefixes;
     for (; i < np; i++)
         if (st_get(p->st, NM(a, "%sembed_tokens.weight", prefixes[i]))) break;
     if (i == np)
-        return e0_fail(p->err, E0_ENOTFOUND,
-                       "%s: no embed_tokens.weight under any known prefix (model., model.language_model.)", p->src);
+        return e0_fail(
+            p->err, E0_ENOTFOUND,
+            "%s: no embed_tokens.weight under any known prefix (model., model.language_model.)",
+            p->src);
     snprintf(p->sp, sizeof p->sp, "%s", prefixes[i]);
     const bool q35 = c->family == E0_FAM_QWEN3_5_MOE;
     snprintf(p->op, sizeof p->op, "%s", q35 ? "language_model.model." : "model.");
     p->lm_out = q35 ? "language_model.lm_head" : "lm_head";
     int rc;
-    if ((rc = linear(p, NM(a, "%sembed_tokens", p->sp), NM(b, "%sembed_tokens", p->op), c->vocab, c->hidden, false)))
+    if ((rc = linear(p, NM(a, "%sembed_tokens", p->sp), NM(b, "%sembed_tokens", p->op), c->vocab,
+                     c->hidden, false)))
         return rc;
     for (int li = 0; li < c->n_layers; li++)
         if ((rc = plan_layer(p, li))) return rc;
@@ -545,7 +578,8 @@ static int plan_tensors(plan *p) {
         char more[64] = "";
         if (unknown > 1) snprintf(more, sizeof more, " (and %zu more)", unknown - 1);
         return e0_fail(p->err, E0_EFORMAT,
-                       "%s: tensor %s%s is not part of the %s model config.json describes; convert does not know "
+                       "%s: tensor %s%s is not part of the %s model config.json describes; convert "
+                       "does not know "
                        "where it belongs",
                        tfile(p, first), first->name, more, c->family_name);
     }
@@ -554,95 +588,47 @@ static int plan_tensors(plan *p) {
 
 /* ---- shards and headers --------------------------------------------------- */
 
-static uint64_t item_bytes(const item *t) { return t->wbytes + 2 * t->sbytes; }
-
-/* Sizes, shards (a new one when the next module would pass shard_bytes; a
- * module never straddles two), contiguous offsets, headers. */
+/* The output as the writer's items: shards of at most shard_bytes, jobs of
+ * about CHUNK_BYTES of rows as f32. */
 static int plan_layout(plan *p) {
-    const uint64_t max = p->o.shard_bytes ? p->o.shard_bytes : (5ull << 30);
-    uint64_t used = 0;
-    int cur = 0;
+    stw_item *d = stw_items(&p->w, p->n);
+    if (!d) return e0_fail(p->err, E0_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->n; i++) {
-        item *t = &p->it[i];
-        if (t->quant) {
-            t->wbytes = (uint64_t)t->rows * (uint64_t)(t->cols * t->bits / 8);
-            t->sbytes = (uint64_t)t->rows * (uint64_t)(t->cols / t->group) * 2;
-            p->quantized++;
-            p->out_tensors += 3;
-        } else {
-            t->wbytes = (uint64_t)t->rows * (uint64_t)t->cols * st_dtype_size(t->dtype);
-            p->out_tensors++;
-        }
-        if (used > 0 && used + item_bytes(t) > max) {
-            cur++;
-            used = 0;
-        }
-        t->shard = (uint32_t)cur;
-        t->off = used;
-        used += item_bytes(t);
+        const item *t = &p->it[i];
+        d[i] = (stw_item){.name = t->name,
+                          .bits = t->quant ? t->bits : 0,
+                          .group = t->group,
+                          .dtype = t->dtype,
+                          .ndim = t->ndim,
+                          .rows = t->rows,
+                          .cols = t->cols,
+                          .row_cost = (uint64_t)t->cols * 4,
+                          .src_bytes = t->src_bytes};
+        memcpy(d[i].shape, t->shape, sizeof t->shape);
+        p->quantized += t->quant;
         p->total_src += t->src_bytes;
+        if ((size_t)t->cols > p->max_cols) p->max_cols = (size_t)t->cols;
     }
-    p->nshards = cur + 1;
-    p->data_bytes = calloc((size_t)p->nshards, sizeof *p->data_bytes);
-    p->hdr = calloc((size_t)p->nshards, sizeof *p->hdr);
-    p->hdr_len = calloc((size_t)p->nshards, sizeof *p->hdr_len);
-    if (!p->data_bytes || !p->hdr || !p->hdr_len) return e0_fail(p->err, E0_ENOMEM, "out of memory");
-    size_t i = 0;
-    for (int sh = 0; sh < p->nshards; sh++) {
-        sbuf b = {0};
-        sb_printf(&b, "{\"__metadata__\":{\"format\":\"mlx\"}");
-        for (; i < p->n && p->it[i].shard == (uint32_t)sh; i++) {
-            const item *t = &p->it[i];
-            p->data_bytes[sh] = t->off + item_bytes(t);
-            if (!t->quant) {
-                st_header_entry(&b, t->name, "", st_dtype_name(t->dtype), t->ndim, t->shape, t->off, t->off + t->wbytes);
-                continue;
-            }
-            uint64_t shp[ST_MAX_DIMS];
-            memcpy(shp, t->shape, sizeof shp);
-            shp[t->ndim - 1] = (uint64_t)(t->cols * t->bits / 32);
-            st_header_entry(&b, t->name, ".weight", "U32", t->ndim, shp, t->off, t->off + t->wbytes);
-            shp[t->ndim - 1] = (uint64_t)(t->cols / t->group);
-            const uint64_t o = t->off + t->wbytes;
-            st_header_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
-            st_header_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes, o + 2 * t->sbytes);
-        }
-        sb_printf(&b, "}");
-        if (b.oom) {
-            sb_free(&b);
-            return e0_fail(p->err, E0_ENOMEM, "out of memory");
-        }
-        char *h;
-        size_t hlen;
-        if (st_header_pack(b.p, b.n, &h, &hlen) != 0) {
-            sb_free(&b);
-            return e0_fail(p->err, E0_ENOMEM, "out of memory");
-        }
-        sb_free(&b);
-        p->hdr[sh] = h;
-        p->hdr_len[sh] = hlen;
-        p->total_data += p->data_bytes[sh];
-        p->total_bytes += hlen + p->data_bytes[sh];
-    }
-    return 0;
+    const stw_layout_opts lo = {
+        .shard_bytes = p->o.shard_bytes, .job_bytes = CHUNK_BYTES, .format = "mlx"};
+    return stw_layout(&p->w, &lo, p->err);
 }
 
 static void plan_free(plan *p) {
-    for (size_t i = 0; i < p->n; i++) free(p->it[i].name);
+    for (size_t i = 0; i < p->n; i++)
+        free(p->it[i].name);
     free(p->it);
     free(p->sg);
     free(p->used);
-    for (int i = 0; p->hdr && i < p->nshards; i++) free(p->hdr[i]);
-    free(p->hdr);
-    free(p->hdr_len);
-    free(p->data_bytes);
+    stw_free(&p->w);
     st_set_free(p->st);
     if (p->have_cfg) config_free(&p->cfg);
     memset(p, 0, sizeof *p);
 }
 
 static int check_opts(const convert_opts *o, char *err) {
-    if (!(o->bits == 2 || o->bits == 3 || o->bits == 4 || o->bits == 5 || o->bits == 6 || o->bits == 8))
+    if (!(o->bits == 2 || o->bits == 3 || o->bits == 4 || o->bits == 5 || o->bits == 6 ||
+          o->bits == 8))
         return e0_fail(err, E0_EINVAL, "bits must be 2, 3, 4, 5, 6 or 8 (got %d)", o->bits);
     if (!(o->group == 32 || o->group == 64 || o->group == 128))
         return e0_fail(err, E0_EINVAL, "group size must be 32, 64 or 128 (got %d)", o->group);
@@ -659,7 +645,8 @@ static int plan_build(plan *p, const char *src, const convert_opts *o, char *err
     if ((rc = config_load(&p->cfg, src, err))) return rc;
     p->have_cfg = true;
     if (p->cfg.quantized) {
-        rc = e0_fail(err, E0_EUNSUPPORTED, "%s/config.json has a quantization block: the checkpoint is already quantized",
+        rc = e0_fail(err, E0_EUNSUPPORTED,
+                     "%s/config.json has a quantization block: the checkpoint is already quantized",
                      src);
         goto fail;
     }
@@ -671,10 +658,11 @@ static int plan_build(plan *p, const char *src, const convert_opts *o, char *err
     if ((rc = plan_tensors(p)) || (rc = plan_layout(p))) goto fail;
     for (size_t i = 0; i < p->n; i++) { /* every output row has exactly one source row */
         int64_t rows = 0;
-        for (size_t s = 0; s < p->it[i].nseg; s++) rows += p->sg[p->it[i].seg0 + s].n;
+        for (size_t s = 0; s < p->it[i].nseg; s++)
+            rows += p->sg[p->it[i].seg0 + s].n;
         if (rows != p->it[i].rows) {
-            rc = e0_fail(err, E0_EFORMAT, "internal error: %s has %lld source rows for %lld", p->it[i].name,
-                         (long long)rows, (long long)p->it[i].rows);
+            rc = e0_fail(err, E0_EFORMAT, "internal error: %s has %lld source rows for %lld",
+                         p->it[i].name, (long long)rows, (long long)p->it[i].rows);
             goto fail;
         }
     }
@@ -692,11 +680,11 @@ static void fill_info(const plan *p, convert_info *info) {
     info->src_tensors = st_count(p->st);
     info->dropped = p->dropped;
     snprintf(info->dropped_example, sizeof info->dropped_example, "%s", p->dropped_example);
-    info->out_tensors = p->out_tensors;
+    info->out_tensors = p->w.n_tensors;
     info->quantized = p->quantized;
-    info->n_shards = p->nshards;
+    info->n_shards = p->w.nshards;
     info->src_bytes = p->total_src;
-    info->out_bytes = p->total_bytes;
+    info->out_bytes = p->w.total_bytes;
 }
 
 int convert_plan(const char *src, const convert_opts *o, convert_info *info, char *err) {
@@ -710,59 +698,14 @@ int convert_plan(const char *src, const convert_opts *o, convert_info *info, cha
     return 0;
 }
 
-/* ---- the streaming writer --------------------------------------------------- */
+/* ---- the rows of a job ------------------------------------------------------- */
 
-typedef struct {
-    uint32_t item;
-    int64_t r0, n;
-} job;
-
+/* What the writer's callbacks get. */
 typedef struct {
     const plan *p;
-    job *jobs;
-    size_t njobs, buf_bytes, max_cols;
-    int *fds;
-    char **paths;
-    atomic_size_t next;
-    uint64_t *cum;    /* [njobs + 1] source bytes before each job */
-    size_t pf_next;   /* the next job to prefetch (guarded by mu) */
-    atomic_uint_fast64_t done, written;
-    atomic_int failed, running;
-    pthread_mutex_t mu; /* guards err, err_code, turn and pf_next */
-    pthread_cond_t cv;  /* turn advanced or failed */
-    size_t turn;        /* the job whose pieces are written next */
-    char err[E0_ERR_MAX];
-    int err_code;
-    const volatile sig_atomic_t *cancel;
-} writer;
-
-static void w_fail(writer *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void w_fail(writer *w, int code, const char *fmt, ...) {
-    pthread_mutex_lock(&w->mu);
-    if (!atomic_load(&w->failed)) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(w->err, sizeof w->err, fmt, ap);
-        va_end(ap);
-        w->err_code = code;
-        atomic_store(&w->failed, 1);
-    }
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static bool w_stop(writer *w) { return atomic_load(&w->failed) || (w->cancel && *w->cancel); }
-
-typedef struct {
-    uint8_t *src, *out;
-    float *row;
-} wbufs;
-
-typedef struct {
-    const void *b;
-    size_t len;
-    uint64_t off;
-} wpiece;
+    const convert_opts *o;
+    convert_info *info;
+} run_ctx;
 
 /* The source pieces of a job in order: rows of one segment each. */
 typedef struct {
@@ -770,7 +713,7 @@ typedef struct {
     int64_t cur, lo; /* next item row; first item row of segment s */
 } piece_it;
 
-static void piece_begin(const plan *p, const job *j, piece_it *it) {
+static void piece_begin(const plan *p, const stw_job *j, piece_it *it) {
     it->s = p->it[j->item].seg0;
     it->cur = j->r0;
     it->lo = 0;
@@ -778,8 +721,8 @@ static void piece_begin(const plan *p, const job *j, piece_it *it) {
 
 /* Next piece: source tensor, absolute file offset, row bytes and rows, and
  * the piece's first row within the job. false when the job is done. */
-static bool piece_next(const plan *p, const job *j, piece_it *it, const st_tensor **st, uint64_t *off, size_t *rb,
-                       int64_t *k, int64_t *at) {
+static bool piece_next(const plan *p, const stw_job *j, piece_it *it, const st_tensor **st,
+                       uint64_t *off, size_t *rb, int64_t *k, int64_t *at) {
     const item *t = &p->it[j->item];
     const int64_t end = j->r0 + j->n;
     for (; it->s < t->seg0 + t->nseg && it->cur < end; it->s++) {
@@ -804,37 +747,32 @@ static bool piece_next(const plan *p, const job *j, piece_it *it, const st_tenso
     return false;
 }
 
-/* Asks the kernel to start reading the source of jobs up to PREFETCH_BYTES
- * ahead of job i, so the disk has a queue while the workers compute. */
-static void prefetch(writer *w, size_t i) {
-    const plan *p = w->p;
-    for (;;) {
-        pthread_mutex_lock(&w->mu);
-        size_t k = w->pf_next;
-        bool go = k < w->njobs && w->cum[k] < w->cum[i] + PREFETCH_BYTES;
-        if (go) w->pf_next = k + 1;
-        pthread_mutex_unlock(&w->mu);
-        if (!go) return;
-        piece_it it;
-        const st_tensor *st;
-        uint64_t off;
-        size_t rb;
-        int64_t n, at;
-        piece_begin(p, &w->jobs[k], &it);
-        while (piece_next(p, &w->jobs[k], &it, &st, &off, &rb, &n, &at))
-            posix_fadvise(st_file_fd(p->st, st->file), (off_t)off, (off_t)((uint64_t)n * rb), POSIX_FADV_WILLNEED);
-    }
+/* Asks the kernel to start reading the source of job j (the writer calls
+ * this up to PREFETCH_BYTES ahead of the workers), so the disk has a queue
+ * while the workers compute. */
+static void prefetch(void *ctx, const stw_job *j) {
+    const plan *p = ((const run_ctx *)ctx)->p;
+    piece_it it;
+    const st_tensor *st;
+    uint64_t off;
+    size_t rb;
+    int64_t n, at;
+    piece_begin(p, j, &it);
+    while (piece_next(p, j, &it, &st, &off, &rb, &n, &at))
+        posix_fadvise(st_file_fd(p->st, st->file), (off_t)off, (off_t)((uint64_t)n * rb),
+                      POSIX_FADV_WILLNEED);
 }
 
-/* Reads the job's source rows piece by piece and converts each row into
- * the output buffers, then writes them in job order (= file order). */
-static void run_job(writer *w, const job *j, wbufs *b) {
-    const plan *p = w->p;
+/* Reads the job's source rows piece by piece into the scratch's first
+ * w.max_cost bytes and converts each row (through the f32 row after them)
+ * into the output. */
+static void produce(void *ctx, stw_run *r, const stw_job *j, const stw_out *out) {
+    const plan *p = ((const run_ctx *)ctx)->p;
     const item *t = &p->it[j->item];
     const int64_t cols = t->cols;
-    const size_t wrow = t->quant ? (size_t)(cols * t->bits / 8) : (size_t)cols * st_dtype_size(t->dtype);
-    const size_t srow = t->quant ? (size_t)(cols / t->group) * 2 : 0;
-    uint8_t *wout = b->out, *sout = wout + (size_t)j->n * wrow, *bout = sout + (size_t)j->n * srow;
+    const size_t wrow = p->w.items[j->item].wrow, ng = p->w.items[j->item].srow / 2; /* groups */
+    uint8_t *src = out->scratch;
+    float *row = (float *)(void *)(src + p->w.max_cost);
     char err[E0_ERR_MAX];
     piece_it it;
     const st_tensor *st;
@@ -843,163 +781,30 @@ static void run_job(writer *w, const job *j, wbufs *b) {
     int64_t k, at;
     piece_begin(p, j, &it);
     while (piece_next(p, j, &it, &st, &off, &rb, &k, &at)) {
-        if (st_pread(p->st, st->file, off, (uint64_t)k * rb, b->src, err) != 0) {
-            w_fail(w, E0_EIO, "%s", err);
+        if (st_pread(p->st, st->file, off, (uint64_t)k * rb, src, err) != 0) {
+            stw_fail(r, E0_EIO, "%s", err);
             return;
         }
-        for (int64_t r = 0; r < k; r++) {
-            const size_t o = (size_t)(at + r);
-            const uint8_t *in = b->src + (size_t)r * rb;
+        for (int64_t i = 0; i < k; i++) {
+            const size_t o = (size_t)(at + i);
+            const uint8_t *in = src + (size_t)i * rb;
             if (t->quant) {
-                load_f32(st->dtype, in, cols, b->row);
-                quant_row(b->row, cols, t->bits, t->group, (uint32_t *)(void *)(wout + o * wrow),
-                                  (uint16_t *)(void *)(sout + o * srow), (uint16_t *)(void *)(bout + o * srow));
+                load_f32(st->dtype, in, cols, row);
+                quant_row(row, cols, t->bits, t->group, (uint32_t *)(void *)(out->w + o * wrow),
+                          out->scales + o * ng, out->biases + o * ng);
             } else if (st->dtype == t->dtype && t->add == 0.0f) {
-                memcpy(wout + o * wrow, in, rb);
+                memcpy(out->w + o * wrow, in, rb);
             } else {
-                load_f32(st->dtype, in, cols, b->row);
-                store_f32(t->dtype, b->row, cols, t->add, wout + o * wrow);
+                load_f32(st->dtype, in, cols, row);
+                store_f32(t->dtype, row, cols, t->add, out->w + o * wrow);
             }
         }
-        atomic_fetch_add(&w->done, (uint64_t)k * rb);
-        if (w_stop(w)) return;
+        stw_done(r, (uint64_t)k * rb);
+        if (stw_stopped(r)) return;
     }
-    wpiece piece[3];
-    int np = 0;
-    const uint32_t sh = t->shard;
-    const uint64_t base = p->hdr_len[sh] + t->off;
-    piece[np++] = (wpiece){wout, (size_t)j->n * wrow, base + (uint64_t)j->r0 * wrow};
-    if (t->quant) {
-        piece[np++] = (wpiece){sout, (size_t)j->n * srow, base + t->wbytes + (uint64_t)j->r0 * srow};
-        piece[np++] =
-            (wpiece){bout, (size_t)j->n * srow, base + t->wbytes + t->sbytes + (uint64_t)j->r0 * srow};
-    }
-    /* Writes go out in job order: conversion overlaps, the page cache sees
-     * one sequential stream per shard. */
-    const size_t me = (size_t)(j - w->jobs);
-    pthread_mutex_lock(&w->mu);
-    while (w->turn != me && !w_stop(w)) pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    for (int q = 0; q < np && !w_stop(w); q++) {
-        if (convert_fs_pwrite(w->fds[sh], piece[q].b, piece[q].len, piece[q].off) != 0) {
-            w_fail(w, E0_EIO, "%s: write failed: %s", w->paths[sh], strerror(errno ? errno : EIO));
-            return;
-        }
-        atomic_fetch_add(&w->written, piece[q].len);
-    }
-    pthread_mutex_lock(&w->mu);
-    w->turn = me + 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
 }
 
-static void *worker(void *arg) {
-    writer *w = arg;
-    wbufs b = {malloc(w->buf_bytes), malloc(w->buf_bytes), malloc(w->max_cols * sizeof(float))};
-    if (!b.src || !b.out || !b.row) w_fail(w, E0_ENOMEM, "out of memory allocating %zu-byte buffers", w->buf_bytes);
-    while (b.src && b.out && b.row && !w_stop(w)) {
-        size_t i = atomic_fetch_add(&w->next, 1);
-        if (i >= w->njobs) break;
-        prefetch(w, i);
-        run_job(w, &w->jobs[i], &b);
-    }
-    free(b.src);
-    free(b.out);
-    free(b.row);
-    atomic_fetch_sub(&w->running, 1);
-    return NULL;
-}
-
-/* Jobs of about CHUNK_BYTES of f32 rows, each item's rows in order. */
-static int make_jobs(writer *w, char *err) {
-    const plan *p = w->p;
-    size_t n = 0, cap = p->n + 64;
-    job *jobs = malloc(cap * sizeof *jobs);
-    if (!jobs) return e0_fail(err, E0_ENOMEM, "out of memory");
-    w->buf_bytes = 4096;
-    w->max_cols = 1;
-    for (size_t i = 0; i < p->n; i++) {
-        const item *t = &p->it[i];
-        const uint64_t row = (uint64_t)t->cols * 4;
-        int64_t per = (int64_t)(CHUNK_BYTES / row);
-        if (per < 1) per = 1;
-        if ((size_t)t->cols > w->max_cols) w->max_cols = (size_t)t->cols;
-        for (int64_t r0 = 0; r0 < t->rows; r0 += per) {
-            if (n == cap) {
-                cap *= 2;
-                job *nj = realloc(jobs, cap * sizeof *nj);
-                if (!nj) {
-                    free(jobs);
-                    return e0_fail(err, E0_ENOMEM, "out of memory");
-                }
-                jobs = nj;
-            }
-            const int64_t k = t->rows - r0 < per ? t->rows - r0 : per;
-            jobs[n++] = (job){(uint32_t)i, r0, k};
-            if ((size_t)k * row > w->buf_bytes) w->buf_bytes = (size_t)k * row;
-        }
-    }
-    w->jobs = jobs;
-    w->njobs = n;
-    if (!(w->cum = malloc((n + 1) * sizeof *w->cum))) return e0_fail(err, E0_ENOMEM, "out of memory");
-    w->cum[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        const item *t = &p->it[jobs[i].item];
-        w->cum[i + 1] = w->cum[i] + t->src_bytes / (uint64_t)t->rows * (uint64_t)jobs[i].n;
-    }
-    return 0;
-}
-
-static void report(const convert_opts *o, convert_phase ph, const writer *w, double t0) {
-    if (!o->progress) return;
-    convert_progress pr = {.phase = ph,
-                           .done = atomic_load(&w->done),
-                           .total = w->p->total_src,
-                           .written = atomic_load(&w->written),
-                           .seconds = now_s() - t0};
-    o->progress(o->progress_ctx, &pr);
-}
-
-static int run_workers(writer *w, const convert_opts *o, double t0) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 2);
-    if ((size_t)nt > w->njobs) nt = (int)w->njobs;
-    if (nt < 1) nt = 1;
-    pthread_t *th = calloc((size_t)nt, sizeof *th);
-    if (!th) {
-        w_fail(w, E0_ENOMEM, "out of memory");
-        return -1;
-    }
-    int started = 0;
-    atomic_store(&w->running, nt);
-    for (; started < nt; started++)
-        if (pthread_create(&th[started], NULL, worker, w) != 0) {
-            atomic_fetch_sub(&w->running, nt - started);
-            w_fail(w, E0_EIO, "cannot start a worker thread");
-            break;
-        }
-    double last = 0;
-    while (atomic_load(&w->running) > 0) {
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        if (w->cancel && *w->cancel) w_fail(w, E0_EINVAL, "interrupted");
-        const double t = now_s();
-        if (t - last >= 0.1) {
-            report(o, CONVERT_WRITING, w, t0);
-            last = t;
-        }
-    }
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    free(th);
-    if (w->cancel && *w->cancel) w_fail(w, E0_EINVAL, "interrupted");
-    if (!atomic_load(&w->failed) && atomic_load(&w->written) != w->p->total_data)
-        w_fail(w, E0_EIO, "internal error: wrote %llu of %llu bytes", (unsigned long long)atomic_load(&w->written),
-               (unsigned long long)w->p->total_data);
-    if (!atomic_load(&w->failed)) report(o, CONVERT_WRITING, w, t0);
-    return atomic_load(&w->failed) ? -1 : 0;
-}
-
-/* ---- config.json, the index, the copied files ---------------------------------- */
+/* ---- config.json and the writer's callbacks ---------------------------------- */
 
 static cJSON *quant_block(const plan *p) {
     cJSON *q = cJSON_CreateObject();
@@ -1050,7 +855,8 @@ static int config_json(const plan *p, char **out, char *err) {
     for (const char *c = s; *c; c++) {
         if (*c != '\t') {
             const char *e = c;
-            while (e[1] && e[1] != '\t') e++;
+            while (e[1] && e[1] != '\t')
+                e++;
             sb_printf(&b, "%.*s", (int)(e - c + 1), c);
             c = e;
         } else {
@@ -1067,177 +873,69 @@ static int config_json(const plan *p, char **out, char *err) {
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* model.safetensors.index.json: {"metadata": {"total_size"}, "weight_map"}, names sorted. */
-static char *index_json(const plan *p, char **files) {
-    size_t n = p->out_tensors, k = 0;
-    char **lines = calloc(n + 1, sizeof *lines);
-    if (!lines) return NULL;
-    bool oom = false;
-    for (size_t i = 0; i < p->n && !oom; i++) {
-        const item *t = &p->it[i];
-        static const char *const sfx[] = {".weight", ".scales", ".biases"};
-        const int m = t->quant ? 3 : 1;
-        const char *f = strrchr(files[t->shard], '/') + 1;
-        for (int j = 0; j < m && k < n; j++) {
-            size_t len = strlen(t->name) + strlen(f) + 16;
-            if (!(lines[k] = malloc(len))) {
-                oom = true;
-                break;
-            }
-            snprintf(lines[k++], len, "\"%s%s\": \"%s\"", t->name, t->quant ? sfx[j] : "", f);
-        }
-    }
-    sbuf b = {0};
-    if (!oom) {
-        qsort(lines, k, sizeof *lines, cmp_str);
-        sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {\n",
-                  (unsigned long long)p->total_data);
-        for (size_t i = 0; i < k; i++) sb_printf(&b, "    %s%s\n", lines[i], i + 1 < k ? "," : "");
-        sb_printf(&b, "  }\n}\n");
-    }
-    for (size_t i = 0; i < k; i++) free(lines[i]);
-    free(lines);
-    if (oom || b.oom) {
-        sb_free(&b);
-        return NULL;
-    }
-    return b.p;
+/* The progress of the writer as convert reports it: source bytes read. */
+static void on_progress(void *ctx, const stw_progress *sp) {
+    const run_ctx *c = ctx;
+    _Static_assert((int)STW_SYNCING == (int)CONVERT_SYNCING && (int)STW_DONE == (int)CONVERT_DONE,
+                   "phases map one to one");
+    const convert_progress pr = {.phase = (convert_phase)sp->phase,
+                                 .done = sp->done,
+                                 .total = c->p->total_src,
+                                 .written = sp->written,
+                                 .seconds = sp->seconds};
+    c->o->progress(c->o->progress_ctx, &pr);
 }
 
-int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info, char *err) {
+/* config.json and the copied files, next to the shards. */
+static int finish(void *ctx, const char *dir, bool sync, char *err) {
+    const run_ctx *c = ctx;
+    char *cfg = NULL, *path = NULL;
+    int rc = config_json(c->p, &cfg, err);
+    if (!rc && !(path = e0_path_join(dir, "config.json")))
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+    if (!rc) rc = stw_write_text(path, cfg, sync, err);
+    free(cfg);
+    free(path);
+    size_t copied = 0;
+    if (!rc) rc = convert_fs_copy_aux(c->p->src, dir, sync, &copied, err);
+    if (!rc && c->info) c->info->copied_files = copied;
+    return rc;
+}
+
+int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info,
+                char *err) {
     convert_opts d;
     convert_opts_default(&d);
     if (!o) o = &d;
-    if (!dst || !*dst || !src || !*src) return e0_fail(err, E0_EINVAL, "convert needs a source and a destination");
+    if (!dst || !*dst || !src || !*src)
+        return e0_fail(err, E0_EINVAL, "convert needs a source and a destination");
     int rc = check_opts(o, err);
     if (rc) return rc;
     struct stat st;
     const bool exists = lstat(dst, &st) == 0;
     if (exists && !o->force)
-        return e0_fail(err, E0_EINVAL, "%s already exists; remove it, choose another path or pass --force", dst);
+        return e0_fail(err, E0_EINVAL,
+                       "%s already exists; remove it, choose another path or pass --force", dst);
     if (exists && (rc = convert_fs_check_replace(dst, src, err))) return rc;
-    const double t0 = now_s();
+    const double t0 = stw_now();
     plan p;
     if ((rc = plan_build(&p, src, o, err))) return rc;
-    if ((rc = convert_fs_check_space(dst, p.total_bytes, err))) {
-        plan_free(&p);
-        return rc;
-    }
     fill_info(&p, info);
-    writer w = {.p = &p, .cancel = o->cancel};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    const size_t tl = strlen(dst) + 16;
-    char *tmp = malloc(tl), *cfg = NULL, *idx = NULL, *path = NULL;
-    w.fds = malloc((size_t)p.nshards * sizeof *w.fds);
-    w.paths = calloc((size_t)p.nshards, sizeof *w.paths);
-    int nopen = 0;
-    bool made_dir = false;
-    const bool sync = !o->no_sync;
-    if (!tmp || !w.fds || !w.paths) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    snprintf(tmp, tl, "%s.tmp-XXXXXX", dst);
-    if (!mkdtemp(tmp)) {
-        rc = e0_fail(err, E0_EIO, "%s: cannot create a directory next to it: %s", dst, strerror(errno));
-        goto done;
-    }
-    made_dir = true;
-    chmod(tmp, 0755); /* mkdtemp makes it private; a model directory is not */
-    if ((rc = make_jobs(&w, err))) goto done;
-    /* Shards: created, space reserved up front (ENOSPC now, not at 90%), headers written. */
-    for (int sh = 0; sh < p.nshards; sh++) {
-        char name[64];
-        if (p.nshards == 1) snprintf(name, sizeof name, "model.safetensors");
-        else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, p.nshards);
-        if (!(w.paths[sh] = e0_path_join(tmp, name))) {
-            rc = e0_fail(err, E0_ENOMEM, "out of memory");
-            goto done;
-        }
-        w.fds[sh] = open(w.paths[sh], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (w.fds[sh] < 0) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot create: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-        nopen++;
-        const uint64_t size = p.hdr_len[sh] + p.data_bytes[sh];
-        int e = posix_fallocate(w.fds[sh], 0, (off_t)size);
-        if (e && e != EOPNOTSUPP && e != EINVAL) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", w.paths[sh], (double)size / 1e9, strerror(e));
-            goto done;
-        }
-        if (e && ftruncate(w.fds[sh], (off_t)size) != 0) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot size: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-        if (convert_fs_pwrite(w.fds[sh], p.hdr[sh], p.hdr_len[sh], 0) != 0) {
-            rc = e0_fail(err, E0_EIO, "%s: write failed: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-    }
-    if (run_workers(&w, o, t0) != 0) {
-        rc = e0_fail(err, w.err_code ? w.err_code : E0_EIO, "%s", w.err);
-        goto done;
-    }
-    if (sync) {
-        report(o, CONVERT_SYNCING, &w, t0);
-        for (int sh = 0; sh < p.nshards; sh++)
-            if (fsync(w.fds[sh]) != 0) {
-                rc = e0_fail(err, E0_EIO, "%s: fsync failed: %s", w.paths[sh], strerror(errno));
-                goto done;
-            }
-    }
-    if ((rc = config_json(&p, &cfg, err))) goto done;
-    if (!(path = e0_path_join(tmp, "config.json"))) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    if ((rc = convert_fs_write_text(path, cfg, sync, err))) goto done;
-    free(path);
-    path = NULL;
-    if (!(idx = index_json(&p, w.paths)) || !(path = e0_path_join(tmp, "model.safetensors.index.json"))) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    if ((rc = convert_fs_write_text(path, idx, sync, err))) goto done;
-    size_t copied = 0;
-    if ((rc = convert_fs_copy_aux(src, tmp, sync, &copied, err))) goto done;
-    if (info) info->copied_files = copied;
-    for (int sh = 0; sh < nopen; sh++)
-        if (close(w.fds[sh]) != 0 && !rc)
-            rc = e0_fail(err, E0_EIO, "%s: close failed: %s", w.paths[sh], strerror(errno));
-    nopen = 0;
-    if (rc) goto done;
-    if (o->cancel && *o->cancel) {
-        rc = e0_fail(err, E0_EINVAL, "interrupted");
-        goto done;
-    }
-    if (sync) convert_fs_sync_dir(tmp);
-    if ((rc = convert_fs_install(tmp, dst, o->force, err))) goto done;
-    made_dir = false;
-    if (sync) {
-        char *par = convert_fs_parent(dst);
-        if (par) convert_fs_sync_dir(par);
-        free(par);
-    }
-    report(o, CONVERT_DONE, &w, t0);
-done:
-    for (int sh = 0; sh < nopen; sh++) close(w.fds[sh]);
-    if (made_dir) convert_fs_rmtree(tmp); /* leave nothing that looks finished */
-    for (int sh = 0; w.paths && sh < p.nshards; sh++) free(w.paths[sh]);
-    free(w.paths);
-    free(w.fds);
-    free(w.jobs);
-    free(w.cum);
-    free(tmp);
-    free(cfg);
-    free(idx);
-    free(path);
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
+    run_ctx c = {&p, o, info};
+    const stw_write_opts wo = {.n_threads = o->n_threads,
+                               .sync = !o->no_sync,
+                               .replace = o->force,
+                               .always_index = true,
+                               .scratch_bytes = p.w.max_cost + p.max_cols * sizeof(float),
+                               .prefetch_bytes = PREFETCH_BYTES,
+                               .t0 = t0,
+                               .cancel = o->cancel,
+                               .ctx = &c,
+                               .produce = produce,
+                               .prefetch = prefetch,
+                               .finish = finish,
+                               .progress = o->progress ? on_progress : NULL};
+    rc = stw_write(&p.w, dst, &wo, err);
     plan_free(&p);
     return rc;
 }

@@ -1,30 +1,23 @@
 /* edge0 synth: random-weight checkpoints of real shapes, streamed to disk.
  * The header (synth.h) explains the formats and the scaling; this file is
- * in four parts: shapes, the plan (every tensor's name, shape, offset),
- * the generators (one chunk of rows at a time) and the writer (threads,
- * progress, atomic directory). */
+ * in four parts: shapes, the plan (every tensor's name, shape, dtype), the
+ * generators (one job of rows at a time) and config.json; io/stwriter.c
+ * lays out and writes the shards (threads, progress, atomic directory). */
 #include "model/synth.h"
 
 #include "io/safetensors.h"
+#include "io/stwriter.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 #include "util/file.h"
 #include "util/num.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <time.h>
-#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "synth.c stores packed codes and bf16 values in host byte order, which must be little-endian"
@@ -220,9 +213,6 @@ typedef struct {
     uint64_t shape[3];  /* as written; K_QMAT: [lead,] out, in (unpacked) */
     int64_t rows, cols; /* matrix view: rows = lead x out; vectors: 1 x n */
     float std, base;
-    uint32_t shard;
-    uint64_t off;            /* in the shard's data section */
-    uint64_t wbytes, sbytes; /* K_QMAT: codes, and each of scales / biases; else wbytes = all */
 } item;
 
 typedef struct {
@@ -232,11 +222,8 @@ typedef struct {
     item *it;
     size_t n, cap;
     bool oom;
-    int nshards;
-    uint64_t *data_bytes; /* [nshards] data section size */
-    char **hdr;           /* [nshards] header: u64 length + padded JSON */
-    size_t *hdr_len;
-    uint64_t total_data, total_bytes, params;
+    stw w; /* the output's shards, headers and jobs */
+    uint64_t params;
     int8_t *sign; /* [hidden / GROUP]: planted direction, +-1 per group */
     float skew_amp;
 } plan;
@@ -280,14 +267,10 @@ static void add_mat(plan *p, const char *base, int64_t lead, int64_t rows, int64
     t->std = std;
     t->dir = (uint8_t)dir;
     t->layer = layer;
-    if (mlx) {
+    if (mlx)
         t->bits = (uint8_t)bits;
-        t->wbytes = (uint64_t)t->rows * (uint64_t)cols * (uint64_t)bits / 8;
-        t->sbytes = (uint64_t)t->rows * (uint64_t)(cols / GROUP) * 2;
-    } else {
+    else
         t->dtype = ST_BF16;
-        t->wbytes = (uint64_t)t->rows * (uint64_t)cols * 2;
-    }
     p->params += (uint64_t)t->rows * (uint64_t)cols;
 }
 
@@ -299,7 +282,6 @@ static void add_vec(plan *p, const char *name, item_kind kind, int ndim, const u
     t->rows = rows;
     t->cols = cols;
     t->base = base;
-    t->wbytes = (uint64_t)(rows * cols) * st_dtype_size(dt);
     p->params += (uint64_t)(rows * cols);
 }
 
@@ -415,84 +397,32 @@ static void plan_tensors(plan *p) {
 
 /* ---- sharding and headers ---------------------------------------------- */
 
-static const char *st_name(uint8_t dt) {
-    return st_dtype_name((st_dtype)dt);
-}
-
-static uint64_t item_bytes(const item *t) {
-    return t->wbytes + 2 * t->sbytes;
-}
-
-/* Assigns shards (a new one when the next weight would pass shard_bytes),
- * offsets (contiguous, as the safetensors format requires) and headers. */
+/* The plan as the writer's items: shards of at most shard_bytes, jobs of
+ * about CHUNK_BYTES; a vector is one row, so one job (gen_vec draws it
+ * whole from one stream). */
 static int plan_layout(plan *p, char *err) {
-    const uint64_t max = p->o.shard_bytes ? p->o.shard_bytes : (5ull << 30);
-    uint64_t used = 0;
-    int cur = 0;
+    stw_item *d = stw_items(&p->w, p->n);
+    if (!d) return e0_fail(err, E0_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->n; i++) {
-        item *t = &p->it[i];
-        if (used > 0 && used + item_bytes(t) > max) {
-            cur++;
-            used = 0;
-        }
-        t->shard = (uint32_t)cur;
-        t->off = used;
-        used += item_bytes(t);
+        const item *t = &p->it[i];
+        const bool mat = t->kind == K_QMAT || t->kind == K_BMAT;
+        d[i] = (stw_item){.name = t->name,
+                          .bits = t->kind == K_QMAT ? t->bits : 0,
+                          .group = GROUP,
+                          .dtype = (st_dtype)t->dtype,
+                          .ndim = t->ndim,
+                          .rows = mat ? t->rows : 1,
+                          .cols = mat ? t->cols : t->rows * t->cols};
+        memcpy(d[i].shape, t->shape, sizeof t->shape);
     }
-    p->nshards = cur + 1;
-    p->data_bytes = calloc((size_t)p->nshards, sizeof *p->data_bytes);
-    p->hdr = calloc((size_t)p->nshards, sizeof *p->hdr);
-    p->hdr_len = calloc((size_t)p->nshards, sizeof *p->hdr_len);
-    if (!p->data_bytes || !p->hdr || !p->hdr_len) return e0_fail(err, E0_ENOMEM, "out of memory");
-    size_t i = 0;
-    for (int sh = 0; sh < p->nshards; sh++) {
-        sbuf b = {0};
-        sb_printf(&b, "{\"__metadata__\":{\"format\":\"%s\"}",
-                  p->o.format == SYNTH_MLX ? "mlx" : "pt");
-        for (; i < p->n && p->it[i].shard == (uint32_t)sh; i++) {
-            const item *t = &p->it[i];
-            p->data_bytes[sh] = t->off + item_bytes(t);
-            if (t->kind != K_QMAT) {
-                st_header_entry(&b, t->name, "", st_name(t->dtype), t->ndim, t->shape, t->off,
-                          t->off + t->wbytes);
-                continue;
-            }
-            uint64_t shp[3];
-            memcpy(shp, t->shape, sizeof shp);
-            shp[t->ndim - 1] = (uint64_t)t->cols * t->bits / 32;
-            st_header_entry(&b, t->name, ".weight", "U32", t->ndim, shp, t->off, t->off + t->wbytes);
-            shp[t->ndim - 1] = (uint64_t)(t->cols / GROUP);
-            uint64_t o = t->off + t->wbytes;
-            st_header_entry(&b, t->name, ".scales", "BF16", t->ndim, shp, o, o + t->sbytes);
-            st_header_entry(&b, t->name, ".biases", "BF16", t->ndim, shp, o + t->sbytes,
-                      o + 2 * t->sbytes);
-        }
-        sb_printf(&b, "}");
-        if (b.oom) {
-            sb_free(&b);
-            return e0_fail(err, E0_ENOMEM, "out of memory");
-        }
-        char *h;
-        size_t hlen;
-        if (st_header_pack(b.p, b.n, &h, &hlen) != 0) {
-            sb_free(&b);
-            return e0_fail(err, E0_ENOMEM, "out of memory");
-        }
-        sb_free(&b);
-        p->hdr[sh] = h;
-        p->hdr_len[sh] = hlen;
-        p->total_data += p->data_bytes[sh];
-        p->total_bytes += hlen + p->data_bytes[sh];
-    }
-    return 0;
+    const stw_layout_opts lo = {.shard_bytes = p->o.shard_bytes,
+                                .job_bytes = CHUNK_BYTES,
+                                .format = p->o.format == SYNTH_MLX ? "mlx" : "pt"};
+    return stw_layout(&p->w, &lo, err);
 }
 
 static void plan_free(plan *p) {
-    for (int i = 0; p->hdr && i < p->nshards; i++)
-        free(p->hdr[i]);
-    free(p->hdr);
-    free(p->hdr_len);
-    free(p->data_bytes);
+    stw_free(&p->w);
     free(p->it);
     free(p->sign);
     memset(p, 0, sizeof *p);
@@ -530,12 +460,10 @@ int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *i
     plan p;
     int rc = plan_build(&p, shape, o ? o : &d, err);
     if (!rc) {
-        info->bytes = p.total_bytes;
+        info->bytes = p.w.total_bytes;
         info->params = p.params;
-        info->n_shards = p.nshards;
-        info->n_tensors = 0;
-        for (size_t i = 0; i < p.n; i++)
-            info->n_tensors += p.it[i].kind == K_QMAT ? 3 : 1;
+        info->n_shards = p.w.nshards;
+        info->n_tensors = p.w.n_tensors;
     }
     plan_free(&p);
     return rc;
@@ -563,13 +491,15 @@ static double rest_rms(const plan *p, int layer) {
 }
 
 /* Per-row group offsets along the planted direction (DIR_EMBED: the
- * direction itself; DIR_ROUTER: the expert's logit offset). `coef[r]` is
- * the amplitude of row r0 + r; the group pattern is p->sign. */
-static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float *coef) {
-    if (t->dir == DIR_EMBED) {
-        for (int64_t r = 0; r < n; r++)
+ * direction itself; DIR_ROUTER: the expert's logit offset), malloc'd:
+ * `coef[r]` is the amplitude of row r0 + r; the group pattern is p->sign.
+ * NULL when out of memory. */
+static float *row_coefs(const plan *p, const item *t, int64_t r0, int64_t n) {
+    float *coef = malloc((size_t)n * sizeof *coef);
+    if (!coef || t->dir == DIR_EMBED) {
+        for (int64_t r = 0; coef && r < n; r++)
             coef[r] = p->skew_amp;
-        return 0;
+        return coef;
     }
     /* A random expert ranking per layer; offset -S c ln(rank + 1) in units
      * of the logit noise (centred), converted to a weight along the planted
@@ -583,7 +513,8 @@ static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float 
     if (!rank || !perm) {
         free(rank);
         free(perm);
-        return -1;
+        free(coef);
+        return NULL;
     }
     xrng r;
     xr_seed(&r, p->o.seed, 0x72616e6bull, (uint64_t)t->layer);
@@ -609,7 +540,7 @@ static int row_coefs(const plan *p, const item *t, int64_t r0, int64_t n, float 
     }
     free(rank);
     free(perm);
-    return 0;
+    return coef;
 }
 
 /* mlx affine codes: uniform codes, one scale per item so values have the
@@ -703,190 +634,28 @@ static void gen_vec(const item *t, xrng *r, void *out) {
     }
 }
 
-/* ======================================================================
- * The writer.
- * ====================================================================== */
-
-typedef struct {
-    uint32_t item;
-    int64_t r0, n;
-} job;
-
-typedef struct {
-    const plan *p;
-    job *jobs;
-    size_t njobs, buf_bytes, max_rows;
-    int *fds;
-    atomic_size_t next;
-    atomic_uint_fast64_t done;
-    atomic_int failed, running;
-    pthread_mutex_t mu; /* guards err, err_code and turn */
-    pthread_cond_t cv;  /* turn advanced or failed */
-    size_t turn;        /* the job whose pieces are written next */
-    char err[E0_ERR_MAX];
-    int err_code;
-    char **paths;
-    const volatile sig_atomic_t *cancel;
-} writer;
-
-static void w_fail(writer *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void w_fail(writer *w, int code, const char *fmt, ...) {
-    pthread_mutex_lock(&w->mu);
-    if (!atomic_load(&w->failed)) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(w->err, sizeof w->err, fmt, ap);
-        va_end(ap);
-        w->err_code = code;
-        atomic_store(&w->failed, 1);
-    }
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Workers look only at `failed`; the calling thread polls *cancel (a
- * signal handler's flag, not meant to be shared between threads) and turns
- * it into a failure. */
-static bool w_stop(writer *w) {
-    return atomic_load(&w->failed);
-}
-
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off) {
-    const uint8_t *b = buf;
-    while (len) {
-        ssize_t k = pwrite(fd, b, len, (off_t)off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        b += k;
-        len -= (size_t)k;
-        off += (uint64_t)k;
-    }
-    return 0;
-}
-
-typedef struct {
-    const void *b;
-    size_t len;
-    uint64_t off;
-} wpiece;
-
-static void run_job(writer *w, const job *j, uint8_t *buf, float *coef) {
-    const plan *p = w->p;
+/* Rows [r0, r0 + n) of one item, from the stream of (seed, item, r0):
+ * the same bytes whatever the thread count. */
+static void produce(void *ctx, stw_run *r, const stw_job *j, const stw_out *out) {
+    const plan *p = ctx;
     const item *t = &p->it[j->item];
-    xrng r;
-    xr_seed(&r, p->o.seed, j->item, (uint64_t)j->r0);
-    const uint32_t sh = t->shard;
-    const uint64_t base = p->hdr_len[sh] + t->off;
-    if (t->dir != DIR_NONE && row_coefs(p, t, j->r0, j->n, coef) != 0) {
-        w_fail(w, E0_ENOMEM, "out of memory");
+    xrng rng;
+    xr_seed(&rng, p->o.seed, j->item, (uint64_t)j->r0);
+    float *coef = NULL;
+    if (t->dir != DIR_NONE && !(coef = row_coefs(p, t, j->r0, j->n))) {
+        stw_fail(r, E0_ENOMEM, "out of memory");
         return;
     }
-    const float *cf = t->dir != DIR_NONE ? coef : NULL;
-    wpiece piece[3];
-    int np = 0;
-    if (t->kind == K_QMAT) {
-        const size_t rw = (size_t)t->cols * t->bits / 8, rs = (size_t)(t->cols / GROUP) * 2;
-        uint8_t *wb = buf, *sb = buf + (size_t)j->n * rw, *bb = sb + (size_t)j->n * rs;
-        gen_qmat(p, t, &r, j->n, cf, wb, (uint16_t *)(void *)sb, (uint16_t *)(void *)bb);
-        piece[np++] = (wpiece){wb, (size_t)j->n * rw, base + (uint64_t)j->r0 * rw};
-        piece[np++] = (wpiece){sb, (size_t)j->n * rs, base + t->wbytes + (uint64_t)j->r0 * rs};
-        piece[np++] =
-            (wpiece){bb, (size_t)j->n * rs, base + t->wbytes + t->sbytes + (uint64_t)j->r0 * rs};
-    } else if (t->kind == K_BMAT) {
-        const size_t rw = (size_t)t->cols * 2;
-        gen_bmat(p, t, &r, j->n, cf, (uint16_t *)(void *)buf);
-        piece[np++] = (wpiece){buf, (size_t)j->n * rw, base + (uint64_t)j->r0 * rw};
-    } else {
-        gen_vec(t, &r, buf);
-        piece[np++] = (wpiece){buf, (size_t)t->wbytes, base};
-    }
-    /* Writes go out in job order (= file order): generation overlaps, the
-     * page cache sees sequential streams, and threads never contend for
-     * the file's lock. */
-    const size_t me = (size_t)(j - w->jobs);
-    pthread_mutex_lock(&w->mu);
-    while (w->turn != me && !w_stop(w))
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    for (int k = 0; k < np && !w_stop(w); k++) {
-        if (pwrite_all(w->fds[sh], piece[k].b, piece[k].len, piece[k].off) != 0) {
-            w_fail(w, E0_EIO, "%s: write failed: %s", w->paths[sh], strerror(errno ? errno : EIO));
-            return;
-        }
-        atomic_fetch_add(&w->done, piece[k].len);
-    }
-    pthread_mutex_lock(&w->mu);
-    w->turn = me + 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void *worker(void *arg) {
-    writer *w = arg;
-    uint8_t *buf = malloc(w->buf_bytes);
-    float *coef = malloc(w->max_rows * sizeof *coef);
-    if (!buf || !coef)
-        w_fail(w, E0_ENOMEM, "out of memory allocating a %zu-byte write buffer", w->buf_bytes);
-    while (buf && coef && !w_stop(w)) {
-        size_t i = atomic_fetch_add(&w->next, 1);
-        if (i >= w->njobs) break;
-        run_job(w, &w->jobs[i], buf, coef);
-    }
-    free(buf);
+    if (t->kind == K_QMAT)
+        gen_qmat(p, t, &rng, j->n, coef, out->w, out->scales, out->biases);
+    else if (t->kind == K_BMAT)
+        gen_bmat(p, t, &rng, j->n, coef, (uint16_t *)(void *)out->w);
+    else
+        gen_vec(t, &rng, out->w);
     free(coef);
-    atomic_fetch_sub(&w->running, 1);
-    return NULL;
 }
 
-/* Jobs of about CHUNK_BYTES: whole rows, each item's rows in order. */
-static int make_jobs(writer *w, char *err) {
-    const plan *p = w->p;
-    size_t n = 0, cap = p->n + 64;
-    job *jobs = malloc(cap * sizeof *jobs);
-    if (!jobs) return e0_fail(err, E0_ENOMEM, "out of memory");
-    w->buf_bytes = 4096;
-    for (size_t i = 0; i < p->n; i++) {
-        const item *t = &p->it[i];
-        int64_t per = t->rows;
-        const uint64_t row = item_bytes(t) / (uint64_t)t->rows;
-        if (t->kind == K_QMAT || t->kind == K_BMAT) {
-            per = (int64_t)(CHUNK_BYTES / row);
-            if (per < 1) per = 1;
-        }
-        for (int64_t r0 = 0; r0 < t->rows; r0 += per) {
-            if (n == cap) {
-                cap *= 2;
-                job *nj = realloc(jobs, cap * sizeof *nj);
-                if (!nj) {
-                    free(jobs);
-                    return e0_fail(err, E0_ENOMEM, "out of memory");
-                }
-                jobs = nj;
-            }
-            int64_t k = t->rows - r0 < per ? t->rows - r0 : per;
-            jobs[n++] = (job){(uint32_t)i, r0, k};
-            if ((size_t)k * row > w->buf_bytes) w->buf_bytes = (size_t)k * row;
-            if ((size_t)k > w->max_rows) w->max_rows = (size_t)k;
-        }
-    }
-    w->jobs = jobs;
-    w->njobs = n;
-    return 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void report(const synth_opts *o, synth_phase ph, uint64_t done, uint64_t total, double t0) {
-    if (!o->progress) return;
-    synth_progress pr = {.phase = ph, .done = done, .total = total, .seconds = now_s() - t0};
-    o->progress(o->progress_ctx, &pr);
-}
-
-/* ---- config.json and the index ----------------------------------------- */
+/* ---- config.json -------------------------------------------------------- */
 
 static void cfg_quant(sbuf *b, const plan *p, const char *key, const char *ind) {
     sb_printf(b, "%s\"%s\": {\n%s  \"group_size\": %d,\n%s  \"bits\": 4,\n%s  \"mode\": \"affine\"",
@@ -1000,148 +769,26 @@ static char *config_json(const plan *p) {
     return b.p;
 }
 
-static int cmp_entry(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* model.safetensors.index.json: {"metadata": {"total_size"}, "weight_map"}, names sorted. */
-static char *index_json(const plan *p, char **files) {
-    size_t n = 0;
-    for (size_t i = 0; i < p->n; i++)
-        n += p->it[i].kind == K_QMAT ? 3 : 1;
-    char **lines = calloc(n, sizeof *lines);
-    if (!lines) return NULL;
-    size_t k = 0;
-    bool oom = false;
-    for (size_t i = 0; i < p->n && !oom; i++) {
-        const item *t = &p->it[i];
-        static const char *const sfx[] = {".biases", ".scales", ".weight"};
-        int m = t->kind == K_QMAT ? 3 : 1;
-        for (int j = 0; j < m; j++) {
-            const char *f = strrchr(files[t->shard], '/') + 1;
-            size_t len = strlen(t->name) + strlen(f) + 16;
-            if (!(lines[k] = malloc(len))) {
-                oom = true;
-                break;
-            }
-            snprintf(lines[k++], len, "\"%s%s\": \"%s\"", t->name, m == 3 ? sfx[j] : "", f);
-        }
-    }
-    sbuf b = {0};
-    if (!oom) {
-        qsort(lines, k, sizeof *lines, cmp_entry);
-        sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {\n",
-                  (unsigned long long)p->total_data);
-        for (size_t i = 0; i < k; i++)
-            sb_printf(&b, "    %s%s\n", lines[i], i + 1 < k ? "," : "");
-        sb_printf(&b, "  }\n}\n");
-    }
-    for (size_t i = 0; i < k; i++)
-        free(lines[i]);
-    free(lines);
-    if (oom || b.oom) {
-        sb_free(&b);
-        return NULL;
-    }
-    return b.p;
-}
-
-static int write_text(const char *path, const char *text, bool sync, char *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return e0_fail(err, E0_EIO, "%s: cannot create: %s", path, strerror(errno));
-    int rc = pwrite_all(fd, text, strlen(text), 0) != 0 || (sync && fsync(fd) != 0);
-    int e = errno;
-    if (close(fd) != 0) rc = 1;
-    return rc ? e0_fail(err, E0_EIO, "%s: write failed: %s", path, strerror(e)) : 0;
-}
-
-/* ---- the atomic directory ----------------------------------------------- */
-
-static char *parent_dir(const char *path) {
-    const char *sl = strrchr(path, '/');
-    if (!sl) return strdup(".");
-    if (sl == path) return strdup("/");
-    return strndup(path, (size_t)(sl - path));
-}
-
-static int check_space(const char *dst, uint64_t need, char *err) {
-    char *par = parent_dir(dst);
-    if (!par) return e0_fail(err, E0_ENOMEM, "out of memory");
-    struct statvfs v;
-    int rc = 0;
-    if (statvfs(par, &v) != 0) {
-        rc = e0_fail(err, errno == ENOENT ? E0_ENOTFOUND : E0_EIO, "%s: %s", par, strerror(errno));
-    } else {
-        uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
-        if (avail < need + (64u << 20))
-            rc = e0_fail(err, E0_EIO, "%s: the checkpoint needs %.2f GB but only %.2f GB are free",
-                         par, (double)need / 1e9, (double)avail / 1e9);
-    }
-    free(par);
+/* config.json, next to the shards. */
+static int finish(void *ctx, const char *dir, bool sync, char *err) {
+    char *cfg = config_json(ctx), *path = e0_path_join(dir, "config.json");
+    int rc = cfg && path ? stw_write_text(path, cfg, sync, err)
+                         : e0_fail(err, E0_ENOMEM, "out of memory");
+    free(cfg);
+    free(path);
     return rc;
 }
 
-/* rename that never replaces an existing DST (rename(2) would replace an
- * empty directory). */
-static int rename_noreplace(const char *from, const char *to) {
-#ifdef RENAME_NOREPLACE
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
-    if (errno != EINVAL && errno != ENOSYS) return -1;
-#endif
-    struct stat st;
-    if (lstat(to, &st) == 0) {
-        errno = EEXIST;
-        return -1;
-    }
-    return rename(from, to);
-}
-
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
-static int run_workers(writer *w, const synth_opts *o, double t0) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 2);
-    if ((size_t)nt > w->njobs) nt = (int)w->njobs;
-    if (nt < 1) nt = 1;
-    pthread_t *th = calloc((size_t)nt, sizeof *th);
-    if (!th) {
-        w_fail(w, E0_ENOMEM, "out of memory");
-        return -1;
-    }
-    int started = 0;
-    atomic_store(&w->running, nt);
-    for (; started < nt; started++)
-        if (pthread_create(&th[started], NULL, worker, w) != 0) {
-            atomic_fetch_sub(&w->running, nt - started);
-            w_fail(w, E0_EIO, "cannot start a writer thread");
-            break;
-        }
-    const uint64_t total = w->p->total_data;
-    double last = 0;
-    while (atomic_load(&w->running) > 0) {
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        if (w->cancel && *w->cancel) w_fail(w, E0_EINVAL, "interrupted");
-        double t = now_s();
-        if (t - last >= 0.1) {
-            report(o, SYNTH_WRITING, atomic_load(&w->done), total, t0);
-            last = t;
-        }
-    }
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    free(th);
-    if (!atomic_load(&w->failed) && atomic_load(&w->done) != total)
-        w_fail(w, E0_EIO, "internal error: wrote %llu of %llu bytes",
-               (unsigned long long)atomic_load(&w->done), (unsigned long long)total);
-    if (!atomic_load(&w->failed)) report(o, SYNTH_WRITING, total, total, t0);
-    return atomic_load(&w->failed) ? -1 : 0;
+/* The progress of the writer as synth reports it: data bytes written. */
+static void on_progress(void *ctx, const stw_progress *sp) {
+    const plan *p = ctx;
+    _Static_assert((int)STW_SYNCING == (int)SYNTH_SYNCING && (int)STW_DONE == (int)SYNTH_DONE,
+                   "phases map one to one");
+    const synth_progress pr = {.phase = (synth_phase)sp->phase,
+                               .done = sp->written,
+                               .total = p->w.total_data,
+                               .seconds = sp->seconds};
+    p->o.progress(p->o.progress_ctx, &pr);
 }
 
 int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts *o, char *err) {
@@ -1152,138 +799,20 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     struct stat st;
     if (lstat(dst, &st) == 0)
         return e0_fail(err, E0_EINVAL, "%s already exists; remove it or choose another path", dst);
-    const double t0 = now_s();
+    const double t0 = stw_now();
     plan p;
     int rc = plan_build(&p, shape, o, err);
-    if (!rc) rc = check_space(dst, p.total_bytes, err);
-    if (rc) {
-        plan_free(&p);
-        return rc;
+    if (!rc) {
+        const stw_write_opts wo = {.n_threads = o->n_threads,
+                                   .sync = !o->no_sync,
+                                   .t0 = t0,
+                                   .cancel = o->cancel,
+                                   .ctx = &p,
+                                   .produce = produce,
+                                   .finish = finish,
+                                   .progress = o->progress ? on_progress : NULL};
+        rc = stw_write(&p.w, dst, &wo, err);
     }
-    writer w = {.p = &p, .cancel = o->cancel};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    size_t tl = strlen(dst) + 16;
-    char *tmp = malloc(tl), *cfg = NULL, *idx = NULL, *cfg_path = NULL, *idx_path = NULL;
-    w.fds = malloc((size_t)p.nshards * sizeof *w.fds);
-    w.paths = calloc((size_t)p.nshards, sizeof *w.paths);
-    int nopen = 0;
-    bool made_dir = false;
-    if (!tmp || !w.fds || !w.paths) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    snprintf(tmp, tl, "%s.tmp-XXXXXX", dst);
-    if (!mkdtemp(tmp)) {
-        rc = e0_fail(err, E0_EIO, "%s: cannot create a directory next to it: %s", dst,
-                     strerror(errno));
-        goto done;
-    }
-    made_dir = true;
-    chmod(tmp, 0755); /* mkdtemp makes it 0700; a model directory is shared */
-    if ((rc = make_jobs(&w, err))) goto done;
-    /* Shards: created, space reserved up front (ENOSPC now, not at 90%), headers written. */
-    for (int sh = 0; sh < p.nshards; sh++) {
-        char name[64];
-        if (p.nshards == 1)
-            snprintf(name, sizeof name, "model.safetensors");
-        else
-            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, p.nshards);
-        if (!(w.paths[sh] = e0_path_join(tmp, name))) {
-            rc = e0_fail(err, E0_ENOMEM, "out of memory");
-            goto done;
-        }
-        w.fds[sh] = open(w.paths[sh], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (w.fds[sh] < 0) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot create: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-        nopen++;
-        const uint64_t size = p.hdr_len[sh] + p.data_bytes[sh];
-        int e = posix_fallocate(w.fds[sh], 0, (off_t)size);
-        if (e && e != EOPNOTSUPP && e != EINVAL) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", w.paths[sh],
-                         (double)size / 1e9, strerror(e));
-            goto done;
-        }
-        if (e && ftruncate(w.fds[sh], (off_t)size) != 0) {
-            rc = e0_fail(err, E0_EIO, "%s: cannot size: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-        if (pwrite_all(w.fds[sh], p.hdr[sh], p.hdr_len[sh], 0) != 0) {
-            rc = e0_fail(err, E0_EIO, "%s: write failed: %s", w.paths[sh], strerror(errno));
-            goto done;
-        }
-    }
-    if (run_workers(&w, o, t0) != 0) {
-        rc = e0_fail(err, w.err_code ? w.err_code : E0_EIO, "%s", w.err);
-        goto done;
-    }
-    if (!o->no_sync) {
-        report(o, SYNTH_SYNCING, p.total_data, p.total_data, t0);
-        for (int sh = 0; sh < p.nshards; sh++)
-            if (fsync(w.fds[sh]) != 0) {
-                rc = e0_fail(err, E0_EIO, "%s: fsync failed: %s", w.paths[sh], strerror(errno));
-                goto done;
-            }
-    }
-    if (!(cfg = config_json(&p)) || !(cfg_path = e0_path_join(tmp, "config.json"))) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    if ((rc = write_text(cfg_path, cfg, !o->no_sync, err))) goto done;
-    if (p.nshards > 1) {
-        if (!(idx = index_json(&p, w.paths)) ||
-            !(idx_path = e0_path_join(tmp, "model.safetensors.index.json"))) {
-            rc = e0_fail(err, E0_ENOMEM, "out of memory");
-            goto done;
-        }
-        if ((rc = write_text(idx_path, idx, !o->no_sync, err))) goto done;
-    }
-    if (o->cancel && *o->cancel) {
-        rc = e0_fail(err, E0_EINVAL, "interrupted");
-        goto done;
-    }
-    if (!o->no_sync) sync_dir(tmp);
-    for (int sh = 0; sh < nopen; sh++)
-        if (close(w.fds[sh]) != 0 && !rc)
-            rc = e0_fail(err, E0_EIO, "%s: close failed: %s", w.paths[sh], strerror(errno));
-    nopen = 0;
-    if (rc) goto done;
-    if (rename_noreplace(tmp, dst) != 0) {
-        rc = e0_fail(err, errno == EEXIST || errno == ENOTEMPTY ? E0_EINVAL : E0_EIO,
-                     "rename %s -> %s: %s", tmp, dst, strerror(errno));
-        goto done;
-    }
-    made_dir = false;
-    if (!o->no_sync) {
-        char *par = parent_dir(dst);
-        if (par) sync_dir(par);
-        free(par);
-    }
-    report(o, SYNTH_DONE, p.total_data, p.total_data, t0);
-done:
-    for (int sh = 0; sh < nopen; sh++)
-        close(w.fds[sh]);
-    if (made_dir) { /* leave nothing that looks finished */
-        for (int sh = 0; sh < p.nshards && w.paths; sh++)
-            if (w.paths[sh]) unlink(w.paths[sh]);
-        if (cfg_path) unlink(cfg_path);
-        if (idx_path) unlink(idx_path);
-        rmdir(tmp);
-    }
-    for (int sh = 0; w.paths && sh < p.nshards; sh++)
-        free(w.paths[sh]);
-    free(w.paths);
-    free(w.fds);
-    free(w.jobs);
-    free(tmp);
-    free(cfg);
-    free(idx);
-    free(cfg_path);
-    free(idx_path);
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
     plan_free(&p);
     return rc;
 }
