@@ -275,8 +275,10 @@ static void test_kernels_model_shapes(void **state) {
     mat_set_kernels(E0_KERNELS_AUTO);
 }
 
-/* Row t of a T-token call equals a 1-token call on x_t, and 1 thread equals
- * 2 threads, bit for bit, for every set. */
+/* Bit for bit, for every set: row t of a T-token call equals the same token
+ * in any other call of the same class (fewer than K_PANEL_MIN_T tokens: the
+ * row kernels, 1-token calls; at least: the panel kernels, another batch),
+ * and 1 thread equals 2 threads. */
 static void test_determinism(void **state) {
     (void)state;
     const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
@@ -298,12 +300,14 @@ static void test_determinism(void **state) {
             for (int64_t i = 0; i < T * m->cols; i++)
                 x[i] = frand();
             pool_init(2);
-            mat_matmul(m, x, m->cols, T, y, m->rows);
-            for (int64_t t = 0; t < T; t++) {
+            /* single tokens against a batch of K_PANEL_MIN_T - 1 */
+            mat_matmul(m, x, m->cols, K_PANEL_MIN_T - 1, y, m->rows);
+            for (int64_t t = 0; t < K_PANEL_MIN_T - 1; t++) {
                 mat_matmul(m, x + t * m->cols, m->cols, 1, y1, m->rows);
                 assert_memory_equal(y1, y + t * m->rows, (size_t)m->rows * sizeof *y1);
             }
-            /* tokens 3..7 alone, as a different batch */
+            /* tokens 3..7 alone, as a different batch of the panel class */
+            mat_matmul(m, x, m->cols, T, y, m->rows);
             mat_matmul(m, x + 3 * m->cols, m->cols, 5, y2, m->rows);
             assert_memory_equal(y2, y + 3 * m->rows, (size_t)(5 * m->rows) * sizeof *y2);
             pool_init(1);
@@ -376,6 +380,51 @@ static void test_prep_q8(void **state) {
         free(d2);
         free(s1);
         free(s2);
+    }
+}
+
+/* The vectorized per-group quantizer equals its scalar reference, byte for
+ * byte, for every group size and plane count, with zero groups and
+ * outliers; the digits dequantize to within half a step of the last plane. */
+static void test_prep_qg(void **state) {
+    (void)state;
+    if (!mat_kernels_supported(E0_KERNELS_AVX512_Q8)) {
+        skip();
+        return;
+    }
+    for (int it = 0; it < 600; it++) {
+        const int planes = 1 + it % 3, group = 32 << (it / 3 % 3);
+        const int64_t ng = irand(1, 12), cols = ng * group;
+        float *x = malloc((size_t)cols * sizeof *x);
+        const float amp = (float)pow(10.0, (double)irand(-6, 4));
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = amp * frand();
+        if (it % 5 == 0)
+            for (int64_t i = 0; i < cols && i < group; i++)
+                x[i] = 0.0f;
+        if (it % 7 == 0) x[irand(0, (int)cols - 1)] = 1e6f;
+        const size_t nq = (size_t)(cols * planes);
+        int8_t *q1 = malloc(nq), *q2 = malloc(nq);
+        float *d1 = malloc((size_t)ng * sizeof *d1), *d2 = malloc((size_t)ng * sizeof *d2);
+        float *s1 = malloc((size_t)ng * sizeof *s1), *s2 = malloc((size_t)ng * sizeof *s2);
+        memset(q2, 0x55, nq);
+        k_prep_qg(x, cols, group, planes, q1, d1, s1);
+        k_avx512_prep_qg(x, cols, group, planes, q2, d2, s2);
+        assert_memory_equal(q1, q2, nq);
+        assert_memory_equal(d1, d2, (size_t)ng * sizeof *d1);
+        assert_memory_equal(s1, s2, (size_t)ng * sizeof *s1);
+        for (int64_t c = 0; c < cols; c++) {
+            const int64_t g = c / group, j = c % group;
+            const int64_t at = g * group * planes + (j & 1) * (group / 2) + j / 2;
+            double code = 0;
+            for (int p = 0; p < planes; p++)
+                code = code * 256 + q1[at + group * p];
+            const double v = d1[g] * code;
+            if (!(fabs(v - x[c]) <= 0.5001 * d1[g] + 2e-7 * fabs(x[c]) + 1e-30))
+                fail_msg("planes %d group %d col %lld: x %.9g dequantized %.9g", planes, group,
+                         (long long)c, x[c], v);
+        }
+        free(x), free(q1), free(q2), free(d1), free(d2), free(s1), free(s2);
     }
 }
 
@@ -663,7 +712,7 @@ static void test_fixture_kernels(void **state) {
 
 int main(void) {
     enum { NF = sizeof FIXTURES / sizeof *FIXTURES };
-    struct CMUnitTest tests[7 + 2 * NF];
+    struct CMUnitTest tests[8 + 2 * NF];
     static char names[2 * NF][96];
     static fx_case cases[2 * NF];
     size_t k = 0;
@@ -672,6 +721,7 @@ int main(void) {
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_kernels_model_shapes);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_determinism);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_q8);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_qg);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_delta_step);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_attend);
     /* the default set, then avx512-q16: the fastest set that keeps routing */

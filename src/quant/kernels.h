@@ -47,13 +47,32 @@ typedef struct {
     int64_t ldxq;
     const float *xd; /* [T, ldxd]: per block, the scale of each lane's 8 columns (16 floats) */
     int64_t ldxd;
+    /* int8 activations per weight group (k_prep_qg, panel kernels): */
+    const int8_t *xg; /* [T, ldxg] */
+    int64_t ldxg;
+    const float *xgd, *xgs; /* [T, ldxgd]: per group, the scale dl and the sum of the quantized x */
+    int64_t ldxgd;
 } k_act;
 
 typedef void (*k_rows_fn)(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                           int64_t ldy);
 
 /* What a kernel needs prepared. */
-enum { K_NEED_X = 0, K_NEED_XP = 1, K_NEED_XS = 2, K_NEED_XQ = 4, K_NEED_XQ2 = 8, K_NEED_XQ3 = 16 };
+enum {
+    K_NEED_X = 0,
+    K_NEED_XP = 1,
+    K_NEED_XS = 2,
+    K_NEED_XQ = 4,
+    K_NEED_XQ2 = 8,
+    K_NEED_XQ3 = 16,
+    K_NEED_XG = 32,
+    K_NEED_XG2 = 64,
+    K_NEED_XG3 = 128
+};
+
+/* Calls with at least this many tokens use the int8 panel kernels (one
+ * arithmetic for every such T; fewer tokens use the row kernels). */
+#define K_PANEL_MIN_T 4
 
 /* Picks the row kernel of one ISA for m (NULL: not handled, use the
  * reference); *need says which activations to prepare, *lanes the q4 lane
@@ -62,7 +81,7 @@ k_rows_fn k_avx2_pick(const e0_mat *m, int *need, int *lanes);
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes);
 /* int8-activation kernels of q4 weights, with one or two activation planes
  * (else the f32-activation kernel of k_avx512_pick). */
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes);
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes);
 
 /* mat_delta_step per ISA (Dv a multiple of 16 / 8). */
 void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
@@ -92,6 +111,15 @@ void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs)
  * several times larger where the weights are offset from zero. */
 void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                int64_t nblk);
+/* int8 activations per weight group (32, 64 or 128 columns; cols a multiple
+ * of it) for the panel kernels: the digits of k_prep_q8 with d_g = amax_g /
+ * 127 over the group. xg: per group and plane, `group` bytes (the even
+ * columns, then the odd ones); xgd[g] = d_g / 256^(planes-1); xgs[g] =
+ * xgd[g] * (the sum of n over the group). */
+void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
+               float *xgs);
+void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
+                      float *xgs);
 /* The same, vectorized (AVX-512), bit-identical. */
 void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                       int64_t nblk);

@@ -14,6 +14,7 @@
 #include "util/num.h"
 
 #include <math.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -556,6 +557,312 @@ TGTV static void q4x8_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_
     q4x8_rows(m, a, r0, r1, y, ldy, t);
 }
 
+/* ---- q4 weights x int8 activations, 16-row panels (batches) -----------------
+ * For T >= K_PANEL_MIN_T tokens. The row kernels above spend three float
+ * operations per 128 columns of every (row, token) turning lane sums into
+ * floats; here the lanes are 16 rows, so the int32 sums run over a whole
+ * weight group and the float work is once per group.
+ *
+ * Activations (k_prep_qg) are quantized per weight group instead of per 32
+ * values: d_g = amax_g / 127, n = rint(x / d_g * 256^(P-1)) in signed
+ * base-256 digits; per group and plane the even columns, then the odd ones.
+ * Weights: 16 rows x 16 words are transposed so that a vector holds one
+ * word (8 columns) of 16 rows, split into its low nibbles (even columns) and
+ * high nibbles (odd columns) as bytes: vpdpbusd of such a vector with the
+ * matching 4 activation bytes, broadcast, adds 4 products to every row.
+ * This packing happens once per panel and PANEL_TB tokens.
+ *
+ * Per (row, token), over groups g in order:
+ *   P = 1:  B = sum q x1                         f = float(B)
+ *   P = 2:  B = (sum q x1) << 8 + sum q x2       f = float(B)
+ *   P = 3:  A = sum q x1, B = (sum q x2) << 8 + sum q x3,  f = fma(float(A), 65536, float(B))
+ *   tot = fma(f, s_g * dl_g, tot);  tot = fma(b_g, xsum_g, tot)
+ * (dl_g = d_g / 256^(P-1); xsum_g: the sum of the quantized x over the
+ * group). Sums are exact in int32: |B| <= 15 * 127 * 128 * 257 < 2^31 for
+ * groups up to 128. The result does not depend on which rows or tokens
+ * share a tile, on the thread split or on T, as long as T >= K_PANEL_MIN_T. */
+
+#define PANEL_TB        64          /* tokens per packing of a panel */
+#define PANEL_MAX_WORDS (16384 / 8) /* widest row: 16384 columns */
+
+/* 16 x 16 words: v[i] = word i of 16 rows in, word c of rows 0..15 out. */
+INLV void tr16(__m512i v[16]) {
+    __m512i t[16];
+    UNROLL
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    __m512i u[16];
+    UNROLL
+    for (int a = 0; a < 4; a++) { /* u[4a + b]: rows 4a..4a+3 of columns b, b+4, b+8, b+12 */
+        u[4 * a] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+    }
+    UNROLL
+    for (int b = 0; b < 4; b++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[b], u[4 + b], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i v1 = _mm512_shuffle_i32x4(u[b], u[4 + b], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], _MM_SHUFFLE(3, 1, 3, 1));
+        v[b] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+        v[8 + b] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+        v[4 + b] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+        v[12 + b] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* Rows r..r+nr (nr <= 16; the others are zero) of m into pk (two vectors
+ * per word: low nibbles, high nibbles) and their scales and biases into
+ * svp, bvp (16 per group). */
+TGTV static void qp_pack(const e0_mat *m, int64_t r, int nr, __m512i *pk, float *svp, float *bvp) {
+    const int64_t wpr = m->cols / 8, ng = m->cols / m->group;
+    const uint32_t *w = (const uint32_t *)m->w + r * wpr;
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    for (int64_t c0 = 0; c0 < wpr; c0 += 16) {
+        const int64_t left = wpr - c0;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        __m512i v[16];
+        UNROLL
+        for (int i = 0; i < 16; i++)
+            v[i] = i < nr ? _mm512_maskz_loadu_epi32(k, w + i * wpr + c0) : _mm512_setzero_si512();
+        tr16(v);
+        const int nc = left >= 16 ? 16 : (int)left;
+        for (int c = 0; c < nc; c++) {
+            pk[2 * (c0 + c)] = _mm512_and_si512(v[c], lo4);
+            pk[2 * (c0 + c) + 1] = _mm512_and_si512(_mm512_srli_epi32(v[c], 4), lo4);
+        }
+    }
+    /* scales and biases: 16 rows x 16 groups at a time, transposed */
+    for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+        const int64_t n = ng - g0 >= 16 ? 16 : ng - g0;
+        __m512i sv[16], bv[16];
+        UNROLL
+        for (int i = 0; i < 16; i++) {
+            sv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->scales, (r + i) * ng + g0, n))
+                           : _mm512_setzero_si512();
+            bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
+                           : _mm512_setzero_si512();
+        }
+        tr16(sv);
+        tr16(bv);
+        for (int64_t g = 0; g < n; g++) {
+            _mm512_storeu_si512(svp + (g0 + g) * 16, sv[g]);
+            _mm512_storeu_si512(bvp + (g0 + g) * 16, bv[g]);
+        }
+    }
+}
+
+/* acc[t] += the products of one plane over the group's wpg words; xp[t]:
+ * the plane's even columns, its odd ones `half` bytes on. */
+INLV void qp_plane(__m512i acc[8], const __m512i *wp, int wpg, const int8_t *const xp[8], int half,
+                   const int TT) {
+    for (int w = 0; w < wpg; w++) {
+        const __m512i lo = wp[2 * w], hi = wp[2 * w + 1];
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            int32_t e, o;
+            memcpy(&e, xp[t] + 4 * w, 4);
+            memcpy(&o, xp[t] + half + 4 * w, 4);
+            acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(e));
+            acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(o));
+        }
+    }
+}
+
+INLV void qp_tile(const __m512i *pk, const float *svp, const float *bvp, int64_t ng, int wpg,
+                  const k_act *a, int64_t t0, const int TT, const int P, float *y, int64_t ldy,
+                  __mmask16 rmask) {
+    const int G = 8 * wpg, half = G / 2;
+    const int8_t *xt[8];
+    const float *xd[8], *xs[8];
+    __m512 tot[8];
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        xt[t] = a->xg + (t0 + t) * a->ldxg;
+        xd[t] = a->xgd + (t0 + t) * a->ldxgd;
+        xs[t] = a->xgs + (t0 + t) * a->ldxgd;
+        tot[t] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const __m512i *wp = pk + g * wpg * 2;
+        const int8_t *xp[8];
+        __m512i A[8], B[8];
+        __m512 f[8];
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            B[t] = _mm512_setzero_si512();
+        if (P == 3) {
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                A[t] = _mm512_setzero_si512();
+                xp[t] = xt[t] + g * 3 * G;
+            }
+            qp_plane(A, wp, wpg, xp, half, TT);
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            xp[t] = xt[t] + (g * P + (P == 3)) * G;
+        qp_plane(B, wp, wpg, xp, half, TT);
+        if (P >= 2) {
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                B[t] = _mm512_slli_epi32(B[t], 8);
+                xp[t] += G;
+            }
+            qp_plane(B, wp, wpg, xp, half, TT);
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            f[t] = P == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_set1_ps(65536.0f),
+                                            _mm512_cvtepi32_ps(B[t]))
+                          : _mm512_cvtepi32_ps(B[t]);
+        const __m512 sv = _mm512_loadu_ps(svp + 16 * g), bv = _mm512_loadu_ps(bvp + 16 * g);
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            tot[t] = _mm512_fmadd_ps(f[t], _mm512_mul_ps(sv, _mm512_set1_ps(xd[t][g])), tot[t]);
+            tot[t] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xs[t][g]), tot[t]);
+        }
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        _mm512_mask_storeu_ps(y + (t0 + t) * ldy, rmask, tot[t]);
+}
+
+#define QP_TILE(TT, P)                                                                             \
+    TGTV static void qp_tile_##TT##_##P(const __m512i *pk, const float *svp, const float *bvp,     \
+                                        int64_t ng, int wpg, const k_act *a, int64_t t0, float *y, \
+                                        int64_t ldy, __mmask16 rmask) {                            \
+        qp_tile(pk, svp, bvp, ng, wpg, a, t0, TT, P, y, ldy, rmask);                               \
+    }
+QP_TILE(8, 1)
+QP_TILE(4, 1)
+QP_TILE(2, 1)
+QP_TILE(1, 1)
+QP_TILE(8, 2)
+QP_TILE(4, 2)
+QP_TILE(2, 2)
+QP_TILE(1, 2)
+QP_TILE(8, 3)
+QP_TILE(4, 3)
+QP_TILE(2, 3)
+QP_TILE(1, 3)
+
+typedef void (*qp_tile_fn)(const __m512i *, const float *, const float *, int64_t, int,
+                           const k_act *, int64_t, float *, int64_t, __mmask16);
+
+/* The packed panel of the calling thread: 2 vectors per word, 16 scales and
+ * biases per group (groups of at least 32 columns). */
+static _Thread_local __m512i qp_pk[2 * PANEL_MAX_WORDS];
+static _Thread_local float qp_sv[16 * (PANEL_MAX_WORDS / 4)], qp_bv[16 * (PANEL_MAX_WORDS / 4)];
+
+/* The next panel's bytes into L2 while this one computes: its rows (and
+ * their scales and biases) are contiguous, and packing them straight from
+ * DRAM stalls on 16 row streams at once. */
+INLV void qp_prefetch(const e0_mat *m, int64_t r, int64_t nr) {
+    const size_t wb = (size_t)(m->cols / 2),
+                 sb = (size_t)(m->cols / m->group) * (m->stype == E0_S_F32 ? 4 : 2);
+    const char *w = (const char *)m->w + (size_t)r * wb,
+               *sc = (const char *)m->scales + (size_t)r * sb;
+    const char *bi = (const char *)m->biases + (size_t)r * sb;
+    for (size_t o = 0; o < (size_t)nr * wb; o += 64)
+        _mm_prefetch(w + o, _MM_HINT_T1);
+    for (size_t o = 0; o < (size_t)nr * sb; o += 64) {
+        _mm_prefetch(sc + o, _MM_HINT_T1);
+        _mm_prefetch(bi + o, _MM_HINT_T1);
+    }
+}
+
+INLV void qp_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                  const qp_tile_fn tiles[4]) {
+    const int64_t ng = m->cols / m->group;
+    const int wpg = (int)(m->group / 8);
+    for (int64_t tb = 0; tb < a->T; tb += PANEL_TB) {
+        const int64_t te = tb + PANEL_TB < a->T ? tb + PANEL_TB : a->T;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int nr = r1 - r >= 16 ? 16 : (int)(r1 - r);
+            const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+            qp_pack(m, r, nr, qp_pk, qp_sv, qp_bv);
+            if (r + 16 < r1) qp_prefetch(m, r + 16, r1 - r - 16 >= 16 ? 16 : r1 - r - 16);
+            for (int64_t t0 = tb; t0 < te;) {
+                const int64_t left = te - t0;
+                const int TT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                tiles[TT == 8   ? 0
+                      : TT == 4 ? 1
+                      : TT == 2 ? 2
+                                : 3](qp_pk, qp_sv, qp_bv, ng, wpg, a, t0, y + r, ldy, rmask);
+                t0 += TT;
+            }
+        }
+    }
+}
+
+TGTV static void qp_rows_1(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy) {
+    static const qp_tile_fn t[4] = {qp_tile_8_1, qp_tile_4_1, qp_tile_2_1, qp_tile_1_1};
+    qp_rows(m, a, r0, r1, y, ldy, t);
+}
+
+TGTV static void qp_rows_2(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy) {
+    static const qp_tile_fn t[4] = {qp_tile_8_2, qp_tile_4_2, qp_tile_2_2, qp_tile_1_2};
+    qp_rows(m, a, r0, r1, y, ldy, t);
+}
+
+TGTV static void qp_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy) {
+    static const qp_tile_fn t[4] = {qp_tile_8_3, qp_tile_4_3, qp_tile_2_3, qp_tile_1_3};
+    qp_rows(m, a, r0, r1, y, ldy, t);
+}
+
+/* k_prep_qg (mat.c) vectorized; bit-identical to it. */
+TGTV void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg,
+                           float *xgd, float *xgs) {
+    const int64_t ng = cols / group;
+    const int nv = group / 16;
+    const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
+    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    for (int64_t g = 0; g < ng; g++) {
+        const float *xv = x + g * group;
+        __m512 am = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xv + 16 * v)));
+        const float amax = _mm512_reduce_max_ps(am);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id), vscale = _mm512_set1_ps(scale);
+        int8_t nat[3][128]; /* the group's digits per plane, natural order */
+        __m512i sum = _mm512_setzero_si512();
+        for (int v = 0; v < nv; v++) {
+            const __m512 xs =
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xv + 16 * v), vid), vscale);
+            const __m512i n = _mm512_cvtps_epi32(xs);
+            __m512i rest = n;
+            for (int p = planes - 1; p > 0; p--) {
+                const __m512i qd = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);
+                _mm_storeu_si128((__m128i *)(nat[p] + 16 * v), _mm512_cvtepi32_epi8(qd));
+                rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, qd), 8);
+            }
+            const __m512i q1 = _mm512_max_epi32(_mm512_min_epi32(rest, hi), lo);
+            _mm_storeu_si128((__m128i *)(nat[0] + 16 * v), _mm512_cvtepi32_epi8(q1));
+            sum = _mm512_add_epi32(sum, n);
+        }
+        for (int p = 0; p < planes; p++) {
+            int8_t *dst = xg + (g * planes + p) * group;
+            for (int c = 0; c < group; c += 32) { /* as 16 words: low bytes even, high bytes odd */
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(nat[p] + c));
+                _mm_storeu_si128((__m128i *)(dst + c / 2), _mm256_cvtepi16_epi8(wv));
+                _mm_storeu_si128((__m128i *)(dst + group / 2 + c / 2),
+                                 _mm256_cvtepi16_epi8(_mm256_srli_epi16(wv, 8)));
+            }
+        }
+        const float dl = d / scale;
+        xgd[g] = dl;
+        xgs[g] = dl * (float)_mm512_reduce_add_epi32(sum);
+    }
+}
+
 /* k_prep_q8 (mat.c) vectorized; bit-identical to it. */
 TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
                            float *xb, int64_t nblk) {
@@ -619,7 +926,14 @@ TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq,
     }
 }
 
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes) {
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes) {
+    if (T >= K_PANEL_MIN_T && m->type == E0_W_QAFF && m->bits == 4 &&
+        (m->group == 32 || m->group == 64 || m->group == 128) && m->cols % m->group == 0 &&
+        m->cols / 8 <= PANEL_MAX_WORDS) {
+        *lanes = 16;
+        *need = planes == 3 ? K_NEED_XG3 : planes == 2 ? K_NEED_XG2 : K_NEED_XG;
+        return planes == 3 ? qp_rows_3 : planes == 2 ? qp_rows_2 : qp_rows_1;
+    }
     if (m->type == E0_W_QAFF && m->bits == 4 && m->cols % 8 == 0 && m->group % 32 == 0 &&
         m->cols % m->group == 0 && (128 % m->group == 0 || m->group % 128 == 0)) {
         *lanes = 16;
@@ -753,14 +1067,19 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     return NULL;
 }
 
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int *need, int *lanes) {
-    (void)m, (void)planes, (void)need, (void)lanes;
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes) {
+    (void)m, (void)planes, (void)T, (void)need, (void)lanes;
     return NULL;
 }
 
 void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                       int64_t nblk) {
     k_prep_q8(x, cols, planes, xq, xdl, xb, nblk);
+}
+
+void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
+                      float *xgs) {
+    k_prep_qg(x, cols, group, planes, xg, xgd, xgs);
 }
 
 void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,

@@ -310,6 +310,32 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
         }
 }
 
+void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
+               float *xgs) {
+    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    for (int64_t g = 0; g < cols / group; g++) {
+        const float *xv = x + g * group;
+        float amax = 0.0f;
+        for (int i = 0; i < group; i++)
+            amax = fabsf(xv[i]) > amax ? fabsf(xv[i]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < group; i++) {
+            const int32_t n = (int32_t)lrintf(xv[i] * id * scale);
+            int32_t rest = n;
+            for (int p = planes - 1; p >= 0; p--) { /* as k_prep_q8 */
+                int32_t q = p ? ((rest + 128) & 255) - 128 : rest;
+                if (!p) q = q < -128 ? -128 : q > 127 ? 127 : q;
+                xg[(g * planes + p) * group + (i & 1) * (group / 2) + i / 2] = (int8_t)q;
+                rest = (rest - q) / 256;
+            }
+            sum += n;
+        }
+        xgd[g] = d / scale;
+        xgs[g] = xgd[g] * (float)sum;
+    }
+}
+
 typedef struct {
     k_rows_fn fn; /* NULL: the reference */
     const e0_mat *m;
@@ -333,14 +359,14 @@ static void mm_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 #define PAR_MIN_MACS (1 << 18)
 #define ROW_ALIGN    16
 
-static k_rows_fn pick(e0_kernels k, const e0_mat *m, int *need, int *lanes) {
+static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *lanes) {
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
-        return k_avx512_q8_pick(m, 1, need, lanes);
+        return k_avx512_q8_pick(m, 1, T, need, lanes);
     case E0_KERNELS_AVX512_Q16:
-        return k_avx512_q8_pick(m, 2, need, lanes);
+        return k_avx512_q8_pick(m, 2, T, need, lanes);
     case E0_KERNELS_AVX512_Q24:
-        return k_avx512_q8_pick(m, 3, need, lanes);
+        return k_avx512_q8_pick(m, 3, T, need, lanes);
     case E0_KERNELS_AVX512:
         return k_avx512_pick(m, need, lanes);
     case E0_KERNELS_AVX2:
@@ -358,8 +384,25 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
     if (m->rows <= 0 || T <= 0) return;
     k_act a = {.T = T, .x = x, .ldx = ldx};
     int need = 0, lanes = 16;
-    k_rows_fn fn = pick(k, m, &need, &lanes);
-    if (fn && need != K_NEED_X) {
+    k_rows_fn fn = pick(k, m, T, &need, &lanes);
+    const int gplanes = need & K_NEED_XG3 ? 3 : need & K_NEED_XG2 ? 2 : need & K_NEED_XG ? 1 : 0;
+    if (fn && gplanes) { /* panel kernels: int8 digits per group, then scales and sums */
+        const int64_t ng = m->cols / m->group, ldxg = m->cols * gplanes;
+        float *buf = scratch((size_t)(T * 2 * ng) * sizeof(float) + (size_t)(T * ldxg));
+        if (!buf) {
+            fn = NULL;
+        } else {
+            a.xgd = buf;
+            a.xgs = buf + T * ng;
+            a.ldxgd = ng;
+            a.xg = (const int8_t *)(buf + 2 * T * ng);
+            a.ldxg = ldxg;
+            for (int64_t t = 0; t < T; t++)
+                k_avx512_prep_qg(x + t * ldx, m->cols, (int)m->group, gplanes,
+                                 (int8_t *)(buf + 2 * T * ng) + t * ldxg, buf + t * ng,
+                                 buf + T * ng + t * ng);
+        }
+    } else if (fn && need != K_NEED_X) {
         /* scratch: xp | xs | xd (floats), then xq (bytes) */
         const int64_t bv = 8 * (int64_t)lanes, nblk = (m->cols + bv - 1) / bv;
         const int64_t ldxp = need & K_NEED_XP ? nblk * bv : 0;
