@@ -6,7 +6,10 @@
  *    would catch gate/up rows concatenated wholesale;
  *  - bundles built in the historical gate-first order are ~100% wrong;
  *  - staged_replace with a wrong prediction drops experts and counts every
- *    drop; without it nothing is dropped. */
+ *    drop; without it nothing is dropped;
+ *  - direct (O_DIRECT) reads under a memory budget, speculative loads of
+ *    the next layer's experts, and the fallback to buffered reads when the
+ *    filesystem rejects O_DIRECT, all bit-identical to exact. */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -18,9 +21,10 @@
 #include <string.h>
 
 static const char *LAYOUTS[][2] = {
-    {"qwen3moe", "hf"},  {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},  {"qwen3next", "hf"},
-    {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"}, {"qwen35moe", "hf"}, {"qwen35moe", "hf-fused"},
-    {"qwen35moe", "mlx"}, {"qwen35moe", "mlx-fused"},
+    {"qwen3moe", "hf"},         {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
+    {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
+    {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
+    {"qwen35moe", "mlx-fused"},
 };
 enum { NLAYOUTS = sizeof LAYOUTS / sizeof *LAYOUTS };
 
@@ -95,11 +99,13 @@ static const config CONFIGS[] = {
     {"exact", E0_PATH_EXACT, NULL, ""},
     {"staged n4", E0_PATH_STAGED, NULL, "staged=true staged_n=4"},
     {"staged n8 async", E0_PATH_STAGED, NULL, "staged=true staged_n=8 staged_sync=false"},
-    {"staged incr+writeback", E0_PATH_STAGED, NULL, "staged=true staged_n=4 incr_stack=true incr_writeback=true asm_cache=false"},
+    {"staged incr+writeback", E0_PATH_STAGED, NULL,
+     "staged=true staged_n=4 incr_stack=true incr_writeback=true asm_cache=false"},
     {"hot 4/interval 1", E0_PATH_HOT, NULL, "hot_per_layer=4 hot_update_interval=1"},
     {"hot 6 window 1", E0_PATH_HOT, NULL, "hot_per_layer=6 hot_window=1 pin_bonus=0"},
     {"full", E0_PATH_FULL, NULL, ""},
-    {"full prefill 2 layers + prefill_hot", E0_PATH_AUTO, NULL, "full_layer_prefill=true prefill_full_layers=2 prefill_hot=4"},
+    {"full prefill 2 layers + prefill_hot", E0_PATH_AUTO, NULL,
+     "full_layer_prefill=true prefill_full_layers=2 prefill_hot=4"},
     {"preset staged_k4", E0_PATH_AUTO, "staged_k4", ""},
     {"preset staged_k4 trigger 4", E0_PATH_AUTO, "staged_k4", "staged_trigger=4"},
     {"preset prod_k8", E0_PATH_AUTO, "prod_k8", ""},
@@ -130,7 +136,8 @@ static void apply(e0_engine_opts *o, const config *c, int slots, int many) {
  * the main paths at two settings on every other layout. */
 static bool full_matrix(int li) {
     const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
-    return (!strcmp(fam, "qwen3moe") && !strcmp(lay, "hf")) || (!strcmp(fam, "qwen3next") && !strcmp(lay, "mlx")) ||
+    return (!strcmp(fam, "qwen3moe") && !strcmp(lay, "hf")) ||
+           (!strcmp(fam, "qwen3next") && !strcmp(lay, "mlx")) ||
            (!strcmp(fam, "qwen35moe") && (!strcmp(lay, "hf-fused") || !strcmp(lay, "mlx-fused")));
 }
 
@@ -159,8 +166,8 @@ static void test_paths_bit_identical(void **state) {
                     e0_stats st;
                     e0_engine_stats(e, &st);
                     if (memcmp(lg, ref, bytes) != 0)
-                        fail_msg("%s/%s %s cache_slots=%d threads=%s: logits differ from exact", fam, lay,
-                                 CONFIGS[ci].name, slots[si], many ? "many" : "1");
+                        fail_msg("%s/%s %s cache_slots=%d threads=%s: logits differ from exact",
+                                 fam, lay, CONFIGS[ci].name, slots[si], many ? "many" : "1");
                     assert_int_equal(st.drops, 0);
                     runs++;
                     free(lg);
@@ -181,9 +188,9 @@ static void test_paths_exercised(void **state) {
     e0_engine *e = open_with("qwen35moe", "mlx", &o);
     free(run_seq(e, &q));
     e0_engine_stats(e, &st);
-    printf("  staged: %llu hits, %llu exact fallbacks, prediction %llu/%llu\n", (unsigned long long)st.staged_hits,
-           (unsigned long long)st.exact_fallbacks, (unsigned long long)st.predicted_routed,
-           (unsigned long long)st.routed_staged);
+    printf("  staged: %llu hits, %llu exact fallbacks, prediction %llu/%llu\n",
+           (unsigned long long)st.staged_hits, (unsigned long long)st.exact_fallbacks,
+           (unsigned long long)st.predicted_routed, (unsigned long long)st.routed_staged);
     assert_true(st.staged_hits > 0);
     assert_int_equal(st.staged_hits + st.exact_fallbacks, st.routed_staged);
     e0_engine_free(e);
@@ -191,7 +198,8 @@ static void test_paths_exercised(void **state) {
     e = open_with("qwen35moe", "mlx", &o);
     free(run_seq(e, &q));
     e0_engine_stats(e, &st);
-    printf("  hot: %llu hits, %llu misses\n", (unsigned long long)st.hot_hits, (unsigned long long)st.hot_misses);
+    printf("  hot: %llu hits, %llu misses\n", (unsigned long long)st.hot_hits,
+           (unsigned long long)st.hot_misses);
     assert_true(st.hot_hits > 0 && st.hot_misses > 0);
     e0_engine_free(e);
     apply(&o, &CONFIGS[7], 64, 1); /* full-layer prefill on 2 layers */
@@ -204,10 +212,17 @@ static void test_paths_exercised(void **state) {
     e = open_with("qwen35moe", "mlx", &o);
     free(run_seq(e, &q));
     e0_engine_stats(e, &st);
-    printf("  exact: LRU %llu hits, %llu misses, %llu bytes read\n", (unsigned long long)st.lru_hits,
-           (unsigned long long)st.lru_misses, (unsigned long long)st.bytes_read);
+    stream_counters sc;
+    stream_counters_get(e->stream, &sc);
+    printf("  exact: LRU %llu hits, %llu misses, %llu bytes read, %llu speculative loads (%llu "
+           "used)\n",
+           (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses,
+           (unsigned long long)st.bytes_read, (unsigned long long)sc.spec_loads,
+           (unsigned long long)sc.spec_used);
     assert_true(st.lru_hits > 0);
-    assert_int_equal(st.lru_misses * st.bundle_bytes, st.bytes_read);
+    /* every read is a miss or a speculative load, of the expert bytes alone */
+    assert_int_equal((st.lru_misses + sc.spec_loads) * st.bundle_bytes, st.bytes_read);
+    assert_true(sc.spec_used <= sc.spec_loads && sc.spec_used <= st.lru_hits);
     e0_engine_free(e);
 }
 
@@ -216,7 +231,8 @@ static double moe_err(e0_engine *e, const char *family, int L) {
     char rel[256], err[E0_ERR_MAX], name[64];
     e0_model_info info;
     e0_engine_info(e, &info);
-    snprintf(rel, sizeof rel, "fixtures/%s/golden%s.safetensors", family, strncmp(info.layout, "mlx", 3) ? "" : "_q");
+    snprintf(rel, sizeof rel, "fixtures/%s/golden%s.safetensors", family,
+             strncmp(info.layout, "mlx", 3) ? "" : "_q");
     st_set *g;
     if (st_set_open_file(&g, tu_shared(rel), err)) fail_msg("%s", err);
     const size_t T = 32, H = (size_t)e->model.cfg.hidden;
@@ -255,8 +271,9 @@ static void full_layer_case(const char *family, const char *layout) {
     e0_engine_info(e, &info);
     assert_memory_equal(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float));
     /* whole-layer reads: the stacked tensors only, nothing else */
-    printf("  %s/%s: full-layer prefill matches exact; read %llu bytes for %llu of experts\n", family, layout,
-           (unsigned long long)st.bytes_read, (unsigned long long)info.expert_bytes);
+    printf("  %s/%s: full-layer prefill matches exact; read %llu bytes for %llu of experts\n",
+           family, layout, (unsigned long long)st.bytes_read,
+           (unsigned long long)info.expert_bytes);
     assert_true(st.bytes_read <= info.expert_bytes + info.expert_bytes / 20);
     free(lg);
     free(ref);
@@ -289,8 +306,10 @@ static void test_full_layer_fused(void **state) {
         /* row r of [gate_all; up_all] */
         int64_t r0 = (int64_t)x * 2 * I, r1 = r0 + I;
         wrong[x] = keep[x];
-        wrong[x].gate = r0 < E * I ? mat_rows(&keep[r0 / I].gate, 0, I) : mat_rows(&keep[(r0 - E * I) / I].up, 0, I);
-        wrong[x].up = r1 < E * I ? mat_rows(&keep[r1 / I].gate, 0, I) : mat_rows(&keep[(r1 - E * I) / I].up, 0, I);
+        wrong[x].gate = r0 < E * I ? mat_rows(&keep[r0 / I].gate, 0, I)
+                                   : mat_rows(&keep[(r0 - E * I) / I].up, 0, I);
+        wrong[x].up = r1 < E * I ? mat_rows(&keep[r1 / I].gate, 0, I)
+                                 : mat_rows(&keep[(r1 - E * I) / I].up, 0, I);
     }
     memcpy(ly->experts, wrong, (size_t)E * sizeof *wrong);
     e0_engine_opts o;
@@ -300,7 +319,8 @@ static void test_full_layer_fused(void **state) {
     char err[E0_ERR_MAX];
     if (stream_new(&e->stream, &e->model, &o, err)) fail_msg("%s", err);
     double bad = moe_err(e, "qwen35moe", 0);
-    printf("  gate/up interleaved per expert: rel L2 %.2g; concatenated wholesale: %.2g\n", good, bad);
+    printf("  gate/up interleaved per expert: rel L2 %.2g; concatenated wholesale: %.2g\n", good,
+           bad);
     assert_true(good < 1e-5);
     assert_true(bad > 0.3);
     memcpy(ly->experts, keep, (size_t)E * sizeof *keep);
@@ -323,7 +343,8 @@ static void test_gate_first_order(void **state) {
         double good = moe_err(e, "qwen3moe", 1);
         stream_debug_order(e->stream, XB_ORDER_GATE_FIRST);
         double bad = moe_err(e, "qwen3moe", 1);
-        printf("  qwen3moe/%s layer 1: math order rel L2 %.2g, gate-first %.2g\n", lays[i], good, bad);
+        printf("  qwen3moe/%s layer 1: math order rel L2 %.2g, gate-first %.2g\n", lays[i], good,
+               bad);
         assert_true(good < 1e-5);
         assert_true(bad > 0.5);
         e0_engine_free(e);
@@ -346,16 +367,19 @@ static void test_staged_replace(void **state) {
         o.layer.staged_replace = replace;
         e0_engine *e = open_with("qwen35moe", "mlx", &o);
         const int wrong[4] = {0, 1, 2, 3};
-        for (int l = 0; l < e->model.cfg.n_layers; l++) stream_debug_predict(e->stream, l, wrong, 4);
+        for (int l = 0; l < e->model.cfg.n_layers; l++)
+            stream_debug_predict(e->stream, l, wrong, 4);
         float *lg = run_seq(e, &q);
         e0_stats st;
         e0_engine_stats(e, &st);
         e0_model_info info;
         e0_engine_info(e, &info);
-        printf("  staged_replace=%d: %llu staged hits, %llu drops, %llu exact fallbacks of %llu routed\n", replace,
-               (unsigned long long)st.staged_hits, (unsigned long long)st.drops,
+        printf("  staged_replace=%d: %llu staged hits, %llu drops, %llu exact fallbacks of %llu "
+               "routed\n",
+               replace, (unsigned long long)st.staged_hits, (unsigned long long)st.drops,
                (unsigned long long)st.exact_fallbacks, (unsigned long long)st.routed_staged);
-        /* every routed expert is a staged hit, a drop or a fallback; hits are exactly the predicted ones */
+        /* every routed expert is a staged hit, a drop or a fallback; hits are exactly the predicted
+         * ones */
         assert_int_equal(st.staged_hits + st.drops + st.exact_fallbacks, st.routed_staged);
         assert_int_equal(st.staged_hits, st.predicted_routed);
         int same = memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) == 0;
@@ -372,6 +396,78 @@ static void test_staged_replace(void **state) {
         e0_engine_free(e);
     }
     free(ref);
+}
+
+/* Under a memory budget bundles are read with O_DIRECT into aligned slots
+ * (and speculative loads run ahead in decode); a filesystem that rejects
+ * O_DIRECT (simulated: the first direct read of each shard fails with
+ * EINVAL) falls back to buffered reads for good. Every path, a tiny and a
+ * large cache, separate / fused and bf16 / quantized experts: logits
+ * bit-identical to exact from the mapping. */
+static void test_direct_reads(void **state) {
+    (void)state;
+    static const char *lays[][2] = {{"qwen35moe", "mlx"},
+                                    {"qwen35moe", "mlx-fused"},
+                                    {"qwen3moe", "hf"},
+                                    {"qwen3next", "hf-fused"}};
+    static const struct {
+        const char *name;
+        e0_path path;
+        const char *opts;
+    } paths[] = {{"exact", E0_PATH_EXACT, ""},
+                 {"full", E0_PATH_FULL, ""},
+                 {"staged n4", E0_PATH_STAGED, "staged=true staged_n=4"},
+                 {"hot 4", E0_PATH_HOT, "hot_per_layer=4 hot_update_interval=1"}};
+    uint64_t spec_loads = 0, spec_used = 0;
+    int runs = 0, direct_runs = 0;
+    for (size_t li = 0; li < sizeof lays / sizeof *lays; li++) {
+        const char *fam = lays[li][0], *lay = lays[li][1];
+        seq q = load_seq(fam);
+        float *ref = baseline(fam, lay, &q);
+        for (size_t pi = 0; pi < sizeof paths / sizeof *paths; pi++)
+            for (int slots = 2; slots <= 4096; slots *= 2048)
+                for (int fail = 0; fail < 2; fail++) {
+                    if (fail && pi > 1) continue;
+                    char err[E0_ERR_MAX];
+                    e0_engine_opts o;
+                    e0_engine_opts_default(&o);
+                    o.io = E0_IO_PREAD;
+                    e0_engine *e = open_with(fam, lay, &o);
+                    /* a stream of our own: a budget (direct reads) with a cache of `slots` */
+                    config c = {paths[pi].name, paths[pi].path, NULL, paths[pi].opts};
+                    apply(&o, &c, slots, 1);
+                    o.mem_budget = 1ull << 30;
+                    stream_free(e->stream);
+                    if (stream_new(&e->stream, &e->model, &o, err)) fail_msg("%s", err);
+                    const st_set *st = e->model.st;
+                    const bool can = st_direct_on(st, 0);
+                    if (fail) st_debug_direct_einval(e->model.st);
+                    float *lg = run_seq(e, &q);
+                    e0_model_info info;
+                    e0_engine_info(e, &info);
+                    if (memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) != 0)
+                        fail_msg("%s/%s %s cache_slots=%d%s: logits differ from exact", fam, lay,
+                                 paths[pi].name, slots, fail ? " (O_DIRECT rejected)" : "");
+                    if (can && fail)
+                        assert_false(st_direct_on(st, 0)); /* fell back, and stays so */
+                    if (can && !fail) assert_true(st_direct_on(st, 0));
+                    direct_runs += can && !fail;
+                    stream_counters sc;
+                    stream_counters_get(e->stream, &sc);
+                    spec_loads += sc.spec_loads;
+                    spec_used += sc.spec_used;
+                    runs++;
+                    free(lg);
+                    e0_engine_free(e);
+                }
+        free(ref);
+    }
+    printf("  %d configurations bit-identical to exact (%d with O_DIRECT on); %llu speculative "
+           "loads, %llu used\n",
+           runs, direct_runs, (unsigned long long)spec_loads, (unsigned long long)spec_used);
+    if (!direct_runs)
+        printf("  note: the fixtures' filesystem does not take O_DIRECT; only the fallback ran\n");
+    assert_true(spec_loads > 0 && spec_used > 0);
 }
 
 /* Options: presets hold the documented values; bad fields and values fail. */
@@ -394,14 +490,16 @@ static void test_options(void **state) {
     assert_int_equal(o.layer.prefetch_threads, 4);
     assert_int_equal(o.layer.full_layer_prefill, 0);
     assert_int_equal(e0_opts_preset(&o, "staged_k4", err), 0);
-    assert_true(o.layer.staged && o.layer.staged_n == 4 && o.layer.prefill_hot == 32 && !o.layer.full_layer_prefill &&
-                o.layer.warm_willneed && o.layer.incr_stack && o.layer.incr_writeback && o.layer.cache_slots == 64);
+    assert_true(o.layer.staged && o.layer.staged_n == 4 && o.layer.prefill_hot == 32 &&
+                !o.layer.full_layer_prefill && o.layer.warm_willneed && o.layer.incr_stack &&
+                o.layer.incr_writeback && o.layer.cache_slots == 64);
     e0_engine_opts_default(&o);
     assert_int_equal(e0_opts_preset(&o, "prod_k8", err), 0);
     assert_true(!o.layer.staged && o.layer.full_layer_prefill && o.layer.cache_slots == 64);
     e0_engine_opts_default(&o);
     assert_int_equal(e0_opts_preset(&o, "staged_k8", err), 0);
-    assert_true(o.layer.staged && o.layer.staged_n == 8 && o.layer.full_layer_prefill && o.layer.cache_slots == 64);
+    assert_true(o.layer.staged && o.layer.staged_n == 8 && o.layer.full_layer_prefill &&
+                o.layer.cache_slots == 64);
     assert_int_equal(o.layer.top_k, 0); /* presets never change the model's top-k */
     assert_int_equal(e0_opts_preset(&o, "fast", err), E0_EINVAL);
     assert_non_null(strstr(err, "staged_k4"));
@@ -427,24 +525,30 @@ static void test_cli_flags(void **state) {
     const char *m = tu_shared("fixtures/qwen35moe/mlx-fused");
     const char *ids = "--ids 5,17,300,2,999,41,7,7,7,120,64,1000,3,8 --prefill 5";
     snprintf(a, sizeof a, "%s/ref.safetensors", dir);
-    snprintf(cmd, sizeof cmd, "%s logits %s %s --path exact --io mmap --out %s 2>/dev/null", tu_bin(), m, ids, a);
+    snprintf(cmd, sizeof cmd, "%s logits %s %s --path exact --io mmap --out %s 2>/dev/null",
+             tu_bin(), m, ids, a);
     assert_int_equal(tu_run(cmd), 0);
-    const char *variants[] = {"--path staged --opt staged_n=3",
-                              "--path hot --opt hot_per_layer=2 --opt cache_slots=1",
-                              "--path full",
-                              "--preset staged_k4 --opt staged_trigger=4",
-                              "--preset prod_k8 --prefill-ondemand",
-                              "--preset staged_k8 --threads 1 --opt load_threads=1 --opt prefetch_threads=0",
-                              "--mem-budget 100M --stats"};
+    const char *variants[] = {
+        "--path staged --opt staged_n=3",
+        "--path hot --opt hot_per_layer=2 --opt cache_slots=1",
+        "--path full",
+        "--preset staged_k4 --opt staged_trigger=4",
+        "--preset prod_k8 --prefill-ondemand",
+        "--preset staged_k8 --threads 1 --opt load_threads=1 --opt prefetch_threads=0",
+        "--mem-budget 100M --stats"};
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
         snprintf(b, sizeof b, "%s/v%zu.safetensors", dir, i);
-        snprintf(cmd, sizeof cmd, "%s logits %s %s %s --out %s 2>%s/err.txt", tu_bin(), m, ids, variants[i], b, dir);
+        snprintf(cmd, sizeof cmd, "%s logits %s %s %s --out %s 2>%s/err.txt", tu_bin(), m, ids,
+                 variants[i], b, dir);
         assert_int_equal(tu_run(cmd), 0);
         snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
-        if (tu_run(cmd) != 0) fail_msg("edge0 logits %s: logits differ from --path exact", variants[i]);
+        if (tu_run(cmd) != 0)
+            fail_msg("edge0 logits %s: logits differ from --path exact", variants[i]);
     }
     /* the last run printed what the budget chose and the stats */
-    snprintf(cmd, sizeof cmd, "grep -q 'mem budget 0.10 GiB.*cache_slots=' %s/err.txt && grep -q 'LRU: ' %s/err.txt", dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "grep -q 'mem budget 0.10 GiB.*cache_slots=' %s/err.txt && grep -q 'LRU: ' %s/err.txt",
+             dir, dir);
     assert_int_equal(tu_run(cmd), 0);
     const struct {
         const char *args, *msg;
@@ -456,8 +560,8 @@ static void test_cli_flags(void **state) {
                {"--mem-budget lots", "not a size"},
                {"--mem-budget 1K", "too small"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        snprintf(cmd, sizeof cmd, "%s logits %s --ids 1 --out %s/x.safetensors %s 2>%s/err.txt", tu_bin(), m, dir,
-                 bad[i].args, dir);
+        snprintf(cmd, sizeof cmd, "%s logits %s --ids 1 --out %s/x.safetensors %s 2>%s/err.txt",
+                 tu_bin(), m, dir, bad[i].args, dir);
         int rc = tu_run(cmd);
         if (rc != 1 && rc != 2) fail_msg("%s: exit %d", bad[i].args, rc);
         snprintf(cmd, sizeof cmd, "grep -q -- \"%s\" %s/err.txt", bad[i].msg, dir);
@@ -477,6 +581,7 @@ int main(void) {
         cmocka_unit_test(test_full_layer_fused),
         cmocka_unit_test(test_gate_first_order),
         cmocka_unit_test(test_staged_replace),
+        cmocka_unit_test(test_direct_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +22,19 @@ static const struct {
     const char *name;
     size_t size;
 } DTYPES[ST_NDTYPES] = {
-    [ST_BOOL] = {"BOOL", 1},     [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},
-    [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_F8_E5M2] = {"F8_E5M2", 1},
-    [ST_U16] = {"U16", 2},       [ST_I16] = {"I16", 2}, [ST_F16] = {"F16", 2},
-    [ST_BF16] = {"BF16", 2},     [ST_U32] = {"U32", 4}, [ST_I32] = {"I32", 4},
-    [ST_F32] = {"F32", 4},       [ST_U64] = {"U64", 8}, [ST_I64] = {"I64", 8},
-    [ST_F64] = {"F64", 8},
+    [ST_BOOL] = {"BOOL", 1},       [ST_U8] = {"U8", 1},           [ST_I8] = {"I8", 1},
+    [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_U16] = {"U16", 2},
+    [ST_I16] = {"I16", 2},         [ST_F16] = {"F16", 2},         [ST_BF16] = {"BF16", 2},
+    [ST_U32] = {"U32", 4},         [ST_I32] = {"I32", 4},         [ST_F32] = {"F32", 4},
+    [ST_U64] = {"U64", 8},         [ST_I64] = {"I64", 8},         [ST_F64] = {"F64", 8},
 };
 
-const char *st_dtype_name(st_dtype t) { return (unsigned)t < ST_NDTYPES ? DTYPES[t].name : "?"; }
-size_t st_dtype_size(st_dtype t) { return (unsigned)t < ST_NDTYPES ? DTYPES[t].size : 0; }
+const char *st_dtype_name(st_dtype t) {
+    return (unsigned)t < ST_NDTYPES ? DTYPES[t].name : "?";
+}
+size_t st_dtype_size(st_dtype t) {
+    return (unsigned)t < ST_NDTYPES ? DTYPES[t].size : 0;
+}
 
 static int dtype_parse(const char *s, st_dtype *out) {
     for (int i = 0; i < ST_NDTYPES; i++)
@@ -52,9 +56,11 @@ static int json_u64(const cJSON *v, uint64_t *out) {
 
 void st_header_free(st_header *h) {
     if (!h) return;
-    for (size_t i = 0; i < h->n; i++) free(h->entries[i].name);
+    for (size_t i = 0; i < h->n; i++)
+        free(h->entries[i].name);
     free(h->entries);
-    for (size_t i = 0; i < h->n_meta; i++) free(h->meta[i]);
+    for (size_t i = 0; i < h->n_meta; i++)
+        free(h->meta[i]);
     free(h->meta);
     memset(h, 0, sizeof *h);
 }
@@ -114,8 +120,8 @@ static int parse_entry(st_entry *e, const cJSON *v, uint64_t data_size, const ch
     cJSON_ArrayForEach(d, sh) {
         uint64_t dim;
         if (json_u64(d, &dim) != 0)
-            return e0_fail(err, E0_EFORMAT, "%s: tensor %s: shape entry is not a non-negative integer",
-                           fname, tn);
+            return e0_fail(err, E0_EFORMAT,
+                           "%s: tensor %s: shape entry is not a non-negative integer", fname, tn);
         e->shape[e->ndim++] = dim;
         if (__builtin_mul_overflow(numel, dim, &numel))
             return e0_fail(err, E0_EFORMAT, "%s: tensor %s: shape overflows", fname, tn);
@@ -123,8 +129,8 @@ static int parse_entry(st_entry *e, const cJSON *v, uint64_t data_size, const ch
     if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 ||
         json_u64(cJSON_GetArrayItem(of, 0), &e->begin) != 0 ||
         json_u64(cJSON_GetArrayItem(of, 1), &e->end) != 0)
-        return e0_fail(err, E0_EFORMAT, "%s: tensor %s: data_offsets must be two non-negative integers",
-                       fname, tn);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s: tensor %s: data_offsets must be two non-negative integers", fname, tn);
     if (e->begin > e->end)
         return e0_fail(err, E0_EFORMAT, "%s: tensor %s: data_offsets begin %llu > end %llu", fname,
                        tn, (unsigned long long)e->begin, (unsigned long long)e->end);
@@ -150,7 +156,8 @@ int st_header_parse(st_header *h, const uint8_t *buf, size_t buf_len, uint64_t f
         return e0_fail(err, E0_EFORMAT, "%s: file too short for a safetensors header (%llu bytes)",
                        fname, (unsigned long long)file_size);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | buf[i];
     if (hlen > file_size - 8)
         return e0_fail(err, E0_EFORMAT,
                        "%s: header length %llu runs past the end of the file (%llu bytes)", fname,
@@ -201,7 +208,8 @@ int st_header_parse(st_header *h, const uint8_t *buf, size_t buf_len, uint64_t f
         rc = e0_fail(err, E0_ENOMEM, "%s: out of memory", fname);
         goto done;
     }
-    for (size_t i = 0; i < h->n; i++) order[i] = &h->entries[i];
+    for (size_t i = 0; i < h->n; i++)
+        order[i] = &h->entries[i];
     qsort(order, h->n, sizeof *order, cmp_name);
     for (size_t i = 1; i < h->n; i++)
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
@@ -232,6 +240,9 @@ done:
 typedef struct {
     char *path;
     int fd;
+    int dfd;               /* the same file opened O_DIRECT, or -1 when the filesystem refuses it */
+    atomic_bool direct_on; /* dfd >= 0 and no direct read has failed with EINVAL */
+    atomic_bool fail_next; /* tests: the next direct read fails with EINVAL */
     const uint8_t *map;
     uint64_t size;
     st_header hdr;
@@ -248,7 +259,8 @@ struct st_set {
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
     return h;
 }
 
@@ -261,10 +273,18 @@ const st_tensor *st_get(const st_set *s, const char *name) {
     }
 }
 
-size_t st_count(const st_set *s) { return s->n; }
-const st_tensor *st_at(const st_set *s, size_t i) { return i < s->n ? &s->tensors[i] : NULL; }
-const char *st_file_path(const st_set *s, uint32_t f) { return f < s->nfiles ? s->files[f].path : "?"; }
-int st_file_fd(const st_set *s, uint32_t f) { return f < s->nfiles ? s->files[f].fd : -1; }
+size_t st_count(const st_set *s) {
+    return s->n;
+}
+const st_tensor *st_at(const st_set *s, size_t i) {
+    return i < s->n ? &s->tensors[i] : NULL;
+}
+const char *st_file_path(const st_set *s, uint32_t f) {
+    return f < s->nfiles ? s->files[f].path : "?";
+}
+int st_file_fd(const st_set *s, uint32_t f) {
+    return f < s->nfiles ? s->files[f].fd : -1;
+}
 const char *st_meta(const st_set *s, const char *key) {
     return s->nfiles ? st_header_meta(&s->files[0].hdr, key) : NULL;
 }
@@ -281,14 +301,16 @@ int st_locate(const st_set *s, const void *p, uint32_t *file, uint64_t *off) {
 }
 
 int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int advice) {
-    if (file >= s->nfiles || off > s->files[file].size || len > s->files[file].size - off) return E0_ERANGE;
+    if (file >= s->nfiles || off > s->files[file].size || len > s->files[file].size - off)
+        return E0_ERANGE;
     const uint64_t page = 4096, a = off & ~(page - 1);
     return madvise((void *)(s->files[file].map + a), len + (off - a), advice) == 0 ? 0 : E0_EIO;
 }
 
 uint64_t st_numel(const st_tensor *t) {
     uint64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
@@ -318,16 +340,77 @@ int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *d
     return 0;
 }
 
+/* ---- direct reads ------------------------------------------------------- */
+
+/* The span is read in aligned pieces of at most 1 GiB. A read that fails
+ * with EINVAL (the filesystem or device wants another alignment, or does
+ * not do O_DIRECT after all) turns direct reads of the shard off for good;
+ * the range, or what is left of it, is then read through the page cache.
+ * The descriptor stays open until st_set_free: another thread may be
+ * inside a read on it. */
+int st_pread_direct(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst,
+                    bool *direct, char *err) {
+    if (direct) *direct = false;
+    if (file >= s->nfiles || off > s->files[file].size || len > s->files[file].size - off)
+        return e0_fail(err, E0_ERANGE, "read of %llu bytes at %llu is outside %s",
+                       (unsigned long long)len, (unsigned long long)off, st_file_path(s, file));
+    st_file *f = &s->files[file]; /* only its atomics change */
+    const uint64_t A = ST_DIRECT_ALIGN, a = off & ~(A - 1), end = off + len;
+    if (!atomic_load_explicit(&f->direct_on, memory_order_relaxed) ||
+        ((uintptr_t)dst - off) % A != 0 || len == 0)
+        return st_pread(s, file, off, len, dst, err);
+    uint8_t *base = (uint8_t *)dst - (off - a); /* where byte `a` lands */
+    const uint64_t span_end = (end + A - 1) & ~(A - 1);
+    uint64_t pos = a;
+    while (pos < end) {
+        if (pos % A != 0) break; /* a short read left us unaligned: finish buffered */
+        const uint64_t want = span_end - pos;
+        ssize_t r;
+        if (atomic_exchange_explicit(&f->fail_next, false, memory_order_relaxed)) {
+            r = -1;
+            errno = EINVAL;
+        } else {
+            r = pread(f->dfd, base + (pos - a), want > (1u << 30) ? (1u << 30) : want, (off_t)pos);
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINVAL) {
+            atomic_store_explicit(&f->direct_on, false, memory_order_relaxed);
+            break;
+        }
+        if (r <= 0)
+            return e0_fail(err, E0_EIO, "%s: direct read at %llu failed: %s", f->path,
+                           (unsigned long long)pos, r < 0 ? strerror(errno) : "unexpected end");
+        pos += (uint64_t)r;
+    }
+    if (pos < end) { /* fall back for the rest */
+        const uint64_t from = pos > off ? pos : off;
+        return st_pread(s, file, from, end - from, (uint8_t *)dst + (from - off), err);
+    }
+    if (direct) *direct = true;
+    return 0;
+}
+
+bool st_direct_on(const st_set *s, uint32_t file) {
+    return file < s->nfiles && atomic_load(&s->files[file].direct_on);
+}
+
+void st_debug_direct_einval(st_set *s) {
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        atomic_store(&s->files[i].fail_next, true);
+}
+
 static void file_close(st_file *f) {
     if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, f->size);
     if (f->fd >= 0) close(f->fd);
+    if (f->dfd >= 0) close(f->dfd);
     st_header_free(&f->hdr);
     free(f->path);
 }
 
 void st_set_free(st_set *s) {
     if (!s) return;
-    for (uint32_t i = 0; i < s->nfiles; i++) file_close(&s->files[i]);
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        file_close(&s->files[i]);
     free(s->files);
     free(s->tensors);
     free(s->slots);
@@ -336,7 +419,7 @@ void st_set_free(st_set *s) {
 
 static int file_open(st_file *f, const char *path, char *err) {
     memset(f, 0, sizeof *f);
-    f->fd = -1;
+    f->fd = f->dfd = -1;
     if (!(f->path = strdup(path))) return e0_fail(err, E0_ENOMEM, "out of memory");
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0)
@@ -349,6 +432,11 @@ static int file_open(st_file *f, const char *path, char *err) {
     if (f->size < 8)
         return e0_fail(err, E0_EFORMAT, "%s: file too short for a safetensors header (%llu bytes)",
                        path, (unsigned long long)f->size);
+    /* a second descriptor for reads that bypass the page cache; a
+     * filesystem without O_DIRECT refuses the open (EINVAL) */
+    f->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    atomic_init(&f->direct_on, f->dfd >= 0);
+    atomic_init(&f->fail_next, false);
     f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
@@ -359,11 +447,13 @@ static int file_open(st_file *f, const char *path, char *err) {
 
 static int set_index(st_set *s, char *err) {
     size_t n = 0;
-    for (uint32_t i = 0; i < s->nfiles; i++) n += s->files[i].hdr.n;
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        n += s->files[i].hdr.n;
     if (n >= UINT32_MAX) return e0_fail(err, E0_EFORMAT, "too many tensors");
     s->tensors = calloc(n ? n : 1, sizeof *s->tensors);
     s->nslots = 16;
-    while (s->nslots < 2 * n) s->nslots <<= 1;
+    while (s->nslots < 2 * n)
+        s->nslots <<= 1;
     s->slots = calloc(s->nslots, sizeof *s->slots);
     if (!s->tensors || !s->slots) return e0_fail(err, E0_ENOMEM, "out of memory");
     for (uint32_t fi = 0; fi < s->nfiles; fi++) {
@@ -384,7 +474,8 @@ static int set_index(st_set *s, char *err) {
             t->nbytes = e->end - e->begin;
             t->data = f->map + t->off;
             size_t i = hash_str(e->name) & (s->nslots - 1);
-            while (s->slots[i]) i = (i + 1) & (s->nslots - 1);
+            while (s->slots[i])
+                i = (i + 1) & (s->nslots - 1);
             s->slots[i] = (uint32_t)++s->n;
         }
     }
@@ -481,15 +572,17 @@ static int open_index(st_set **out, const char *dir, const char *ipath, char *er
         const char *want = v->valuestring;
         const char *have = t ? strrchr(st_file_path(*out, t->file), '/') + 1 : NULL;
         if (!t || strcmp(have, want) != 0) {
-            rc = e0_fail(err, E0_ENOTFOUND, "%s: tensor %s is listed in shard %s but not found there",
-                         ipath, v->string, want);
+            rc = e0_fail(err, E0_ENOTFOUND,
+                         "%s: tensor %s is listed in shard %s but not found there", ipath,
+                         v->string, want);
             st_set_free(*out);
             *out = NULL;
             goto done;
         }
     }
 done:
-    for (uint32_t i = 0; i < nf; i++) free(paths[i]);
+    for (uint32_t i = 0; i < nf; i++)
+        free(paths[i]);
     free(paths);
     free(names);
     cJSON_Delete(root);
@@ -516,7 +609,8 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
     }
     free(p);
     DIR *d = opendir(dir);
-    if (!d) return e0_fail(err, E0_ENOTFOUND, "%s: cannot open directory: %s", dir, strerror(errno));
+    if (!d)
+        return e0_fail(err, E0_ENOTFOUND, "%s: cannot open directory: %s", dir, strerror(errno));
     char **paths = NULL;
     uint32_t n = 0, cap = 0;
     rc = 0;
@@ -533,8 +627,10 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
             }
             paths = np;
         }
-        if (!(paths[n] = e0_path_join(dir, de->d_name))) rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        else n++;
+        if (!(paths[n] = e0_path_join(dir, de->d_name)))
+            rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        else
+            n++;
     }
     closedir(d);
     if (!rc && n == 0)
@@ -546,26 +642,30 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
         qsort(paths, n, sizeof *paths, cmp_str);
         rc = set_open_paths(out, paths, n, err);
     }
-    for (uint32_t i = 0; i < n; i++) free(paths[i]);
+    for (uint32_t i = 0; i < n; i++)
+        free(paths[i]);
     free(paths);
     return rc;
 }
 
 /* ---- writing ----------------------------------------------------------- */
 
-void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype, int ndim,
-                     const uint64_t *shape, uint64_t begin, uint64_t end) {
+void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype,
+                     int ndim, const uint64_t *shape, uint64_t begin, uint64_t end) {
     sbuf *b = json_sbuf;
     sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dtype);
-    for (int d = 0; d < ndim; d++) sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
-    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
+    for (int d = 0; d < ndim; d++)
+        sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
+    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin,
+              (unsigned long long)end);
 }
 
 int st_header_pack(const char *json, size_t len, char **out, size_t *out_len) {
     const size_t hl = (len + 7) & ~(size_t)7;
     char *h = malloc(8 + hl);
     if (!h) return E0_ENOMEM;
-    for (int k = 0; k < 8; k++) h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
     memcpy(h + 8, json, len);
     memset(h + 8 + len, ' ', hl - len);
     *out = h;
@@ -588,17 +688,20 @@ int st_write(const char *path, const st_wtensor *t, size_t n, const char *const 
     }
     if (n_meta) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (size_t i = 0; m && i + 1 < n_meta; i += 2) cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
+        for (size_t i = 0; m && i + 1 < n_meta; i += 2)
+            cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t bytes = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++) bytes *= t[i].shape[d];
+        for (int d = 0; d < t[i].ndim; d++)
+            bytes *= t[i].shape[d];
         off = (off + 7) & ~(uint64_t)7;
         offs[i] = off;
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
         cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
         cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
         cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
         cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + bytes)));
@@ -620,7 +723,8 @@ int st_write(const char *path, const st_wtensor *t, size_t n, const char *const 
         goto done;
     }
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)(hl >> (8 * i));
     static const char pad[8] = "        ";
     static const uint8_t zero[8];
     int ok = fwrite(len8, 8, 1, f) == 1 && fwrite(json, 1, jl, f) == jl &&
@@ -629,7 +733,8 @@ int st_write(const char *path, const st_wtensor *t, size_t n, const char *const 
     for (size_t i = 0; ok && i < n; i++) {
         if (offs[i] > at) ok = fwrite(zero, 1, offs[i] - at, f) == offs[i] - at;
         uint64_t bytes = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++) bytes *= t[i].shape[d];
+        for (int d = 0; d < t[i].ndim; d++)
+            bytes *= t[i].shape[d];
         if (ok && bytes) ok = fwrite(t[i].data, 1, bytes, f) == bytes;
         at = offs[i] + bytes;
     }

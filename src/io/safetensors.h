@@ -17,6 +17,7 @@
 #ifndef E0_IO_SAFETENSORS_H
 #define E0_IO_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,8 +25,21 @@
 #define ST_MAX_HEADER (100u << 20) /* as the reference implementation */
 
 typedef enum {
-    ST_BOOL, ST_U8, ST_I8, ST_F8_E4M3, ST_F8_E5M2, ST_U16, ST_I16, ST_F16, ST_BF16,
-    ST_U32, ST_I32, ST_F32, ST_U64, ST_I64, ST_F64,
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_F8_E4M3,
+    ST_F8_E5M2,
+    ST_U16,
+    ST_I16,
+    ST_F16,
+    ST_BF16,
+    ST_U32,
+    ST_I32,
+    ST_F32,
+    ST_U64,
+    ST_I64,
+    ST_F64,
     ST_NDTYPES
 } st_dtype;
 
@@ -63,8 +77,8 @@ typedef struct {
     st_dtype dtype;
     int ndim;
     uint64_t shape[ST_MAX_DIMS];
-    uint32_t file;       /* shard index in the set */
-    uint64_t off;        /* absolute offset in that file */
+    uint32_t file; /* shard index in the set */
+    uint64_t off;  /* absolute offset in that file */
     uint64_t nbytes;
     const uint8_t *data; /* inside the read-only mapping */
 } st_tensor;
@@ -102,14 +116,35 @@ int st_slice(const st_tensor *t, uint64_t i, uint64_t *off, uint64_t *len);
 /* pread exactly `len` bytes at absolute offset `off` of shard `file`. */
 int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst, char *err);
 
+/* Direct reads (O_DIRECT) bypass the page cache: no copy out of it, and no
+ * page-cache growth to drop afterwards. They move whole ST_DIRECT_ALIGN
+ * blocks between aligned file offsets and aligned memory, which covers the
+ * logical block size of every common device. */
+#define ST_DIRECT_ALIGN 4096u
+
+/* Reads [off, off + len) of shard `file` so that byte `off` lands at `dst`.
+ * When dst - off is a multiple of ST_DIRECT_ALIGN and the shard takes
+ * O_DIRECT, it reads the enclosing aligned span [off rounded down, off + len
+ * rounded up) (the memory must hold it; the slack bytes around the range
+ * are overwritten) and sets *direct. Otherwise, or when the filesystem
+ * rejects the read (EINVAL, after which direct reads of that shard stay
+ * off), it reads exactly the range through the page cache. *direct may be
+ * NULL. Thread-safe. */
+int st_pread_direct(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst,
+                    bool *direct, char *err);
+/* Whether direct reads of shard `file` are on. */
+bool st_direct_on(const st_set *s, uint32_t file);
+/* Tests: the next direct read of each shard fails with EINVAL. */
+void st_debug_direct_einval(st_set *s);
+
 /* Streaming writers (synth, convert) build headers themselves: one entry
  * ',"NAME SUFFIX":{"dtype":..,"shape":[..],"data_offsets":[begin,end]}'
  * appended to a JSON object already opened, and the finished JSON packed as
  * the u64 length prefix + JSON padded with spaces to a multiple of 8 (so
  * data starts 8-aligned). `json_sbuf` is a util/sbuf.h sbuf; *out is
  * malloc'd. */
-void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype, int ndim,
-                     const uint64_t *shape, uint64_t begin, uint64_t end);
+void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype,
+                     int ndim, const uint64_t *shape, uint64_t begin, uint64_t end);
 int st_header_pack(const char *json, size_t len, char **out, size_t *out_len);
 
 /* Writing. Tensors are laid out in the given order, each aligned to 8

@@ -4,37 +4,63 @@
 #include "util/err.h"
 
 #include <stdio.h>
+#include <string.h>
 
-static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+static double gib(uint64_t b) {
+    return (double)b / (double)(1ull << 30);
+}
 
-size_t budget_bundle_bytes(const e0_model *m) {
+/* The largest bundle plan of the model, as the stream sizes its slots: the
+ * expert bytes are the same for every bundle, the alignment slack depends
+ * on where each range sits in the file. */
+static int largest_plan(const e0_model *m, xb_plan *out) {
+    int rc = E0_ENOTFOUND;
+    memset(out, 0, sizeof *out);
     for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->layers[l].moe) {
+        for (int e = 0; m->layers[l].moe && e < m->cfg.n_experts; e++) {
             xb_plan p;
-            if (xb_plan_expert(m, l, 0, XB_ORDER_MATH, &p, NULL) == 0) return p.bytes;
+            if (xb_plan_expert(m, l, e, XB_ORDER_MATH, &p, NULL) != 0) continue;
+            if (rc != 0 || p.bytes > out->bytes) *out = p;
+            rc = 0;
         }
-    return 0;
+    return rc;
+}
+
+/* A slot's size: the expert bytes plus the slack of aligned spans. */
+size_t budget_bundle_bytes(const e0_model *m) {
+    xb_plan p;
+    return largest_plan(m, &p) == 0 ? p.bytes : 0;
 }
 
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
 static uint64_t session_bytes(const e0_config *c, int32_t n_ctx) {
     uint64_t kv = 0, lin = 0;
-    const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim, Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
+    const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim,
+                   Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_linear[l]) lin += 4 * ((uint64_t)(c->conv_kernel - 1) * (2 * Kd + Vd) + (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
-        else kv += 2 * 4 * (uint64_t)n_ctx * (uint64_t)c->n_kv_heads * c->head_dim;
+        if (c->layer_linear[l])
+            lin += 4 * ((uint64_t)(c->conv_kernel - 1) * (2 * Kd + Vd) +
+                        (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+        else
+            kv += 2 * 4 * (uint64_t)n_ctx * (uint64_t)c->n_kv_heads * c->head_dim;
     }
     const uint64_t B = 512, H = (uint64_t)c->hidden, k = (uint64_t)c->top_k;
-    uint64_t scratch = 4 * B * (8 * H + k * H + 4 * (2 * Kd + 2 * Vd) + 4 * (uint64_t)c->n_heads * c->head_dim) + 4 * (uint64_t)n_ctx;
+    uint64_t scratch =
+        4 * B * (8 * H + k * H + 4 * (2 * Kd + 2 * Vd) + 4 * (uint64_t)c->n_heads * c->head_dim) +
+        4 * (uint64_t)n_ctx;
     return kv + lin + scratch;
 }
 
-int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len, char *err) {
+int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len,
+                 char *err) {
     e0_layer_opts *lo = &o->layer;
     const e0_config *c = &m->cfg;
-    const uint64_t bundle = budget_bundle_bytes(m);
+    xb_plan p0;
+    largest_plan(m, &p0); /* all zero when there is none */
+    const uint64_t bundle = p0.bytes;
     int moe_layers = 0;
-    for (int l = 0; l < c->n_layers; l++) moe_layers += m->layers[l].moe;
+    for (int l = 0; l < c->n_layers; l++)
+        moe_layers += m->layers[l].moe;
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
@@ -42,26 +68,36 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;
     int hot = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
-    if (hot) buffers += (uint64_t)(lo->hot_window ? lo->hot_window : moe_layers) * (uint64_t)hot * bundle;
+    if (hot)
+        buffers +=
+            (uint64_t)(lo->hot_window ? lo->hot_window : moe_layers) * (uint64_t)hot * bundle;
     if (lo->full_layer_prefill) buffers += 2 * (uint64_t)c->n_experts * bundle;
     const uint64_t fixed = weights + sess + margin + buffers;
     if (o->mem_budget < fixed + bundle)
         return e0_fail(err, E0_EINVAL,
-                       "--mem-budget %.2f GiB is too small: non-expert weights %.2f GiB + session %.2f GiB + stream "
-                       "buffers %.2f GiB + margin need %.2f GiB before any expert is cached (try a larger budget, "
+                       "--mem-budget %.2f GiB is too small: non-expert weights %.2f GiB + session "
+                       "%.2f GiB + stream "
+                       "buffers %.2f GiB + margin need %.2f GiB before any expert is cached (try a "
+                       "larger budget, "
                        "--prefill-ondemand, or fewer staged/hot slots)",
                        gib(o->mem_budget), gib(weights), gib(sess), gib(buffers), gib(fixed));
     uint64_t slots = (o->mem_budget - fixed) / bundle;
-    if (slots > (uint64_t)moe_layers * (uint64_t)c->n_experts) slots = (uint64_t)moe_layers * (uint64_t)c->n_experts;
+    if (slots > (uint64_t)moe_layers * (uint64_t)c->n_experts)
+        slots = (uint64_t)moe_layers * (uint64_t)c->n_experts;
     lo->cache_slots = (int32_t)slots;
     if (lo->prefetch_cap > lo->cache_slots / 2) lo->prefetch_cap = lo->cache_slots / 2;
     const int32_t ws = moe_layers * c->top_k;
-    snprintf(note, note_len,
-             "mem budget %.2f GiB: non-expert weights %.2f GiB, session %.2f GiB, stream buffers %.2f GiB -> "
-             "cache_slots=%d (%.2f GiB of %.2f MiB bundles, %.1f%% of all experts), prefetch_cap=%d%s",
-             gib(o->mem_budget), gib(weights), gib(sess), gib(buffers), lo->cache_slots,
-             gib((uint64_t)lo->cache_slots * bundle), (double)bundle / (1 << 20),
-             100.0 * (double)lo->cache_slots / ((double)moe_layers * c->n_experts), lo->prefetch_cap,
-             lo->cache_slots < ws ? "; below one token's working set, so no hits across tokens" : "");
+    snprintf(
+        note, note_len,
+        "mem budget %.2f GiB: non-expert weights %.2f GiB, session %.2f GiB, stream buffers %.2f "
+        "GiB -> "
+        "cache_slots=%d (%.2f GiB in %.2f MiB slots = %.2f MiB bundle + %.1f%% alignment slack for "
+        "direct reads; %.1f%% of all experts), prefetch_cap=%d%s",
+        gib(o->mem_budget), gib(weights), gib(sess), gib(buffers), lo->cache_slots,
+        gib((uint64_t)lo->cache_slots * bundle), (double)bundle / (1 << 20),
+        (double)p0.data / (1 << 20),
+        p0.data ? 100.0 * (double)(bundle - p0.data) / (double)p0.data : 0.0,
+        100.0 * (double)lo->cache_slots / ((double)moe_layers * c->n_experts), lo->prefetch_cap,
+        lo->cache_slots < ws ? "; below one token's working set, so no hits across tokens" : "");
     return 0;
 }

@@ -7,13 +7,15 @@
 
 #include <stddef.h>
 
-/* Bytes of one expert bundle of the model (the LRU's unit). */
+/* Bytes of one LRU slot: an expert bundle laid out in aligned spans for
+ * direct reads (stream/bundle.h), so a little more than its expert bytes. */
 size_t budget_bundle_bytes(const e0_model *m);
 
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
  * buffers) so that resident weights + one session of `n_ctx` positions +
  * stream buffers + cache fit in o->mem_budget. Writes what it chose into
  * note. E0_EINVAL when even the resident part does not fit. */
-int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len, char *err);
+int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len,
+                 char *err);
 
 #endif

@@ -16,8 +16,10 @@ static int add_ranges(const st_set *st, const e0_mat *m, xb_plan *p, char *err) 
         if (st_locate(st, ptr[i], &r->file, &r->off) != 0)
             return e0_fail(err, E0_EINVAL, "expert weights are not inside the checkpoint mapping");
         r->len = len[i];
-        r->at = p->bytes;
-        p->bytes += (len[i] + XB_ALIGN - 1) & ~(size_t)(XB_ALIGN - 1);
+        const size_t head = (size_t)(r->off % XB_ALIGN); /* span start to range start */
+        r->at = p->bytes + head;
+        p->bytes += (head + len[i] + XB_ALIGN - 1) & ~(size_t)(XB_ALIGN - 1);
+        p->data += len[i];
     }
     return 0;
 }
@@ -54,6 +56,19 @@ int xb_read(const st_set *st, const xb_plan *p, uint8_t *buf, char *err) {
     return 0;
 }
 
+int xb_read_direct(const st_set *st, const xb_plan *p, uint8_t *buf, bool *all_direct, char *err) {
+    bool all = true;
+    for (int i = 0; i < p->nr; i++) {
+        const xb_range *r = &p->r[i];
+        bool d;
+        int rc = st_pread_direct(st, r->file, r->off, r->len, buf + r->at, &d, err);
+        if (rc) return rc;
+        all &= d;
+    }
+    if (all_direct) *all_direct = all;
+    return 0;
+}
+
 static e0_mat view(const e0_mat *t, const uint8_t *buf, const xb_range *r) {
     e0_mat v = *t;
     v.w = buf + r[0].at;
@@ -84,5 +99,6 @@ void xb_views(const xb_plan *p, const uint8_t *buf, e0_expert *out) {
 }
 
 void xb_willneed(const st_set *st, const xb_plan *p) {
-    for (int i = 0; i < p->nr; i++) st_advise(st, p->r[i].file, p->r[i].off, p->r[i].len, MADV_WILLNEED);
+    for (int i = 0; i < p->nr; i++)
+        st_advise(st, p->r[i].file, p->r[i].off, p->r[i].len, MADV_WILLNEED);
 }

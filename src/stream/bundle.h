@@ -12,7 +12,17 @@
  * historical gate-first bug, XB_ORDER_GATE_FIRST, kept for the test that
  * proves the order matters) silently computes silu(up) * gate.
  *
- * In the buffer each range starts at a multiple of XB_ALIGN bytes.
+ * Buffer layout, made for O_DIRECT (io/safetensors.h st_pread_direct): each
+ * range owns the XB_ALIGN-aligned span of the file that encloses it, and
+ * the spans sit one after another in the buffer, each starting at a
+ * multiple of XB_ALIGN. So a range's bytes lie at the same offset modulo
+ * XB_ALIGN in the buffer as in the file, a direct read of its span lands
+ * them in place, and the kernels read them where they lie (unaligned, as in
+ * the mapping). Every buffer that holds bundles (LRU slots, staged slots,
+ * hot stacks, the overflow and whole-layer buffers) starts XB_ALIGN-aligned
+ * and strides by plan sizes, which are multiples of XB_ALIGN. The slack
+ * (the span bytes outside the ranges, < 2 * XB_ALIGN per range) is read but
+ * never used: `bytes` counts it, `data` does not.
  */
 #ifndef E0_STREAM_BUNDLE_H
 #define E0_STREAM_BUNDLE_H
@@ -21,7 +31,7 @@
 #include "model/model.h"
 
 #define XB_MAX_RANGES 9
-#define XB_ALIGN 64
+#define XB_ALIGN      ST_DIRECT_ALIGN
 
 typedef enum { XB_ORDER_MATH, XB_ORDER_GATE_FIRST } xb_order;
 
@@ -32,19 +42,24 @@ typedef struct {
 } xb_range;
 
 typedef struct {
-    int nparts;          /* 3 separate, 2 fused */
-    e0_mat tmpl[3];      /* shape and type of each part, in bundle order */
-    int nr;              /* ranges: 1 per part for float weights, 3 for quantized */
+    int nparts;     /* 3 separate, 2 fused */
+    e0_mat tmpl[3]; /* shape and type of each part, in bundle order */
+    int nr;         /* ranges: 1 per part for float weights, 3 for quantized */
     xb_range r[XB_MAX_RANGES];
-    size_t bytes;        /* buffer size the bundle needs */
+    size_t bytes;  /* buffer size the bundle needs: its spans, a multiple of XB_ALIGN */
+    uint64_t data; /* the expert's bytes in the checkpoint: the sum of the range lengths */
 } xb_plan;
 
 /* Plans expert `e` of MoE layer `layer`: byte ranges from its views into the
  * mapping. */
 int xb_plan_expert(const e0_model *m, int layer, int e, xb_order order, xb_plan *out, char *err);
 
-/* Reads every range of `p` into buf (p->bytes). Returns bytes read via *n. */
+/* Reads every range of `p` into buf (p->bytes) through the page cache. */
 int xb_read(const st_set *st, const xb_plan *p, uint8_t *buf, char *err);
+/* The same with O_DIRECT where the shard allows it; buf XB_ALIGN-aligned.
+ * *all_direct (may be NULL) says whether every range went direct (else some
+ * went through the page cache: io/safetensors.h st_pread_direct). */
+int xb_read_direct(const st_set *st, const xb_plan *p, uint8_t *buf, bool *all_direct, char *err);
 
 /* Views of the bundle in buf, by position (see the order above). */
 void xb_views(const xb_plan *p, const uint8_t *buf, e0_expert *out);

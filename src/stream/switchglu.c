@@ -16,6 +16,8 @@
 
 typedef struct e0_stream e0_stream;
 
+enum { SPEC_MAX = 64 }; /* speculative loads in flight, at most */
+
 /* A staged slot fill or a whole-layer read running on the prefetch pool. */
 typedef struct {
     e0_stream *s;
@@ -26,25 +28,25 @@ typedef struct {
 
 typedef struct {
     /* staged decode: staged_n slots */
-    int32_t *slot_exp;         /* expert held (valid when ready), written by the fill job */
-    int32_t *slot_target;      /* expert the pending fill writes */
+    int32_t *slot_exp;    /* expert held (valid when ready), written by the fill job */
+    int32_t *slot_target; /* expert the pending fill writes */
     atomic_int *slot_ready;
-    uint8_t *slot_buf;         /* [staged_n, bundle_bytes] */
-    int32_t *pred, npred;      /* predicted set for the next call */
-    int32_t *prev, nprev;      /* experts the last token routed to */
-    int32_t *asm_set, nasm;    /* set the slots were last assembled for */
-    int32_t *forced, nforced;  /* tests: a prediction that overrides predict(), or -1 */
+    uint8_t *slot_buf;        /* [staged_n, bundle_bytes] */
+    int32_t *pred, npred;     /* predicted set for the next call */
+    int32_t *prev, nprev;     /* experts the last token routed to */
+    int32_t *asm_set, nasm;   /* set the slots were last assembled for */
+    int32_t *forced, nforced; /* tests: a prediction that overrides predict(), or -1 */
     bg_job fill;
     /* hot: decayed usage and a resident stack */
     float *usage;
     int64_t calls;
-    int32_t *hot_exp;          /* [hot_cap], -1 empty */
-    uint8_t *hot_buf;          /* NULL when not resident */
-    uint64_t hot_stamp;        /* last use, for the hot_window */
+    int32_t *hot_exp;   /* [hot_cap], -1 empty */
+    uint8_t *hot_buf;   /* NULL when not resident */
+    uint64_t hot_stamp; /* last use, for the hot_window */
     /* full layer: where each expert's bytes sit in a layer buffer */
-    bool contiguous;           /* each range index is one span over all experts */
-    size_t *reg;               /* [nr] region of range index i in the layer buffer */
-    uint64_t *base;            /* [nr] file offset of expert 0's range i */
+    bool contiguous; /* each range index is one span over all experts */
+    size_t *reg;     /* [nr] region of range index i in the layer buffer */
+    uint64_t *base;  /* [nr] file offset of expert 0's range i */
     size_t layer_bytes;
 } layer_state;
 
@@ -54,17 +56,19 @@ struct e0_stream {
     int n_layers, E, H;
     xcache *xc;
     iopool *load, *pre;
-    size_t bundle_bytes;
-    xb_plan *plans;            /* [n_layers * E], MoE layers only */
+    size_t bundle_bytes;  /* buffer stride of one bundle (XB_ALIGN multiple) */
+    uint64_t bundle_data; /* expert bytes of the largest bundle */
+    bool direct;          /* O_DIRECT reads: under a memory budget */
+    xb_plan *plans;       /* [n_layers * E], MoE layers only */
     xb_order order;
-    uint8_t *overflow;         /* one bundle read outside the LRU */
+    uint8_t *overflow; /* one bundle read outside the LRU */
     layer_state *ls;
     int hot_cap, hot_resident;
     uint64_t hot_clock;
     int last_moe, first_moe;
     /* whole-layer double buffer */
     uint8_t *fl_buf[2];
-    int fl_layer[2];           /* layer held or being read, -1 none */
+    int fl_layer[2]; /* layer held or being read, -1 none */
     bg_job fl_job[2];
     size_t fl_bytes;
     /* on-demand load jobs of the current layer */
@@ -73,12 +77,22 @@ struct e0_stream {
         const xb_plan *plan;
         xentry *e;
         iopool_job node;
-    } *ld;
-    uint8_t *touched;          /* [n_layers * E]: experts routed to since the last reset */
+    } * ld;
+    /* speculative loads on the prefetch pool (see spec_next) */
+    struct spec_job {
+        e0_stream *s;
+        const xb_plan *plan;
+        xentry *e;
+        atomic_int busy; /* set by the engine thread, cleared by the job when done */
+        iopool_job node;
+    } spec[SPEC_MAX];
+    uint8_t *spec_pending; /* [n_layers * E]: loaded speculatively, not routed to since (engine
+                              thread) */
+    uint8_t *touched;      /* [n_layers * E]: experts routed to since the last reset */
     /* counters: atomics, as I/O threads add bytes */
     atomic_uint_fast64_t bytes_read;
-    stream_counters c;         /* the rest, engine thread only */
-    pthread_mutex_t err_mu;    /* guards io_err */
+    stream_counters c;      /* the rest, engine thread only */
+    pthread_mutex_t err_mu; /* guards io_err */
     char io_err[E0_ERR_MAX];
 };
 
@@ -92,22 +106,34 @@ static const xb_plan *plan_of(const e0_stream *s, int layer, int e) {
     return &s->plans[(size_t)layer * (size_t)s->E + (size_t)e];
 }
 
+static bool in_set(const int32_t *set, int n, int32_t e) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == e) return true;
+    return false;
+}
+
 static void note_io_error(e0_stream *s, const char *msg) {
     pthread_mutex_lock(&s->err_mu);
     if (!s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", msg);
     pthread_mutex_unlock(&s->err_mu);
 }
 
-/* pread a bundle; with a memory budget, drop the pages behind so the page
- * cache does not grow with every expert read. */
+/* Reads a bundle. Under a memory budget the page cache must not grow with
+ * every expert read: the read is direct (O_DIRECT: no copy out of the page
+ * cache, nothing to drop), and ranges that still went through the page
+ * cache (a filesystem without O_DIRECT) are dropped behind. Without a
+ * budget, buffered reads keep what they read cached, for the next process
+ * too. Counts the expert bytes (p->data), not the alignment slack. */
 static int read_bundle(e0_stream *s, const xb_plan *p, uint8_t *buf, char *err) {
-    int rc = xb_read(s->m->st, p, buf, err);
+    bool direct = false;
+    int rc =
+        s->direct ? xb_read_direct(s->m->st, p, buf, &direct, err) : xb_read(s->m->st, p, buf, err);
     if (rc) return rc;
-    atomic_fetch_add(&s->bytes_read, p->bytes);
-    if (s->o.mem_budget)
+    atomic_fetch_add(&s->bytes_read, p->data);
+    if (s->o.mem_budget && !direct)
         for (int i = 0; i < p->nr; i++)
-            posix_fadvise(st_file_fd(s->m->st, p->r[i].file), (off_t)p->r[i].off, (off_t)p->r[i].len,
-                          POSIX_FADV_DONTNEED);
+            posix_fadvise(st_file_fd(s->m->st, p->r[i].file), (off_t)p->r[i].off,
+                          (off_t)p->r[i].len, POSIX_FADV_DONTNEED);
     return 0;
 }
 
@@ -129,17 +155,20 @@ static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err)
 /* Expert x over the tokens of `pairs` (token * k + slot): gather, gate/up,
  * SwiGLU, down, scatter into eo. Each output row depends only on its own
  * token and the expert's bytes, never on which other tokens share the call. */
-static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs, int n, int k,
-                       float *eo, e0_scratch *ws) {
+static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs,
+                       int n, int k, float *eo, e0_scratch *ws) {
     const int H = s->H;
     const int64_t I = x->gate.rows;
     double t0 = now_s();
-    for (int j = 0; j < n; j++) memcpy(ws->xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
+    for (int j = 0; j < n; j++)
+        memcpy(ws->xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
     mat_matmul(&x->gate, ws->xs, H, n, ws->g, I);
     mat_matmul(&x->up, ws->xs, H, n, ws->u, I);
-    for (int64_t i = 0; i < (int64_t)n * I; i++) ws->g[i] = e0_silu(ws->g[i]) * ws->u[i];
+    for (int64_t i = 0; i < (int64_t)n * I; i++)
+        ws->g[i] = e0_silu(ws->g[i]) * ws->u[i];
     mat_matmul(&x->down, ws->g, I, n, ws->ys, H);
-    for (int j = 0; j < n; j++) memcpy(eo + (size_t)pairs[j] * H, ws->ys + (size_t)j * H, (size_t)H * sizeof(float));
+    for (int j = 0; j < n; j++)
+        memcpy(eo + (size_t)pairs[j] * H, ws->ys + (size_t)j * H, (size_t)H * sizeof(float));
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls++;
     s->c.bytes_touched += mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
@@ -155,16 +184,89 @@ static void load_job_fn(void *arg) {
     xcache_loaded(j->s->xc, j->e, rc == 0);
 }
 
+/* ---- speculative loads ------------------------------------------------------ */
+
+/* In decode the disk would idle while the dense part of each layer
+ * (attention or DeltaNet, shared expert, router) computes: the next layer's
+ * experts are known only after its router runs. The next MoE layer's router
+ * applied to this layer's MoE input ranks them well ahead of time (the
+ * residual stream changes little in one layer): the first half of its
+ * top-k start loading into the LRU, on the prefetch pool, as soon as this
+ * layer's experts have run. On the Qwen3.6-35B-A3B shape 98% of those turn
+ * out routed (docs/experiments.md, issue 4). A wrong guess costs one bundle
+ * of disk time and an LRU slot, never the result: routing is untouched and
+ * the bytes are the same whoever loads them. */
+
+static void spec_job_fn(void *arg) {
+    struct spec_job *j = arg;
+    char err[E0_ERR_MAX];
+    int rc = read_bundle(j->s, j->plan, xentry_buf(j->e), err);
+    if (rc) note_io_error(j->s, err); /* for a demand read waiting on this entry */
+    xcache_loaded(j->s->xc, j->e, rc == 0);
+    xcache_release(j->s->xc, j->e);
+    atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
+/* Starts loading the k/2 experts the next MoE layer's router ranks first
+ * on x ([H], the last token's MoE input of `layer`), at most prefetch_cap
+ * in flight. */
+static void spec_next(e0_stream *s, int layer, const float *x, int k) {
+    int next = -1;
+    for (int l = layer + 1; l < s->n_layers && next < 0; l++)
+        if (s->m->layers[l].moe) next = l;
+    const e0_mat *r = next >= 0 ? &s->m->layers[next].router : NULL;
+    if (!r || r->rows > 4096) return;
+    float logits[4096];
+    mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
+    const int cap = s->o.layer.prefetch_cap < SPEC_MAX ? s->o.layer.prefetch_cap : SPEC_MAX;
+    int32_t chosen[SPEC_MAX / 2];
+    int n = 0;
+    for (; n < k / 2 && n < SPEC_MAX / 2 && n < s->E; n++) {
+        int best = -1;
+        for (int e = 0; e < s->E; e++)
+            if (!in_set(chosen, n, e) && (best < 0 || logits[e] > logits[best])) best = e;
+        chosen[n] = best;
+    }
+    for (int c = 0; c < n; c++) {
+        int busy = 0, j = -1; /* jobs in flight, and a free one */
+        for (int i = 0; i < SPEC_MAX; i++) {
+            if (atomic_load_explicit(&s->spec[i].busy, memory_order_acquire))
+                busy++;
+            else if (j < 0)
+                j = i;
+        }
+        if (busy >= cap || j < 0) return;
+        bool need;
+        xentry *e = xcache_acquire(s->xc, next, chosen[c], false, &need);
+        if (!e) return; /* every slot pinned */
+        if (!need) {    /* present or loading already */
+            xcache_release(s->xc, e);
+            continue;
+        }
+        struct spec_job *sj = &s->spec[j];
+        sj->s = s;
+        sj->plan = plan_of(s, next, chosen[c]);
+        sj->e = e;
+        atomic_store_explicit(&sj->busy, 1, memory_order_relaxed);
+        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] = 1;
+        s->c.spec_loads++;
+        iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
+    }
+}
+
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
  * the LRU or, when every slot is pinned, the overflow buffer. */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
-                         const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws, char *err) {
+                         const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
+                         char *err) {
     const e0_layer *ly = &s->m->layers[layer];
     if (s->o.io == E0_IO_MMAP) { /* the mapping is the cache */
         if (s->o.layer.warm_willneed)
-            for (int i = 0; i < n; i++) xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
+            for (int i = 0; i < n; i++)
+                xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
         for (int i = 0; i < n; i++)
-            run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+            run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k,
+                       eo, ws);
         return 0;
     }
     xentry **ent = (xentry **)ws->xent;
@@ -174,6 +276,11 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         if (!s->xc) continue;
         bool need;
         ent[i] = xcache_acquire(s->xc, layer, exps[i], true, &need);
+        uint8_t *pending = &s->spec_pending[(size_t)layer * (size_t)s->E + (size_t)exps[i]];
+        if (*pending) { /* a speculative load: still present (a hit), or evicted since */
+            s->c.spec_used += ent[i] && !need;
+            *pending = 0;
+        }
         if (ent[i] && need) {
             s->ld[submitted] = (struct load_job){s, plan_of(s, layer, exps[i]), ent[i], {0}};
             iopool_submit(s->load, &s->ld[submitted].node, load_job_fn, &s->ld[submitted]);
@@ -255,21 +362,17 @@ static void bg_wait(bg_job *j) {
     }
 }
 
-static bool in_set(const int32_t *set, int n, int32_t e) {
-    for (int i = 0; i < n; i++)
-        if (set[i] == e) return true;
-    return false;
-}
-
 /* Assigns the predicted set of `layer` to its slots and starts the fill. */
 static void stage(e0_stream *s, int layer) {
     layer_state *L = &s->ls[layer];
     const int n = s->o.layer.staged_n;
     bg_wait(&L->fill); /* one fill per layer in flight */
-    if (s->o.layer.asm_cache && L->npred == L->nasm && memcmp(L->pred, L->asm_set, (size_t)L->npred * 4) == 0)
+    if (s->o.layer.asm_cache && L->npred == L->nasm &&
+        memcmp(L->pred, L->asm_set, (size_t)L->npred * 4) == 0)
         return; /* the slot table of this set is already assembled */
     bool keep[256] = {0};
-    for (int i = 0; i < n; i++) L->slot_target[i] = -1;
+    for (int i = 0; i < n; i++)
+        L->slot_target[i] = -1;
     if (s->o.layer.incr_stack) /* experts already staged keep their slot */
         for (int i = 0; i < n; i++)
             if (atomic_load(&L->slot_ready[i]) && in_set(L->pred, L->npred, L->slot_exp[i])) {
@@ -278,7 +381,8 @@ static void stage(e0_stream *s, int layer) {
             }
     for (int p = 0, i = 0; p < L->npred; p++) {
         if (in_set(L->slot_target, n, L->pred[p])) continue;
-        while (i < n && keep[i]) i++;
+        while (i < n && keep[i])
+            i++;
         if (i == n) break;
         L->slot_target[i++] = L->pred[p];
     }
@@ -309,7 +413,8 @@ static void predict(e0_stream *s, int layer, const float *x) {
             while (L->npred < n && L->npred < s->E) {
                 int best = -1;
                 for (int e = 0; e < s->E; e++)
-                    if (!in_set(L->pred, L->npred, e) && (best < 0 || logits[e] > logits[best])) best = e;
+                    if (!in_set(L->pred, L->npred, e) && (best < 0 || logits[e] > logits[best]))
+                        best = e;
                 L->pred[L->npred++] = best;
             }
         }
@@ -327,16 +432,22 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
         if (window > 0 && s->hot_resident >= window) {
             int victim = -1;
             for (int l = 0; l < s->n_layers; l++)
-                if (s->ls[l].hot_buf && (victim < 0 || s->ls[l].hot_stamp < s->ls[victim].hot_stamp)) victim = l;
+                if (s->ls[l].hot_buf &&
+                    (victim < 0 || s->ls[l].hot_stamp < s->ls[victim].hot_stamp))
+                    victim = l;
             L->hot_buf = s->ls[victim].hot_buf;
             s->ls[victim].hot_buf = NULL;
-            for (int i = 0; i < s->hot_cap; i++) s->ls[victim].hot_exp[i] = -1;
+            for (int i = 0; i < s->hot_cap; i++)
+                s->ls[victim].hot_exp[i] = -1;
         } else {
-            L->hot_buf = aligned_alloc(64, (size_t)s->hot_cap * s->bundle_bytes);
-            if (!L->hot_buf) return e0_fail(err, E0_ENOMEM, "out of memory for a hot stack of %d experts", s->hot_cap);
+            L->hot_buf = aligned_alloc(XB_ALIGN, (size_t)s->hot_cap * s->bundle_bytes);
+            if (!L->hot_buf)
+                return e0_fail(err, E0_ENOMEM, "out of memory for a hot stack of %d experts",
+                               s->hot_cap);
             s->hot_resident++;
         }
-        for (int i = 0; i < s->hot_cap; i++) L->hot_exp[i] = -1;
+        for (int i = 0; i < s->hot_cap; i++)
+            L->hot_exp[i] = -1;
     }
     /* choose the top n_hot by usage (+ pin_bonus for predicted experts) */
     int32_t chosen[256];
@@ -352,7 +463,8 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
         if (bs <= 0) break; /* never used: not worth a slot */
         chosen[nc++] = best;
     }
-    for (int e = 0; e < s->E; e++) L->usage[e] *= s->o.layer.hot_decay;
+    for (int e = 0; e < s->E; e++)
+        L->usage[e] *= s->o.layer.hot_decay;
     /* load what is new into slots whose expert left the set */
     for (int c = 0; c < nc; c++) {
         if (in_set(L->hot_exp, s->hot_cap, chosen[c])) continue;
@@ -362,7 +474,8 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
         if (slot < 0) break;
         L->hot_exp[slot] = -1;
         double t0 = now_s();
-        int rc = fetch_bundle(s, layer, chosen[c], L->hot_buf + (size_t)slot * s->bundle_bytes, err);
+        int rc =
+            fetch_bundle(s, layer, chosen[c], L->hot_buf + (size_t)slot * s->bundle_bytes, err);
         s->c.io_wait_s += now_s() - t0;
         if (rc) return rc;
         L->hot_exp[slot] = chosen[c];
@@ -384,11 +497,16 @@ static int read_layer(e0_stream *s, int layer, uint8_t *buf, char *err) {
     }
     for (int i = 0; i < p0->nr; i++) { /* one read per stacked tensor */
         uint64_t len = pl->r[i].off + pl->r[i].len - p0->r[i].off;
-        int rc = st_pread(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i], err);
+        bool direct = false;
+        int rc = s->direct
+                     ? st_pread_direct(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i],
+                                       &direct, err)
+                     : st_pread(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i], err);
         if (rc) return rc;
         atomic_fetch_add(&s->bytes_read, len);
-        if (s->o.mem_budget)
-            posix_fadvise(st_file_fd(s->m->st, p0->r[i].file), (off_t)p0->r[i].off, (off_t)len, POSIX_FADV_DONTNEED);
+        if (s->o.mem_budget && !direct)
+            posix_fadvise(st_file_fd(s->m->st, p0->r[i].file), (off_t)p0->r[i].off, (off_t)len,
+                          POSIX_FADV_DONTNEED);
     }
     return 0;
 }
@@ -399,7 +517,8 @@ static void layer_views(const e0_stream *s, int layer, int e, const uint8_t *buf
     const layer_state *L = &s->ls[layer];
     xb_plan p = *plan_of(s, layer, e);
     for (int i = 0; i < p.nr; i++)
-        p.r[i].at = L->contiguous ? L->reg[i] + (size_t)(p.r[i].off - L->base[i]) : (size_t)e * s->bundle_bytes + p.r[i].at;
+        p.r[i].at = L->contiguous ? L->reg[i] + (size_t)(p.r[i].off - L->base[i])
+                                  : (size_t)e * s->bundle_bytes + p.r[i].at;
     xb_views(&p, buf, v);
 }
 
@@ -458,15 +577,16 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w, int k,
-                   float *eo, e0_scratch *ws, char *err) {
+int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w,
+                   int k, float *eo, e0_scratch *ws, char *err) {
     const e0_layer_opts *lo = &s->o.layer;
     layer_state *L = &s->ls[layer];
     const int E = s->E, P = T * k;
     /* group (token, slot) pairs by expert: exps[i] owns pairs order[start[i] .. start[i+1]) */
     int32_t *count = ws->count, *order = ws->order, *exps = ws->exps, *start = ws->start;
     memset(count, 0, (size_t)E * sizeof *count);
-    for (int p = 0; p < P; p++) count[idx[p]]++;
+    for (int p = 0; p < P; p++)
+        count[idx[p]]++;
     int n = 0, off = 0;
     for (int e = 0; e < E; e++)
         if (count[e]) {
@@ -476,25 +596,32 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
             count[e] = off - count[e]; /* becomes the fill cursor */
         }
     start[n] = off;
-    for (int p = 0; p < P; p++) order[count[idx[p]]++] = p;
+    for (int p = 0; p < P; p++)
+        order[count[idx[p]]++] = p;
 
-    for (int i = 0; i < n; i++) s->touched[(size_t)layer * (size_t)E + (size_t)exps[i]] = 1;
+    for (int i = 0; i < n; i++)
+        s->touched[(size_t)layer * (size_t)E + (size_t)exps[i]] = 1;
     e0_path path = s->o.path;
     if (path == E0_PATH_AUTO) {
-        if (T > 1) path = full_applies(s, layer) ? E0_PATH_FULL : lo->prefill_hot > 0 ? E0_PATH_HOT : E0_PATH_EXACT;
-        else path = lo->staged && k == lo->staged_trigger ? E0_PATH_STAGED
-                    : lo->hot_per_layer > 0                ? E0_PATH_HOT
-                                                           : E0_PATH_EXACT;
+        if (T > 1)
+            path = full_applies(s, layer) ? E0_PATH_FULL
+                   : lo->prefill_hot > 0  ? E0_PATH_HOT
+                                          : E0_PATH_EXACT;
+        else
+            path = lo->staged && k == lo->staged_trigger ? E0_PATH_STAGED
+                   : lo->hot_per_layer > 0               ? E0_PATH_HOT
+                                                         : E0_PATH_EXACT;
     }
     int rc = 0;
     /* experts no path serves go through exact: rest[0..nr) */
     int32_t *rest = ws->rest, *rstart = ws->rstart, *rpairs = ws->rpairs;
     int nrest = 0, rp = 0;
-#define TO_EXACT(i)                                                                 \
-    do {                                                                            \
-        rest[nrest] = exps[i];                                                      \
-        rstart[nrest++] = rp;                                                       \
-        for (int q = start[i]; q < start[(i) + 1]; q++) rpairs[rp++] = order[q];    \
+#define TO_EXACT(i)                                                                                \
+    do {                                                                                           \
+        rest[nrest] = exps[i];                                                                     \
+        rstart[nrest++] = rp;                                                                      \
+        for (int q = start[i]; q < start[(i) + 1]; q++)                                            \
+            rpairs[rp++] = order[q];                                                               \
     } while (0)
 
     if (path == E0_PATH_FULL) {
@@ -514,14 +641,17 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
         for (int i = 0; i < n; i++) {
             int slot = -1;
             for (int j = 0; j < lo->staged_n && slot < 0; j++)
-                if (atomic_load_explicit(&L->slot_ready[j], memory_order_acquire) && L->slot_exp[j] == exps[i]) slot = j;
+                if (atomic_load_explicit(&L->slot_ready[j], memory_order_acquire) &&
+                    L->slot_exp[j] == exps[i])
+                    slot = j;
             /* counted per routed (token, expert) pair */
             const uint64_t np = (uint64_t)(start[i + 1] - start[i]);
             s->c.routed_staged += np;
             if (in_set(L->asm_set, L->nasm, exps[i])) s->c.predicted_routed += np;
             if (slot >= 0) {
                 e0_expert v;
-                xb_views(plan_of(s, layer, exps[i]), L->slot_buf + (size_t)slot * s->bundle_bytes, &v);
+                xb_views(plan_of(s, layer, exps[i]), L->slot_buf + (size_t)slot * s->bundle_bytes,
+                         &v);
                 run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
                 s->c.staged_hits += np;
             } else if (lo->staged_replace) { /* lossy, by request: the expert does not run */
@@ -536,9 +666,12 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
             }
         }
     } else if (path == E0_PATH_HOT) {
-        int n_hot = T > 1 && lo->prefill_hot > 0 ? lo->prefill_hot : lo->hot_per_layer > 0 ? lo->hot_per_layer : 8;
+        int n_hot = T > 1 && lo->prefill_hot > 0 ? lo->prefill_hot
+                    : lo->hot_per_layer > 0      ? lo->hot_per_layer
+                                                 : 8;
         if (n_hot > s->hot_cap) n_hot = s->hot_cap;
-        for (int i = 0; i < n; i++) L->usage[exps[i]] += (float)(start[i + 1] - start[i]);
+        for (int i = 0; i < n; i++)
+            L->usage[exps[i]] += (float)(start[i + 1] - start[i]);
         L->hot_stamp = ++s->hot_clock;
         if (!L->hot_buf || L->calls % lo->hot_update_interval == 0)
             if ((rc = hot_refresh(s, layer, n_hot, err)) != 0) return rc;
@@ -549,7 +682,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
                 if (L->hot_exp[j] == exps[i]) slot = j;
             if (slot >= 0) {
                 e0_expert v;
-                xb_views(plan_of(s, layer, exps[i]), L->hot_buf + (size_t)slot * s->bundle_bytes, &v);
+                xb_views(plan_of(s, layer, exps[i]), L->hot_buf + (size_t)slot * s->bundle_bytes,
+                         &v);
                 run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
                 s->c.hot_hits += (uint64_t)(start[i + 1] - start[i]);
             } else {
@@ -558,17 +692,22 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
             }
         }
     } else {
-        for (int i = 0; i < n; i++) TO_EXACT(i);
+        for (int i = 0; i < n; i++)
+            TO_EXACT(i);
     }
 #undef TO_EXACT
     rstart[nrest] = rp;
     if (nrest) rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, err);
     if (rc) return rc;
+    if (T == 1 && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
+        lo->prefetch_threads > 0)
+        spec_next(s, layer, x, k);
 
     /* remember what the last token routed to, and stage ahead */
     L->nprev = k < 256 ? k : 256;
     memcpy(L->prev, idx + (size_t)(T - 1) * k, (size_t)L->nprev * sizeof *L->prev);
-    bool staging = s->o.path == E0_PATH_STAGED || (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
+    bool staging = s->o.path == E0_PATH_STAGED ||
+                   (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
     if (staging) {
         int next = -1;
         for (int l = layer + 1; l < s->n_layers && next < 0; l++)
@@ -589,6 +728,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
 static int build_plans(e0_stream *s, char *err) {
     const e0_model *m = s->m;
     s->bundle_bytes = 0;
+    s->bundle_data = 0;
     for (int l = 0; l < s->n_layers; l++) {
         if (!m->layers[l].moe) continue;
         for (int e = 0; e < s->E; e++) {
@@ -596,6 +736,7 @@ static int build_plans(e0_stream *s, char *err) {
             int rc = xb_plan_expert(m, l, e, s->order, p, err);
             if (rc) return e0_wrap(err, rc, "layer %d expert %d", l, e);
             if (p->bytes > s->bundle_bytes) s->bundle_bytes = p->bytes;
+            if (p->data > s->bundle_data) s->bundle_data = p->data;
         }
         /* whole-layer layout: contiguous iff every range index is a stride over experts */
         layer_state *L = &s->ls[l];
@@ -606,16 +747,19 @@ static int build_plans(e0_stream *s, char *err) {
                 const xb_range *a = &plan_of(s, l, e - 1)->r[i], *b = &plan_of(s, l, e)->r[i];
                 L->contiguous = b->file == a->file && b->off == a->off + a->len;
             }
-        size_t at = 0;
+        size_t at = 0; /* regions laid out as bundle ranges are: aligned spans */
         for (int i = 0; i < p0->nr; i++) {
-            L->reg[i] = at;
+            const size_t head = (size_t)(p0->r[i].off % XB_ALIGN);
+            L->reg[i] = at + head;
             L->base[i] = p0->r[i].off;
-            at += ((size_t)p0->r[i].len * (size_t)s->E + XB_ALIGN - 1) & ~(size_t)(XB_ALIGN - 1);
+            at += (head + (size_t)p0->r[i].len * (size_t)s->E + XB_ALIGN - 1) &
+                  ~(size_t)(XB_ALIGN - 1);
         }
         L->layer_bytes = L->contiguous ? at : 0; /* non-contiguous: E bundles, sized below */
     }
     for (int l = 0; l < s->n_layers; l++)
-        if (m->layers[l].moe && !s->ls[l].contiguous) s->ls[l].layer_bytes = (size_t)s->E * s->bundle_bytes;
+        if (m->layers[l].moe && !s->ls[l].contiguous)
+            s->ls[l].layer_bytes = (size_t)s->E * s->bundle_bytes;
     return 0;
 }
 
@@ -637,6 +781,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     s->E = c->n_experts;
     s->H = c->hidden;
     s->first_moe = s->last_moe = -1;
+    s->direct = o->mem_budget > 0;
+
     s->fl_layer[0] = s->fl_layer[1] = -1;
     pthread_mutex_init(&s->err_mu, NULL);
     int rc = 0;
@@ -645,7 +791,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     s->ls = calloc((size_t)s->n_layers, sizeof *s->ls);
     s->ld = calloc((size_t)s->E, sizeof *s->ld);
     s->touched = calloc((size_t)s->n_layers * (size_t)s->E, 1);
-    if (!s->plans || !s->ls || !s->ld || !s->touched) goto oom;
+    s->spec_pending = calloc((size_t)s->n_layers * (size_t)s->E, 1);
+    if (!s->plans || !s->ls || !s->ld || !s->touched || !s->spec_pending) goto oom;
     s->hot_cap = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
     if (s->hot_cap == 0 && o->path == E0_PATH_HOT) s->hot_cap = 8;
     if (s->hot_cap > s->E) s->hot_cap = s->E;
@@ -668,11 +815,13 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
         L->hot_exp = malloc((size_t)(s->hot_cap ? s->hot_cap : 1) * sizeof *L->hot_exp);
         L->reg = calloc(XB_MAX_RANGES, sizeof *L->reg);
         L->base = calloc(XB_MAX_RANGES, sizeof *L->base);
-        if (!L->slot_exp || !L->slot_target || !L->slot_ready || !L->pred || !L->prev || !L->asm_set || !L->forced ||
-            !L->usage || !L->hot_exp || !L->reg || !L->base)
+        if (!L->slot_exp || !L->slot_target || !L->slot_ready || !L->pred || !L->prev ||
+            !L->asm_set || !L->forced || !L->usage || !L->hot_exp || !L->reg || !L->base)
             goto oom;
-        for (int i = 0; i < sn; i++) L->slot_exp[i] = L->slot_target[i] = -1;
-        for (int i = 0; i < s->hot_cap; i++) L->hot_exp[i] = -1;
+        for (int i = 0; i < sn; i++)
+            L->slot_exp[i] = L->slot_target[i] = -1;
+        for (int i = 0; i < s->hot_cap; i++)
+            L->hot_exp[i] = -1;
         L->nasm = -1;
         L->fill.s = s;
         L->fill.layer = l;
@@ -682,18 +831,19 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
         return 0;
     }
     if ((rc = build_plans(s, err)) != 0) goto fail;
-    s->overflow = aligned_alloc(64, s->bundle_bytes);
+    s->overflow = aligned_alloc(XB_ALIGN, s->bundle_bytes);
     if (!s->overflow) goto oom;
     bool staged_on = lo->staged || o->path == E0_PATH_STAGED;
     for (int l = 0; staged_on && l < s->n_layers; l++)
-        if (m->layers[l].moe && !(s->ls[l].slot_buf = aligned_alloc(64, (size_t)lo->staged_n * s->bundle_bytes)))
+        if (m->layers[l].moe &&
+            !(s->ls[l].slot_buf = aligned_alloc(XB_ALIGN, (size_t)lo->staged_n * s->bundle_bytes)))
             goto oom;
     if (lo->full_layer_prefill || o->path == E0_PATH_FULL) {
         for (int l = 0; l < s->n_layers; l++)
             if (s->ls[l].layer_bytes > s->fl_bytes) s->fl_bytes = s->ls[l].layer_bytes;
         for (int b = 0; b < 2; b++) {
             s->fl_job[b].s = s;
-            if (!(s->fl_buf[b] = aligned_alloc(64, s->fl_bytes))) goto oom;
+            if (!(s->fl_buf[b] = aligned_alloc(XB_ALIGN, s->fl_bytes))) goto oom;
         }
     }
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
@@ -740,6 +890,7 @@ void stream_free(e0_stream *s) {
     free(s->fl_buf[1]);
     free(s->ld);
     free(s->touched);
+    free(s->spec_pending);
     pthread_mutex_destroy(&s->err_mu);
     free(s);
 }
@@ -758,7 +909,8 @@ void stream_counters_reset(e0_stream *s) {
 
 int stream_distinct_experts(const e0_stream *s, int layer) {
     int n = 0;
-    for (int e = 0; e < s->E; e++) n += s->touched[(size_t)layer * (size_t)s->E + (size_t)e];
+    for (int e = 0; e < s->E; e++)
+        n += s->touched[(size_t)layer * (size_t)s->E + (size_t)e];
     return n;
 }
 
@@ -767,8 +919,12 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
     if (s->xc) xcache_layer_stats(s->xc, layer, hits, misses);
 }
 
-int32_t stream_cache_slots(const e0_stream *s) { return s->xc ? xcache_slots(s->xc) : 0; }
-size_t stream_bundle_bytes(const e0_stream *s) { return s->bundle_bytes; }
+int32_t stream_cache_slots(const e0_stream *s) {
+    return s->xc ? xcache_slots(s->xc) : 0;
+}
+size_t stream_bundle_bytes(const e0_stream *s) {
+    return (size_t)s->bundle_data;
+}
 
 void stream_debug_predict(e0_stream *s, int layer, const int32_t *experts, int n) {
     layer_state *L = &s->ls[layer];

@@ -9,7 +9,8 @@
  *
  * Threads: one engine thread calls stream_experts() layer after layer; the
  * load pool reads on-demand bundles into LRU entries, the prefetch pool
- * fills staged slots and whole layers ahead of need. Staged slots publish
+ * fills staged slots, whole layers and speculative LRU entries (the next
+ * layer's likely experts, in decode) ahead of need. Staged slots publish
  * READY with release/acquire atomics; the LRU has its own lock (xcache.h).
  */
 #ifndef E0_STREAM_SWITCHGLU_H
@@ -23,15 +24,19 @@ typedef struct e0_stream e0_stream;
 
 /* Counters since the last reset (read while the engine is idle). */
 typedef struct {
-    uint64_t bytes_read;      /* expert bytes read from the checkpoint */
-    uint64_t bytes_touched;   /* expert bytes the kernels read (any source) */
-    uint64_t expert_calls;    /* (layer, expert) products computed */
+    uint64_t bytes_read;    /* expert bytes read from the checkpoint */
+    uint64_t bytes_touched; /* expert bytes the kernels read (any source) */
+    uint64_t expert_calls;  /* (layer, expert) products computed */
     /* counted per routed (token, expert) pair */
     uint64_t staged_hits, exact_fallbacks, drops;
-    uint64_t predicted_routed, routed_staged; /* pairs whose expert was predicted / all pairs, staged calls */
+    uint64_t predicted_routed,
+        routed_staged; /* pairs whose expert was predicted / all pairs, staged calls */
     uint64_t hot_hits, hot_misses;
-    uint64_t full_layers;     /* whole-layer loads */
-    uint64_t overflow_reads;  /* bundles read outside the LRU (every slot pinned or cache_slots 0) */
+    uint64_t full_layers;    /* whole-layer loads */
+    uint64_t overflow_reads; /* bundles read outside the LRU (every slot pinned or cache_slots 0) */
+    uint64_t
+        spec_loads; /* bundles loaded speculatively for the next layer (counted in bytes_read) */
+    uint64_t spec_used; /* of those, routed to while still in the LRU (counted as LRU hits) */
     double io_wait_s, compute_s;
 } stream_counters;
 
@@ -42,8 +47,8 @@ void stream_free(e0_stream *s);
  * x: [T, H] the MoE input; idx: [T, k] routed experts; w: [T, k] their
  * weights (a dropped expert's weight is set to 0); eo: [T*k, H] receives the
  * output of each (token, slot). The scratch `ws` holds T tokens. */
-int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w, int k,
-                   float *eo, e0_scratch *ws, char *err);
+int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w,
+                   int k, float *eo, e0_scratch *ws, char *err);
 
 void stream_counters_get(e0_stream *s, stream_counters *c);
 void stream_counters_reset(e0_stream *s);

@@ -25,19 +25,23 @@ struct xcache {
     size_t bundle_bytes;
     xentry *e;
     uint8_t *mem;
-    int32_t *table;    /* [n_layers * n_experts]: entry index or -1 */
+    int32_t *table; /* [n_layers * n_experts]: entry index or -1 */
     xentry *lru_head, *lru_tail;
-    int32_t n_free;    /* FREE entries are found by scanning from `free_hint` */
+    int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
 };
 
 static void lru_unlink(xcache *c, xentry *e) {
     if (!e->in_lru) return;
-    if (e->prev) e->prev->next = e->next;
-    else c->lru_head = e->next;
-    if (e->next) e->next->prev = e->prev;
-    else c->lru_tail = e->prev;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->lru_head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->lru_tail = e->prev;
     e->prev = e->next = NULL;
     e->in_lru = false;
 }
@@ -45,14 +49,16 @@ static void lru_unlink(xcache *c, xentry *e) {
 static void lru_push(xcache *c, xentry *e) { /* most recently released at the tail */
     e->prev = c->lru_tail;
     e->next = NULL;
-    if (c->lru_tail) c->lru_tail->next = e;
-    else c->lru_head = e;
+    if (c->lru_tail)
+        c->lru_tail->next = e;
+    else
+        c->lru_head = e;
     c->lru_tail = e;
     e->in_lru = true;
 }
 
-int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers, int32_t n_experts,
-               char *err) {
+int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
+               int32_t n_experts, char *err) {
     *out = NULL;
     xcache *c = calloc(1, sizeof *c);
     if (!c) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -64,14 +70,20 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
     c->table = malloc((size_t)n_layers * (size_t)n_experts * sizeof *c->table);
     c->hits = calloc((size_t)n_layers, sizeof *c->hits);
     c->misses = calloc((size_t)n_layers, sizeof *c->misses);
-    if (n_slots && bundle_bytes) c->mem = aligned_alloc(64, (size_t)n_slots * bundle_bytes);
+    /* page-aligned, for direct reads into the slots (bundle_bytes from a plan
+     * is a multiple of the alignment, so every slot is aligned too) */
+    const size_t A = 4096, total = ((size_t)n_slots * bundle_bytes + A - 1) & ~(A - 1);
+    if (n_slots && bundle_bytes) c->mem = aligned_alloc(A, total);
     if (!c->e || !c->table || !c->hits || !c->misses || (n_slots && bundle_bytes && !c->mem)) {
         xcache_free(c);
-        return e0_fail(err, E0_ENOMEM, "out of memory for an expert cache of %d bundles of %zu bytes", n_slots,
+        return e0_fail(err, E0_ENOMEM,
+                       "out of memory for an expert cache of %d bundles of %zu bytes", n_slots,
                        bundle_bytes);
     }
-    for (size_t i = 0; i < (size_t)n_layers * (size_t)n_experts; i++) c->table[i] = -1;
-    for (int32_t i = 0; i < n_slots; i++) c->e[i].buf = c->mem + (size_t)i * bundle_bytes;
+    for (size_t i = 0; i < (size_t)n_layers * (size_t)n_experts; i++)
+        c->table[i] = -1;
+    for (int32_t i = 0; i < n_slots; i++)
+        c->e[i].buf = c->mem + (size_t)i * bundle_bytes;
     c->n_free = n_slots;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -162,7 +174,8 @@ void xcache_loaded(xcache *c, xentry *e, bool ok) {
 
 int xcache_wait(xcache *c, xentry *e) {
     pthread_mutex_lock(&c->mu);
-    while (e->state == ST_LOADING && e->expert >= 0) pthread_cond_wait(&c->cv, &c->mu);
+    while (e->state == ST_LOADING && e->expert >= 0)
+        pthread_cond_wait(&c->cv, &c->mu);
     int rc = e->state == ST_READY ? 0 : -1;
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -181,8 +194,12 @@ void xcache_release(xcache *c, xentry *e) {
     pthread_mutex_unlock(&c->mu);
 }
 
-uint8_t *xentry_buf(xentry *e) { return e->buf; }
-int32_t xcache_slots(const xcache *c) { return c->n_slots; }
+uint8_t *xentry_buf(xentry *e) {
+    return e->buf;
+}
+int32_t xcache_slots(const xcache *c) {
+    return c->n_slots;
+}
 
 void xcache_usage(xcache *c, int32_t *used, int32_t *pinned) {
     pthread_mutex_lock(&c->mu);

@@ -1,7 +1,10 @@
 /* The shared expert cache: one LRU across all layers, keyed by
  * (layer, expert), holding at most `n_slots` bundles of `bundle_bytes` each.
  *
- * Ownership: the cache owns every slot buffer for its whole life. A
+ * Ownership: the cache owns every slot buffer for its whole life. Slot i
+ * starts at i * bundle_bytes from a 4096-aligned base, so slots are
+ * aligned for direct reads when bundle_bytes is a multiple of 4096 (as
+ * bundle plans make it, stream/bundle.h). A
  * successful xcache_acquire() pins one entry for the caller, and the caller
  * makes exactly one xcache_release() for it; while pinned, an entry is never
  * evicted and its buffer never changes. Only unpinned READY entries are
@@ -29,8 +32,8 @@
 typedef struct xcache xcache;
 typedef struct xentry xentry;
 
-int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers, int32_t n_experts,
-               char *err);
+int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
+               int32_t n_experts, char *err);
 void xcache_free(xcache *c);
 
 /* Pins the entry for (layer, expert), creating it (LOADING, *need_load = 1)
