@@ -15,6 +15,7 @@
  * per token / disk bandwidth; whole-layer reads / expert bytes of the
  * layers loaded. */
 #include "cli/cli.h"
+#include "quant/mat.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -313,14 +314,16 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(root, "model", model);
         cJSON_AddStringToObject(root, "family", info.family);
         cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
-        cJSON_AddNumberToObject(root, "threads", threads);
+                cJSON_AddNumberToObject(root, "threads", threads);
+        cJSON_AddStringToObject(root, "kernels", mat_kernels_name());
         cJSON_AddNumberToObject(root, "dram_bw", dram);
         cJSON_AddNumberToObject(root, "disk_bw", disk);
     } else {
         printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model, info.family, info.layout,
                (double)info.weight_bytes / (1u << 30), (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
-        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s\n", dram / 1e9,
-               threads, disk / 1e9);
+                printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s; "
+               "kernels %s\n",
+               dram / 1e9, threads, disk / 1e9, mat_kernels_name());
     }
     int status = 0;
     phase ph;

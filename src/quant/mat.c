@@ -184,20 +184,29 @@ int mat_set_kernels(e0_kernels k) {
     return 0;
 }
 
-/* $E0_KERNELS (ref, avx2, avx512, avx512-q8, avx512-q16, avx512-q24, f32)
- * picks the set while it is AUTO, to run a whole test suite, benchmark or
- * CLI process under one set; unknown or unsupported names leave AUTO. */
+int mat_kernels_parse(const char *name, e0_kernels *out) {
+    static const struct {
+        const char *name;
+        e0_kernels k;
+    } sets[] = {{"auto", E0_KERNELS_AUTO},          {"ref", E0_KERNELS_REF},
+                {"avx2", E0_KERNELS_AVX2},          {"avx512", E0_KERNELS_AVX512},
+                {"avx512-q8", E0_KERNELS_AVX512_Q8}, {"avx512-q16", E0_KERNELS_AVX512_Q16},
+                {"avx512-q24", E0_KERNELS_AVX512_Q24}, {"f32", E0_KERNELS_F32}};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+        if (!strcmp(name, sets[i].name)) {
+            *out = sets[i].k;
+            return 0;
+        }
+    return E0_EINVAL;
+}
+
+/* $E0_KERNELS (a mat_kernels_parse name) picks the set while it is AUTO, to
+ * run a whole test suite, benchmark or CLI process under one set; unknown or
+ * unsupported names leave AUTO. */
 static e0_kernels env_kernels(void) {
     const char *v = getenv("E0_KERNELS");
-    if (!v) return E0_KERNELS_AUTO;
-    e0_kernels k = !strcmp(v, "ref")          ? E0_KERNELS_REF
-                   : !strcmp(v, "avx2")       ? E0_KERNELS_AVX2
-                   : !strcmp(v, "avx512")     ? E0_KERNELS_AVX512
-                   : !strcmp(v, "avx512-q8")  ? E0_KERNELS_AVX512_Q8
-                   : !strcmp(v, "avx512-q16") ? E0_KERNELS_AVX512_Q16
-                   : !strcmp(v, "avx512-q24") ? E0_KERNELS_AVX512_Q24
-                   : !strcmp(v, "f32")        ? E0_KERNELS_F32
-                                              : E0_KERNELS_AUTO;
+    e0_kernels k = E0_KERNELS_AUTO;
+    if (!v || mat_kernels_parse(v, &k)) return E0_KERNELS_AUTO;
     return mat_kernels_supported(k) ? k : E0_KERNELS_AUTO;
 }
 

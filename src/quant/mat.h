@@ -82,6 +82,9 @@ int mat_set_kernels(e0_kernels k);
 /* The set in force, resolved (never AUTO), and its name ("ref", "avx2", ...). */
 e0_kernels mat_kernels(void);
 const char *mat_kernels_name(void);
+/* The set named `name` (auto, ref, avx2, avx512, avx512-q8, avx512-q16,
+ * avx512-q24, f32): 0, or E0_EINVAL for another name. */
+int mat_kernels_parse(const char *name, e0_kernels *out);
 /* Whether this CPU runs set k. */
 int mat_kernels_supported(e0_kernels k);
 
