@@ -1,6 +1,8 @@
 /* The streaming SwitchGLU: see switchglu.h for the contract. */
 #include "stream/switchglu.h"
 
+#include "util/bigbuf.h"
+
 #include "stream/iopool.h"
 #include "stream/xcache.h"
 #include "util/err.h"
@@ -440,7 +442,7 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
             for (int i = 0; i < s->hot_cap; i++)
                 s->ls[victim].hot_exp[i] = -1;
         } else {
-            L->hot_buf = aligned_alloc(XB_ALIGN, (size_t)s->hot_cap * s->bundle_bytes);
+            L->hot_buf = e0_big_alloc((size_t)s->hot_cap * s->bundle_bytes);
             if (!L->hot_buf)
                 return e0_fail(err, E0_ENOMEM, "out of memory for a hot stack of %d experts",
                                s->hot_cap);
@@ -836,14 +838,14 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     bool staged_on = lo->staged || o->path == E0_PATH_STAGED;
     for (int l = 0; staged_on && l < s->n_layers; l++)
         if (m->layers[l].moe &&
-            !(s->ls[l].slot_buf = aligned_alloc(XB_ALIGN, (size_t)lo->staged_n * s->bundle_bytes)))
+            !(s->ls[l].slot_buf = e0_big_alloc((size_t)lo->staged_n * s->bundle_bytes)))
             goto oom;
     if (lo->full_layer_prefill || o->path == E0_PATH_FULL) {
         for (int l = 0; l < s->n_layers; l++)
             if (s->ls[l].layer_bytes > s->fl_bytes) s->fl_bytes = s->ls[l].layer_bytes;
         for (int b = 0; b < 2; b++) {
             s->fl_job[b].s = s;
-            if (!(s->fl_buf[b] = aligned_alloc(XB_ALIGN, s->fl_bytes))) goto oom;
+            if (!(s->fl_buf[b] = e0_big_alloc(s->fl_bytes))) goto oom;
         }
     }
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&

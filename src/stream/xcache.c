@@ -1,5 +1,7 @@
 #include "stream/xcache.h"
 
+#include "util/bigbuf.h"
+
 #include "edge0.h"
 #include "util/err.h"
 
@@ -70,10 +72,10 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
     c->table = malloc((size_t)n_layers * (size_t)n_experts * sizeof *c->table);
     c->hits = calloc((size_t)n_layers, sizeof *c->hits);
     c->misses = calloc((size_t)n_layers, sizeof *c->misses);
-    /* page-aligned, for direct reads into the slots (bundle_bytes from a plan
+        /* 2 MiB-aligned (huge pages), so page-aligned for direct reads into the slots (bundle_bytes from a plan
      * is a multiple of the alignment, so every slot is aligned too) */
     const size_t A = 4096, total = ((size_t)n_slots * bundle_bytes + A - 1) & ~(A - 1);
-    if (n_slots && bundle_bytes) c->mem = aligned_alloc(A, total);
+    if (n_slots && bundle_bytes) c->mem = e0_big_alloc(total);
     if (!c->e || !c->table || !c->hits || !c->misses || (n_slots && bundle_bytes && !c->mem)) {
         xcache_free(c);
         return e0_fail(err, E0_ENOMEM,
