@@ -659,6 +659,7 @@ TGTV static void qp_pack(const e0_mat *m, int64_t r, int nr, __m512i *pk, float 
  * the plane's even columns, its odd ones `half` bytes on. */
 INLV void qp_plane(__m512i acc[8], const __m512i *wp, int wpg, const int8_t *const xp[8], int half,
                    const int TT) {
+#pragma GCC unroll 4
     for (int w = 0; w < wpg; w++) {
         const __m512i lo = wp[2 * w], hi = wp[2 * w + 1];
         UNROLL
