@@ -18,10 +18,10 @@ const char *CLI_ENGINE_HELP =
     "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it chose\n"
     "  --io auto|pread|mmap read experts with pread into the LRU, or use the mapping; auto (default):\n"
     "                       the mapping when the checkpoint fits in memory and no budget is set\n"
-        "  --threads N          compute threads (default: one per core)\n"
+    "  --threads N          compute threads (default: one per core)\n"
     "  --kernels SET        auto (default: avx512-q24 where the CPU has VNNI, as exact as f32),\n"
-    "                       avx512-q16 (16-bit activations: prefill ~25% faster, logits within\n"
-    "                       4e-4 of the reference on the fixtures), avx512, avx2 or ref\n"
+    "                       avx512-q16 (16-bit activations: prefill ~20% faster, logits within\n"
+    "                       3e-3 of the reference on the fixtures), avx512, avx2 or ref\n"
     "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";
 
 const char *CLI_SAMPLE_HELP =
