@@ -2,6 +2,7 @@
 #include "stream/switchglu.h"
 
 #include "util/bigbuf.h"
+#include "util/pool.h"
 
 #include "stream/iopool.h"
 #include "stream/xcache.h"
@@ -94,6 +95,8 @@ struct e0_stream {
     /* counters: atomics, as I/O threads add bytes */
     atomic_uint_fast64_t bytes_read;
     stream_counters c;      /* the rest, engine thread only */
+    float *tw;              /* parallel_experts: per-thread buffers */
+    size_t tw_cap;          /* floats */
     pthread_mutex_t err_mu; /* guards io_err */
     char io_err[E0_ERR_MAX];
 };
@@ -157,23 +160,86 @@ static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err)
 /* Expert x over the tokens of `pairs` (token * k + slot): gather, gate/up,
  * SwiGLU, down, scatter into eo. Each output row depends only on its own
  * token and the expert's bytes, never on which other tokens share the call. */
+static void expert_compute(const e0_expert *x, int H, const float *in, const int32_t *pairs, int n,
+                           int k, float *eo, float *xs, float *g, float *u, float *ys) {
+    const int64_t I = x->gate.rows;
+    for (int j = 0; j < n; j++)
+        memcpy(xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
+    mat_matmul(&x->gate, xs, H, n, g, I);
+    mat_matmul(&x->up, xs, H, n, u, I);
+    for (int64_t i = 0; i < (int64_t)n * I; i++)
+        g[i] = e0_silu(g[i]) * u[i];
+    mat_matmul(&x->down, g, I, n, ys, H);
+    for (int j = 0; j < n; j++)
+        memcpy(eo + (size_t)pairs[j] * H, ys + (size_t)j * H, (size_t)H * sizeof(float));
+}
+
+static uint64_t expert_bytes(const e0_expert *x) {
+    return mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
+}
+
 static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs,
                        int n, int k, float *eo, e0_scratch *ws) {
-    const int H = s->H;
-    const int64_t I = x->gate.rows;
     double t0 = now_s();
-    for (int j = 0; j < n; j++)
-        memcpy(ws->xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
-    mat_matmul(&x->gate, ws->xs, H, n, ws->g, I);
-    mat_matmul(&x->up, ws->xs, H, n, ws->u, I);
-    for (int64_t i = 0; i < (int64_t)n * I; i++)
-        ws->g[i] = e0_silu(ws->g[i]) * ws->u[i];
-    mat_matmul(&x->down, ws->g, I, n, ws->ys, H);
-    for (int j = 0; j < n; j++)
-        memcpy(eo + (size_t)pairs[j] * H, ws->ys + (size_t)j * H, (size_t)H * sizeof(float));
+    expert_compute(x, s->H, in, pairs, n, k, eo, ws->xs, ws->g, ws->u, ws->ys);
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls++;
-    s->c.bytes_touched += mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
+    s->c.bytes_touched += expert_bytes(x);
+}
+
+/* Experts exps[0..n) of a resident layer on the compute pool, one whole
+ * expert per thread at a time (its matmuls then run serially in that
+ * thread): no synchronisation per matmul, and each thread packs and
+ * prefetches whole matrices. Results are those of run_expert (the kernels'
+ * arithmetic does not depend on the row split). Each thread has its own
+ * gather / gate / up / output buffers in s->tw. Returns false (nothing
+ * done) when those cannot be allocated. */
+typedef struct {
+    const e0_stream *s;
+    const e0_expert *experts;
+    const int32_t *exps, *start, *pairs;
+    const float *in;
+    int k;
+    float *eo;
+    size_t per; /* floats per thread in s->tw */
+    int64_t maxT, I;
+} px_job;
+
+static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const px_job *j = ctx;
+    const size_t H = (size_t)j->s->H, T = (size_t)j->maxT, I = (size_t)j->I;
+    float *xs = j->s->tw + (size_t)tid * j->per, *g = xs + T * H, *u = g + T * I, *ys = u + T * I;
+    for (int64_t i = i0; i < i1; i++)
+        expert_compute(&j->experts[j->exps[i]], j->s->H, j->in, j->pairs + j->start[i],
+                       j->start[i + 1] - j->start[i], j->k, j->eo, xs, g, u, ys);
+}
+
+static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
+                             const int32_t *start, int n, const int32_t *pairs, const float *in,
+                             int k, float *eo) {
+    const int nt = pool_threads();
+    if (n < 2 || nt < 2) return false;
+    int64_t maxT = 0, I = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t t = start[i + 1] - start[i];
+        maxT = t > maxT ? t : maxT;
+        I = experts[exps[i]].gate.rows > I ? experts[exps[i]].gate.rows : I;
+    }
+    const size_t per = (size_t)maxT * (2 * (size_t)s->H + 2 * (size_t)I);
+    if (per * (size_t)nt > s->tw_cap) {
+        float *tw = realloc(s->tw, per * (size_t)nt * sizeof *tw);
+        if (!tw) return false;
+        s->tw = tw;
+        s->tw_cap = per * (size_t)nt;
+    }
+    const double t0 = now_s();
+    px_job j = {s, experts, exps, start, pairs, in, k, eo, per, maxT, I};
+    pool_for_each(n, px_fn, &j);
+    s->c.compute_s += now_s() - t0;
+    s->c.expert_calls += (uint64_t)n;
+    for (int i = 0; i < n; i++)
+        s->c.bytes_touched += expert_bytes(&experts[exps[i]]);
+    return true;
 }
 
 /* ---- exact --------------------------------------------------------------- */
@@ -266,9 +332,10 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         if (s->o.layer.warm_willneed)
             for (int i = 0; i < n; i++)
                 xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
-        for (int i = 0; i < n; i++)
-            run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k,
-                       eo, ws);
+        if (!parallel_experts(s, ly->experts, exps, start, n, pairs, in, k, eo))
+            for (int i = 0; i < n; i++)
+                run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i],
+                           k, eo, ws);
         return 0;
     }
     xentry **ent = (xentry **)ws->xent;
@@ -888,6 +955,7 @@ void stream_free(e0_stream *s) {
     free(s->ls);
     free(s->plans);
     free(s->overflow);
+    free(s->tw);
     free(s->fl_buf[0]);
     free(s->fl_buf[1]);
     free(s->ld);

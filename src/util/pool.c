@@ -40,9 +40,9 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define MAX_THREADS 256
-#define SPIN_NS 200000          /* a worker spins this long after its last job before sleeping */
-#define CLOSED 0xffffffffu      /* chunk index of a finished job */
+#define MAX_THREADS       256
+#define SPIN_NS           200000 /* a worker spins this long after its last job before sleeping */
+#define CLOSED            0xffffffffu /* chunk index of a finished job */
 #define CHUNKS_PER_THREAD 4
 
 static struct {
@@ -82,7 +82,8 @@ static void run_chunks(uint32_t g, int tid) {
         const uint32_t c = (uint32_t)s;
         if ((uint32_t)(s >> 32) != g || c >= P.nchunks) return; /* CLOSED >= nchunks too */
         if (!atomic_compare_exchange_weak(&P.state, &s, s + 1)) continue;
-        const int64_t i0 = (int64_t)c * P.chunk, i1 = i0 + P.chunk < P.items ? i0 + P.chunk : P.items;
+        const int64_t i0 = (int64_t)c * P.chunk,
+                      i1 = i0 + P.chunk < P.items ? i0 + P.chunk : P.items;
         P.fn(P.ctx, i0, i1, tid);
         atomic_fetch_add_explicit(&P.done, 1, memory_order_release);
     }
@@ -93,8 +94,9 @@ static void *worker(void *arg) {
     uint32_t seen = P.gen0; /* jobs published after pool_init count */
     for (;;) {
         int64_t t0 = now_ns();
-        for (unsigned spins = 0; (uint32_t)atomic_load_explicit(&P.pub, memory_order_acquire) == seen &&
-                                 !atomic_load_explicit(&P.stop, memory_order_relaxed);
+        for (unsigned spins = 0;
+             (uint32_t)atomic_load_explicit(&P.pub, memory_order_acquire) == seen &&
+             !atomic_load_explicit(&P.stop, memory_order_relaxed);
              spins++) {
             cpu_relax();
             if ((spins & 255) != 255) continue;
@@ -125,7 +127,8 @@ static void stop_workers(void) {
     pthread_mutex_lock(&P.mu);
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
-    for (int i = 1; i < P.n; i++) pthread_join(P.th[i], NULL);
+    for (int i = 1; i < P.n; i++)
+        pthread_join(P.th[i], NULL);
     atomic_store(&P.stop, false);
     P.n = 1;
 }
@@ -181,7 +184,7 @@ static void wait_for(atomic_int *v, int want, bool up) {
     }
 }
 
-void pool_for(int64_t n, int64_t align, pool_fn fn, void *ctx) {
+static void run_job(int64_t n, int64_t align, bool each, pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (align < 1) align = 1;
     const int64_t units = (n + align - 1) / align;
@@ -195,7 +198,7 @@ void pool_for(int64_t n, int64_t align, pool_fn fn, void *ctx) {
         return;
     }
     int64_t nch = (int64_t)P.n * CHUNKS_PER_THREAD;
-    if (nch > units) nch = units;
+    if (nch > units || each) nch = units;
     P.fn = fn;
     P.ctx = ctx;
     P.items = n;
@@ -215,4 +218,12 @@ void pool_for(int64_t n, int64_t align, pool_fn fn, void *ctx) {
     atomic_store(&P.state, (uint_fast64_t)g << 32 | CLOSED);
     wait_for(&P.active, 0, false);
     pthread_mutex_unlock(&P.run_mu);
+}
+
+void pool_for(int64_t n, int64_t align, pool_fn fn, void *ctx) {
+    run_job(n, align, false, fn, ctx);
+}
+
+void pool_for_each(int64_t n, pool_fn fn, void *ctx) {
+    run_job(n, 1, true, fn, ctx);
 }

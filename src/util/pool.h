@@ -37,5 +37,8 @@ int pool_cores(void);
  * n), runs fn on each from any of the pool's threads, and returns when all
  * have finished. Jobs too small to pay for a wake-up belong in the caller. */
 void pool_for(int64_t n, int64_t align, pool_fn fn, void *ctx);
+/* The same with one item per chunk: for a few large items of unequal size
+ * (whole experts), claimed one at a time. */
+void pool_for_each(int64_t n, pool_fn fn, void *ctx);
 
 #endif
