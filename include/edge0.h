@@ -78,36 +78,36 @@ typedef enum { E0_IO_AUTO, E0_IO_PREAD, E0_IO_MMAP } e0_io_mode;
 
 /* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
 typedef struct {
-    int32_t staged;          /* fixed-slot decode (false) */
-    int32_t staged_n;        /* slot count (8) */
-    int32_t staged_trigger;  /* top-k that triggers staged decode (8) */
-    int32_t staged_replace;    /* staged set replaces routing: lossy, counted (false) */
-    int32_t staged_sync;     /* fill slots at the step boundary (true) */
-    int32_t asm_cache;       /* reuse the assembled slot table of an unchanged set (true) */
-    int32_t incr_stack;      /* rewrite only the slots that changed (false) */
-    int32_t incr_writeback;    /* evicted slot bundles go back to the LRU (false) */
-    int32_t hot_per_layer;   /* resident hot experts per layer (0) */
+    int32_t staged;              /* fixed-slot decode (false) */
+    int32_t staged_n;            /* slot count (8) */
+    int32_t staged_trigger;      /* top-k that triggers staged decode (8) */
+    int32_t staged_replace;      /* staged set replaces routing: lossy, counted (false) */
+    int32_t staged_sync;         /* fill slots at the step boundary (true) */
+    int32_t asm_cache;           /* reuse the assembled slot table of an unchanged set (true) */
+    int32_t incr_stack;          /* rewrite only the slots that changed (false) */
+    int32_t incr_writeback;      /* evicted slot bundles go back to the LRU (false) */
+    int32_t hot_per_layer;       /* resident hot experts per layer (0) */
     int32_t hot_update_interval; /* calls between hot-set refreshes (4) */
-    float hot_decay;         /* usage count decay per refresh (0.75) */
-    float pin_bonus;         /* usage bonus of predicted experts (2.0) */
-    int32_t cache_slots;     /* LRU capacity in bundles, whole model (64) */
-    int32_t prefetch_cap;    /* prefetches in flight (48) */
-    int32_t load_threads;    /* on-demand I/O threads (8) */
-    int32_t prefetch_threads; /* prefetch I/O threads (4) */
-    int32_t full_layer_prefill;/* whole-layer prefill (false) */
+    float hot_decay;             /* usage count decay per refresh (0.75) */
+    float pin_bonus;             /* usage bonus of predicted experts (2.0) */
+    int32_t cache_slots;         /* LRU capacity in bundles, whole model (64) */
+    int32_t prefetch_cap;        /* prefetches in flight (48) */
+    int32_t load_threads;        /* on-demand I/O threads (8) */
+    int32_t prefetch_threads;    /* prefetch I/O threads (4) */
+    int32_t full_layer_prefill;  /* whole-layer prefill (false) */
     int32_t prefill_full_layers; /* leading layers that use it, 0 = all (0) */
-    int32_t hot_window;      /* layers whose hot stacks stay resident, 0 = all (0) */
-    int32_t prefill_hot;     /* hot stack size during prefill (0) */
-    int32_t warm_willneed;    /* madvise(WILLNEED) over ranges about to be read (false) */
-    int32_t top_k;           /* routing top-k override, 0 = the model's (changes the model) */
+    int32_t hot_window;          /* layers whose hot stacks stay resident, 0 = all (0) */
+    int32_t prefill_hot;         /* hot stack size during prefill (0) */
+    int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
+    int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
 } e0_layer_opts;
 
 typedef struct {
-    int n_threads;        /* compute threads; 0 = one per core */
-    e0_layer_opts layer;  /* streaming options */
-    e0_path path;         /* force one path (E0_PATH_AUTO: per options) */
-    e0_io_mode io;        /* E0_IO_AUTO */
-    uint64_t mem_budget;  /* bytes; when set, sizes cache_slots and friends at open */
+    int n_threads;       /* compute threads; 0 = one per core */
+    e0_layer_opts layer; /* streaming options */
+    e0_path path;        /* force one path (E0_PATH_AUTO: per options) */
+    e0_io_mode io;       /* E0_IO_AUTO */
+    uint64_t mem_budget; /* bytes; when set, sizes cache_slots and friends at open */
 } e0_engine_opts;
 
 void e0_engine_opts_default(e0_engine_opts *o);
@@ -126,8 +126,8 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
 void e0_engine_free(e0_engine *e);
 
 typedef struct {
-    const char *family;    /* "qwen3_moe", "qwen3_next", "qwen3_5_moe" */
-    const char *layout;    /* "hf", "hf-fused", "mlx", "mlx-fused" */
+    const char *family; /* "qwen3_moe", "qwen3_next", "qwen3_5_moe" */
+    const char *layout; /* "hf", "hf-fused", "mlx", "mlx-fused" */
     int32_t vocab_size;
     int32_t n_layers;
     int32_t hidden_size;
@@ -142,19 +142,21 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info);
 /* Statistics since open or the last e0_engine_stats_reset (DESIGN.md §4). */
 typedef struct {
     uint64_t prefill_tokens, decode_tokens;
-    double prefill_s, decode_s;        /* wall time in e0_session_eval */
-    uint64_t bytes_read;               /* expert bytes read from the checkpoint */
-    uint64_t bytes_touched;            /* expert bytes the kernels read, from any source */
-    uint64_t expert_calls;             /* (layer, expert) products computed */
-    uint64_t lru_hits, lru_misses;     /* demand lookups of the shared LRU */
-    int32_t cache_slots;               /* LRU capacity in bundles */
-    uint64_t bundle_bytes;             /* bytes of one expert bundle */
-    int32_t working_set;               /* bundles one token touches: MoE layers x top-k */
+    double prefill_s, decode_s;    /* wall time in e0_session_eval */
+    uint64_t bytes_read;           /* expert bytes read from the checkpoint */
+    uint64_t bytes_touched;        /* expert bytes the kernels read, from any source */
+    uint64_t expert_calls;         /* (layer, expert) products computed */
+    uint64_t lru_hits, lru_misses; /* demand lookups of the shared LRU */
+    int32_t cache_slots;           /* LRU capacity in bundles */
+    uint64_t bundle_bytes;         /* bytes of one expert bundle */
+    int32_t working_set;           /* bundles one token touches: MoE layers x top-k */
     uint64_t staged_hits, exact_fallbacks, drops; /* per routed (token, expert) pair */
-    uint64_t predicted_routed, routed_staged; /* prediction accuracy = predicted_routed / routed_staged */
+    uint64_t predicted_routed,
+        routed_staged; /* prediction accuracy = predicted_routed / routed_staged */
     uint64_t hot_hits, hot_misses, full_layers, overflow_reads;
-    double io_wait_s, compute_s;       /* time the expert layer waited for bytes / computed experts */
-    uint64_t peak_rss;                 /* bytes */
+    uint64_t spec_loads, spec_used; /* next-layer experts loaded on a guess; of those, routed to */
+    double io_wait_s, compute_s;    /* time the expert layer waited for bytes / computed experts */
+    uint64_t peak_rss;              /* bytes */
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);
@@ -201,8 +203,8 @@ typedef enum {
 /* Runs `n` ids at the next positions: as one causal batch (prefill) when
  * n > 1, one decode step when n == 1. Fails with E0_ERANGE for an id outside
  * the vocabulary or a context overflow, leaving the session unchanged. */
-int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode,
-                    float *logits, char *err);
+int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
+                    char *err);
 
 /* The ids the session holds, in order (what e0_session_eval and
  * e0_generate have evaluated since the last reset); *n gets their count. */
@@ -220,9 +222,11 @@ int e0_text_open(e0_text **out, const char *path, char *err);
 void e0_text_free(e0_text *t);
 /* ids of s[0..len): special tokens written in the text are matched as
  * special tokens. *ids is malloc'd. */
-int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n, char *err);
+int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n,
+                   char *err);
 /* Text of ids, special tokens kept; *out is malloc'd and NUL-terminated. */
-int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err);
+int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len,
+                   char *err);
 /* The id of a token written as text (e.g. "<|im_end|>"), or -1. */
 int32_t e0_text_token_id(const e0_text *t, const char *token);
 
@@ -235,8 +239,8 @@ typedef struct {
 void e0_chat_opts_default(e0_chat_opts *o);
 /* Renders an OpenAI-style messages array given as JSON text
  * ([{"role": "user", "content": "..."}, ...]); *out is malloc'd. */
-int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o, char **out, size_t *out_len,
-                   char *err);
+int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o, char **out,
+                   size_t *out_len, char *err);
 
 /* Sampling, in llama.cpp's order: penalties, top-k, top-p, min-p,
  * temperature (0 = greedy), draw. Reproducible for a given seed. */
@@ -283,8 +287,8 @@ typedef struct {
  * is reset first). Generated ids are appended to the session's history; the
  * end-of-turn token that stops generation is not evaluated. E0_ERANGE if the
  * prompt does not fit in the context. */
-int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
+int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+                const e0_sample_opts *o, e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
 
 #ifdef __cplusplus
 }

@@ -86,7 +86,8 @@ static double dram_bandwidth(int threads) {
             a[i] = (rd_arg){buf + N / (size_t)threads * (size_t)i, N / (size_t)threads, 0};
             pthread_create(&th[i], NULL, rd_thread, &a[i]);
         }
-        for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < threads; i++)
+            pthread_join(th[i], NULL);
         double bw = (double)N / (cli_now() - t0);
         if (bw > best) best = bw;
     }
@@ -120,7 +121,8 @@ static double disk_bandwidth(e0_engine *e) {
     off_t best = 0;
     for (int32_t i = 0; i < e0_engine_files(e); i++) {
         struct stat st;
-        if (stat(e0_engine_file(e, i), &st) == 0 && st.st_size > best) best = st.st_size, path = e0_engine_file(e, i);
+        if (stat(e0_engine_file(e, i), &st) == 0 && st.st_size > best)
+            best = st.st_size, path = e0_engine_file(e, i);
     }
     if (!path) return 0;
     int fd = open(path, O_RDONLY);
@@ -150,8 +152,8 @@ static double disk_bandwidth(e0_engine *e) {
 
 typedef struct {
     double prefill_s, decode_s;
-    e0_stats p, d;            /* stats of the prefill and of the decode */
-    double distinct;          /* mean distinct experts per MoE layer during decode */
+    e0_stats p, d;   /* stats of the prefill and of the decode */
+    double distinct; /* mean distinct experts per MoE layer during decode */
     int moe_layers;
 } phase;
 
@@ -188,7 +190,9 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, phase *out, char
         for (int32_t v = 1; v < info.vocab_size; v++)
             if (logits[v] > logits[best]) best = v;
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
-        if (isatty(2)) fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode, (k + 1) / (cli_now() - t0));
+        if (isatty(2))
+            fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
+                    (k + 1) / (cli_now() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
     out->decode_s = cli_now() - t0;
@@ -210,10 +214,12 @@ out:
     return rc;
 }
 
-static double per_tok(uint64_t bytes, uint64_t tokens) { return tokens ? (double)bytes / (double)tokens : 0; }
+static double per_tok(uint64_t bytes, uint64_t tokens) {
+    return tokens ? (double)bytes / (double)tokens : 0;
+}
 
-static void report(const char *name, const phase *ph, int n_prefill, int n_decode, double dram, double disk,
-                   uint64_t dense_bytes, bool mmap_io, bool json, cJSON *root) {
+static void report(const char *name, const phase *ph, int n_prefill, int n_decode, double dram,
+                   double disk, uint64_t dense_bytes, bool mmap_io, bool json, cJSON *root) {
     const double ptok = n_prefill / ph->prefill_s, dtok = n_decode / ph->decode_s;
     const double touched = per_tok(ph->d.bytes_touched, ph->d.decode_tokens) + (double)dense_bytes;
     const double read = per_tok(ph->d.bytes_read, ph->d.decode_tokens);
@@ -233,25 +239,36 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         cJSON_AddNumberToObject(o, "decode_bytes_read_per_token", read);
         cJSON_AddNumberToObject(o, "decode_touched_bw_over_dram_bw", warm_ratio);
         cJSON_AddNumberToObject(o, "decode_read_bw_over_disk_bw", cold_ratio);
-        cJSON_AddNumberToObject(o, "decode_lru_hit_rate", lk ? (double)ph->d.lru_hits / (double)lk : 0);
+        cJSON_AddNumberToObject(o, "decode_lru_hit_rate",
+                                lk ? (double)ph->d.lru_hits / (double)lk : 0);
         cJSON_AddNumberToObject(o, "decode_distinct_experts_per_layer", ph->distinct);
         cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
+        cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
+        cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
         return;
     }
     printf("%s:\n", name);
-    printf("  prefill %d tokens: %.2f tok/s, I/O wait %.0f%% of the time, read %.1f MiB", n_prefill, ptok,
-           100 * io_frac, (double)ph->p.bytes_read / (1 << 20));
-    if (ph->p.full_layers) printf(", %llu whole-layer loads", (unsigned long long)ph->p.full_layers);
+    printf("  prefill %d tokens: %.2f tok/s, I/O wait %.0f%% of the time, read %.1f MiB", n_prefill,
+           ptok, 100 * io_frac, (double)ph->p.bytes_read / (1 << 20));
+    if (ph->p.full_layers)
+        printf(", %llu whole-layer loads", (unsigned long long)ph->p.full_layers);
     printf("\n  decode %d tokens: %.2f tok/s, %.0f ms/token\n", n_decode, dtok, 1e3 / dtok);
-    printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM bandwidth\n",
+    printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM "
+           "bandwidth\n",
            touched / (1 << 20), touched * dtok / 1e9, 100 * warm_ratio);
     if (mmap_io)
-        printf("    reads from the checkpoint happen as page faults of the mapping (--io mmap) and are not counted\n");
+        printf("    reads from the checkpoint happen as page faults of the mapping (--io mmap) and "
+               "are not counted\n");
     else
-        printf("    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n", read / (1 << 20),
-               read * dtok / 1e9, 100 * cold_ratio);
+        printf(
+            "    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n",
+            read / (1 << 20), read * dtok / 1e9, 100 * cold_ratio);
     printf("    LRU hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
            lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
+    if (ph->d.spec_loads)
+        printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",
+               (double)ph->d.spec_loads / n_decode,
+               100.0 * (double)ph->d.spec_used / (double)ph->d.spec_loads);
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -307,21 +324,23 @@ int cmd_bench(int argc, char **argv) {
     const uint64_t dense = info.weight_bytes - info.expert_bytes;
     /* resident weights touched per decode token: all but the experts and the embedding table
      * (one row of it); an estimate that counts the lm_head and every dense projection once */
-    const uint64_t dense_touched = dense - (uint64_t)info.vocab_size * (uint64_t)info.hidden_size / 2;
+    const uint64_t dense_touched =
+        dense - (uint64_t)info.vocab_size * (uint64_t)info.hidden_size / 2;
     const bool mmap_io = strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
     cJSON *root = cJSON_CreateObject();
     if (json) {
         cJSON_AddStringToObject(root, "model", model);
         cJSON_AddStringToObject(root, "family", info.family);
         cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
-                cJSON_AddNumberToObject(root, "threads", threads);
+        cJSON_AddNumberToObject(root, "threads", threads);
         cJSON_AddStringToObject(root, "kernels", mat_kernels_name());
         cJSON_AddNumberToObject(root, "dram_bw", dram);
         cJSON_AddNumberToObject(root, "disk_bw", disk);
     } else {
-        printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model, info.family, info.layout,
-               (double)info.weight_bytes / (1u << 30), (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
-                printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s; "
+        printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model,
+               info.family, info.layout, (double)info.weight_bytes / (1u << 30),
+               (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
+        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s; "
                "kernels %s\n",
                dram / 1e9, threads, disk / 1e9, mat_kernels_name());
     }
@@ -331,7 +350,8 @@ int cmd_bench(int argc, char **argv) {
         e0_engine_drop_cache(e);
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
-        report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json, root);
+        report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
+               root);
     }
     if (!skip_warm) {
         /* a fresh engine: only the page cache is warm, not the LRU */
@@ -344,7 +364,8 @@ int cmd_bench(int argc, char **argv) {
         e0_engine_warm_cache(e);
         fprintf(stderr, "edge0 bench: warm run...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
-        report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json, root);
+        report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
+               root);
     }
     if (json) {
         char *s = cJSON_Print(root);

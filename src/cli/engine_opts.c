@@ -4,7 +4,6 @@
 #include "cli/cli.h"
 #include "quant/mat.h"
 
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +14,10 @@ const char *CLI_ENGINE_HELP =
     "  --opt FIELD=VALUE    set one LayerOptions field (repeatable; --opt help lists them)\n"
     "  --path P             force the expert path: exact, staged, hot or full\n"
     "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
-    "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it chose\n"
-    "  --io auto|pread|mmap read experts with pread into the LRU, or use the mapping; auto (default):\n"
+    "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it "
+    "chose\n"
+    "  --io auto|pread|mmap read experts with pread into the LRU, or use the mapping; auto "
+    "(default):\n"
     "                       the mapping when the checkpoint fits in memory and no budget is set\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kernels SET        auto (default: avx512-q24 where the CPU has VNNI, as exact as f32),\n"
@@ -64,7 +65,8 @@ static int sample_arg(cli_engine *c, const char *a, const char *v) {
     if (!strcmp(a, "--repeat-penalty")) return parse_float(a, v, &s->repeat_penalty);
     if (!strcmp(a, "--presence-penalty")) return parse_float(a, v, &s->presence_penalty);
     if (!strcmp(a, "--frequency-penalty")) return parse_float(a, v, &s->frequency_penalty);
-    if (!strcmp(a, "--top-k")) return (n = cli_parse_long(a, v, 0, 1 << 24)) < 0 ? -1 : (s->top_k = (int32_t)n, 0);
+    if (!strcmp(a, "--top-k"))
+        return (n = cli_parse_long(a, v, 0, 1 << 24)) < 0 ? -1 : (s->top_k = (int32_t)n, 0);
     if (!strcmp(a, "--max-tokens"))
         return (n = cli_parse_long(a, v, 1, 1 << 24)) < 0 ? -1 : (s->max_tokens = (int32_t)n, 0);
     if (!strcmp(a, "--seed")) {
@@ -79,7 +81,8 @@ static int sample_arg(cli_engine *c, const char *a, const char *v) {
     }
     if (!strcmp(a, "--stop")) {
         if (s->n_stop == sizeof c->stops / sizeof *c->stops || !*v) {
-            cli_error("--stop: at most %zu non-empty stop strings", sizeof c->stops / sizeof *c->stops);
+            cli_error("--stop: at most %zu non-empty stop strings",
+                      sizeof c->stops / sizeof *c->stops);
             return -1;
         }
         c->stops[s->n_stop++] = v;
@@ -95,11 +98,28 @@ static unsigned long long parse_size(const char *s) {
     if (end == s || !(v > 0)) return 0;
     double mul = 1;
     switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
     }
     if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "b")) end += strlen(end);
     if (*end) return 0;
@@ -114,11 +134,26 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         fputs(CLI_SAMPLE_HELP, stdout);
         return 2;
     }
-    static const char *valued[] = {"--preset", "--opt", "--path", "--mem-budget", "--io", "--threads", "--kernels", "--temp",
-                                   "--top-p", "--min-p", "--top-k", "--repeat-penalty", "--presence-penalty",
-                                   "--frequency-penalty", "--max-tokens", "--seed", "--stop"};
+    static const char *valued[] = {"--preset",
+                                   "--opt",
+                                   "--path",
+                                   "--mem-budget",
+                                   "--io",
+                                   "--threads",
+                                   "--kernels",
+                                   "--temp",
+                                   "--top-p",
+                                   "--min-p",
+                                   "--top-k",
+                                   "--repeat-penalty",
+                                   "--presence-penalty",
+                                   "--frequency-penalty",
+                                   "--max-tokens",
+                                   "--seed",
+                                   "--stop"};
     bool takes = false;
-    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+        takes |= !strcmp(a, valued[k]);
     if (takes && !v) {
         cli_error("%s needs a value", a);
         return -1;
@@ -173,7 +208,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         long n = cli_parse_long(a, v, 0, 1024);
         if (n < 0) return -1;
         c->threads = (int)n;
-        } else if (!strcmp(a, "--kernels")) {
+    } else if (!strcmp(a, "--kernels")) {
         e0_kernels k;
         if (mat_kernels_parse(v, &k) || !mat_kernels_supported(k)) {
             cli_error("--kernels: '%s' is not a kernel set this CPU runs (auto, avx512-q24, "
@@ -217,8 +252,10 @@ int cli_engine_finish(cli_engine *c) {
     c->eo.n_threads = c->threads;
     c->eo.mem_budget = c->mem_budget;
     if (c->eo.layer.top_k)
-        fprintf(stderr, "edge0: warning: top_k=%d overrides the model's routing; this is a different model\n",
-                c->eo.layer.top_k);
+        fprintf(
+            stderr,
+            "edge0: warning: top_k=%d overrides the model's routing; this is a different model\n",
+            c->eo.layer.top_k);
     return 0;
 }
 
@@ -228,8 +265,12 @@ void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     if (c->stats) fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
 }
 
-static double mib(uint64_t b) { return (double)b / (1 << 20); }
-static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+static double mib(uint64_t b) {
+    return (double)b / (1 << 20);
+}
+static double pct(uint64_t a, uint64_t b) {
+    return b ? 100.0 * (double)a / (double)b : 0.0;
+}
 
 void cli_print_stats(e0_engine *e, FILE *f) {
     e0_stats st;
@@ -238,26 +279,41 @@ void cli_print_stats(e0_engine *e, FILE *f) {
     e0_engine_info(e, &info);
     const uint64_t tokens = st.prefill_tokens + st.decode_tokens;
     fprintf(f, "stats: prefill %llu tokens at %.2f tok/s | decode %llu tokens at %.2f tok/s\n",
-            (unsigned long long)st.prefill_tokens, st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0,
-            (unsigned long long)st.decode_tokens, st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
-    fprintf(f, "  experts: bundle %.2f MiB, cache_slots %d (one token's working set: %d bundles)%s\n",
+            (unsigned long long)st.prefill_tokens,
+            st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0,
+            (unsigned long long)st.decode_tokens,
+            st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
+    fprintf(f,
+            "  experts: bundle %.2f MiB, cache_slots %d (one token's working set: %d bundles)%s\n",
             mib(st.bundle_bytes), st.cache_slots, st.working_set,
-            st.cache_slots < st.working_set ? " -- too small for hits across tokens; size it with --mem-budget" : "");
+            st.cache_slots < st.working_set
+                ? " -- too small for hits across tokens; size it with --mem-budget"
+                : "");
     fprintf(f, "  LRU: %llu hits, %llu misses (hit rate %.1f%%), %llu reads outside the LRU\n",
-            (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses, pct(st.lru_hits, st.lru_hits + st.lru_misses),
-            (unsigned long long)st.overflow_reads);
-    fprintf(f, "  bytes read from the checkpoint: %.1f MiB (%.2f MiB/token); touched by kernels %.1f MiB (%.2f MiB/token)\n",
-            mib(st.bytes_read), tokens ? mib(st.bytes_read) / (double)tokens : 0.0, mib(st.bytes_touched),
-            tokens ? mib(st.bytes_touched) / (double)tokens : 0.0);
+            (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses,
+            pct(st.lru_hits, st.lru_hits + st.lru_misses), (unsigned long long)st.overflow_reads);
+    fprintf(f,
+            "  bytes read from the checkpoint: %.1f MiB (%.2f MiB/token); touched by kernels %.1f "
+            "MiB (%.2f MiB/token)\n",
+            mib(st.bytes_read), tokens ? mib(st.bytes_read) / (double)tokens : 0.0,
+            mib(st.bytes_touched), tokens ? mib(st.bytes_touched) / (double)tokens : 0.0);
     if (st.routed_staged)
-        fprintf(f, "  staged: %llu hits, %llu exact fallbacks, %llu drops; prediction accuracy %.1f%%\n",
-                (unsigned long long)st.staged_hits, (unsigned long long)st.exact_fallbacks, (unsigned long long)st.drops,
-                pct(st.predicted_routed, st.routed_staged));
+        fprintf(
+            f,
+            "  staged: %llu hits, %llu exact fallbacks, %llu drops; prediction accuracy %.1f%%\n",
+            (unsigned long long)st.staged_hits, (unsigned long long)st.exact_fallbacks,
+            (unsigned long long)st.drops, pct(st.predicted_routed, st.routed_staged));
     if (st.hot_hits + st.hot_misses)
         fprintf(f, "  hot: %llu hits, %llu misses (%.1f%%)\n", (unsigned long long)st.hot_hits,
                 (unsigned long long)st.hot_misses, pct(st.hot_hits, st.hot_hits + st.hot_misses));
-    if (st.full_layers) fprintf(f, "  whole-layer loads: %llu\n", (unsigned long long)st.full_layers);
-    fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s, st.compute_s);
+    if (st.full_layers)
+        fprintf(f, "  whole-layer loads: %llu\n", (unsigned long long)st.full_layers);
+    if (st.spec_loads)
+        fprintf(f, "  speculative loads: %llu, %llu of them routed to (%.1f%%)\n",
+                (unsigned long long)st.spec_loads, (unsigned long long)st.spec_used,
+                pct(st.spec_used, st.spec_loads));
+    fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s,
+            st.compute_s);
     fprintf(f, "  LRU hit rate per layer:");
     for (int l = 0; l < info.n_layers; l++) {
         uint64_t h, m;

@@ -401,6 +401,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
     st->hot_misses = c.hot_misses;
     st->full_layers = c.full_layers;
     st->overflow_reads = c.overflow_reads;
+    st->spec_loads = c.spec_loads;
+    st->spec_used = c.spec_used;
     st->io_wait_s = c.io_wait_s;
     st->compute_s = c.compute_s;
     struct rusage ru;
