@@ -80,12 +80,9 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
         rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
     if (!rc) {
         choose_io(e);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = now_s();
         rc = stream_new(&e->stream, &e->model, &e->opts, err);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        const double dt =
-            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double dt = now_s() - t0;
         const size_t used = strlen(e->budget_note);
         if (!rc && e->opts.mem_budget && used < sizeof e->budget_note)
             snprintf(e->budget_note + used, sizeof e->budget_note - used,
