@@ -180,20 +180,15 @@ static void test_moe_blocks(void **state) {
     e0_engine_free(e);
 }
 
-/* `edge0 logits --prefill 12` through the real binary and its output file:
- * bit-identical to the library run, which is within 1e-4 of the reference
- * at every position. */
-static void test_cli_prefill_decode(void **state) {
-    const fx *f = *state;
-    st_set *g = open_golden(f, false);
-    size_t n;
-    const int32_t *ids = tu_i32(g, "input_ids", &n);
-    int P = prompt_len(g);
-    char *dir = tu_tmpdir(), rel[256], cmd[8192], out[4200];
+/* `edge0 logits` on fixture f with extra options `opts`, the first P ids as
+ * one batch: the output file, opened, after checking it holds logits
+ * [n, V] (V returned). */
+static st_set *cli_logits(const fx *f, const char *opts, const int32_t *ids, size_t n, size_t P,
+                          const char *out, size_t *V) {
+    char rel[256], cmd[8192];
     snprintf(rel, sizeof rel, "fixtures/%s/%s", f->family, f->layout);
-    snprintf(out, sizeof out, "%s/out.safetensors", dir);
-    int o = snprintf(cmd, sizeof cmd, "%s logits %s --prefill %d --out %s --ids ", tu_bin(),
-                     tu_shared(rel), P, out);
+    int o = snprintf(cmd, sizeof cmd, "%s logits %s %s --prefill %zu --out %s --ids ", tu_bin(),
+                     tu_shared(rel), opts, P, out);
     for (size_t i = 0; i < n; i++)
         o += snprintf(cmd + o, sizeof cmd - (size_t)o, "%s%d", i ? "," : "", ids[i]);
     snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
@@ -205,7 +200,23 @@ static void test_cli_prefill_decode(void **state) {
     assert_non_null(t);
     assert_int_equal(t->ndim, 2);
     assert_int_equal(t->shape[0], n);
-    size_t V = (size_t)t->shape[1];
+    *V = (size_t)t->shape[1];
+    return r;
+}
+
+/* `edge0 logits --prefill 12` through the real binary and its output file:
+ * bit-identical to the library run, which is within 1e-4 of the reference
+ * at every position. */
+static void test_cli_prefill_decode(void **state) {
+    const fx *f = *state;
+    st_set *g = open_golden(f, false);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    int P = prompt_len(g);
+    char *dir = tu_tmpdir(), out[4200];
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    size_t V;
+    st_set *r = cli_logits(f, "", ids, n, (size_t)P, out, &V);
     const float *cli = tu_f32(r, "logits", n * V), *ref = tu_f32(g, "logits", n * V);
     e0_engine *e = open_model(f);
     float *lib = run(e, ids, n, (size_t)P);
@@ -247,19 +258,10 @@ static void test_cli_kernels(void **state) {
         for (int k = 0; k < 2; k++) {
             e0_kernels kk;
             if (mat_kernels_parse(sets[k], &kk) || !mat_kernels_supported(kk)) continue;
-            int o =
-                snprintf(cmd, sizeof cmd, "%s logits %s --kernels %s --prefill %zu --out %s --ids ",
-                         tu_bin(), tu_shared(rel), sets[k], P, out);
-            for (size_t j = 0; j < n; j++)
-                o += snprintf(cmd + o, sizeof cmd - (size_t)o, "%s%d", j ? "," : "", ids[j]);
-            snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
-            assert_int_equal(tu_run(cmd), 0);
-            st_set *r;
-            char err[E0_ERR_MAX];
-            if (st_set_open_file(&r, out, err)) fail_msg("%s", err);
-            const st_tensor *t = st_get(r, "logits");
-            assert_non_null(t);
-            const size_t V = (size_t)t->shape[1];
+            char opts[64];
+            snprintf(opts, sizeof opts, "--kernels %s", sets[k]);
+            size_t V;
+            st_set *r = cli_logits(f, opts, ids, n, P, out, &V);
             const float *cli = tu_f32(r, "logits", n * V);
             if (k == 0)
                 check_positions(f, "--kernels avx512-q16", cli, tu_f32(g, "logits", n * V), n, V,
