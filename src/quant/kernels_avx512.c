@@ -557,6 +557,17 @@ TGTV static void q4x8_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_
     q4x8_rows(m, a, r0, r1, y, ldy, t);
 }
 
+/* split_digits (mat.c) of 16 int32 lanes: out[p], sign-extended digits. */
+INLV void split_digits16(__m512i n, int planes, __m512i out[3]) {
+    __m512i rest = n;
+    for (int p = planes - 1; p > 0; p--) { /* sign-extended low byte, then the rest / 256 */
+        out[p] = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);
+        rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, out[p]), 8);
+    }
+    out[0] =
+        _mm512_max_epi32(_mm512_min_epi32(rest, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+}
+
 /* ---- q4 weights x int8 activations, 16-row panels (batches) -----------------
  * For T >= K_PANEL_MIN_T tokens. The row kernels above spend three float
  * operations per 128 columns of every (row, token) turning lane sums into
@@ -823,7 +834,6 @@ TGTV void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, 
                            float *xgd, float *xgs) {
     const int64_t ng = cols / group;
     const int nv = group / 16;
-    const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
     const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
     for (int64_t g = 0; g < ng; g++) {
         const float *xv = x + g * group;
@@ -839,14 +849,10 @@ TGTV void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, 
             const __m512 xs =
                 _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xv + 16 * v), vid), vscale);
             const __m512i n = _mm512_cvtps_epi32(xs);
-            __m512i rest = n;
-            for (int p = planes - 1; p > 0; p--) {
-                const __m512i qd = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);
-                _mm_storeu_si128((__m128i *)(nat[p] + 16 * v), _mm512_cvtepi32_epi8(qd));
-                rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, qd), 8);
-            }
-            const __m512i q1 = _mm512_max_epi32(_mm512_min_epi32(rest, hi), lo);
-            _mm_storeu_si128((__m128i *)(nat[0] + 16 * v), _mm512_cvtepi32_epi8(q1));
+            __m512i q[3];
+            split_digits16(n, planes, q);
+            for (int p = 0; p < planes; p++)
+                _mm_storeu_si128((__m128i *)(nat[p] + 16 * v), _mm512_cvtepi32_epi8(q[p]));
             sum = _mm512_add_epi32(sum, n);
         }
         for (int p = 0; p < planes; p++) {
@@ -867,7 +873,6 @@ TGTV void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, 
 /* k_prep_q8 (mat.c) vectorized; bit-identical to it. */
 TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
                            float *xb, int64_t nblk) {
-    const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
     for (int64_t b = 0; b < nblk; b++) {
         __m512i q[3][8]; /* int32 codes of the block's 128 columns per plane, 16 per vector */
         for (int m4 = 0; m4 < 4; m4++) {
@@ -892,14 +897,10 @@ TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq,
             for (int h = 0; h < 2; h++) {
                 const __m512i n =
                     _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(v[h], vid), vscale));
-                __m512i rest = n;
-                for (int p = planes - 1; p > 0;
-                     p--) { /* sign-extended low byte, then the rest / 256 */
-                    const __m512i qd = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);
-                    q[p][2 * m4 + h] = qd;
-                    rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, qd), 8);
-                }
-                q[0][2 * m4 + h] = _mm512_max_epi32(_mm512_min_epi32(rest, hi), lo);
+                __m512i qs[3];
+                split_digits16(n, planes, qs);
+                for (int p = 0; p < planes; p++)
+                    q[p][2 * m4 + h] = qs[p];
                 sum = _mm512_add_epi32(sum, n);
             }
             const float dl = planes == 3 ? d / 65536.0f : planes == 2 ? d / 256.0f : d;

@@ -188,10 +188,14 @@ int mat_kernels_parse(const char *name, e0_kernels *out) {
     static const struct {
         const char *name;
         e0_kernels k;
-    } sets[] = {{"auto", E0_KERNELS_AUTO},          {"ref", E0_KERNELS_REF},
-                {"avx2", E0_KERNELS_AVX2},          {"avx512", E0_KERNELS_AVX512},
-                {"avx512-q8", E0_KERNELS_AVX512_Q8}, {"avx512-q16", E0_KERNELS_AVX512_Q16},
-                {"avx512-q24", E0_KERNELS_AVX512_Q24}, {"f32", E0_KERNELS_F32}};
+    } sets[] = {{"auto", E0_KERNELS_AUTO},
+                {"ref", E0_KERNELS_REF},
+                {"avx2", E0_KERNELS_AVX2},
+                {"avx512", E0_KERNELS_AVX512},
+                {"avx512-q8", E0_KERNELS_AVX512_Q8},
+                {"avx512-q16", E0_KERNELS_AVX512_Q16},
+                {"avx512-q24", E0_KERNELS_AVX512_Q24},
+                {"f32", E0_KERNELS_F32}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
         if (!strcmp(name, sets[i].name)) {
             *out = sets[i].k;
@@ -284,6 +288,19 @@ void k_prep_xs(const float *x, int64_t cols, int group, float *xs, int64_t ldxs)
         xs[g] = 0.0f;
 }
 
+/* n = rint(x / d * 256^(planes-1)) as signed base-256 digits q[0..planes)
+ * in [-128, 127], the last plane lowest: q_last is the sign-extended low
+ * byte of n, and so on; the first digit takes what is left, clamped. */
+static void split_digits(int32_t n, int planes, int8_t q[3]) {
+    int32_t rest = n;
+    for (int p = planes - 1; p >= 0; p--) {
+        int32_t v = p ? ((rest + 128) & 255) - 128 : rest;
+        if (!p) v = v < -128 ? -128 : v > 127 ? 127 : v;
+        q[p] = (int8_t)v;
+        rest = (rest - v) / 256;
+    }
+}
+
 void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                int64_t nblk) {
     for (int64_t b = 0; b < nblk; b++)
@@ -302,14 +319,10 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
                  * int32 */
                 const int32_t n = (int32_t)lrintf((c0 + i < cols ? x[c0 + i] : 0.0f) * id * scale);
                 const int j = m4 * 32 + i; /* column within the block */
-                int32_t rest = n;
-                for (int p = planes - 1; p >= 0;
-                     p--) { /* signed base-256 digits, the last plane lowest */
-                    int32_t q = p ? ((rest + 128) & 255) - 128 : rest;
-                    if (!p) q = q < -128 ? -128 : q > 127 ? 127 : q;
-                    xq[(b * planes + p) * 128 + (j & 1) * 64 + j / 2] = (int8_t)q;
-                    rest = (rest - q) / 256;
-                }
+                int8_t q[3];
+                split_digits(n, planes, q);
+                for (int p = 0; p < planes; p++)
+                    xq[(b * planes + p) * 128 + (j & 1) * 64 + j / 2] = q[p];
                 sum += n;
             }
             const float dl = planes == 3 ? d / 65536.0f : planes == 2 ? d / 256.0f : d;
@@ -331,13 +344,10 @@ void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, 
         int32_t sum = 0;
         for (int i = 0; i < group; i++) {
             const int32_t n = (int32_t)lrintf(xv[i] * id * scale);
-            int32_t rest = n;
-            for (int p = planes - 1; p >= 0; p--) { /* as k_prep_q8 */
-                int32_t q = p ? ((rest + 128) & 255) - 128 : rest;
-                if (!p) q = q < -128 ? -128 : q > 127 ? 127 : q;
-                xg[(g * planes + p) * group + (i & 1) * (group / 2) + i / 2] = (int8_t)q;
-                rest = (rest - q) / 256;
-            }
+            int8_t q[3];
+            split_digits(n, planes, q);
+            for (int p = 0; p < planes; p++)
+                xg[(g * planes + p) * group + (i & 1) * (group / 2) + i / 2] = q[p];
             sum += n;
         }
         xgd[g] = d / scale;
