@@ -6,8 +6,9 @@
  *  - one (row, token) result does not depend on T, on the other tokens, or
  *    on the number of threads (bitwise);
  *  - pool_for covers every item once, nested and concurrent calls included;
- *  - the default kernels, and avx512-q16, route every fixture token exactly
- *    as the reference (router_logits.L) and keep logits within 5e-3;
+ *  - the default kernels (avx512-mixed with VNNI), and avx512-q16, route
+ *    every fixture token exactly as the reference (router_logits.L) and
+ *    keep logits within 5e-3;
  *  - the DeltaNet step and the int8 activation quantizer match their scalar
  *    references (NMSE; bitwise for the quantizer). */
 #include "testutil.h"
@@ -131,7 +132,8 @@ static tmat make_mat(e0_wtype type, int64_t rows, int64_t cols, int bits, int gr
 }
 
 static const char *set_name(e0_kernels k) {
-    return k == E0_KERNELS_AVX512_Q24   ? "avx512-q24"
+    return k == E0_KERNELS_AVX512_MIXED ? "avx512-mixed"
+           : k == E0_KERNELS_AVX512_Q24 ? "avx512-q24"
            : k == E0_KERNELS_AVX512_Q16 ? "avx512-q16"
            : k == E0_KERNELS_AVX512_Q8  ? "avx512-q8"
            : k == E0_KERNELS_AVX512     ? "avx512"
@@ -195,17 +197,19 @@ static double one_case(e0_kernels k, const e0_mat *m, int64_t T) {
 /* The bound of set k for matrix m. */
 static double bound(e0_kernels k, const e0_mat *m) {
     const bool q4 = m->type == E0_W_QAFF && m->bits == 4;
-    return q4 && k == E0_KERNELS_AVX512_Q8    ? NMSE_Q8
-           : q4 && k == E0_KERNELS_AVX512_Q16 ? NMSE_Q16
-           : q4 && k == E0_KERNELS_AVX512_Q24 ? NMSE_Q24
-                                              : NMSE_F32;
+    return q4 && k == E0_KERNELS_AVX512_Q8      ? NMSE_Q8
+           : q4 && k == E0_KERNELS_AVX512_Q16   ? NMSE_Q16
+           : q4 && k == E0_KERNELS_AVX512_MIXED ? NMSE_Q16
+           : q4 && k == E0_KERNELS_AVX512_Q24   ? NMSE_Q24
+                                                : NMSE_F32;
 }
 
 static void test_kernels_vs_ref(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8,
-                               E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
-    for (size_t si = 0; si < 5; si++) {
+    const e0_kernels sets[] = {E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8,  E0_KERNELS_AVX512_Q16,
+                               E0_KERNELS_AVX512_Q24, E0_KERNELS_AVX512_MIXED};
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
         const e0_kernels k = sets[si];
         if (!mat_kernels_supported(k)) {
             printf("  %s: not supported by this CPU, skipped\n", set_name(k));
@@ -248,14 +252,15 @@ static void test_kernels_vs_ref(void **state) {
 /* Every set on the model's shapes at group 64 / 32 / 128, bf16 scales. */
 static void test_kernels_model_shapes(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q8,
-                               E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
+    const e0_kernels sets[] = {E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8,  E0_KERNELS_AVX512_Q16,
+                               E0_KERNELS_AVX512_Q24, E0_KERNELS_AVX512_MIXED};
     const struct {
         int64_t rows, cols;
         int bits, group;
     } shapes[] = {{512, 2048, 4, 64}, {2048, 512, 4, 64},  {256, 2048, 8, 64}, {8, 2048, 8, 64},
                   {300, 1024, 4, 32}, {200, 1024, 4, 128}, {96, 2048, 8, 128}};
-    for (size_t si = 0; si < 5; si++) {
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
         if (!mat_kernels_supported(sets[si])) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             tmat t = make_mat(E0_W_QAFF, shapes[i].rows, shapes[i].cols, shapes[i].bits,
@@ -281,14 +286,15 @@ static void test_kernels_model_shapes(void **state) {
  * and 1 thread equals 2 threads. */
 static void test_determinism(void **state) {
     (void)state;
-    const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
-                               E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
+    const e0_kernels sets[] = {E0_KERNELS_REF,         E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8,   E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24,
+                               E0_KERNELS_AVX512_MIXED};
     tmat mats[4] = {make_mat(E0_W_QAFF, 384, 1024, 4, 64, E0_S_BF16),
                     make_mat(E0_W_QAFF, 160, 512, 8, 32, E0_S_F16),
                     make_mat(E0_W_BF16, 200, 520, 0, 0, E0_S_BF16),
                     make_mat(E0_W_QAFF, 130, 384, 4, 128, E0_S_F32)};
     const int64_t T = 11;
-    for (size_t si = 0; si < 6; si++) {
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
         if (!mat_kernels_supported(sets[si])) continue;
         assert_int_equal(mat_set_kernels(sets[si]), 0);
         for (int mi = 0; mi < 4; mi++) {
@@ -724,7 +730,8 @@ int main(void) {
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_qg);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_delta_step);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_attend);
-    /* the default set, then avx512-q16: the fastest set that keeps routing */
+    /* the default set (a batch: its 16-bit half with VNNI), then avx512-q16:
+     * the fastest set that keeps routing */
     for (size_t i = 0; i < 2 * NF; i++, k++) {
         const fx *f = &FIXTURES[i % NF];
         cases[i] = (fx_case){f, i < NF ? E0_KERNELS_AUTO : E0_KERNELS_AVX512_Q16};

@@ -14,6 +14,7 @@
 
 #include "edge0.h"
 #include "model/model.h"
+#include "quant/mat.h"
 #include "stream/switchglu.h"
 
 #include <stdio.h>
@@ -572,6 +573,9 @@ static void test_cli_flags(void **state) {
 }
 
 int main(void) {
+    /* paths are bit-identical under any set; the 1e-5 bounds against the
+     * reference arithmetic are the exact sets' (quant/mat.h) */
+    mat_set_kernels(E0_KERNELS_EXACT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_cli_flags),

@@ -20,9 +20,11 @@ const char *CLI_ENGINE_HELP =
     "(default):\n"
     "                       the mapping when the checkpoint fits in memory and no budget is set\n"
     "  --threads N          compute threads (default: one per core)\n"
-    "  --kernels SET        auto (default: avx512-q24 where the CPU has VNNI, as exact as f32),\n"
-    "                       avx512-q16 (16-bit activations: prefill ~20% faster, logits within\n"
-    "                       3e-3 of the reference on the fixtures), avx512, avx2 or ref\n"
+    "  --kernels SET        auto (default): avx512-mixed where the CPU has VNNI (24-bit\n"
+    "                       activations in decode, 16-bit in prefill: ~20% faster prefill,\n"
+    "                       logits within 9e-4 of the reference on the fixtures), else avx512\n"
+    "                       or avx2; exact: avx512-q24 (as exact as f32) or the f32 set;\n"
+    "                       avx512-q16 (16-bit everywhere, within 3e-3), avx512, avx2, ref\n"
     "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";
 
 const char *CLI_SAMPLE_HELP =
@@ -211,8 +213,8 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
     } else if (!strcmp(a, "--kernels")) {
         e0_kernels k;
         if (mat_kernels_parse(v, &k) || !mat_kernels_supported(k)) {
-            cli_error("--kernels: '%s' is not a kernel set this CPU runs (auto, avx512-q24, "
-                      "avx512-q16, avx512, avx2, ref)",
+            cli_error("--kernels: '%s' is not a kernel set this CPU runs (auto, exact, "
+                      "avx512-mixed, avx512-q24, avx512-q16, avx512, avx2, ref)",
                       v);
             return -1;
         }

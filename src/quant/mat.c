@@ -150,19 +150,24 @@ int mat_kernels_supported(e0_kernels k) {
     case E0_KERNELS_AVX512_Q8:
     case E0_KERNELS_AVX512_Q16:
     case E0_KERNELS_AVX512_Q24:
+    case E0_KERNELS_AVX512_MIXED:
         return __builtin_cpu_supports("avx512vnni") && mat_kernels_supported(E0_KERNELS_AVX512);
     case E0_KERNELS_F32:
+    case E0_KERNELS_EXACT:
         return 1;
     }
     return 0;
 #else
-    return k == E0_KERNELS_AUTO || k == E0_KERNELS_REF;
+    return k == E0_KERNELS_AUTO || k == E0_KERNELS_REF || k == E0_KERNELS_F32 ||
+           k == E0_KERNELS_EXACT;
 #endif
 }
 
 static e0_kernels resolve(e0_kernels k) {
-    if (k != E0_KERNELS_AUTO && k != E0_KERNELS_F32) return k;
-    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_Q24))
+    if (k != E0_KERNELS_AUTO && k != E0_KERNELS_EXACT && k != E0_KERNELS_F32) return k;
+    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_MIXED))
+        return E0_KERNELS_AVX512_MIXED;
+    if (k == E0_KERNELS_EXACT && mat_kernels_supported(E0_KERNELS_AVX512_Q24))
         return E0_KERNELS_AVX512_Q24;
     if (mat_kernels_supported(E0_KERNELS_AVX512)) return E0_KERNELS_AVX512;
     if (mat_kernels_supported(E0_KERNELS_AVX2)) return E0_KERNELS_AVX2;
@@ -171,7 +176,8 @@ static e0_kernels resolve(e0_kernels k) {
 
 /* The f32-activation set behind k. */
 static e0_kernels f32_of(e0_kernels k) {
-    return k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_Q24
+    return k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_Q24 ||
+                   k == E0_KERNELS_AVX512_MIXED
                ? E0_KERNELS_AVX512
                : k;
 }
@@ -189,12 +195,14 @@ int mat_kernels_parse(const char *name, e0_kernels *out) {
         const char *name;
         e0_kernels k;
     } sets[] = {{"auto", E0_KERNELS_AUTO},
+                {"exact", E0_KERNELS_EXACT},
                 {"ref", E0_KERNELS_REF},
                 {"avx2", E0_KERNELS_AVX2},
                 {"avx512", E0_KERNELS_AVX512},
                 {"avx512-q8", E0_KERNELS_AVX512_Q8},
                 {"avx512-q16", E0_KERNELS_AVX512_Q16},
                 {"avx512-q24", E0_KERNELS_AVX512_Q24},
+                {"avx512-mixed", E0_KERNELS_AVX512_MIXED},
                 {"f32", E0_KERNELS_F32}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
         if (!strcmp(name, sets[i].name)) {
@@ -227,6 +235,7 @@ const char *mat_kernels_name(void) {
     switch (mat_kernels()) {
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
+    case E0_KERNELS_EXACT:
         break;
     case E0_KERNELS_REF:
         return "ref";
@@ -240,6 +249,8 @@ const char *mat_kernels_name(void) {
         return "avx512-q16";
     case E0_KERNELS_AVX512_Q24:
         return "avx512-q24";
+    case E0_KERNELS_AVX512_MIXED:
+        return "avx512-mixed";
     }
     return "?";
 }
@@ -386,12 +397,15 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *
         return k_avx512_q8_pick(m, 2, T, need, lanes);
     case E0_KERNELS_AVX512_Q24:
         return k_avx512_q8_pick(m, 3, T, need, lanes);
+    case E0_KERNELS_AVX512_MIXED:
+        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T ? 2 : 3, T, need, lanes);
     case E0_KERNELS_AVX512:
         return k_avx512_pick(m, need, lanes);
     case E0_KERNELS_AVX2:
         return k_avx2_pick(m, need, lanes);
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
+    case E0_KERNELS_EXACT:
     case E0_KERNELS_REF:
         break;
     }
@@ -512,6 +526,7 @@ void mat_delta_step(float *St, const float *k, const float *q, const float *v, f
     case E0_KERNELS_AVX512_Q8:
     case E0_KERNELS_AVX512_Q16:
     case E0_KERNELS_AVX512_Q24:
+    case E0_KERNELS_AVX512_MIXED:
         if (Dv % 16 == 0) {
             k_avx512_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
             return;
@@ -525,6 +540,7 @@ void mat_delta_step(float *St, const float *k, const float *q, const float *v, f
         break;
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
+    case E0_KERNELS_EXACT:
     case E0_KERNELS_REF:
         break;
     }
@@ -563,6 +579,7 @@ void mat_attend(const float *q, const float *kc, const float *vc, size_t stride,
     case E0_KERNELS_AVX512_Q8:
     case E0_KERNELS_AVX512_Q16:
     case E0_KERNELS_AVX512_Q24:
+    case E0_KERNELS_AVX512_MIXED:
         if (hd % 16 == 0) {
             k_avx512_attend(q, kc, vc, stride, n, hd, scale, scores, o);
             return;
@@ -571,6 +588,7 @@ void mat_attend(const float *q, const float *kc, const float *vc, size_t stride,
     case E0_KERNELS_AVX2:
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
+    case E0_KERNELS_EXACT:
     case E0_KERNELS_REF:
         break;
     }

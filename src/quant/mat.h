@@ -57,33 +57,37 @@ void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *
 void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
 /* Kernel sets (docs/experiments.md has their accuracy and speed). AUTO,
- * the default, is AVX512_Q24 where the CPU has VNNI, else the fastest
- * f32-activation set (AVX512, else AVX2, else REF); each is as close to the
- * Hugging Face fixtures as the reference (NMSE ~1e-12 per dot). Q16 and Q8 are
- * faster and lossy: Q16 keeps every fixture's routing and logits within
- * 4e-4; Q8 changes routing on the mlx fixtures. */
+ * the default, is AVX512_MIXED where the CPU has VNNI, else the fastest
+ * f32-activation set (AVX512, else AVX2, else REF). EXACT is AVX512_Q24
+ * where the CPU has VNNI, else the same f32 set: as close to the Hugging
+ * Face fixtures as the scalar reference (NMSE ~1e-12 per dot, logits within
+ * 5e-5 at every position). The lossy sets keep every fixture's routing:
+ * MIXED, 24-bit activations for calls of fewer than 4 tokens (decode, where
+ * the weights' memory traffic is the bound) and 16-bit for larger batches
+ * (prefill, where the multiply-adds are), keeps logits within 9e-4 over 160
+ * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures. */
 typedef enum {
-    E0_KERNELS_AUTO,       /* the default (see above) */
-    E0_KERNELS_REF,        /* mat_matmul_ref (still split across the pool) */
-    E0_KERNELS_AVX2,       /* AVX2 + FMA + F16C, f32 activations */
-    E0_KERNELS_AVX512,     /* AVX-512 F/BW/VL/DQ, f32 activations */
-    E0_KERNELS_AVX512_Q8,  /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
-    E0_KERNELS_AVX512_Q16, /* as Q8 with two int8 planes (~16-bit activations) */
-    E0_KERNELS_AVX512_Q24, /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_F32,        /* the fastest f32-activation set this CPU runs */
+    E0_KERNELS_AUTO,         /* the default (see above) */
+    E0_KERNELS_REF,          /* mat_matmul_ref (still split across the pool) */
+    E0_KERNELS_AVX2,         /* AVX2 + FMA + F16C, f32 activations */
+    E0_KERNELS_AVX512,       /* AVX-512 F/BW/VL/DQ, f32 activations */
+    E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
+    E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
+    E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
+    E0_KERNELS_AVX512_MIXED, /* Q24 for T < 4 tokens, Q16 for T >= 4 */
+    E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
+    E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
 } e0_kernels;
 
 /* Process-wide; set it while no matmul runs (tests, startup). While the
- * set is AUTO, $E0_KERNELS (ref, avx2, avx512, avx512-q8, avx512-q16,
- * avx512-q24, f32)
- * may name another, read at the first call. 0, or E0_EUNSUPPORTED when
- * this CPU lacks the set's ISA (nothing changes). */
+ * set is AUTO, $E0_KERNELS (a mat_kernels_parse name) may name another, read at the first call. 0,
+ * or E0_EUNSUPPORTED when this CPU lacks the set's ISA (nothing changes). */
 int mat_set_kernels(e0_kernels k);
 /* The set in force, resolved (never AUTO), and its name ("ref", "avx2", ...). */
 e0_kernels mat_kernels(void);
 const char *mat_kernels_name(void);
-/* The set named `name` (auto, ref, avx2, avx512, avx512-q8, avx512-q16,
- * avx512-q24, f32): 0, or E0_EINVAL for another name. */
+/* The set named `name` (auto, exact, ref, avx2, avx512, avx512-q8,
+ * avx512-q16, avx512-q24, avx512-mixed, f32): 0, or E0_EINVAL for another name. */
 int mat_kernels_parse(const char *name, e0_kernels *out);
 /* Whether this CPU runs set k. */
 int mat_kernels_supported(e0_kernels k);
