@@ -72,6 +72,12 @@ typedef struct {
 
 int model_load(e0_model *m, const char *dir, char *err);
 void model_free(e0_model *m);
+/* Starts reading layer `layer`'s resident (non-expert) weights into the page
+ * cache (MADV_WILLNEED), or the lm_head for layer == n_layers: a prefill
+ * calls it one layer ahead, so that a cold start or pages the kernel
+ * dropped under memory pressure do not stall the compute threads on page
+ * faults. Costs a page-cache lookup when the pages are there. */
+void model_advise_layer(const e0_model *m, int layer);
 
 struct e0_stream;
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define NAME_MAX_LEN 512
 
@@ -353,6 +354,37 @@ int model_load(e0_model *m, const char *dir, char *err) {
 fail:
     model_free(m);
     return rc;
+}
+
+/* ---- readahead of resident weights ---------------------------------------- */
+
+static void advise_bytes(const void *p, size_t len) {
+    if (!p || !len) return;
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+    madvise((void *)a, len + ((uintptr_t)p - a), MADV_WILLNEED);
+}
+
+static void advise_mat(const e0_mat *x) {
+    if (x->rows <= 0) return;
+    advise_bytes(x->w, (size_t)x->rows * mat_row_bytes(x));
+    if (x->type == E0_W_QAFF) {
+        advise_bytes(x->scales, (size_t)x->rows * mat_srow_bytes(x));
+        advise_bytes(x->biases, (size_t)x->rows * mat_srow_bytes(x));
+    }
+}
+
+void model_advise_layer(const e0_model *m, int layer) {
+    if (layer >= m->cfg.n_layers) {
+        advise_mat(&m->lm_head);
+        return;
+    }
+    const e0_layer *l = &m->layers[layer];
+    const e0_mat *mats[] = {&l->q,         &l->k,        &l->v,       &l->o,       &l->qkvz,
+                            &l->ba,        &l->qkv,      &l->z,       &l->b,       &l->a,
+                            &l->out,       &l->router,   &l->sh_gate, &l->sh_up,   &l->sh_down,
+                            &l->sh_router, &l->mlp_gate, &l->mlp_up,  &l->mlp_down};
+    for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+        advise_mat(mats[i]);
 }
 
 void model_free(e0_model *m) {
