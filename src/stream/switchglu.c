@@ -20,6 +20,10 @@
 typedef struct e0_stream e0_stream;
 
 enum { SPEC_MAX = 64 }; /* speculative loads in flight, at most */
+/* Reads in flight per whole-layer load, each over its own part of every
+ * tensor: the disk gives more to several streams than to one
+ * (docs/experiments.md section 10). */
+enum { FL_PARTS = 4 };
 
 /* A staged slot fill or a whole-layer read running on the prefetch pool. */
 typedef struct {
@@ -72,7 +76,9 @@ struct e0_stream {
     /* whole-layer double buffer */
     uint8_t *fl_buf[2];
     int fl_layer[2]; /* layer held or being read, -1 none */
-    bg_job fl_job[2];
+    bg_job fl_job[2][FL_PARTS];
+    atomic_int fl_bad[2]; /* a part of the read into buffer b failed */
+    e0_expert *fl_views;  /* [E]: the routed experts' views into a layer buffer */
     size_t fl_bytes;
     /* on-demand load jobs of the current layer */
     struct load_job {
@@ -554,27 +560,42 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
 
 /* ---- full layer ------------------------------------------------------------ */
 
-static int read_layer(e0_stream *s, int layer, uint8_t *buf, char *err) {
+/* Where part p of FL_PARTS of the span [off, end) starts: off, end, or the
+ * 1 MiB multiple at or below the even split, kept inside the span. */
+static uint64_t layer_cut(uint64_t off, uint64_t end, int p) {
+    if (p <= 0) return off;
+    if (p >= FL_PARTS) return end;
+    const uint64_t c = (off + (end - off) * (uint64_t)p / FL_PARTS) & ~(uint64_t)0xfffff;
+    return c < off ? off : c;
+}
+
+/* Part `part` of FL_PARTS of the whole-layer read of `layer` into buf: every
+ * FL_PARTS-th expert, or, when each stacked tensor is one span, that part of
+ * every span, cut at file offsets that are multiples of 1 MiB (so a direct
+ * read of an inner part needs no slack outside it). */
+static int read_layer(e0_stream *s, int layer, uint8_t *buf, int part, char *err) {
     const layer_state *L = &s->ls[layer];
     const xb_plan *p0 = plan_of(s, layer, 0), *pl = plan_of(s, layer, s->E - 1);
     if (!L->contiguous) {
-        for (int e = 0; e < s->E; e++) {
+        for (int e = part; e < s->E; e += FL_PARTS) {
             int rc = read_bundle(s, plan_of(s, layer, e), buf + (size_t)e * s->bundle_bytes, err);
             if (rc) return rc;
         }
         return 0;
     }
-    for (int i = 0; i < p0->nr; i++) { /* one read per stacked tensor */
-        uint64_t len = pl->r[i].off + pl->r[i].len - p0->r[i].off;
+    for (int i = 0; i < p0->nr; i++) { /* a part of each stacked tensor */
+        const uint64_t off = p0->r[i].off, end = pl->r[i].off + pl->r[i].len;
+        const uint64_t from = layer_cut(off, end, part), to = layer_cut(off, end, part + 1);
+        if (to <= from) continue;
+        const uint64_t len = to - from;
+        uint8_t *dst = buf + L->reg[i] + (from - off);
         bool direct = false;
-        int rc = s->direct
-                     ? st_pread_direct(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i],
-                                       &direct, err)
-                     : st_pread(s->m->st, p0->r[i].file, p0->r[i].off, len, buf + L->reg[i], err);
+        int rc = s->direct ? st_pread_direct(s->m->st, p0->r[i].file, from, len, dst, &direct, err)
+                           : st_pread(s->m->st, p0->r[i].file, from, len, dst, err);
         if (rc) return rc;
         atomic_fetch_add(&s->bytes_read, len);
         if (s->o.mem_budget && !direct)
-            posix_fadvise(st_file_fd(s->m->st, p0->r[i].file), (off_t)p0->r[i].off, (off_t)len,
+            posix_fadvise(st_file_fd(s->m->st, p0->r[i].file), (off_t)from, (off_t)len,
                           POSIX_FADV_DONTNEED);
     }
     return 0;
@@ -594,13 +615,31 @@ static void layer_views(const e0_stream *s, int layer, int e, const uint8_t *buf
 static void fl_job_fn(void *arg) {
     bg_job *j = arg;
     e0_stream *s = j->s;
-    int b = (int)(j - s->fl_job);
+    const int idx = (int)(j - &s->fl_job[0][0]), b = idx / FL_PARTS;
     char err[E0_ERR_MAX];
-    if (read_layer(s, j->layer, s->fl_buf[b], err) != 0) {
+    if (read_layer(s, j->layer, s->fl_buf[b], idx % FL_PARTS, err) != 0) {
         note_io_error(s, err);
-        s->fl_layer[b] = -1;
+        atomic_store(&s->fl_bad[b], 1);
     }
     atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
+/* Waits for buffer b's read; a failed one leaves it holding no layer. */
+static void fl_wait(e0_stream *s, int b) {
+    for (int p = 0; p < FL_PARTS; p++)
+        bg_wait(&s->fl_job[b][p]);
+    if (atomic_exchange(&s->fl_bad[b], 0)) s->fl_layer[b] = -1;
+}
+
+/* Starts reading `layer` into buffer b (idle), all parts at once. */
+static void fl_start(e0_stream *s, int b, int layer) {
+    s->fl_layer[b] = layer;
+    for (int p = 0; p < FL_PARTS; p++) {
+        bg_job *j = &s->fl_job[b][p];
+        atomic_store(&j->busy, 1);
+        j->layer = layer;
+        iopool_submit(s->pre, &j->node, fl_job_fn, j);
+    }
 }
 
 static bool full_applies(const e0_stream *s, int layer) {
@@ -614,18 +653,22 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
     int b = s->fl_layer[0] == layer ? 0 : s->fl_layer[1] == layer ? 1 : -1;
     double t0 = now_s();
     if (b >= 0) {
-        bg_wait(&s->fl_job[b]);
+        fl_wait(s, b);
         if (s->fl_layer[b] != layer) b = -1; /* its read failed: read again to get the error */
     }
     if (b < 0) {
         b = s->fl_layer[0] == -1 || s->fl_layer[1] == layer ? 0 : 1;
-        bg_wait(&s->fl_job[b]);
-        s->fl_layer[b] = layer;
-        int rc = read_layer(s, layer, s->fl_buf[b], err);
-        if (rc) {
-            s->fl_layer[b] = -1;
-            return e0_wrap(err, rc, "layer %d (whole-layer read)", layer);
+        fl_wait(s, b);
+        fl_start(s, b, layer);
+        fl_wait(s, b);
+        for (int p = 0; p < FL_PARTS && s->fl_layer[b] != layer; p++) { /* one failed */
+            int rc = read_layer(s, layer, s->fl_buf[b], p, err);
+            if (rc) {
+                s->fl_layer[b] = -1;
+                return e0_wrap(err, rc, "layer %d (whole-layer read)", layer);
+            }
         }
+        s->fl_layer[b] = layer;
     }
     s->c.io_wait_s += now_s() - t0;
     s->c.full_layers++;
@@ -634,12 +677,8 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
     for (int l = layer + 1; l < s->n_layers && next < 0; l++)
         if (s->m->layers[l].moe && full_applies(s, l)) next = l;
     if (next >= 0 && T > 1) {
-        int o = 1 - b;
-        bg_wait(&s->fl_job[o]);
-        s->fl_layer[o] = next;
-        atomic_store(&s->fl_job[o].busy, 1);
-        s->fl_job[o].layer = next;
-        iopool_submit(s->pre, &s->fl_job[o].node, fl_job_fn, &s->fl_job[o]);
+        fl_wait(s, 1 - b);
+        fl_start(s, 1 - b, next);
     }
     return 0;
 }
@@ -696,11 +735,12 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
     if (path == E0_PATH_FULL) {
         uint8_t *buf = NULL;
         if ((rc = layer_buffer(s, layer, T, &buf, err)) != 0) return rc;
-        for (int i = 0; i < n; i++) {
-            e0_expert v;
-            layer_views(s, layer, exps[i], buf, &v);
-            run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
-        }
+        e0_expert *v = s->fl_views;
+        for (int i = 0; i < n; i++)
+            layer_views(s, layer, exps[i], buf, &v[exps[i]]);
+        if (!parallel_experts(s, v, exps, start, n, order, x, k, eo))
+            for (int i = 0; i < n; i++)
+                run_expert(s, &v[exps[i]], x, order + start[i], start[i + 1] - start[i], k, eo, ws);
     } else if (path == E0_PATH_STAGED) {
         if (lo->staged_sync) {
             double t0 = now_s();
@@ -911,9 +951,11 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
         for (int l = 0; l < s->n_layers; l++)
             if (s->ls[l].layer_bytes > s->fl_bytes) s->fl_bytes = s->ls[l].layer_bytes;
         for (int b = 0; b < 2; b++) {
-            s->fl_job[b].s = s;
+            for (int p = 0; p < FL_PARTS; p++)
+                s->fl_job[b][p].s = s;
             if (!(s->fl_buf[b] = e0_big_alloc(s->fl_bytes))) goto oom;
         }
+        if (!(s->fl_views = calloc((size_t)s->E, sizeof *s->fl_views))) goto oom;
     }
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
         (rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0)
@@ -958,6 +1000,7 @@ void stream_free(e0_stream *s) {
     free(s->tw);
     free(s->fl_buf[0]);
     free(s->fl_buf[1]);
+    free(s->fl_views);
     free(s->ld);
     free(s->touched);
     free(s->spec_pending);
