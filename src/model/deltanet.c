@@ -44,6 +44,35 @@ typedef struct {
     int T;
 } dn_job;
 
+/* Tokens [t0, t1): the causal conv from S->hist into S->mix, SiLU, then q
+ * and k L2-normalised per key head and q scaled by Dk^-1/2. */
+static void dn_conv(void *arg, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const dn_job *j = arg;
+    const e0_config *c = &j->s->m->cfg;
+    const e0_layer *ly = j->ly;
+    e0_scratch *S = &j->s->s;
+    const int Hk = c->lin_k_heads, Dk = c->lin_k_dim, K = c->conv_kernel;
+    const int Kd = Hk * Dk, C = 2 * Kd + c->lin_v_heads * c->lin_v_dim;
+    const float qscale = 1.0f / sqrtf((float)Dk);
+    for (int64_t t = t0; t < t1; t++) {
+        float *row = S->mix + (size_t)t * C;
+        for (int ch = 0; ch < C; ch++) {
+            float acc = 0.0f;
+            for (int i = 0; i < K; i++)
+                acc += ly->conv_w[(size_t)ch * K + i] * S->hist[(size_t)(t + i) * C + ch];
+            row[ch] = e0_silu(acc);
+        }
+        for (int g = 0; g < Hk; g++) {
+            float *q = row + g * Dk, *k = row + Kd + g * Dk;
+            l2norm(q, Dk);
+            l2norm(k, Dk);
+            for (int i = 0; i < Dk; i++)
+                q[i] *= qscale;
+        }
+    }
+}
+
 /* The recurrence of value heads [h0, h1) over the batch's T tokens. */
 static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     (void)tid;
@@ -97,30 +126,15 @@ void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *o
         mat_matmul(&ly->b, in, H, T, S->bb, Hv);
         mat_matmul(&ly->a, in, H, T, S->aa, Hv);
     }
-    /* causal depthwise conv over [history (K-1 rows) ; mix (T rows)] */
-    float *hist = S->hist, *cs = s->conv[layer];
-    memcpy(hist, cs, (size_t)(K - 1) * C * sizeof *hist);
-    memcpy(hist + (size_t)(K - 1) * C, S->mix, (size_t)T * C * sizeof *hist);
-    for (int t = 0; t < T; t++)
-        for (int ch = 0; ch < C; ch++) {
-            float acc = 0.0f;
-            for (int j = 0; j < K; j++) acc += ly->conv_w[(size_t)ch * K + j] * hist[(size_t)(t + j) * C + ch];
-            S->mix[(size_t)t * C + ch] = e0_silu(acc);
-        }
-    memcpy(cs, hist + (size_t)T * C, (size_t)(K - 1) * C * sizeof *cs);
-
-    const float qscale = 1.0f / sqrtf((float)Dk);
-    for (int t = 0; t < T; t++) {
-        float *row = S->mix + (size_t)t * C;
-        for (int g = 0; g < Hk; g++) {
-            float *q = row + g * Dk, *k = row + Kd + g * Dk;
-            l2norm(q, Dk);
-            l2norm(k, Dk);
-            for (int i = 0; i < Dk; i++) q[i] *= qscale;
-        }
-    }
-    /* value heads are independent: split them across the compute pool */
+    /* causal depthwise conv over [history (K-1 rows) ; mix (T rows)], then
+     * SiLU and the q / k norms, token by token across the compute pool */
+    float *cs = s->conv[layer];
+    memcpy(S->hist, cs, (size_t)(K - 1) * C * sizeof *S->hist);
+    memcpy(S->hist + (size_t)(K - 1) * C, S->mix, (size_t)T * C * sizeof *S->hist);
     dn_job job = {s, ly, T};
+    pool_for(T, 1, dn_conv, &job);
+    memcpy(cs, S->hist + (size_t)T * C, (size_t)(K - 1) * C * sizeof *cs);
+    /* value heads are independent: split them across the compute pool */
     pool_for(Hv, 1, dn_heads, &job);
     mat_matmul(&ly->out, S->o, Vd, T, out, H);
 }

@@ -10,6 +10,7 @@
  */
 #include "model/model.h"
 #include "stream/switchglu.h"
+#include "util/pool.h"
 
 #include <string.h>
 
@@ -41,6 +42,21 @@ static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, 
     }
 }
 
+typedef struct {
+    e0_scratch *S;
+    int E, k;
+    bool renorm;
+} route_job;
+
+/* route() for tokens [t0, t1) of a batch. */
+static void route_tokens(void *arg, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const route_job *j = arg;
+    for (int64_t t = t0; t < t1; t++)
+        route(j->S->rlogits + (size_t)t * j->E, j->E, j->k, j->renorm,
+              j->S->ridx + (size_t)t * j->k, j->S->rw + (size_t)t * j->k);
+}
+
 int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
@@ -49,8 +65,8 @@ int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, ch
     const int H = c->hidden, E = c->n_experts, k = s->eng->top_k;
 
     mat_matmul_f32(&ly->router, in, H, T, S->rlogits, E); /* f32 activations: near-ties decide routing */
-    for (int t = 0; t < T; t++)
-        route(S->rlogits + (size_t)t * E, E, k, c->norm_topk, S->ridx + (size_t)t * k, S->rw + (size_t)t * k);
+    route_job rj = {S, E, k, c->norm_topk};
+    pool_for(T, 1, route_tokens, &rj);
     int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;
     for (int t = 0; t < T; t++) {
