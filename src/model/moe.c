@@ -57,6 +57,36 @@ static void route_tokens(void *arg, int64_t t0, int64_t t1, int tid) {
               j->S->ridx + (size_t)t * j->k, j->S->rw + (size_t)t * j->k);
 }
 
+typedef struct {
+    const e0_scratch *S;
+    float *out;
+    int H, k;
+    bool shared;
+} combine_job;
+
+/* Tokens [t0, t1): out = the routed experts' outputs weighted by their
+ * routing weights, in slot order, then + sigmoid(gate) x the shared expert's. */
+static void combine_tokens(void *arg, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const combine_job *j = arg;
+    const e0_scratch *S = j->S;
+    const int H = j->H, k = j->k;
+    for (int64_t t = t0; t < t1; t++) {
+        float *o = j->out + (size_t)t * H;
+        memset(o, 0, (size_t)H * sizeof *o);
+        for (int slot = 0; slot < k; slot++) {
+            const float w = S->rw[(size_t)t * k + slot];
+            const float *y = S->eo + ((size_t)t * k + slot) * H;
+            for (int i = 0; i < H; i++)
+                o[i] += w * y[i];
+        }
+        if (!j->shared) continue;
+        const float g = e0_sigmoid(S->shg[t]);
+        for (int i = 0; i < H; i++)
+            o[i] += g * S->ys[(size_t)t * H + i];
+    }
+}
+
 int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
@@ -69,26 +99,16 @@ int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, ch
     pool_for(T, 1, route_tokens, &rj);
     int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;
-    for (int t = 0; t < T; t++) {
-        float *o = out + (size_t)t * H;
-        memset(o, 0, (size_t)H * sizeof *o);
-        for (int j = 0; j < k; j++) {
-            const float w = S->rw[(size_t)t * k + j];
-            const float *y = S->eo + ((size_t)t * k + j) * H;
-            for (int i = 0; i < H; i++) o[i] += w * y[i];
-        }
-    }
-    if (!ly->has_shared) return 0;
     const int Is = c->shared_inter;
-    mat_matmul_f32(&ly->sh_router, in, H, T, S->shg, 1);
-    mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
-    mat_matmul(&ly->sh_up, in, H, T, S->u, Is);
-    swiglu(S->g, S->u, (size_t)T * Is, S->g);
-    mat_matmul(&ly->sh_down, S->g, Is, T, S->ys, H);
-    for (int t = 0; t < T; t++) {
-        const float g = e0_sigmoid(S->shg[t]);
-        for (int i = 0; i < H; i++) out[(size_t)t * H + i] += g * S->ys[(size_t)t * H + i];
+    if (ly->has_shared) {
+        mat_matmul_f32(&ly->sh_router, in, H, T, S->shg, 1);
+        mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
+        mat_matmul(&ly->sh_up, in, H, T, S->u, Is);
+        swiglu(S->g, S->u, (size_t)T * Is, S->g);
+        mat_matmul(&ly->sh_down, S->g, Is, T, S->ys, H);
     }
+    combine_job cj = {S, out, H, k, ly->has_shared};
+    pool_for(T, 1, combine_tokens, &cj);
     return 0;
 }
 

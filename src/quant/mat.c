@@ -389,6 +389,28 @@ static void mm_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 #define PAR_MIN_MACS (1 << 18)
 #define ROW_ALIGN    16
 
+/* Panel activations (k_avx512_prep_qg) of tokens [t0, t1). */
+typedef struct {
+    const float *x;
+    int64_t ldx, cols;
+    int group, planes;
+    int8_t *xg;
+    int64_t ldxg;
+    float *xgd, *xgs;
+    int64_t ng;
+} prep_job;
+
+static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const prep_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++)
+        k_avx512_prep_qg(j->x + t * j->ldx, j->cols, j->group, j->planes, j->xg + t * j->ldxg,
+                         j->xgd + t * j->ng, j->xgs + t * j->ng);
+}
+
+/* Below this many activations a call prepares them in the caller's thread. */
+#define PAR_MIN_PREP (1 << 15)
+
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *lanes) {
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
@@ -430,10 +452,20 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
             a.ldxgd = ng;
             a.xg = (const int8_t *)(buf + 2 * T * ng);
             a.ldxg = ldxg;
-            for (int64_t t = 0; t < T; t++)
-                k_avx512_prep_qg(x + t * ldx, m->cols, (int)m->group, gplanes,
-                                 (int8_t *)(buf + 2 * T * ng) + t * ldxg, buf + t * ng,
-                                 buf + T * ng + t * ng);
+            prep_job pj = {x,
+                           ldx,
+                           m->cols,
+                           (int)m->group,
+                           gplanes,
+                           (int8_t *)(buf + 2 * T * ng),
+                           ldxg,
+                           buf,
+                           buf + T * ng,
+                           ng};
+            if ((double)T * (double)m->cols < PAR_MIN_PREP)
+                prep_rows(&pj, 0, T, 0);
+            else /* the caller's scratch, filled by the pool */
+                pool_for(T, 1, prep_rows, &pj);
         }
     } else if (fn && need != K_NEED_X) {
         /* scratch: xp | xs | xd (floats), then xq (bytes) */
