@@ -561,18 +561,19 @@ static int hot_refresh(e0_stream *s, int layer, int n_hot, char *err) {
 /* ---- full layer ------------------------------------------------------------ */
 
 /* Where part p of FL_PARTS of the span [off, end) starts: off, end, or the
- * 1 MiB multiple at or below the even split, kept inside the span. */
+ * ST_DIRECT_ALIGN multiple at or below the even split, kept inside the span
+ * (so a direct read of an inner part needs no slack outside it). */
 static uint64_t layer_cut(uint64_t off, uint64_t end, int p) {
     if (p <= 0) return off;
     if (p >= FL_PARTS) return end;
-    const uint64_t c = (off + (end - off) * (uint64_t)p / FL_PARTS) & ~(uint64_t)0xfffff;
+    const uint64_t c =
+        (off + (end - off) * (uint64_t)p / FL_PARTS) & ~(uint64_t)(ST_DIRECT_ALIGN - 1);
     return c < off ? off : c;
 }
 
 /* Part `part` of FL_PARTS of the whole-layer read of `layer` into buf: every
  * FL_PARTS-th expert, or, when each stacked tensor is one span, that part of
- * every span, cut at file offsets that are multiples of 1 MiB (so a direct
- * read of an inner part needs no slack outside it). */
+ * every span (layer_cut). */
 static int read_layer(e0_stream *s, int layer, uint8_t *buf, int part, char *err) {
     const layer_state *L = &s->ls[layer];
     const xb_plan *p0 = plan_of(s, layer, 0), *pl = plan_of(s, layer, s->E - 1);
