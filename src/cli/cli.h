@@ -4,7 +4,9 @@
 
 #include "edge0.h"
 
+#include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 int cmd_logits(int argc, char **argv);
@@ -29,6 +31,22 @@ typedef struct {
     double rate;         /* recent bytes/s */
 } cli_progress;
 void cli_progress_update(cli_progress *st, cli_phase phase, double done, double total, double seconds);
+
+/* Options shared by the commands that write a checkpoint (synth, convert). */
+typedef struct {
+    int n_threads;        /* --threads N */
+    uint64_t shard_bytes; /* --shard-gb N, --shard-mb N */
+    int no_sync;          /* --no-sync */
+    int dry;              /* --dry-run */
+} cli_write_opts;
+/* argv[*i] (with its value v, or NULL) if it is one of those: 1 (*i moved
+ * past a value), 0 if it is not, -1 on a bad value (message printed). */
+int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w);
+
+/* SIGINT / SIGTERM set the returned flag until cli_cancel_end restores the
+ * previous handlers: a long write stops cleanly instead of dying. */
+const volatile sig_atomic_t *cli_cancel_begin(void);
+void cli_cancel_end(void);
 
 /* Peak resident set size of this process in bytes. */
 unsigned long long cli_peak_rss(void);

@@ -45,18 +45,11 @@ static void on_progress(void *ctx, const convert_progress *p) {
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
-static volatile sig_atomic_t g_cancel;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_cancel = 1;
-}
-
 int cmd_convert(int argc, char **argv) {
     const char *src = NULL, *dst = NULL;
     convert_opts o;
     convert_opts_default(&o);
-    int dry = 0;
+    cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -81,19 +74,8 @@ int cmd_convert(int argc, char **argv) {
             o.fused_gate_up = 1;
         } else if (!strcmp(a, "--force")) {
             o.force = 1;
-        } else if (!strcmp(a, "--threads")) {
-            if ((n = cli_parse_long(a, v, 1, 256)) < 0) return 2;
-            o.n_threads = (int)n, i++;
-        } else if (!strcmp(a, "--shard-gb")) {
-            if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return 2;
-            o.shard_bytes = (uint64_t)n << 30, i++;
-        } else if (!strcmp(a, "--shard-mb")) {
-            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            o.shard_bytes = (uint64_t)n << 20, i++;
-        } else if (!strcmp(a, "--no-sync")) {
-            o.no_sync = 1;
-        } else if (!strcmp(a, "--dry-run")) {
-            dry = 1;
+        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
+            if (n < 0) return 2;
         } else if (a[0] == '-') {
             cli_error("convert: unknown option '%s' (see edge0 convert --help)", a);
             return 2;
@@ -106,12 +88,13 @@ int cmd_convert(int argc, char **argv) {
             return 2;
         }
     }
-    if (!src || (!dst && !dry)) {
+    o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
+    if (!src || (!dst && !w.dry)) {
         cli_error("convert needs SRC and DST (see edge0 convert --help)");
         return 2;
     }
     struct stat sst;
-    if (dst && !dry && !o.force && lstat(dst, &sst) == 0) {
+    if (dst && !w.dry && !o.force && lstat(dst, &sst) == 0) {
         cli_error("%s already exists; remove it, choose another path or pass --force", dst);
         return 1;
     }
@@ -130,22 +113,15 @@ int cmd_convert(int argc, char **argv) {
     if (info.dropped) printf("; %zu source tensors dropped (MTP, vision, ...: %s)", info.dropped, info.dropped_example);
     printf("\n");
     fflush(stdout);
-    if (dry) return 0;
+    if (w.dry) return 0;
 
     cli_progress st = {.cmd = "convert", .unit = " read", .verb = "read", .tty = isatty(STDERR_FILENO)};
     o.progress = on_progress;
     o.progress_ctx = &st;
-    o.cancel = &g_cancel;
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    o.cancel = cli_cancel_begin();
     const double t0 = cli_now();
     int rc = convert_run(src, dst, &o, &info, err);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    cli_cancel_end();
     if (rc != 0) {
         if (st.tty) fputc('\n', stderr);
         cli_error("%s", err);

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static void fmt_eta(char *buf, size_t n, double s) {
     if (!(s >= 0) || s > 360000) snprintf(buf, n, "--:--");
@@ -49,4 +50,49 @@ void cli_progress_update(cli_progress *st, cli_phase phase, double done, double 
             fprintf(stderr, "edge0 %s: %3.0f%%  %.2f / %.2f GB%s  %.1f MB/s  ETA %s\n", st->cmd, pct, done / 1e9,
                     total / 1e9, u, st->rate / 1e6, eta);
     }
+}
+
+int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w) {
+    long n;
+    if (!strcmp(a, "--threads")) {
+        if ((n = cli_parse_long(a, v, 1, 256)) < 0) return -1;
+        w->n_threads = (int)n, ++*i;
+    } else if (!strcmp(a, "--shard-gb")) {
+        if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return -1;
+        w->shard_bytes = (uint64_t)n << 30, ++*i;
+    } else if (!strcmp(a, "--shard-mb")) {
+        if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return -1;
+        w->shard_bytes = (uint64_t)n << 20, ++*i;
+    } else if (!strcmp(a, "--no-sync")) {
+        w->no_sync = 1;
+    } else if (!strcmp(a, "--dry-run")) {
+        w->dry = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static volatile sig_atomic_t g_cancel;
+static struct sigaction g_old_int, g_old_term;
+
+static void on_cancel_signal(int sig) {
+    (void)sig;
+    g_cancel = 1;
+}
+
+const volatile sig_atomic_t *cli_cancel_begin(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_cancel_signal;
+    sigemptyset(&sa.sa_mask);
+    g_cancel = 0;
+    sigaction(SIGINT, &sa, &g_old_int);
+    sigaction(SIGTERM, &sa, &g_old_term);
+    return &g_cancel;
+}
+
+void cli_cancel_end(void) {
+    sigaction(SIGINT, &g_old_int, NULL);
+    sigaction(SIGTERM, &g_old_term, NULL);
 }

@@ -28,6 +28,7 @@ static void help(FILE *f) {
                "  --seed N           PRNG seed (default 1)\n"
                "  --threads N        generator threads (default: one per core, at most 8)\n"
                "  --shard-gb N       largest shard in GiB (default 5)\n"
+               "  --shard-mb N       largest shard in MiB\n"
                "  --no-sync          skip the fsync before the rename\n"
                "  --dry-run          print the size and layout, write nothing\n"
                "\n"
@@ -56,18 +57,11 @@ static void on_progress(void *ctx, const synth_progress *p) {
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
-static volatile sig_atomic_t g_cancel;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_cancel = 1;
-}
-
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *dst = NULL, *fmt = "mlx";
     synth_opts o;
     synth_opts_default(&o);
-    int dry = 0;
+    cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -97,16 +91,8 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
             o.seed = (uint64_t)n, i++;
-        } else if (!strcmp(a, "--threads")) {
-            if ((n = cli_parse_long(a, v, 1, 256)) < 0) return 2;
-            o.n_threads = (int)n, i++;
-        } else if (!strcmp(a, "--shard-gb")) {
-            if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return 2;
-            o.shard_bytes = (uint64_t)n << 30, i++;
-        } else if (!strcmp(a, "--no-sync")) {
-            o.no_sync = 1;
-        } else if (!strcmp(a, "--dry-run")) {
-            dry = 1;
+        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
+            if (n < 0) return 2;
         } else if (a[0] == '-') {
             cli_error("synth: unknown option '%s' (see edge0 synth --help)", a);
             return 2;
@@ -117,7 +103,8 @@ int cmd_synth(int argc, char **argv) {
             return 2;
         }
     }
-    if (!shape || (!dst && !dry)) {
+    o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
+    if (!shape || (!dst && !w.dry)) {
         cli_error("synth needs --shape and DST (see edge0 synth --help)");
         return 2;
     }
@@ -148,22 +135,15 @@ int cmd_synth(int argc, char **argv) {
     printf("plan: %.2f GB, %.2fB parameters, %zu tensors in %d file%s\n", (double)info.bytes / 1e9,
            (double)info.params / 1e9, info.n_tensors, info.n_shards, info.n_shards > 1 ? "s" : "");
     fflush(stdout);
-    if (dry) return 0;
+    if (w.dry) return 0;
 
     cli_progress st = {.cmd = "synth", .unit = "", .verb = "written", .tty = isatty(STDERR_FILENO)};
     o.progress = on_progress;
     o.progress_ctx = &st;
-    o.cancel = &g_cancel;
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    o.cancel = cli_cancel_begin();
     double t0 = cli_now();
     int rc = synth_write_opts(s, dst, &o, err);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    cli_cancel_end();
     if (rc != 0) {
         if (st.tty) fputc('\n', stderr);
         cli_error("%s", err);
