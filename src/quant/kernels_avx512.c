@@ -87,6 +87,52 @@ INL void bias_terms(const e0_mat *m, const k_act *a, int64_t r, const int R, int
     }
 }
 
+/* The scaffolding the row tiles share: tot zeroed, and at the end the
+ * bias terms and lane sums into y[t0 + t, r + i]. */
+INL void tile_zero(const int R, const int TT, __m512 tot[4][8]) {
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        tot[i][t] = _mm512_setzero_ps();
+}
+
+INL void tile_end(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                  __m512 tot[4][8], float *y, int64_t ldy) {
+    __m512 bt[4][8];
+    bias_terms(m, a, r, R, t0, TT, bt);
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+}
+
+/* Block b (128 columns) of 4-bit rows r..r+R (q4_tile, q4x8_tile): each
+ * row's 16 words d[i] (masked at the row's end; rows PF_ROWS on are
+ * prefetched) and each word's group scale sv[i], from a window sc of 16
+ * group scales per row that starts at group *sbase (-16: none yet). */
+INL void q4_block(const e0_mat *m, int64_t r, const int R, __m512i gpat, int64_t b, __m512 sc[4],
+                  int64_t *sbase, __m512i d[4], __m512 sv[4]) {
+    const int64_t G = m->group, ng = m->cols / G, wpr = m->cols / 8;
+    const int64_t wrem = wpr - b * 16, gb = b * 128 / G;
+    const __mmask16 km = wrem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << wrem) - 1);
+    if (gb >= *sbase + 16) {
+        *sbase = gb;
+        UNROLL
+        for (int i = 0; i < R; i++)
+            sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
+    }
+    const __m512i pat = _mm512_add_epi32(gpat, _mm512_set1_epi32((int)(gb - *sbase)));
+    UNROLL
+    for (int i = 0; i < R; i++) {
+        const uint32_t *w = (const uint32_t *)m->w + (r + i) * wpr + b * 16;
+        d[i] = _mm512_maskz_loadu_epi32(km, w);
+        _mm_prefetch((const char *)(w + PF_ROWS * wpr), _MM_HINT_T0);
+        sv[i] = _mm512_permutexvar_ps(pat, sc[i]);
+    }
+}
+
 /* ---- q4 -------------------------------------------------------------------
  * A block is 16 words = 128 values; lane j holds word j, nibble k of it is
  * column 8j + k, matched by xp. Per (row, token), with s_b the per-lane
@@ -99,48 +145,24 @@ INL void bias_terms(const e0_mat *m, const k_act *a, int64_t r, const int R, int
  * low 4 bits of each index), so no mask or convert is needed. */
 INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R, int64_t t0,
                  const int TT, float *y, int64_t ldy) {
-    const int64_t G = m->group, ng = m->cols / G, wpr = m->cols / 8;
+    const int64_t wpr = m->cols / 8;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const uint32_t *w[4];
     const float *xp[8];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        w[i] = (const uint32_t *)m->w + (r + i) * wpr;
     UNROLL
     for (int t = 0; t < TT; t++)
         xp[t] = a->xp + (t0 + t) * a->ldxp;
-    __m512 tot[4][8];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        tot[i][t] = _mm512_setzero_ps();
-    __m512 sc[4]; /* 16 group scales per row from group sbase on */
-    UNROLL
-    for (int i = 0; i < R; i++)
-        sc[i] = _mm512_setzero_ps();
+    __m512 tot[4][8], sc[4] = {0};
     int64_t sbase = -16;
+    tile_zero(R, TT, tot);
     for (int64_t b = 0; b * 16 < wpr; b++) {
-        const int64_t wrem = wpr - b * 16, gb = b * 128 / G;
-        const __mmask16 km = wrem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << wrem) - 1);
-        if (gb >= sbase + 16) {
-            sbase = gb;
-            UNROLL
-            for (int i = 0; i < R; i++)
-                sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
-        }
-        const __m512i pat = _mm512_add_epi32(gpat, _mm512_set1_epi32((int)(gb - sbase)));
         __m512i d[4];
         __m512 sv[4], a0[4][8], a1[4][8];
+        q4_block(m, r, R, gpat, b, sc, &sbase, d, sv);
         UNROLL
-        for (int i = 0; i < R; i++) {
-            d[i] = _mm512_maskz_loadu_epi32(km, w[i] + b * 16);
-            _mm_prefetch((const char *)(w[i] + PF_ROWS * wpr + b * 16), _MM_HINT_T0);
-            sv[i] = _mm512_permutexvar_ps(pat, sc[i]);
+        for (int i = 0; i < R; i++)
             UNROLL
-            for (int t = 0; t < TT; t++)
-                a0[i][t] = a1[i][t] = _mm512_setzero_ps();
-        }
+        for (int t = 0; t < TT; t++)
+            a0[i][t] = a1[i][t] = _mm512_setzero_ps();
         UNROLL
         for (int k = 0; k < 8; k++) {
             __m512 q[4];
@@ -167,13 +189,7 @@ INL void q4_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const
         for (int t = 0; t < TT; t++)
             tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
     }
-    __m512 bt[4][8];
-    bias_terms(m, a, r, R, t0, TT, bt);
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    tile_end(m, a, r, R, t0, TT, tot, y, ldy);
 }
 
 /* Lane j of a block of 128 values: its group relative to the block's first. */
@@ -241,11 +257,7 @@ INL void q8_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_
     for (int t = 0; t < TT; t++)
         x[t] = a->x + (t0 + t) * a->ldx;
     __m512 tot[4][8];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        tot[i][t] = _mm512_setzero_ps();
+    tile_zero(R, TT, tot);
     for (int64_t g = 0; g < ng; g++) {
         __m512 sv[4], a0[4][8], a1[4][8];
         UNROLL
@@ -282,13 +294,7 @@ INL void q8_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_
         for (int t = 0; t < TT; t++)
             tot[i][t] = _mm512_fmadd_ps(_mm512_add_ps(a0[i][t], a1[i][t]), sv[i], tot[i][t]);
     }
-    __m512 bt[4][8];
-    bias_terms(m, a, r, R, t0, TT, bt);
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    tile_end(m, a, r, R, t0, TT, tot, y, ldy);
 }
 
 #define Q8_TILE(R, TT)                                                                             \
@@ -423,49 +429,26 @@ TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
 
 INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, const int R,
                     int64_t t0, const int TT, const int P, float *y, int64_t ldy) {
-    const int64_t G = m->group, ng = m->cols / G, wpr = m->cols / 8;
+    const int64_t wpr = m->cols / 8;
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    const uint32_t *w[4];
     const int8_t *xq[8];
     const float *xd[8];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        w[i] = (const uint32_t *)m->w + (r + i) * wpr;
     UNROLL
     for (int t = 0; t < TT; t++) {
         xq[t] = a->xq + (t0 + t) * a->ldxq;
         xd[t] = a->xd + (t0 + t) * a->ldxd;
     }
-    __m512 tot[4][8];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        tot[i][t] = _mm512_setzero_ps();
-    __m512 sc[4]; /* 16 group scales per row from group sbase on */
-    UNROLL
-    for (int i = 0; i < R; i++)
-        sc[i] = _mm512_setzero_ps();
+    __m512 tot[4][8], sc[4] = {0};
     int64_t sbase = -16;
+    tile_zero(R, TT, tot);
     for (int64_t b = 0; b * 16 < wpr; b++) {
-        const int64_t wrem = wpr - b * 16, gb = b * 128 / G;
-        const __mmask16 km = wrem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << wrem) - 1);
-        if (gb >= sbase + 16) {
-            sbase = gb;
-            UNROLL
-            for (int i = 0; i < R; i++)
-                sc[i] = ld_s16(m->stype, m->scales, (r + i) * ng + gb, ng - gb);
-        }
-        const __m512i pat = _mm512_add_epi32(gpat, _mm512_set1_epi32((int)(gb - sbase)));
-        __m512i lo[4], hi[4];
+        __m512i d[4], lo[4], hi[4];
         __m512 sv[4];
+        q4_block(m, r, R, gpat, b, sc, &sbase, d, sv);
         UNROLL
         for (int i = 0; i < R; i++) {
-            const __m512i d = _mm512_maskz_loadu_epi32(km, w[i] + b * 16);
-            _mm_prefetch((const char *)(w[i] + PF_ROWS * wpr + b * 16), _MM_HINT_T0);
-            lo[i] = _mm512_and_si512(d, lo4);
-            hi[i] = _mm512_and_si512(_mm512_srli_epi16(d, 4), lo4);
-            sv[i] = _mm512_permutexvar_ps(pat, sc[i]);
+            lo[i] = _mm512_and_si512(d[i], lo4);
+            hi[i] = _mm512_and_si512(_mm512_srli_epi16(d[i], 4), lo4);
         }
         UNROLL
         for (int t = 0; t < TT; t++) {
@@ -487,13 +470,7 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
             }
         }
     }
-    __m512 bt[4][8];
-    bias_terms(m, a, r, R, t0, TT, bt);
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(tot[i][t], bt[i][t]));
+    tile_end(m, a, r, R, t0, TT, tot, y, ldy);
 }
 
 #define Q4X8_TILE(R, TT, P)                                                                        \
