@@ -309,14 +309,16 @@ Q8_TILE(1, 4)
 
 typedef void (*tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, float *, int64_t);
 
-TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
-                        int64_t ldy) {
+/* Rows [r0, r1) in blocks of RB, each block through every token tile:
+ * 4 rows x 1 token, or 2 rows x 4 tokens while 4 tokens are left; single
+ * rows for a block's rest. tiles: 4x1, 1x1, 2x4, 1x4. */
+INL void tile_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                   const tile_fn tiles[4]) {
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
             const int TT = a->T - t0 >= 4 ? 4 : 1;
-            tile_fn big = TT == 4 ? q8_tile_2x4 : q8_tile_4x1,
-                    one = TT == 4 ? q8_tile_1x4 : q8_tile_1x1;
+            tile_fn big = TT == 4 ? tiles[2] : tiles[0], one = TT == 4 ? tiles[3] : tiles[1];
             const int R = TT == 4 ? 2 : 4;
             int64_t r = rb;
             for (; r + R <= re; r += R)
@@ -326,6 +328,12 @@ TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
             t0 += TT;
         }
     }
+}
+
+TGT static void q8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy) {
+    static const tile_fn t[4] = {q8_tile_4x1, q8_tile_1x1, q8_tile_2x4, q8_tile_1x4};
+    tile_rows(m, a, r0, r1, y, ldy, t);
 }
 
 /* ---- f32 / bf16 / f16 weights ----------------------------------------------
@@ -391,21 +399,8 @@ FW_TILE(1, 4)
 
 TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                         int64_t ldy) {
-    for (int64_t rb = r0; rb < r1; rb += RB) {
-        const int64_t re = rb + RB < r1 ? rb + RB : r1;
-        for (int64_t t0 = 0; t0 < a->T;) {
-            const int TT = a->T - t0 >= 4 ? 4 : 1;
-            tile_fn big = TT == 4 ? fw_tile_2x4 : fw_tile_4x1,
-                    one = TT == 4 ? fw_tile_1x4 : fw_tile_1x1;
-            const int R = TT == 4 ? 2 : 4;
-            int64_t r = rb;
-            for (; r + R <= re; r += R)
-                big(m, a, r, t0, y, ldy);
-            for (; r < re; r++)
-                one(m, a, r, t0, y, ldy);
-            t0 += TT;
-        }
-    }
+    static const tile_fn t[4] = {fw_tile_4x1, fw_tile_1x1, fw_tile_2x4, fw_tile_1x4};
+    tile_rows(m, a, r0, r1, y, ldy, t);
 }
 
 /* ---- q4 weights x int8 activations (AVX-512 VNNI) ----------------------------
