@@ -452,16 +452,16 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
             a.ldxgd = ng;
             a.xg = (const int8_t *)(buf + 2 * T * ng);
             a.ldxg = ldxg;
-            prep_job pj = {x,
-                           ldx,
-                           m->cols,
-                           (int)m->group,
-                           gplanes,
-                           (int8_t *)(buf + 2 * T * ng),
-                           ldxg,
-                           buf,
-                           buf + T * ng,
-                           ng};
+            prep_job pj = {.x = x,
+                           .ldx = ldx,
+                           .cols = m->cols,
+                           .group = (int)m->group,
+                           .planes = gplanes,
+                           .xg = (int8_t *)(buf + 2 * T * ng),
+                           .ldxg = ldxg,
+                           .xgd = buf,
+                           .xgs = buf + T * ng,
+                           .ng = ng};
             if ((double)T * (double)m->cols < PAR_MIN_PREP)
                 prep_rows(&pj, 0, T, 0);
             else /* the caller's scratch, filled by the pool */
@@ -553,30 +553,13 @@ void mat_delta_step_ref(float *St, const float *k, const float *q, const float *
 
 void mat_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
                     float decay, int Dk, int Dv, float *o) {
-    switch (mat_kernels()) {
-    case E0_KERNELS_AVX512:
-    case E0_KERNELS_AVX512_Q8:
-    case E0_KERNELS_AVX512_Q16:
-    case E0_KERNELS_AVX512_Q24:
-    case E0_KERNELS_AVX512_MIXED:
-        if (Dv % 16 == 0) {
-            k_avx512_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
-            return;
-        }
-        break;
-    case E0_KERNELS_AVX2:
-        if (Dv % 8 == 0) {
-            k_avx2_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
-            return;
-        }
-        break;
-    case E0_KERNELS_AUTO:
-    case E0_KERNELS_F32:
-    case E0_KERNELS_EXACT:
-    case E0_KERNELS_REF:
-        break;
-    }
-    mat_delta_step_ref(St, k, q, v, beta, decay, Dk, Dv, o);
+    const e0_kernels ks = f32_of(mat_kernels()); /* f32 arithmetic in every set */
+    if (ks == E0_KERNELS_AVX512 && Dv % 16 == 0)
+        k_avx512_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+    else if (ks == E0_KERNELS_AVX2 && Dv % 8 == 0)
+        k_avx2_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+    else
+        mat_delta_step_ref(St, k, q, v, beta, decay, Dk, Dv, o);
 }
 
 /* ---- attention of one head ------------------------------------------------------ */
@@ -606,23 +589,8 @@ void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t str
 
 void mat_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
                 float scale, float *scores, float *o) {
-    switch (mat_kernels()) {
-    case E0_KERNELS_AVX512:
-    case E0_KERNELS_AVX512_Q8:
-    case E0_KERNELS_AVX512_Q16:
-    case E0_KERNELS_AVX512_Q24:
-    case E0_KERNELS_AVX512_MIXED:
-        if (hd % 16 == 0) {
-            k_avx512_attend(q, kc, vc, stride, n, hd, scale, scores, o);
-            return;
-        }
-        break;
-    case E0_KERNELS_AVX2:
-    case E0_KERNELS_AUTO:
-    case E0_KERNELS_F32:
-    case E0_KERNELS_EXACT:
-    case E0_KERNELS_REF:
-        break;
-    }
-    mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
+    if (f32_of(mat_kernels()) == E0_KERNELS_AVX512 && hd % 16 == 0)
+        k_avx512_attend(q, kc, vc, stride, n, hd, scale, scores, o);
+    else
+        mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
 }
