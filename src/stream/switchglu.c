@@ -22,7 +22,7 @@ typedef struct e0_stream e0_stream;
 enum { SPEC_MAX = 64 }; /* speculative loads in flight, at most */
 /* Reads in flight per whole-layer load, each over its own part of every
  * tensor: the disk gives more to several streams than to one
- * (docs/experiments.md section 10). */
+ * (docs/experiments.md section 12). */
 enum { FL_PARTS = 4 };
 
 /* A staged slot fill or a whole-layer read running on the prefetch pool. */
@@ -248,6 +248,17 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
     return true;
 }
 
+/* Experts exps[0..n) of a resident layer (experts[] indexed by expert id):
+ * whole experts per thread, or one at a time, each split by rows, when the
+ * per-thread buffers cannot be had. */
+static void resident_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
+                             const int32_t *start, int n, const int32_t *pairs, const float *in,
+                             int k, float *eo, e0_scratch *ws) {
+    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, eo)) return;
+    for (int i = 0; i < n; i++)
+        run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+}
+
 /* ---- exact --------------------------------------------------------------- */
 
 static void load_job_fn(void *arg) {
@@ -338,10 +349,7 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         if (s->o.layer.warm_willneed)
             for (int i = 0; i < n; i++)
                 xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
-        if (!parallel_experts(s, ly->experts, exps, start, n, pairs, in, k, eo))
-            for (int i = 0; i < n; i++)
-                run_expert(s, &ly->experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i],
-                           k, eo, ws);
+        resident_experts(s, ly->experts, exps, start, n, pairs, in, k, eo, ws);
         return 0;
     }
     xentry **ent = (xentry **)ws->xent;
@@ -739,9 +747,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
         e0_expert *v = s->fl_views;
         for (int i = 0; i < n; i++)
             layer_views(s, layer, exps[i], buf, &v[exps[i]]);
-        if (!parallel_experts(s, v, exps, start, n, order, x, k, eo))
-            for (int i = 0; i < n; i++)
-                run_expert(s, &v[exps[i]], x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+        resident_experts(s, v, exps, start, n, order, x, k, eo, ws);
     } else if (path == E0_PATH_STAGED) {
         if (lo->staged_sync) {
             double t0 = now_s();
