@@ -302,10 +302,11 @@ static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
     for (int t = 0; t < T; t++)
         mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
     memcpy(s->hist + s->pos, ids, (size_t)T * sizeof *ids);
-    if (T > 1) model_advise_layer(m, 0);
+    const bool ahead = T >= MODEL_ADVISE_MIN_T; /* read resident weights a layer ahead */
+    if (ahead) model_advise_layer(m, 0);
     for (int li = 0; li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
-        if (T > 1) model_advise_layer(m, li + 1); /* a batch: read the next layer's ahead */
+        if (ahead) model_advise_layer(m, li + 1);
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
         if (ly->linear)
             deltanet_forward(s, li, S->h, T, S->y);

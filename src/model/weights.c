@@ -358,24 +358,27 @@ fail:
 
 /* ---- readahead of resident weights ---------------------------------------- */
 
-static void advise_bytes(const void *p, size_t len) {
-    if (!p || !len) return;
-    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
-    madvise((void *)a, len + ((uintptr_t)p - a), MADV_WILLNEED);
+/* len bytes at p, where p lies in the checkpoint's mapping (weights the
+ * loader converted into memory of their own are skipped). */
+static void advise_bytes(const st_set *st, const void *p, uint64_t len) {
+    uint32_t file;
+    uint64_t off;
+    if (p && len && st_locate(st, p, &file, &off) == 0)
+        st_advise(st, file, off, len, MADV_WILLNEED);
 }
 
-static void advise_mat(const e0_mat *x) {
+static void advise_mat(const st_set *st, const e0_mat *x) {
     if (x->rows <= 0) return;
-    advise_bytes(x->w, (size_t)x->rows * mat_row_bytes(x));
+    advise_bytes(st, x->w, (uint64_t)x->rows * mat_row_bytes(x));
     if (x->type == E0_W_QAFF) {
-        advise_bytes(x->scales, (size_t)x->rows * mat_srow_bytes(x));
-        advise_bytes(x->biases, (size_t)x->rows * mat_srow_bytes(x));
+        advise_bytes(st, x->scales, (uint64_t)x->rows * mat_srow_bytes(x));
+        advise_bytes(st, x->biases, (uint64_t)x->rows * mat_srow_bytes(x));
     }
 }
 
 void model_advise_layer(const e0_model *m, int layer) {
     if (layer >= m->cfg.n_layers) {
-        advise_mat(&m->lm_head);
+        advise_mat(m->st, &m->lm_head);
         return;
     }
     const e0_layer *l = &m->layers[layer];
@@ -384,7 +387,7 @@ void model_advise_layer(const e0_model *m, int layer) {
                             &l->out,       &l->router,   &l->sh_gate, &l->sh_up,   &l->sh_down,
                             &l->sh_router, &l->mlp_gate, &l->mlp_up,  &l->mlp_down};
     for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
-        advise_mat(mats[i]);
+        advise_mat(m->st, mats[i]);
 }
 
 void model_free(e0_model *m) {
