@@ -124,6 +124,8 @@ static tmat make_mat(e0_wtype type, int64_t rows, int64_t cols, int bits, int gr
         free(row);
         break;
     }
+    case E0_W_GGML: /* tests/test_ggml.c covers the ggml block types */
+        break;
     }
     t.m.w = t.w;
     t.m.scales = t.s;
@@ -153,6 +155,8 @@ static const char *kind_name(const e0_mat *m) {
     case E0_W_QAFF:
         snprintf(buf, sizeof buf, "q%d", m->bits);
         return buf;
+    case E0_W_GGML:
+        return "ggml";
     }
     return "?";
 }

@@ -79,6 +79,12 @@ enum {
  * count. */
 k_rows_fn k_avx2_pick(const e0_mat *m, int *need, int *lanes);
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes);
+/* ggml block weights (E0_W_GGML, kernels_ggml_avx512.c): the row kernel of
+ * m's block type with f32 activations (K_NEED_X), or NULL. */
+k_rows_fn k_avx512_ggml_pick(const e0_mat *m);
+/* nb blocks of a type k_avx512_ggml_pick handles, dequantized by the
+ * kernels' own code (bit-identical to ggml_dequant; for tests). */
+void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb);
 /* int8-activation kernels of q4 weights, with one or two activation planes
  * (else the f32-activation kernel of k_avx512_pick). */
 k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes);

@@ -356,6 +356,8 @@ k_rows_fn k_avx2_pick(const e0_mat *m, int *need, int *lanes) {
             return q8_rows;
         }
         return NULL;
+    case E0_W_GGML: /* no AVX2 kernels: mat.c uses the AVX-512 ones where the CPU has them */
+        return NULL;
     }
     return NULL;
 }

@@ -1025,6 +1025,9 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
             return q8_rows;
         }
         return NULL;
+    case E0_W_GGML:
+        *need = K_NEED_X;
+        return k_avx512_ggml_pick(m);
     }
     return NULL;
 }

@@ -5,6 +5,7 @@
 #endif
 
 #include "edge0.h"
+#include "quant/ggml.h"
 #include "quant/kernels.h"
 #include "util/num.h"
 #include "util/pool.h"
@@ -28,6 +29,8 @@ size_t mat_row_bytes(const e0_mat *m) {
         return (size_t)m->cols * 2;
     case E0_W_QAFF:
         return (size_t)m->cols * (size_t)m->bits / 8;
+    case E0_W_GGML:
+        return (size_t)ggml_row_bytes(m->gtype, (uint64_t)m->cols);
     }
     return 0;
 }
@@ -88,6 +91,20 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) 
             uint32_t q = (uint32_t)(lo >> (bit % 32)) & mask;
             size_t g = (size_t)r * gpr + c / (uint64_t)m->group;
             out[i] = (float)q * sval(m->stype, m->scales, g) + sval(m->stype, m->biases, g);
+        }
+        return;
+    }
+    case E0_W_GGML: {
+        /* block by block through a buffer of one block (256 values at most) */
+        const ggml_type_info *ti = ggml_info(m->gtype);
+        const int64_t bk = ti->blck;
+        float tmp[GGML_QK_K];
+        for (int64_t c = c0; c < c0 + n;) {
+            const int64_t b = c / bk, off = c - b * bk;
+            const int64_t k = bk - off < c0 + n - c ? bk - off : c0 + n - c;
+            ggml_dequant(m->gtype, row + (size_t)b * (size_t)ti->size, tmp, 1);
+            memcpy(out + (c - c0), tmp + off, (size_t)k * sizeof *tmp);
+            c += k;
         }
         return;
     }
@@ -424,6 +441,9 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *
     case E0_KERNELS_AVX512:
         return k_avx512_pick(m, need, lanes);
     case E0_KERNELS_AVX2:
+        /* ggml block types have AVX-512 kernels only: those where the CPU runs them */
+        if (m->type == E0_W_GGML)
+            return mat_kernels_supported(E0_KERNELS_AVX512) ? k_avx512_pick(m, need, lanes) : NULL;
         return k_avx2_pick(m, need, lanes);
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:

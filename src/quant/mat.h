@@ -7,6 +7,12 @@
  * value k of a word sits at bits [k*bits, (k+1)*bits), least significant
  * first; scales and biases are [rows, cols/group] (bf16, f16 or f32);
  * w = q * scale + bias.
+ *
+ * ggml block types (E0_W_GGML, GGUF checkpoints; layouts in quant/ggml.h):
+ * `gtype` is the ggml_type id of a block type (GGUF's F32 / F16 / BF16
+ * tensors use E0_W_F32 / F16 / BF16). `w` points at row 0's first block;
+ * rows are consecutive, ggml_row_bytes(gtype, cols) bytes each (cols a
+ * multiple of the block size), only byte-aligned; no scales / biases.
  */
 #ifndef E0_QUANT_MAT_H
 #define E0_QUANT_MAT_H
@@ -14,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { E0_W_F32, E0_W_BF16, E0_W_F16, E0_W_QAFF } e0_wtype;
+typedef enum { E0_W_F32, E0_W_BF16, E0_W_F16, E0_W_QAFF, E0_W_GGML } e0_wtype;
 typedef enum { E0_S_BF16, E0_S_F16, E0_S_F32 } e0_stype;
 
 typedef struct {
@@ -22,12 +28,15 @@ typedef struct {
     int64_t rows, cols;
     int bits, group;    /* E0_W_QAFF */
     e0_stype stype;     /* dtype of scales / biases */
-    const void *w;      /* F32/BF16/F16: [rows, cols]; QAFF: u32 [rows, cols*bits/32] */
+    uint32_t gtype;     /* E0_W_GGML: the block type (ggml_type) */
+    const void *w;      /* F32/BF16/F16: [rows, cols]; QAFF: u32 [rows, cols*bits/32];
+                           GGML: [rows, cols / blck] blocks */
     const void *scales; /* [rows, cols/group] */
     const void *biases; /* [rows, cols/group] */
 } e0_mat;
 
-/* Bytes of one row of each part (QAFF: weight words; scales; biases). */
+/* Bytes of one row of each part (QAFF: weight words; scales; biases;
+ * GGML: the row's blocks, and 0). */
 size_t mat_row_bytes(const e0_mat *m);
 size_t mat_srow_bytes(const e0_mat *m);
 /* Bytes the whole matrix occupies (weights + scales + biases). */
@@ -36,7 +45,8 @@ uint64_t mat_bytes(const e0_mat *m);
 /* View of rows [r0, r0 + n). */
 e0_mat mat_rows(const e0_mat *m, int64_t r0, int64_t n);
 
-/* out[0..n) = row r, columns [c0, c0 + n), dequantized to f32. */
+/* out[0..n) = row r, columns [c0, c0 + n), dequantized to f32 (GGML: the
+ * enclosing blocks are dequantized, bit-exact to ggml / gguf-py). */
 void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out);
 
 /* y[t, r] = sum_c W[r, c] * x[t, c] for t < T.

@@ -1,0 +1,543 @@
+/* AVX-512 row kernels of ggml block weights (E0_W_GGML, quant/ggml.h)
+ * against f32 activations (quant/kernels.h).
+ *
+ * Each block is dequantized in registers by gq_dq, which forms every value
+ * with the same f32 operations, in the same order, as the scalar reference
+ * (ggml_quants.c): the kernel's weights are bit-identical to
+ * mat_dequant's, and results differ from mat_matmul_ref only by summation
+ * order. Blocks of 32 values are two vectors, k-quant super-blocks of 256
+ * sixteen; every vector of 16 values lies in one sub-block, so the scale
+ * and min of a vector are a broadcast.
+ *
+ * Summation order, per (row, token), the same in every path and tile:
+ *   vector j of the row (columns 16j .. 16j + 15, in column order):
+ *       a_{j % 2} = fma(w_j, x_j, a_{j % 2})      (a_0 = a_1 = 0 at the start)
+ *   y = reduce_add(a_0 + a_1)
+ * Two paths produce it:
+ *  - T < 4 (decode): blocks are dequantized as the row is streamed, R rows
+ *    at a time (4 for one token, 2 for two or three), and used at once: the
+ *    weights are read once, with no horizontal sum per block; the rows
+ *    after the tile's are prefetched.
+ *  - T >= 4 (prefill): two rows are dequantized into a per-thread buffer
+ *    once, then tiles of 2 rows x 4 tokens (then single tokens) run over
+ *    it, so each weight is dequantized once per call, not once per token.
+ *    Rows wider than GQ_MAXC use the decode path per token.
+ */
+#include "quant/ggml.h"
+#include "quant/kernels.h"
+
+#include "util/num.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TGT    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define INL    static inline __attribute__((always_inline)) TGT
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* Widest row of the prefill path: two rows of f32 in the per-thread buffer. */
+#define GQ_MAXC 8192
+
+static _Thread_local float gq_buf[2 * GQ_MAXC] __attribute__((aligned(64)));
+
+static inline float half_at(const uint8_t *b, size_t off) {
+    return e0_f16_to_f32(e0_ld16(b + off, 0));
+}
+
+/* 16 bytes as 16 int32 lanes (zero- / sign-extended). */
+INL __m512i u8x16(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+INL __m512i s8x16(const uint8_t *p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+INL __m512 bcast(__m512 v, int lane) {
+    return _mm512_permutexvar_ps(_mm512_set1_epi32(lane), v);
+}
+
+/* Low / high nibbles of 16 bytes, as int32 lanes. */
+INL void nibbles(const uint8_t *p, __m512i *lo, __m512i *hi) {
+    const __m512i v = u8x16(p), m = _mm512_set1_epi32(0x0f);
+    *lo = _mm512_and_si512(v, m);
+    *hi = _mm512_srli_epi32(v, 4);
+}
+
+INL __m512 kvalues(void) {
+    return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
+/* One block at b into v[0 .. blck / 16): the reference's values, bit for bit. */
+INL void gq_dq(const int type, const uint8_t *b, __m512 *v) {
+    switch (type) {
+    case GGML_Q4_0: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_0, d)));
+        const __m512i e = _mm512_set1_epi32(8);
+        __m512i lo, hi;
+        nibbles(b + offsetof(ggml_block_q4_0, qs), &lo, &hi);
+        v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, e)), d);
+        v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, e)), d);
+        return;
+    }
+    case GGML_Q4_1: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, d)));
+        const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, m)));
+        __m512i lo, hi;
+        nibbles(b + offsetof(ggml_block_q4_1, qs), &lo, &hi);
+        v[0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), mn);
+        v[1] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d), mn);
+        return;
+    }
+    case GGML_Q5_0:
+    case GGML_Q5_1: {
+        const int one = type == GGML_Q5_1;
+        const size_t oqh = one ? offsetof(ggml_block_q5_1, qh) : offsetof(ggml_block_q5_0, qh);
+        const size_t oqs = one ? offsetof(ggml_block_q5_1, qs) : offsetof(ggml_block_q5_0, qs);
+        const __m512 d = _mm512_set1_ps(half_at(b, 0));
+        const uint32_t qh = e0_ld32(b + oqh, 0);
+        const __m512i s16 = _mm512_set1_epi32(16);
+        __m512i lo, hi;
+        nibbles(b + oqs, &lo, &hi);
+        lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xffff), lo, s16);
+        hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, s16);
+        if (one) {
+            const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q5_1, m)));
+            v[0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), mn);
+            v[1] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d), mn);
+        } else {
+            v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, s16)), d);
+            v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, s16)), d);
+        }
+        return;
+    }
+    case GGML_Q8_0: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q8_0, d)));
+        const uint8_t *qs = b + offsetof(ggml_block_q8_0, qs);
+        v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(s8x16(qs)), d);
+        v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(s8x16(qs + 16)), d);
+        return;
+    }
+    case GGML_IQ4_NL: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_iq4_nl, d)));
+        const __m512 kv = kvalues();
+        __m512i lo, hi;
+        nibbles(b + offsetof(ggml_block_iq4_nl, qs), &lo, &hi);
+        v[0] = _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, kv));
+        v[1] = _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, kv));
+        return;
+    }
+    case GGML_Q2_K: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, d)));
+        const __m512 dm = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, dmin)));
+        const __m512i sc = u8x16(b + offsetof(ggml_block_q2_K, scales)), three = _mm512_set1_epi32(3);
+        const __m512 dl = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+        const __m512 ml = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+        const uint8_t *qs = b + offsetof(ggml_block_q2_K, qs);
+        UNROLL
+        for (int s = 0; s < 16; s++) { /* s = 8h + 2k + half */
+            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
+            const __m512i q =
+                _mm512_and_si512(_mm512_srli_epi32(u8x16(qs + 32 * h + 16 * hf), 2 * k), three);
+            v[s] = _mm512_sub_ps(_mm512_mul_ps(bcast(dl, s), _mm512_cvtepi32_ps(q)), bcast(ml, s));
+        }
+        return;
+    }
+    case GGML_Q3_K: {
+        const float d = half_at(b, offsetof(ggml_block_q3_K, d));
+        const uint8_t *sc = b + offsetof(ggml_block_q3_K, scales);
+        int32_t sv[16];
+        for (int s = 0; s < 16; s++) {
+            const int lo = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0x0f;
+            const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+            sv[s] = (lo | hi << 4) - 32;
+        }
+        const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(d),
+                                        _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)sv)));
+        const uint8_t *qs = b + offsetof(ggml_block_q3_K, qs), *hm = b + offsetof(ggml_block_q3_K, hmask);
+        const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
+        UNROLL
+        for (int s = 0; s < 16; s++) {
+            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
+            const __m512i ql =
+                _mm512_and_si512(_mm512_srli_epi32(u8x16(qs + 32 * h + 16 * hf), 2 * k), three);
+            const __m512i hv = u8x16(hm + 16 * hf);
+            const int sh = 4 * h + k; /* the bit, moved to bit 2 (value 4) */
+            const __m512i hb = _mm512_and_si512(
+                sh >= 2 ? _mm512_srli_epi32(hv, sh - 2) : _mm512_slli_epi32(hv, 2 - sh), four);
+            /* q = ql - 4 where the high bit is clear: ql + 4 hb - 4 */
+            const __m512i q = _mm512_sub_epi32(_mm512_or_si512(ql, hb), four);
+            v[s] = _mm512_mul_ps(bcast(dl, s), _mm512_cvtepi32_ps(q));
+        }
+        return;
+    }
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const int five = type == GGML_Q5_K;
+        const float d = half_at(b, 0), dmin = half_at(b, 2);
+        const uint8_t *s = b + 4; /* scales, at the same offset in both */
+        const uint8_t *qs = b + (five ? offsetof(ggml_block_q5_K, qs) : offsetof(ggml_block_q4_K, qs));
+        const uint8_t *qh = b + offsetof(ggml_block_q5_K, qh);
+        UNROLL
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            if (j < 4) {
+                sc = s[j] & 63;
+                mn = s[j + 4] & 63;
+            } else {
+                sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+            }
+            const __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(dmin * (float)mn);
+            UNROLL
+            for (int hf = 0; hf < 2; hf++) {
+                __m512i q = _mm512_and_si512(
+                    _mm512_srli_epi32(u8x16(qs + 32 * (j / 2) + 16 * hf), 4 * (j % 2)),
+                    _mm512_set1_epi32(15));
+                if (five) {
+                    const __m512i hb = u8x16(qh + 16 * hf);
+                    q = _mm512_or_si512(q, _mm512_and_si512(
+                                               j <= 4 ? _mm512_slli_epi32(hb, 4 - j)
+                                                      : _mm512_srli_epi32(hb, j - 4),
+                                               _mm512_set1_epi32(16)));
+                }
+                v[2 * j + hf] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
+            }
+        }
+        return;
+    }
+    case GGML_Q6_K: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q6_K, d)));
+        const __m512 ds = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(s8x16(b + offsetof(ggml_block_q6_K, scales))));
+        const uint8_t *ql = b + offsetof(ggml_block_q6_K, ql), *qh = b + offsetof(ggml_block_q6_K, qh);
+        const __m512i m15 = _mm512_set1_epi32(15), m48 = _mm512_set1_epi32(48);
+        UNROLL
+        for (int s = 0; s < 16; s++) {
+            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
+            const __m512i lo = _mm512_and_si512(
+                _mm512_srli_epi32(u8x16(ql + 64 * h + 32 * (k % 2) + 16 * hf), 4 * (k / 2)), m15);
+            const __m512i hv = u8x16(qh + 32 * h + 16 * hf);
+            const __m512i hi = _mm512_and_si512(
+                2 * k <= 4 ? _mm512_slli_epi32(hv, 4 - 2 * k) : _mm512_srli_epi32(hv, 2 * k - 4), m48);
+            const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32));
+            v[s] = _mm512_mul_ps(bcast(ds, s), _mm512_cvtepi32_ps(q));
+        }
+        return;
+    }
+    case GGML_IQ4_XS: {
+        const float d = half_at(b, offsetof(ggml_block_iq4_xs, d));
+        const uint16_t sh = e0_ld16(b + offsetof(ggml_block_iq4_xs, scales_h), 0);
+        const uint8_t *sl = b + offsetof(ggml_block_iq4_xs, scales_l);
+        const uint8_t *qs = b + offsetof(ggml_block_iq4_xs, qs);
+        const __m512 kv = kvalues();
+        UNROLL
+        for (int j = 0; j < 8; j++) {
+            const int ls = ((sl[j / 2] >> (4 * (j % 2))) & 0x0f) | ((sh >> (2 * j)) & 3) << 4;
+            const __m512 dl = _mm512_set1_ps(d * (float)(ls - 32));
+            __m512i lo, hi;
+            nibbles(qs + 16 * j, &lo, &hi);
+            v[2 * j] = _mm512_mul_ps(dl, _mm512_permutexvar_ps(lo, kv));
+            v[2 * j + 1] = _mm512_mul_ps(dl, _mm512_permutexvar_ps(hi, kv));
+        }
+        return;
+    }
+    }
+}
+
+/* Values and bytes per block of the types gq_dq decodes. */
+INL int gq_blck(const int type) {
+    return type == GGML_Q2_K || type == GGML_Q3_K || type == GGML_Q4_K || type == GGML_Q5_K ||
+                   type == GGML_Q6_K || type == GGML_IQ4_XS
+               ? 256
+               : 32;
+}
+
+/* Decode path: rows r..r+R, tokens t0..t0+TT; blocks dequantized and used
+ * at once. The next R rows are prefetched at the same column. */
+INL void gq_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                 const int type, const int bsize, float *y, int64_t ldy) {
+    const int blck = gq_blck(type), NV = blck / 16;
+    const int64_t nb = m->cols / blck, rb = nb * bsize;
+    const uint8_t *w[4];
+    const float *x[4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint8_t *)m->w + (r + i) * rb;
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        x[t] = a->x + (t0 + t) * a->ldx;
+    __m512 a0[4][4], a1[4][4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        a0[i][t] = a1[i][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        UNROLL
+        for (int i = 0; i < R; i++) {
+            const uint8_t *blk = w[i] + b * bsize;
+            _mm_prefetch((const char *)(blk + R * rb), _MM_HINT_T0);
+            if (bsize > 64) _mm_prefetch((const char *)(blk + R * rb + 64), _MM_HINT_T0);
+            if (bsize > 128) _mm_prefetch((const char *)(blk + R * rb + 128), _MM_HINT_T0);
+            __m512 v[16];
+            gq_dq(type, blk, v);
+            UNROLL
+            for (int j = 0; j < NV; j++)
+                UNROLL
+            for (int t = 0; t < TT; t++) {
+                const __m512 xv = _mm512_loadu_ps(x[t] + b * blck + 16 * j);
+                if (j & 1)
+                    a1[i][t] = _mm512_fmadd_ps(v[j], xv, a1[i][t]);
+                else
+                    a0[i][t] = _mm512_fmadd_ps(v[j], xv, a0[i][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
+}
+
+/* Prefill path: R rows of buf (f32, stride cols) x tokens t0..t0+TT. */
+INL void gq_buf_tile(const float *buf, int64_t cols, const k_act *a, int64_t r, const int R,
+                     int64_t t0, const int TT, float *y, int64_t ldy) {
+    const float *x[4];
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        x[t] = a->x + (t0 + t) * a->ldx;
+    __m512 a0[2][4], a1[2][4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        a0[i][t] = a1[i][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 32) {
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m512 wv[2];
+            UNROLL
+            for (int i = 0; i < R; i++)
+                wv[i] = _mm512_load_ps(buf + i * cols + c + 16 * h);
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                const __m512 xv = _mm512_loadu_ps(x[t] + c + 16 * h);
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                    if (h)
+                        a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
+                    else
+                        a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
+                }
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
+}
+
+TGT static void gq_buf_2x4(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
+                           float *y, int64_t ldy) {
+    gq_buf_tile(buf, cols, a, r, 2, t0, 4, y, ldy);
+}
+TGT static void gq_buf_2x1(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
+                           float *y, int64_t ldy) {
+    gq_buf_tile(buf, cols, a, r, 2, t0, 1, y, ldy);
+}
+TGT static void gq_buf_1x4(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
+                           float *y, int64_t ldy) {
+    gq_buf_tile(buf, cols, a, r, 1, t0, 4, y, ldy);
+}
+TGT static void gq_buf_1x1(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
+                           float *y, int64_t ldy) {
+    gq_buf_tile(buf, cols, a, r, 1, t0, 1, y, ldy);
+}
+
+/* Rows r..r+n (n <= 2) dequantized into gq_buf. */
+INL void gq_fill(const e0_mat *m, int64_t r, int n, const int type, const int bsize) {
+    const int blck = gq_blck(type), NV = blck / 16;
+    const int64_t nb = m->cols / blck, rb = nb * bsize;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *w = (const uint8_t *)m->w + (r + i) * rb;
+        float *o = gq_buf + i * m->cols;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512 v[16];
+            gq_dq(type, w + b * bsize, v);
+            UNROLL
+            for (int j = 0; j < NV; j++)
+                _mm512_store_ps(o + b * blck + 16 * j, v[j]);
+        }
+    }
+}
+
+/* One kernel per type: the tile shapes of both paths, then the row loop. */
+#define GQ_KERNEL(NAME, TYPE, BSIZE)                                                              \
+    TGT static void gq_##NAME##_4x1(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 4, t0, 1, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_1x1(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 1, t0, 1, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_2x3(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 2, t0, 3, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_1x3(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 1, t0, 3, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_2x2(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 2, t0, 2, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_1x2(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,       \
+                                    float *y, int64_t ldy) {                                      \
+        gq_tile(m, a, r, 1, t0, 2, TYPE, BSIZE, y, ldy);                                          \
+    }                                                                                             \
+    TGT static void gq_##NAME##_fill(const e0_mat *m, int64_t r, int n) {                         \
+        gq_fill(m, r, n, TYPE, BSIZE);                                                            \
+    }                                                                                             \
+    TGT static void gq_##NAME##_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,     \
+                                     float *y, int64_t ldy) {                                     \
+        static const gq_tiles tl = {gq_##NAME##_4x1, gq_##NAME##_1x1, gq_##NAME##_2x2,            \
+                                    gq_##NAME##_1x2, gq_##NAME##_2x3, gq_##NAME##_1x3,            \
+                                    gq_##NAME##_fill};                                            \
+        gq_rows(m, a, r0, r1, y, ldy, &tl);                                                       \
+    }
+
+typedef void (*gq_tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, float *, int64_t);
+typedef struct {
+    gq_tile_fn t4x1, t1x1, t2x2, t1x2, t2x3, t1x3;
+    void (*fill)(const e0_mat *, int64_t, int);
+} gq_tiles;
+
+/* Decode path over rows [r0, r1) for tokens [t0, t0 + TT), TT <= 3. */
+TGT static void gq_rows_decode(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
+                               int64_t t0, int TT, float *y, int64_t ldy, const gq_tiles *tl) {
+    gq_tile_fn big = TT == 1 ? tl->t4x1 : TT == 2 ? tl->t2x2 : tl->t2x3;
+    gq_tile_fn one = TT == 1 ? tl->t1x1 : TT == 2 ? tl->t1x2 : tl->t1x3;
+    const int R = TT == 1 ? 4 : 2;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R)
+        big(m, a, r, t0, y, ldy);
+    for (; r < r1; r++)
+        one(m, a, r, t0, y, ldy);
+}
+
+TGT static void gq_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy, const gq_tiles *tl) {
+    if (a->T < 4 || m->cols > GQ_MAXC) {
+        for (int64_t t0 = 0; t0 < a->T; t0 += 3)
+            gq_rows_decode(m, a, r0, r1, t0, a->T - t0 >= 3 ? 3 : (int)(a->T - t0), y, ldy, tl);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int n = r1 - r >= 2 ? 2 : 1;
+        tl->fill(m, r, n);
+        int64_t t0 = 0;
+        for (; t0 + 4 <= a->T; t0 += 4)
+            (n == 2 ? gq_buf_2x4 : gq_buf_1x4)(gq_buf, m->cols, a, r, t0, y, ldy);
+        for (; t0 < a->T; t0++)
+            (n == 2 ? gq_buf_2x1 : gq_buf_1x1)(gq_buf, m->cols, a, r, t0, y, ldy);
+    }
+}
+
+GQ_KERNEL(q4_0, GGML_Q4_0, 18)
+GQ_KERNEL(q4_1, GGML_Q4_1, 20)
+GQ_KERNEL(q5_0, GGML_Q5_0, 22)
+GQ_KERNEL(q5_1, GGML_Q5_1, 24)
+GQ_KERNEL(q8_0, GGML_Q8_0, 34)
+GQ_KERNEL(q2_K, GGML_Q2_K, 84)
+GQ_KERNEL(q3_K, GGML_Q3_K, 110)
+GQ_KERNEL(q4_K, GGML_Q4_K, 144)
+GQ_KERNEL(q5_K, GGML_Q5_K, 176)
+GQ_KERNEL(q6_K, GGML_Q6_K, 210)
+GQ_KERNEL(iq4_nl, GGML_IQ4_NL, 18)
+GQ_KERNEL(iq4_xs, GGML_IQ4_XS, 136)
+
+/* The block dequantizer alone (tests: bit-identical to ggml_dequant). */
+TGT void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb) {
+    const uint8_t *p = src;
+    const ggml_type_info *ti = ggml_info(type);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 v[16];
+        const uint8_t *blk = p + b * ti->size;
+        switch (type) {
+#define DQ(T)                                                                                     \
+    case T:                                                                                       \
+        gq_dq(T, blk, v);                                                                         \
+        break;
+            DQ(GGML_Q4_0)
+            DQ(GGML_Q4_1)
+            DQ(GGML_Q5_0)
+            DQ(GGML_Q5_1)
+            DQ(GGML_Q8_0)
+            DQ(GGML_Q2_K)
+            DQ(GGML_Q3_K)
+            DQ(GGML_Q4_K)
+            DQ(GGML_Q5_K)
+            DQ(GGML_Q6_K)
+            DQ(GGML_IQ4_NL)
+            DQ(GGML_IQ4_XS)
+#undef DQ
+        default:
+            return;
+        }
+        for (int j = 0; j < ti->blck / 16; j++)
+            _mm512_storeu_ps(y + b * ti->blck + 16 * j, v[j]);
+    }
+}
+
+k_rows_fn k_avx512_ggml_pick(const e0_mat *m) {
+    const ggml_type_info *ti = ggml_info(m->gtype);
+    if (!ti || m->cols % ti->blck) return NULL;
+    switch (m->gtype) {
+    case GGML_Q4_0:
+        return gq_q4_0_rows;
+    case GGML_Q4_1:
+        return gq_q4_1_rows;
+    case GGML_Q5_0:
+        return gq_q5_0_rows;
+    case GGML_Q5_1:
+        return gq_q5_1_rows;
+    case GGML_Q8_0:
+        return gq_q8_0_rows;
+    case GGML_Q2_K:
+        return gq_q2_K_rows;
+    case GGML_Q3_K:
+        return gq_q3_K_rows;
+    case GGML_Q4_K:
+        return gq_q4_K_rows;
+    case GGML_Q5_K:
+        return gq_q5_K_rows;
+    case GGML_Q6_K:
+        return gq_q6_K_rows;
+    case GGML_IQ4_NL:
+        return gq_iq4_nl_rows;
+    case GGML_IQ4_XS:
+        return gq_iq4_xs_rows;
+    default:
+        return NULL;
+    }
+}
+
+#else
+
+void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb) {
+    ggml_dequant(type, src, y, nb);
+}
+
+k_rows_fn k_avx512_ggml_pick(const e0_mat *m) {
+    (void)m;
+    return NULL;
+}
+
+#endif

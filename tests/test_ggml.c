@@ -1,0 +1,377 @@
+/* ggml block weight types (quant/ggml.h, E0_W_GGML matrices).
+ *  - the scalar reference dequantizers equal gguf-py's numpy ones bit for
+ *    bit on random blocks of every type (tests/data/ggml_ref.bin, written by
+ *    tests/data/gen_ggml_ref.py from llama.cpp's gguf-py), and so do
+ *    mat_dequant over any column range and the AVX-512 kernels' own block
+ *    decoder;
+ *  - the matrix accessors (row bytes, views, total bytes) follow the block
+ *    layout;
+ *  - every kernel set's mat_matmul on every type matches mat_matmul_ref on
+ *    random shapes (rows not a multiple of a tile, rows only byte-aligned,
+ *    T = 1, 2, 3, 5, 17, 64, rows wider than the prefill buffer) within an
+ *    NMSE bound (f32 activations: summation order only);
+ *  - one (row, token) result does not depend on T, the other tokens, the
+ *    rows of the view or the number of threads (bitwise). */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "quant/ggml.h"
+#include "quant/kernels.h"
+#include "quant/mat.h"
+#include "util/num.h"
+#include "util/pool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+static float frand(void) {
+    return (float)((rnd() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+static int64_t irand(int64_t lo, int64_t hi) {
+    return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+/* The block types edge0 computes with. */
+static const uint32_t TYPES[] = {GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,  GGML_Q8_0,  GGML_Q2_K,
+                                 GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL, GGML_IQ4_XS};
+#define NTYPES (sizeof TYPES / sizeof *TYPES)
+
+/* ---- bit-exact dequantization against gguf-py ------------------------------ */
+
+typedef struct {
+    uint32_t type, nb, size, blck;
+    const uint8_t *raw;
+    const float *vals;
+} ref_rec;
+
+static uint8_t *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s (run the tests from the repository root)", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*len);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, *len, f), *len);
+    fclose(f);
+    return p;
+}
+
+/* Splits the file into records (at most nmax); returns their count. */
+static size_t parse_ref(const uint8_t *p, size_t len, ref_rec *rec, size_t nmax) {
+    assert_true(len >= 8 && !memcmp(p, "E0GGREF1", 8));
+    size_t off = 8, n = 0;
+    while (off < len) {
+        assert_true(n < nmax && off + 16 <= len);
+        ref_rec r;
+        r.type = e0_ld32(p + off, 0);
+        r.nb = e0_ld32(p + off, 1);
+        r.size = e0_ld32(p + off, 2);
+        r.blck = e0_ld32(p + off, 3);
+        off += 16;
+        const size_t need = (size_t)r.nb * r.size + (size_t)r.nb * r.blck * 4;
+        assert_true(off + need <= len);
+        r.raw = p + off;
+        r.vals = (const float *)(const void *)(p + off + (size_t)r.nb * r.size);
+        off += need;
+        rec[n++] = r;
+    }
+    return n;
+}
+
+static void test_dequant_matches_ggufpy(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *file = read_file("tests/data/ggml_ref.bin", &len);
+    ref_rec rec[32];
+    const size_t nrec = parse_ref(file, len, rec, 32);
+    const int simd = mat_kernels_supported(E0_KERNELS_AVX512);
+    for (size_t k = 0; k < NTYPES; k++) {
+        const ref_rec *r = NULL;
+        for (size_t i = 0; i < nrec; i++)
+            if (rec[i].type == TYPES[k]) r = &rec[i];
+        const ggml_type_info *ti = ggml_info(TYPES[k]);
+        if (!r) fail_msg("%s: no reference blocks in ggml_ref.bin", ti->name);
+        assert_true(ti->supported);
+        assert_int_equal(r->size, ti->size);
+        assert_int_equal(r->blck, ti->blck);
+        const size_t n = (size_t)r->nb * r->blck;
+        float *ref = malloc(n * 4), *y = malloc(n * 4);
+        memcpy(ref, r->vals, n * 4); /* the file's floats need not be aligned */
+        /* copied to an odd address: rows in a mapping are only byte-aligned */
+        uint8_t *raw = malloc((size_t)r->nb * r->size + 1);
+        memcpy(raw + 1, r->raw, (size_t)r->nb * r->size);
+
+        memset(y, 0xff, n * 4);
+        assert_int_equal(ggml_dequant(r->type, raw + 1, y, r->nb), 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += memcmp(&y[i], &ref[i], 4) != 0;
+
+        /* the same blocks as a matrix of 1..nb blocks per row, any column range */
+        size_t bad_mat = 0;
+        for (uint32_t bpr = 1; bpr <= r->nb; bpr *= 2) {
+            const e0_mat m = {.type = E0_W_GGML,
+                              .gtype = r->type,
+                              .rows = r->nb / bpr,
+                              .cols = (int64_t)bpr * r->blck,
+                              .w = raw + 1};
+            for (int it = 0; it < 20; it++) {
+                const int64_t row = irand(0, m.rows - 1), c0 = irand(0, m.cols - 1);
+                const int64_t cnt = irand(1, m.cols - c0);
+                mat_dequant(&m, row, c0, cnt, y);
+                bad_mat += memcmp(y, ref + row * m.cols + c0, (size_t)cnt * 4) != 0;
+            }
+        }
+
+        size_t bad_simd = 0;
+        if (simd) {
+            memset(y, 0xff, n * 4);
+            k_avx512_ggml_dequant(r->type, raw + 1, y, r->nb);
+            for (size_t i = 0; i < n; i++)
+                bad_simd += memcmp(&y[i], &ref[i], 4) != 0;
+        }
+        printf("  %-7s %2u blocks: %zu values differ from gguf-py, %zu mat_dequant ranges, %zu "
+               "(avx512 decoder%s)\n",
+               ti->name, r->nb, bad, bad_mat, bad_simd, simd ? "" : ": not run");
+        assert_int_equal(bad, 0);
+        assert_int_equal(bad_mat, 0);
+        assert_int_equal(bad_simd, 0);
+        free(ref);
+        free(y);
+        free(raw);
+    }
+    assert_int_equal(ggml_dequant(GGML_Q8_K, file, NULL, 0), E0_EUNSUPPORTED);
+    free(file);
+}
+
+/* ---- matrices ---------------------------------------------------------------- */
+
+/* f16 bits of f (normal range, round to nearest). */
+static uint16_t to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+    if (e <= 0) return (uint16_t)sign;
+    uint32_t man = (u & 0x7fffffu) + 0x1000u;
+    if (man & 0x800000u) man = 0, e++;
+    return (uint16_t)(sign | ((uint32_t)e << 10) | (man >> 13));
+}
+
+/* Offsets of the f16 fields of a block (ggml.h's structs). */
+static int halves(uint32_t type, size_t off[2]) {
+    switch (type) {
+    case GGML_Q4_1:
+    case GGML_Q5_1:
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        off[0] = 0, off[1] = 2;
+        return 2;
+    case GGML_Q2_K:
+        off[0] = offsetof(ggml_block_q2_K, d), off[1] = offsetof(ggml_block_q2_K, dmin);
+        return 2;
+    case GGML_Q3_K:
+        off[0] = offsetof(ggml_block_q3_K, d);
+        return 1;
+    case GGML_Q6_K:
+        off[0] = offsetof(ggml_block_q6_K, d);
+        return 1;
+    default:
+        off[0] = 0;
+        return 1;
+    }
+}
+
+/* A random matrix of `type`, its rows starting `skew` bytes into the
+ * returned buffer (*buf: free it). Random bytes, with scale fields of
+ * random sign and magnitude 0.002 .. 0.02. */
+static e0_mat make_mat(uint32_t type, int64_t rows, int64_t cols, size_t skew, uint8_t **buf) {
+    e0_mat m = {.type = E0_W_GGML, .gtype = type, .rows = rows, .cols = cols};
+    const ggml_type_info *ti = ggml_info(type);
+    const size_t bytes = (size_t)rows * mat_row_bytes(&m);
+    *buf = malloc(bytes + skew);
+    uint8_t *p = *buf + skew;
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)rnd();
+    size_t off[2];
+    const int nh = halves(type, off);
+    for (size_t b = 0; b < bytes / (size_t)ti->size; b++)
+        for (int h = 0; h < nh; h++) {
+            const uint16_t v = to_f16((0.002f + 0.018f * fabsf(frand())) * (frand() < 0 ? -1 : 1));
+            memcpy(p + b * (size_t)ti->size + off[h], &v, 2);
+        }
+    m.w = p;
+    return m;
+}
+
+static void test_mat_layout(void **state) {
+    (void)state;
+    for (size_t k = 0; k < NTYPES; k++) {
+        const ggml_type_info *ti = ggml_info(TYPES[k]);
+        const e0_mat m = {.type = E0_W_GGML, .gtype = TYPES[k], .rows = 7, .cols = 3 * 256,
+                          .w = (const void *)0x1000};
+        const size_t rb = (size_t)(3 * 256 / ti->blck) * (size_t)ti->size;
+        assert_int_equal(mat_row_bytes(&m), rb);
+        assert_int_equal(mat_srow_bytes(&m), 0);
+        assert_int_equal(mat_bytes(&m), 7 * rb);
+        const e0_mat v = mat_rows(&m, 2, 3);
+        assert_int_equal(v.rows, 3);
+        assert_int_equal(v.gtype, TYPES[k]);
+        assert_ptr_equal(v.w, (const uint8_t *)m.w + 2 * rb);
+    }
+}
+
+/* ---- kernels against the reference --------------------------------------------- */
+
+#define NMSE_F32 1e-10
+
+static const e0_kernels SETS[] = {E0_KERNELS_AVX2,       E0_KERNELS_AVX512,     E0_KERNELS_AVX512_Q8,
+                                  E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24, E0_KERNELS_AVX512_MIXED};
+static const char *const SET_NAMES[] = {"avx2",       "avx512",     "avx512-q8",
+                                        "avx512-q16", "avx512-q24", "avx512-mixed"};
+#define NSETS (sizeof SETS / sizeof *SETS)
+
+/* mat_matmul under the set in force vs mat_matmul_ref: the NMSE; padding
+ * columns of y stay untouched. */
+static double one_case(const e0_mat *m, int64_t T) {
+    const int64_t ldx = m->cols + irand(0, 5), ldy = m->rows + irand(0, 3);
+    float *x = malloc((size_t)(T * ldx) * sizeof *x);
+    float *y = malloc((size_t)(T * ldy) * sizeof *y), *yr = malloc((size_t)(T * ldy) * sizeof *yr);
+    for (int64_t i = 0; i < T * ldx; i++)
+        x[i] = frand();
+    for (int64_t i = 0; i < T * ldy; i++)
+        y[i] = yr[i] = 1234.5f;
+    mat_matmul(m, x, ldx, T, y, ldy);
+    mat_matmul_ref(m, x, ldx, T, yr, ldy);
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t r = 0; r < m->rows; r++) {
+            const double d = (double)y[t * ldy + r] - yr[t * ldy + r];
+            num += d * d;
+            den += (double)yr[t * ldy + r] * yr[t * ldy + r];
+        }
+        for (int64_t r = m->rows; r < ldy; r++)
+            assert_true(y[t * ldy + r] == 1234.5f);
+    }
+    free(x);
+    free(y);
+    free(yr);
+    return den > 0 ? num / den : num;
+}
+
+static void test_kernels_vs_ref(void **state) {
+    (void)state;
+    static const int64_t Ts[] = {1, 2, 3, 5, 17, 64};
+    pool_init(2);
+    int ran = 0;
+    for (size_t s = 0; s < NSETS; s++) {
+        if (mat_set_kernels(SETS[s])) {
+            printf("  %s: not supported by this CPU\n", SET_NAMES[s]);
+            continue;
+        }
+        for (size_t k = 0; k < NTYPES; k++) {
+            const ggml_type_info *ti = ggml_info(TYPES[k]);
+            double worst = 0;
+            for (size_t it = 0; it < sizeof Ts / sizeof *Ts; it++) {
+                const int64_t T = Ts[it];
+                /* rows not a multiple of any tile; wide rows for T >= 4 take
+                 * the path without the prefill buffer */
+                const int64_t rows = irand(1, 41);
+                int64_t cols = ti->blck * irand(1, ti->blck == 32 ? 40 : 5);
+                if (it == 3) cols = (8192 / ti->blck + 1) * ti->blck;
+                uint8_t *buf;
+                const e0_mat m = make_mat(TYPES[k], rows, cols, (size_t)irand(0, 3), &buf);
+                const double e = one_case(&m, T);
+                if (e > worst) worst = e;
+                if (!(e < NMSE_F32))
+                    fail_msg("%s %s rows %lld cols %lld T %lld: NMSE %.3g", SET_NAMES[s], ti->name,
+                             (long long)rows, (long long)cols, (long long)T, e);
+                free(buf);
+            }
+            printf("  %-12s %-7s worst NMSE %.2e\n", SET_NAMES[s], ti->name, worst);
+            ran++;
+        }
+    }
+    /* a set without an AVX-512 kernel for these types (REF) still runs */
+    assert_int_equal(mat_set_kernels(E0_KERNELS_REF), 0);
+    uint8_t *buf;
+    const e0_mat m = make_mat(GGML_Q4_K, 9, 512, 1, &buf);
+    assert_true(one_case(&m, 3) == 0.0);
+    free(buf);
+    printf("  %d set x type combinations\n", ran);
+    mat_set_kernels(E0_KERNELS_AUTO);
+    pool_init(0);
+}
+
+/* ---- determinism ------------------------------------------------------------------- */
+
+static void test_determinism(void **state) {
+    (void)state;
+    int ran = 0;
+    for (size_t s = 0; s < NSETS; s++) {
+        if (mat_set_kernels(SETS[s])) continue;
+        for (size_t k = 0; k < NTYPES; k++) {
+            const ggml_type_info *ti = ggml_info(TYPES[k]);
+            const int64_t rows = 37, cols = ti->blck == 32 ? 640 : 768, T = 17;
+            uint8_t *buf;
+            const e0_mat m = make_mat(TYPES[k], rows, cols, 3, &buf);
+            float *x = malloc((size_t)(T * cols) * sizeof *x);
+            float *y = malloc((size_t)(T * rows) * sizeof *y);
+            float *y2 = malloc((size_t)(T * rows) * sizeof *y2);
+            for (int64_t i = 0; i < T * cols; i++)
+                x[i] = frand();
+            pool_init(2);
+            mat_matmul(&m, x, cols, T, y, rows);
+            /* each token alone, and in batches of 2, 3 and 5 */
+            static const int64_t bs[] = {1, 2, 3, 5};
+            for (size_t b = 0; b < 4; b++) {
+                for (int64_t t0 = 0; t0 < T; t0 += bs[b]) {
+                    const int64_t n = T - t0 < bs[b] ? T - t0 : bs[b];
+                    mat_matmul(&m, x + t0 * cols, cols, n, y2 + t0 * rows, rows);
+                }
+                assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
+            }
+            /* row views of odd sizes */
+            for (int64_t r0 = 0; r0 < rows;) {
+                int64_t n = irand(1, 7);
+                if (n > rows - r0) n = rows - r0;
+                const e0_mat v = mat_rows(&m, r0, n);
+                mat_matmul(&v, x, cols, T, y2 + r0, rows);
+                r0 += n;
+            }
+            assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
+            /* one thread */
+            pool_init(1);
+            mat_matmul(&m, x, cols, T, y2, rows);
+            assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
+            free(x);
+            free(y);
+            free(y2);
+            free(buf);
+            ran++;
+        }
+    }
+    printf("  %d set x type combinations bitwise stable\n", ran);
+    pool_init(0);
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dequant_matches_ggufpy),
+        cmocka_unit_test(test_mat_layout),
+        cmocka_unit_test(test_kernels_vs_ref),
+        cmocka_unit_test(test_determinism),
+    };
+    return cmocka_run_group_tests_name("ggml", tests, NULL, NULL);
+}
