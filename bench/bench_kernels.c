@@ -8,12 +8,18 @@
  *  - lm_head [248320 x 2048] (286 MB);
  * each at T = 1 and T = 16, 1 and 2 threads, for every kernel set the CPU
  * runs (E0_BENCH_SETS=avx512,avx512-q16 picks some; lm_head of the
- * reference prints 0: it would take minutes). */
+ * reference prints 0: it would take minutes).
+ * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q6_K, Q5_0, Q8_0, the
+ * Q4_K_M mix) in the same expert shapes, cold (~0.5 GiB of experts) and
+ * hot, under the avx512 set (every set but ref uses the same kernels).
+ * E0_BENCH_GGML=only skips the mlx q4 table, =0 the ggml one. */
+#include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/num.h"
 #include "util/pool.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +86,92 @@ static double run(const qset *q, bool cycle, int64_t T, double secs, const float
     return bytes * (double)calls / t / 1e9;
 }
 
+/* n matrices [rows x cols] of ggml type `type`, back to back, random
+ * codes with every f16 scale field 0.01 (no NaN / inf from random bits). */
+typedef struct {
+    uint32_t type;
+    int64_t rows, cols, n;
+    uint8_t *w;
+    size_t bytes; /* of one matrix */
+} gset;
+
+static gset gset_new(uint32_t type, int64_t rows, int64_t cols, int64_t n) {
+    const ggml_type_info *ti = ggml_info(type);
+    gset g = {type, rows, cols, n, NULL, (size_t)rows * ggml_row_bytes(type, (uint64_t)cols)};
+    const size_t total = g.bytes * (size_t)n;
+    g.w = aligned_alloc(64, (total + 63) / 64 * 64);
+    if (!g.w) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i + 8 <= total; i += 8) {
+        const uint64_t r = rnd();
+        memcpy(g.w + i, &r, 8);
+    }
+    /* the f16 fields: d (and dmin) at the start of the block, Q6_K's d at its end */
+    const uint16_t h = 0x211f; /* f16 0.01 */
+    for (size_t b = 0; b < total / (size_t)ti->size; b++) {
+        uint8_t *blk = g.w + b * (size_t)ti->size;
+        if (type == GGML_Q6_K) {
+            memcpy(blk + offsetof(ggml_block_q6_K, d), &h, 2);
+        } else {
+            memcpy(blk, &h, 2);
+            if (type == GGML_Q4_K) memcpy(blk + 2, &h, 2);
+        }
+    }
+    return g;
+}
+
+static double run_g(const gset *g, bool cycle, int64_t T, double secs, const float *x, float *y) {
+    double t0 = now_s(), t;
+    int64_t calls = 0;
+    do {
+        const e0_mat m = {.type = E0_W_GGML, .gtype = g->type, .rows = g->rows, .cols = g->cols,
+                          .w = g->w + (size_t)(cycle ? calls % g->n : 0) * g->bytes};
+        mat_matmul(&m, x, g->cols, T, y, g->rows);
+        calls++;
+        t = now_s() - t0;
+    } while (t < secs);
+    return (double)g->bytes * (double)calls / t / 1e9;
+}
+
+static void bench_ggml(double secs, const float *x, float *y) {
+    const uint32_t types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_0, GGML_Q8_0};
+    if (!mat_kernels_supported(E0_KERNELS_AVX512)) return;
+    mat_set_kernels(E0_KERNELS_AVX512);
+    printf("GB/s of ggml weights (avx512 kernels, %.1f s per cell)\n", secs);
+    printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
+           "up hot", "down hot");
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        /* ~0.5 GiB of each shape */
+        const int64_t n = (512ll << 20) / (int64_t)(512 * ggml_row_bytes(types[k], 2048));
+        gset up = gset_new(types[k], 512, 2048, n), down = gset_new(types[k], 2048, 512, n);
+        for (int nt = 1; nt <= 2; nt++) {
+            pool_init(nt);
+            const int64_t Ts[] = {1, 16};
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t T = Ts[ti];
+                const double a = run_g(&up, true, T, secs, x, y), b = run_g(&down, true, T, secs, x, y);
+                const double c = run_g(&up, false, T, secs, x, y), d = run_g(&down, false, T, secs, x, y);
+                printf("%-7s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f\n", ggml_info(types[k])->name, nt,
+                       (long long)T, a, b, c, d);
+                fflush(stdout);
+            }
+        }
+        free(up.w);
+        free(down.w);
+    }
+}
+
 int main(int argc, char **argv) {
     const double secs = argc > 1 ? atof(argv[1]) : 1.0;
+    const char *gg = getenv("E0_BENCH_GGML");
+    if (gg && !strcmp(gg, "only")) {
+        float *x = malloc((size_t)16 * 2048 * sizeof *x), *y = malloc((size_t)16 * 2048 * sizeof *y);
+        for (int i = 0; i < 16 * 2048; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+        bench_ggml(secs, x, y);
+        return 0;
+    }
     const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
                                E0_KERNELS_AVX512_Q8, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24};
     const char *names[] = {"ref", "avx2", "avx512", "avx512-q8", "avx512-q16", "avx512-q24"};
@@ -112,5 +202,6 @@ int main(int argc, char **argv) {
             }
         }
     }
+    if (!gg || strcmp(gg, "0")) bench_ggml(secs, x, y);
     return 0;
 }

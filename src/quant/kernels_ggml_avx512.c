@@ -69,183 +69,6 @@ INL __m512 kvalues(void) {
     return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 }
 
-/* One block at b into v[0 .. blck / 16): the reference's values, bit for bit. */
-INL void gq_dq(const int type, const uint8_t *b, __m512 *v) {
-    switch (type) {
-    case GGML_Q4_0: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_0, d)));
-        const __m512i e = _mm512_set1_epi32(8);
-        __m512i lo, hi;
-        nibbles(b + offsetof(ggml_block_q4_0, qs), &lo, &hi);
-        v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, e)), d);
-        v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, e)), d);
-        return;
-    }
-    case GGML_Q4_1: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, d)));
-        const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, m)));
-        __m512i lo, hi;
-        nibbles(b + offsetof(ggml_block_q4_1, qs), &lo, &hi);
-        v[0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), mn);
-        v[1] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d), mn);
-        return;
-    }
-    case GGML_Q5_0:
-    case GGML_Q5_1: {
-        const int one = type == GGML_Q5_1;
-        const size_t oqh = one ? offsetof(ggml_block_q5_1, qh) : offsetof(ggml_block_q5_0, qh);
-        const size_t oqs = one ? offsetof(ggml_block_q5_1, qs) : offsetof(ggml_block_q5_0, qs);
-        const __m512 d = _mm512_set1_ps(half_at(b, 0));
-        const uint32_t qh = e0_ld32(b + oqh, 0);
-        const __m512i s16 = _mm512_set1_epi32(16);
-        __m512i lo, hi;
-        nibbles(b + oqs, &lo, &hi);
-        lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xffff), lo, s16);
-        hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, s16);
-        if (one) {
-            const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q5_1, m)));
-            v[0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d), mn);
-            v[1] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d), mn);
-        } else {
-            v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, s16)), d);
-            v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, s16)), d);
-        }
-        return;
-    }
-    case GGML_Q8_0: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q8_0, d)));
-        const uint8_t *qs = b + offsetof(ggml_block_q8_0, qs);
-        v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(s8x16(qs)), d);
-        v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(s8x16(qs + 16)), d);
-        return;
-    }
-    case GGML_IQ4_NL: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_iq4_nl, d)));
-        const __m512 kv = kvalues();
-        __m512i lo, hi;
-        nibbles(b + offsetof(ggml_block_iq4_nl, qs), &lo, &hi);
-        v[0] = _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, kv));
-        v[1] = _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, kv));
-        return;
-    }
-    case GGML_Q2_K: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, d)));
-        const __m512 dm = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, dmin)));
-        const __m512i sc = u8x16(b + offsetof(ggml_block_q2_K, scales)), three = _mm512_set1_epi32(3);
-        const __m512 dl = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
-        const __m512 ml = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
-        const uint8_t *qs = b + offsetof(ggml_block_q2_K, qs);
-        UNROLL
-        for (int s = 0; s < 16; s++) { /* s = 8h + 2k + half */
-            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
-            const __m512i q =
-                _mm512_and_si512(_mm512_srli_epi32(u8x16(qs + 32 * h + 16 * hf), 2 * k), three);
-            v[s] = _mm512_sub_ps(_mm512_mul_ps(bcast(dl, s), _mm512_cvtepi32_ps(q)), bcast(ml, s));
-        }
-        return;
-    }
-    case GGML_Q3_K: {
-        const float d = half_at(b, offsetof(ggml_block_q3_K, d));
-        const uint8_t *sc = b + offsetof(ggml_block_q3_K, scales);
-        int32_t sv[16];
-        for (int s = 0; s < 16; s++) {
-            const int lo = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0x0f;
-            const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-            sv[s] = (lo | hi << 4) - 32;
-        }
-        const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(d),
-                                        _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)sv)));
-        const uint8_t *qs = b + offsetof(ggml_block_q3_K, qs), *hm = b + offsetof(ggml_block_q3_K, hmask);
-        const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
-        UNROLL
-        for (int s = 0; s < 16; s++) {
-            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
-            const __m512i ql =
-                _mm512_and_si512(_mm512_srli_epi32(u8x16(qs + 32 * h + 16 * hf), 2 * k), three);
-            const __m512i hv = u8x16(hm + 16 * hf);
-            const int sh = 4 * h + k; /* the bit, moved to bit 2 (value 4) */
-            const __m512i hb = _mm512_and_si512(
-                sh >= 2 ? _mm512_srli_epi32(hv, sh - 2) : _mm512_slli_epi32(hv, 2 - sh), four);
-            /* q = ql - 4 where the high bit is clear: ql + 4 hb - 4 */
-            const __m512i q = _mm512_sub_epi32(_mm512_or_si512(ql, hb), four);
-            v[s] = _mm512_mul_ps(bcast(dl, s), _mm512_cvtepi32_ps(q));
-        }
-        return;
-    }
-    case GGML_Q4_K:
-    case GGML_Q5_K: {
-        const int five = type == GGML_Q5_K;
-        const float d = half_at(b, 0), dmin = half_at(b, 2);
-        const uint8_t *s = b + 4; /* scales, at the same offset in both */
-        const uint8_t *qs = b + (five ? offsetof(ggml_block_q5_K, qs) : offsetof(ggml_block_q4_K, qs));
-        const uint8_t *qh = b + offsetof(ggml_block_q5_K, qh);
-        UNROLL
-        for (int j = 0; j < 8; j++) {
-            int sc, mn;
-            if (j < 4) {
-                sc = s[j] & 63;
-                mn = s[j + 4] & 63;
-            } else {
-                sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
-                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-            }
-            const __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(dmin * (float)mn);
-            UNROLL
-            for (int hf = 0; hf < 2; hf++) {
-                __m512i q = _mm512_and_si512(
-                    _mm512_srli_epi32(u8x16(qs + 32 * (j / 2) + 16 * hf), 4 * (j % 2)),
-                    _mm512_set1_epi32(15));
-                if (five) {
-                    const __m512i hb = u8x16(qh + 16 * hf);
-                    q = _mm512_or_si512(q, _mm512_and_si512(
-                                               j <= 4 ? _mm512_slli_epi32(hb, 4 - j)
-                                                      : _mm512_srli_epi32(hb, j - 4),
-                                               _mm512_set1_epi32(16)));
-                }
-                v[2 * j + hf] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
-            }
-        }
-        return;
-    }
-    case GGML_Q6_K: {
-        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q6_K, d)));
-        const __m512 ds = _mm512_mul_ps(
-            d, _mm512_cvtepi32_ps(s8x16(b + offsetof(ggml_block_q6_K, scales))));
-        const uint8_t *ql = b + offsetof(ggml_block_q6_K, ql), *qh = b + offsetof(ggml_block_q6_K, qh);
-        const __m512i m15 = _mm512_set1_epi32(15), m48 = _mm512_set1_epi32(48);
-        UNROLL
-        for (int s = 0; s < 16; s++) {
-            const int h = s / 8, k = (s / 2) % 4, hf = s % 2;
-            const __m512i lo = _mm512_and_si512(
-                _mm512_srli_epi32(u8x16(ql + 64 * h + 32 * (k % 2) + 16 * hf), 4 * (k / 2)), m15);
-            const __m512i hv = u8x16(qh + 32 * h + 16 * hf);
-            const __m512i hi = _mm512_and_si512(
-                2 * k <= 4 ? _mm512_slli_epi32(hv, 4 - 2 * k) : _mm512_srli_epi32(hv, 2 * k - 4), m48);
-            const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32));
-            v[s] = _mm512_mul_ps(bcast(ds, s), _mm512_cvtepi32_ps(q));
-        }
-        return;
-    }
-    case GGML_IQ4_XS: {
-        const float d = half_at(b, offsetof(ggml_block_iq4_xs, d));
-        const uint16_t sh = e0_ld16(b + offsetof(ggml_block_iq4_xs, scales_h), 0);
-        const uint8_t *sl = b + offsetof(ggml_block_iq4_xs, scales_l);
-        const uint8_t *qs = b + offsetof(ggml_block_iq4_xs, qs);
-        const __m512 kv = kvalues();
-        UNROLL
-        for (int j = 0; j < 8; j++) {
-            const int ls = ((sl[j / 2] >> (4 * (j % 2))) & 0x0f) | ((sh >> (2 * j)) & 3) << 4;
-            const __m512 dl = _mm512_set1_ps(d * (float)(ls - 32));
-            __m512i lo, hi;
-            nibbles(qs + 16 * j, &lo, &hi);
-            v[2 * j] = _mm512_mul_ps(dl, _mm512_permutexvar_ps(lo, kv));
-            v[2 * j + 1] = _mm512_mul_ps(dl, _mm512_permutexvar_ps(hi, kv));
-        }
-        return;
-    }
-    }
-}
-
 /* Values and bytes per block of the types gq_dq decodes. */
 INL int gq_blck(const int type) {
     return type == GGML_Q2_K || type == GGML_Q3_K || type == GGML_Q4_K || type == GGML_Q5_K ||
@@ -253,6 +76,221 @@ INL int gq_blck(const int type) {
                ? 256
                : 32;
 }
+
+/* ---- block decoding ----------------------------------------------------------
+ * gq_pre reads a block's scales into a context (vectors that stay in
+ * registers); gq_vec then forms vector j (values 16j .. 16j + 15) of the
+ * block. Types with at most 32 distinct values per sub-block (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K, Q5_K, IQ4_NL, IQ4_XS) build the sub-block's value table
+ * with the reference's own operations (e.g. Q4_K: (d sc) q - (dmin m) for q
+ * = 0..15) and look codes up with vpermps / vpermt2ps, which read only the
+ * low 4 / 5 bits of each index: no mask, convert, multiply or subtract per
+ * value. The others compute each value as the reference does. */
+typedef struct {
+    __m512 a, b;     /* per-type scale vectors */
+    __m512 tlo, thi; /* the current sub-block's table (16 or 32 values) */
+    uint32_t qh;
+} gq_ctx;
+
+INL __m512 iota16(void) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+INL void gq_pre(const int type, const uint8_t *b, gq_ctx *c) {
+    const __m512 io = iota16(), i16 = _mm512_add_ps(io, _mm512_set1_ps(16.0f));
+    switch (type) {
+    case GGML_Q4_0: { /* (q - 8) d */
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_0, d)));
+        c->tlo = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(8.0f)), d);
+        return;
+    }
+    case GGML_Q4_1: { /* q d + m */
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, d)));
+        const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q4_1, m)));
+        c->tlo = _mm512_add_ps(_mm512_mul_ps(io, d), mn);
+        return;
+    }
+    case GGML_Q5_0: { /* (q - 16) d, q < 32 */
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q5_0, d)));
+        c->tlo = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(16.0f)), d);
+        c->thi = _mm512_mul_ps(io, d);
+        c->qh = e0_ld32(b + offsetof(ggml_block_q5_0, qh), 0);
+        return;
+    }
+    case GGML_Q5_1: {
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q5_1, d)));
+        const __m512 mn = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q5_1, m)));
+        c->tlo = _mm512_add_ps(_mm512_mul_ps(io, d), mn);
+        c->thi = _mm512_add_ps(_mm512_mul_ps(i16, d), mn);
+        c->qh = e0_ld32(b + offsetof(ggml_block_q5_1, qh), 0);
+        return;
+    }
+    case GGML_Q8_0:
+        c->a = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q8_0, d)));
+        return;
+    case GGML_IQ4_NL:
+        c->tlo = _mm512_mul_ps(_mm512_set1_ps(half_at(b, offsetof(ggml_block_iq4_nl, d))), kvalues());
+        return;
+    case GGML_Q2_K: { /* a: d * lo(sc), b: dmin * hi(sc) per sub-block of 16 */
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, d)));
+        const __m512 dm = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q2_K, dmin)));
+        const __m512i sc = u8x16(b + offsetof(ggml_block_q2_K, scales));
+        c->a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+        c->b = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+        return;
+    }
+    case GGML_Q3_K: { /* a: d (sc - 32) per sub-block of 16 */
+        const uint8_t *sc = b + offsetof(ggml_block_q3_K, scales);
+        int32_t sv[16];
+        for (int s = 0; s < 16; s++) {
+            const int lo = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0x0f;
+            const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+            sv[s] = (lo | hi << 4) - 32;
+        }
+        c->a = _mm512_mul_ps(_mm512_set1_ps(half_at(b, offsetof(ggml_block_q3_K, d))),
+                             _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)sv)));
+        return;
+    }
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        /* a: lanes 0-7 d * sc_j, lanes 8-15 dmin * m_j. The 12 scale bytes
+         * rearranged as 32-bit words into sc0..7, m0..7. */
+        uint32_t u[4];
+        memcpy(u, b + offsetof(ggml_block_q4_K, scales), 12);
+        const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+        u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+        const uint32_t m03 = u[1] & k1;
+        u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+        u[2] = m03;
+        u[0] &= k1;
+        const __m512 dd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(half_at(b, 0)),
+                                               _mm512_set1_ps(half_at(b, 2)));
+        c->a = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                     _mm_loadu_si128((const __m128i *)(const void *)u))));
+        if (type == GGML_Q5_K) c->qh = 0;
+        return;
+    }
+    case GGML_Q6_K: { /* a: d * sc per sub-block of 16 */
+        const __m512 d = _mm512_set1_ps(half_at(b, offsetof(ggml_block_q6_K, d)));
+        c->a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s8x16(b + offsetof(ggml_block_q6_K, scales))));
+        return;
+    }
+    case GGML_IQ4_XS: { /* a: d (ls - 32) per sub-block of 32 (lanes 0-7) */
+        const uint16_t sh = e0_ld16(b + offsetof(ggml_block_iq4_xs, scales_h), 0);
+        const uint8_t *sl = b + offsetof(ggml_block_iq4_xs, scales_l);
+        int32_t ls[16] = {0};
+        for (int j = 0; j < 8; j++)
+            ls[j] = (((sl[j / 2] >> (4 * (j % 2))) & 0x0f) | ((sh >> (2 * j)) & 3) << 4) - 32;
+        c->a = _mm512_mul_ps(_mm512_set1_ps(half_at(b, offsetof(ggml_block_iq4_xs, d))),
+                             _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)ls)));
+        return;
+    }
+    }
+}
+
+/* Vector j of the block (j a constant after unrolling). */
+INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
+    const __m512 io = iota16();
+    switch (type) {
+    case GGML_Q4_0:
+    case GGML_Q4_1:
+    case GGML_IQ4_NL: {
+        const __m512i q = u8x16(b + (type == GGML_Q4_1 ? offsetof(ggml_block_q4_1, qs)
+                                                        : offsetof(ggml_block_q4_0, qs)));
+        return _mm512_permutexvar_ps(j ? _mm512_srli_epi32(q, 4) : q, c->tlo);
+    }
+    case GGML_Q5_0:
+    case GGML_Q5_1: {
+        const size_t oqs =
+            type == GGML_Q5_1 ? offsetof(ggml_block_q5_1, qs) : offsetof(ggml_block_q5_0, qs);
+        __m512i q = u8x16(b + oqs);
+        q = j ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
+        q = _mm512_mask_or_epi32(q, (__mmask16)(j ? c->qh >> 16 : c->qh & 0xffff), q,
+                                 _mm512_set1_epi32(16));
+        return _mm512_permutex2var_ps(c->tlo, q, c->thi);
+    }
+    case GGML_Q8_0:
+        return _mm512_mul_ps(
+            _mm512_cvtepi32_ps(s8x16(b + offsetof(ggml_block_q8_0, qs) + 16 * j)), c->a);
+    case GGML_Q2_K: {
+        const int h = j / 8, k = (j / 2) % 4, hf = j % 2;
+        const __m512i q = _mm512_and_si512(
+            _mm512_srli_epi32(u8x16(b + offsetof(ggml_block_q2_K, qs) + 32 * h + 16 * hf), 2 * k),
+            _mm512_set1_epi32(3));
+        return _mm512_sub_ps(_mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q)), bcast(c->b, j));
+    }
+    case GGML_Q3_K: {
+        const int h = j / 8, k = (j / 2) % 4, hf = j % 2;
+        const __m512i four = _mm512_set1_epi32(4);
+        const __m512i ql = _mm512_and_si512(
+            _mm512_srli_epi32(u8x16(b + offsetof(ggml_block_q3_K, qs) + 32 * h + 16 * hf), 2 * k),
+            _mm512_set1_epi32(3));
+        const __m512i hv = u8x16(b + offsetof(ggml_block_q3_K, hmask) + 16 * hf);
+        const int sh = 4 * h + k; /* the bit, moved to bit 2 (value 4) */
+        const __m512i hb = _mm512_and_si512(
+            sh >= 2 ? _mm512_srli_epi32(hv, sh - 2) : _mm512_slli_epi32(hv, 2 - sh), four);
+        /* q = ql - 4 where the high bit is clear: (ql | 4 hb) - 4 */
+        const __m512i q = _mm512_sub_epi32(_mm512_or_si512(ql, hb), four);
+        return _mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q));
+    }
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const int s = j / 2, hf = j % 2; /* sub-block s of 32 */
+        if (!hf) {
+            const __m512 d1 = bcast(c->a, s), m1 = bcast(c->a, 8 + s);
+            c->tlo = _mm512_sub_ps(_mm512_mul_ps(io, d1), m1);
+            if (type == GGML_Q5_K)
+                c->thi = _mm512_sub_ps(
+                    _mm512_mul_ps(_mm512_add_ps(io, _mm512_set1_ps(16.0f)), d1), m1);
+        }
+        const size_t oqs =
+            type == GGML_Q5_K ? offsetof(ggml_block_q5_K, qs) : offsetof(ggml_block_q4_K, qs);
+        __m512i q = u8x16(b + oqs + 32 * (s / 2) + 16 * hf);
+        if (s % 2) q = _mm512_srli_epi32(q, 4);
+        if (type == GGML_Q4_K) return _mm512_permutexvar_ps(q, c->tlo);
+        const __m512i hv = u8x16(b + offsetof(ggml_block_q5_K, qh) + 16 * hf);
+        q = _mm512_and_si512(q, _mm512_set1_epi32(15));
+        q = _mm512_or_si512(q, _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(hv, 4 - s)
+                                                       : _mm512_srli_epi32(hv, s - 4),
+                                                _mm512_set1_epi32(16)));
+        return _mm512_permutex2var_ps(c->tlo, q, c->thi);
+    }
+    case GGML_Q6_K: {
+        const int h = j / 8, k = (j / 2) % 4, hf = j % 2;
+        const __m512i lo = _mm512_and_si512(
+            _mm512_srli_epi32(
+                u8x16(b + offsetof(ggml_block_q6_K, ql) + 64 * h + 32 * (k % 2) + 16 * hf),
+                4 * (k / 2)),
+            _mm512_set1_epi32(15));
+        const __m512i hv = u8x16(b + offsetof(ggml_block_q6_K, qh) + 32 * h + 16 * hf);
+        const __m512i hi =
+            _mm512_and_si512(2 * k <= 4 ? _mm512_slli_epi32(hv, 4 - 2 * k)
+                                        : _mm512_srli_epi32(hv, 2 * k - 4),
+                             _mm512_set1_epi32(48));
+        const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32));
+        return _mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q));
+    }
+    case GGML_IQ4_XS: {
+        const int s = j / 2, hf = j % 2;
+        if (!hf) c->tlo = _mm512_mul_ps(bcast(c->a, s), kvalues());
+        const __m512i q = u8x16(b + offsetof(ggml_block_iq4_xs, qs) + 16 * s);
+        return _mm512_permutexvar_ps(hf ? _mm512_srli_epi32(q, 4) : q, c->tlo);
+    }
+    }
+    return _mm512_setzero_ps();
+}
+
+/* One block at b into v[0 .. blck / 16): the reference's values, bit for bit. */
+INL void gq_dq(const int type, const uint8_t *b, __m512 *v) {
+    gq_ctx c;
+    gq_pre(type, b, &c);
+    const int nv = gq_blck(type) / 16;
+    UNROLL
+    for (int j = 0; j < nv; j++)
+        v[j] = gq_vec(type, b, &c, j);
+}
+
+
 
 /* Decode path: rows r..r+R, tokens t0..t0+TT; blocks dequantized and used
  * at once. The next R rows are prefetched at the same column. */
@@ -281,17 +319,19 @@ INL void gq_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_
             _mm_prefetch((const char *)(blk + R * rb), _MM_HINT_T0);
             if (bsize > 64) _mm_prefetch((const char *)(blk + R * rb + 64), _MM_HINT_T0);
             if (bsize > 128) _mm_prefetch((const char *)(blk + R * rb + 128), _MM_HINT_T0);
-            __m512 v[16];
-            gq_dq(type, blk, v);
+            gq_ctx c;
+            gq_pre(type, blk, &c);
             UNROLL
-            for (int j = 0; j < NV; j++)
+            for (int j = 0; j < NV; j++) {
+                const __m512 v = gq_vec(type, blk, &c, j);
                 UNROLL
-            for (int t = 0; t < TT; t++) {
-                const __m512 xv = _mm512_loadu_ps(x[t] + b * blck + 16 * j);
-                if (j & 1)
-                    a1[i][t] = _mm512_fmadd_ps(v[j], xv, a1[i][t]);
-                else
-                    a0[i][t] = _mm512_fmadd_ps(v[j], xv, a0[i][t]);
+                for (int t = 0; t < TT; t++) {
+                    const __m512 xv = _mm512_loadu_ps(x[t] + b * blck + 16 * j);
+                    if (j & 1)
+                        a1[i][t] = _mm512_fmadd_ps(v, xv, a1[i][t]);
+                    else
+                        a0[i][t] = _mm512_fmadd_ps(v, xv, a0[i][t]);
+                }
             }
         }
     }
