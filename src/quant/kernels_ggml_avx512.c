@@ -43,8 +43,9 @@
 
 static _Thread_local float gq_buf[2 * GQ_MAXC] __attribute__((aligned(64)));
 
-static inline float half_at(const uint8_t *b, size_t off) {
-    return e0_f16_to_f32(e0_ld16(b + off, 0));
+/* An f16 field through F16C: exact, as e0_f16_to_f32, without its branches. */
+INL float half_at(const uint8_t *b, size_t off) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(e0_ld16(b + off, 0))));
 }
 
 /* 16 bytes as 16 int32 lanes (zero- / sign-extended). */
@@ -88,7 +89,10 @@ INL int gq_blck(const int type) {
  * value. The others compute each value as the reference does. */
 typedef struct {
     __m512 a, b;     /* per-type scale vectors */
+    float sa[16], sb[16]; /* the same, as floats: a broadcast from memory uses a load port, not
+                             the shuffle port that the table lookups need */
     __m512 tlo, thi; /* the current sub-block's table (16 or 32 values) */
+    __m512i raw[2];  /* code bytes shared by two vectors (low and high nibbles) */
     uint32_t qh;
 } gq_ctx;
 
@@ -163,8 +167,10 @@ INL void gq_pre(const int type, const uint8_t *b, gq_ctx *c) {
         u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
         u[2] = m03;
         u[0] &= k1;
-        const __m512 dd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(half_at(b, 0)),
-                                               _mm512_set1_ps(half_at(b, 2)));
+        /* d in lanes 0-7, dmin in 8-15 */
+        const __m512 dd = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)e0_ld32(b, 0)))));
         c->a = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                                      _mm_loadu_si128((const __m128i *)(const void *)u))));
         if (type == GGML_Q5_K) c->qh = 0;
@@ -188,6 +194,26 @@ INL void gq_pre(const int type, const uint8_t *b, gq_ctx *c) {
     }
 }
 
+/* Lane l of the scale vectors, broadcast. */
+#define SA(l) bcast_mem(&c->sa[l])
+#define SB(l) bcast_mem(&c->sb[l])
+
+/* vbroadcastss from memory, in asm: the compiler would turn it back into a
+ * shuffle of the vector the floats came from. */
+INL __m512 bcast_mem(const float *p) {
+    __m512 r;
+    __asm__("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
+    return r;
+}
+
+INL void gq_begin(const int type, const uint8_t *b, gq_ctx *c) {
+    gq_pre(type, b, c);
+    if (type == GGML_Q2_K || type == GGML_Q3_K || type == GGML_Q4_K || type == GGML_Q5_K ||
+        type == GGML_Q6_K || type == GGML_IQ4_XS)
+        _mm512_storeu_ps(c->sa, c->a);
+    if (type == GGML_Q2_K) _mm512_storeu_ps(c->sb, c->b);
+}
+
 /* Vector j of the block (j a constant after unrolling). */
 INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
     const __m512 io = iota16();
@@ -195,16 +221,18 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
     case GGML_Q4_0:
     case GGML_Q4_1:
     case GGML_IQ4_NL: {
-        const __m512i q = u8x16(b + (type == GGML_Q4_1 ? offsetof(ggml_block_q4_1, qs)
-                                                        : offsetof(ggml_block_q4_0, qs)));
-        return _mm512_permutexvar_ps(j ? _mm512_srli_epi32(q, 4) : q, c->tlo);
+        if (!j)
+            c->raw[0] = u8x16(b + (type == GGML_Q4_1 ? offsetof(ggml_block_q4_1, qs)
+                                                     : offsetof(ggml_block_q4_0, qs)));
+        return _mm512_permutexvar_ps(j ? _mm512_srli_epi32(c->raw[0], 4) : c->raw[0], c->tlo);
     }
     case GGML_Q5_0:
     case GGML_Q5_1: {
         const size_t oqs =
             type == GGML_Q5_1 ? offsetof(ggml_block_q5_1, qs) : offsetof(ggml_block_q5_0, qs);
-        __m512i q = u8x16(b + oqs);
-        q = j ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
+        if (!j) c->raw[0] = u8x16(b + oqs);
+        __m512i q = j ? _mm512_srli_epi32(c->raw[0], 4)
+                      : _mm512_and_si512(c->raw[0], _mm512_set1_epi32(15));
         q = _mm512_mask_or_epi32(q, (__mmask16)(j ? c->qh >> 16 : c->qh & 0xffff), q,
                                  _mm512_set1_epi32(16));
         return _mm512_permutex2var_ps(c->tlo, q, c->thi);
@@ -217,7 +245,7 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
         const __m512i q = _mm512_and_si512(
             _mm512_srli_epi32(u8x16(b + offsetof(ggml_block_q2_K, qs) + 32 * h + 16 * hf), 2 * k),
             _mm512_set1_epi32(3));
-        return _mm512_sub_ps(_mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q)), bcast(c->b, j));
+        return _mm512_sub_ps(_mm512_mul_ps(SA(j), _mm512_cvtepi32_ps(q)), SB(j));
     }
     case GGML_Q3_K: {
         const int h = j / 8, k = (j / 2) % 4, hf = j % 2;
@@ -231,13 +259,13 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
             sh >= 2 ? _mm512_srli_epi32(hv, sh - 2) : _mm512_slli_epi32(hv, 2 - sh), four);
         /* q = ql - 4 where the high bit is clear: (ql | 4 hb) - 4 */
         const __m512i q = _mm512_sub_epi32(_mm512_or_si512(ql, hb), four);
-        return _mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q));
+        return _mm512_mul_ps(SA(j), _mm512_cvtepi32_ps(q));
     }
     case GGML_Q4_K:
     case GGML_Q5_K: {
         const int s = j / 2, hf = j % 2; /* sub-block s of 32 */
         if (!hf) {
-            const __m512 d1 = bcast(c->a, s), m1 = bcast(c->a, 8 + s);
+            const __m512 d1 = SA(s), m1 = SA(8 + s);
             c->tlo = _mm512_sub_ps(_mm512_mul_ps(io, d1), m1);
             if (type == GGML_Q5_K)
                 c->thi = _mm512_sub_ps(
@@ -245,8 +273,8 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
         }
         const size_t oqs =
             type == GGML_Q5_K ? offsetof(ggml_block_q5_K, qs) : offsetof(ggml_block_q4_K, qs);
-        __m512i q = u8x16(b + oqs + 32 * (s / 2) + 16 * hf);
-        if (s % 2) q = _mm512_srli_epi32(q, 4);
+        if (s % 2 == 0) c->raw[hf] = u8x16(b + oqs + 32 * (s / 2) + 16 * hf);
+        __m512i q = s % 2 ? _mm512_srli_epi32(c->raw[hf], 4) : c->raw[hf];
         if (type == GGML_Q4_K) return _mm512_permutexvar_ps(q, c->tlo);
         const __m512i hv = u8x16(b + offsetof(ggml_block_q5_K, qh) + 16 * hf);
         q = _mm512_and_si512(q, _mm512_set1_epi32(15));
@@ -268,13 +296,13 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
                                         : _mm512_srli_epi32(hv, 2 * k - 4),
                              _mm512_set1_epi32(48));
         const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32));
-        return _mm512_mul_ps(bcast(c->a, j), _mm512_cvtepi32_ps(q));
+        return _mm512_mul_ps(SA(j), _mm512_cvtepi32_ps(q));
     }
     case GGML_IQ4_XS: {
         const int s = j / 2, hf = j % 2;
-        if (!hf) c->tlo = _mm512_mul_ps(bcast(c->a, s), kvalues());
-        const __m512i q = u8x16(b + offsetof(ggml_block_iq4_xs, qs) + 16 * s);
-        return _mm512_permutexvar_ps(hf ? _mm512_srli_epi32(q, 4) : q, c->tlo);
+        if (!hf) c->tlo = _mm512_mul_ps(SA(s), kvalues());
+        if (!hf) c->raw[0] = u8x16(b + offsetof(ggml_block_iq4_xs, qs) + 16 * s);
+        return _mm512_permutexvar_ps(hf ? _mm512_srli_epi32(c->raw[0], 4) : c->raw[0], c->tlo);
     }
     }
     return _mm512_setzero_ps();
@@ -283,7 +311,7 @@ INL __m512 gq_vec(const int type, const uint8_t *b, gq_ctx *c, const int j) {
 /* One block at b into v[0 .. blck / 16): the reference's values, bit for bit. */
 INL void gq_dq(const int type, const uint8_t *b, __m512 *v) {
     gq_ctx c;
-    gq_pre(type, b, &c);
+    gq_begin(type, b, &c);
     const int nv = gq_blck(type) / 16;
     UNROLL
     for (int j = 0; j < nv; j++)
@@ -320,7 +348,7 @@ INL void gq_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_
             if (bsize > 64) _mm_prefetch((const char *)(blk + R * rb + 64), _MM_HINT_T0);
             if (bsize > 128) _mm_prefetch((const char *)(blk + R * rb + 128), _MM_HINT_T0);
             gq_ctx c;
-            gq_pre(type, blk, &c);
+            gq_begin(type, blk, &c);
             UNROLL
             for (int j = 0; j < NV; j++) {
                 const __m512 v = gq_vec(type, blk, &c, j);
