@@ -55,22 +55,13 @@ INL __m512i u8x16(const uint8_t *p) {
 INL __m512i s8x16(const uint8_t *p) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
-INL __m512 bcast(__m512 v, int lane) {
-    return _mm512_permutexvar_ps(_mm512_set1_epi32(lane), v);
-}
 
-/* Low / high nibbles of 16 bytes, as int32 lanes. */
-INL void nibbles(const uint8_t *p, __m512i *lo, __m512i *hi) {
-    const __m512i v = u8x16(p), m = _mm512_set1_epi32(0x0f);
-    *lo = _mm512_and_si512(v, m);
-    *hi = _mm512_srli_epi32(v, 4);
-}
-
+/* ggml_iq4nl_values as floats. */
 INL __m512 kvalues(void) {
     return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 }
 
-/* Values and bytes per block of the types gq_dq decodes. */
+/* Values per block of the types gq_dq decodes. */
 INL int gq_blck(const int type) {
     return type == GGML_Q2_K || type == GGML_Q3_K || type == GGML_Q4_K || type == GGML_Q5_K ||
                    type == GGML_Q6_K || type == GGML_IQ4_XS
