@@ -60,6 +60,11 @@ int config_load(e0_config *c, const char *dir, char *err);
 int config_parse(e0_config *c, const char *text, size_t len, const char *path, char *err);
 void config_free(e0_config *c);
 
+/* The same from a GGUF file's metadata (io/config_gguf.c: llama.cpp's
+ * `ARCH.*` keys); `vocab` is the token embedding's row count. */
+struct gguf_file;
+int config_from_gguf(e0_config *c, const struct gguf_file *g, int32_t vocab, char *err);
+
 /* Quantization settings of one module: 0 with bits and group filled, or
  * E0_ENOTFOUND when the config says the module is unquantized. */
 int config_quant_for(const e0_config *c, const char *module, int *bits, int *group);

@@ -1,6 +1,8 @@
 /* Safetensors reader/writer. See safetensors.h for the checks. */
 #include "io/safetensors.h"
 
+#include "io/gguf.h"
+#include "io/st_internal.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/sbuf.h"
@@ -27,6 +29,7 @@ static const struct {
     [ST_I16] = {"I16", 2},         [ST_F16] = {"F16", 2},         [ST_BF16] = {"BF16", 2},
     [ST_U32] = {"U32", 4},         [ST_I32] = {"I32", 4},         [ST_F32] = {"F32", 4},
     [ST_U64] = {"U64", 8},         [ST_I64] = {"I64", 8},         [ST_F64] = {"F64", 8},
+    [ST_GGML] = {"GGML", 0}, /* GGUF block types: bytes per row from quant/ggml.h */
 };
 
 const char *st_dtype_name(st_dtype t) {
@@ -36,9 +39,10 @@ size_t st_dtype_size(st_dtype t) {
     return (unsigned)t < ST_NDTYPES ? DTYPES[t].size : 0;
 }
 
+/* GGML is not a safetensors dtype: only GGUF sets have it. */
 static int dtype_parse(const char *s, st_dtype *out) {
     for (int i = 0; i < ST_NDTYPES; i++)
-        if (strcmp(s, DTYPES[i].name) == 0) {
+        if (i != ST_GGML && strcmp(s, DTYPES[i].name) == 0) {
             *out = (st_dtype)i;
             return 0;
         }
@@ -237,26 +241,6 @@ done:
 
 /* ---- opened sets ------------------------------------------------------- */
 
-typedef struct {
-    char *path;
-    int fd;
-    int dfd;               /* the same file opened O_DIRECT, or -1 when the filesystem refuses it */
-    atomic_bool direct_on; /* dfd >= 0 and no direct read has failed with EINVAL */
-    atomic_bool fail_next; /* tests: the next direct read fails with EINVAL */
-    const uint8_t *map;
-    uint64_t size;
-    st_header hdr;
-} st_file;
-
-struct st_set {
-    st_file *files;
-    uint32_t nfiles;
-    st_tensor *tensors;
-    size_t n;
-    uint32_t *slots; /* open-addressing table of tensor indices + 1 */
-    size_t nslots;
-};
-
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++)
@@ -314,8 +298,13 @@ uint64_t st_numel(const st_tensor *t) {
     return n;
 }
 
+/* nbytes / shape[0] is exact for every dtype as long as a slice holds whole
+ * rows: a ggml block type packs each row of shape[ndim-1] values into
+ * blocks, so nbytes = rows x row bytes and a 1-D block tensor (one row)
+ * has no byte-addressable slices. */
 int st_slice(const st_tensor *t, uint64_t i, uint64_t *off, uint64_t *len) {
     if (t->ndim < 1 || i >= t->shape[0]) return E0_ERANGE;
+    if (t->dtype == ST_GGML && t->ndim < 2) return E0_EINVAL;
     uint64_t per = t->nbytes / t->shape[0];
     *off = t->off + i * per;
     *len = per;
@@ -404,6 +393,7 @@ static void file_close(st_file *f) {
     if (f->fd >= 0) close(f->fd);
     if (f->dfd >= 0) close(f->dfd);
     st_header_free(&f->hdr);
+    gguf_free(f->gguf);
     free(f->path);
 }
 
@@ -417,9 +407,11 @@ void st_set_free(st_set *s) {
     free(s);
 }
 
-static int file_open(st_file *f, const char *path, char *err) {
+int st_file_map(st_file *f, const char *path, char *err) {
     memset(f, 0, sizeof *f);
     f->fd = f->dfd = -1;
+    atomic_init(&f->direct_on, false);
+    atomic_init(&f->fail_next, false);
     if (!(f->path = strdup(path))) return e0_fail(err, E0_ENOMEM, "out of memory");
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0)
@@ -429,26 +421,39 @@ static int file_open(st_file *f, const char *path, char *err) {
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
         return e0_fail(err, E0_EIO, "%s: not a regular file", path);
     f->size = (uint64_t)st.st_size;
-    if (f->size < 8)
-        return e0_fail(err, E0_EFORMAT, "%s: file too short for a safetensors header (%llu bytes)",
-                       path, (unsigned long long)f->size);
+    if (f->size == 0) return e0_fail(err, E0_EFORMAT, "%s: empty file", path);
     /* a second descriptor for reads that bypass the page cache; a
      * filesystem without O_DIRECT refuses the open (EINVAL) */
     f->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    atomic_init(&f->direct_on, f->dfd >= 0);
-    atomic_init(&f->fail_next, false);
+    atomic_store(&f->direct_on, f->dfd >= 0);
     f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         return e0_fail(err, E0_EIO, "%s: mmap failed: %s", path, strerror(errno));
     }
+    return 0;
+}
+
+static int file_open(st_file *f, const char *path, char *err) {
+    int rc = st_file_map(f, path, err);
+    if (rc) return rc;
+    if (f->size < 8)
+        return e0_fail(err, E0_EFORMAT, "%s: file too short for a safetensors header (%llu bytes)",
+                       path, (unsigned long long)f->size);
     return st_header_parse(&f->hdr, f->map, f->size, f->size, path, err);
 }
 
-static int set_index(st_set *s, char *err) {
-    size_t n = 0;
-    for (uint32_t i = 0; i < s->nfiles; i++)
-        n += s->files[i].hdr.n;
+int st_set_alloc(st_set **out, uint32_t nfiles, char *err) {
+    st_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->files = calloc(nfiles ? nfiles : 1, sizeof *s->files))) {
+        free(s);
+        return e0_fail(err, E0_ENOMEM, "out of memory");
+    }
+    *out = s;
+    return 0;
+}
+
+int st_set_reserve(st_set *s, size_t n, char *err) {
     if (n >= UINT32_MAX) return e0_fail(err, E0_EFORMAT, "too many tensors");
     s->tensors = calloc(n ? n : 1, sizeof *s->tensors);
     s->nslots = 16;
@@ -456,39 +461,46 @@ static int set_index(st_set *s, char *err) {
         s->nslots <<= 1;
     s->slots = calloc(s->nslots, sizeof *s->slots);
     if (!s->tensors || !s->slots) return e0_fail(err, E0_ENOMEM, "out of memory");
-    for (uint32_t fi = 0; fi < s->nfiles; fi++) {
-        const st_file *f = &s->files[fi];
-        for (size_t k = 0; k < f->hdr.n; k++) {
-            const st_entry *e = &f->hdr.entries[k];
-            const st_tensor *dup = st_get(s, e->name);
-            if (dup)
-                return e0_fail(err, E0_EFORMAT, "tensor %s is in both %s and %s", e->name,
-                               s->files[dup->file].path, f->path);
-            st_tensor *t = &s->tensors[s->n];
-            t->name = e->name;
-            t->dtype = e->dtype;
-            t->ndim = e->ndim;
-            memcpy(t->shape, e->shape, sizeof t->shape);
-            t->file = fi;
-            t->off = f->hdr.data_start + e->begin;
-            t->nbytes = e->end - e->begin;
-            t->data = f->map + t->off;
-            size_t i = hash_str(e->name) & (s->nslots - 1);
-            while (s->slots[i])
-                i = (i + 1) & (s->nslots - 1);
-            s->slots[i] = (uint32_t)++s->n;
-        }
-    }
     return 0;
 }
 
-static int set_open_paths(st_set **out, char **paths, uint32_t n, char *err) {
-    st_set *s = calloc(1, sizeof *s);
-    if (!s || !(s->files = calloc(n ? n : 1, sizeof *s->files))) {
-        free(s);
-        return e0_fail(err, E0_ENOMEM, "out of memory");
+int st_set_add(st_set *s, const st_tensor *t, char *err) {
+    const st_tensor *dup = st_get(s, t->name);
+    if (dup)
+        return e0_fail(err, E0_EFORMAT, "tensor %s is in both %s and %s", t->name,
+                       s->files[dup->file].path, s->files[t->file].path);
+    s->tensors[s->n] = *t;
+    size_t i = hash_str(t->name) & (s->nslots - 1);
+    while (s->slots[i])
+        i = (i + 1) & (s->nslots - 1);
+    s->slots[i] = (uint32_t)++s->n;
+    return 0;
+}
+
+static int set_index(st_set *s, char *err) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        n += s->files[i].hdr.n;
+    int rc = st_set_reserve(s, n, err);
+    for (uint32_t fi = 0; fi < s->nfiles && !rc; fi++) {
+        const st_file *f = &s->files[fi];
+        for (size_t k = 0; k < f->hdr.n && !rc; k++) {
+            const st_entry *e = &f->hdr.entries[k];
+            st_tensor t = {.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .file = fi};
+            memcpy(t.shape, e->shape, sizeof t.shape);
+            t.off = f->hdr.data_start + e->begin;
+            t.nbytes = e->end - e->begin;
+            t.data = f->map + t.off;
+            rc = st_set_add(s, &t, err);
+        }
     }
-    int rc = 0;
+    return rc;
+}
+
+static int set_open_paths(st_set **out, char **paths, uint32_t n, char *err) {
+    st_set *s;
+    int rc = st_set_alloc(&s, n, err);
+    if (rc) return rc;
     for (uint32_t i = 0; i < n && !rc; i++) {
         rc = file_open(&s->files[i], paths[i], err);
         s->nfiles = i + 1;

@@ -40,10 +40,12 @@ typedef enum {
     ST_U64,
     ST_I64,
     ST_F64,
+    ST_GGML, /* a ggml block type (GGUF only): st_tensor.gtype says which */
     ST_NDTYPES
 } st_dtype;
 
 const char *st_dtype_name(st_dtype t);
+/* Bytes per element; 0 for ST_GGML (whose rows are blocks, quant/ggml.h). */
 size_t st_dtype_size(st_dtype t);
 
 /* One header entry; offsets are relative to the data section. */
@@ -71,10 +73,12 @@ int st_header_parse(st_header *h, const uint8_t *buf, size_t buf_len, uint64_t f
 void st_header_free(st_header *h);
 const char *st_header_meta(const st_header *h, const char *key);
 
-/* A tensor of an opened set. */
+/* A tensor of an opened set. Shapes are outermost first in both formats: a
+ * GGUF tensor with ggml ne = [in, out, E] has shape [E, out, in]. */
 typedef struct {
     const char *name;
     st_dtype dtype;
+    uint32_t gtype; /* GGUF: the ggml type id (ggml_type), also for F32/F16/BF16; else 0 */
     int ndim;
     uint64_t shape[ST_MAX_DIMS];
     uint32_t file; /* shard index in the set */
@@ -110,7 +114,9 @@ int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int ad
 uint64_t st_numel(const st_tensor *t);
 
 /* Byte range of slice i along dimension 0 (e.g. expert i of a stacked
- * [E, out, in] tensor): absolute file offset and length. */
+ * [E, out, in] tensor): absolute file offset and length. E0_ERANGE for i
+ * past the end; E0_EINVAL for a 1-D tensor of a ggml block type (a slice
+ * would split a block). */
 int st_slice(const st_tensor *t, uint64_t i, uint64_t *off, uint64_t *len);
 
 /* pread exactly `len` bytes at absolute offset `off` of shard `file`. */

@@ -3,7 +3,7 @@
  * Per value head h (key head h / (Hv/Hk)), state S [Dk, Dv] in f32:
  *   causal depthwise conv (kernel K, history in the conv state) + SiLU over
  *   q|k|v; q, k L2-normalised (eps 1e-6), q scaled by Dk^-1/2;
- *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias);
+ *   beta = sigmoid(b); g = A * softplus(a + dt_bias), A = -exp(A_log);
  *   S = exp(g) S; d = beta (v - S^T k); S += k d^T; o = S^T q;
  *   out = w * rmsnorm(o) * silu(z)   (the gated norm, never shifted).
  */
@@ -86,10 +86,10 @@ static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     for (int t = 0; t < j->T; t++) {
         const float *row = S->mix + (size_t)t * C;
         for (int h = (int)h0; h < (int)h1; h++) {
-            const int g = h / r;
+            const int g = ly->vtiled ? h % Hk : h / r;
             const float *q = row + g * Dk, *k = row + Kd + g * Dk, *v = row + 2 * Kd + h * Dv;
             const float beta = e0_sigmoid(S->bb[(size_t)t * Hv + h]);
-            const float gg = -expf(ly->A_log[h]) * softplus(S->aa[(size_t)t * Hv + h] + ly->dt_bias[h]);
+            const float gg = ly->A[h] * softplus(S->aa[(size_t)t * Hv + h] + ly->dt_bias[h]);
             const float decay = expf(gg);
             float *St = state + (size_t)h * Dk * Dv; /* [Dk, Dv] */
             float *o = S->o + (size_t)t * Vd + (size_t)h * Dv;
@@ -123,8 +123,19 @@ void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *o
     } else {
         mat_matmul(&ly->qkv, in, H, T, S->mix, C);
         mat_matmul(&ly->z, in, H, T, S->zz, Vd);
-        mat_matmul(&ly->b, in, H, T, S->bb, Hv);
-        mat_matmul(&ly->a, in, H, T, S->aa, Hv);
+        if (ly->ba_packed) { /* per key head [b r | a r] */
+            const int r = Hv / Hk;
+            mat_matmul(&ly->ba, in, H, T, S->o, 2 * Hv);
+            for (int t = 0; t < T; t++)
+                for (int g = 0; g < Hk; g++) {
+                    const float *p = S->o + (size_t)t * 2 * Hv + (size_t)g * 2 * r;
+                    memcpy(S->bb + (size_t)t * Hv + g * r, p, (size_t)r * sizeof(float));
+                    memcpy(S->aa + (size_t)t * Hv + g * r, p + r, (size_t)r * sizeof(float));
+                }
+        } else {
+            mat_matmul(&ly->b, in, H, T, S->bb, Hv);
+            mat_matmul(&ly->a, in, H, T, S->aa, Hv);
+        }
     }
     /* causal depthwise conv over [history (K-1 rows) ; mix (T rows)], then
      * SiLU and the q / k norms, token by token across the compute pool */

@@ -8,7 +8,10 @@
  *  - Gated attention: q_proj yields [q | gate] per head, not [all q | all gates].
  *  - Partial RoPE rotates only the first rotary_dim dims, rotate-half within them.
  *  - DeltaNet: value head h uses key head h / (Hv/Hk) (repeat_interleave);
- *    qwen3_next packs q|k|v|z and b|a per key head.
+ *    qwen3_next packs q|k|v|z and b|a per key head. llama.cpp's converter
+ *    reorders qwen35moe's value heads to tiled order (head h uses key head
+ *    h % Hk), splits qwen3_next's qkvz into flat qkv and z (b|a stays
+ *    packed), and stores -exp(A_log).
  *  - conv1d is [C,1,K] (HF) or [C,K,1] (mlx): the same bytes, C-major.
  *  - Router softmax, top-k and renormalisation stay in f32.
  */
@@ -39,10 +42,12 @@ typedef struct {
 
     /* Gated DeltaNet */
     bool packed;            /* qwen3_next: in_proj_qkvz / in_proj_ba */
+    bool ba_packed;         /* qwen3_next GGUF: flat qkv and z, packed ba */
+    bool vtiled;            /* qwen35moe GGUF: value head h uses key head h % Hk */
     e0_mat qkvz, ba;        /* packed: [2Kd + 2Vd, H], [2Hv, H] */
     e0_mat qkv, z, b, a;    /* flat: [2Kd + Vd, H], [Vd, H], [Hv, H], [Hv, H] */
     float *conv_w;          /* [conv_dim, K] */
-    float *A_log, *dt_bias; /* [Hv] */
+    float *A, *dt_bias;     /* [Hv]: A = -exp(A_log) (GGUF's ssm_a) */
     float *lin_norm;        /* [Dv] */
     e0_mat out;             /* [H, Vd] */
 

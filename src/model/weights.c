@@ -8,6 +8,8 @@
  */
 #include "model/model.h"
 
+#include "io/gguf.h"
+#include "quant/ggml.h"
 #include "util/err.h"
 #include "util/num.h"
 
@@ -22,8 +24,12 @@ typedef struct {
     e0_model *m;
     char prefix[64];
     bool mlx; /* mlx layouts: hybrid norms already hold 1 + w */
+    const char *cfgname; /* where the shapes come from, for messages */
     char *err;
 } loader;
+
+static int load_gguf(loader *L, const char *path);
+static int finish_load(e0_model *m, char *err);
 
 static const st_tensor *find(loader *L, const char *name) { return st_get(L->m->st, name); }
 
@@ -47,7 +53,7 @@ static int check_shape(loader *L, const st_tensor *t, int ndim, const int64_t *w
         snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? ", " : "", (long long)want[i]);
     strncat(exp, "]", sizeof exp - strlen(exp) - 1);
     return e0_fail(L->err, E0_EFORMAT,
-                   "%s: tensor %s has shape %s but config.json implies %s", tfile(L, t), t->name, have, exp);
+                   "%s: tensor %s has shape %s but %s implies %s", tfile(L, t), t->name, have, L->cfgname, exp);
 }
 
 static int float_wtype(const st_tensor *t, e0_wtype *wt) {
@@ -135,8 +141,8 @@ static int get_vec(loader *L, const char *name, int64_t n, float add, float **ou
         return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s has dtype %s; expected BF16, F16 or F32",
                        tfile(L, t), t->name, st_dtype_name(t->dtype));
     if ((int64_t)st_numel(t) != n)
-        return e0_fail(L->err, E0_EFORMAT, "%s: tensor %s has %llu values but config.json implies %lld",
-                       tfile(L, t), t->name, (unsigned long long)st_numel(t), (long long)n);
+        return e0_fail(L->err, E0_EFORMAT, "%s: tensor %s has %llu values but %s implies %lld",
+                       tfile(L, t), t->name, (unsigned long long)st_numel(t), L->cfgname, (long long)n);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return e0_fail(L->err, E0_ENOMEM, "out of memory loading %s", name);
     e0_mat m = {.type = wt, .rows = 1, .cols = n, .w = t->data};
@@ -188,11 +194,13 @@ static int load_deltanet(loader *L, e0_layer *ly, const char *b) {
         return rc;
     }
     if ((rc = get_vec(L, NAME("%slinear_attn.conv1d.weight", b), conv_dim * c->conv_kernel, 0, &ly->conv_w)) ||
-        (rc = get_vec(L, NAME("%slinear_attn.A_log", b), Hv, 0, &ly->A_log)) ||
+        (rc = get_vec(L, NAME("%slinear_attn.A_log", b), Hv, 0, &ly->A)) ||
         (rc = get_vec(L, NAME("%slinear_attn.dt_bias", b), Hv, 0, &ly->dt_bias)) ||
         (rc = get_vec(L, NAME("%slinear_attn.norm.weight", b), c->lin_v_dim, 0, &ly->lin_norm)) ||
         (rc = get_mat(L, NAME("%slinear_attn.out_proj", b), 0, H, Vd, &ly->out)))
         return rc;
+    for (int64_t h = 0; h < Hv; h++) /* the decay rate, as GGUF stores it */
+        ly->A[h] = -expf(ly->A[h]);
     return 0;
 }
 
@@ -294,10 +302,16 @@ static int load_layer(loader *L, int li) {
 
 int model_load(e0_model *m, const char *dir, char *err) {
     memset(m, 0, sizeof *m);
+    if (gguf_is_path(dir)) {
+        loader G = {.m = m, .cfgname = "the GGUF metadata", .err = err};
+        int rc = load_gguf(&G, dir);
+        if (rc) model_free(m);
+        return rc;
+    }
     int rc = config_load(&m->cfg, dir, err);
     if (rc) return rc;
     if ((rc = st_set_open_dir(&m->st, dir, err))) goto fail;
-    loader L = {.m = m, .err = err};
+    loader L = {.m = m, .cfgname = "config.json", .err = err};
     static const char *prefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
     char nm[NAME_MAX_LEN];
     size_t np = sizeof prefixes / sizeof *prefixes;
@@ -340,20 +354,192 @@ int model_load(e0_model *m, const char *dir, char *err) {
     for (int li = 0; li < c->n_layers; li++)
         if ((rc = load_layer(&L, li))) goto fail;
     if (!m->layout) m->layout = L.mlx ? "mlx" : "hf";
+    if ((rc = finish_load(m, err))) goto fail;
+    return 0;
+fail:
+    model_free(m);
+    return rc;
+}
+
+/* What every source shares once the weights are in place: the RoPE
+ * frequencies, the DeltaNet decay rates and the byte counts. */
+static int finish_load(e0_model *m, char *err) {
+    const e0_config *c = &m->cfg;
     int half = c->rotary_dim / 2;
     m->rope_inv_freq = malloc((size_t)half * sizeof *m->rope_inv_freq);
-    if (!m->rope_inv_freq) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto fail;
-    }
+    if (!m->rope_inv_freq) return e0_fail(err, E0_ENOMEM, "out of memory");
     /* As transformers computes it, in f32: 1 / theta^(2i / rotary_dim). */
     for (int k = 0; k < half; k++)
         m->rope_inv_freq[k] = 1.0f / powf((float)c->rope_theta, (float)(2 * k) / (float)c->rotary_dim);
     for (size_t k = 0; k < st_count(m->st); k++) m->weight_bytes += st_at(m->st, k)->nbytes;
     return 0;
-fail:
-    model_free(m);
-    return rc;
+}
+
+/* ---- GGUF ------------------------------------------------------------------
+ *
+ * llama.cpp's names and transforms (its converter, conversion/qwen.py):
+ *   token_embd, output (absent: tied), output_norm; per layer blk.L.:
+ *   attn_norm, post_attention_norm (qwen3moe: ffn_norm);
+ *   attention: attn_q (gated: per head the query, then the gate), attn_k,
+ *     attn_v, attn_output, attn_q_norm, attn_k_norm;
+ *   DeltaNet: attn_qkv (flat q|k|v), attn_gate (z), ssm_beta / ssm_alpha
+ *     (qwen35moe; qwen3next keeps b|a packed per key head in ssm_ba),
+ *     ssm_conv1d [C, K], ssm_a (= -exp(A_log)), ssm_dt.bias, ssm_norm,
+ *     ssm_out;
+ *   MoE: ffn_gate_inp (router), ffn_{gate,up,down}_exps stacked [E, out, in]
+ *     or ffn_gate_up_exps [E, 2I, H] (gate rows on top), shared expert
+ *     ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp [H].
+ * Norm weights are stored as the multiplier (1 + w already applied), so
+ * nothing is shifted. qwen35moe's value heads are in tiled order (ly->vtiled).
+ * Every matrix may have its own ggml type. */
+
+/* A matrix [lead x rows, cols] (lead = 0: [rows, cols]) in any GGUF type;
+ * a 1-D tensor of `cols` values is accepted as one row (rows == 1). */
+static int get_gmat(loader *L, const char *name, int64_t lead, int64_t rows, int64_t cols,
+                    e0_mat *out) {
+    const st_tensor *t = find(L, name);
+    if (!t) return e0_fail(L->err, E0_ENOTFOUND, "%s: tensor %s is missing", st_file_path(L->m->st, 0), name);
+    int64_t shp[3], *s = shp;
+    if (lead) *s++ = lead;
+    s[0] = rows;
+    s[1] = cols;
+    int rc = rows == 1 && !lead && t->ndim == 1 ? check_shape(L, t, 1, &cols)
+                                                : check_shape(L, t, lead ? 3 : 2, shp);
+    if (rc) return rc;
+    memset(out, 0, sizeof *out);
+    out->rows = (lead ? lead : 1) * rows;
+    out->cols = cols;
+    out->w = t->data;
+    if (t->dtype != ST_GGML) {
+        if (float_wtype(t, &out->type) != 0)
+            return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s has dtype %s", tfile(L, t), t->name,
+                           st_dtype_name(t->dtype));
+        return 0;
+    }
+    const ggml_type_info *gi = ggml_info(t->gtype);
+    if (!gi || !gi->supported)
+        return e0_fail(L->err, E0_EUNSUPPORTED,
+                       "%s: tensor %s has ggml type %s, which edge0 does not compute with "
+                       "(supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K "
+                       "IQ4_NL IQ4_XS)",
+                       tfile(L, t), t->name, gi ? gi->name : "(unknown)");
+    out->type = E0_W_GGML;
+    out->gtype = t->gtype;
+    return 0;
+}
+
+#define GNAME(...) (snprintf(nm, sizeof nm, "blk.%d." __VA_ARGS__), nm)
+
+static int gguf_attention(loader *L, e0_layer *ly, int li) {
+    const e0_config *c = &L->m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, hd = c->head_dim, qr = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1);
+    int rc;
+    if ((rc = get_gmat(L, GNAME("%s", li, "attn_q.weight"), 0, qr, H, &ly->q)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "attn_k.weight"), 0, c->n_kv_heads * hd, H, &ly->k)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "attn_v.weight"), 0, c->n_kv_heads * hd, H, &ly->v)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "attn_output.weight"), 0, H, c->n_heads * hd, &ly->o)) ||
+        (rc = get_vec(L, GNAME("%s", li, "attn_q_norm.weight"), hd, 0, &ly->q_norm)) ||
+        (rc = get_vec(L, GNAME("%s", li, "attn_k_norm.weight"), hd, 0, &ly->k_norm)))
+        return rc;
+    return 0;
+}
+
+static int gguf_deltanet(loader *L, e0_layer *ly, int li) {
+    const e0_config *c = &L->m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, Kd = (int64_t)c->lin_k_heads * c->lin_k_dim;
+    int64_t Vd = (int64_t)c->lin_v_heads * c->lin_v_dim, Hv = c->lin_v_heads;
+    int rc;
+    ly->vtiled = c->family == E0_FAM_QWEN3_5_MOE && c->lin_v_heads != c->lin_k_heads;
+    ly->ba_packed = find(L, GNAME("%s", li, "ssm_ba.weight")) != NULL;
+    if ((rc = get_gmat(L, GNAME("%s", li, "attn_qkv.weight"), 0, 2 * Kd + Vd, H, &ly->qkv)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "attn_gate.weight"), 0, Vd, H, &ly->z)))
+        return rc;
+    if (ly->ba_packed)
+        rc = get_gmat(L, GNAME("%s", li, "ssm_ba.weight"), 0, 2 * Hv, H, &ly->ba);
+    else if (!(rc = get_gmat(L, GNAME("%s", li, "ssm_beta.weight"), 0, Hv, H, &ly->b)))
+        rc = get_gmat(L, GNAME("%s", li, "ssm_alpha.weight"), 0, Hv, H, &ly->a);
+    if (rc ||
+        (rc = get_vec(L, GNAME("%s", li, "ssm_conv1d.weight"), (2 * Kd + Vd) * c->conv_kernel, 0,
+                      &ly->conv_w)) ||
+        (rc = get_vec(L, GNAME("%s", li, "ssm_a"), Hv, 0, &ly->A)) ||
+        (rc = get_vec(L, GNAME("%s", li, "ssm_dt.bias"), Hv, 0, &ly->dt_bias)) ||
+        (rc = get_vec(L, GNAME("%s", li, "ssm_norm.weight"), c->lin_v_dim, 0, &ly->lin_norm)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "ssm_out.weight"), 0, H, Vd, &ly->out)))
+        return rc;
+    return 0;
+}
+
+static int gguf_moe(loader *L, e0_layer *ly, int li) {
+    e0_model *m = L->m;
+    const e0_config *c = &m->cfg;
+    char nm[NAME_MAX_LEN];
+    int64_t H = c->hidden, I = c->moe_inter, E = c->n_experts;
+    int rc;
+    if ((rc = get_gmat(L, GNAME("%s", li, "ffn_gate_inp.weight"), 0, E, H, &ly->router))) return rc;
+    ly->experts = calloc((size_t)E, sizeof *ly->experts);
+    if (!ly->experts) return e0_fail(L->err, E0_ENOMEM, "out of memory");
+    e0_mat gate, up, down;
+    ly->fused = find(L, GNAME("%s", li, "ffn_gate_up_exps.weight")) != NULL;
+    if (ly->fused) { /* [E, 2I, H]: per expert, gate rows on top, up rows below */
+        if ((rc = get_gmat(L, GNAME("%s", li, "ffn_gate_up_exps.weight"), E, 2 * I, H, &gate))) return rc;
+        up = gate;
+    } else if ((rc = get_gmat(L, GNAME("%s", li, "ffn_gate_exps.weight"), E, I, H, &gate)) ||
+               (rc = get_gmat(L, GNAME("%s", li, "ffn_up_exps.weight"), E, I, H, &up))) {
+        return rc;
+    }
+    if ((rc = get_gmat(L, GNAME("%s", li, "ffn_down_exps.weight"), E, H, I, &down))) return rc;
+    for (int64_t e = 0; e < E; e++) {
+        e0_expert *x = &ly->experts[e];
+        x->gate = mat_rows(&gate, ly->fused ? e * 2 * I : e * I, I);
+        x->up = mat_rows(&up, ly->fused ? e * 2 * I + I : e * I, I);
+        x->down = mat_rows(&down, e * H, H);
+        m->expert_bytes += mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
+    }
+    ly->has_shared = c->shared_inter > 0;
+    if (!ly->has_shared) return 0;
+    int64_t Is = c->shared_inter;
+    if ((rc = get_gmat(L, GNAME("%s", li, "ffn_gate_shexp.weight"), 0, Is, H, &ly->sh_gate)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "ffn_up_shexp.weight"), 0, Is, H, &ly->sh_up)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "ffn_down_shexp.weight"), 0, H, Is, &ly->sh_down)) ||
+        (rc = get_gmat(L, GNAME("%s", li, "ffn_gate_inp_shexp.weight"), 0, 1, H, &ly->sh_router)))
+        return rc;
+    return 0;
+}
+
+static int load_gguf(loader *L, const char *path) {
+    e0_model *m = L->m;
+    char *err = L->err;
+    int rc = st_set_open_gguf(&m->st, path, err);
+    if (rc) return rc;
+    const st_tensor *emb = st_get(m->st, "token_embd.weight");
+    if (!emb || emb->ndim != 2 || emb->shape[0] > INT32_MAX)
+        return e0_fail(err, E0_ENOTFOUND, "%s: tensor token_embd.weight is missing or not 2-D", path);
+    if ((rc = config_from_gguf(&m->cfg, st_gguf(m->st), (int32_t)emb->shape[0], err))) return rc;
+    const e0_config *c = &m->cfg;
+    L->mlx = true; /* norms hold 1 + w */
+    m->layout = "gguf";
+    int64_t H = c->hidden, V = c->vocab;
+    if ((rc = get_gmat(L, "token_embd.weight", 0, V, H, &m->embed))) return rc;
+    if (find(L, "output.weight")) rc = get_gmat(L, "output.weight", 0, V, H, &m->lm_head);
+    else m->lm_head = m->embed;
+    if (rc || (rc = get_vec(L, "output_norm.weight", H, 0, &m->final_norm))) return rc;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return e0_fail(err, E0_ENOMEM, "out of memory");
+    char nm[NAME_MAX_LEN];
+    for (int li = 0; li < c->n_layers; li++) {
+        e0_layer *ly = &m->layers[li];
+        ly->linear = c->layer_linear[li];
+        ly->moe = true;
+        const char *post = c->family == E0_FAM_QWEN3_MOE ? "ffn_norm.weight" : "post_attention_norm.weight";
+        if ((rc = get_vec(L, GNAME("%s", li, "attn_norm.weight"), H, 0, &ly->in_norm)) ||
+            (rc = get_vec(L, GNAME("%s", li, post), H, 0, &ly->post_norm)) ||
+            (rc = ly->linear ? gguf_deltanet(L, ly, li) : gguf_attention(L, ly, li)) ||
+            (rc = gguf_moe(L, ly, li)))
+            return e0_wrap(err, rc, "layer %d", li);
+    }
+    return finish_load(m, err);
 }
 
 /* ---- readahead of resident weights ---------------------------------------- */
@@ -399,7 +585,7 @@ void model_free(e0_model *m) {
             free(ly->q_norm);
             free(ly->k_norm);
             free(ly->conv_w);
-            free(ly->A_log);
+            free(ly->A);
             free(ly->dt_bias);
             free(ly->lin_norm);
             free(ly->experts);

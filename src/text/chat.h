@@ -126,4 +126,31 @@ typedef struct {
 
 void chat_split_reasoning(const char *text, size_t len, chat_split *out);
 
+/* ---- Which format a model's chat template asks for ---------------------
+ *
+ * A GGUF file (tokenizer.chat_template) or tokenizer_config.json carries
+ * the template as Jinja; edge0 does not interpret Jinja but renders the
+ * formats it knows in C (chat_render). chat_format_detect tells which one a
+ * template is, from the markers each family's template has:
+ *   <|im_start|> and the XML tool-call form "<function=" -> CHAT_FORMAT_QWEN35
+ *   <|im_start|> and a think block "<think>"            -> CHAT_FORMAT_QWEN3
+ *   <|im_start|> otherwise (Qwen2.5, other ChatML)      -> CHAT_FORMAT_CHATML
+ * Today chat_render implements Qwen3's template, and all three are rendered
+ * with it: they share the ChatML turns; what Qwen3.5's template does beyond
+ * them (tool calls as XML, an opened think block in the generation prompt)
+ * is not rendered yet, which is why the caller gets the distinct value to
+ * report. */
+typedef enum {
+    CHAT_FORMAT_QWEN3 = 1,
+    CHAT_FORMAT_QWEN35,
+    CHAT_FORMAT_CHATML,
+} chat_format;
+
+/* Detects the format of template_text[0..len). A NULL or empty template, or
+ * one without <|im_start|>, is E0_EUNSUPPORTED with a message saying that
+ * the template is not one edge0 renders (and how it begins). */
+int chat_format_detect(const char *template_text, size_t len, chat_format *out, char *err);
+/* "qwen3", "qwen3.5", "chatml"; "?" for anything else. */
+const char *chat_format_name(chat_format f);
+
 #endif

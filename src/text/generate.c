@@ -1,6 +1,7 @@
 /* Text in, text out: the public e0_text / e0_chat / e0_generate API over the
  * tokenizer, the chat renderer, the sampler and a session. */
 #include "edge0.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
 #include "text/sampler.h"
@@ -20,17 +21,123 @@ struct e0_text {
     int n_eot;
 };
 
+/* A string array of GGUF metadata as views into the file's mapping;
+ * absent: *n = 0 and no error unless `required`. */
+static int gguf_strs(const gguf_file *g, const char *key, bool required, tok_str **out, size_t *n,
+                     char *err) {
+    gguf_vtype elem;
+    uint64_t len;
+    *out = NULL;
+    *n = 0;
+    int rc = gguf_get_arr(g, key, &elem, &len, err);
+    if (rc == E0_ENOTFOUND && !required) return 0;
+    if (rc) return rc;
+    if (elem != GGUF_STRING)
+        return e0_fail(err, E0_EFORMAT, "%s: %s is an array of %s, not of strings", gguf_fname(g),
+                       key, gguf_vtype_name(elem));
+    tok_str *v = calloc(len ? len : 1, sizeof *v);
+    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory reading %s", key);
+    for (uint64_t i = 0; i < len; i++) {
+        gguf_str sv;
+        if ((rc = gguf_arr_str(g, key, i, &sv, err))) {
+            free(v);
+            return rc;
+        }
+        v[i] = (tok_str){sv.p, (size_t)sv.len};
+    }
+    *out = v;
+    *n = (size_t)len;
+    return 0;
+}
+
+/* tokenizer.ggml.* ids: -1 when absent. */
+static int gguf_id(const gguf_file *g, const char *key, int64_t *out, char *err) {
+    uint32_t v;
+    int rc = gguf_get_u32(g, key, &v, err);
+    *out = rc ? -1 : (int64_t)v;
+    return rc == E0_ENOTFOUND ? 0 : rc;
+}
+
+/* The tokenizer a GGUF file carries in its metadata (tokenizer.ggml.*,
+ * text/tokenizer.h tok_vocab_src). */
+static int tok_load_gguf(tok_tokenizer **tk, const char *path, char *err) {
+    st_set *st;
+    int rc = st_set_open_gguf(&st, path, err);
+    if (rc) return rc;
+    const gguf_file *g = st_gguf(st);
+    tok_vocab_src v;
+    tok_vocab_src_init(&v);
+    tok_str *tokens = NULL, *merges = NULL;
+    int32_t *types = NULL;
+    const char *model = NULL, *pre = NULL;
+    rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err);
+    if (rc == E0_ENOTFOUND)
+        rc = e0_fail(err, E0_ENOTFOUND, "%s: no tokenizer in the metadata (tokenizer.ggml.model is "
+                                        "missing); pass --tokenizer FILE",
+                     path);
+    if (!rc && gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != 0) pre = NULL;
+    if (!rc) rc = gguf_strs(g, "tokenizer.ggml.tokens", true, &tokens, &v.n_tokens, err);
+    if (!rc) rc = gguf_strs(g, "tokenizer.ggml.merges", false, &merges, &v.n_merges, err);
+    gguf_vtype elem;
+    uint64_t nt;
+    int trc = rc ? rc : gguf_get_arr(g, "tokenizer.ggml.token_type", &elem, &nt, err);
+    if (!rc && trc != E0_ENOTFOUND) {
+        rc = trc;
+        if (!rc && nt != v.n_tokens)
+            rc = e0_fail(err, E0_EFORMAT, "%s: tokenizer.ggml.token_type has %llu entries for %zu tokens",
+                         path, (unsigned long long)nt, v.n_tokens);
+        if (!rc && !(types = malloc((nt ? nt : 1) * sizeof *types)))
+            rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        for (uint64_t i = 0; !rc && i < nt; i++)
+            rc = gguf_arr_i32(g, "tokenizer.ggml.token_type", i, &types[i], err);
+    }
+    if (!rc) rc = gguf_id(g, "tokenizer.ggml.bos_token_id", &v.bos_id, err);
+    if (!rc) rc = gguf_id(g, "tokenizer.ggml.eos_token_id", &v.eos_id, err);
+    if (!rc) rc = gguf_id(g, "tokenizer.ggml.eot_token_id", &v.eot_id, err);
+    if (!rc) rc = gguf_id(g, "tokenizer.ggml.padding_token_id", &v.pad_id, err);
+    if (!rc) {
+        int brc = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &v.add_bos, err);
+        if (brc && brc != E0_ENOTFOUND) rc = brc;
+    }
+    if (!rc) {
+        v.model = (tok_str){model, strlen(model)};
+        if (pre) v.pre = (tok_str){pre, strlen(pre)};
+        v.tokens = tokens;
+        v.merges = merges;
+        v.types = types;
+        rc = tok_load_vocab(tk, &v, path, err);
+    }
+    free(tokens);
+    free(merges);
+    free(types);
+    st_set_free(st);
+    return rc;
+}
+
 int e0_text_open(e0_text **out, const char *path, char *err) {
     *out = NULL;
     struct stat st;
     char *file = NULL;
+    bool gguf = false;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (!(file = e0_path_join(path, "tokenizer.json"))) return e0_fail(err, E0_ENOMEM, "out of memory");
         path = file;
+    } else if (gguf_is_path(path)) { /* a tokenizer.json beside the file wins */
+        char *dir = strdup(path);
+        if (!dir) return e0_fail(err, E0_ENOMEM, "out of memory");
+        char *slash = strrchr(dir, '/');
+        if (slash) slash[slash == dir ? 1 : 0] = 0; /* "/m.gguf" lies in "/" */
+        file = e0_path_join(slash ? dir : ".", "tokenizer.json");
+        free(dir);
+        if (!file) return e0_fail(err, E0_ENOMEM, "out of memory");
+        if (stat(file, &st) == 0) path = file;
+        else gguf = true;
     }
     e0_text *t = calloc(1, sizeof *t);
-    int rc = t ? tok_load(&t->tk, path, err) : e0_fail(err, E0_ENOMEM, "out of memory");
-    if (rc == E0_ENOTFOUND) e0_wrap(err, rc, "no tokenizer (a model directory needs tokenizer.json)");
+    int rc = !t         ? e0_fail(err, E0_ENOMEM, "out of memory")
+             : gguf     ? tok_load_gguf(&t->tk, path, err)
+                        : tok_load(&t->tk, path, err);
+    if (rc == E0_ENOTFOUND && !gguf) e0_wrap(err, rc, "no tokenizer (a model directory needs tokenizer.json)");
     free(file);
     if (rc) {
         free(t);

@@ -1,4 +1,5 @@
-/* Byte-level BPE tokenizer driven by a Hugging Face tokenizer.json.
+/* Byte-level BPE tokenizer driven by a Hugging Face tokenizer.json (or by
+ * the same tables from GGUF metadata: tok_load_vocab).
  *
  *     tok_tokenizer *tk;
  *     char err[E0_ERR_MAX];
@@ -76,6 +77,56 @@ int tok_load(tok_tokenizer **out, const char *path, char *err);
 /* The same from memory; `name` is only used in messages. Pure: safe to fuzz. */
 int tok_load_json(tok_tokenizer **out, const char *json, size_t len, const char *name, char *err);
 void tok_free(tok_tokenizer *t);
+
+/* ---- From GGUF metadata (llama.cpp's format) ---------------------------
+ *
+ * A GGUF file carries the tokenizer as arrays under tokenizer.ggml.*; the
+ * GGUF reader fills a tok_vocab_src with views into its mapping and
+ * tok_load_vocab builds the tokenizer that tok_load_json builds from the
+ * tokenizer.json the file was converted from (tokenizer_vocab.c lists how
+ * each field maps and where llama.cpp differs). Nothing is kept: the views
+ * may go away once it returns. */
+
+/* A string view: len bytes at ptr, not NUL-terminated (ptr may be NULL
+ * when len is 0). */
+typedef struct {
+    const char *ptr;
+    size_t len;
+} tok_str;
+
+/* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
+enum {
+    TOK_TYPE_NORMAL = 1,
+    TOK_TYPE_UNKNOWN = 2,
+    TOK_TYPE_CONTROL = 3,      /* a special added token */
+    TOK_TYPE_USER_DEFINED = 4, /* a non-special added token */
+    TOK_TYPE_UNUSED = 5,       /* padding up to the model's vocab_size: no token */
+    TOK_TYPE_BYTE = 6,
+};
+
+typedef struct {
+    tok_str model;         /* tokenizer.ggml.model: only "gpt2" (byte-level BPE) */
+    tok_str pre;           /* tokenizer.ggml.pre: "qwen2", "qwen35", "gpt-2", "default";
+                              absent (len 0) reads as "default", as in llama.cpp */
+    const tok_str *tokens; /* tokenizer.ggml.tokens [n_tokens], by id */
+    size_t n_tokens;
+    const int32_t *types;  /* tokenizer.ggml.token_type [n_tokens]; NULL: all NORMAL */
+    const tok_str *merges; /* tokenizer.ggml.merges [n_merges]: "A B", in rank order */
+    size_t n_merges;
+    /* tokenizer.ggml.{bos,eos,eot,padding}_token_id; -1 when absent. Only
+     * checked (each must name a token): tok_encode adds none of them. */
+    int64_t bos_id, eos_id, eot_id, pad_id;
+    bool add_bos; /* tokenizer.ggml.add_bos_token: needs bos_id; the caller prepends it */
+} tok_vocab_src;
+
+/* Sets every id to -1 and everything else to zero. */
+void tok_vocab_src_init(tok_vocab_src *v);
+
+/* Builds a tokenizer from GGUF arrays; `name` (the file) starts every
+ * message. E0_EUNSUPPORTED names tokenizer.ggml.model or .pre and the value
+ * it does not know; E0_EFORMAT names the array and index of a malformed
+ * entry. Pure: safe to fuzz. */
+int tok_load_vocab(tok_tokenizer **out, const tok_vocab_src *v, const char *name, char *err);
 
 /* A growable id array. Zero-initialise; tok_encode appends to it. */
 typedef struct {

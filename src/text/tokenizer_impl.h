@@ -1,6 +1,7 @@
-/* Internals of the tokenizer shared by tokenizer_load.c (tokenizer.json ->
- * tables) and tokenizer.c (encode, decode). Not for other modules: include
- * text/tokenizer.h.
+/* Internals of the tokenizer shared by tokenizer_build.c (the tables every
+ * loader fills), tokenizer_load.c (tokenizer.json), tokenizer_vocab.c (GGUF
+ * metadata arrays) and tokenizer.c (encode, decode). Not for other modules:
+ * include text/tokenizer.h.
  *
  * Every string the encoder handles is valid UTF-8 (checked at load or cut
  * out of the input before use), so PCRE2 runs with PCRE2_NO_UTF_CHECK. */
@@ -168,5 +169,82 @@ int tok_build_fast(tok_tokenizer *t, char *err);
  * lives in one of `bufs`; it stays valid until `bufs` are reused. */
 int tok_normalize(const tok_tokenizer *t, const char *s, size_t n, tok_buf bufs[2],
                   pcre2_match_data *md, const char **out, size_t *out_n, char *err);
+
+/* ---- Building the tables (tokenizer_build.c) ----------------------------
+ *
+ * A loader fills one tok_ld: strings go to the arena (which becomes
+ * t->arena at the end), the vocabulary and merges through the functions
+ * below, added tokens through t->added plus their source strings. The order
+ * is fixed by what each step reads:
+ *   tok_ld_vocab_alloc, tok_ld_vocab_insert (every vocabulary string)
+ *   tok_ld_merges_alloc, tok_ld_merge_add   (needs the vocabulary)
+ *   tok_ld_byte_ids
+ *   tok_ld_entries_alloc, ent[] of the vocabulary (tok_ld_put_decoded)
+ *   t->norm / t->pre, tok_norm_setup
+ *   tok_ld_finish_added                     (normalizes with t->norm)
+ *   tok_ld_finish                           (hands over, or frees on error)
+ * Every function returns 0 or a negative E0_E* with L->err filled as
+ * "NAME: message". */
+
+/* Regex of the ByteLevel pre-tokenizer with use_regex (GPT-2). */
+extern const char TOK_GPT2_REGEX[];
+
+#define TOK_MATCH_LIMIT 20000000u /* PCRE2 backtracking steps per match call */
+
+typedef struct {
+    const char *name; /* the source, first in every message */
+    char *err;
+    tok_tokenizer *t;
+    tok_buf arena;
+} tok_ld;
+
+/* The source string of added token i (t->added[i]); not NUL-terminated. */
+typedef struct {
+    const char *content;
+    size_t len;
+} tok_added_src;
+
+int tok_ld_fail(tok_ld *L, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* s[0..n) for a message: printable ASCII as is, other bytes \xNN, cut after
+ * about 60 characters. */
+const char *tok_ld_show(const char *s, size_t n, char out[72]);
+/* Appends s[0..n) and a NUL to the arena; *off is where it starts. */
+int tok_ld_arena_put(tok_ld *L, const void *s, size_t n, uint32_t *off);
+/* Sizes the vocabulary hash for n strings. */
+int tok_ld_vocab_alloc(tok_ld *L, size_t n);
+/* Maps the arena string at off to id; a string inserted twice keeps the
+ * later id. */
+int tok_ld_vocab_insert(tok_ld *L, uint32_t off, uint32_t len, int32_t id);
+/* The id of a vocabulary string, -1 if absent (while building). */
+int32_t tok_ld_vocab_find(tok_ld *L, const char *s, size_t n);
+/* Sizes the merge table for n merges. */
+int tok_ld_merges_alloc(tok_ld *L, size_t n);
+/* Merge `rank` of halves a and b: a, b and a+b must be vocabulary strings,
+ * as the `tokenizers` library requires; a pair listed twice keeps its last
+ * rank. `field` names the merge list and `vocab` the vocabulary in the
+ * message. `cat` is scratch space kept across calls. */
+int tok_ld_merge_add(tok_ld *L, const char *field, const char *vocab, size_t rank, const char *a,
+                     size_t na, const char *b, size_t nb, tok_buf *cat);
+/* byte_id[] from the vocabulary: the token spelling each single byte. */
+void tok_ld_byte_ids(tok_ld *L);
+/* Allocates ent[0..max_id] (max_id < 0: `empty` names what is empty). */
+int tok_ld_entries_alloc(tok_ld *L, int32_t max_id, const char *empty);
+/* Makes `id` a vocabulary token spelled by the arena string at off, with
+ * the bytes it decodes to. */
+int tok_ld_entry(tok_ld *L, int32_t id, uint32_t off, uint32_t len);
+/* The bytes a token string decodes to (ByteLevel decoder), into the arena.
+ * If s points into the arena, the caller has reserved n + 1 bytes. */
+int tok_ld_put_decoded(tok_ld *L, const char *s, size_t n, uint32_t *off, uint32_t *len);
+/* Compiles a pattern of the file (Oniguruma syntax, translated; or a
+ * literal) with UTF, UCP and JIT. `field` names it in the message. */
+int tok_ld_compile_re(tok_ld *L, const char *pat, size_t len, bool literal, const char *field,
+                      pcre2_code **out);
+/* Gives the added tokens (t->added[0..n_added), their strings in srcs)
+ * their entries and match sets; after the normalizer is set up. */
+int tok_ld_finish_added(tok_ld *L, const tok_added_src *srcs);
+/* Ends a load: with rc == 0 finishes the tables and stores the tokenizer in
+ * *out; otherwise, or if finishing fails, frees everything. Returns rc or
+ * the finishing error. */
+int tok_ld_finish(tok_ld *L, int rc, tok_tokenizer **out);
 
 #endif

@@ -1,0 +1,53 @@
+/* The inside of an opened st_set, shared by the two readers that build one:
+ * safetensors.c (JSON headers) and gguf.c (GGUF headers). Nothing outside
+ * src/io/ includes this; everyone else sees st_set through safetensors.h.
+ *
+ * Building a set: st_set_alloc (n files), st_file_map each file, parse its
+ * header, st_set_reserve(total tensors), then st_set_add every tensor (which
+ * rejects a name seen before, naming both files). st_set_free releases
+ * everything, including each file's parsed header (`hdr` for safetensors,
+ * `gguf` for GGUF).
+ */
+#ifndef E0_IO_ST_INTERNAL_H
+#define E0_IO_ST_INTERNAL_H
+
+#include "io/safetensors.h"
+
+#include <stdatomic.h>
+
+struct gguf_file;
+
+typedef struct {
+    char *path;
+    int fd;
+    int dfd;               /* the same file opened O_DIRECT, or -1 when the filesystem refuses it */
+    atomic_bool direct_on; /* dfd >= 0 and no direct read has failed with EINVAL */
+    atomic_bool fail_next; /* tests: the next direct read fails with EINVAL */
+    const uint8_t *map;
+    uint64_t size;
+    st_header hdr;          /* safetensors files */
+    struct gguf_file *gguf; /* GGUF files (views into `map`), else NULL */
+} st_file;
+
+struct st_set {
+    st_file *files;
+    uint32_t nfiles;
+    st_tensor *tensors;
+    size_t n;
+    uint32_t *slots; /* open-addressing table of tensor indices + 1 */
+    size_t nslots;
+};
+
+/* A set with room for `nfiles` files (none opened yet: nfiles = 0). */
+int st_set_alloc(st_set **out, uint32_t nfiles, char *err);
+/* Opens, checks (regular, non-empty) and maps `path` read-only into *f,
+ * with a second O_DIRECT descriptor where the filesystem takes one. On
+ * error *f is still safe to close (st_set_free). */
+int st_file_map(st_file *f, const char *path, char *err);
+/* Room for `n` tensors in all (call once, before st_set_add). */
+int st_set_reserve(st_set *s, size_t n, char *err);
+/* Appends a copy of *t (its name must outlive the set); E0_EFORMAT when the
+ * name is already in the set. */
+int st_set_add(st_set *s, const st_tensor *t, char *err);
+
+#endif
