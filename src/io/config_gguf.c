@@ -32,6 +32,7 @@
 #include "io/gguf.h"
 #include "util/err.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
