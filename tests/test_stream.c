@@ -26,8 +26,23 @@ static const char *LAYOUTS[][2] = {
     {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
     {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
     {"qwen35moe", "mlx-fused"},
+    /* GGUF files (llama.cpp's converter): family "gguf/DIR", layout the file */
+    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}, {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"},
+    {"gguf/qwen3next", "model-Q4_0.gguf"},        {"gguf/qwen35moe", "model-Q8_0.gguf"},
+    {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"},
 };
 enum { NLAYOUTS = sizeof LAYOUTS / sizeof *LAYOUTS };
+
+static bool is_gguf(const char *family) {
+    return strncmp(family, "gguf/", 5) == 0;
+}
+
+/* The checkpoint (a fixture directory or a GGUF file) of LAYOUTS row family/layout. */
+static const char *model_rel(const char *family, const char *layout) {
+    static char rel[256];
+    snprintf(rel, sizeof rel, "%s%s/%s", is_gguf(family) ? "" : "fixtures/", family, layout);
+    return rel;
+}
 
 typedef struct {
     int32_t ids[32];
@@ -35,9 +50,14 @@ typedef struct {
     int prompt;
 } seq;
 
-static seq load_seq(const char *family) {
+/* The ids of the family's golden sequence (for a GGUF file, its own golden). */
+static seq load_seq(const char *family, const char *layout) {
     char rel[256], err[E0_ERR_MAX];
-    snprintf(rel, sizeof rel, "fixtures/%s/golden.safetensors", family);
+    if (is_gguf(family))
+        snprintf(rel, sizeof rel, "%s/golden_%.*s.safetensors", family,
+                 (int)(strlen(layout) - strlen("model-") - strlen(".gguf")), layout + strlen("model-"));
+    else
+        snprintf(rel, sizeof rel, "fixtures/%s/golden.safetensors", family);
     st_set *g;
     if (st_set_open_file(&g, tu_shared(rel), err)) fail_msg("%s", err);
     seq q;
@@ -50,10 +70,10 @@ static seq load_seq(const char *family) {
 }
 
 static e0_engine *open_with(const char *family, const char *layout, const e0_engine_opts *o) {
-    char rel[256], err[E0_ERR_MAX];
-    snprintf(rel, sizeof rel, "fixtures/%s/%s", family, layout);
+    char err[E0_ERR_MAX];
     e0_engine *e;
-    if (e0_engine_open(&e, tu_shared(rel), o, err)) fail_msg("%s/%s: %s", family, layout, err);
+    if (e0_engine_open(&e, tu_shared(model_rel(family, layout)), o, err))
+        fail_msg("%s/%s: %s", family, layout, err);
     return e;
 }
 
@@ -138,6 +158,7 @@ static void apply(e0_engine_opts *o, const config *c, int slots, int many) {
 static bool full_matrix(int li) {
     const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
     return (!strcmp(fam, "qwen3moe") && !strcmp(lay, "hf")) ||
+           (!strcmp(fam, "gguf/tiny-qwen35moe") && !strcmp(lay, "model-Q4_K_M.gguf")) ||
            (!strcmp(fam, "qwen3next") && !strcmp(lay, "mlx")) ||
            (!strcmp(fam, "qwen35moe") && (!strcmp(lay, "hf-fused") || !strcmp(lay, "mlx-fused")));
 }
@@ -149,7 +170,7 @@ static void test_paths_bit_identical(void **state) {
     for (int li = 0; li < NLAYOUTS; li++) {
         const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
         const bool all = full_matrix(li);
-        seq q = load_seq(fam);
+        seq q = load_seq(fam, lay);
         float *ref = baseline(fam, lay, &q);
         e0_engine *e0 = open_with(fam, lay, NULL);
         e0_model_info info;
@@ -182,7 +203,7 @@ static void test_paths_bit_identical(void **state) {
 /* The paths are really taken: staged hits, hot hits and whole-layer loads happen. */
 static void test_paths_exercised(void **state) {
     (void)state;
-    seq q = load_seq("qwen35moe");
+    seq q = load_seq("qwen35moe", "mlx");
     e0_engine_opts o;
     e0_stats st;
     apply(&o, &CONFIGS[1], 64, 1); /* staged n4 */
@@ -256,7 +277,7 @@ static double moe_err(e0_engine *e, const char *family, int L) {
 }
 
 static void full_layer_case(const char *family, const char *layout) {
-    seq q = load_seq(family);
+    seq q = load_seq(family, layout);
     q.prompt = (int)q.n; /* all prefill */
     float *ref = baseline(family, layout, &q);
     e0_engine_opts o;
@@ -286,6 +307,8 @@ static void test_full_layer_separate(void **state) {
     full_layer_case("qwen35moe", "mlx");
     full_layer_case("qwen3moe", "mlx");
     full_layer_case("qwen3moe", "hf");
+    full_layer_case("gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"); /* mixed ggml types */
+    full_layer_case("gguf/qwen3next", "model-Q8_0.gguf");
 }
 
 /* Fused: correct per-expert interleaving matches; views made the way a
@@ -356,7 +379,7 @@ static void test_gate_first_order(void **state) {
  * without it the same prediction drops nothing and the logits are exact. */
 static void test_staged_replace(void **state) {
     (void)state;
-    seq q = load_seq("qwen35moe");
+    seq q = load_seq("qwen35moe", "mlx");
     float *ref = baseline("qwen35moe", "mlx", &q);
     for (int replace = 0; replace < 2; replace++) {
         e0_engine_opts o;
@@ -410,7 +433,8 @@ static void test_direct_reads(void **state) {
     static const char *lays[][2] = {{"qwen35moe", "mlx"},
                                     {"qwen35moe", "mlx-fused"},
                                     {"qwen3moe", "hf"},
-                                    {"qwen3next", "hf-fused"}};
+                                    {"qwen3next", "hf-fused"},
+                                    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}};
     static const struct {
         const char *name;
         e0_path path;
@@ -423,7 +447,7 @@ static void test_direct_reads(void **state) {
     int runs = 0, direct_runs = 0;
     for (size_t li = 0; li < sizeof lays / sizeof *lays; li++) {
         const char *fam = lays[li][0], *lay = lays[li][1];
-        seq q = load_seq(fam);
+        seq q = load_seq(fam, lay);
         float *ref = baseline(fam, lay, &q);
         for (size_t pi = 0; pi < sizeof paths / sizeof *paths; pi++)
             for (int slots = 2; slots <= 4096; slots *= 2048)

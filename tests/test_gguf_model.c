@@ -1,0 +1,253 @@
+/* GGUF checkpoints end to end, against ../shared/gguf: files written by
+ * llama.cpp's converter and quantizer, with goldens that are exact f32
+ * arithmetic on each file's quantized weights (README there).
+ *  - every file, 32 and 160 ids (prefill then decode): --kernels exact
+ *    within 1e-4 relative L2 at every position; the default kernels within
+ *    5e-3 with the same argmax at every position;
+ *  - the hyper-parameters come from the metadata (no config.json);
+ *  - `demo`, `chat` and `serve` on a file with nothing beside it (the
+ *    tokenizer from tokenizer.ggml.*).
+ * The streaming paths on GGUF are in test_stream's matrix. */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "model/model.h"
+#include "quant/mat.h"
+#include "stream/switchglu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *FILES[][2] = {
+    {"qwen3moe", "Q8_0"},         {"qwen3moe", "Q4_0"},        {"qwen3next", "Q8_0"},
+    {"qwen3next", "Q4_0"},        {"qwen35moe", "Q8_0"},       {"qwen35moe", "Q4_0"},
+    {"tiny-qwen35moe", "Q4_K_M"}, {"tiny-qwen35moe", "Q6_K"},  {"tiny-qwen35moe", "IQ4_XS"},
+    {"tiny-qwen3moe", "Q4_K_M"},
+};
+enum { NFILES = sizeof FILES / sizeof *FILES };
+
+static const char *model_path(int i) {
+    static char rel[256];
+    snprintf(rel, sizeof rel, "gguf/%s/model-%s.gguf", FILES[i][0], FILES[i][1]);
+    return tu_shared(rel);
+}
+
+static st_set *open_golden(int i, bool long_seq) {
+    char rel[256], err[E0_ERR_MAX];
+    snprintf(rel, sizeof rel, "gguf/%s/golden_%s%s.safetensors", FILES[i][0], FILES[i][1],
+             long_seq ? "_long" : "");
+    st_set *g;
+    if (st_set_open_file(&g, tu_shared(rel), err)) fail_msg("%s", err);
+    return g;
+}
+
+/* Prefill the first `prompt_len` ids, decode the rest one by one. */
+static float *run(e0_engine *e, const int32_t *ids, size_t n, size_t prefill, size_t V) {
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *lg = malloc(n * V * sizeof *lg);
+    assert_non_null(lg);
+    if (e0_session_eval(s, ids, prefill, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    for (size_t i = prefill; i < n; i++)
+        if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, lg + i * V, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    return lg;
+}
+
+static size_t argmax(const float *v, size_t n) {
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* Every file and sequence in kernel set k: the worst position within
+ * `bound`, and (same_argmax) no position's argmax differs. */
+static void check_all(e0_kernels k, double bound, bool same_argmax) {
+    assert_int_equal(mat_set_kernels(k), 0);
+    for (int i = 0; i < NFILES; i++) {
+        char err[E0_ERR_MAX];
+        e0_engine *e;
+        if (e0_engine_open(&e, model_path(i), NULL, err)) fail_msg("%s", err);
+        e0_model_info info;
+        e0_engine_info(e, &info);
+        assert_string_equal(info.layout, "gguf");
+        const size_t V = (size_t)info.vocab_size;
+        assert_int_equal(V, 1024);
+        for (int long_seq = 0; long_seq < 2; long_seq++) {
+            st_set *g = open_golden(i, long_seq);
+            size_t n;
+            const int32_t *ids = tu_i32(g, "input_ids", &n);
+            const float *ref = tu_f32(g, "logits", n * V);
+            const size_t prompt = (size_t)atoi(st_meta(g, "prompt_len"));
+            float *lg = run(e, ids, n, prompt, V);
+            double worst = 0;
+            size_t at = 0, differ = 0;
+            for (size_t t = 0; t < n; t++) {
+                double r = tu_rel_l2(lg + t * V, ref + t * V, V);
+                if (r > worst) worst = r, at = t;
+                differ += argmax(lg + t * V, V) != argmax(ref + t * V, V);
+            }
+            printf("  %s %s %zu ids (%s): worst position %zu rel L2 %.3g, argmax differs at %zu\n",
+                   FILES[i][0], FILES[i][1], n, mat_kernels_name(), at, worst, differ);
+            if (!(worst <= bound))
+                fail_msg("%s %s: position %zu rel L2 %.3g > %.0e", FILES[i][0], FILES[i][1], at,
+                         worst, bound);
+            if (same_argmax && differ) fail_msg("%s %s: argmax differs at %zu positions", FILES[i][0], FILES[i][1], differ);
+            free(lg);
+            st_set_free(g);
+        }
+        e0_engine_free(e);
+    }
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+static void test_logits_exact(void **state) {
+    (void)state;
+    check_all(E0_KERNELS_EXACT, 1e-4, true);
+}
+
+static void test_logits_default(void **state) {
+    (void)state;
+    check_all(E0_KERNELS_AUTO, 5e-3, true);
+}
+
+/* Hyper-parameters from the metadata, for one file of each family. */
+static void test_config(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine *e;
+    if (e0_engine_open(&e, model_path(5), NULL, err)) fail_msg("%s", err); /* qwen35moe Q4_0 */
+    const e0_config *c = &e->model.cfg;
+    assert_int_equal(c->family, E0_FAM_QWEN3_5_MOE);
+    assert_int_equal(c->n_layers, 4);
+    assert_int_equal(c->hidden, 128);
+    assert_int_equal(c->n_experts, 16);
+    assert_int_equal(c->top_k, 4);
+    assert_int_equal(c->moe_inter, 128);
+    assert_int_equal(c->shared_inter, 128);
+    assert_int_equal(c->head_dim, 32);
+    assert_int_equal(c->rotary_dim, 8);
+    assert_int_equal(c->lin_k_heads, 2);
+    assert_int_equal(c->lin_v_heads, 4);
+    assert_int_equal(c->lin_k_dim, 32);
+    assert_int_equal(c->lin_v_dim, 32);
+    assert_true(c->layer_linear[0] && c->layer_linear[2] && !c->layer_linear[3]);
+    assert_true(e->model.layers[0].vtiled); /* llama.cpp's tiled value heads */
+    assert_int_equal(c->n_eos, 1);
+    assert_int_equal(c->eos[0], 1023);
+    e0_engine_free(e);
+    if (e0_engine_open(&e, model_path(3), NULL, err)) fail_msg("%s", err); /* qwen3next Q4_0 */
+    assert_int_equal(e->model.cfg.family, E0_FAM_QWEN3_NEXT);
+    assert_true(e->model.layers[0].ba_packed);
+    assert_false(e->model.layers[0].vtiled);
+    e0_engine_free(e);
+    if (e0_engine_open(&e, model_path(9), NULL, err)) fail_msg("%s", err); /* qwen3moe Q4_K_M */
+    assert_int_equal(e->model.cfg.family, E0_FAM_QWEN3_MOE);
+    assert_int_equal(e->model.cfg.n_experts, 32);
+    assert_int_equal(e->model.layers[0].experts[0].down.type, E0_W_GGML);
+    e0_engine_free(e);
+}
+
+/* demo, chat and serve on a copy of one file in an empty directory. */
+static void test_cli_single_file(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), cmd[16384];
+    snprintf(cmd, sizeof cmd, "cp %s %s/m.gguf", model_path(9), dir);
+    assert_int_equal(tu_run(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s demo %s/m.gguf --prompt 'Hello there' --max-tokens 6 --temp 0 > %s/demo.out 2>&1 && "
+             "grep -q 'gguf layout' %s/demo.out && grep -q 'decode 6 tokens' %s/demo.out",
+             tu_bin(), dir, dir, dir, dir);
+    if (tu_run(cmd) != 0) fail_msg("demo on a lone GGUF file failed (see %s/demo.out)", dir);
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hello\\n/exit\\n' | %s chat %s/m.gguf --max-tokens 6 --temp 0 > %s/chat.out "
+             "2>&1 && grep -q 'new prompt tokens' %s/chat.out",
+             tu_bin(), dir, dir, dir);
+    if (tu_run(cmd) != 0) fail_msg("chat on a lone GGUF file failed (see %s/chat.out)", dir);
+    /* serve: start, wait for the port, one chat completion, SIGTERM */
+    snprintf(cmd, sizeof cmd,
+             "d=%s; %s serve $d/m.gguf --port 0 --temp 0 > $d/serve.log 2>&1 & pid=$!; "
+             "for i in $(seq 600); do grep -q 'listening on' $d/serve.log && break; sleep 0.1; done; "
+             "port=$(sed -n 's|.*listening on http://127.0.0.1:\\([0-9]*\\).*|\\1|p' $d/serve.log); "
+             "code=$(curl -s -o $d/resp.json -w '%%{http_code}' -H 'Content-Type: application/json' "
+             "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":5}' "
+             "http://127.0.0.1:$port/v1/chat/completions); kill -TERM $pid; wait $pid; rc=$?; "
+             "test \"$code\" = 200 && test $rc = 0 && grep -q '\"completion_tokens\":5' $d/resp.json",
+             dir, tu_bin());
+    if (tu_run(cmd) != 0) fail_msg("serve on a lone GGUF file failed (see %s/serve.log, resp.json)", dir);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The bundle order of GGUF's separate ffn_{up,gate,down}_exps is the math
+ * order (DESIGN.md section 3): bundles read gate-first, with every bundle
+ * read through the plan, move the logits ~100%; the math order matches. */
+static void test_bundle_order(void **state) {
+    (void)state;
+    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    const int i = 6; /* tiny-qwen35moe Q4_K_M: Q4_K gate/up, Q5_0/Q8_0 down */
+    st_set *g = open_golden(i, false);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    const float *ref = tu_f32(g, "logits", n * 1024);
+    double r[2];
+    for (int order = 0; order < 2; order++) {
+        char err[E0_ERR_MAX];
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.path = E0_PATH_EXACT;
+        o.io = E0_IO_PREAD;
+        o.layer.cache_slots = 0; /* every bundle read with the plan in force */
+        e0_engine *e;
+        if (e0_engine_open(&e, model_path(i), &o, err)) fail_msg("%s", err);
+        if (order) stream_debug_order(e->stream, XB_ORDER_GATE_FIRST);
+        float *lg = run(e, ids, n, n, 1024);
+        r[order] = tu_rel_l2(lg, ref, n * 1024);
+        free(lg);
+        e0_engine_free(e);
+    }
+    printf("  math order rel L2 %.2g, gate-first %.2g\n", r[0], r[1]);
+    assert_true(r[0] < 1e-4);
+    assert_true(r[1] > 0.3);
+    st_set_free(g);
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* Bad files: a clear error naming the file, nothing crashes. */
+static void test_bad_files(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), err[E0_ERR_MAX], path[4200];
+    /* a truncated copy: the data of the last tensors is gone */
+    snprintf(path, sizeof path, "%s/t.gguf", dir);
+    FILE *in = fopen(model_path(9), "rb"), *out = fopen(path, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0 && total < 4000000)
+        total += fwrite(buf, 1, n, out);
+    fclose(in);
+    fclose(out);
+    e0_engine *e = NULL;
+    assert_int_not_equal(e0_engine_open(&e, path, NULL, err), 0);
+    assert_null(e);
+    printf("  truncated: %s\n", err);
+    assert_non_null(strstr(err, "t.gguf"));
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_exact),  cmocka_unit_test(test_logits_default),
+        cmocka_unit_test(test_config),        cmocka_unit_test(test_cli_single_file),
+        cmocka_unit_test(test_bundle_order), cmocka_unit_test(test_bad_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
