@@ -21,7 +21,8 @@
  *  - T >= 4 (prefill): two rows are dequantized into a per-thread buffer
  *    once, then tiles of 2 rows x 4 tokens (then single tokens) run over
  *    it, so each weight is dequantized once per call, not once per token.
- *    Rows wider than GQ_MAXC use the decode path per token.
+ *    Rows wider than GQ_MAXC take the decode path, 3 tokens at a time.
+ * Block decoding (gq_pre / gq_vec) is described above gq_ctx.
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"

@@ -9,7 +9,8 @@
  * w = q * scale + bias.
  *
  * ggml block types (E0_W_GGML, GGUF checkpoints; layouts in quant/ggml.h):
- * `gtype` is the ggml_type id of a block type (GGUF's F32 / F16 / BF16
+ * `gtype` is the ggml_type id of a block type that ggml_info marks
+ * supported (the loader checks; GGUF's F32 / F16 / BF16
  * tensors use E0_W_F32 / F16 / BF16). `w` points at row 0's first block;
  * rows are consecutive, ggml_row_bytes(gtype, cols) bytes each (cols a
  * multiple of the block size), only byte-aligned; no scales / biases.

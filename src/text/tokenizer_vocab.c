@@ -169,6 +169,7 @@ static int fill_tokens(tok_ld *L, const tok_vocab_src *v, tok_added_src *srcs) {
         }
         uint32_t off;
         int rc;
+        if (!s.ptr) s.ptr = ""; /* an empty view may have no pointer */
         if ((rc = tok_ld_arena_put(L, s.ptr, s.len, &off)) ||
             (rc = tok_ld_vocab_insert(L, off, (uint32_t)s.len, id)) ||
             (rc = tok_ld_entry(L, id, off, (uint32_t)s.len)))
