@@ -1042,6 +1042,20 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
 int32_t stream_cache_slots(const e0_stream *s) {
     return s->xc ? xcache_slots(s->xc) : 0;
 }
+int stream_trace_start(e0_stream *s, size_t cap, char *err) {
+    if (!s->xc)
+        return e0_fail(err, E0_EUNSUPPORTED,
+                       "no expert cache to trace: it needs pread I/O (--io pread or --mem-budget) "
+                       "and cache_slots > 0");
+    return xcache_trace_start(s->xc, cap, err);
+}
+
+const uint32_t *stream_trace(e0_stream *s, size_t *n, uint64_t *dropped) {
+    *n = 0;
+    if (dropped) *dropped = 0;
+    return s->xc ? xcache_trace(s->xc, n, dropped) : NULL;
+}
+
 size_t stream_bundle_bytes(const e0_stream *s) {
     return (size_t)s->bundle_data;
 }

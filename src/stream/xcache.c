@@ -32,6 +32,9 @@ struct xcache {
     int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
+    uint32_t *trace;         /* [trace_cap] demand requests, in order */
+    size_t trace_cap, trace_n;
+    uint64_t trace_dropped;
 };
 
 static void lru_unlink(xcache *c, xentry *e) {
@@ -104,6 +107,7 @@ void xcache_free(xcache *c) {
     free(c->table);
     free(c->hits);
     free(c->misses);
+    free(c->trace);
     free(c);
 }
 
@@ -130,6 +134,12 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
     pthread_mutex_lock(&c->mu);
     const size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
     xentry *e = NULL;
+    if (demand && c->trace) {
+        if (c->trace_n < c->trace_cap)
+            c->trace[c->trace_n++] = (uint32_t)key;
+        else
+            c->trace_dropped++;
+    }
     if (c->table[key] >= 0) {
         e = &c->e[c->table[key]];
         lru_unlink(c, e);
@@ -227,4 +237,28 @@ void xcache_reset_stats(xcache *c) {
     memset(c->hits, 0, (size_t)c->n_layers * sizeof *c->hits);
     memset(c->misses, 0, (size_t)c->n_layers * sizeof *c->misses);
     pthread_mutex_unlock(&c->mu);
+}
+
+int xcache_trace_start(xcache *c, size_t cap, char *err) {
+    uint32_t *t = NULL;
+    if (cap && !(t = malloc(cap * sizeof *t)))
+        return e0_fail(err, E0_ENOMEM, "out of memory for a trace of %zu requests", cap);
+    pthread_mutex_lock(&c->mu);
+    uint32_t *old = c->trace;
+    c->trace = t;
+    c->trace_cap = cap;
+    c->trace_n = 0;
+    c->trace_dropped = 0;
+    pthread_mutex_unlock(&c->mu);
+    free(old);
+    return 0;
+}
+
+const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped) {
+    pthread_mutex_lock(&c->mu);
+    *n = c->trace_n;
+    if (dropped) *dropped = c->trace_dropped;
+    const uint32_t *t = c->trace;
+    pthread_mutex_unlock(&c->mu);
+    return t;
 }

@@ -57,4 +57,13 @@ void xcache_usage(xcache *c, int32_t *used, int32_t *pinned);
 void xcache_layer_stats(xcache *c, int32_t layer, uint64_t *hits, uint64_t *misses);
 void xcache_reset_stats(xcache *c);
 
+/* Request trace, for replaying policies offline (stream/cachesim.h): from
+ * now on every demand acquire appends layer * n_experts + expert, in the
+ * order the cache saw them, until `cap` are recorded (later ones are
+ * counted as dropped). The buffer is allocated here, never on the decode
+ * path; cap 0 stops recording and frees it. Guarded by `mu`. */
+int xcache_trace_start(xcache *c, size_t cap, char *err);
+/* The requests so far (valid until the next xcache_trace_start or free). */
+const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped);
+
 #endif
