@@ -100,7 +100,12 @@ typedef struct {
     int32_t prefill_hot;         /* hot stack size during prefill (0) */
     int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
     int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
+    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU or E0_CACHE_LFU (LRU) */
+    float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
 } e0_layer_opts;
+
+/* Eviction policies of the shared expert cache (stream/xcache.h). */
+enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1 };
 
 typedef struct {
     int n_threads;       /* compute threads; 0 = one per core */
@@ -170,7 +175,7 @@ void e0_engine_stats(e0_engine *e, e0_stats *st);
  * prefill before a decode), the rest are counted. */
 typedef enum {
     E0_POLICY_LRU,    /* least recently used (the shared cache's policy) */
-    E0_POLICY_LFU,    /* decayed request counts, half-life = slots requests */
+    E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES

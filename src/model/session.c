@@ -505,8 +505,8 @@ int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_stu
     const e0_config *c = &e->model.cfg;
     const uint32_t keys = (uint32_t)c->n_layers * (uint32_t)c->n_experts;
     for (int p = 0; p < E0_POLICIES; p++) {
-        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots, (double)slots,
-                              &out->hits[p], err);
+        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots,
+                              (double)e->opts.layer.cache_half_life * slots, &out->hits[p], err);
         if (rc) return rc;
     }
     return 0;

@@ -70,9 +70,7 @@ static uint64_t run_lru(const uint32_t *keys, size_t n, size_t from, klinks *k, 
     return hits;
 }
 
-/* log2(2^a + 2^b) without overflow: decayed counts are kept as log2 of
- * count x 2^(t / half_life), so old requests need no rescaling. */
-static double log2_add(double a, double b) {
+double cachesim_log2_add(double a, double b) {
     if (a == -INFINITY) return b;
     const double hi = a > b ? a : b, lo = a > b ? b : a;
     return hi + log2(1.0 + exp2(lo - hi));
@@ -89,7 +87,7 @@ static uint64_t run_lfu(const uint32_t *keys, size_t n, size_t from, uint32_t n_
     uint64_t hits = 0;
     for (size_t i = 0; i < n; i++) {
         const int32_t x = (int32_t)keys[i];
-        score[x] = log2_add(score[x], half_life > 0 ? (double)i / half_life : 0.0);
+        score[x] = cachesim_log2_add(score[x], half_life > 0 ? (double)i / half_life : 0.0);
         last[x] = i;
         if (slot_of[x] != NIL) {
             hits += i >= from;

@@ -36,6 +36,11 @@ typedef enum {
     CACHESIM_N,
 } cachesim_policy;
 
+/* log2(2^a + 2^b), a or b may be -INFINITY. Decayed counts are kept as
+ * log2(sum over requests of 2^(t / half_life)): a request at time t adds
+ * 2^(t / half_life), so older ones weigh less without ever rescaling. */
+double cachesim_log2_add(double a, double b);
+
 /* "lru", "lfu", "arc", "belady" */
 const char *cachesim_name(cachesim_policy p);
 

@@ -965,7 +965,9 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
         if (!(s->fl_views = calloc((size_t)s->E, sizeof *s->fl_views))) goto oom;
     }
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
-        (rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0)
+        ((rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0 ||
+         (rc = xcache_set_policy(s->xc, lo->cache_policy,
+                                 (double)lo->cache_half_life * lo->cache_slots, err)) != 0))
         goto fail;
     if ((rc = iopool_new(&s->load, lo->load_threads, err)) != 0 ||
         (rc = iopool_new(&s->pre, lo->prefetch_threads, err)) != 0)
