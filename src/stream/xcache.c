@@ -192,6 +192,11 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
     } else {
         if (demand) c->misses[layer]++;
         if ((e = take_slot(c))) {
+            /* LFU: a prefetch (the next layer's predicted experts, ~99% routed to) is
+             * counted as a request now, else its fresh entry would have the lowest
+             * count in the cache and be the next victim before its demand arrives */
+            if (!demand && c->score)
+                c->score[key] = cachesim_log2_add(c->score[key], (double)c->clock / c->half_life);
             e->layer = layer;
             e->expert = expert;
             e->state = ST_LOADING;
