@@ -25,8 +25,7 @@ int main(int argc, char **argv) {
     }
     int L, E;
     size_t from;
-    if (fscanf(f, "# layers %d experts %d decode_from %zu", &L, &E, &from) != 3 || L < 1 ||
-        E < 1) {
+    if (fscanf(f, "# layers %d experts %d decode_from %zu", &L, &E, &from) != 3 || L < 1 || E < 1) {
         fprintf(stderr, "%s: not an edge0 trace\n", argv[1]);
         return 1;
     }
@@ -35,7 +34,8 @@ int main(int argc, char **argv) {
     unsigned l, e;
     while (keys && fscanf(f, "%u %u", &l, &e) == 2) {
         if (l >= (unsigned)L || e >= (unsigned)E) {
-            fprintf(stderr, "%s: request %zu is outside %d layers x %d experts\n", argv[1], n, L, E);
+            fprintf(stderr, "%s: request %zu is outside %d layers x %d experts\n", argv[1], n, L,
+                    E);
             return 1;
         }
         if (n == cap) {
@@ -53,8 +53,8 @@ int main(int argc, char **argv) {
         for (ns = 0; ns < 16 && ns + 2 < argc; ns++)
             shares[ns] = atof(argv[ns + 2]);
     static const double half_lives[] = {0.25, 0.5, 1, 2, 4, 0};
-    printf("%s: %zu requests, %zu scored (decode), %d layers x %d experts\n", argv[1], n,
-           n - from, L, E);
+    printf("%s: %zu requests, %zu scored (decode), %d layers x %d experts\n", argv[1], n, n - from,
+           L, E);
     char err[E0_ERR_MAX];
     for (int s = 0; s < ns; s++) {
         const int32_t slots = (int32_t)(shares[s] * L * E + 0.5);
@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
-            printf(" %s %5.1f%%", cachesim_name((cachesim_policy)p), 100.0 * (double)h / (double)(n - from));
+            printf(" %s %5.1f%%", cachesim_name((cachesim_policy)p),
+                   100.0 * (double)h / (double)(n - from));
         }
         printf(" | lfu half-life x slots:");
         for (size_t i = 0; i < sizeof half_lives / sizeof *half_lives; i++) {

@@ -93,8 +93,11 @@ static void test_properties(void **state) {
             const uint64_t best = run(CACHESIM_BELADY, k, 3000, 0, cap, 0);
             for (int p = 0; p < CACHESIM_BELADY; p++) {
                 assert_true(run((cachesim_policy)p, k, 3000, 0, cap, cap) <= best);
-                if (cap == 16) assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap), 3000 - distinct);
-                if (cap == 1) assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap), repeats);
+                if (cap == 16)
+                    assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap),
+                                     3000 - distinct);
+                if (cap == 1)
+                    assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap), repeats);
             }
             if (cap == 16) assert_int_equal(best, 3000 - distinct);
         }
@@ -112,8 +115,8 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_textbook),   cmocka_unit_test(test_scan_resistance),
-        cmocka_unit_test(test_lfu_decay),  cmocka_unit_test(test_properties),
+        cmocka_unit_test(test_textbook),  cmocka_unit_test(test_scan_resistance),
+        cmocka_unit_test(test_lfu_decay), cmocka_unit_test(test_properties),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -213,32 +213,33 @@ static void *worker(void *p) {
 static void test_concurrent(void **state) {
     (void)state;
     for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_LFU; policy++) {
-    xcache *c = make(12);
-    char err[512];
-    assert_int_equal(xcache_set_policy(c, policy, 50, err), 0);
-    atomic_long full = 0;
-    pthread_t th[8];
-    worker_arg args[8];
-    for (int i = 0; i < 8; i++) {
-        args[i] = (worker_arg){c, i, &full};
-        assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
-    }
-    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
-    int32_t used, pinned;
-    xcache_usage(c, &used, &pinned);
-    assert_int_equal(pinned, 0);
-    assert_true(used <= 12);
-    uint64_t hits = 0, misses = 0;
-    for (int l = 0; l < LAYERS; l++) {
-        uint64_t h, m;
-        xcache_layer_stats(c, l, &h, &m);
-        hits += h;
-        misses += m;
-    }
-    printf("  8 threads x 20000 ops: %llu hits, %llu misses, %ld times every slot was pinned\n",
-           (unsigned long long)hits, (unsigned long long)misses, (long)atomic_load(&full));
-    assert_int_equal(hits + misses, 8 * 20000);
-    xcache_free(c);
+        xcache *c = make(12);
+        char err[512];
+        assert_int_equal(xcache_set_policy(c, policy, 50, err), 0);
+        atomic_long full = 0;
+        pthread_t th[8];
+        worker_arg args[8];
+        for (int i = 0; i < 8; i++) {
+            args[i] = (worker_arg){c, i, &full};
+            assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+        }
+        for (int i = 0; i < 8; i++)
+            pthread_join(th[i], NULL);
+        int32_t used, pinned;
+        xcache_usage(c, &used, &pinned);
+        assert_int_equal(pinned, 0);
+        assert_true(used <= 12);
+        uint64_t hits = 0, misses = 0;
+        for (int l = 0; l < LAYERS; l++) {
+            uint64_t h, m;
+            xcache_layer_stats(c, l, &h, &m);
+            hits += h;
+            misses += m;
+        }
+        printf("  8 threads x 20000 ops: %llu hits, %llu misses, %ld times every slot was pinned\n",
+               (unsigned long long)hits, (unsigned long long)misses, (long)atomic_load(&full));
+        assert_int_equal(hits + misses, 8 * 20000);
+        xcache_free(c);
     }
 }
 

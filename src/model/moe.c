@@ -74,13 +74,18 @@ static void sticky_apply(const float *logits, int E, int k, int n, bool renorm,
         shared++;
     }
     float mx = -INFINITY, sum = 0.0f;
-    for (int e = 0; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
-    for (int e = 0; e < E; e++) sum += expf(logits[e] - mx);
-    for (int j = 0; j < k; j++) w[j] = expf(logits[idx[j]] - mx) / sum;
+    for (int e = 0; e < E; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += expf(logits[e] - mx);
+    for (int j = 0; j < k; j++)
+        w[j] = expf(logits[idx[j]] - mx) / sum;
     if (renorm) {
         float s = 0.0f;
-        for (int j = 0; j < k; j++) s += w[j];
-        for (int j = 0; j < k; j++) w[j] /= s;
+        for (int j = 0; j < k; j++)
+            s += w[j];
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
     }
 }
 
@@ -97,7 +102,8 @@ static void sticky_record(const int32_t *idx, const float *w, int k, uint16_t *o
         }
         ord[i] = j;
     }
-    for (int j = 0; j < k; j++) out[j] = (uint16_t)idx[ord[j]];
+    for (int j = 0; j < k; j++)
+        out[j] = (uint16_t)idx[ord[j]];
 }
 
 /* Stickiness over a batch, in position order: token t follows token t - 1

@@ -221,15 +221,20 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
     for (uint32_t x = 0; x < n_keys; x++)
         k.prev[x] = k.next[x] = NIL;
     switch (p) {
-    case CACHESIM_LRU: *hits = run_lru(keys, n, from, &k, cap); break;
-    case CACHESIM_ARC: *hits = run_arc(keys, n, from, &k, cap); break;
+    case CACHESIM_LRU:
+        *hits = run_lru(keys, n, from, &k, cap);
+        break;
+    case CACHESIM_ARC:
+        *hits = run_arc(keys, n, from, &k, cap);
+        break;
     case CACHESIM_LFU:
         *hits = run_lfu(keys, n, from, n_keys, cap, half_life, k.prev, slots, a, score);
         break;
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
         break;
-    default: break;
+    default:
+        break;
     }
 out:
     free(k.prev);
