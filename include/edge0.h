@@ -187,6 +187,8 @@ typedef struct {
     uint64_t dropped;               /* requests past the trace's cap (not replayed) */
 } e0_cache_study;
 const char *e0_policy_name(e0_policy p);
+/* The shared cache's own eviction policy in force (E0_CACHE_LRU / _LFU). */
+int e0_engine_cache_policy(const e0_engine *e);
 int e0_engine_trace_start(e0_engine *e, size_t cap, char *err);
 /* Requests recorded so far; *keys (may be NULL) gets them as
  * layer * n_experts + expert, valid until the next trace_start or free. */

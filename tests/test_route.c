@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
+#include "io/config.h"
 #include "model/synth.h"
 #include "util/file.h"
 
@@ -206,11 +207,45 @@ static void test_sticky_batch(void **state) {
     free(root);
 }
 
+/* The CLI writes the key and refuses values outside [0, 1]; config.json
+ * with an out-of-range value is refused with the key named. */
+static void test_sticky_cli_config(void **state) {
+    (void)state;
+    char *root = tu_tmpdir();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s synth --shape tiny-qwen3moe --route-stickiness 0.3 '%s/m' | grep -q sticky && "
+             "grep -q '\"route_stickiness\": 0.3' '%s/m/config.json'",
+             tu_bin(), root, root);
+    assert_int_equal(tu_run(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s synth --shape tiny --route-stickiness 1.5 '%s/x' 2>/dev/null",
+             tu_bin(), root);
+    assert_int_equal(tu_run(cmd), 2);
+    const char *bad = "{\"model_type\": \"qwen3_moe\", \"edge0_synth\": {\"route_stickiness\": 1.5}, "
+                      "\"hidden_size\": 64, \"num_hidden_layers\": 1, \"vocab_size\": 10, "
+                      "\"num_attention_heads\": 1, \"moe_intermediate_size\": 8, "
+                      "\"num_experts_per_tok\": 1, \"num_experts\": 2}";
+    e0_config c;
+    char err[E0_ERR_MAX];
+    assert_int_equal(config_parse(&c, bad, strlen(bad), "bad.json", err), E0_EFORMAT);
+    assert_non_null(strstr(err, "route_stickiness"));
+    const char *good = "{\"model_type\": \"qwen3_moe\", \"edge0_synth\": {\"route_stickiness\": 0.25}, "
+                       "\"hidden_size\": 64, \"num_hidden_layers\": 1, \"vocab_size\": 10, "
+                       "\"num_attention_heads\": 1, \"moe_intermediate_size\": 8, "
+                       "\"num_experts_per_tok\": 1, \"num_experts\": 2}";
+    assert_int_equal(config_parse(&c, good, strlen(good), "good.json", err), 0);
+    assert_true(c.route_stickiness == 0.25);
+    config_free(&c);
+    tu_rmtree(root);
+    free(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sticky_share),
         cmocka_unit_test(test_sticky_zero_is_none),
         cmocka_unit_test(test_sticky_batch),
+        cmocka_unit_test(test_sticky_cli_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

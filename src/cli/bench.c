@@ -166,6 +166,7 @@ typedef struct {
     bool traced;     /* the cache's requests were recorded */
     size_t decode_from; /* trace index of the first decode request */
     e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
+    int policy;              /* the engine cache's own (E0_CACHE_*) */
 } phase;
 
 static const double STUDY_SHARES[3] = {0.10, 0.30, 0.50};
@@ -175,6 +176,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, phas
     e0_model_info info;
     e0_engine_info(e, &info);
     out->traced = false;
+    out->policy = e0_engine_cache_policy(e);
     if (trace) { /* at most every token's top-k in every layer */
         const size_t cap = (size_t)(n_prefill + n_decode) * (size_t)info.n_layers * (size_t)info.top_k;
         int rc = e0_engine_trace_start(e, cap, err);
@@ -276,6 +278,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
         cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
         if (ph->traced) {
+            cJSON_AddStringToObject(o, "cache_policy", ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
             cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
             for (int i = 0; i < 3; i++) {
                 const e0_cache_study *cs = &ph->study[i];
@@ -315,8 +318,9 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                100.0 * (double)ph->d.spec_used / (double)ph->d.spec_loads);
     if (ph->traced) {
         printf("    cache policies on this decode's %llu requests (simulated, the prefill warms each; "
-               "hit rates):\n",
-               (unsigned long long)ph->study[0].requests);
+               "hit rates; this run's cache: %s):\n",
+               (unsigned long long)ph->study[0].requests,
+               ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
         for (int i = 0; i < 3; i++) {
             const e0_cache_study *cs = &ph->study[i];
             printf("      %2.0f%% of experts (%5d slots):", 100 * STUDY_SHARES[i], cs->slots);

@@ -481,6 +481,10 @@ const char *e0_policy_name(e0_policy p) {
     return cachesim_name((cachesim_policy)p);
 }
 
+int e0_engine_cache_policy(const e0_engine *e) {
+    return e->opts.layer.cache_policy;
+}
+
 int e0_engine_trace_start(e0_engine *e, size_t cap, char *err) {
     return stream_trace_start(e->stream, cap, err);
 }
