@@ -6,6 +6,8 @@
 #include "stream/iopool.h"
 #include "stream/xcache.h"
 
+#include "edge0.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -127,6 +129,53 @@ static void test_capacity_random(void **state) {
     xcache_free(c);
 }
 
+/* LFU: the entry with the fewest (decayed) demand requests goes, whatever
+ * the order of release; a pinned entry never goes, however rarely used; a
+ * prefetched entry counts as one request, so it is not the first victim. */
+static void test_lfu(void **state) {
+    (void)state;
+    xcache *c = make(3);
+    char err[512];
+    assert_int_equal(xcache_set_policy(c, E0_CACHE_LFU, 1e9, err), 0); /* ~no decay */
+    for (int i = 0; i < 3; i++) touch(c, 0, 1);
+    for (int i = 0; i < 2; i++) touch(c, 0, 2);
+    touch(c, 0, 3);
+    touch(c, 0, 1); /* LRU order now 0.2, 0.3, 0.1; counts 4, 2, 1 */
+    touch(c, 1, 0); /* LFU evicts 0.3 (count 1), not the least recent 0.2 */
+    assert_false(present(c, 0, 3));
+    assert_true(present(c, 0, 1) && present(c, 0, 2) && present(c, 1, 0));
+    /* 0.3 comes back with its history (count 2 now) and evicts 1.0 (count 1) */
+    touch(c, 0, 3);
+    assert_false(present(c, 1, 0));
+    /* pin the rarest (0.3, count 2): 0.2 (count 2, unpinned) goes instead */
+    bool need;
+    xentry *p = xcache_acquire(c, 0, 3, true, &need); /* count 3 now */
+    assert_false(need);
+    touch(c, 2, 0);
+    touch(c, 2, 0); /* 2.0: count 2 */
+    assert_false(present(c, 0, 2));
+    touch(c, 2, 1); /* 0.1 (5) and pinned 0.3 stay: 2.0 (2) goes */
+    assert_false(present(c, 2, 0));
+    assert_true(present(c, 0, 1) && present(c, 0, 3) && present(c, 2, 1));
+    xcache_release(c, p);
+    assert_int_equal(xcache_set_policy(c, E0_CACHE_LFU, 1e9, err), 0); /* counts start over */
+    xcache_free(c);
+    /* a prefetch of a never-requested key is not the next miss's victim */
+    c = make(3);
+    assert_int_equal(xcache_set_policy(c, E0_CACHE_LFU, 1e9, err), 0);
+    touch(c, 0, 0);
+    touch(c, 0, 1);
+    xentry *q = xcache_acquire(c, 3, 3, false, &need);
+    assert_true(need);
+    xcache_loaded(c, q, true);
+    xcache_release(c, q);
+    touch(c, 3, 4); /* evicts 0.0 (one request, the oldest), not the prefetched 3.3 */
+    assert_true(present(c, 3, 3));
+    assert_false(present(c, 0, 0));
+    assert_int_equal(xcache_set_policy(c, 7, 1, err), E0_EINVAL);
+    xcache_free(c);
+}
+
 /* Many threads: every acquired bundle carries its own key's stamp (no entry
  * is reused while pinned), every acquire is matched by a release. */
 typedef struct {
@@ -163,30 +212,35 @@ static void *worker(void *p) {
 
 static void test_concurrent(void **state) {
     (void)state;
-    xcache *c = make(12);
-    atomic_long full = 0;
-    pthread_t th[8];
-    worker_arg args[8];
-    for (int i = 0; i < 8; i++) {
-        args[i] = (worker_arg){c, i, &full};
-        assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+    for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_LFU; policy++) {
+        xcache *c = make(12);
+        char err[512];
+        assert_int_equal(xcache_set_policy(c, policy, 50, err), 0);
+        atomic_long full = 0;
+        pthread_t th[8];
+        worker_arg args[8];
+        for (int i = 0; i < 8; i++) {
+            args[i] = (worker_arg){c, i, &full};
+            assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+        }
+        for (int i = 0; i < 8; i++)
+            pthread_join(th[i], NULL);
+        int32_t used, pinned;
+        xcache_usage(c, &used, &pinned);
+        assert_int_equal(pinned, 0);
+        assert_true(used <= 12);
+        uint64_t hits = 0, misses = 0;
+        for (int l = 0; l < LAYERS; l++) {
+            uint64_t h, m;
+            xcache_layer_stats(c, l, &h, &m);
+            hits += h;
+            misses += m;
+        }
+        printf("  8 threads x 20000 ops: %llu hits, %llu misses, %ld times every slot was pinned\n",
+               (unsigned long long)hits, (unsigned long long)misses, (long)atomic_load(&full));
+        assert_int_equal(hits + misses, 8 * 20000);
+        xcache_free(c);
     }
-    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
-    int32_t used, pinned;
-    xcache_usage(c, &used, &pinned);
-    assert_int_equal(pinned, 0);
-    assert_true(used <= 12);
-    uint64_t hits = 0, misses = 0;
-    for (int l = 0; l < LAYERS; l++) {
-        uint64_t h, m;
-        xcache_layer_stats(c, l, &h, &m);
-        hits += h;
-        misses += m;
-    }
-    printf("  8 threads x 20000 ops: %llu hits, %llu misses, %ld times every slot was pinned\n",
-           (unsigned long long)hits, (unsigned long long)misses, (long)atomic_load(&full));
-    assert_int_equal(hits + misses, 8 * 20000);
-    xcache_free(c);
 }
 
 /* The I/O pool runs every job, from several submitters, and drains. */
@@ -212,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_eviction_order), cmocka_unit_test(test_pinned_never_evicted),
         cmocka_unit_test(test_failed_load),    cmocka_unit_test(test_capacity_random),
         cmocka_unit_test(test_concurrent),     cmocka_unit_test(test_iopool),
+        cmocka_unit_test(test_lfu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,11 +28,19 @@
 
 static const char *HELP =
     "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
+    "                         [--stats] [--trace FILE]\n"
     "\n"
     "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
     "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
     "(checkpoint in the page cache), and reports every speed as a ratio to the\n"
     "bandwidth measured in the same run.\n"
+    "\n"
+    "With --stats (and the expert cache, i.e. pread I/O as under --mem-budget),\n"
+    "each phase records its (layer, expert) cache requests and replays the\n"
+    "decode's through LRU, decayed-count LFU, ARC and the offline optimum\n"
+    "(Belady) at 10%, 30% and 50% of all experts, the prefill warming each.\n"
+    "--trace FILE writes the last phase's requests: a '# layers L experts E\n"
+    "decode_from F' line, then 'layer expert' per request.\n"
     "\n";
 
 /* ---- DRAM bandwidth ---------------------------------------------------- */
@@ -155,11 +163,29 @@ typedef struct {
     e0_stats p, d;   /* stats of the prefill and of the decode */
     double distinct; /* mean distinct experts per MoE layer during decode */
     int moe_layers;
+    bool traced;     /* the cache's requests were recorded */
+    size_t decode_from; /* trace index of the first decode request */
+    e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
+    int policy;              /* the engine cache's own (E0_CACHE_*) */
 } phase;
 
-static int run_phase(e0_engine *e, int n_prefill, int n_decode, phase *out, char *err) {
+static const double STUDY_SHARES[3] = {0.10, 0.30, 0.50};
+
+static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, phase *out,
+                     char *err) {
     e0_model_info info;
     e0_engine_info(e, &info);
+    out->traced = false;
+    out->policy = e0_engine_cache_policy(e);
+    if (trace) { /* at most every token's top-k in every layer */
+        const size_t cap = (size_t)(n_prefill + n_decode) * (size_t)info.n_layers * (size_t)info.top_k;
+        int rc = e0_engine_trace_start(e, cap, err);
+        if (rc == E0_EUNSUPPORTED)
+            fprintf(stderr, "edge0 bench: no cache policy study: %s\n", err);
+        else if (rc)
+            return rc;
+        out->traced = rc == 0;
+    }
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = n_prefill + n_decode + 1;
@@ -182,6 +208,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, phase *out, char
     double t0 = cli_now();
     if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
     out->prefill_s = cli_now() - t0;
+    out->decode_from = e0_engine_trace(e, NULL);
     e0_engine_stats(e, &out->p);
     e0_engine_stats_reset(e);
     t0 = cli_now();
@@ -207,6 +234,11 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, phase *out, char
         }
     }
     if (out->moe_layers) out->distinct /= out->moe_layers;
+    const int32_t all = info.n_layers * info.n_experts;
+    for (int i = 0; out->traced && i < 3; i++) {
+        const int32_t slots = (int32_t)(STUDY_SHARES[i] * all + 0.5);
+        if ((rc = e0_engine_cache_study(e, slots, out->decode_from, &out->study[i], err))) goto out;
+    }
 out:
     free(ids);
     free(logits);
@@ -245,6 +277,21 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
         cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
         cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
+        if (ph->traced) {
+            cJSON_AddStringToObject(o, "cache_policy", ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
+            cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
+            for (int i = 0; i < 3; i++) {
+                const e0_cache_study *cs = &ph->study[i];
+                cJSON *r = cJSON_CreateObject();
+                cJSON_AddNumberToObject(r, "share_of_experts", STUDY_SHARES[i]);
+                cJSON_AddNumberToObject(r, "slots", cs->slots);
+                cJSON_AddNumberToObject(r, "requests", (double)cs->requests);
+                for (int p = 0; p < E0_POLICIES; p++)
+                    cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
+                                            cs->requests ? (double)cs->hits[p] / (double)cs->requests : 0);
+                cJSON_AddItemToArray(a, r);
+            }
+        }
         return;
     }
     printf("%s:\n", name);
@@ -269,10 +316,49 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",
                (double)ph->d.spec_loads / n_decode,
                100.0 * (double)ph->d.spec_used / (double)ph->d.spec_loads);
+    if (ph->traced) {
+        printf("    cache policies on this decode's %llu requests (simulated, the prefill warms each; "
+               "hit rates; this run's cache: %s):\n",
+               (unsigned long long)ph->study[0].requests,
+               ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
+        for (int i = 0; i < 3; i++) {
+            const e0_cache_study *cs = &ph->study[i];
+            printf("      %2.0f%% of experts (%5d slots):", 100 * STUDY_SHARES[i], cs->slots);
+            for (int p = 0; p < E0_POLICIES; p++)
+                printf(" %s %5.1f%%", e0_policy_name((e0_policy)p),
+                       cs->requests ? 100.0 * (double)cs->hits[p] / (double)cs->requests : 0.0);
+            printf("\n");
+        }
+        if (ph->study[0].dropped)
+            printf("      (%llu requests past the trace's capacity were not replayed)\n",
+                   (unsigned long long)ph->study[0].dropped);
+    }
+}
+
+/* The phase's requests as text, for replaying other policies offline. */
+static int write_trace(e0_engine *e, const char *path, size_t decode_from, char *err) {
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    const uint32_t *keys;
+    const size_t n = e0_engine_trace(e, &keys);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, E0_ERR_MAX, "%s: cannot create the trace file", path);
+        return E0_EIO;
+    }
+    fprintf(f, "# layers %d experts %d decode_from %zu\n", info.n_layers, info.n_experts,
+            decode_from);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%u %u\n", keys[i] / (uint32_t)info.n_experts, keys[i] % (uint32_t)info.n_experts);
+    if (fclose(f) != 0) {
+        snprintf(err, E0_ERR_MAX, "%s: write failed", path);
+        return E0_EIO;
+    }
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *trace_path = NULL;
     long n_prefill = 512, n_decode = 64;
     bool json = false, skip_cold = false, skip_warm = false;
     cli_engine ce;
@@ -286,6 +372,12 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--decode")) {
             if ((n_decode = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
             i++;
+        } else if (!strcmp(a, "--trace")) {
+            if (!v) {
+                cli_error("--trace needs a file name");
+                return 2;
+            }
+            trace_path = v, i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--skip-cold")) {
@@ -346,10 +438,12 @@ int cmd_bench(int argc, char **argv) {
     }
     int status = 0;
     phase ph;
+    const bool trace = ce.stats || trace_path;
     if (!skip_cold) {
         e0_engine_drop_cache(e);
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
+        if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
         report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
     }
@@ -363,7 +457,8 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
         e0_engine_warm_cache(e);
         fprintf(stderr, "edge0 bench: warm run...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
+        if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
         report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
     }

@@ -1,4 +1,4 @@
-/* edge0 synth --shape NAME [--format mlx|hf] [--route-skew S] DST
+/* edge0 synth --shape NAME [--format mlx|hf] [--route-skew S] [--route-stickiness P] DST
  * Random-weight checkpoint of a real model's shape, with a progress bar on
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
@@ -25,6 +25,10 @@ static void help(FILE *f) {
                "  --route-skew S     0: routing close to uniform over experts (default);\n"
                "                     S > 0: Zipf(S)-like expert popularity per layer, so cache\n"
                "                     behaviour can be studied (recorded in config.json)\n"
+               "  --route-stickiness P  0..1: each token keeps round(P x top-k) of the previous\n"
+               "                     token's experts per layer (default 0; recorded in\n"
+               "                     config.json and applied by the router, so a sticky variant\n"
+               "                     is a copy of DST with symlinked shards and P edited)\n"
                "  --seed N           PRNG seed (default 1)\n"
                "  --threads N        generator threads (default: one per core, at most 8)\n"
                "  --shard-gb N       largest shard in GiB (default 5)\n"
@@ -88,6 +92,14 @@ int cmd_synth(int argc, char **argv) {
                 return 2;
             }
             o.route_skew = s, i++;
+        } else if (!strcmp(a, "--route-stickiness")) {
+            char *end = NULL;
+            double s = v ? strtod(v, &end) : -1;
+            if (!v || *end || !(s >= 0 && s <= 1)) {
+                cli_error("--route-stickiness needs a number in [0, 1] (0: no stickiness)");
+                return 2;
+            }
+            o.route_stickiness = s, i++;
         } else if (!strcmp(a, "--seed")) {
             if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
             o.seed = (uint64_t)n, i++;
@@ -132,6 +144,10 @@ int cmd_synth(int argc, char **argv) {
     else
         printf("routing: near-uniform over experts (no skew; --route-skew S plants Zipf-like "
                "popularity)\n");
+    if (o.route_stickiness > 0)
+        printf("routing: sticky, each token keeps %g of the previous token's experts per layer "
+               "(config.json edge0_synth.route_stickiness, applied by the router)\n",
+               o.route_stickiness);
     printf("plan: %.2f GB, %.2fB parameters, %zu tensors in %d file%s\n", (double)info.bytes / 1e9,
            (double)info.params / 1e9, info.n_tensors, info.n_shards, info.n_shards > 1 ? "s" : "");
     fflush(stdout);

@@ -292,6 +292,12 @@ int config_parse(e0_config *c, const char *text, size_t len, const char *path, c
     if ((rc = parse_text(&x, c, t))) goto done;
     if (t != root && (rc = add_eos(&x, c, root))) goto done;
     if (c->family == E0_FAM_QWEN3_5_MOE) c->norm_topk = true; /* always renormalised */
+    const cJSON *syn = cJSON_GetObjectItemCaseSensitive(root, "edge0_synth");
+    if (cJSON_IsObject(syn) &&
+        (rc = get_num(&x, syn, "route_stickiness", 0.0, 0.0, 1.0, &c->route_stickiness))) {
+        e0_wrap(err, rc, "in \"edge0_synth\"");
+        goto done;
+    }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization");
     if (!q) q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (q && !cJSON_IsNull(q)) rc = parse_quant(&x, c, q);

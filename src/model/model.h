@@ -89,6 +89,10 @@ void model_advise_layer(const e0_model *m, int layer);
 
 struct e0_stream;
 
+/* Route stickiness keeps a position's experts as uint16 and sorts at most
+ * this many picks on the stack (moe.c). */
+enum { E0_STICKY_MAX_K = 64 };
+
 struct e0_engine {
     e0_model model;
     e0_engine_opts opts;
@@ -126,6 +130,9 @@ struct e0_session {
     float **conv;     /* per DeltaNet layer: [K-1, conv_dim] */
     float **rec;      /* per DeltaNet layer: [Hv, Dk, Dv] */
     int32_t *hist;    /* [n_ctx]: the ids at positions 0..pos */
+    /* [n_ctx, n_layers, top_k]: each position's final experts per layer,
+     * highest weight first; only for models with route stickiness (moe.c) */
+    uint16_t *route_hist;
     e0_scratch s;
 };
 

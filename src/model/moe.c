@@ -12,6 +12,7 @@
 #include "stream/switchglu.h"
 #include "util/pool.h"
 
+#include <math.h>
 #include <string.h>
 
 /* h = silu(g) * u over n values */
@@ -39,6 +40,86 @@ static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, 
         float s = 0.0f;
         for (int j = 0; j < k; j++) s += w[j];
         for (int j = 0; j < k; j++) w[j] /= s;
+    }
+}
+
+/* Route stickiness (model/synth.h; synthetic checkpoints whose config.json
+ * sets edge0_synth.route_stickiness): make the token share at least n of
+ * its k experts with the previous position's, `prev` (that position's final
+ * experts, highest weight first). route() leaves idx in falling probability,
+ * so the lowest-weighted unshared picks are replaced from the end, by the
+ * previous position's best experts not yet picked; then every weight is the
+ * token's own probability again (computed as route() does), renormalised.
+ * Nothing changes, bit for bit, when n are already shared. */
+static void sticky_apply(const float *logits, int E, int k, int n, bool renorm,
+                         const uint16_t *prev, int32_t *idx, float *w) {
+    int shared = 0;
+    for (int j = 0; j < k; j++)
+        for (int i = 0; i < k; i++)
+            shared += idx[j] == prev[i];
+    if (shared >= n) return;
+    int c = 0;
+    for (int j = k - 1; j >= 0 && shared < n; j--) {
+        bool in_prev = false;
+        for (int i = 0; i < k; i++)
+            in_prev |= idx[j] == prev[i];
+        if (in_prev) continue;
+        for (;; c++) { /* k - shared >= n - shared candidates exist: never runs past prev */
+            bool picked = false;
+            for (int i = 0; i < k; i++)
+                picked |= idx[i] == prev[c];
+            if (!picked) break;
+        }
+        idx[j] = prev[c++];
+        shared++;
+    }
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += expf(logits[e] - mx);
+    for (int j = 0; j < k; j++)
+        w[j] = expf(logits[idx[j]] - mx) / sum;
+    if (renorm) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += w[j];
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
+/* The token's final experts, highest weight first (lower id on ties), as
+ * the next position's `prev`. */
+static void sticky_record(const int32_t *idx, const float *w, int k, uint16_t *out) {
+    int32_t ord[E0_STICKY_MAX_K];
+    for (int j = 0; j < k; j++) {
+        int i = j;
+        for (; i > 0; i--) {
+            const int32_t a = ord[i - 1];
+            if (w[a] > w[j] || (w[a] == w[j] && idx[a] < idx[j])) break;
+            ord[i] = a;
+        }
+        ord[i] = j;
+    }
+    for (int j = 0; j < k; j++)
+        out[j] = (uint16_t)idx[ord[j]];
+}
+
+/* Stickiness over a batch, in position order: token t follows token t - 1
+ * of the same batch, the first one the session's previous position. */
+static void sticky_tokens(e0_session *s, int layer, int T, int E, int k, bool renorm) {
+    const int n = (int)lround(s->m->cfg.route_stickiness * k);
+    const size_t L = (size_t)s->m->cfg.n_layers;
+    e0_scratch *S = &s->s;
+    for (int t = 0; t < T; t++) {
+        const size_t p = (size_t)s->pos + (size_t)t;
+        int32_t *idx = S->ridx + (size_t)t * k;
+        float *w = S->rw + (size_t)t * k;
+        if (p > 0)
+            sticky_apply(S->rlogits + (size_t)t * E, E, k, n, renorm,
+                         s->route_hist + ((p - 1) * L + (size_t)layer) * (size_t)k, idx, w);
+        sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
     }
 }
 
@@ -97,6 +178,7 @@ int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, ch
     mat_matmul_f32(&ly->router, in, H, T, S->rlogits, E); /* f32 activations: near-ties decide routing */
     route_job rj = {S, E, k, c->norm_topk};
     pool_for(T, 1, route_tokens, &rj);
+    if (s->route_hist) sticky_tokens(s, layer, T, E, k, c->norm_topk);
     int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;
     const int Is = c->shared_inter;

@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "stream/budget.h"
+#include "stream/cachesim.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
 #include "util/pool.h"
@@ -138,6 +139,7 @@ void e0_session_free(e0_session *s) {
     free(s->conv);
     free(s->rec);
     free(s->hist);
+    free(s->route_hist);
     float **bufs[] = {&s->s.x,   &s->s.h,      &s->s.y,    &s->s.q,       &s->s.k,    &s->s.v,
                       &s->s.att, &s->s.scores, &s->s.proj, &s->s.mix,     &s->s.hist, &s->s.zz,
                       &s->s.bb,  &s->s.aa,     &s->s.o,    &s->s.rlogits, &s->s.rw,   &s->s.xs,
@@ -197,6 +199,15 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     s->rec = calloc(L, sizeof *s->rec);
     s->hist = calloc((size_t)s->n_ctx, sizeof *s->hist);
     bad |= !s->kc || !s->vc || !s->conv || !s->rec || !s->hist;
+    if (c->route_stickiness > 0) {
+        if (c->n_experts > 65536 || topk > E0_STICKY_MAX_K) {
+            e0_session_free(s);
+            return e0_fail(err, E0_EUNSUPPORTED,
+                           "route stickiness needs at most 65536 experts and top-k %d", E0_STICKY_MAX_K);
+        }
+        s->route_hist = calloc((size_t)s->n_ctx * L * topk, sizeof *s->route_hist);
+        bad |= !s->route_hist;
+    }
     for (size_t i = 0; !bad && i < L; i++) {
         if (m->layers[i].linear) {
             s->conv[i] = fbuf((K - 1) * C, &bad);
@@ -464,4 +475,43 @@ const char *e0_engine_budget_note(const e0_engine *e) {
 }
 const char *e0_engine_io_note(const e0_engine *e) {
     return e->io_note;
+}
+
+const char *e0_policy_name(e0_policy p) {
+    return cachesim_name((cachesim_policy)p);
+}
+
+int e0_engine_cache_policy(const e0_engine *e) {
+    return e->opts.layer.cache_policy;
+}
+
+int e0_engine_trace_start(e0_engine *e, size_t cap, char *err) {
+    return stream_trace_start(e->stream, cap, err);
+}
+
+size_t e0_engine_trace(e0_engine *e, const uint32_t **keys) {
+    size_t n;
+    const uint32_t *t = stream_trace(e->stream, &n, NULL);
+    if (keys) *keys = t;
+    return n;
+}
+
+int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_study *out,
+                          char *err) {
+    _Static_assert((int)E0_POLICIES == (int)CACHESIM_N, "policy lists differ");
+    memset(out, 0, sizeof *out);
+    size_t n;
+    const uint32_t *t = stream_trace(e->stream, &n, &out->dropped);
+    if (!t) return e0_fail(err, E0_EINVAL, "no trace recorded (e0_engine_trace_start)");
+    if (from > n) from = n;
+    out->slots = slots;
+    out->requests = n - from;
+    const e0_config *c = &e->model.cfg;
+    const uint32_t keys = (uint32_t)c->n_layers * (uint32_t)c->n_experts;
+    for (int p = 0; p < E0_POLICIES; p++) {
+        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots,
+                              (double)e->opts.layer.cache_half_life * slots, &out->hits[p], err);
+        if (rc) return rc;
+    }
+    return 0;
 }

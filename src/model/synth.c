@@ -435,6 +435,9 @@ static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *
         return e0_fail(err, E0_EINVAL, "unknown format");
     if (!(o->route_skew >= 0 && o->route_skew <= 8))
         return e0_fail(err, E0_EINVAL, "route skew %g is outside [0, 8]", o->route_skew);
+    if (!(o->route_stickiness >= 0 && o->route_stickiness <= 1))
+        return e0_fail(err, E0_EINVAL, "route stickiness %g is outside [0, 1]",
+                       o->route_stickiness);
     if (s->hidden % GROUP || s->moe_inter % GROUP || (s->shared_inter && s->shared_inter % GROUP) ||
         (s->head_dim * s->n_heads) % GROUP || (s->lin_v_dim * s->lin_v_heads) % GROUP)
         return e0_fail(err, E0_EINVAL, "shape %s: dimensions must be multiples of %d", s->name,
@@ -743,9 +746,11 @@ static char *config_json(const plan *p) {
     sb_printf(&b,
               "  \"edge0_synth\": {\"shape\": \"%s\", \"released\": \"%s\", \"format\": \"%s\", "
               "\"seed\": %llu, "
-              "\"route_skew\": %g, \"routing\": \"%s\", \"writer\": \"edge0 synth\"},\n",
+              "\"route_skew\": %g, \"route_stickiness\": %g, \"routing\": \"%s\", "
+              "\"writer\": \"edge0 synth\"},\n",
               s->name, s->released, mlx ? "mlx" : "hf", (unsigned long long)p->o.seed,
-              p->o.route_skew, p->o.route_skew > 0 ? "zipf" : "near-uniform");
+              p->o.route_skew, p->o.route_stickiness,
+              p->o.route_skew > 0 ? "zipf" : "near-uniform");
     if (q35) {
         sb_printf(&b, "  \"model_type\": \"qwen3_5_moe\",\n  \"tie_word_embeddings\": false,\n  "
                       "\"text_config\": {\n");

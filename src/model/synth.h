@@ -36,6 +36,23 @@
  * -S * 1.6 ln(rank + 1) / sqrt(2 ln E) (in units of the logit noise), with a
  * random expert ranking per layer, so the share of routed tokens an expert
  * gets falls off like (rank + 1)^-S.
+ *
+ * Route stickiness (--route-stickiness P in [0, 1]) is not in the weights:
+ * it is written to config.json as "edge0_synth": {"route_stickiness": P}
+ * and applied by the router (model/moe.c, sticky_apply) of any model whose
+ * config carries it. Real routers repeat experts from one token to the next
+ * (published: consecutive tokens share 10-30% of their experts); random
+ * weights do not (k^2/E by chance), so caching, staging and prediction
+ * would only ever be studied on the worst case. With n = round(P * k): after
+ * the router's top-k of the token at position p, if fewer than n of its
+ * picks are among the experts of position p - 1 in the same layer, its
+ * lowest-weighted picks that are not shared are replaced by position
+ * p - 1's highest-weighted experts that are not picked, until n are shared;
+ * every weight is then the token's own softmax probability of its expert,
+ * renormalised as usual. Consecutive tokens thus share at least n experts
+ * per layer (exactly n unless the router already repeats more). P = 0 and
+ * no key route identically. A sticky variant of a checkpoint is its
+ * directory with the safetensors symlinked and config.json edited.
  */
 #ifndef E0_MODEL_SYNTH_H
 #define E0_MODEL_SYNTH_H
@@ -81,6 +98,7 @@ typedef struct {
     synth_format format;
     uint64_t seed;
     double route_skew;    /* 0: near-uniform routing; S > 0: Zipf(S)-like expert popularity */
+    double route_stickiness; /* [0, 1]: share of experts kept from the previous token (above) */
     int n_threads;        /* generator threads; 0: one per core, at most 8 */
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers) */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */

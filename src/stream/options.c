@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { F_BOOL, F_INT, F_FLOAT } ftype;
+typedef enum { F_BOOL, F_INT, F_FLOAT, F_POLICY } ftype;
+
+static const char *const POLICY_NAMES[] = {"lru", "lfu"}; /* E0_CACHE_* */
 
 static const struct {
     const char *name;
@@ -28,6 +30,8 @@ static const struct {
     I(cache_slots, 0, 1 << 24), I(prefetch_cap, 0, 1 << 20), I(load_threads, 1, 256),
     I(prefetch_threads, 0, 256), B(full_layer_prefill), I(prefill_full_layers, 0, 1 << 16),
     I(hot_window, 0, 1 << 16), I(prefill_hot, 0, 65536), B(warm_willneed), I(top_k, 0, 1024),
+    {"cache_policy", F_POLICY, offsetof(e0_layer_opts, cache_policy), 0, 1},
+    R(cache_half_life, 0.01, 1e6),
 #undef B
 #undef I
 #undef R
@@ -48,6 +52,8 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->prefetch_cap = 48;
     l->load_threads = 8;
     l->prefetch_threads = 4;
+    l->cache_policy = E0_CACHE_LRU;
+    l->cache_half_life = 1.0f;
     o->path = E0_PATH_AUTO;
     o->io = E0_IO_AUTO;
 }
@@ -91,6 +97,14 @@ int e0_opts_set(e0_engine_opts *o, const char *field, const char *value, char *e
             memcpy(p, &v, sizeof v);
             return 0;
         }
+        if (FIELDS[i].type == F_POLICY) {
+            for (int32_t v = 0; v < (int32_t)(sizeof POLICY_NAMES / sizeof *POLICY_NAMES); v++)
+                if (!strcmp(value, POLICY_NAMES[v])) {
+                    memcpy(p, &v, sizeof v);
+                    return 0;
+                }
+            return e0_fail(err, E0_EINVAL, "option %s: '%s' is not lru or lfu", field, value);
+        }
         double d = strtod(value, &end);
         if (errno || end == value || *end || !(d >= FIELDS[i].lo && d <= FIELDS[i].hi) ||
             (FIELDS[i].type == F_INT && d != floor(d)))
@@ -124,7 +138,8 @@ int e0_opts_format(const e0_engine_opts *o, char *buf, size_t len) {
         } else {
             int32_t v;
             memcpy(&v, p, sizeof v);
-            if (FIELDS[i].type == F_BOOL) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, v ? "true" : "false");
+            if (FIELDS[i].type == F_POLICY) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, POLICY_NAMES[v == E0_CACHE_LFU]);
+            else if (FIELDS[i].type == F_BOOL) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, v ? "true" : "false");
             else w = snprintf(buf + n, n < len ? len - n : 0, "%s=%d\n", FIELDS[i].name, v);
         }
         if (w < 0) return E0_EINVAL;

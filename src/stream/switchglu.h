@@ -56,6 +56,10 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
 /* Distinct experts of `layer` routed to since the last reset. */
 int stream_distinct_experts(const e0_stream *s, int layer);
 int32_t stream_cache_slots(const e0_stream *s);
+/* The shared cache's demand-request trace (xcache_trace_start); fails with
+ * E0_EUNSUPPORTED when there is no cache (mapped I/O or cache_slots 0). */
+int stream_trace_start(e0_stream *s, size_t cap, char *err);
+const uint32_t *stream_trace(e0_stream *s, size_t *n, uint64_t *dropped);
 size_t stream_bundle_bytes(const e0_stream *s);
 
 /* Tests: from now on the staged prediction of `layer` is this set (staged now). */

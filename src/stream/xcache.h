@@ -8,7 +8,11 @@
  * successful xcache_acquire() pins one entry for the caller, and the caller
  * makes exactly one xcache_release() for it; while pinned, an entry is never
  * evicted and its buffer never changes. Only unpinned READY entries are
- * evictable, least recently released first.
+ * evictable: least recently released first (LRU, the default), or with
+ * xcache_set_policy(E0_CACHE_LFU) the one with the lowest decayed count of
+ * demand requests (least recently released on ties); the counts are kept
+ * per (layer, expert) whether cached or not, so a bundle that comes back
+ * is judged by its history (docs/experiments.md, cache policy study).
  *
  * Loading: acquiring a key that is absent takes a free or evictable slot,
  * marks it LOADING and sets *need_load; that caller (or an I/O thread it
@@ -35,6 +39,9 @@ typedef struct xentry xentry;
 int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
                int32_t n_experts, char *err);
 void xcache_free(xcache *c);
+/* Eviction policy (E0_CACHE_LRU / E0_CACHE_LFU); LFU counts halve every
+ * `half_life` demand requests. Call before the first acquire. */
+int xcache_set_policy(xcache *c, int policy, double half_life, char *err);
 
 /* Pins the entry for (layer, expert), creating it (LOADING, *need_load = 1)
  * if absent. Returns NULL when absent and every slot is pinned (the caller
@@ -56,5 +63,14 @@ int32_t xcache_slots(const xcache *c);
 void xcache_usage(xcache *c, int32_t *used, int32_t *pinned);
 void xcache_layer_stats(xcache *c, int32_t layer, uint64_t *hits, uint64_t *misses);
 void xcache_reset_stats(xcache *c);
+
+/* Request trace, for replaying policies offline (stream/cachesim.h): from
+ * now on every demand acquire appends layer * n_experts + expert, in the
+ * order the cache saw them, until `cap` are recorded (later ones are
+ * counted as dropped). The buffer is allocated here, never on the decode
+ * path; cap 0 stops recording and frees it. Guarded by `mu`. */
+int xcache_trace_start(xcache *c, size_t cap, char *err);
+/* The requests so far (valid until the next xcache_trace_start or free). */
+const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped);
 
 #endif

@@ -1,0 +1,54 @@
+/* Expert-cache policies replayed on a recorded request trace, to put the
+ * shared cache's policy beside the offline optimum (docs/experiments.md,
+ * "Expert cache policy against the offline optimum").
+ *
+ * A trace is the sequence of demand requests the cache saw, one key per
+ * request: layer * n_experts + expert (xcache_trace_start records it). Each
+ * simulated cache holds `cap` keys, starts empty, inserts every missed key
+ * (demand paging, as the xcache does) and knows nothing of pins: with
+ * hundreds of slots against one layer call's <= top-k pinned bundles the
+ * difference is negligible. Requests before `from` fill the cache without
+ * being counted, so a decode can be scored with the prefill's contents.
+ *
+ * Policies:
+ *  - LRU: evict the least recently requested key (what xcache does).
+ *  - LFU (decayed counts): every request adds 1 to its key's count, and all
+ *    counts halve every `half_life` requests; evict the cached key with the
+ *    lowest count (least recent on ties). Counts survive eviction, so a
+ *    key that comes back is judged by its whole (decayed) history.
+ *  - ARC (Megiddo & Modha, FAST 2003): recency list T1 and frequency list
+ *    T2 with ghost lists B1/B2 steering the split between them.
+ *  - Belady (offline optimal for demand paging): on a miss with a full
+ *    cache, evict the cached key whose next request is furthest ahead
+ *    (never requested again counts as infinitely far).
+ */
+#ifndef E0_STREAM_CACHESIM_H
+#define E0_STREAM_CACHESIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    CACHESIM_LRU,
+    CACHESIM_LFU,
+    CACHESIM_ARC,
+    CACHESIM_BELADY,
+    CACHESIM_N,
+} cachesim_policy;
+
+/* log2(2^a + 2^b), a or b may be -INFINITY. Decayed counts are kept as
+ * log2(sum over requests of 2^(t / half_life)): a request at time t adds
+ * 2^(t / half_life), so older ones weigh less without ever rescaling. */
+double cachesim_log2_add(double a, double b);
+
+/* "lru", "lfu", "arc", "belady" */
+const char *cachesim_name(cachesim_policy p);
+
+/* Hits of policy `p` with `cap` slots over keys[from..n), after keys[0..from)
+ * warmed it. Keys must be < n_keys. half_life: LFU's decay, in requests
+ * (ignored by the others; <= 0: no decay). Returns 0, or E0_EINVAL /
+ * E0_ENOMEM with a message in err. */
+int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
+                 int32_t cap, double half_life, uint64_t *hits, char *err);
+
+#endif

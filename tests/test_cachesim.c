@@ -1,0 +1,123 @@
+/* The cache policy simulator (stream/cachesim.h) on hand-made traces whose
+ * hit counts are worked out in the comments, and properties that hold on
+ * any trace: nothing beats Belady, a cache that holds every key misses only
+ * on first requests, and warm-up requests are not counted. */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "stream/cachesim.h"
+
+#include <stdlib.h>
+
+static uint64_t run(cachesim_policy p, const uint32_t *k, size_t n, size_t from, int32_t cap,
+                    double half_life) {
+    char err[E0_ERR_MAX];
+    uint64_t h = 0;
+    if (cachesim_run(p, k, n, from, 16, cap, half_life, &h, err)) fail_msg("%s", err);
+    return h;
+}
+
+/* The textbook string 1 2 3 4 1 2 5 1 2 3 4 5 with 3 slots.
+ * Belady: 1 2 3 miss; 4 misses and evicts 3 (next use 9, 1 and 2 sooner);
+ * 1 2 hit; 5 misses and evicts 4 (next use 10); 1 2 hit; 3 misses (1 and 2
+ * never come back: one goes); 4 misses (the other goes); 5 hits: 5 hits.
+ * LRU: only the 1 2 after 5 hit: 2 hits (10 faults, as in the textbooks).
+ * LFU without decay, counts kept across evictions, least recent on ties:
+ * 4 evicts 1, 1 evicts 2, 2 evicts 3, 5 evicts 4 (count 1 against 2, 2);
+ * 1 2 hit; 3 (count 2) evicts 5 (1); 4 (2) evicts 3 (2, older); 5 evicts
+ * 4: 2 hits. */
+static void test_textbook(void **state) {
+    (void)state;
+    const uint32_t k[] = {1, 2, 3, 4, 1, 2, 5, 1, 2, 3, 4, 5};
+    const size_t n = sizeof k / sizeof *k;
+    assert_int_equal(run(CACHESIM_BELADY, k, n, 0, 3, 0), 5);
+    assert_int_equal(run(CACHESIM_LRU, k, n, 0, 3, 0), 2);
+    assert_int_equal(run(CACHESIM_LFU, k, n, 0, 3, 0), 2);
+    /* with 4 slots Belady faults 6 times: 6 hits; LRU 4 hits (8 faults) */
+    assert_int_equal(run(CACHESIM_BELADY, k, n, 0, 4, 0), 6);
+    assert_int_equal(run(CACHESIM_LRU, k, n, 0, 4, 0), 4);
+    /* from = 7: only the last five requests count (1 2 hit, 3 4 miss, 5 hits) */
+    assert_int_equal(run(CACHESIM_BELADY, k, n, 7, 3, 0), 3);
+}
+
+/* A A B B, then a scan C D E F, then A B, 3 slots. LRU loses A and B to the
+ * scan: 2 hits. ARC moved A and B to its frequency list T2 on their second
+ * request; the scan only cycles through T1 (C goes to ghost B1 on D, D on
+ * E, and F finds T1 + B1 full, drops C's ghost and moves E): A and B hit
+ * again, 4 hits. Belady keeps them too (the scan keys never return): 4.
+ * LFU without decay: A and B have count 2, the scan keys 1: 4 hits. */
+static void test_scan_resistance(void **state) {
+    (void)state;
+    const uint32_t k[] = {0, 0, 1, 1, 2, 3, 4, 5, 0, 1};
+    const size_t n = sizeof k / sizeof *k;
+    assert_int_equal(run(CACHESIM_LRU, k, n, 0, 3, 0), 2);
+    assert_int_equal(run(CACHESIM_ARC, k, n, 0, 3, 0), 4);
+    assert_int_equal(run(CACHESIM_BELADY, k, n, 0, 3, 0), 4);
+    assert_int_equal(run(CACHESIM_LFU, k, n, 0, 3, 0), 4);
+}
+
+/* Decay: key 0 requested 3 times long ago, key 3 seven times, key 1 twice
+ * just now, then key 2 finds the 3 slots full. Without decay 1 (count 2)
+ * goes; with a half-life of 1 request 0's old requests weigh almost
+ * nothing and 0 goes, so the final request of 1 (the only one counted)
+ * hits. */
+static void test_lfu_decay(void **state) {
+    (void)state;
+    const uint32_t k[] = {0, 0, 0, 3, 3, 3, 3, 3, 3, 3, 1, 1, 2, 1};
+    const size_t n = sizeof k / sizeof *k;
+    /* no decay: counts 0:3, 3:7, 1:2 -> 1 goes, the last 1 misses */
+    assert_int_equal(run(CACHESIM_LFU, k, n, 13, 3, 0), 0);
+    /* half-life 1: 0's three requests weigh 2^0..2^2, 1's two 2^10, 2^11 -> 0 goes */
+    assert_int_equal(run(CACHESIM_LFU, k, n, 13, 3, 1), 1);
+}
+
+/* Random traces: Belady is never beaten, a cache as large as the key set
+ * misses only the first request of each key, and cap 1 hits only repeats. */
+static void test_properties(void **state) {
+    (void)state;
+    uint32_t k[3000];
+    uint64_t r = 99;
+    for (int trial = 0; trial < 4; trial++) {
+        for (size_t i = 0; i < 3000; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t u = (uint32_t)(r >> 40) % 1000;
+            k[i] = trial & 1 ? (uint32_t)(u * u) / 62500u : u % 16; /* skewed or uniform */
+        }
+        size_t distinct = 0, repeats = 0;
+        int seen[16] = {0};
+        for (size_t i = 0; i < 3000; i++) {
+            distinct += !seen[k[i]]++;
+            repeats += i > 0 && k[i] == k[i - 1];
+        }
+        for (int32_t cap = 1; cap <= 16; cap++) {
+            const uint64_t best = run(CACHESIM_BELADY, k, 3000, 0, cap, 0);
+            for (int p = 0; p < CACHESIM_BELADY; p++) {
+                assert_true(run((cachesim_policy)p, k, 3000, 0, cap, cap) <= best);
+                if (cap == 16)
+                    assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap),
+                                     3000 - distinct);
+                if (cap == 1)
+                    assert_int_equal(run((cachesim_policy)p, k, 3000, 0, cap, cap), repeats);
+            }
+            if (cap == 16) assert_int_equal(best, 3000 - distinct);
+        }
+    }
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    const uint32_t k[] = {1, 99};
+    char err[E0_ERR_MAX];
+    uint64_t h;
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 2, 0, 16, 4, 0, &h, err), E0_EINVAL);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 1, 0, 16, 0, 0, &h, err), E0_EINVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_textbook),  cmocka_unit_test(test_scan_resistance),
+        cmocka_unit_test(test_lfu_decay), cmocka_unit_test(test_properties),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
