@@ -894,6 +894,27 @@ static void test_gguf_split_atomic(void **state) {
     free(dst);
 }
 
+/* Same seed, same bytes whatever the thread count; another seed differs. */
+static void test_gguf_deterministic(void **state) {
+    (void)state;
+    char *root = tu_tmpdir(), cmd[4096];
+    const char *names[3] = {"a.gguf", "b.gguf", "c.gguf"};
+    for (int i = 0; i < 3; i++) {
+        char *dst = e0_path_join(root, names[i]);
+        synth_opts o;
+        gguf_opts(&o);
+        o.n_threads = i == 1 ? 3 : 1;
+        o.seed = i == 2 ? 8 : 7;
+        write_ok("tiny-qwen3next", &o, dst);
+        free(dst);
+    }
+    snprintf(cmd, sizeof cmd, "cmp -s %s/a.gguf %s/b.gguf && ! cmp -s %s/a.gguf %s/c.gguf", root,
+             root, root, root);
+    assert_int_equal(tu_run(cmd), 0);
+    tu_rmtree(root);
+    free(root);
+}
+
 /* The CLI end to end: synth --format gguf --dry-run prints the type mix;
  * synth writes the file; demo runs it with nothing beside it. */
 static void test_gguf_cli(void **state) {
@@ -928,7 +949,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_atomic),        cmocka_unit_test(test_routing_uniform),
         cmocka_unit_test(test_route_skew),    cmocka_unit_test(test_gguf_tiny),
         cmocka_unit_test(test_gguf_plan),     cmocka_unit_test(test_gguf_split_atomic),
-        cmocka_unit_test(test_gguf_cli),      cmocka_unit_test(test_route_model),
+        cmocka_unit_test(test_gguf_deterministic), cmocka_unit_test(test_gguf_cli),
+        cmocka_unit_test(test_route_model),
     };
     const char *real = getenv("E0_SYNTH_ROUTE_MODEL");
     const size_t n = sizeof tests / sizeof *tests - (real && *real ? 0 : 1);
