@@ -174,8 +174,8 @@ static void plan_layer(gplan *p, int L) {
     const uint64_t I = (uint64_t)s->moe_inter, Is = (uint64_t)s->shared_inter;
     char nm[GNAME_LEN];
     add_vec(p, NM("blk.%d.attn_norm.weight", L), SYNTH_V_NORM, 1.0f, H);
-    add_vec(p, NM("blk.%d.%s.weight", L, hybrid ? "post_attention_norm" : "ffn_norm"),
-            SYNTH_V_NORM, 1.0f, H);
+    add_vec(p, NM("blk.%d.%s.weight", L, hybrid ? "post_attention_norm" : "ffn_norm"), SYNTH_V_NORM,
+            1.0f, H);
     if (hybrid && (L + 1) % s->full_attention_interval != 0) {
         const uint64_t Kd = (uint64_t)s->lin_k_heads * s->lin_k_dim;
         const uint64_t Vd = (uint64_t)s->lin_v_heads * s->lin_v_dim, Hv = (uint64_t)s->lin_v_heads;
@@ -333,16 +333,17 @@ static int tok_load(gtok *k, const char *path, int vocab, char *err) {
             id->valuedouble >= (double)vocab)
             return e0_fail(err, E0_EFORMAT, "%s: a malformed added token", path);
         k->tokens[id->valueint] = c->valuestring;
-        k->types[id->valueint] =
-            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? TT_CONTROL
-                                                                         : TT_USER_DEFINED;
+        k->types[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"))
+                                     ? TT_CONTROL
+                                     : TT_USER_DEFINED;
         if (!strcmp(c->valuestring, "<|im_end|>")) k->eos = id->valueint;
         if (!strcmp(c->valuestring, "<|endoftext|>")) k->bos = id->valueint;
     }
     /* ids without a token: "[PADi]", unused (as the converter pads) */
     size_t need = 0;
     for (uint64_t i = 0; i < k->n; i++)
-        if (!k->tokens[i]) need += (size_t)snprintf(NULL, 0, "[PAD%llu]", (unsigned long long)i) + 1;
+        if (!k->tokens[i])
+            need += (size_t)snprintf(NULL, 0, "[PAD%llu]", (unsigned long long)i) + 1;
     if (!(k->pad = malloc(need ? need : 1))) return e0_fail(err, E0_ENOMEM, "out of memory");
     char *q = k->pad;
     for (uint64_t i = 0; i < k->n; i++)
@@ -402,9 +403,9 @@ static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
              s->released[0] ? ", shape of " : "", s->released);
     int rc = 0;
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
-#define U32(k_, v_) \
+#define U32(k_, v_)                                                                                \
     if (!rc) rc = gguf_writer_add_u32(w, k_, (uint32_t)(v_), err)
-#define F32(k_, v_) \
+#define F32(k_, v_)                                                                                \
     if (!rc) rc = gguf_writer_add_f32(w, k_, (float)(v_), err)
     if (!rc) rc = gguf_writer_add_str(w, "general.architecture", a, err);
     if (!rc) rc = gguf_writer_add_str(w, "general.type", "model", err);
@@ -443,7 +444,8 @@ static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
     if (!rc) rc = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2", err);
     if (!rc) rc = gguf_writer_add_str(w, "tokenizer.ggml.pre", "qwen2", err);
     if (!rc) rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", k->tokens, k->n, err);
-    if (!rc) rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_I32, k->types, k->n, err);
+    if (!rc)
+        rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_I32, k->types, k->n, err);
     if (!rc) rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", k->merges, k->n_merges, err);
     const int32_t eos = k->eos >= 0 ? k->eos : s->eos, bos = k->bos >= 0 ? k->bos : s->bos;
     if (eos >= 0) U32("tokenizer.ggml.eos_token_id", eos);
@@ -577,7 +579,7 @@ static void fix_sum(uint8_t *q, int n, int max, int target, unsigned start) {
     }
 }
 
-/* Sum of the 16 nibbles of a word whose high nibbles are zero, times 1. */
+/* Sum of the low nibbles of the 8 bytes of x. */
 static inline unsigned lo_nib_sum(uint64_t x) {
     x &= 0x0f0f0f0f0f0f0f0full;
     return (unsigned)((x * 0x0101010101010101ull) >> 56);
@@ -680,11 +682,16 @@ static void gen_q8_0(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
 /* The std of a type's dequantized values per unit of d. */
 static double type_unit_std(uint32_t type) {
     switch (type) {
-    case GGML_Q4_K: return 4.0 * sqrt(255.0 / 3.0);  /* 4 (2q - 15), q uniform in [0, 15] */
-    case GGML_Q6_K: return 16.0 * sqrt(4095.0 / 12.0);
-    case GGML_Q5_0: return sqrt(1023.0 / 12.0);
-    case GGML_Q8_0: return sqrt((255.0 * 255.0 - 1.0) / 12.0);
-    default: return 1.0;
+    case GGML_Q4_K:
+        return 4.0 * sqrt(255.0 / 3.0); /* 4 (2q - 15), q uniform in [0, 15] */
+    case GGML_Q6_K:
+        return 16.0 * sqrt(4095.0 / 12.0);
+    case GGML_Q5_0:
+        return sqrt(1023.0 / 12.0);
+    case GGML_Q8_0:
+        return sqrt((255.0 * 255.0 - 1.0) / 12.0);
+    default:
+        return 1.0;
     }
 }
 
@@ -693,11 +700,20 @@ static void gen_quant(const gtensor *t, xrng *r, int64_t n, uint8_t *out) {
     const int64_t nb = n * (t->cols / gi->blck);
     const uint16_t d = e0_f32_to_f16((float)(t->std / type_unit_std(t->type)));
     switch (t->type) {
-    case GGML_Q4_K: gen_q4_K(r, out, nb, d); break;
-    case GGML_Q6_K: gen_q6_K(r, out, nb, d); break;
-    case GGML_Q5_0: gen_q5_0(r, out, nb, d); break;
-    case GGML_Q8_0: gen_q8_0(r, out, nb, d); break;
-    default: break; /* F16 fallbacks need rows not a multiple of 32: no shape has them */
+    case GGML_Q4_K:
+        gen_q4_K(r, out, nb, d);
+        break;
+    case GGML_Q6_K:
+        gen_q6_K(r, out, nb, d);
+        break;
+    case GGML_Q5_0:
+        gen_q5_0(r, out, nb, d);
+        break;
+    case GGML_Q8_0:
+        gen_q8_0(r, out, nb, d);
+        break;
+    default:
+        break; /* F16 fallbacks need rows not a multiple of 32: no shape has them */
     }
 }
 
