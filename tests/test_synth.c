@@ -814,7 +814,7 @@ static void test_gguf_tiny(void **state) {
 }
 
 /* The real shapes' GGUF plans: llama-quantize Q4_K_M sizes and mix
- * (Qwen3-30B-A3B-Q4_K_M.gguf downloads are 18.6 GB), nothing but
+ * (public Qwen3-30B-A3B Q4_K_M downloads are listed at ~18.6 GB), nothing but
  * Q4_K / Q6_K / F32, Q6_K on output + attn_v-like + both ffn_down of the
  * more-bits layers; refusals. */
 static void test_gguf_plan(void **state) {
