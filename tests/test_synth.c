@@ -17,9 +17,12 @@
 
 #include "edge0.h"
 #include "model/model.h"
+#include "io/gguf.h"
 #include "model/synth.h"
+#include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/file.h"
+#include "util/num.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -668,6 +671,275 @@ static void test_route_model(void **state) {
     (void)r;
 }
 
+/* ---- GGUF ------------------------------------------------------------------ */
+
+#define QWEN3_TOKENIZER "assets/qwen3-tokenizer/tokenizer.json"
+
+static void gguf_opts(synth_opts *o) {
+    synth_opts_default(o);
+    o->format = SYNTH_GGUF;
+    o->tokenizer = QWEN3_TOKENIZER;
+    o->no_sync = 1;
+}
+
+/* llama-quantize's Q4_K_M type for a tensor (llama-quant.cpp, restated
+ * from its source rather than from synth_gguf.c). */
+static uint32_t q4km_type(const char *name, uint32_t n_dims, uint64_t ne0, int n_layers) {
+    if (n_dims < 2 || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight") ||
+        strstr(name, "ssm_conv1d") || !strstr(name, "weight"))
+        return GGML_F32;
+    uint32_t t = GGML_Q4_K;
+    int L = -1;
+    sscanf(name, "blk.%d.", &L);
+    const bool more = L >= 0 && (L < n_layers / 8 || L >= 7 * n_layers / 8 ||
+                                 (L - n_layers / 8) % 3 == 2);
+    if (!strcmp(name, "output.weight"))
+        t = ne0 % 256 ? GGML_Q8_0 : GGML_Q6_K;
+    else if ((strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") ||
+              strstr(name, "ffn_down")) &&
+             more)
+        t = GGML_Q6_K;
+    if (ne0 % 256) t = t == GGML_Q4_K ? GGML_Q5_0 : t == GGML_Q6_K ? GGML_Q8_0 : t;
+    return t;
+}
+
+/* Every tensor has its Q4_K_M type; every quantized block has a mean of 0
+ * and a finite non-zero spread; ssm_a is a decay (-16 < a < -1). */
+static void check_gguf_tensors(const char *path, int n_layers) {
+    st_set *st;
+    char err[E0_ERR_MAX];
+    if (st_set_open_gguf(&st, path, err)) fail_msg("%s", err);
+    const gguf_file *g = st_gguf(st);
+    const char *s;
+    uint32_t ft;
+    assert_int_equal(gguf_get_u32(g, "general.file_type", &ft, err), 0);
+    assert_int_equal(ft, 15);
+    assert_int_equal(gguf_get_str(g, "tokenizer.ggml.model", &s, err), 0);
+    assert_string_equal(s, "gpt2");
+    assert_int_equal(gguf_get_str(g, "tokenizer.chat_template", &s, err), 0);
+    assert_non_null(strstr(s, "<|im_start|>"));
+    size_t n_q = 0;
+    for (size_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor_info *t = gguf_tensor_at(g, i);
+        const uint32_t want = q4km_type(t->name, t->n_dims, t->ne[0], n_layers);
+        if (t->type != want)
+            fail_msg("%s: %s is %s, Q4_K_M gives %s", path, t->name, ggml_info(t->type)->name,
+                     ggml_info(want)->name);
+        const st_tensor *x = st_get(st, t->name);
+        assert_non_null(x);
+        if (strstr(t->name, "ssm_a") && !strstr(t->name, "ssm_alpha"))
+            for (uint64_t k = 0; k < t->ne[0]; k++) {
+                const float a = e0_ldf32(x->data, k);
+                assert_true(a < -0.99f && a > -16.01f);
+            }
+        if (want == GGML_F32) continue;
+        n_q++;
+        const ggml_type_info *gi = ggml_info(t->type);
+        const int64_t nb = (int64_t)(t->ne[0] / (uint64_t)gi->blck);
+        float *y = malloc((size_t)t->ne[0] * sizeof *y);
+        assert_non_null(y);
+        assert_int_equal(ggml_dequant(t->type, x->data, y, nb), 0); /* row 0 */
+        double ss = 0;
+        for (uint64_t k = 0; k < t->ne[0]; k++) {
+            assert_true(isfinite(y[k]));
+            ss += (double)y[k] * y[k];
+        }
+        const double rms = sqrt(ss / (double)t->ne[0]);
+        assert_true(rms > 1e-4 && rms < 10);
+        for (uint64_t b0 = 0; b0 < t->ne[0]; b0 += 32) { /* every block / sub-block */
+            double sum = 0;
+            for (int k = 0; k < 32; k++)
+                sum += y[b0 + (uint64_t)k];
+            if (fabs(sum / 32) > 1e-3 * rms)
+                fail_msg("%s: %s row 0 values %llu..: mean %g, rms %g", path, t->name,
+                         (unsigned long long)b0, sum / 32, rms);
+        }
+        free(y);
+    }
+    assert_true(n_q > 10);
+    st_set_free(st);
+}
+
+/* Every tiny shape as GGUF: the Q4_K_M types, zero-mean blocks, the engine
+ * opens it (gguf layout, tokenizer from the metadata), finite logits, and
+ * routing close to uniform: 32 decode tokens use about as many distinct
+ * experts per layer as uniform picks would (many more than top-k). */
+static void test_gguf_tiny(void **state) {
+    (void)state;
+    static const struct {
+        const char *shape, *family;
+    } cases[] = {
+        {"tiny", "qwen3_5_moe"},
+        {"tiny-qwen3moe", "qwen3_moe"},
+        {"tiny-qwen3next", "qwen3_next"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
+        synth_opts o;
+        gguf_opts(&o);
+        write_ok(cases[c].shape, &o, dst);
+        assert_int_equal(count_entries(root), 1); /* no PATH.tmp left */
+        const synth_shape *s = synth_find(cases[c].shape);
+        check_gguf_tensors(dst, s->n_layers);
+        e0_engine *eng;
+        char err[E0_ERR_MAX];
+        if (e0_engine_open(&eng, dst, NULL, err)) fail_msg("%s: %s", cases[c].shape, err);
+        e0_model_info info;
+        e0_engine_info(eng, &info);
+        assert_string_equal(info.family, cases[c].family);
+        assert_string_equal(info.layout, "gguf");
+        assert_int_equal(info.vocab_size, s->vocab);
+        e0_engine_free(eng);
+        e0_text *tx; /* the tokenizer from the metadata, chat template included */
+        if (e0_text_open(&tx, dst, err)) fail_msg("%s", err);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        assert_int_equal(e0_text_encode(tx, "Hello world<|im_end|>", 21, &ids, &n_ids, err), 0);
+        assert_int_equal(n_ids, 3);
+        assert_int_equal(ids[2], 151645);
+        free(ids);
+        e0_text_free(tx);
+        route_result r = measure_routing(dst, 32, 8, false, 8, false);
+        const double want = uniform_distinct(s->n_experts, s->top_k, 32);
+        printf("  %-15s gguf: 32 tokens: %.1f distinct experts per layer (uniform %.1f, top-k "
+               "%d); windows of 8: %.1f; residual RMS %.2f..%.2f\n",
+               cases[c].shape, r.total_mean, want, s->top_k, r.window_mean, r.rms_lo, r.rms_hi);
+        assert_true(r.total_mean >= 0.9 * want && r.total_mean > 4 * s->top_k);
+        assert_true(r.window_mean >= 0.85 * uniform_distinct(s->n_experts, s->top_k, 8));
+        assert_true(r.rms_lo > 0.3 && r.rms_hi < 4.0);
+        tu_rmtree(root);
+        free(root);
+        free(dst);
+    }
+}
+
+/* The real shapes' GGUF plans: llama-quantize Q4_K_M sizes and mix
+ * (public Qwen3-30B-A3B Q4_K_M downloads are listed at ~18.6 GB), nothing but
+ * Q4_K / Q6_K / F32, Q6_K on output + attn_v-like + both ffn_down of the
+ * more-bits layers; refusals. */
+static void test_gguf_plan(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        double gb_lo, gb_hi;
+        unsigned q6k;
+    } want[] = {
+        {"qwen3.6-35b-a3b", 20.5, 22.0, 1 + 3 * 20},
+        {"qwen3-30b-a3b", 18.2, 19.0, 1 + 2 * 24},
+        {"qwen3-next-80b-a3b", 45.0, 50.0, 1 + 3 * 24},
+        {"qwen3.5-122b-a10b", 70.0, 78.0, 1 + 3 * 24},
+    };
+    synth_opts o;
+    gguf_opts(&o);
+    char err[E0_ERR_MAX];
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        synth_info in;
+        assert_int_equal(synth_plan_info(synth_find(want[i].name), &o, &in, err), 0);
+        printf("  %-20s gguf %.2f GB, %zu tensors: Q4_K %u (%.2f GB), Q6_K %u (%.2f GB), F32 %u\n",
+               want[i].name, in.bytes / 1e9, in.n_tensors, in.type_tensors[GGML_Q4_K],
+               in.type_bytes[GGML_Q4_K] / 1e9, in.type_tensors[GGML_Q6_K],
+               in.type_bytes[GGML_Q6_K] / 1e9, in.type_tensors[GGML_F32]);
+        assert_true(in.bytes / 1e9 >= want[i].gb_lo && in.bytes / 1e9 <= want[i].gb_hi);
+        assert_int_equal(in.type_tensors[GGML_Q6_K], want[i].q6k);
+        assert_int_equal(in.n_tensors, in.type_tensors[GGML_Q4_K] + in.type_tensors[GGML_Q6_K] +
+                                           in.type_tensors[GGML_F32]);
+        assert_int_equal(in.n_shards, 1);
+    }
+    synth_info in;
+    o.route_skew = 1.0;
+    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), E0_EUNSUPPORTED);
+    o.route_skew = 0;
+    o.tokenizer = NULL;
+    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), E0_EINVAL);
+    assert_non_null(strstr(err, "tokenizer"));
+}
+
+/* --shard-gb: a split set NAME-0000K-of-0000N.gguf that the engine opens
+ * from any part; an existing file is refused; a cancelled write leaves
+ * nothing behind. */
+static void test_gguf_split_atomic(void **state) {
+    (void)state;
+    char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
+    synth_opts o;
+    gguf_opts(&o);
+    o.shard_bytes = 16u << 20;
+    write_ok("tiny-qwen3moe", &o, dst);
+    synth_info in;
+    char err[E0_ERR_MAX];
+    assert_int_equal(synth_plan_info(synth_find("tiny-qwen3moe"), &o, &in, err), 0);
+    assert_true(in.n_shards >= 2);
+    assert_int_equal(count_entries(root), in.n_shards);
+    char name[64];
+    snprintf(name, sizeof name, "m-%05d-of-%05d.gguf", in.n_shards, in.n_shards);
+    char *last = e0_path_join(root, name);
+    e0_engine *eng;
+    if (e0_engine_open(&eng, last, NULL, err)) fail_msg("%s", err);
+    e0_engine_free(eng);
+    /* the parts exist: refused, nothing changed */
+    assert_int_equal(synth_write_opts(synth_find("tiny-qwen3moe"), dst, &o, err), E0_EINVAL);
+    assert_non_null(strstr(err, "already exists"));
+    assert_int_equal(count_entries(root), in.n_shards);
+    free(last);
+    /* cancelled */
+    char *dst2 = e0_path_join(root, "c.gguf");
+    volatile sig_atomic_t stop = 1;
+    synth_opts oc;
+    gguf_opts(&oc);
+    oc.cancel = &stop;
+    assert_int_equal(synth_write_opts(synth_find("tiny"), dst2, &oc, err), E0_EINVAL);
+    assert_int_equal(count_entries(root), in.n_shards);
+    free(dst2);
+    tu_rmtree(root);
+    free(root);
+    free(dst);
+}
+
+/* Same seed, same bytes whatever the thread count; another seed differs. */
+static void test_gguf_deterministic(void **state) {
+    (void)state;
+    char *root = tu_tmpdir(), cmd[4096];
+    const char *names[3] = {"a.gguf", "b.gguf", "c.gguf"};
+    for (int i = 0; i < 3; i++) {
+        char *dst = e0_path_join(root, names[i]);
+        synth_opts o;
+        gguf_opts(&o);
+        o.n_threads = i == 1 ? 3 : 1;
+        o.seed = i == 2 ? 8 : 7;
+        write_ok("tiny-qwen3next", &o, dst);
+        free(dst);
+    }
+    snprintf(cmd, sizeof cmd, "cmp -s %s/a.gguf %s/b.gguf && ! cmp -s %s/a.gguf %s/c.gguf", root,
+             root, root, root);
+    assert_int_equal(tu_run(cmd), 0);
+    tu_rmtree(root);
+    free(root);
+}
+
+/* The CLI end to end: synth --format gguf --dry-run prints the type mix;
+ * synth writes the file; demo runs it with nothing beside it. */
+static void test_gguf_cli(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s synth --shape qwen3-30b-a3b --format gguf --dry-run > %s/dry.out 2>&1 && "
+             "grep -q 'Q6_K ' %s/dry.out && grep -q 'Q4_K ' %s/dry.out && ! ls %s/*.gguf 2>/dev/null",
+             tu_bin(), dir, dir, dir, dir);
+    if (tu_run(cmd) != 0) fail_msg("synth --dry-run failed (see %s/dry.out)", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s synth --shape tiny --format gguf --no-sync %s/m.gguf > %s/synth.out 2>&1 && "
+             "%s demo %s/m.gguf --max-tokens 4 --temp 0 > %s/demo.out 2>&1 && "
+             "grep -q 'gguf layout' %s/demo.out && grep -q 'decode 4 tokens' %s/demo.out",
+             tu_bin(), dir, dir, tu_bin(), dir, dir, dir, dir);
+    if (tu_run(cmd) != 0) fail_msg("synth --format gguf + demo failed (see %s)", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s synth --shape tiny --format gguf --route-skew 1 %s/s.gguf > %s/skew.out 2>&1; "
+             "test $? = 2 && grep -q 'route-skew' %s/skew.out",
+             tu_bin(), dir, dir, dir);
+    if (tu_run(cmd) != 0) fail_msg("synth --format gguf --route-skew was not refused (see %s)", dir);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* An argument runs only the tests whose names match it (cmocka filter). */
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
@@ -675,7 +947,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shapes),        cmocka_unit_test(test_tiny_loads),
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_sharded),
         cmocka_unit_test(test_atomic),        cmocka_unit_test(test_routing_uniform),
-        cmocka_unit_test(test_route_skew),    cmocka_unit_test(test_route_model),
+        cmocka_unit_test(test_route_skew),    cmocka_unit_test(test_gguf_tiny),
+        cmocka_unit_test(test_gguf_plan),     cmocka_unit_test(test_gguf_split_atomic),
+        cmocka_unit_test(test_gguf_deterministic), cmocka_unit_test(test_gguf_cli),
+        cmocka_unit_test(test_route_model),
     };
     const char *real = getenv("E0_SYNTH_ROUTE_MODEL");
     const size_t n = sizeof tests / sizeof *tests - (real && *real ? 0 : 1);

@@ -48,6 +48,11 @@ int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w);
 const volatile sig_atomic_t *cli_cancel_begin(void);
 void cli_cancel_end(void);
 
+/* The Qwen3 tokenizer.json of assets/qwen3-tokenizer (demo.c): under
+ * $E0_ASSETS, or the source tree the binary was built in. -1 (message
+ * naming `cmd` and what needs it) when there is none. */
+int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n);
+
 /* Peak resident set size of this process in bytes. */
 unsigned long long cli_peak_rss(void);
 

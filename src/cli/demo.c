@@ -28,8 +28,7 @@ static const char *HELP =
     "  --ids LIST      feed these token ids instead of a prompt (no tokenizer needed)\n"
     "\n";
 
-/* assets/qwen3-tokenizer next to the binary's build directory, or $E0_ASSETS. */
-static int find_tokenizer(char *out, size_t n) {
+int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n) {
     const char *env = getenv("E0_ASSETS");
     char exe[PATH_MAX];
     ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -54,8 +53,9 @@ static int find_tokenizer(char *out, size_t n) {
             snprintf(out, n, "%s", cands[i]);
             return 0;
         }
-    cli_error("demo: the built-in model needs assets/qwen3-tokenizer/tokenizer.json (set E0_ASSETS to the assets "
-              "directory of the edge0 source tree)");
+    cli_error("%s: %s needs assets/qwen3-tokenizer/tokenizer.json (set E0_ASSETS to the assets "
+              "directory of the edge0 source tree)",
+              cmd, why);
     return -1;
 }
 
@@ -82,7 +82,7 @@ static int builtin_model(char *dir, size_t n) {
     snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
     struct stat st;
     if (stat(dst, &st) == 0) return 0;
-    if (find_tokenizer(tok, sizeof tok) != 0) return -1;
+    if (cli_find_tokenizer("demo", "the built-in model", tok, sizeof tok) != 0) return -1;
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", root);
     for (char *p = parent + 1; *p; p++)

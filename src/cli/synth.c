@@ -1,11 +1,13 @@
-/* edge0 synth --shape NAME [--format mlx|hf] [--route-skew S] [--route-stickiness P] DST
+/* edge0 synth --shape NAME [--format mlx|hf|gguf] [--route-skew S] [--route-stickiness P] DST
  * Random-weight checkpoint of a real model's shape, with a progress bar on
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
 #include "edge0.h"
 #include "model/synth.h"
+#include "quant/ggml.h"
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,24 +19,37 @@ static void help(FILE *f) {
                "Writes a random-weight checkpoint with the tensor names, shapes, dtypes and\n"
                "layout of a released model into the new directory DST (written as\n"
                "DST.tmp-XXXXXX and renamed when complete; an existing DST is refused).\n"
+               "With --format gguf, DST is the output file (e.g. model.gguf), written as\n"
+               "DST.tmp and renamed when complete.\n"
                "\n"
                "  --shape NAME       the model shape (below)\n"
                "  --format FMT       mlx: mlx affine 4-bit, group 64, routers and shared-expert\n"
                "                     gates 8-bit (default); hf: bf16 in the released\n"
-               "                     Hugging Face layout\n"
+               "                     Hugging Face layout; gguf: one GGUF file DST with\n"
+               "                     llama.cpp's names, metadata and the Q4_K_M type mix of\n"
+               "                     llama-quantize (Q4_K, Q6_K for output and the attn_v /\n"
+               "                     ffn_down of its more-bits layers, F32 norms and routers),\n"
+               "                     random blocks, the tokenizer embedded\n"
+               "  --tokenizer FILE   gguf: the tokenizer.json to embed (default: the Qwen3\n"
+               "                     tokenizer in assets/; tokenizer_config.json beside it\n"
+               "                     gives the chat template)\n"
                "  --route-skew S     0: routing close to uniform over experts (default);\n"
                "                     S > 0: Zipf(S)-like expert popularity per layer, so cache\n"
-               "                     behaviour can be studied (recorded in config.json)\n"
+               "                     behaviour can be studied (recorded in config.json;\n"
+               "                     not with gguf)\n"
                "  --route-stickiness P  0..1: each token keeps round(P x top-k) of the previous\n"
                "                     token's experts per layer (default 0; recorded in\n"
                "                     config.json and applied by the router, so a sticky variant\n"
-               "                     is a copy of DST with symlinked shards and P edited)\n"
+               "                     is a copy of DST with symlinked shards and P edited;\n"
+               "                     not with gguf)\n"
                "  --seed N           PRNG seed (default 1)\n"
                "  --threads N        generator threads (default: one per core, at most 8)\n"
-               "  --shard-gb N       largest shard in GiB (default 5)\n"
+               "  --shard-gb N       largest shard in GiB (default 5; gguf: one file unless\n"
+               "                     given, else parts DST-0000K-of-0000N.gguf)\n"
                "  --shard-mb N       largest shard in MiB\n"
                "  --no-sync          skip the fsync before the rename\n"
-               "  --dry-run          print the size and layout, write nothing\n"
+               "  --dry-run          print the size and layout (gguf: the type mix), write\n"
+               "                     nothing\n"
                "\n"
                "shapes (size in the mlx format):\n");
     synth_opts o;
@@ -54,6 +69,24 @@ static void help(FILE *f) {
     }
 }
 
+/* The GGUF type mix: tensors and bytes of each ggml type, largest first. */
+static void print_mix(const synth_info *in) {
+    bool done[SYNTH_GTYPES] = {0};
+    for (;;) {
+        int best = -1;
+        for (int t = 0; t < SYNTH_GTYPES; t++)
+            if (!done[t] && in->type_tensors[t] &&
+                (best < 0 || in->type_bytes[t] > in->type_bytes[best]))
+                best = t;
+        if (best < 0) return;
+        done[best] = true;
+        const ggml_type_info *gi = ggml_info((uint32_t)best);
+        printf("  %-5s %5u tensors %9.3f GB (%4.1f%%)\n", gi ? gi->name : "?",
+               in->type_tensors[best], (double)in->type_bytes[best] / 1e9,
+               100.0 * (double)in->type_bytes[best] / (double)(in->bytes ? in->bytes : 1));
+    }
+}
+
 static void on_progress(void *ctx, const synth_progress *p) {
     cli_phase ph = p->phase == SYNTH_WRITING ? CLI_PHASE_WRITING
                    : p->phase == SYNTH_SYNCING ? CLI_PHASE_SYNCING
@@ -62,7 +95,7 @@ static void on_progress(void *ctx, const synth_progress *p) {
 }
 
 int cmd_synth(int argc, char **argv) {
-    const char *shape = NULL, *dst = NULL, *fmt = "mlx";
+    const char *shape = NULL, *dst = NULL, *fmt = "mlx", *tok = NULL;
     synth_opts o;
     synth_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
@@ -79,11 +112,17 @@ int cmd_synth(int argc, char **argv) {
             }
             shape = v, i++;
         } else if (!strcmp(a, "--format")) {
-            if (!v || (strcmp(v, "mlx") && strcmp(v, "hf"))) {
-                cli_error("--format must be mlx or hf");
+            if (!v || (strcmp(v, "mlx") && strcmp(v, "hf") && strcmp(v, "gguf"))) {
+                cli_error("--format must be mlx, hf or gguf");
                 return 2;
             }
             fmt = v, i++;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!v) {
+                cli_error("--tokenizer needs a tokenizer.json path");
+                return 2;
+            }
+            tok = v, i++;
         } else if (!strcmp(a, "--route-skew")) {
             char *end = NULL;
             double s = v ? strtod(v, &end) : -1;
@@ -125,7 +164,24 @@ int cmd_synth(int argc, char **argv) {
         cli_error("synth: unknown shape '%s' (known: %s)", shape, synth_names());
         return 2;
     }
-    o.format = strcmp(fmt, "hf") == 0 ? SYNTH_HF : SYNTH_MLX;
+    o.format = !strcmp(fmt, "hf") ? SYNTH_HF : !strcmp(fmt, "gguf") ? SYNTH_GGUF : SYNTH_MLX;
+    char tok_path[4096];
+    if (o.format == SYNTH_GGUF) {
+        if (o.route_skew > 0) {
+            cli_error("synth: --route-skew is not available with --format gguf (use mlx or hf)");
+            return 2;
+        }
+        if (o.route_stickiness > 0) { /* it lives in config.json, which a GGUF file has not */
+            cli_error("synth: --route-stickiness is not available with --format gguf (use mlx or hf)");
+            return 2;
+        }
+        if (!tok && cli_find_tokenizer("synth", "--format gguf", tok_path, sizeof tok_path))
+            return 2;
+        o.tokenizer = tok ? tok : tok_path;
+    } else if (tok) {
+        cli_error("synth: --tokenizer is for --format gguf");
+        return 2;
+    }
     char err[E0_ERR_MAX];
     synth_info info;
     if (synth_plan_info(s, &o, &info, err) != 0) {
@@ -134,8 +190,9 @@ int cmd_synth(int argc, char **argv) {
     }
     printf("edge0 synth: %s%s%s%s, %s, seed %llu\n", s->name, s->released[0] ? " (shape of " : "",
            s->released, s->released[0] ? ")" : "",
-           o.format == SYNTH_MLX ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
-                                 : "bf16, Hugging Face layout",
+           o.format == SYNTH_MLX    ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
+           : o.format == SYNTH_HF ? "bf16, Hugging Face layout"
+                                  : "GGUF, llama.cpp names, Q4_K_M type mix (general.file_type 15)",
            (unsigned long long)o.seed);
     if (o.route_skew > 0)
         printf("routing: Zipf-like expert popularity, route skew %g (a random expert ranking per "
@@ -150,6 +207,7 @@ int cmd_synth(int argc, char **argv) {
                o.route_stickiness);
     printf("plan: %.2f GB, %.2fB parameters, %zu tensors in %d file%s\n", (double)info.bytes / 1e9,
            (double)info.params / 1e9, info.n_tensors, info.n_shards, info.n_shards > 1 ? "s" : "");
+    if (o.format == SYNTH_GGUF) print_mix(&info);
     fflush(stdout);
     if (w.dry) return 0;
 

@@ -63,23 +63,6 @@ static bool float_dtype(st_dtype t) {
     return t == ST_BF16 || t == ST_F16 || t == ST_F32;
 }
 
-/* f32 -> f16, round to nearest even (only for F16 norms that get + 1). */
-static uint16_t f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                       /* below 2^-14: subnormal */
-        float v;
-        memcpy(&v, &a, sizeof v);
-        return sign | (uint16_t)rintf(v * 16777216.0f); /* exact scaling by 2^24 */
-    }
-    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
-    return sign | (uint16_t)(r >> 13);
-}
-
 /* n values of dtype dt at src -> f32. */
 static void load_f32(st_dtype dt, const uint8_t *src, int64_t n, float *out) {
     switch (dt) {
@@ -103,7 +86,7 @@ static void store_f32(st_dtype dt, const float *in, int64_t n, float add, uint8_
         if (dt == ST_F32) {
             memcpy(dst + 4 * i, &v, 4);
         } else {
-            const uint16_t h = dt == ST_BF16 ? e0_f32_to_bf16(v) : f32_to_f16(v);
+            const uint16_t h = dt == ST_BF16 ? e0_f32_to_bf16(v) : e0_f32_to_f16(v);
             memcpy(dst + 2 * i, &h, 2);
         }
     }

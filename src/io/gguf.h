@@ -196,6 +196,11 @@ uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i);
 /* Writes bytes at absolute offset `off`, which must lie inside the data
  * section. */
 int gguf_writer_pwrite(gguf_writer *w, uint64_t off, const void *p, size_t len, char *err);
+/* Sizes PATH.tmp and fsyncs it (before finish, for a durable file). */
+int gguf_writer_sync(gguf_writer *w, char *err);
+/* Total file size, header included (before gguf_writer_open: what it
+ * will be with the metadata and tensors added so far). */
+uint64_t gguf_writer_size(const gguf_writer *w);
 /* Sizes the file (zero padding after the last tensor), closes it and
  * renames PATH.tmp to PATH. */
 int gguf_writer_finish(gguf_writer *w, char *err);

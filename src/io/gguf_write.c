@@ -310,6 +310,14 @@ int gguf_writer_pwrite(gguf_writer *w, uint64_t off, const void *p, size_t len, 
     return 0;
 }
 
+int gguf_writer_sync(gguf_writer *w, char *err) {
+    if (w->fd < 0) return e0_fail(err, E0_EINVAL, "GGUF writer: sync before open or after finish");
+    /* size first, so the synced file is the finished one */
+    if (ftruncate(w->fd, (off_t)(w->data_start + w->data_size)) != 0 || fsync(w->fd) != 0)
+        return e0_fail(err, E0_EIO, "%s: fsync failed: %s", w->tmp, strerror(errno));
+    return 0;
+}
+
 int gguf_writer_finish(gguf_writer *w, char *err) {
     if (w->fd < 0) return e0_fail(err, E0_EINVAL, "GGUF writer: finish before open");
     /* the file ends at the last tensor; ftruncate zero-fills any gap */
@@ -329,4 +337,14 @@ int gguf_writer_finish(gguf_writer *w, char *err) {
         return e0_fail(err, E0_EIO, "%s: write failed: %s", w->path, strerror(e));
     }
     return 0;
+}
+
+uint64_t gguf_writer_size(const gguf_writer *w) {
+    if (w->opened) return w->data_start + w->data_size;
+    /* as gguf_writer_open will lay it out */
+    uint64_t h = 24 + w->kv.n;
+    for (size_t i = 0; i < w->n_t; i++)
+        h += 8 + strlen(w->t[i].name) + 4 + 8 * (uint64_t)w->t[i].n_dims + 4 + 8;
+    const uint64_t a = w->alignment;
+    return (h + a - 1) / a * a + w->data_size;
 }

@@ -69,6 +69,9 @@ static int shard_header(stw *w, int sh, size_t *i, const char *format) {
 
 /* Jobs of about job_bytes: whole rows, each item's rows in order. */
 static int make_jobs(stw *w, uint64_t job_bytes) {
+    free(w->jobs);
+    w->jobs = NULL;
+    w->njobs = 0;
     size_t cap = w->n + 64;
     if (!(w->jobs = malloc(cap * sizeof *w->jobs))) return -1;
     for (size_t i = 0; i < w->n; i++) {
@@ -127,6 +130,21 @@ int stw_layout(stw *w, const stw_layout_opts *o, char *err) {
         w->total_bytes += w->hdr_len[sh] + w->data_bytes[sh];
     }
     if (make_jobs(w, o->job_bytes) != 0) return e0_fail(err, E0_ENOMEM, "out of memory");
+    return 0;
+}
+
+int stw_layout_raw(stw *w, uint64_t job_bytes, char *err) {
+    w->total_data = 0;
+    w->nshards = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const stw_item *t = &w->items[i];
+        if (t->bits) return e0_fail(err, E0_EINVAL, "%s: a raw item is quantized", t->name);
+        w->total_data += item_bytes(t);
+        if ((int)t->shard + 1 > w->nshards) w->nshards = (int)t->shard + 1;
+    }
+    w->total_bytes = w->total_data;
+    w->n_tensors = w->n;
+    if (make_jobs(w, job_bytes) != 0) return e0_fail(err, E0_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -218,7 +236,8 @@ static void run_job(stw_run *r, size_t i, uint8_t *buf, void *scratch) {
     r->o->produce(r->o->ctx, r, j, &out);
     if (stw_stopped(r)) return;
     const uint32_t sh = t->shard;
-    const uint64_t base = r->w->hdr_len[sh] + t->off, wb = (uint64_t)t->rows * t->wrow;
+    const uint64_t base = (r->w->hdr_len ? r->w->hdr_len[sh] : 0) + t->off,
+                   wb = (uint64_t)t->rows * t->wrow;
     const struct {
         const void *b;
         size_t len;
@@ -236,7 +255,14 @@ static void run_job(stw_run *r, size_t i, uint8_t *buf, void *scratch) {
         pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
     for (int q = 0; q < (t->bits ? 3 : 1) && !stw_stopped(r); q++) {
-        if (stw_pwrite(r->fds[sh], piece[q].b, piece[q].len, piece[q].off) != 0) {
+        if (r->o->write) {
+            char e[E0_ERR_MAX];
+            const int rc = r->o->write(r->o->ctx, sh, piece[q].off, piece[q].b, piece[q].len, e);
+            if (rc) {
+                stw_fail(r, rc, "%s", e);
+                return;
+            }
+        } else if (stw_pwrite(r->fds[sh], piece[q].b, piece[q].len, piece[q].off) != 0) {
             stw_fail(r, E0_EIO, "%s: write failed: %s", r->paths[sh],
                      strerror(errno ? errno : EIO));
             return;
@@ -319,6 +345,24 @@ static int run_workers(stw_run *r) {
     return atomic_load(&r->failed) ? -1 : 0;
 }
 
+int stw_run_jobs(stw *w, const stw_write_opts *o, char *err) {
+    if (!o->write) return e0_fail(err, E0_EINVAL, "stw_run_jobs needs a write hook");
+    stw_run r = {.w = w, .o = o};
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    int rc = 0;
+    if (o->prefetch) {
+        rc = e0_fail(err, E0_EINVAL, "stw_run_jobs: prefetch is not supported");
+    } else if (run_workers(&r) != 0) {
+        rc = e0_fail(err, r.err_code ? r.err_code : E0_EIO, "%s", r.err);
+    } else if (o->sync) {
+        report(&r, STW_SYNCING);
+    }
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
+    return rc;
+}
+
 /* ---- the index and the directory ------------------------------------------------ */
 
 static void shard_name(const stw *w, int sh, char *buf, size_t n) {
@@ -394,7 +438,7 @@ static void sync_dir(const char *dir) {
     }
 }
 
-static int check_space(const char *dst, uint64_t need, char *err) {
+int stw_check_space(const char *dst, uint64_t need, char *err) {
     char *par = parent_dir(dst);
     if (!par) return e0_fail(err, E0_ENOMEM, "out of memory");
     struct statvfs v;
@@ -515,7 +559,7 @@ static int close_shards(stw_run *r, const char *dir, int *nopen, char *err) {
 }
 
 int stw_write(stw *w, const char *dst, const stw_write_opts *o, char *err) {
-    int rc = check_space(dst, w->total_bytes, err);
+    int rc = stw_check_space(dst, w->total_bytes, err);
     if (rc) return rc;
     stw_run r = {.w = w, .o = o};
     pthread_mutex_init(&r.mu, NULL);
@@ -576,4 +620,10 @@ done:
     pthread_cond_destroy(&r.cv);
     pthread_mutex_destroy(&r.mu);
     return rc;
+}
+
+void stw_sync_parent(const char *path) {
+    char *par = parent_dir(path);
+    if (par) sync_dir(par);
+    free(par);
 }

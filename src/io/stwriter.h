@@ -85,6 +85,10 @@ typedef struct {
 stw_item *stw_items(stw *w, size_t n);
 /* Sizes, shards, offsets, headers and jobs of the items. */
 int stw_layout(stw *w, const stw_layout_opts *o, char *err);
+/* For a file format the caller lays out itself (GGUF): the items have
+ * bits 0, their shard (any file number the caller's write hook knows),
+ * off (where row 0 goes) and wrow set; this sizes and splits them into jobs. */
+int stw_layout_raw(stw *w, uint64_t job_bytes, char *err);
 void stw_free(stw *w);
 
 /* Where produce() puts a job's n rows: n * wrow bytes at `w` and, for a
@@ -126,10 +130,24 @@ typedef struct {
     int (*finish)(void *ctx, const char *dir, bool sync, char *err);
     /* Optional: about every 100 ms and once per phase. */
     void (*progress)(void *ctx, const stw_progress *p);
+    /* stw_run_jobs only: writes len bytes of item rows at `off` of file
+     * `shard` (0 or an E0_* code with err filled). Called in job order,
+     * never by two threads at once. */
+    int (*write)(void *ctx, uint32_t shard, uint64_t off, const void *p, size_t len, char *err);
 } stw_write_opts;
 
 /* Writes the checkpoint laid out in w as the new directory dst. */
 int stw_write(stw *w, const char *dst, const stw_write_opts *o, char *err);
+
+/* Runs the jobs of a stw_layout_raw layout through o->write, with the
+ * same threads, ordering, progress (a STW_SYNCING report at the end when
+ * o->sync: the caller syncs) and cancel as stw_write; no files, headers or
+ * directory: the caller owns those. */
+int stw_run_jobs(stw *w, const stw_write_opts *o, char *err);
+/* fsyncs the directory that holds path (a rename in it becomes durable). */
+void stw_sync_parent(const char *path);
+/* The directory that will hold dst has need bytes (+64 MiB) free. */
+int stw_check_space(const char *dst, uint64_t need, char *err);
 
 /* For produce(): the first failure wins and stops the write. */
 void stw_fail(stw_run *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -4,6 +4,7 @@
  * generators (one job of rows at a time) and config.json; io/stwriter.c
  * lays out and writes the shards (threads, progress, atomic directory). */
 #include "model/synth.h"
+#include "model/synth_int.h"
 
 #include "io/safetensors.h"
 #include "io/stwriter.h"
@@ -110,51 +111,6 @@ void synth_opts_default(synth_opts *o) {
 }
 
 /* ======================================================================
- * Random numbers: splitmix64 to seed, xoshiro256** to draw.
- * ====================================================================== */
-
-typedef struct {
-    uint64_t s[4];
-} xrng;
-
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A stream for (seed, a, b): independent of thread count and job order. */
-static void xr_seed(xrng *r, uint64_t seed, uint64_t a, uint64_t b) {
-    uint64_t x = seed ^ 0x5eed5eed5eed5eedull;
-    x = splitmix(&x) ^ a;
-    x = splitmix(&x) ^ b;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-static inline uint64_t xr_next(xrng *r) {
-    uint64_t *s = r->s;
-    const uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-/* uniform in [0, 1) */
-static double xr_unif(xrng *r) {
-    return (double)(xr_next(r) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* ======================================================================
  * Scaling (see synth.h): target stds of every kind of tensor.
  * ====================================================================== */
 
@@ -162,13 +118,9 @@ static double xr_unif(xrng *r) {
 #define SIG2     0.29338 /* E[sigmoid(z)^2] */
 #define SKEW_AMP 0.5f    /* per-element amplitude of the planted direction in the embedding */
 
-typedef struct {
-    double gamma;                     /* RMS each block adds to the residual stream */
-    float embed, in, router, lm_head; /* stds */
-    float o_proj, out_proj, down, sh_down;
-} gains;
+typedef synth_gains gains;
 
-static gains make_gains(const synth_shape *s) {
+synth_gains synth_gains_of(const synth_shape *s) {
     const double H = s->hidden, gamma = 1.0 / sqrt((double)s->n_layers);
     const bool hybrid = s->family != SYNTH_QWEN3_MOE;
     gains g = {.gamma = gamma, .embed = 1.0f};
@@ -197,7 +149,7 @@ static gains make_gains(const synth_shape *s) {
  * ====================================================================== */
 
 #define NAME_LEN    112
-#define GROUP       64
+#define GROUP       SYNTH_GROUP
 #define CHUNK_BYTES (8u << 20) /* per job: bounded memory is threads x this */
 
 typedef enum { K_QMAT, K_BMAT, K_NORM, K_ALOG, K_DTBIAS, K_CONV } item_kind;
@@ -444,7 +396,7 @@ static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *
                        GROUP);
     p->s = s;
     p->o = *o;
-    p->g = make_gains(s);
+    p->g = synth_gains_of(s);
     p->skew_amp = o->route_skew > 0 ? SKEW_AMP : 0.0f;
     const int ng = s->hidden / GROUP;
     if (!(p->sign = malloc((size_t)ng))) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -460,6 +412,8 @@ static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *
 int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *info, char *err) {
     synth_opts d;
     synth_opts_default(&d);
+    if (o && o->format == SYNTH_GGUF) return synth_gguf_plan_info(shape, o, info, err);
+    memset(info, 0, sizeof *info);
     plan p;
     int rc = plan_build(&p, shape, o ? o : &d, err);
     if (!rc) {
@@ -583,22 +537,27 @@ static void gen_qmat(const plan *p, const item *t, xrng *r, int64_t n, const flo
 static void gen_bmat(const plan *p, const item *t, xrng *r, int64_t n, const float *coef,
                      uint16_t *out) {
     const int64_t G = t->cols / GROUP;
-    const float k = t->std * 1.7320508f / 32768.0f; /* uniform on [-sqrt(3) std, sqrt(3) std] */
     for (int64_t row = 0; row < n; row++)
         for (int64_t g = 0; g < G; g++) {
-            float v[GROUP], sum = 0;
-            for (int i = 0; i < GROUP; i += 4) {
-                uint64_t x = xr_next(r);
-                for (int j = 0; j < 4; j++) {
-                    v[i + j] = ((float)(uint16_t)(x >> (16 * j)) - 32767.5f) * k;
-                    sum += v[i + j];
-                }
-            }
-            float add = -sum / (float)GROUP;
+            float v[GROUP];
+            float add = -synth_group_uniform(r, t->std, v) / (float)GROUP;
             if (coef) add += coef[row] * (float)p->sign[g];
             for (int i = 0; i < GROUP; i++)
                 *out++ = e0_f32_to_bf16(v[i] + add);
         }
+}
+
+float synth_group_uniform(xrng *r, float std, float v[SYNTH_GROUP]) {
+    const float k = std * 1.7320508f / 32768.0f; /* uniform on [-sqrt(3) std, sqrt(3) std] */
+    float sum = 0;
+    for (int i = 0; i < SYNTH_GROUP; i += 4) {
+        uint64_t x = xr_next(r);
+        for (int j = 0; j < 4; j++) {
+            v[i + j] = ((float)(uint16_t)(x >> (16 * j)) - 32767.5f) * k;
+            sum += v[i + j];
+        }
+    }
+    return sum;
 }
 
 static void put_val(uint8_t dt, void *out, int64_t i, float v) {
@@ -610,31 +569,29 @@ static void put_val(uint8_t dt, void *out, int64_t i, float v) {
     }
 }
 
+float synth_vec_value(xrng *r, synth_vkind kind, float base, int64_t fan) {
+    switch (kind) {
+    case SYNTH_V_NORM:
+        return base + (float)((int)(xr_next(r) % 5) - 2) / 128.0f;
+    case SYNTH_V_ALOG:
+        return logf(1.0f + 15.0f * (float)xr_unif(r));
+    case SYNTH_V_DTBIAS: { /* softplus(dt_bias) = dt */
+        double dt = exp(log(1e-3) + xr_unif(r) * (log(1e-1) - log(1e-3)));
+        return (float)(dt + log(-expm1(-dt)));
+    }
+    case SYNTH_V_CONV:
+        return (float)((xr_unif(r) * 2.0 - 1.0) * 1.7320508 / sqrt((double)fan));
+    }
+    return 0;
+}
+
 /* Small tensors, generated whole. */
 static void gen_vec(const item *t, xrng *r, void *out) {
+    static const synth_vkind vk[] = {[K_NORM] = SYNTH_V_NORM, [K_ALOG] = SYNTH_V_ALOG,
+                                     [K_DTBIAS] = SYNTH_V_DTBIAS, [K_CONV] = SYNTH_V_CONV};
     const int64_t n = t->rows * t->cols;
-    for (int64_t i = 0; i < n; i++) {
-        float v = 0;
-        switch (t->kind) {
-        case K_NORM: /* base + k/128, k in [-2, 2]: exact in bf16 */
-            v = t->base + (float)((int)(xr_next(r) % 5) - 2) / 128.0f;
-            break;
-        case K_ALOG: /* A uniform in [1, 16) as the released models initialise it */
-            v = logf(1.0f + 15.0f * (float)xr_unif(r));
-            break;
-        case K_DTBIAS: { /* softplus(dt_bias) = dt, dt log-uniform in [1e-3, 1e-1] */
-            double dt = exp(log(1e-3) + xr_unif(r) * (log(1e-1) - log(1e-3)));
-            v = (float)(dt + log(-expm1(-dt)));
-            break;
-        }
-        case K_CONV: /* uniform, std 1/sqrt(K) */
-            v = (float)((xr_unif(r) * 2.0 - 1.0) * 1.7320508 / sqrt((double)t->cols));
-            break;
-        default:
-            break;
-        }
-        put_val(t->dtype, out, i, v);
-    }
+    for (int64_t i = 0; i < n; i++)
+        put_val(t->dtype, out, i, synth_vec_value(r, vk[t->kind], t->base, t->cols));
 }
 
 /* Rows [r0, r0 + n) of one item, from the stream of (seed, item, r0):
@@ -801,6 +758,7 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     synth_opts_default(&d);
     if (!o) o = &d;
     if (!dst || !*dst) return e0_fail(err, E0_EINVAL, "no destination directory given");
+    if (o->format == SYNTH_GGUF) return synth_gguf_write(shape, dst, o, err);
     struct stat st;
     if (lstat(dst, &st) == 0)
         return e0_fail(err, E0_EINVAL, "%s already exists; remove it or choose another path", dst);

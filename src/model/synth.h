@@ -84,7 +84,10 @@ const char *synth_names(void);
 size_t synth_count(void);
 const synth_shape *synth_at(size_t i);
 
-typedef enum { SYNTH_MLX, SYNTH_HF } synth_format;
+/* SYNTH_GGUF: one .gguf file (or a split set), llama.cpp's names and
+ * metadata for the architecture and llama-quantize's Q4_K_M type mix with
+ * random blocks (synth_gguf.c explains the mix and the block scaling). */
+typedef enum { SYNTH_MLX, SYNTH_HF, SYNTH_GGUF } synth_format;
 
 typedef enum { SYNTH_WRITING, SYNTH_SYNCING, SYNTH_DONE } synth_phase;
 
@@ -100,7 +103,10 @@ typedef struct {
     double route_skew;    /* 0: near-uniform routing; S > 0: Zipf(S)-like expert popularity */
     double route_stickiness; /* [0, 1]: share of experts kept from the previous token (above) */
     int n_threads;        /* generator threads; 0: one per core, at most 8 */
-    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers) */
+    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
+                             one file, else a split set NAME-0000K-of-0000N.gguf */
+    const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
+                              template, from tokenizer_config.json beside it) are embedded */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */
     /* Called on the calling thread about every 100 ms and once per phase. */
     void (*progress)(void *ctx, const synth_progress *p);
@@ -112,18 +118,23 @@ typedef struct {
 
 void synth_opts_default(synth_opts *o);
 
+#define SYNTH_GTYPES 40 /* ggml type ids (quant/ggml.h GGML_NTYPES) */
+
 typedef struct {
-    uint64_t bytes;  /* all safetensors files, headers included */
+    uint64_t bytes;  /* all safetensors files, headers included (gguf: all parts) */
     uint64_t params; /* logical parameters (quantized weights count once) */
     size_t n_tensors;
     int n_shards;
+    /* gguf: tensors and data bytes of each ggml type */
+    uint32_t type_tensors[SYNTH_GTYPES];
+    uint64_t type_bytes[SYNTH_GTYPES];
 } synth_info;
 
 /* What synth_write_opts would write, without writing anything. */
 int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *info, char *err);
 
-/* Writes a checkpoint of `shape` into directory `dst` (created; it must not
- * exist). The directory appears atomically: it is written as
+/* Writes a checkpoint of `shape` into directory `dst` (gguf: the file
+ * `dst`, or its split parts; created, it must not exist). The directory appears atomically: it is written as
  * DST.tmp-XXXXXX, synced, and renamed without replacing anything; on any
  * failure nothing is left behind. */
 int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts *o, char *err);

@@ -2,6 +2,7 @@
 #ifndef E0_UTIL_NUM_H
 #define E0_UTIL_NUM_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -38,6 +39,23 @@ static inline uint16_t e0_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+/* f32 -> f16, round to nearest even; NaN stays NaN, overflow is inf. */
+static inline uint16_t e0_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                       /* below 2^-14: subnormal */
+        float v;
+        memcpy(&v, &a, sizeof v);
+        return sign | (uint16_t)rintf(v * 16777216.0f); /* exact scaling by 2^24 */
+    }
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+    return sign | (uint16_t)(r >> 13);
 }
 
 static inline float e0_f16_to_f32(uint16_t h) {

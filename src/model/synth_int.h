@@ -1,0 +1,87 @@
+/* What the synth writers share (synth.c: mlx / hf safetensors;
+ * synth_gguf.c: GGUF): the random streams, the per-tensor stds that keep
+ * activations O(1) (synth.h explains the scaling) and the generators of
+ * small tensors. Internal to src/model. */
+#ifndef E0_MODEL_SYNTH_INT_H
+#define E0_MODEL_SYNTH_INT_H
+
+#include "model/synth.h"
+
+#include <stdint.h>
+
+/* ---- random numbers: splitmix64 to seed, xoshiro256** to draw ---------- */
+
+typedef struct {
+    uint64_t s[4];
+} xrng;
+
+static inline uint64_t synth_splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A stream for (seed, a, b): independent of thread count and job order. */
+static inline void xr_seed(xrng *r, uint64_t seed, uint64_t a, uint64_t b) {
+    uint64_t x = seed ^ 0x5eed5eed5eed5eedull;
+    x = synth_splitmix(&x) ^ a;
+    x = synth_splitmix(&x) ^ b;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = synth_splitmix(&x);
+}
+
+static inline uint64_t synth_rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t xr_next(xrng *r) {
+    uint64_t *s = r->s;
+    const uint64_t out = synth_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = synth_rotl(s[3], 45);
+    return out;
+}
+
+/* uniform in [0, 1) */
+static inline double xr_unif(xrng *r) {
+    return (double)(xr_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- scaling ------------------------------------------------------------ */
+
+typedef struct {
+    double gamma;                     /* RMS each block adds to the residual stream */
+    float embed, in, router, lm_head; /* stds */
+    float o_proj, out_proj, down, sh_down;
+} synth_gains;
+
+synth_gains synth_gains_of(const synth_shape *s);
+
+/* ---- generators --------------------------------------------------------- */
+
+#define SYNTH_GROUP 64
+
+/* Small tensors, one value at a time. */
+typedef enum { SYNTH_V_NORM, SYNTH_V_ALOG, SYNTH_V_DTBIAS, SYNTH_V_CONV } synth_vkind;
+
+/* One value of a small tensor: a norm (base + k/128, k in [-2, 2], exact
+ * in bf16), A_log (log A, A uniform in [1, 16) as the released models
+ * initialise it), dt_bias (softplus(dt_bias) log-uniform in [1e-3, 1e-1])
+ * or a conv weight (uniform, std 1/sqrt(fan)). */
+float synth_vec_value(xrng *r, synth_vkind kind, float base, int64_t fan);
+
+/* SYNTH_GROUP values uniform with std `std` (one group of a float weight
+ * row); returns their sum, which the caller subtracts (mean 0). */
+float synth_group_uniform(xrng *r, float std, float v[SYNTH_GROUP]);
+
+/* ---- the GGUF format (synth_gguf.c) ---------------------------------- */
+
+int synth_gguf_plan_info(const synth_shape *s, const synth_opts *o, synth_info *info, char *err);
+int synth_gguf_write(const synth_shape *s, const char *dst, const synth_opts *o, char *err);
+
+#endif
