@@ -75,9 +75,8 @@ struct gguf_writer {
 };
 
 static const uint32_t VSIZE[GGUF_NTYPES] = {
-    [GGUF_U8] = 1,  [GGUF_I8] = 1,  [GGUF_U16] = 2, [GGUF_I16] = 2,
-    [GGUF_U32] = 4, [GGUF_I32] = 4, [GGUF_F32] = 4, [GGUF_BOOL] = 1,
-    [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
+    [GGUF_U8] = 1,  [GGUF_I8] = 1,   [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4, [GGUF_I32] = 4,
+    [GGUF_F32] = 4, [GGUF_BOOL] = 1, [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
 };
 
 int gguf_writer_new(gguf_writer **out, uint32_t alignment, char *err) {
@@ -120,7 +119,9 @@ void gguf_writer_free(gguf_writer *w) {
 /* Starts an entry: checks that the writer is still open for metadata and
  * that the key is new, then writes the key and the type. */
 static int kv_begin(gguf_writer *w, const char *key, uint32_t type, char *err) {
-    if (w->opened) return e0_fail(err, E0_EINVAL, "%s: key %s added after the header was written", w->path, key);
+    if (w->opened)
+        return e0_fail(err, E0_EINVAL, "%s: key %s added after the header was written", w->path,
+                       key);
     if (!key[0]) return e0_fail(err, E0_EINVAL, "GGUF writer: empty key");
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0)
@@ -204,10 +205,11 @@ int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int n_dims,
                            const uint64_t *ne, char *err) {
     if (w->opened)
-        return e0_fail(err, E0_EINVAL, "%s: tensor %s added after the header was written",
-                       w->path, name);
+        return e0_fail(err, E0_EINVAL, "%s: tensor %s added after the header was written", w->path,
+                       name);
     const ggml_type_info *ti = ggml_info(gtype);
-    if (!ti) return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: unknown ggml type %u", name, gtype);
+    if (!ti)
+        return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: unknown ggml type %u", name, gtype);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: %d dimensions", name, n_dims);
     for (size_t i = 0; i < w->n_t; i++)
