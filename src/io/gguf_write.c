@@ -245,6 +245,21 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int
     return 0;
 }
 
+static int write_at(gguf_writer *w, uint64_t off, const void *p, size_t len, char *err) {
+    const uint8_t *q = p;
+    while (len) {
+        ssize_t r = pwrite(w->fd, q, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return e0_fail(err, E0_EIO, "%s: write at %" PRIu64 " failed: %s", w->tmp, off,
+                           r < 0 ? strerror(errno) : "no progress");
+        q += r;
+        off += (uint64_t)r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
 int gguf_writer_open(gguf_writer *w, const char *path, char *err) {
     if (w->opened) return e0_fail(err, E0_EINVAL, "%s: GGUF writer already opened", path);
     bytes h = {0};
@@ -280,7 +295,7 @@ int gguf_writer_open(gguf_writer *w, const char *path, char *err) {
         goto done;
     }
     w->opened = true;
-    rc = gguf_writer_pwrite(w, 0, h.p, h.n, err);
+    rc = write_at(w, 0, h.p, h.n, err);
 done:
     free(h.p);
     return rc;
@@ -293,23 +308,16 @@ uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i) {
     return i < w->n_t ? w->t[i].nbytes : 0;
 }
 
+/* Only the data section: the header is written once, by open. */
 int gguf_writer_pwrite(gguf_writer *w, uint64_t off, const void *p, size_t len, char *err) {
     if (w->fd < 0) return e0_fail(err, E0_EINVAL, "GGUF writer: write before open or after finish");
-    if (off > w->data_start + w->data_size || len > w->data_start + w->data_size - off)
-        return e0_fail(err, E0_ERANGE, "%s: write of %zu bytes at %" PRIu64 " is past the data",
-                       w->tmp, len, off);
-    const uint8_t *q = p;
-    while (len) {
-        ssize_t r = pwrite(w->fd, q, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return e0_fail(err, E0_EIO, "%s: write at %" PRIu64 " failed: %s", w->tmp, off,
-                           r < 0 ? strerror(errno) : "no progress");
-        q += r;
-        off += (uint64_t)r;
-        len -= (size_t)r;
-    }
-    return 0;
+    const uint64_t end = w->data_start + w->data_size;
+    if (off < w->data_start || off > end || len > end - off)
+        return e0_fail(err, E0_ERANGE,
+                       "%s: write of %zu bytes at %" PRIu64 " is outside the data section [%" PRIu64
+                       ", %" PRIu64 ")",
+                       w->tmp, len, off, w->data_start, end);
+    return write_at(w, off, p, len, err);
 }
 
 int gguf_writer_finish(gguf_writer *w, char *err) {
