@@ -47,8 +47,8 @@ static uint64_t arr_len(const gguf_file *g, const char *key, gguf_vtype want_ele
     return n;
 }
 
-static void expect_tensor(const st_set *s, const char *name, uint32_t gtype, int ndim,
-                          uint64_t d0, uint64_t d1, uint64_t d2) {
+static void expect_tensor(const st_set *s, const char *name, uint32_t gtype, int ndim, uint64_t d0,
+                          uint64_t d1, uint64_t d2) {
     const st_tensor *t = st_get(s, name);
     if (!t) fail_msg("tensor %s missing", name);
     assert_int_equal(t->gtype, gtype);
@@ -146,8 +146,8 @@ static void expect_bad(const bb *b, int code, const char *n1, const char *n2) {
 static const struct {
     const char *dir, *arch;
 } FAMS[] = {
-    {"gguf/qwen3moe", "qwen3moe"},       {"gguf/qwen3next", "qwen3next"},
-    {"gguf/qwen35moe", "qwen35moe"},     {"gguf/tiny-qwen35moe", "qwen35moe"},
+    {"gguf/qwen3moe", "qwen3moe"},      {"gguf/qwen3next", "qwen3next"},
+    {"gguf/qwen35moe", "qwen35moe"},    {"gguf/tiny-qwen35moe", "qwen35moe"},
     {"gguf/tiny-qwen3moe", "qwen3moe"},
 };
 
@@ -196,7 +196,8 @@ static void test_fixtures_all(void **state) {
                 const ggml_type_info *ti = ggml_info(t->gtype);
                 assert_non_null(ti);
                 assert_int_equal(t->off % 32, 0);
-                assert_true(t->off + t->nbytes <= (uint64_t)lseek(st_file_fd(s, t->file), 0, SEEK_END));
+                assert_true(t->off + t->nbytes <=
+                            (uint64_t)lseek(st_file_fd(s, t->file), 0, SEEK_END));
                 uint64_t rows = st_numel(t) / t->shape[t->ndim - 1];
                 assert_int_equal(t->nbytes, rows * ggml_row_bytes(t->gtype, t->shape[t->ndim - 1]));
                 if (t->ndim == 3 && strstr(t->name, "_exps.")) {
@@ -228,9 +229,11 @@ static void test_fixture_known(void **state) {
     for (int i = 0; i < 4; i++) {
         int32_t v;
         uint32_t u;
-        assert_int_equal(gguf_arr_i32(g, "qwen35moe.rope.dimension_sections", (uint64_t)i, &v, err), 0);
+        assert_int_equal(gguf_arr_i32(g, "qwen35moe.rope.dimension_sections", (uint64_t)i, &v, err),
+                         0);
         assert_int_equal(v, secs[i]);
-        assert_int_equal(gguf_arr_u32(g, "qwen35moe.rope.dimension_sections", (uint64_t)i, &u, err), 0);
+        assert_int_equal(gguf_arr_u32(g, "qwen35moe.rope.dimension_sections", (uint64_t)i, &u, err),
+                         0);
         assert_int_equal(u, (uint32_t)secs[i]);
     }
     assert_int_equal(gguf_arr_i32(g, "qwen35moe.rope.dimension_sections", 4, &(int32_t){0}, err),
@@ -359,7 +362,8 @@ static void write_file(const char *path, uint32_t alignment, int no, int count, 
         int32_t total = (int32_t)NTS;
         assert_int_equal(gguf_writer_add_scalar(w, "split.no", GGUF_U16, &sno, err), 0);
         assert_int_equal(gguf_writer_add_scalar(w, "split.count", GGUF_U16, &sc, err), 0);
-        assert_int_equal(gguf_writer_add_scalar(w, "split.tensors.count", GGUF_I32, &total, err), 0);
+        assert_int_equal(gguf_writer_add_scalar(w, "split.tensors.count", GGUF_I32, &total, err),
+                         0);
     }
     if (no == 0) {
         uint8_t u8 = 200;
@@ -388,7 +392,8 @@ static void write_file(const char *path, uint32_t alignment, int no, int count, 
         assert_int_equal(gguf_writer_add_u32(w, "t.u32", 1, err), E0_EINVAL); /* twice */
     }
     for (size_t i = first; i < first + n; i++)
-        assert_int_equal(gguf_writer_add_tensor(w, TS[i].name, TS[i].type, TS[i].n_dims, TS[i].ne, err), 0);
+        assert_int_equal(
+            gguf_writer_add_tensor(w, TS[i].name, TS[i].type, TS[i].n_dims, TS[i].ne, err), 0);
     assert_int_equal(gguf_writer_open(w, path, err), 0);
     for (size_t i = 0; i < n; i++) {
         const uint64_t off = gguf_writer_tensor_offset(w, i), len = gguf_writer_tensor_bytes(w, i);
@@ -398,13 +403,16 @@ static void write_file(const char *path, uint32_t alignment, int no, int count, 
         for (uint64_t k = 0; k < len; k++)
             buf[k] = pattern(first + i, k);
         /* in two pieces, as a streaming writer would */
-        assert_int_equal(gguf_writer_pwrite(w, off + len / 2, buf + len / 2, len - len / 2, err), 0);
+        assert_int_equal(gguf_writer_pwrite(w, off + len / 2, buf + len / 2, len - len / 2, err),
+                         0);
         assert_int_equal(gguf_writer_pwrite(w, off, buf, len / 2, err), 0);
         free(buf);
     }
-    assert_int_equal(gguf_writer_pwrite(w, gguf_writer_tensor_offset(w, n - 1) +
-                                               gguf_writer_tensor_bytes(w, n - 1), "x", 1, err),
-                     E0_ERANGE);
+    assert_int_equal(
+        gguf_writer_pwrite(w,
+                           gguf_writer_tensor_offset(w, n - 1) + gguf_writer_tensor_bytes(w, n - 1),
+                           "x", 1, err),
+        E0_ERANGE);
     assert_int_equal(gguf_writer_finish(w, err), 0);
     gguf_writer_free(w);
 }
@@ -418,7 +426,8 @@ static void check_tensors(const st_set *s, size_t first, size_t n) {
         for (int d = 0; d < t->ndim; d++)
             assert_int_equal(t->shape[d], TS[i].ne[t->ndim - 1 - d]);
         for (uint64_t k = 0; k < t->nbytes; k++)
-            if (t->data[k] != pattern(i, k)) fail_msg("%s: byte %llu differs", t->name, (unsigned long long)k);
+            if (t->data[k] != pattern(i, k))
+                fail_msg("%s: byte %llu differs", t->name, (unsigned long long)k);
     }
 }
 
@@ -632,7 +641,8 @@ static void test_truncated(void **state) {
         free(cp);
     }
     /* and through files, a few lengths */
-    const size_t cuts[] = {0, 3, 4, 10, 23, 24, 100, (size_t)data_start - 1, (size_t)data_start, n - 1};
+    const size_t cuts[] = {0,    3, 4, 10, 23, 24, 100, (size_t)data_start - 1, (size_t)data_start,
+                           n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         char *p = tu_write(dir, "cut.gguf", buf, cuts[i]);
         st_set *s = NULL;
@@ -887,10 +897,10 @@ static void test_is_path(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures_all),   cmocka_unit_test(test_fixture_known),
-        cmocka_unit_test(test_fixture_slice),  cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_split),          cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_malformed),      cmocka_unit_test(test_is_path),
+        cmocka_unit_test(test_fixtures_all),  cmocka_unit_test(test_fixture_known),
+        cmocka_unit_test(test_fixture_slice), cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_split),         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_malformed),     cmocka_unit_test(test_is_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,10 +26,10 @@ static const struct {
     const char *name;
     uint32_t size; /* bytes of one value; 0 for string and array */
 } VTYPES[GGUF_NTYPES] = {
-    [GGUF_U8] = {"u8", 1},       [GGUF_I8] = {"i8", 1},       [GGUF_U16] = {"u16", 2},
-    [GGUF_I16] = {"i16", 2},     [GGUF_U32] = {"u32", 4},     [GGUF_I32] = {"i32", 4},
-    [GGUF_F32] = {"f32", 4},     [GGUF_BOOL] = {"bool", 1},   [GGUF_STRING] = {"string", 0},
-    [GGUF_ARRAY] = {"array", 0}, [GGUF_U64] = {"u64", 8},     [GGUF_I64] = {"i64", 8},
+    [GGUF_U8] = {"u8", 1},       [GGUF_I8] = {"i8", 1},     [GGUF_U16] = {"u16", 2},
+    [GGUF_I16] = {"i16", 2},     [GGUF_U32] = {"u32", 4},   [GGUF_I32] = {"i32", 4},
+    [GGUF_F32] = {"f32", 4},     [GGUF_BOOL] = {"bool", 1}, [GGUF_STRING] = {"string", 0},
+    [GGUF_ARRAY] = {"array", 0}, [GGUF_U64] = {"u64", 8},   [GGUF_I64] = {"i64", 8},
     [GGUF_F64] = {"f64", 8},
 };
 
@@ -39,9 +39,9 @@ const char *gguf_vtype_name(uint32_t t) {
 
 typedef struct {
     char *key;
-    uint32_t type; /* gguf_vtype */
-    uint32_t elem; /* arrays: element type */
-    uint64_t n;    /* arrays: length */
+    uint32_t type;      /* gguf_vtype */
+    uint32_t elem;      /* arrays: element type */
+    uint64_t n;         /* arrays: length */
     const uint8_t *raw; /* scalars and numeric arrays: the value bytes in the buffer */
     char *str;          /* strings: NUL-terminated copy */
     gguf_str *strs;     /* string arrays: [n] views into the buffer */
@@ -207,7 +207,8 @@ static int read_name(cursor *c, char **out, const char *kind, size_t idx) {
     gguf_str s;
     int rc = cur_str(c, &s, what);
     if (rc) return rc;
-    if (s.len == 0) return e0_fail(c->err, E0_EFORMAT, "%s: %s #%zu has an empty name", c->fname, kind, idx);
+    if (s.len == 0)
+        return e0_fail(c->err, E0_EFORMAT, "%s: %s #%zu has an empty name", c->fname, kind, idx);
     if (memchr(s.p, 0, s.len))
         return e0_fail(c->err, E0_EFORMAT, "%s: %s #%zu: name contains a NUL byte", c->fname, kind,
                        idx);
@@ -225,7 +226,8 @@ static int read_value(cursor *c, gguf_kv *kv) {
     if (kv->type == GGUF_STRING) {
         gguf_str s;
         if ((rc = cur_str(c, &s, what))) return rc;
-        if (!(kv->str = str_dup(s))) return e0_fail(c->err, E0_ENOMEM, "%s: out of memory", c->fname);
+        if (!(kv->str = str_dup(s)))
+            return e0_fail(c->err, E0_ENOMEM, "%s: out of memory", c->fname);
         return 0;
     }
     if (kv->type != GGUF_ARRAY) {
@@ -308,8 +310,9 @@ static int read_tensor(gguf_file *g, cursor *c, gguf_tensor_info *t) {
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if ((rc = cur_u64(c, &t->ne[d], what))) return rc;
         if ((int64_t)t->ne[d] < 1)
-            return e0_fail(c->err, E0_EFORMAT, "%s: tensor %s: dimension %u is %" PRId64
-                           " (must be at least 1)", g->fname, t->name, d, (int64_t)t->ne[d]);
+            return e0_fail(c->err, E0_EFORMAT,
+                           "%s: tensor %s: dimension %u is %" PRId64 " (must be at least 1)",
+                           g->fname, t->name, d, (int64_t)t->ne[d]);
         if (__builtin_mul_overflow(numel, t->ne[d], &numel) || numel > (uint64_t)INT64_MAX)
             return e0_fail(c->err, E0_EFORMAT, "%s: tensor %s: element count overflows", g->fname,
                            t->name);
@@ -352,7 +355,8 @@ static int check_layout(gguf_file *g, uint64_t file_size, char *err) {
         const gguf_tensor_info *t = &g->t[i];
         if (t->offset % g->alignment)
             return e0_fail(err, E0_EFORMAT,
-                           "%s: tensor %s: offset %" PRIu64 " is not a multiple of the alignment %u",
+                           "%s: tensor %s: offset %" PRIu64
+                           " is not a multiple of the alignment %u",
                            g->fname, t->name, t->offset, g->alignment);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
             return e0_fail(err, E0_EFORMAT,
@@ -416,8 +420,9 @@ int gguf_parse(gguf_file **out, const uint8_t *buf, size_t buf_len, uint64_t fil
     uint64_t n_t = 0, n_kv = 0;
     if (c.len < 4 || memcmp(buf, "GGUF", 4) != 0) {
         if (c.len < 4)
-            rc = e0_fail(err, E0_EFORMAT, "%s: file too short for a GGUF header (%" PRIu64 " bytes)",
-                         fname, file_size);
+            rc =
+                e0_fail(err, E0_EFORMAT, "%s: file too short for a GGUF header (%" PRIu64 " bytes)",
+                        fname, file_size);
         else
             rc = e0_fail(err, E0_EFORMAT,
                          "%s: not a GGUF file (magic %02x %02x %02x %02x, want \"GGUF\")", fname,
@@ -520,11 +525,28 @@ static num num_read(uint32_t type, const uint8_t *p) {
     num n = {NUM_U, 0, 0, 0};
     uint64_t v = rd_le(p, VTYPES[type].size);
     switch (type) {
-    case GGUF_U8: case GGUF_U16: case GGUF_U32: case GGUF_U64: n.u = v; break;
-    case GGUF_I8: n.kind = NUM_I; n.i = (int8_t)v; break;
-    case GGUF_I16: n.kind = NUM_I; n.i = (int16_t)v; break;
-    case GGUF_I32: n.kind = NUM_I; n.i = (int32_t)v; break;
-    case GGUF_I64: n.kind = NUM_I; n.i = (int64_t)v; break;
+    case GGUF_U8:
+    case GGUF_U16:
+    case GGUF_U32:
+    case GGUF_U64:
+        n.u = v;
+        break;
+    case GGUF_I8:
+        n.kind = NUM_I;
+        n.i = (int8_t)v;
+        break;
+    case GGUF_I16:
+        n.kind = NUM_I;
+        n.i = (int16_t)v;
+        break;
+    case GGUF_I32:
+        n.kind = NUM_I;
+        n.i = (int32_t)v;
+        break;
+    case GGUF_I64:
+        n.kind = NUM_I;
+        n.i = (int64_t)v;
+        break;
     case GGUF_F32: {
         uint32_t b = (uint32_t)v;
         float f;
@@ -533,8 +555,14 @@ static num num_read(uint32_t type, const uint8_t *p) {
         n.f = f;
         break;
     }
-    case GGUF_F64: memcpy(&n.f, &v, 8); n.kind = NUM_F; break;
-    default: n.kind = NUM_B; n.u = v != 0; break; /* GGUF_BOOL */
+    case GGUF_F64:
+        memcpy(&n.f, &v, 8);
+        n.kind = NUM_F;
+        break;
+    default:
+        n.kind = NUM_B;
+        n.u = v != 0;
+        break; /* GGUF_BOOL */
     }
     return n;
 }
@@ -554,22 +582,23 @@ static int get_num(const gguf_file *g, const char *key, bool arr, uint64_t i, nu
         return e0_fail(err, E0_EFORMAT, "%s: key %s holds %s, not numbers", g->fname, key,
                        arr ? "strings" : "a string");
     if (arr && i >= kv->n)
-        return e0_fail(err, E0_ERANGE, "%s: key %s: index %" PRIu64 " past the array's %" PRIu64
-                       " elements", g->fname, key, i, kv->n);
+        return e0_fail(err, E0_ERANGE,
+                       "%s: key %s: index %" PRIu64 " past the array's %" PRIu64 " elements",
+                       g->fname, key, i, kv->n);
     *out = num_read(t, kv->raw + (arr ? i * VTYPES[t].size : 0));
     return 0;
 }
 
-static int num_int(const gguf_file *g, const char *key, num n, int64_t lo, uint64_t hi,
-                   uint64_t *u, int64_t *s, char *err) {
+static int num_int(const gguf_file *g, const char *key, num n, int64_t lo, uint64_t hi, uint64_t *u,
+                   int64_t *s, char *err) {
     if (n.kind == NUM_F || n.kind == NUM_B)
         return e0_fail(err, E0_EFORMAT, "%s: key %s is a %s, not an integer", g->fname, key,
                        n.kind == NUM_F ? "float" : "bool");
     bool ok = n.kind == NUM_U ? n.u <= hi : n.i >= lo && (n.i < 0 || (uint64_t)n.i <= hi);
     if (!ok) {
         if (n.kind == NUM_U)
-            return e0_fail(err, E0_ERANGE, "%s: key %s: %" PRIu64 " is out of range", g->fname,
-                           key, n.u);
+            return e0_fail(err, E0_ERANGE, "%s: key %s: %" PRIu64 " is out of range", g->fname, key,
+                           n.u);
         return e0_fail(err, E0_ERANGE, "%s: key %s: %" PRId64 " is out of range", g->fname, key,
                        n.i);
     }
@@ -579,7 +608,7 @@ static int num_int(const gguf_file *g, const char *key, num n, int64_t lo, uint6
 }
 
 #define INT_GETTERS(NAME, T, LO, HI, FIELD)                                                        \
-    int gguf_get_##NAME(const gguf_file *g, const char *key, T *out, char *err) {                \
+    int gguf_get_##NAME(const gguf_file *g, const char *key, T *out, char *err) {                  \
         num n;                                                                                     \
         uint64_t u;                                                                                \
         int64_t s;                                                                                 \
@@ -594,7 +623,7 @@ INT_GETTERS(u64, uint64_t, 0, UINT64_MAX, u)
 INT_GETTERS(i64, int64_t, INT64_MIN, INT64_MAX, s)
 
 #define ARR_GETTERS(NAME, T, LO, HI, FIELD)                                                        \
-    int gguf_arr_##NAME(const gguf_file *g, const char *key, uint64_t i, T *out, char *err) {    \
+    int gguf_arr_##NAME(const gguf_file *g, const char *key, uint64_t i, T *out, char *err) {      \
         num n;                                                                                     \
         uint64_t u;                                                                                \
         int64_t s;                                                                                 \
@@ -609,10 +638,17 @@ ARR_GETTERS(i64, int64_t, INT64_MIN, INT64_MAX, s)
 
 static int num_f32(const gguf_file *g, const char *key, num n, float *out, char *err) {
     switch (n.kind) {
-    case NUM_F: *out = (float)n.f; return 0;
-    case NUM_U: *out = (float)n.u; return 0;
-    case NUM_I: *out = (float)n.i; return 0;
-    default: return e0_fail(err, E0_EFORMAT, "%s: key %s is a bool, not a number", g->fname, key);
+    case NUM_F:
+        *out = (float)n.f;
+        return 0;
+    case NUM_U:
+        *out = (float)n.u;
+        return 0;
+    case NUM_I:
+        *out = (float)n.i;
+        return 0;
+    default:
+        return e0_fail(err, E0_EFORMAT, "%s: key %s is a bool, not a number", g->fname, key);
     }
 }
 
@@ -632,8 +668,7 @@ int gguf_get_bool(const gguf_file *g, const char *key, bool *out, char *err) {
     num n;
     int rc = get_num(g, key, false, 0, &n, err);
     if (rc) return rc;
-    if (n.kind != NUM_B)
-        return e0_fail(err, E0_EFORMAT, "%s: key %s is not a bool", g->fname, key);
+    if (n.kind != NUM_B) return e0_fail(err, E0_EFORMAT, "%s: key %s is not a bool", g->fname, key);
     *out = n.u != 0;
     return 0;
 }
@@ -665,8 +700,9 @@ int gguf_arr_str(const gguf_file *g, const char *key, uint64_t i, gguf_str *out,
     if (kv->type != GGUF_ARRAY || kv->elem != GGUF_STRING)
         return e0_fail(err, E0_EFORMAT, "%s: key %s is not an array of strings", g->fname, key);
     if (i >= kv->n)
-        return e0_fail(err, E0_ERANGE, "%s: key %s: index %" PRIu64 " past the array's %" PRIu64
-                       " strings", g->fname, key, i, kv->n);
+        return e0_fail(err, E0_ERANGE,
+                       "%s: key %s: index %" PRIu64 " past the array's %" PRIu64 " strings",
+                       g->fname, key, i, kv->n);
     *out = kv->strs[i];
     return 0;
 }
@@ -740,10 +776,14 @@ static int check_part(const gguf_file *g, uint32_t k, uint32_t n, char *err) {
 
 static st_dtype dtype_of(uint32_t gtype) {
     switch (gtype) {
-    case GGML_F32: return ST_F32;
-    case GGML_F16: return ST_F16;
-    case GGML_BF16: return ST_BF16;
-    default: return ST_GGML;
+    case GGML_F32:
+        return ST_F32;
+    case GGML_F16:
+        return ST_F16;
+    case GGML_BF16:
+        return ST_BF16;
+    default:
+        return ST_GGML;
     }
 }
 
@@ -757,8 +797,12 @@ static int add_tensors(st_set *s, char *err) {
         const gguf_file *g = f->gguf;
         for (size_t k = 0; k < gguf_n_tensors(g) && !rc; k++) {
             const gguf_tensor_info *ti = gguf_tensor_at(g, k);
-            st_tensor t = {.name = ti->name, .dtype = dtype_of(ti->type), .gtype = ti->type,
-                           .ndim = (int)ti->n_dims, .file = fi, .nbytes = ti->nbytes};
+            st_tensor t = {.name = ti->name,
+                           .dtype = dtype_of(ti->type),
+                           .gtype = ti->type,
+                           .ndim = (int)ti->n_dims,
+                           .file = fi,
+                           .nbytes = ti->nbytes};
             for (uint32_t d = 0; d < ti->n_dims; d++)
                 t.shape[d] = ti->ne[ti->n_dims - 1 - d]; /* ne is innermost first */
             t.off = gguf_data_start(g) + ti->offset;

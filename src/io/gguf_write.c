@@ -75,9 +75,8 @@ struct gguf_writer {
 };
 
 static const uint32_t VSIZE[GGUF_NTYPES] = {
-    [GGUF_U8] = 1,  [GGUF_I8] = 1,  [GGUF_U16] = 2, [GGUF_I16] = 2,
-    [GGUF_U32] = 4, [GGUF_I32] = 4, [GGUF_F32] = 4, [GGUF_BOOL] = 1,
-    [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
+    [GGUF_U8] = 1,  [GGUF_I8] = 1,   [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4, [GGUF_I32] = 4,
+    [GGUF_F32] = 4, [GGUF_BOOL] = 1, [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8,
 };
 
 int gguf_writer_new(gguf_writer **out, uint32_t alignment, char *err) {
@@ -120,7 +119,9 @@ void gguf_writer_free(gguf_writer *w) {
 /* Starts an entry: checks that the writer is still open for metadata and
  * that the key is new, then writes the key and the type. */
 static int kv_begin(gguf_writer *w, const char *key, uint32_t type, char *err) {
-    if (w->opened) return e0_fail(err, E0_EINVAL, "%s: key %s added after the header was written", w->path, key);
+    if (w->opened)
+        return e0_fail(err, E0_EINVAL, "%s: key %s added after the header was written", w->path,
+                       key);
     if (!key[0]) return e0_fail(err, E0_EINVAL, "GGUF writer: empty key");
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0)
@@ -204,10 +205,11 @@ int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int n_dims,
                            const uint64_t *ne, char *err) {
     if (w->opened)
-        return e0_fail(err, E0_EINVAL, "%s: tensor %s added after the header was written",
-                       w->path, name);
+        return e0_fail(err, E0_EINVAL, "%s: tensor %s added after the header was written", w->path,
+                       name);
     const ggml_type_info *ti = ggml_info(gtype);
-    if (!ti) return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: unknown ggml type %u", name, gtype);
+    if (!ti)
+        return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: unknown ggml type %u", name, gtype);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return e0_fail(err, E0_EINVAL, "GGUF writer: tensor %s: %d dimensions", name, n_dims);
     for (size_t i = 0; i < w->n_t; i++)
@@ -240,6 +242,21 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int
     t->offset = (w->data_size + a - 1) / a * a;
     t->nbytes = nbytes;
     w->data_size = t->offset + nbytes;
+    return 0;
+}
+
+static int write_at(gguf_writer *w, uint64_t off, const void *p, size_t len, char *err) {
+    const uint8_t *q = p;
+    while (len) {
+        ssize_t r = pwrite(w->fd, q, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return e0_fail(err, E0_EIO, "%s: write at %" PRIu64 " failed: %s", w->tmp, off,
+                           r < 0 ? strerror(errno) : "no progress");
+        q += r;
+        off += (uint64_t)r;
+        len -= (size_t)r;
+    }
     return 0;
 }
 
@@ -278,7 +295,7 @@ int gguf_writer_open(gguf_writer *w, const char *path, char *err) {
         goto done;
     }
     w->opened = true;
-    rc = gguf_writer_pwrite(w, 0, h.p, h.n, err);
+    rc = write_at(w, 0, h.p, h.n, err);
 done:
     free(h.p);
     return rc;
@@ -291,23 +308,16 @@ uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i) {
     return i < w->n_t ? w->t[i].nbytes : 0;
 }
 
+/* Only the data section: the header is written once, by open. */
 int gguf_writer_pwrite(gguf_writer *w, uint64_t off, const void *p, size_t len, char *err) {
     if (w->fd < 0) return e0_fail(err, E0_EINVAL, "GGUF writer: write before open or after finish");
-    if (off > w->data_start + w->data_size || len > w->data_start + w->data_size - off)
-        return e0_fail(err, E0_ERANGE, "%s: write of %zu bytes at %" PRIu64 " is past the data",
-                       w->tmp, len, off);
-    const uint8_t *q = p;
-    while (len) {
-        ssize_t r = pwrite(w->fd, q, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return e0_fail(err, E0_EIO, "%s: write at %" PRIu64 " failed: %s", w->tmp, off,
-                           r < 0 ? strerror(errno) : "no progress");
-        q += r;
-        off += (uint64_t)r;
-        len -= (size_t)r;
-    }
-    return 0;
+    const uint64_t end = w->data_start + w->data_size;
+    if (off < w->data_start || off > end || len > end - off)
+        return e0_fail(err, E0_ERANGE,
+                       "%s: write of %zu bytes at %" PRIu64 " is outside the data section [%" PRIu64
+                       ", %" PRIu64 ")",
+                       w->tmp, len, off, w->data_start, end);
+    return write_at(w, off, p, len, err);
 }
 
 int gguf_writer_sync(gguf_writer *w, char *err) {

@@ -421,7 +421,7 @@ int st_file_map(st_file *f, const char *path, char *err) {
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
         return e0_fail(err, E0_EIO, "%s: not a regular file", path);
     f->size = (uint64_t)st.st_size;
-    if (f->size == 0) return e0_fail(err, E0_EFORMAT, "%s: empty file", path);
+    if (f->size == 0) return 0; /* nothing to map: each format's parser says "too short" */
     /* a second descriptor for reads that bypass the page cache; a
      * filesystem without O_DIRECT refuses the open (EINVAL) */
     f->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);

@@ -40,9 +40,10 @@ struct st_set {
 
 /* A set with room for `nfiles` files (none opened yet: nfiles = 0). */
 int st_set_alloc(st_set **out, uint32_t nfiles, char *err);
-/* Opens, checks (regular, non-empty) and maps `path` read-only into *f,
- * with a second O_DIRECT descriptor where the filesystem takes one. On
- * error *f is still safe to close (st_set_free). */
+/* Opens, checks (a regular file) and maps `path` read-only into *f, with a
+ * second O_DIRECT descriptor where the filesystem takes one; an empty file
+ * is not mapped (map = NULL, size = 0). On error *f is still safe to close
+ * (st_set_free). */
 int st_file_map(st_file *f, const char *path, char *err);
 /* Room for `n` tensors in all (call once, before st_set_add). */
 int st_set_reserve(st_set *s, size_t n, char *err);
