@@ -452,14 +452,22 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
             const __m512 dx = _mm512_loadu_ps(xd[t] + b * 16);
             UNROLL
             for (int i = 0; i < R; i++) {
-                __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], x1l);
-                acc = _mm512_dpbusd_epi32(acc, hi[i], x1h);
+                /* each plane's sums on their own (short dependency chains),
+                 * then acc = (acc << 8) + plane: the same int32 as shifting
+                 * between the planes' dot products */
+                __m512i pl[3];
+                pl[0] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], x1l);
+                pl[0] = _mm512_dpbusd_epi32(pl[0], hi[i], x1h);
                 UNROLL
                 for (int p = 1; p < P; p++) {
-                    acc = _mm512_dpbusd_epi32(_mm512_slli_epi32(acc, 8), lo[i],
-                                              _mm512_loadu_si512(xb + 128 * p));
-                    acc = _mm512_dpbusd_epi32(acc, hi[i], _mm512_loadu_si512(xb + 128 * p + 64));
+                    pl[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i],
+                                                _mm512_loadu_si512(xb + 128 * p));
+                    pl[p] = _mm512_dpbusd_epi32(pl[p], hi[i], _mm512_loadu_si512(xb + 128 * p + 64));
                 }
+                __m512i acc = pl[0];
+                UNROLL
+                for (int p = 1; p < P; p++)
+                    acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), pl[p]);
                 tot[i][t] =
                     _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), dx), sv[i], tot[i][t]);
             }
@@ -473,61 +481,54 @@ INLV void q4x8_tile(const e0_mat *m, const k_act *a, __m512i gpat, int64_t r, co
                                                 int64_t r, int64_t t0, float *y, int64_t ldy) {    \
         q4x8_tile(m, a, gp, r, R, t0, TT, P, y, ldy);                                              \
     }
-Q4X8_TILE(4, 1, 1)
-Q4X8_TILE(1, 1, 1)
-Q4X8_TILE(2, 4, 1)
-Q4X8_TILE(1, 4, 1)
-Q4X8_TILE(4, 1, 2)
-Q4X8_TILE(1, 1, 2)
-Q4X8_TILE(2, 4, 2)
-Q4X8_TILE(1, 4, 2)
-Q4X8_TILE(4, 1, 3)
-Q4X8_TILE(1, 1, 3)
-Q4X8_TILE(2, 4, 3)
-Q4X8_TILE(1, 4, 3)
+/* Per plane count: 4 rows x 1..3 tokens (T < 4: decode, and the experts of
+ * a batch that few of its tokens route to), 2 rows x 4 tokens, and single
+ * rows of each; a tile decodes a block's nibbles once for all its tokens. */
+#define Q4X8_TILES(P)                                                                              \
+    Q4X8_TILE(4, 1, P)                                                                             \
+    Q4X8_TILE(4, 2, P)                                                                             \
+    Q4X8_TILE(4, 3, P)                                                                             \
+    Q4X8_TILE(2, 4, P)                                                                             \
+    Q4X8_TILE(1, 1, P)                                                                             \
+    Q4X8_TILE(1, 2, P)                                                                             \
+    Q4X8_TILE(1, 3, P)                                                                             \
+    Q4X8_TILE(1, 4, P)
+Q4X8_TILES(1)
+Q4X8_TILES(2)
+Q4X8_TILES(3)
 
-/* tiles: 4x1, 1x1, 2x4, 1x4 */
+/* tiles: [TT - 1] the multi-row tile for TT tokens (4 rows for TT < 4, 2 for
+ * TT = 4), [4 + TT - 1] its single-row twin. */
 INLV void q4x8_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
-                    const q4_tile_fn tiles[4]) {
+                    const q4_tile_fn tiles[8]) {
     const __m512i gp = q4_gpat(m->group);
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
             const int64_t left = a->T - t0;
-            const int TT = left >= 4 ? 4 : 1;
-            q4_tile_fn big = TT == 4 ? tiles[2] : tiles[0];
-            q4_tile_fn one = TT == 4 ? tiles[3] : tiles[1];
+            const int TT = left >= 4 ? 4 : (int)left;
             const int R = TT == 4 ? 2 : 4;
             int64_t r = rb;
             for (; r + R <= re; r += R)
-                big(m, a, gp, r, t0, y, ldy);
+                tiles[TT - 1](m, a, gp, r, t0, y, ldy);
             for (; r < re; r++)
-                one(m, a, gp, r, t0, y, ldy);
+                tiles[4 + TT - 1](m, a, gp, r, t0, y, ldy);
             t0 += TT;
         }
     }
 }
 
-TGTV static void q4x8_rows_1(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
-                             int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_1, q4x8_tile_1x1_1, q4x8_tile_2x4_1,
-                                    q4x8_tile_1x4_1};
-    q4x8_rows(m, a, r0, r1, y, ldy, t);
-}
-
-TGTV static void q4x8_rows_2(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
-                             int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_2, q4x8_tile_1x1_2, q4x8_tile_2x4_2,
-                                    q4x8_tile_1x4_2};
-    q4x8_rows(m, a, r0, r1, y, ldy, t);
-}
-
-TGTV static void q4x8_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
-                             int64_t ldy) {
-    static const q4_tile_fn t[4] = {q4x8_tile_4x1_3, q4x8_tile_1x1_3, q4x8_tile_2x4_3,
-                                    q4x8_tile_1x4_3};
-    q4x8_rows(m, a, r0, r1, y, ldy, t);
-}
+#define Q4X8_ROWS(P)                                                                               \
+    TGTV static void q4x8_rows_##P(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,       \
+                                   float *y, int64_t ldy) {                                        \
+        static const q4_tile_fn t[8] = {q4x8_tile_4x1_##P, q4x8_tile_4x2_##P, q4x8_tile_4x3_##P,   \
+                                        q4x8_tile_2x4_##P, q4x8_tile_1x1_##P, q4x8_tile_1x2_##P,   \
+                                        q4x8_tile_1x3_##P, q4x8_tile_1x4_##P};                     \
+        q4x8_rows(m, a, r0, r1, y, ldy, t);                                                        \
+    }
+Q4X8_ROWS(1)
+Q4X8_ROWS(2)
+Q4X8_ROWS(3)
 
 /* split_digits (mat.c) of 16 int32 lanes: out[p], sign-extended digits. */
 INLV void split_digits16(__m512i n, int planes, __m512i out[3]) {
