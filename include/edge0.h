@@ -74,7 +74,12 @@ typedef enum {
  * itself (the page cache is the cache; prefetch is madvise(WILLNEED)).
  * AUTO picks the mapping when the checkpoint fits in 80% of the available
  * memory and no budget is set, pread otherwise (docs/experiments.md). */
-typedef enum { E0_IO_AUTO, E0_IO_PREAD, E0_IO_MMAP } e0_io_mode;
+/* How expert (and resident) bytes are reached: PREAD into the bounded LRU;
+ * MMAP through the page cache's mapping; LOAD the whole checkpoint read into
+ * memory on huge pages at open (when it fits; no page faults or 4 KiB TLB
+ * misses afterwards). AUTO: PREAD under a memory budget, else LOAD when the
+ * checkpoint fits in 80% of available memory, else PREAD. */
+typedef enum { E0_IO_AUTO, E0_IO_PREAD, E0_IO_MMAP, E0_IO_LOAD } e0_io_mode;
 
 /* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
 typedef struct {
@@ -113,6 +118,9 @@ typedef struct {
     e0_path path;        /* force one path (E0_PATH_AUTO: per options) */
     e0_io_mode io;       /* E0_IO_AUTO */
     uint64_t mem_budget; /* bytes; when set, sizes cache_slots and friends at open */
+    /* E0_IO_LOAD: called as the checkpoint is read (bytes so far, total); may be NULL */
+    void (*load_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *load_ctx;
 } e0_engine_opts;
 
 void e0_engine_opts_default(e0_engine_opts *o);

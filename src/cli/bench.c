@@ -304,8 +304,8 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
            "bandwidth\n",
            touched / (1 << 20), touched * dtok / 1e9, 100 * warm_ratio);
     if (mmap_io)
-        printf("    reads from the checkpoint happen as page faults of the mapping (--io mmap) and "
-               "are not counted\n");
+        printf("    the checkpoint is read through the mapping (--io mmap: page faults) or at open\n"
+               "    (--io load), so reads are not counted here\n");
     else
         printf(
             "    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n",
@@ -418,7 +418,8 @@ int cmd_bench(int argc, char **argv) {
      * (one row of it); an estimate that counts the lm_head and every dense projection once */
     const uint64_t dense_touched =
         dense - (uint64_t)info.vocab_size * (uint64_t)info.hidden_size / 2;
-    const bool mmap_io = strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
+    const bool loaded = strncmp(e0_engine_io_note(e), "io load", 7) == 0;
+    const bool mmap_io = loaded || strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
     cJSON *root = cJSON_CreateObject();
     if (json) {
         cJSON_AddStringToObject(root, "model", model);
@@ -441,6 +442,15 @@ int cmd_bench(int argc, char **argv) {
     const bool trace = ce.stats || trace_path;
     if (!skip_cold) {
         e0_engine_drop_cache(e);
+        if (loaded) { /* the copy in memory is what --io load reads: load it again, from disk */
+            e0_engine_free(e);
+            fprintf(stderr, "edge0 bench: loading the checkpoint from disk...\n");
+            if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+                e = NULL;
+                goto fail;
+            }
+            if (!json) printf("cold: %s\n", e0_engine_io_note(e));
+        }
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
@@ -448,14 +458,22 @@ int cmd_bench(int argc, char **argv) {
                root);
     }
     if (!skip_warm) {
-        /* a fresh engine: only the page cache is warm, not the LRU */
-        e0_engine_free(e);
-        if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
-            e = NULL;
-            goto fail;
+        /* a fresh engine: only the page cache is warm, not the LRU (--io load: the engine
+         * already holds the checkpoint, and a cold run's engine would have it too) */
+        if (!loaded || !skip_cold) {
+            e0_engine_free(e);
+            if (!loaded) {
+                if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+                    e = NULL;
+                    goto fail;
+                }
+                fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
+                e0_engine_warm_cache(e);
+            } else if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+                e = NULL;
+                goto fail;
+            }
         }
-        fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
-        e0_engine_warm_cache(e);
         fprintf(stderr, "edge0 bench: warm run...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;

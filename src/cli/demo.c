@@ -225,7 +225,7 @@ int cmd_demo(int argc, char **argv) {
     e0_stats st;
     e0_engine_stats(eng, &st);
     const uint64_t tokens = st.prefill_tokens + st.decode_tokens, lk = st.lru_hits + st.lru_misses;
-    char hit[32] = "n/a (mapped checkpoint)";
+    char hit[40] = "n/a (checkpoint in memory)";
     if (lk) snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)st.lru_hits / (double)lk);
     printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %d tokens, %.1f tok/s | read %.1f MiB/token | "
            "cache hit rate %s | peak RSS %.0f MiB\n",

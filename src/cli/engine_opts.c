@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *CLI_ENGINE_HELP =
     "engine options:\n"
@@ -16,9 +17,11 @@ const char *CLI_ENGINE_HELP =
     "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
     "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it "
     "chose\n"
-    "  --io auto|pread|mmap read experts with pread into the LRU, or use the mapping; auto "
-    "(default):\n"
-    "                       the mapping when the checkpoint fits in memory and no budget is set\n"
+    "  --io auto|pread|mmap|load  pread: experts read into the bounded LRU; mmap: through\n"
+    "                       the page cache's mapping; load: the whole checkpoint read into\n"
+    "                       memory (huge pages) at start; auto (default): load when the\n"
+    "                       checkpoint fits in 80% of available memory and no budget is set,\n"
+    "                       else pread\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kernels SET        auto (default): avx512-mixed where the CPU has VNNI (24-bit\n"
     "                       activations in decode, 16-bit in prefill: ~20% faster prefill,\n"
@@ -195,11 +198,14 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         c->path = paths[k];
         c->path_set = true;
     } else if (!strcmp(a, "--io")) {
-        if (strcmp(v, "pread") && strcmp(v, "mmap") && strcmp(v, "auto")) {
-            cli_error("--io: '%s' is not auto, pread or mmap", v);
+        if (strcmp(v, "pread") && strcmp(v, "mmap") && strcmp(v, "load") && strcmp(v, "auto")) {
+            cli_error("--io: '%s' is not auto, pread, mmap or load", v);
             return -1;
         }
-        c->io = !strcmp(v, "mmap") ? E0_IO_MMAP : !strcmp(v, "pread") ? E0_IO_PREAD : E0_IO_AUTO;
+        c->io = !strcmp(v, "mmap")    ? E0_IO_MMAP
+                : !strcmp(v, "load")  ? E0_IO_LOAD
+                : !strcmp(v, "pread") ? E0_IO_PREAD
+                                      : E0_IO_AUTO;
         c->io_set = true;
     } else if (!strcmp(a, "--mem-budget")) {
         if (!(c->mem_budget = parse_size(v))) {
@@ -232,6 +238,28 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
     return 1;
 }
 
+/* --io load: a progress bar on a terminal while the checkpoint is read (a
+ * 20 GB file takes seconds from the page cache, minutes from a slow disk);
+ * nothing when stderr is not a terminal. */
+static void load_progress(void *ctx, uint64_t done, uint64_t total) {
+    static cli_progress bar;
+    static double t0;
+    static uint64_t last; /* 0: no load under way */
+    (void)ctx;
+    if (!last || done < last) { /* a new load */
+        memset(&bar, 0, sizeof bar);
+        bar.cmd = "load";
+        bar.unit = " read";
+        bar.verb = "read";
+        bar.tty = 1;
+        t0 = cli_now();
+        fprintf(stderr, "edge0: loading the checkpoint into memory\n");
+    }
+    last = done < total ? done : 0;
+    cli_progress_update(&bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
+                        (double)total, cli_now() - t0);
+}
+
 int cli_engine_finish(cli_engine *c) {
     char err[E0_ERR_MAX];
     e0_engine_opts_default(&c->eo);
@@ -253,6 +281,7 @@ int cli_engine_finish(cli_engine *c) {
     if (c->io_set) c->eo.io = c->io;
     c->eo.n_threads = c->threads;
     c->eo.mem_budget = c->mem_budget;
+    if (isatty(STDERR_FILENO)) c->eo.load_progress = load_progress;
     if (c->eo.layer.top_k)
         fprintf(
             stderr,

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,8 +389,41 @@ void st_debug_direct_einval(st_set *s) {
         atomic_store(&s->files[i].fail_next, true);
 }
 
+/* Mappings start on a 2 MiB boundary and own whole 2 MiB pages (the tail
+ * past the file's last page is reserved, inaccessible), so that st_set_load
+ * can move a copy on transparent huge pages into the same addresses. */
+#define HUGE_PAGE  ((uint64_t)2 << 20)
+#define LOAD_CHUNK   ((uint64_t)64 << 20)
+#define LOAD_THREADS 4
+
+static uint64_t map_span(uint64_t size) {
+    return (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+/* span bytes of fresh anonymous memory at a 2 MiB boundary, or NULL. */
+static uint8_t *reserve_aligned(uint64_t span, int prot) {
+    uint8_t *r = mmap(NULL, span + HUGE_PAGE, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > r) munmap(r, (size_t)(a - r));
+    munmap(a + span, (size_t)(r + span + HUGE_PAGE - (a + span)));
+    return a;
+}
+
+static const uint8_t *map_aligned(int fd, uint64_t size) {
+    uint8_t *a = reserve_aligned(map_span(size), PROT_NONE);
+    if (!a) return NULL;
+    if (mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        const int e = errno;
+        munmap(a, map_span(size));
+        errno = e;
+        return NULL;
+    }
+    return a;
+}
+
 static void file_close(st_file *f) {
-    if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, f->size);
+    if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, map_span(f->size));
     if (f->fd >= 0) close(f->fd);
     if (f->dfd >= 0) close(f->dfd);
     st_header_free(&f->hdr);
@@ -426,10 +460,98 @@ int st_file_map(st_file *f, const char *path, char *err) {
      * filesystem without O_DIRECT refuses the open (EINVAL) */
     f->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     atomic_store(&f->direct_on, f->dfd >= 0);
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
+    if (!(f->map = map_aligned(f->fd, f->size)))
         return e0_fail(err, E0_EIO, "%s: mmap failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* One file's load, shared by the reader threads: chunks are claimed from
+ * `next`; the first failure is kept in err. */
+typedef struct {
+    const st_file *f;
+    uint8_t *dst;
+    atomic_uint_fast64_t next;
+    pthread_mutex_t mu; /* guards done, the callback, err */
+    uint64_t *done, total;
+    st_load_fn progress;
+    void *ctx;
+    char *err;
+    bool failed;
+} load_job;
+
+static void *load_worker(void *arg) {
+    load_job *j = arg;
+    const st_file *f = j->f;
+    for (;;) {
+        const uint64_t off = atomic_fetch_add(&j->next, LOAD_CHUNK);
+        if (off >= f->size) return NULL;
+        const uint64_t want = f->size - off < LOAD_CHUNK ? f->size - off : LOAD_CHUNK;
+        uint64_t got = 0;
+        while (got < want) {
+            const ssize_t n = pread(f->fd, j->dst + off + got, want - got, (off_t)(off + got));
+            if (n <= 0) {
+                pthread_mutex_lock(&j->mu);
+                if (!j->failed)
+                    e0_fail(j->err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
+                            (unsigned long long)(off + got),
+                            n < 0 ? strerror(errno) : "unexpected end of file");
+                j->failed = true;
+                pthread_mutex_unlock(&j->mu);
+                return NULL;
+            }
+            got += (uint64_t)n;
+        }
+        /* the page cache's copy is not needed again: giving it back now lets the
+         * next chunk's huge pages come from free memory rather than reclaim */
+        posix_fadvise(f->fd, (off_t)off, (off_t)want, POSIX_FADV_DONTNEED);
+        pthread_mutex_lock(&j->mu);
+        *j->done += want;
+        if (j->progress && !j->failed) j->progress(j->ctx, *j->done, j->total);
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err) {
+    uint64_t total = 0, done = 0;
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        total += s->files[i].size;
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        st_file *f = &s->files[i];
+        if (!f->map || f->loaded) continue;
+        const uint64_t span = map_span(f->size);
+        uint8_t *a = reserve_aligned(span, PROT_READ | PROT_WRITE);
+        if (!a) return e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.2f GiB to load it: %s", f->path,
+                               (double)span / (1u << 30), strerror(errno));
+#ifdef MADV_HUGEPAGE
+        madvise(a, span, MADV_HUGEPAGE); /* advice: without THP these are 4 KiB pages */
+#endif
+        /* several readers: most of a load's time is the kernel faulting in
+         * and clearing fresh pages, which runs in parallel */
+        load_job j = {.f = f, .dst = a, .done = &done, .total = total, .progress = progress,
+                      .ctx = ctx, .err = err};
+        atomic_init(&j.next, 0);
+        pthread_mutex_init(&j.mu, NULL);
+        pthread_t th[LOAD_THREADS];
+        int started = 0;
+        for (; started < LOAD_THREADS - 1; started++)
+            if (pthread_create(&th[started], NULL, load_worker, &j) != 0) break;
+        load_worker(&j);
+        for (int t = 0; t < started; t++)
+            pthread_join(th[t], NULL);
+        pthread_mutex_destroy(&j.mu);
+        if (j.failed) {
+            munmap(a, span);
+            return E0_EIO;
+        }
+        mprotect(a, span, PROT_READ);
+        /* the copy takes the mapping's place: every pointer into it stays valid */
+        if (mremap(a, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->map) == MAP_FAILED) {
+            const int e = errno;
+            munmap(a, span);
+            return e0_fail(err, E0_EIO, "%s: cannot move the loaded copy in place: %s", f->path,
+                           strerror(e));
+        }
+        f->loaded = true;
     }
     return 0;
 }

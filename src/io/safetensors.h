@@ -110,6 +110,18 @@ int st_locate(const st_set *s, const void *p, uint32_t *file, uint64_t *off);
 /* madvise over [off, off + len) of shard `file` (e.g. MADV_WILLNEED). */
 int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int advice);
 
+/* Reads every file of the set into anonymous memory on transparent huge
+ * pages and moves it to the addresses of the file's mapping, so every
+ * pointer into the set (tensor data, views made from it) stays valid and
+ * now reads memory that page faults, TLB misses on 4 KiB pages and page-
+ * cache eviction no longer touch (issue 12: llama.cpp's loaded weights are
+ * compared against). Memory: the files' size, not reclaimable. `progress`
+ * (may be NULL) is called after each chunk with the bytes read so far and
+ * the total. Fails with E0_EIO naming the file and offset of a failed
+ * read, or E0_ENOMEM; the set stays usable (mapped) on failure. */
+typedef void (*st_load_fn)(void *ctx, uint64_t done, uint64_t total);
+int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err);
+
 /* Number of elements (product of the shape). */
 uint64_t st_numel(const st_tensor *t);
 

@@ -23,8 +23,9 @@ typedef struct {
     int dfd;               /* the same file opened O_DIRECT, or -1 when the filesystem refuses it */
     atomic_bool direct_on; /* dfd >= 0 and no direct read has failed with EINVAL */
     atomic_bool fail_next; /* tests: the next direct read fails with EINVAL */
-    const uint8_t *map;
+    const uint8_t *map; /* 2 MiB-aligned (st_file_map) */
     uint64_t size;
+    bool loaded; /* st_set_load put an anonymous copy in the mapping's place */
     st_header hdr;          /* safetensors files */
     struct gguf_file *gguf; /* GGUF files (views into `map`), else NULL */
 } st_file;

@@ -27,12 +27,53 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024u;
 }
 
-/* E0_IO_AUTO: the mapping (with WILLNEED ahead of use) when the checkpoint
- * stays in the page cache, where it is 2.6x faster than pread warm and as
- * fast cold; pread into the bounded LRU when memory is budgeted or short,
- * where the kernel's residency would thrash. */
+/* The smallest memory limit of the cgroups this process lives in (v2
+ * memory.max, v1 memory.limit_in_bytes, every level up to the root), or 0
+ * when there is none: a checkpoint loaded into memory must fit under it,
+ * whatever the host has free. */
+static uint64_t cgroup_limit(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return 0;
+    char line[4096], rel[4096] = "", base[64] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *p = strchr(line, ':'), *q = p ? strchr(p + 1, ':') : NULL;
+        if (!q) continue;
+        q[strcspn(q, "\n")] = 0;
+        if (!strncmp(p, ":memory:", 8)) { /* v1: this wins over the unified line */
+            snprintf(base, sizeof base, "/sys/fs/cgroup/memory");
+            snprintf(rel, sizeof rel, "%s", q + 1);
+            break;
+        }
+        if (!strncmp(line, "0::", 3) && !base[0]) {
+            snprintf(base, sizeof base, "/sys/fs/cgroup");
+            snprintf(rel, sizeof rel, "%s", q + 1);
+        }
+    }
+    fclose(f);
+    if (!base[0]) return 0;
+    const char *file = strcmp(base, "/sys/fs/cgroup") ? "memory.limit_in_bytes" : "memory.max";
+    uint64_t best = 0;
+    for (;;) {
+        char path[8300];
+        snprintf(path, sizeof path, "%s%s/%s", base, rel, file);
+        FILE *g = fopen(path, "r");
+        unsigned long long v;
+        if (g && fscanf(g, "%llu", &v) == 1 && v < (1ull << 60) && (!best || v < best)) best = v;
+        if (g) fclose(g);
+        char *slash = strrchr(rel, '/');
+        if (!slash || !rel[0]) break;
+        *slash = 0;
+    }
+    return best;
+}
+
+/* E0_IO_AUTO: the whole checkpoint loaded into memory when it fits (no page
+ * faults, huge pages: docs/experiments.md section 18); pread into the
+ * bounded LRU when memory is budgeted or short, where the kernel's
+ * residency would thrash. */
 static void choose_io(e0_engine *e) {
-    const uint64_t avail = mem_available(), w = e->model.weight_bytes;
+    const uint64_t cg = cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
+    const uint64_t avail = cg && (!host || cg < host) ? cg : host;
     const char *why;
     if (e->opts.io != E0_IO_AUTO) {
         why = "as requested";
@@ -40,16 +81,17 @@ static void choose_io(e0_engine *e) {
         e->opts.io = E0_IO_PREAD;
         why = "a memory budget is set";
     } else if (avail && w < avail / 10 * 8) {
-        e->opts.io = E0_IO_MMAP;
-        e->opts.layer.warm_willneed = 1;
+        e->opts.io = E0_IO_LOAD;
         why = "the checkpoint fits in 80% of available memory";
     } else {
         e->opts.io = E0_IO_PREAD;
         why = "the checkpoint does not fit in 80% of available memory";
     }
-    snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB)",
-             e->opts.io == E0_IO_MMAP ? "mmap" : "pread", why, (double)w / (1u << 30),
-             (double)avail / (1u << 30));
+    if (e->opts.io == E0_IO_MMAP) e->opts.layer.warm_willneed = 1;
+    static const char *names[] = {"auto", "pread", "mmap", "load"};
+    snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)",
+             names[e->opts.io], why, (double)w / (1u << 30), (double)avail / (1u << 30),
+             avail == cg ? ": the cgroup's limit" : "");
 }
 
 static double now_s(void) {
@@ -79,8 +121,16 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
                      c->n_experts);
     if (!rc && e->opts.mem_budget)
         rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
+    if (!rc) choose_io(e);
+    if (!rc && e->opts.io == E0_IO_LOAD) {
+        const double t0 = now_s();
+        rc = st_set_load(e->model.st, e->opts.load_progress, e->opts.load_ctx, err);
+        const size_t used = strlen(e->io_note);
+        if (!rc && used < sizeof e->io_note)
+            snprintf(e->io_note + used, sizeof e->io_note - used, "; loaded in %.1f s",
+                     now_s() - t0);
+    }
     if (!rc) {
-        choose_io(e);
         const double t0 = now_s();
         rc = stream_new(&e->stream, &e->model, &e->opts, err);
         const double dt = now_s() - t0;

@@ -345,7 +345,7 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
                          const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
                          char *err) {
     const e0_layer *ly = &s->m->layers[layer];
-    if (s->o.io == E0_IO_MMAP) { /* the mapping is the cache */
+    if (s->o.io == E0_IO_MMAP || s->o.io == E0_IO_LOAD) { /* the mapping (or the loaded copy) is the cache */
         if (s->o.layer.warm_willneed)
             for (int i = 0; i < n; i++)
                 xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
