@@ -71,10 +71,23 @@ static uint64_t cgroup_limit(void) {
  * faults, huge pages: docs/experiments.md section 18); pread into the
  * bounded LRU when memory is budgeted or short, where the kernel's
  * residency would thrash. */
-static void choose_io(e0_engine *e) {
+static int choose_io(e0_engine *e, char *err) {
     const uint64_t cg = cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
     const uint64_t avail = cg && (!host || cg < host) ? cg : host;
     const char *why;
+    /* a loaded checkpoint cannot be reclaimed: asked for where it cannot fit,
+     * say so rather than be killed by the OOM killer half-way */
+    if (e->opts.io == E0_IO_LOAD && e->opts.mem_budget && w > e->opts.mem_budget)
+        return e0_fail(err, E0_EINVAL,
+                       "--io load keeps the whole checkpoint (%.2f GiB) in memory, more than "
+                       "--mem-budget %.2f GiB; drop --io load (a budget reads experts on demand)",
+                       (double)w / (1u << 30), (double)e->opts.mem_budget / (1u << 30));
+    if (e->opts.io == E0_IO_LOAD && avail && w > avail)
+        return e0_fail(err, E0_ENOMEM,
+                       "--io load needs the whole checkpoint (%.2f GiB) in memory but only %.2f GiB "
+                       "is available%s; use --io pread or --mem-budget",
+                       (double)w / (1u << 30), (double)avail / (1u << 30),
+                       avail == cg ? " (the cgroup's limit)" : "");
     if (e->opts.io != E0_IO_AUTO) {
         why = "as requested";
     } else if (e->opts.mem_budget) {
@@ -92,6 +105,7 @@ static void choose_io(e0_engine *e) {
     snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)",
              names[e->opts.io], why, (double)w / (1u << 30), (double)avail / (1u << 30),
              avail == cg ? ": the cgroup's limit" : "");
+    return 0;
 }
 
 static double now_s(void) {
@@ -121,7 +135,7 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
                      c->n_experts);
     if (!rc && e->opts.mem_budget)
         rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
-    if (!rc) choose_io(e);
+    if (!rc) rc = choose_io(e, err);
     if (!rc && e->opts.io == E0_IO_LOAD) {
         const double t0 = now_s();
         rc = st_set_load(e->model.st, e->opts.load_progress, e->opts.load_ctx, err);

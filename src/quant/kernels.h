@@ -85,6 +85,10 @@ k_rows_fn k_avx512_ggml_pick(const e0_mat *m);
 /* nb blocks of a type k_avx512_ggml_pick handles, dequantized by the
  * kernels' own code (bit-identical to ggml_dequant; for tests). */
 void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb);
+/* The f32 / bf16 / f16 weights' row kernel (K_NEED_X); the ggml kernels
+ * run it over rows they dequantized. */
+void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+                       int64_t ldy);
 /* int8-activation kernels of q4 weights, with one or two activation planes
  * (else the f32-activation kernel of k_avx512_pick). */
 k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes);

@@ -397,7 +397,7 @@ FW_TILE(1, 1)
 FW_TILE(2, 4)
 FW_TILE(1, 4)
 
-TGT static void fw_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
+TGT void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                         int64_t ldy) {
     static const tile_fn t[4] = {fw_tile_4x1, fw_tile_1x1, fw_tile_2x4, fw_tile_1x4};
     tile_rows(m, a, r0, r1, y, ldy, t);
@@ -1014,7 +1014,7 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     case E0_W_BF16:
     case E0_W_F16:
         *need = K_NEED_X;
-        return fw_rows;
+        return k_avx512_f32_rows;
     case E0_W_QAFF:
         if (m->bits == 4 && m->cols % 8 == 0 && m->group % 8 == 0 && m->cols % m->group == 0 &&
             (128 % m->group == 0 || m->group % 128 == 0)) {

@@ -362,63 +362,6 @@ INL void gq_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_
         y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
 }
 
-/* Prefill path: R rows of buf (f32, stride cols) x tokens t0..t0+TT. */
-INL void gq_buf_tile(const float *buf, int64_t cols, const k_act *a, int64_t r, const int R,
-                     int64_t t0, const int TT, float *y, int64_t ldy) {
-    const float *x[4];
-    UNROLL
-    for (int t = 0; t < TT; t++)
-        x[t] = a->x + (t0 + t) * a->ldx;
-    __m512 a0[2][4], a1[2][4];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        a0[i][t] = a1[i][t] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < cols; c += 32) {
-        UNROLL
-        for (int h = 0; h < 2; h++) {
-            __m512 wv[2];
-            UNROLL
-            for (int i = 0; i < R; i++)
-                wv[i] = _mm512_load_ps(buf + i * cols + c + 16 * h);
-            UNROLL
-            for (int t = 0; t < TT; t++) {
-                const __m512 xv = _mm512_loadu_ps(x[t] + c + 16 * h);
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                    if (h)
-                        a1[i][t] = _mm512_fmadd_ps(wv[i], xv, a1[i][t]);
-                    else
-                        a0[i][t] = _mm512_fmadd_ps(wv[i], xv, a0[i][t]);
-                }
-            }
-        }
-    }
-    UNROLL
-    for (int i = 0; i < R; i++)
-        UNROLL
-    for (int t = 0; t < TT; t++)
-        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i][t], a1[i][t]));
-}
-
-TGT static void gq_buf_2x4(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
-                           float *y, int64_t ldy) {
-    gq_buf_tile(buf, cols, a, r, 2, t0, 4, y, ldy);
-}
-TGT static void gq_buf_2x1(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
-                           float *y, int64_t ldy) {
-    gq_buf_tile(buf, cols, a, r, 2, t0, 1, y, ldy);
-}
-TGT static void gq_buf_1x4(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
-                           float *y, int64_t ldy) {
-    gq_buf_tile(buf, cols, a, r, 1, t0, 4, y, ldy);
-}
-TGT static void gq_buf_1x1(const float *buf, int64_t cols, const k_act *a, int64_t r, int64_t t0,
-                           float *y, int64_t ldy) {
-    gq_buf_tile(buf, cols, a, r, 1, t0, 1, y, ldy);
-}
-
 /* Rows r..r+n (n <= 2) dequantized into gq_buf. */
 INL void gq_fill(const e0_mat *m, int64_t r, int n, const int type, const int bsize) {
     const int blck = gq_blck(type), NV = blck / 16;
@@ -499,14 +442,13 @@ TGT static void gq_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
             gq_rows_decode(m, a, r0, r1, t0, a->T - t0 >= 3 ? 3 : (int)(a->T - t0), y, ldy, tl);
         return;
     }
+    /* two rows dequantized, then the f32 weights' kernel over them: its
+     * summation order is this file's (even / odd 16-value vectors) */
     for (int64_t r = r0; r < r1; r += 2) {
         const int n = r1 - r >= 2 ? 2 : 1;
         tl->fill(m, r, n);
-        int64_t t0 = 0;
-        for (; t0 + 4 <= a->T; t0 += 4)
-            (n == 2 ? gq_buf_2x4 : gq_buf_1x4)(gq_buf, m->cols, a, r, t0, y, ldy);
-        for (; t0 < a->T; t0++)
-            (n == 2 ? gq_buf_2x1 : gq_buf_1x1)(gq_buf, m->cols, a, r, t0, y, ldy);
+        const e0_mat v = {.type = E0_W_F32, .rows = n, .cols = m->cols, .w = gq_buf};
+        k_avx512_f32_rows(&v, a, 0, n, y + r, ldy);
     }
 }
 
