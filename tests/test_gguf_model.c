@@ -12,6 +12,8 @@
 
 #include "edge0.h"
 #include "model/model.h"
+#include "io/gguf.h"
+#include "quant/ggml.h"
 #include "quant/mat.h"
 #include "stream/switchglu.h"
 
@@ -243,11 +245,69 @@ static void test_bad_files(void **state) {
     free(dir);
 }
 
+/* A small GGUF of `arch` with the metadata keys given (NULL-terminated
+ * pairs of key and u32 value) and one F32 token_embd [8, 4]. */
+static char *write_meta(const char *dir, const char *name, const char *arch, const char *const *keys,
+                        const uint32_t *vals) {
+    char err[E0_ERR_MAX], path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    gguf_writer *w;
+    assert_int_equal(gguf_writer_new(&w, 0, err), 0);
+    assert_int_equal(gguf_writer_add_str(w, "general.architecture", arch, err), 0);
+    for (int i = 0; keys[i]; i++)
+        assert_int_equal(gguf_writer_add_u32(w, keys[i], vals[i], err), 0);
+    assert_int_equal(gguf_writer_add_tensor(w, "token_embd.weight", GGML_F32, 2, (const uint64_t[]){4, 8}, err), 0);
+    assert_int_equal(gguf_writer_open(w, path, err), 0);
+    assert_int_equal(gguf_writer_finish(w, err), 0);
+    gguf_writer_free(w);
+    return strdup(path);
+}
+
+/* Metadata that does not describe a model edge0 runs: errors name the
+ * file and the key or tensor. */
+static void test_bad_metadata(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), err[E0_ERR_MAX];
+    static const char *const none[] = {NULL};
+    static const char *const k[] = {"qwen3moe.embedding_length", "qwen3moe.attention.head_count",
+                                    "qwen3moe.expert_count", "qwen3moe.expert_used_count",
+                                    "qwen3moe.expert_feed_forward_length", "qwen3moe.block_count", NULL};
+    static const uint32_t v[] = {4, 2, 4, 2, 8, 1};
+    struct {
+        const char *file, *arch;
+        const char *const *keys;
+        int drop; /* leave out key `drop` (-1: none) */
+        const char *want;
+    } cases[] = {
+        {"llama.gguf", "llama", none, -1, "general.architecture \"llama\" is not supported"},
+        {"nokey.gguf", "qwen3moe", k, 5, "qwen3moe.block_count is missing"},
+        {"notensor.gguf", "qwen3moe", k, -1, "tensor output_norm.weight is missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *keys[8];
+        uint32_t vals[8];
+        int n = 0;
+        for (int j = 0; cases[i].keys[j]; j++)
+            if (j != cases[i].drop) keys[n] = cases[i].keys[j], vals[n++] = v[j];
+        keys[n] = NULL;
+        char *path = write_meta(dir, cases[i].file, cases[i].arch, keys, vals);
+        e0_engine *e = NULL;
+        assert_int_not_equal(e0_engine_open(&e, path, NULL, err), 0);
+        printf("  %s: %s\n", cases[i].file, err);
+        assert_non_null(strstr(err, cases[i].want));
+        assert_non_null(strstr(err, cases[i].file));
+        free(path);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_exact),  cmocka_unit_test(test_logits_default),
         cmocka_unit_test(test_config),        cmocka_unit_test(test_cli_single_file),
         cmocka_unit_test(test_bundle_order), cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_bad_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -524,7 +524,8 @@ static int load_gguf(loader *L, const char *path) {
     if ((rc = get_gmat(L, "token_embd.weight", 0, V, H, &m->embed))) return rc;
     if (find(L, "output.weight")) rc = get_gmat(L, "output.weight", 0, V, H, &m->lm_head);
     else m->lm_head = m->embed;
-    if (rc || (rc = get_vec(L, "output_norm.weight", H, 0, &m->final_norm))) return rc;
+    if (rc || (rc = get_vec(L, "output_norm.weight", H, 0, &m->final_norm)))
+        return rc == E0_ENOTFOUND ? e0_wrap(err, rc, "%s", path) : rc;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return e0_fail(err, E0_ENOMEM, "out of memory");
     char nm[NAME_MAX_LEN];
@@ -537,7 +538,7 @@ static int load_gguf(loader *L, const char *path) {
             (rc = get_vec(L, GNAME("%s", li, post), H, 0, &ly->post_norm)) ||
             (rc = ly->linear ? gguf_deltanet(L, ly, li) : gguf_attention(L, ly, li)) ||
             (rc = gguf_moe(L, ly, li)))
-            return e0_wrap(err, rc, "layer %d", li);
+            return e0_wrap(err, rc, "%s: layer %d", path, li);
     }
     return finish_load(m, err);
 }
