@@ -73,3 +73,29 @@ int tu_run(const char *cmd) {
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+double tu_matmul_nmse(const e0_mat *m, int64_t T, int64_t ldx, int64_t ldy, float (*rnd)(void)) {
+    float *x = malloc((size_t)(T * ldx) * sizeof *x);
+    float *y = malloc((size_t)(T * ldy) * sizeof *y), *yr = malloc((size_t)(T * ldy) * sizeof *yr);
+    assert_true(x && y && yr);
+    for (int64_t i = 0; i < T * ldx; i++)
+        x[i] = rnd();
+    for (int64_t i = 0; i < T * ldy; i++)
+        y[i] = yr[i] = 1234.5f;
+    mat_matmul(m, x, ldx, T, y, ldy);
+    mat_matmul_ref(m, x, ldx, T, yr, ldy);
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t r = 0; r < m->rows; r++) {
+            const double d = (double)y[t * ldy + r] - yr[t * ldy + r];
+            num += d * d;
+            den += (double)yr[t * ldy + r] * yr[t * ldy + r];
+        }
+        for (int64_t r = m->rows; r < ldy; r++)
+            assert_true(y[t * ldy + r] == 1234.5f);
+    }
+    free(x);
+    free(y);
+    free(yr);
+    return den > 0 ? num / den : num;
+}

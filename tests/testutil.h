@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "io/safetensors.h"
+#include "quant/mat.h"
 
 /* $E0_SHARED (default ../shared) + "/" + rel, in a static buffer. */
 const char *tu_shared(const char *rel);
@@ -25,6 +26,11 @@ double tu_rel_l2(const float *a, const float *b, size_t n);
 /* An F32 / I32 tensor of an opened set; fails the test if missing or mistyped. */
 const float *tu_f32(const st_set *s, const char *name, size_t numel);
 const int32_t *tu_i32(const st_set *s, const char *name, size_t *numel);
+
+/* mat_matmul under the kernel set in force against mat_matmul_ref on T
+ * random tokens (`rnd` draws each activation; x and y rows padded to ldx /
+ * ldy): the NMSE; fails the test if a padding column of y is written. */
+double tu_matmul_nmse(const e0_mat *m, int64_t T, int64_t ldx, int64_t ldy, float (*rnd)(void));
 
 /* Writes `len` bytes to dir/name; returns the malloc'd path. */
 char *tu_write(const char *dir, const char *name, const void *data, size_t len);
