@@ -462,16 +462,13 @@ int cmd_bench(int argc, char **argv) {
          * already holds the checkpoint, and a cold run's engine would have it too) */
         if (!loaded || !skip_cold) {
             e0_engine_free(e);
-            if (!loaded) {
-                if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
-                    e = NULL;
-                    goto fail;
-                }
-                fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
-                e0_engine_warm_cache(e);
-            } else if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
+            if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
                 e = NULL;
                 goto fail;
+            }
+            if (!loaded) {
+                fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
+                e0_engine_warm_cache(e);
             }
         }
         fprintf(stderr, "edge0 bench: warm run...\n");

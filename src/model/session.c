@@ -68,12 +68,13 @@ static uint64_t cgroup_limit(void) {
 }
 
 /* E0_IO_AUTO: the whole checkpoint loaded into memory when it fits (no page
- * faults, huge pages: docs/experiments.md section 18); pread into the
+ * faults, huge pages: docs/experiments.md section 20); pread into the
  * bounded LRU when memory is budgeted or short, where the kernel's
  * residency would thrash. */
 static int choose_io(e0_engine *e, char *err) {
     const uint64_t cg = cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
-    const uint64_t avail = cg && (!host || cg < host) ? cg : host;
+    const bool by_cg = cg && (!host || cg < host);
+    const uint64_t avail = by_cg ? cg : host;
     const char *why;
     /* a loaded checkpoint cannot be reclaimed: asked for where it cannot fit,
      * say so rather than be killed by the OOM killer half-way */
@@ -87,7 +88,7 @@ static int choose_io(e0_engine *e, char *err) {
                        "--io load needs the whole checkpoint (%.2f GiB) in memory but only %.2f GiB "
                        "is available%s; use --io pread or --mem-budget",
                        (double)w / (1u << 30), (double)avail / (1u << 30),
-                       avail == cg ? " (the cgroup's limit)" : "");
+                       by_cg ? " (the cgroup's limit)" : "");
     if (e->opts.io != E0_IO_AUTO) {
         why = "as requested";
     } else if (e->opts.mem_budget) {
@@ -104,7 +105,7 @@ static int choose_io(e0_engine *e, char *err) {
     static const char *names[] = {"auto", "pread", "mmap", "load"};
     snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)",
              names[e->opts.io], why, (double)w / (1u << 30), (double)avail / (1u << 30),
-             avail == cg ? ": the cgroup's limit" : "");
+             by_cg ? ": the cgroup's limit" : "");
     return 0;
 }
 

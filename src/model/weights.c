@@ -215,6 +215,26 @@ static const char *expert_layout(loader *L, const char *b) {
     return NULL;
 }
 
+/* Expert views into stacked [E, out, in] tensors: gate_up [E, 2I, H] with
+ * gate rows on top when ly->fused (then up == gate), and down [E, H, I]. */
+static void stacked_experts(const e0_config *c, e0_layer *ly, const e0_mat *gate, const e0_mat *up,
+                            const e0_mat *down) {
+    const int64_t I = c->moe_inter, H = c->hidden;
+    for (int64_t e = 0; e < c->n_experts; e++) {
+        e0_expert *x = &ly->experts[e];
+        x->gate = mat_rows(gate, ly->fused ? e * 2 * I : e * I, I);
+        x->up = mat_rows(up, ly->fused ? e * 2 * I + I : e * I, I);
+        x->down = mat_rows(down, e * H, H);
+    }
+}
+
+/* The layer's expert bytes into m->expert_bytes. */
+static void count_experts(e0_model *m, const e0_layer *ly) {
+    for (int64_t e = 0; e < m->cfg.n_experts; e++)
+        m->expert_bytes += mat_bytes(&ly->experts[e].gate) + mat_bytes(&ly->experts[e].up) +
+                           mat_bytes(&ly->experts[e].down);
+}
+
 static int load_moe(loader *L, e0_layer *ly, const char *b, int li) {
     e0_model *m = L->m;
     const e0_config *c = &m->cfg;
@@ -255,16 +275,9 @@ static int load_moe(loader *L, e0_layer *ly, const char *b, int li) {
             return rc;
         }
         if ((rc = get_mat(L, NAME("%smlp.%s.down_proj", b, grp), E, H, I, &down))) return rc;
-        for (int64_t e = 0; e < E; e++) {
-            e0_expert *x = &ly->experts[e];
-            x->gate = mat_rows(&gate, fused ? e * 2 * I : e * I, I);
-            x->up = mat_rows(&up, fused ? e * 2 * I + I : e * I, I);
-            x->down = mat_rows(&down, e * H, H);
-        }
+        stacked_experts(c, ly, &gate, &up, &down);
     }
-    for (int64_t e = 0; e < E; e++)
-        m->expert_bytes += mat_bytes(&ly->experts[e].gate) + mat_bytes(&ly->experts[e].up) +
-                           mat_bytes(&ly->experts[e].down);
+    count_experts(m, ly);
     ly->has_shared = c->shared_inter > 0;
     if (ly->has_shared) {
         int64_t Is = c->shared_inter;
@@ -490,13 +503,8 @@ static int gguf_moe(loader *L, e0_layer *ly, int li) {
         return rc;
     }
     if ((rc = get_gmat(L, GNAME("%s", li, "ffn_down_exps.weight"), E, H, I, &down))) return rc;
-    for (int64_t e = 0; e < E; e++) {
-        e0_expert *x = &ly->experts[e];
-        x->gate = mat_rows(&gate, ly->fused ? e * 2 * I : e * I, I);
-        x->up = mat_rows(&up, ly->fused ? e * 2 * I + I : e * I, I);
-        x->down = mat_rows(&down, e * H, H);
-        m->expert_bytes += mat_bytes(&x->gate) + mat_bytes(&x->up) + mat_bytes(&x->down);
-    }
+    stacked_experts(c, ly, &gate, &up, &down);
+    count_experts(m, ly);
     ly->has_shared = c->shared_inter > 0;
     if (!ly->has_shared) return 0;
     int64_t Is = c->shared_inter;

@@ -79,18 +79,16 @@ static int tok_load_gguf(tok_tokenizer **tk, const char *path, char *err) {
     if (!rc) rc = gguf_strs(g, "tokenizer.ggml.tokens", true, &tokens, &v.n_tokens, err);
     if (!rc) rc = gguf_strs(g, "tokenizer.ggml.merges", false, &merges, &v.n_merges, err);
     gguf_vtype elem;
-    uint64_t nt;
-    int trc = rc ? rc : gguf_get_arr(g, "tokenizer.ggml.token_type", &elem, &nt, err);
-    if (!rc && trc != E0_ENOTFOUND) {
-        rc = trc;
-        if (!rc && nt != v.n_tokens)
-            rc = e0_fail(err, E0_EFORMAT, "%s: tokenizer.ggml.token_type has %llu entries for %zu tokens",
-                         path, (unsigned long long)nt, v.n_tokens);
-        if (!rc && !(types = malloc((nt ? nt : 1) * sizeof *types)))
-            rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        for (uint64_t i = 0; !rc && i < nt; i++)
-            rc = gguf_arr_i32(g, "tokenizer.ggml.token_type", i, &types[i], err);
-    }
+    uint64_t nt = 0;
+    if (!rc && (rc = gguf_get_arr(g, "tokenizer.ggml.token_type", &elem, &nt, err)) == E0_ENOTFOUND)
+        rc = 0, nt = 0; /* optional: every token normal */
+    else if (!rc && nt != v.n_tokens)
+        rc = e0_fail(err, E0_EFORMAT, "%s: tokenizer.ggml.token_type has %llu entries for %zu tokens",
+                     path, (unsigned long long)nt, v.n_tokens);
+    if (!rc && nt && !(types = malloc(nt * sizeof *types)))
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+    for (uint64_t i = 0; !rc && i < nt; i++)
+        rc = gguf_arr_i32(g, "tokenizer.ggml.token_type", i, &types[i], err);
     if (!rc) rc = gguf_id(g, "tokenizer.ggml.bos_token_id", &v.bos_id, err);
     if (!rc) rc = gguf_id(g, "tokenizer.ggml.eos_token_id", &v.eos_id, err);
     if (!rc) rc = gguf_id(g, "tokenizer.ggml.eot_token_id", &v.eot_id, err);
