@@ -463,7 +463,8 @@ static void test_delta_step(void **state) {
 
 /* mat_attend under every set against mat_attend_ref: head sizes 16..256,
  * 1..300 positions with a stride wider than the head (GQA rows), scores
- * spread enough that the softmax is neither flat nor one-hot. */
+ * spread enough that the softmax is neither flat nor one-hot; and
+ * mat_attend_heads, several query heads at once, against mat_attend. */
 static void test_attend(void **state) {
     (void)state;
     const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q24};
@@ -494,6 +495,24 @@ static void test_attend(void **state) {
                 if (!(e <= NMSE_F32))
                     fail_msg("%s attend hd %d n %d: NMSE %.3g", set_name(sets[si]), hd, n, e);
                 worst = e > worst ? e : worst;
+                /* g heads of one KV head at a query stride of two heads
+                 * (the gated layout): each head's output is bit for bit
+                 * the one mat_attend gives it alone */
+                enum { G = 5 };
+                float *qg = malloc((size_t)G * 2 * hd * sizeof *qg),
+                      *og = malloc((size_t)G * hd * sizeof *og),
+                      *sg = malloc((size_t)G * n * sizeof *sg);
+                for (int i = 0; i < G * 2 * hd; i++)
+                    qg[i] = 2.0f * frand();
+                mat_attend_heads(qg, (size_t)2 * hd, G, kc, vc, stride, n, hd, scale, sg, og,
+                                 (size_t)hd);
+                for (int h = 0; h < G; h++) {
+                    mat_attend(qg + (size_t)h * 2 * hd, kc, vc, stride, n, hd, scale, sc, o1);
+                    if (memcmp(o1, og + (size_t)h * hd, (size_t)hd * sizeof *o1))
+                        fail_msg("%s attend hd %d n %d: head %d of %d differs from one head alone",
+                                 set_name(sets[si]), hd, n, h, G);
+                }
+                free(qg), free(og), free(sg);
                 free(kc), free(vc), free(q), free(sc), free(o1), free(o2);
             }
         printf("  %s attend: worst NMSE %.3g\n", set_name(sets[si]), worst);

@@ -18,15 +18,24 @@ void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y) 
     }
 }
 
-/* Rotate-half RoPE on the first 2*half dims of one head vector. The angle is
- * formed in f32 as transformers does (position * inv_freq). */
-static void rope(float *v, int half, const float *inv_freq, int pos) {
+/* Rotate-half RoPE on the first 2*half dims of one head vector, with the
+ * position's cos and sin table (rope_table). */
+static void rope(float *v, int half, const float *cs) {
     for (int i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float c = (float)cos((double)ang), s = (float)sin((double)ang);
+        const float c = cs[2 * i], s = cs[2 * i + 1];
         float a = v[i], b = v[i + half];
         v[i] = a * c - b * s;
         v[i + half] = b * c + a * s;
+    }
+}
+
+/* cos and sin of every rotary pair at pos. The angle is formed in f32 as
+ * transformers does (position * inv_freq); one table serves every head. */
+static void rope_table(float *cs, int half, const float *inv_freq, int pos) {
+    for (int i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        cs[2 * i] = (float)cos((double)ang);
+        cs[2 * i + 1] = (float)sin((double)ang);
     }
 }
 
@@ -36,7 +45,7 @@ typedef struct {
 } attn_job;
 
 /* Query heads [h0, h1) of every token of the batch, as thread tid (its own
- * row of scores). */
+ * rows of scores), in runs of at most E0_ATTN_GROUP heads of one KV head. */
 static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     const attn_job *j = arg;
     e0_session *s = j->s;
@@ -47,19 +56,23 @@ static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     const int qrows = (int)s->m->layers[j->layer].q.rows, per = c->attn_gated ? 2 * hd : hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const float *kc = s->kc[j->layer], *vc = s->vc[j->layer];
-    float *scores = S->scores + (size_t)tid * (size_t)s->n_ctx;
+    float *scores = S->scores + (size_t)tid * E0_ATTN_GROUP * (size_t)s->n_ctx;
     for (int t = 0; t < j->T; t++) {
         const int n = s->pos + t + 1; /* causal: positions 0..pos+t */
-        for (int h = (int)h0; h < (int)h1; h++) {
+        for (int h = (int)h0; h < (int)h1;) {
+            const int kv = h / group;
+            int g = (kv + 1) * group - h; /* the rest of this KV head's run */
+            if (g > (int)h1 - h) g = (int)h1 - h;
+            if (g > E0_ATTN_GROUP) g = E0_ATTN_GROUP;
             const float *q = S->q + (size_t)t * qrows + (size_t)h * per;
-            const size_t kh = (size_t)(h / group) * (size_t)hd;
+            const size_t kh = (size_t)kv * (size_t)hd;
             float *o = S->att + (size_t)t * nh * hd + (size_t)h * hd;
-            mat_attend(q, kc + kh, vc + kh, (size_t)kvd, n, hd, scale, scores, o);
-            if (c->attn_gated) {
-                const float *g = q + hd; /* the head's gate half */
-                for (int i = 0; i < hd; i++)
-                    o[i] *= e0_sigmoid(g[i]);
-            }
+            mat_attend_heads(q, (size_t)per, g, kc + kh, vc + kh, (size_t)kvd, n, hd, scale, scores,
+                             o, (size_t)hd);
+            if (c->attn_gated)
+                for (int i = 0; i < g * hd; i++) /* each head's gate half */
+                    o[i] *= e0_sigmoid(q[(size_t)(i / hd) * per + hd + i % hd]);
+            h += g;
         }
     }
 }
@@ -78,15 +91,16 @@ void attn_forward(e0_session *s, int layer, const float *in, int T, float *out) 
     float *kc = s->kc[layer], *vc = s->vc[layer];
     for (int t = 0; t < T; t++) {
         int pos = s->pos + t;
+        rope_table(S->rope_cs, half, m->rope_inv_freq, pos);
         for (int h = 0; h < nh; h++) {
             float *q = S->q + (size_t)t * qrows + (size_t)h * per;
             rmsnorm(q, ly->q_norm, hd, 1, c->rms_eps, q);
-            rope(q, half, m->rope_inv_freq, pos);
+            rope(q, half, S->rope_cs);
         }
         for (int h = 0; h < nkv; h++) {
             float *k = S->k + (size_t)t * kvd + (size_t)h * hd;
             rmsnorm(k, ly->k_norm, hd, 1, c->rms_eps, k);
-            rope(k, half, m->rope_inv_freq, pos);
+            rope(k, half, S->rope_cs);
         }
         memcpy(kc + (size_t)pos * kvd, S->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
         memcpy(vc + (size_t)pos * kvd, S->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));

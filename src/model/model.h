@@ -26,6 +26,9 @@
 #include <math.h>
 #include <stdbool.h>
 
+/* Query heads of one KV head that attention takes together (mat_attend_heads). */
+#define E0_ATTN_GROUP 8
+
 typedef struct {
     e0_mat gate, up; /* [I, H] */
     e0_mat down;     /* [H, I] */
@@ -108,7 +111,8 @@ struct e0_engine {
 typedef struct {
     float *x, *h, *y;       /* [B, H] residual, normed input, block output */
     float *q, *k, *v, *att; /* attention: [B, q rows], [B, nkv*hd] x2, [B, nh*hd] */
-    float *scores;          /* [nscores, n_ctx]: one row per compute thread */
+    float *scores;          /* [nscores, E0_ATTN_GROUP, n_ctx]: rows per compute thread */
+    float *rope_cs;         /* [rotary_dim]: cos, sin of each rotary pair at one position */
     int nscores;
     float *proj, *mix, *hist; /* DeltaNet: [B, packed rows], [B, conv_dim], [K-1+B, conv_dim] */
     float *zz, *bb, *aa, *o;  /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */

@@ -208,7 +208,7 @@ void e0_session_free(e0_session *s) {
     float **bufs[] = {&s->s.x,   &s->s.h,      &s->s.y,    &s->s.q,       &s->s.k,    &s->s.v,
                       &s->s.att, &s->s.scores, &s->s.proj, &s->s.mix,     &s->s.hist, &s->s.zz,
                       &s->s.bb,  &s->s.aa,     &s->s.o,    &s->s.rlogits, &s->s.rw,   &s->s.xs,
-                      &s->s.g,   &s->s.u,      &s->s.ys,   &s->s.eo,      &s->s.shg};
+                      &s->s.g,   &s->s.u,      &s->s.ys,   &s->s.eo,      &s->s.shg, &s->s.rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(*bufs[i]);
     free(s->s.ridx);
@@ -292,7 +292,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     S->v = fbuf(B * kvd, &bad);
     S->att = fbuf(B * (size_t)c->n_heads * c->head_dim, &bad);
     S->nscores = pool_threads();
-    S->scores = fbuf((size_t)S->nscores * (size_t)s->n_ctx, &bad);
+    S->scores = fbuf((size_t)S->nscores * E0_ATTN_GROUP * (size_t)s->n_ctx, &bad);
+    S->rope_cs = fbuf((size_t)c->rotary_dim + 2, &bad);
     S->proj = fbuf(B * (2 * Kd + 2 * Vd), &bad);
     S->mix = fbuf(B * C, &bad);
     S->hist = fbuf((K ? K - 1 + B : 0) * C, &bad);

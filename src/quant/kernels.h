@@ -99,9 +99,10 @@ void k_avx512_delta_step(float *St, const float *k, const float *q, const float 
 void k_avx2_delta_step(float *St, const float *k, const float *q, const float *v, float beta,
                        float decay, int Dk, int Dv, float *o);
 
-/* mat_attend with AVX-512 (hd a multiple of 16). */
-void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
-                     float scale, float *scores, float *o);
+/* mat_attend_heads with AVX-512 (hd a multiple of 16; kernels_attn_avx512.c). */
+void k_avx512_attend_heads(const float *q, size_t qstride, int g, const float *kc,
+                           const float *vc, size_t stride, int n, int hd, float scale,
+                           float *scores, float *o, size_t ostride);
 
 /* Preparation of f32 activations (scalar; a few percent of a call). */
 void k_prep_q4(const float *x, int64_t cols, int lanes, float *xp, int64_t nblk);

@@ -966,47 +966,6 @@ TGT void k_avx512_delta_step(float *St, const float *k, const float *q, const fl
     }
 }
 
-/* ---- attention of one head ------------------------------------------------------
- * s_j: 16 columns at a time into four accumulators (column block c goes to
- * accumulator c % 4), summed as ((a0 + a1) + (a2 + a3)) and reduced, times
- * scale; softmax with expf as the reference; then o over 64 columns at a
- * time: o += (e_j / sum) v_j in order of j. */
-TGT void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n,
-                         int hd, float scale, float *scores, float *o) {
-    const int nb = hd / 16;
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        const float *k = kc + (size_t)j * stride;
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                       _mm512_setzero_ps()};
-        for (int b = 0; b < nb; b++)
-            a[b & 3] =
-                _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * b), _mm512_loadu_ps(k + 16 * b), a[b & 3]);
-        const float d = _mm512_reduce_add_ps(
-            _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
-        scores[j] = d * scale;
-        if (scores[j] > mx) mx = scores[j];
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++)
-        sum += scores[j] = expf(scores[j] - mx);
-    for (int j = 0; j < n; j++)
-        scores[j] /= sum;
-    for (int c = 0; c < nb; c += 4) {
-        const int nv = nb - c < 4 ? nb - c : 4;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps()};
-        for (int j = 0; j < n; j++) {
-            const float *v = vc + (size_t)j * stride + 16 * c;
-            const __m512 p = _mm512_set1_ps(scores[j]);
-            for (int u = 0; u < nv; u++)
-                acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * u), acc[u]);
-        }
-        for (int u = 0; u < nv; u++)
-            _mm512_storeu_ps(o + 16 * (c + u), acc[u]);
-    }
-}
-
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     *lanes = 16;
     switch (m->type) {
@@ -1034,11 +993,6 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
 }
 
 #else
-
-void k_avx512_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
-                     float scale, float *scores, float *o) {
-    mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
-}
 
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     (void)m, (void)need, (void)lanes;

@@ -609,8 +609,17 @@ void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t str
 
 void mat_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
                 float scale, float *scores, float *o) {
-    if (f32_of(mat_kernels()) == E0_KERNELS_AVX512 && hd % 16 == 0)
-        k_avx512_attend(q, kc, vc, stride, n, hd, scale, scores, o);
-    else
-        mat_attend_ref(q, kc, vc, stride, n, hd, scale, scores, o);
+    mat_attend_heads(q, 0, 1, kc, vc, stride, n, hd, scale, scores, o, 0);
+}
+
+void mat_attend_heads(const float *q, size_t qstride, int g, const float *kc, const float *vc,
+                      size_t stride, int n, int hd, float scale, float *scores, float *o,
+                      size_t ostride) {
+    if (f32_of(mat_kernels()) == E0_KERNELS_AVX512 && hd % 16 == 0) {
+        k_avx512_attend_heads(q, qstride, g, kc, vc, stride, n, hd, scale, scores, o, ostride);
+        return;
+    }
+    for (int h = 0; h < g; h++)
+        mat_attend_ref(q + (size_t)h * qstride, kc, vc, stride, n, hd, scale, scores,
+                       o + (size_t)h * ostride);
 }

@@ -122,5 +122,11 @@ void mat_attend(const float *q, const float *kc, const float *vc, size_t stride,
                 float scale, float *scores, float *o);
 void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
                     float scale, float *scores, float *o);
+/* mat_attend of g query heads that share the KV head (GQA): head h's query
+ * at q + h * qstride, its output at o + h * ostride; scores: g * n floats.
+ * Each head's result is the one mat_attend gives it, whatever g. */
+void mat_attend_heads(const float *q, size_t qstride, int g, const float *kc, const float *vc,
+                      size_t stride, int n, int hd, float scale, float *scores, float *o,
+                      size_t ostride);
 
 #endif
