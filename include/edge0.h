@@ -33,6 +33,7 @@
 #ifndef EDGE0_H
 #define EDGE0_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -109,6 +110,9 @@ typedef struct {
     float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
 } e0_layer_opts;
 
+/* e0_engine_opts.budget_mode */
+enum { E0_BUDGET_AUTO = 0, E0_BUDGET_OFF = 1 };
+
 /* Eviction policies of the shared expert cache (stream/xcache.h). */
 enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1 };
 
@@ -118,6 +122,11 @@ typedef struct {
     e0_path path;        /* force one path (E0_PATH_AUTO: per options) */
     e0_io_mode io;       /* E0_IO_AUTO */
     uint64_t mem_budget; /* bytes; when set, sizes cache_slots and friends at open */
+    /* with no mem_budget and io E0_IO_AUTO, E0_BUDGET_AUTO sets one from the
+     * cgroup's limit and MemAvailable when the checkpoint does not fit in
+     * memory (experts read on demand); E0_BUDGET_OFF, or an I/O mode given,
+     * leaves cache_slots as given */
+    int32_t budget_mode;
     /* E0_IO_LOAD: called as the checkpoint is read (bytes so far, total); may be NULL */
     void (*load_progress)(void *ctx, uint64_t done, uint64_t total);
     void *load_ctx;
@@ -151,6 +160,25 @@ typedef struct {
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);
+
+/* What e0_engine_open would choose for a model and options, without
+ * reading the weights (`edge0 info`). */
+typedef struct {
+    e0_model_info info;
+    uint64_t params, active_params; /* all parameters; those one token uses (top-k experts) */
+    uint64_t kv_bytes_per_1k;       /* f32 K and V of the full-attention layers, 1000 positions */
+    uint64_t state_bytes;           /* DeltaNet conv and recurrent states, per sequence */
+    int32_t moe_layers;
+    uint64_t n_bundles;    /* routed experts in all layers */
+    uint64_t bundle_bytes; /* one expert's bytes (the largest), what a cache miss reads */
+    uint64_t slot_bytes;   /* a cache slot: the bundle in spans aligned for direct reads */
+    e0_io_mode io;         /* the I/O mode open resolves to */
+    uint64_t mem_budget;   /* the budget in force (0: none) */
+    bool auto_budget;      /* it came from --mem-budget auto */
+    int32_t cache_slots;   /* expert cache capacity in bundles (0: the checkpoint is in memory) */
+    char io_note[512], budget_note[512];
+} e0_plan;
+int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
 
 /* Statistics since open or the last e0_engine_stats_reset (DESIGN.md §4). */
 typedef struct {

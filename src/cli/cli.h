@@ -17,6 +17,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 /* A progress bar for long commands (progress.c): redrawn on a terminal, a
  * line every 5 s otherwise; bytes, rate over ~3 s, ETA. */
@@ -76,6 +77,7 @@ typedef struct {
     e0_io_mode io;
     bool path_set, io_set, ondemand, stats;
     unsigned long long mem_budget;
+    bool budget_off; /* --mem-budget off */
     int threads;
     e0_sample_opts sample; /* --temp --top-k --top-p --min-p --seed --max-tokens --stop ... */
     const char *stops[16];

@@ -15,8 +15,11 @@ const char *CLI_ENGINE_HELP =
     "  --opt FIELD=VALUE    set one LayerOptions field (repeatable; --opt help lists them)\n"
     "  --path P             force the expert path: exact, staged, hot or full\n"
     "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
-    "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it "
-    "chose\n"
+    "  --mem-budget SIZE    size the expert cache to fit SIZE (e.g. 8G, 512M) and say what it\n"
+    "                       chose; auto (default): when --io auto reads experts on demand,\n"
+    "                       the smaller of the cgroup's memory limit and MemAvailable,\n"
+    "                       less 256 MiB + 3%; off: no budget (the cache is --opt\n"
+    "                       cache_slots)\n"
     "  --io auto|pread|mmap|load  pread: experts read into the bounded LRU; mmap: through\n"
     "                       the page cache's mapping; load: the whole checkpoint read into\n"
     "                       memory (huge pages) at start; auto (default): load when the\n"
@@ -208,8 +211,10 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
                                       : E0_IO_AUTO;
         c->io_set = true;
     } else if (!strcmp(a, "--mem-budget")) {
-        if (!(c->mem_budget = parse_size(v))) {
-            cli_error("--mem-budget: '%s' is not a size such as 8G or 512M", v);
+        c->mem_budget = 0;
+        c->budget_off = !strcmp(v, "off");
+        if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = parse_size(v))) {
+            cli_error("--mem-budget: '%s' is not a size such as 8G or 512M, auto or off", v);
             return -1;
         }
     } else if (!strcmp(a, "--threads")) {
@@ -275,12 +280,15 @@ int cli_engine_finish(cli_engine *c) {
             cli_error("--opt %s: %s", c->opts[i], err);
             return -1;
         }
+        if (!strcmp(field, "cache_slots") && !c->mem_budget)
+            c->budget_off = true; /* the cache's size as given, not an automatic budget's */
     }
     if (c->ondemand) c->eo.layer.full_layer_prefill = 0;
     if (c->path_set) c->eo.path = c->path;
     if (c->io_set) c->eo.io = c->io;
     c->eo.n_threads = c->threads;
     c->eo.mem_budget = c->mem_budget;
+    c->eo.budget_mode = c->budget_off ? E0_BUDGET_OFF : E0_BUDGET_AUTO;
     if (isatty(STDERR_FILENO)) c->eo.load_progress = load_progress;
     if (c->eo.layer.top_k)
         fprintf(
@@ -292,8 +300,8 @@ int cli_engine_finish(cli_engine *c) {
 
 void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     const char *note = e0_engine_budget_note(e);
+    if (c->stats || (note && *note)) fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
     if (note && *note) fprintf(stderr, "edge0: %s\n", note);
-    if (c->stats) fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
 }
 
 static double mib(uint64_t b) {

@@ -91,6 +91,7 @@ static const struct {
     {"chat", cmd_chat, "chat with a model in the terminal, answers streamed"},
     {"demo", cmd_demo, "run a model on a prompt and print timings (no MODEL: built-in tiny model)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"info", cmd_info, "what a model is, and the plan a run would make in this machine's memory"},
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a real model's shape"},
     {"tokenize", cmd_tokenize, "encode text with a model's tokenizer.json"},

@@ -102,7 +102,8 @@ struct e0_engine {
     struct e0_stream *stream;
     int top_k;             /* routing top-k in force (the model's unless overridden) */
     char budget_note[512]; /* how mem_budget sized the cache */
-    char io_note[256];     /* how expert bytes are read, and why */
+    char io_note[512];     /* how expert bytes are read, and why */
+    bool auto_budget;      /* mem_budget came from --mem-budget auto */
     uint64_t prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
 };

@@ -67,15 +67,25 @@ static uint64_t cgroup_limit(void) {
     return best;
 }
 
+/* Bytes an automatic budget leaves to everything else under the limit
+ * (the allocator, the page cache's share of reads, other programs). */
+static uint64_t auto_headroom(uint64_t avail) {
+    return (256ull << 20) + avail / 32;
+}
+
 /* E0_IO_AUTO: the whole checkpoint loaded into memory when it fits (no page
  * faults, huge pages: docs/experiments.md section 20); pread into the
  * bounded LRU when memory is budgeted or short, where the kernel's
- * residency would thrash. */
+ * residency would thrash. Without a budget, choosing to read experts on
+ * demand sets one (E0_BUDGET_AUTO): the smaller of the cgroup's limit and
+ * MemAvailable, less auto_headroom. An I/O mode the caller chose keeps the
+ * cache_slots it gave. */
 static int choose_io(e0_engine *e, char *err) {
     const uint64_t cg = cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
     const bool by_cg = cg && (!host || cg < host);
     const uint64_t avail = by_cg ? cg : host;
     const char *why;
+    const bool chosen = e->opts.io == E0_IO_AUTO;
     /* a loaded checkpoint cannot be reclaimed: asked for where it cannot fit,
      * say so rather than be killed by the OOM killer half-way */
     if (e->opts.io == E0_IO_LOAD && e->opts.mem_budget && w > e->opts.mem_budget)
@@ -103,9 +113,20 @@ static int choose_io(e0_engine *e, char *err) {
     }
     if (e->opts.io == E0_IO_MMAP) e->opts.layer.warm_willneed = 1;
     static const char *names[] = {"auto", "pread", "mmap", "load"};
-    snprintf(e->io_note, sizeof e->io_note, "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)",
-             names[e->opts.io], why, (double)w / (1u << 30), (double)avail / (1u << 30),
-             by_cg ? ": the cgroup's limit" : "");
+    int n = snprintf(e->io_note, sizeof e->io_note,
+                     "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)", names[e->opts.io],
+                     why, (double)w / (1u << 30), (double)avail / (1u << 30),
+                     by_cg ? ": the cgroup's limit" : "");
+    if (chosen && e->opts.io == E0_IO_PREAD && !e->opts.mem_budget &&
+        e->opts.budget_mode == E0_BUDGET_AUTO && avail > 2 * auto_headroom(avail)) {
+        e->opts.mem_budget = avail - auto_headroom(avail);
+        e->auto_budget = true;
+        if (n > 0 && (size_t)n < sizeof e->io_note)
+            snprintf(e->io_note + n, sizeof e->io_note - (size_t)n,
+                     "; --mem-budget auto: %.2f GiB (available less %.2f GiB of headroom)",
+                     (double)e->opts.mem_budget / (1u << 30),
+                     (double)auto_headroom(avail) / (1u << 30));
+    }
     return 0;
 }
 
@@ -115,7 +136,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err) {
+/* What open decides before it reads anything: the model's headers, top-k,
+ * the I/O mode and the budget's cache size. e0_engine_plan stops here. */
+static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engine_opts *o,
+                          char *err) {
     *out = NULL;
     e0_engine *e = calloc(1, sizeof *e);
     if (!e) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -123,7 +147,6 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
         e->opts = *o;
     else
         e0_engine_opts_default(&e->opts);
-    pool_init(e->opts.n_threads); /* the process's compute pool; fewer threads on failure */
     int rc = model_load(&e->model, model_dir, err);
     if (rc) {
         free(e);
@@ -134,9 +157,31 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     if (e->top_k > c->n_experts)
         rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k,
                      c->n_experts);
-    if (!rc && e->opts.mem_budget)
-        rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
+    const bool budget_given = e->opts.mem_budget != 0;
     if (!rc) rc = choose_io(e, err);
+    if (!rc && e->opts.mem_budget) {
+        rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
+        if (rc && !budget_given) { /* say where the budget came from */
+            char why[E0_ERR_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            rc = e0_fail(err, rc, "%s; no --mem-budget was given, so it is the memory available: %s",
+                         why, e->io_note);
+        }
+    }
+    if (rc) {
+        model_free(&e->model);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err) {
+    pool_init(o ? o->n_threads : 0); /* the process's compute pool; fewer threads on failure */
+    e0_engine *e;
+    int rc = engine_prepare(&e, model_dir, o, err);
+    if (rc) return rc;
     if (!rc && e->opts.io == E0_IO_LOAD) {
         const double t0 = now_s();
         rc = st_set_load(e->model.st, e->opts.load_progress, e->opts.load_ctx, err);
@@ -160,6 +205,62 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
         return rc;
     }
     *out = e;
+    return 0;
+}
+
+/* Parameters of a matrix (its logical shape, whatever the storage). */
+static uint64_t mat_params(const e0_mat *m) {
+    return (uint64_t)m->rows * (uint64_t)m->cols;
+}
+
+int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err) {
+    memset(p, 0, sizeof *p);
+    e0_engine *e;
+    int rc = engine_prepare(&e, model_dir, o, err);
+    if (rc) return rc;
+    const e0_model *m = &e->model;
+    const e0_config *c = &m->cfg;
+    e0_engine_info(e, &p->info);
+    uint64_t dense = mat_params(&m->embed), routed = 0, per_expert = 0;
+    if (m->lm_head.w != m->embed.w) dense += mat_params(&m->lm_head);
+    for (int l = 0; l < c->n_layers; l++) {
+        const e0_layer *ly = &m->layers[l];
+        const e0_mat *mats[] = {&ly->q,       &ly->k,      &ly->v,       &ly->o,       &ly->out,
+                                &ly->router,  &ly->sh_gate, &ly->sh_up,  &ly->sh_down, &ly->sh_router,
+                                &ly->mlp_gate, &ly->mlp_up, &ly->mlp_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            dense += mat_params(mats[i]);
+        /* the linear attention's input projections: packed, or flat views */
+        dense += ly->qkvz.rows ? mat_params(&ly->qkvz) : mat_params(&ly->qkv) + mat_params(&ly->z);
+        dense += ly->ba.rows ? mat_params(&ly->ba) : mat_params(&ly->b) + mat_params(&ly->a);
+        if (!ly->moe || !ly->experts) continue;
+        const e0_expert *x = &ly->experts[0];
+        per_expert = mat_params(&x->gate) + mat_params(&x->up) + mat_params(&x->down);
+        routed += per_expert * (uint64_t)c->n_experts;
+        p->moe_layers++;
+        p->active_params += per_expert * (uint64_t)e->top_k;
+    }
+    p->params = dense + routed;
+    p->active_params += dense - mat_params(&m->embed); /* one embedding row per token */
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_linear && c->layer_linear[l])
+            p->state_bytes += 4 * ((uint64_t)(c->conv_kernel - 1) *
+                                       (2 * (uint64_t)c->lin_k_heads * c->lin_k_dim +
+                                        (uint64_t)c->lin_v_heads * c->lin_v_dim) +
+                                   (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+        else
+            p->kv_bytes_per_1k += 2 * 4 * 1000 * (uint64_t)c->n_kv_heads * c->head_dim;
+    p->io = e->opts.io;
+    p->mem_budget = e->opts.mem_budget;
+    p->auto_budget = e->auto_budget;
+    p->cache_slots = e->opts.mem_budget || e->opts.io == E0_IO_PREAD ? e->opts.layer.cache_slots : 0;
+    p->bundle_bytes = budget_bundle_data(m);
+    p->slot_bytes = budget_bundle_bytes(m);
+    p->n_bundles = (uint64_t)p->moe_layers * (uint64_t)c->n_experts;
+    snprintf(p->io_note, sizeof p->io_note, "%s", e->io_note);
+    snprintf(p->budget_note, sizeof p->budget_note, "%s", e->budget_note);
+    model_free(&e->model);
+    free(e);
     return 0;
 }
 

@@ -32,6 +32,11 @@ size_t budget_bundle_bytes(const e0_model *m) {
     return largest_plan(m, &p) == 0 ? p.bytes : 0;
 }
 
+size_t budget_bundle_data(const e0_model *m) {
+    xb_plan p;
+    return largest_plan(m, &p) == 0 ? p.data : 0;
+}
+
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
 static uint64_t session_bytes(const e0_config *c, int32_t n_ctx) {
     uint64_t kv = 0, lin = 0;

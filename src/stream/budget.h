@@ -10,6 +10,8 @@
 /* Bytes of one LRU slot: an expert bundle laid out in aligned spans for
  * direct reads (stream/bundle.h), so a little more than its expert bytes. */
 size_t budget_bundle_bytes(const e0_model *m);
+/* The expert bytes of the largest bundle (what a miss reads). */
+size_t budget_bundle_data(const e0_model *m);
 
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
  * buffers) so that resident weights + one session of `n_ctx` positions +
