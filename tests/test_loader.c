@@ -390,6 +390,64 @@ static void test_load_in_place(void **state) {
     free(lg[1]);
 }
 
+/* pread I/O: the checkpoint truncated under an open engine. The resident
+ * weights were copied out of the mapping at open, so nothing reads a page
+ * past the new end of file: expert reads fail with an error naming the
+ * file, the process lives, and the same engine answers again once the file
+ * is whole. Logits before the truncation equal those of --io load. */
+static void test_truncated_while_open(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX], cmd[16384];
+    char *dir = tu_tmpdir();
+    snprintf(cmd, sizeof cmd, "cp %s/* %s/", tu_shared("fixtures/qwen35moe/mlx"), dir);
+    assert_int_equal(tu_run(cmd), 0);
+    char path[4200], keep[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(keep, sizeof keep, "%s/whole", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s", path, keep);
+    assert_int_equal(tu_run(cmd), 0);
+    float *lg[2];
+    const int32_t ids[] = {1, 100, 1000, 5, 77, 9};
+    e0_engine *e[2];
+    size_t V = 0;
+    for (int v = 0; v < 2; v++) {
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.io = v ? E0_IO_PREAD : E0_IO_LOAD;
+        o.layer.cache_slots = 0; /* every expert read from the file, every time */
+        if (e0_engine_open(&e[v], dir, &o, err)) fail_msg("%s", err);
+        e0_model_info info;
+        e0_engine_info(e[v], &info);
+        V = (size_t)info.vocab_size;
+        e0_session *ss;
+        if (e0_session_new(e[v], NULL, &ss, err)) fail_msg("%s", err);
+        lg[v] = malloc(6 * V * sizeof(float));
+        if (e0_session_eval(ss, ids, 6, E0_LOGITS_ALL, lg[v], err)) fail_msg("%s", err);
+        e0_session_free(ss);
+    }
+    assert_memory_equal(lg[0], lg[1], 6 * V * sizeof(float));
+    assert_non_null(strstr(e0_engine_io_note(e[1]), "copied out of the file mappings"));
+    assert_int_equal(truncate(path, 100000), 0);
+    e0_session *ss;
+    if (e0_session_new(e[1], NULL, &ss, err)) fail_msg("%s", err);
+    int rc = e0_session_eval(ss, ids, 6, E0_LOGITS_ALL, lg[1], err);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(err, "model.safetensors")) fail_msg("error does not name the file: %s", err);
+    e0_session_free(ss);
+    snprintf(cmd, sizeof cmd, "cat %s > %s", keep, path); /* whole again, same inode */
+    assert_int_equal(tu_run(cmd), 0);
+    if (e0_session_new(e[1], NULL, &ss, err)) fail_msg("%s", err);
+    if (e0_session_eval(ss, ids, 6, E0_LOGITS_ALL, lg[1], err)) fail_msg("%s", err);
+    assert_memory_equal(lg[0], lg[1], 6 * V * sizeof(float));
+    e0_session_free(ss);
+    for (int v = 0; v < 2; v++) {
+        e0_engine_free(e[v]);
+        free(lg[v]);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
 static void test_cli_errors(void **state) {
     (void)state;
     char cmd[4096];
@@ -422,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_sharded_equals_single),
         cmocka_unit_test(test_model_errors),
         cmocka_unit_test(test_load_in_place),
+        cmocka_unit_test(test_truncated_while_open),
         cmocka_unit_test(test_cli_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

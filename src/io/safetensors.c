@@ -556,6 +556,75 @@ int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err) {
     return 0;
 }
 
+static int span_cmp(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    return x->p < y->p ? -1 : x->p > y->p;
+}
+
+/* Pages [lo, hi) of f's mapping (offsets, page-aligned, within the file)
+ * replaced by an anonymous copy. */
+static int pin_pages(st_file *f, uint64_t lo, uint64_t hi, char *err) {
+    const uint64_t len = hi - lo;
+    uint8_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED)
+        return e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.1f MiB for resident weights: %s",
+                       f->path, (double)len / (1 << 20), strerror(errno));
+    const uint64_t end = hi < f->size ? hi : f->size;
+    for (uint64_t got = 0; lo + got < end;) {
+        const ssize_t r = pread(f->fd, a + got, end - lo - got, (off_t)(lo + got));
+        if (r <= 0) {
+            const int e = errno;
+            munmap(a, len);
+            return e0_fail(err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
+                           (unsigned long long)(lo + got),
+                           r < 0 ? strerror(e) : "unexpected end of file");
+        }
+        got += (uint64_t)r;
+    }
+    mprotect(a, len, PROT_READ);
+    if (mremap(a, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(f->map + lo)) == MAP_FAILED) {
+        const int e = errno;
+        munmap(a, len);
+        return e0_fail(err, E0_EIO, "%s: cannot move resident weights in place: %s", f->path,
+                       strerror(e));
+    }
+    return 0;
+}
+
+int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err) {
+    *pinned = 0;
+    st_span *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
+    memcpy(v, skip, n * sizeof *v);
+    qsort(v, n, sizeof *v, span_cmp);
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    int rc = 0;
+    for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
+        st_file *f = &s->files[i];
+        if (!f->map || f->loaded) continue;
+        const uint64_t fend = (f->size + pg - 1) & ~(pg - 1);
+        uint64_t at = 0; /* pages before `at` are decided */
+        for (size_t k = 0; k <= n && !rc; k++) {
+            /* the next skipped span inside this file, as whole pages */
+            uint64_t a = fend, b = fend;
+            if (k < n) {
+                if (v[k].p < f->map || v[k].p >= f->map + f->size) continue;
+                const uint64_t off = (uint64_t)(v[k].p - f->map);
+                a = (off + pg - 1) & ~(pg - 1);
+                b = (off + v[k].len) & ~(pg - 1);
+                if (b <= a) continue; /* within pages that stay pinned */
+            }
+            if (a > at) {
+                rc = pin_pages(f, at, a, err);
+                *pinned += a - at;
+            }
+            if (b > at) at = b;
+        }
+    }
+    free(v);
+    return rc;
+}
+
 static int file_open(st_file *f, const char *path, char *err) {
     int rc = st_file_map(f, path, err);
     if (rc) return rc;

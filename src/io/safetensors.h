@@ -122,6 +122,22 @@ int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int ad
 typedef void (*st_load_fn)(void *ctx, uint64_t done, uint64_t total);
 int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err);
 
+/* A byte range of the set's mappings, by address. */
+typedef struct {
+    const uint8_t *p;
+    uint64_t len;
+} st_span;
+
+/* Copies every page of the set's mappings that holds a byte outside the
+ * `n` spans of `skip` (any order, may overlap) into anonymous memory at the
+ * same address: reads through those pages then never touch the file again,
+ * so a file truncated under a running process cannot raise SIGBUS there
+ * (issue 15). For pread I/O, skip = the routed experts: every other tensor
+ * is resident. Memory: the pinned pages, not reclaimable. E0_EIO naming the
+ * file and offset of a failed read, or E0_ENOMEM; *pinned gets the bytes
+ * copied. */
+int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err);
+
 /* Number of elements (product of the shape). */
 uint64_t st_numel(const st_tensor *t);
 

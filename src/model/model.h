@@ -80,6 +80,10 @@ typedef struct {
 
 int model_load(e0_model *m, const char *dir, char *err);
 void model_free(e0_model *m);
+/* Everything but the routed experts copied out of the file mappings
+ * (st_set_pin): with pread I/O, a checkpoint truncated while running then
+ * fails expert reads with an error instead of killing the process. */
+int model_pin_resident(e0_model *m, uint64_t *pinned, char *err);
 /* Starts reading layer `layer`'s resident (non-expert) weights into the page
  * cache (MADV_WILLNEED), or the lm_head for layer == n_layers: a prefill
  * calls it one layer ahead, so that a cold start or pages the kernel

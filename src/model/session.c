@@ -182,6 +182,15 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     e0_engine *e;
     int rc = engine_prepare(&e, model_dir, o, err);
     if (rc) return rc;
+    if (!rc && e->opts.io == E0_IO_PREAD) {
+        uint64_t pinned;
+        rc = model_pin_resident(&e->model, &pinned, err);
+        const size_t used = strlen(e->io_note);
+        if (!rc && used < sizeof e->io_note)
+            snprintf(e->io_note + used, sizeof e->io_note - used,
+                     "; %.1f MiB of resident weights copied out of the file mappings",
+                     (double)pinned / (1u << 20));
+    }
     if (!rc && e->opts.io == E0_IO_LOAD) {
         const double t0 = now_s();
         rc = st_set_load(e->model.st, e->opts.load_progress, e->opts.load_ctx, err);

@@ -585,6 +585,36 @@ void model_advise_layer(const e0_model *m, int layer) {
         advise_mat(m->st, mats[i]);
 }
 
+/* The bytes of one matrix view: its rows of codes, scales and biases. */
+static size_t mat_spans(const e0_mat *x, st_span *out) {
+    size_t n = 0;
+    if (!x->rows) return 0;
+    out[n++] = (st_span){x->w, (uint64_t)x->rows * mat_row_bytes(x)};
+    if (x->scales) out[n++] = (st_span){x->scales, (uint64_t)x->rows * mat_srow_bytes(x)};
+    if (x->biases) out[n++] = (st_span){x->biases, (uint64_t)x->rows * mat_srow_bytes(x)};
+    return n;
+}
+
+int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
+    size_t cap = 0, n = 0;
+    for (int li = 0; li < m->cfg.n_layers; li++)
+        if (m->layers[li].moe && m->layers[li].experts) cap += 9 * (size_t)m->cfg.n_experts;
+    st_span *v = malloc((cap ? cap : 1) * sizeof *v);
+    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
+    for (int li = 0; li < m->cfg.n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        if (!ly->moe || !ly->experts) continue;
+        for (int e = 0; e < m->cfg.n_experts; e++) {
+            n += mat_spans(&ly->experts[e].gate, v + n);
+            n += mat_spans(&ly->experts[e].up, v + n);
+            n += mat_spans(&ly->experts[e].down, v + n);
+        }
+    }
+    int rc = st_set_pin(m->st, v, n, pinned, err);
+    free(v);
+    return rc;
+}
+
 void model_free(e0_model *m) {
     if (m->layers)
         for (int li = 0; li < m->cfg.n_layers; li++) {
