@@ -390,11 +390,12 @@ static void test_load_in_place(void **state) {
     free(lg[1]);
 }
 
-/* pread I/O: the checkpoint truncated under an open engine. The resident
+/* The checkpoint truncated under open engines. pread I/O: the resident
  * weights were copied out of the mapping at open, so nothing reads a page
  * past the new end of file: expert reads fail with an error naming the
  * file, the process lives, and the same engine answers again once the file
- * is whole. Logits before the truncation equal those of --io load. */
+ * is whole (logits before the truncation equal those of --io load). mmap
+ * I/O: the SIGBUS guard turns the lost pages into an error naming the file. */
 static void test_truncated_while_open(void **state) {
     (void)state;
     char err[E0_ERR_MAX], cmd[16384];
@@ -427,8 +428,20 @@ static void test_truncated_while_open(void **state) {
     }
     assert_memory_equal(lg[0], lg[1], 6 * V * sizeof(float));
     assert_non_null(strstr(e0_engine_io_note(e[1]), "copied out of the file mappings"));
+    e0_engine_opts om;
+    e0_engine_opts_default(&om);
+    om.io = E0_IO_MMAP;
+    e0_engine *em;
+    if (e0_engine_open(&em, dir, &om, err)) fail_msg("%s", err);
     assert_int_equal(truncate(path, 100000), 0);
     e0_session *ss;
+    /* through the mapping: the SIGBUS guard's zeros, then an error */
+    if (e0_session_new(em, NULL, &ss, err)) fail_msg("%s", err);
+    assert_int_not_equal(e0_session_eval(ss, ids, 6, E0_LOGITS_ALL, lg[1], err), 0);
+    if (!strstr(err, "model.safetensors: the file shrank"))
+        fail_msg("mmap: the error does not say what happened: %s", err);
+    e0_session_free(ss);
+    e0_engine_free(em);
     if (e0_session_new(e[1], NULL, &ss, err)) fail_msg("%s", err);
     int rc = e0_session_eval(ss, ids, 6, E0_LOGITS_ALL, lg[1], err);
     assert_int_not_equal(rc, 0);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -422,7 +423,88 @@ static const uint8_t *map_aligned(int fd, uint64_t size) {
     return a;
 }
 
+/* ---- SIGBUS guard -------------------------------------------------------------
+ * A table of live mappings that the handler reads without locks: a slot is
+ * claimed with a compare-and-swap on `base` and freed by storing 0. The
+ * handler only reads the table, calls mmap (a plain system call on Linux)
+ * and stores atomics. */
+#define GUARD_SLOTS 256
+
+static struct {
+    _Atomic(uintptr_t) base;
+    _Atomic(uint64_t) span;
+    _Atomic(uint64_t) fault; /* offset of the first fault + 1, or 0 */
+} g_guard[GUARD_SLOTS];
+
+static struct sigaction g_prev; /* the SIGBUS action before ours, for faults not ours */
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        const uintptr_t b = atomic_load(&g_guard[i].base);
+        if (!b || a < b || a - b >= atomic_load(&g_guard[i].span)) continue;
+        const uintptr_t page = a & ~(uintptr_t)4095;
+        if (mmap((void *)page, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+            MAP_FAILED)
+            break;
+        uint64_t none = 0;
+        atomic_compare_exchange_strong(&g_guard[i].fault, &none, (uint64_t)(a - b) + 1);
+        return; /* the read runs again and sees zeros */
+    }
+    /* not ours: whoever handled SIGBUS before, else the default action */
+    if (g_prev.sa_flags & SA_SIGINFO) {
+        g_prev.sa_sigaction(sig, si, uc);
+    } else if (g_prev.sa_handler != SIG_DFL && g_prev.sa_handler != SIG_IGN) {
+        g_prev.sa_handler(sig);
+    } else {
+        signal(sig, SIG_DFL);
+    }
+}
+
+/* Ours unless it already is (a test harness may have put its own in
+ * place since: that one becomes the previous action). */
+static void guard_install(void) {
+    struct sigaction sa, cur;
+    sigaction(SIGBUS, NULL, &cur);
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus) return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_prev);
+}
+
+static int guard_add(const uint8_t *base, uint64_t span) {
+    guard_install();
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        uintptr_t none = 0;
+        if (atomic_load(&g_guard[i].base) == 0 &&
+            atomic_compare_exchange_strong(&g_guard[i].base, &none, (uintptr_t)1)) {
+            atomic_store(&g_guard[i].span, span);
+            atomic_store(&g_guard[i].fault, 0);
+            atomic_store(&g_guard[i].base, (uintptr_t)base);
+            return i;
+        }
+    }
+    return -1; /* more mappings than slots: those go unguarded */
+}
+
+int st_set_fault(const st_set *s, char *err) {
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        const st_file *f = &s->files[i];
+        if (f->guard < 0) continue;
+        const uint64_t at = atomic_load(&g_guard[f->guard].fault);
+        if (at)
+            return e0_fail(err, E0_EIO,
+                           "%s: the file shrank while edge0 had it mapped (a read at offset %llu "
+                           "found no data): restore the file and restart, or use --io pread",
+                           f->path, (unsigned long long)(at - 1));
+    }
+    return 0;
+}
+
 static void file_close(st_file *f) {
+    if (f->guard >= 0) atomic_store(&g_guard[f->guard].base, 0);
     if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, map_span(f->size));
     if (f->fd >= 0) close(f->fd);
     if (f->dfd >= 0) close(f->dfd);
@@ -444,6 +526,7 @@ void st_set_free(st_set *s) {
 int st_file_map(st_file *f, const char *path, char *err) {
     memset(f, 0, sizeof *f);
     f->fd = f->dfd = -1;
+    f->guard = -1;
     atomic_init(&f->direct_on, false);
     atomic_init(&f->fail_next, false);
     if (!(f->path = strdup(path))) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -462,6 +545,7 @@ int st_file_map(st_file *f, const char *path, char *err) {
     atomic_store(&f->direct_on, f->dfd >= 0);
     if (!(f->map = map_aligned(f->fd, f->size)))
         return e0_fail(err, E0_EIO, "%s: mmap failed: %s", path, strerror(errno));
+    f->guard = guard_add(f->map, f->size);
     return 0;
 }
 
@@ -640,6 +724,8 @@ int st_set_alloc(st_set **out, uint32_t nfiles, char *err) {
         free(s);
         return e0_fail(err, E0_ENOMEM, "out of memory");
     }
+    for (uint32_t i = 0; i < (nfiles ? nfiles : 1); i++)
+        s->files[i].guard = -1;
     *out = s;
     return 0;
 }

@@ -138,6 +138,16 @@ typedef struct {
  * copied. */
 int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err);
 
+/* A read through a mapping past the end of a file that shrank while mapped
+ * (truncated under the process) raises SIGBUS. st_file_map installs, once
+ * per process, a handler that turns such a fault on one of the set's
+ * mappings into zeros (an anonymous page put over the faulting one) and a
+ * record; any other SIGBUS keeps its default action. st_set_fault says
+ * whether a mapping of the set faulted (the first fault's file and offset
+ * in err, as an E0_EIO message): from then on data read through the
+ * mapping is not the checkpoint's, and every caller must fail. */
+int st_set_fault(const st_set *s, char *err);
+
 /* Number of elements (product of the shape). */
 uint64_t st_numel(const st_tensor *t);
 

@@ -26,6 +26,7 @@ typedef struct {
     const uint8_t *map; /* 2 MiB-aligned (st_file_map) */
     uint64_t size;
     bool loaded; /* st_set_load put an anonymous copy in the mapping's place */
+    int guard;   /* its slot in the SIGBUS guard's table (st_set_fault), or -1 */
     st_header hdr;          /* safetensors files */
     struct gguf_file *gguf; /* GGUF files (views into `map`), else NULL */
 } st_file;

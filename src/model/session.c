@@ -548,6 +548,11 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         }
         done += (size_t)T;
     }
+    int frc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
+    if (frc) {
+        e0_session_reset(s);
+        return e0_wrap(err, frc, "evaluation failed; the session was reset");
+    }
     e0_engine *e = s->eng;
     if (n > 1) {
         e->prefill_tokens += n;
