@@ -322,8 +322,8 @@ int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *d
         ssize_t r = pread(s->files[file].fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return e0_fail(err, E0_EIO, "%s: read at %llu failed: %s", s->files[file].path,
-                           (unsigned long long)off, r < 0 ? strerror(errno) : "unexpected end");
+            return e0_fail(err, E0_EIO, "%s: read failed at offset %llu: %s", s->files[file].path,
+                           (unsigned long long)off, r < 0 ? strerror(errno) : "unexpected end of file");
         p += r;
         off += (uint64_t)r;
         len -= (uint64_t)r;
@@ -369,8 +369,8 @@ int st_pread_direct(const st_set *s, uint32_t file, uint64_t off, uint64_t len, 
             break;
         }
         if (r <= 0)
-            return e0_fail(err, E0_EIO, "%s: direct read at %llu failed: %s", f->path,
-                           (unsigned long long)pos, r < 0 ? strerror(errno) : "unexpected end");
+            return e0_fail(err, E0_EIO, "%s: direct read failed at offset %llu: %s", f->path,
+                           (unsigned long long)pos, r < 0 ? strerror(errno) : "unexpected end of file");
         pos += (uint64_t)r;
     }
     if (pos < end) { /* fall back for the rest */
