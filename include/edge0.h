@@ -189,6 +189,8 @@ typedef struct {
     uint64_t expert_calls;         /* (layer, expert) products computed */
     uint64_t lru_hits, lru_misses; /* demand lookups of the shared LRU */
     int32_t cache_slots;           /* LRU capacity in bundles */
+    int32_t cache_limit;           /* of those, usable now (memory pressure gives slots back) */
+    uint64_t pressure_shrinks, pressure_grows; /* times the monitor lowered / raised the limit */
     uint64_t bundle_bytes;         /* bytes of one expert bundle */
     int32_t working_set;           /* bundles one token touches: MoE layers x top-k */
     uint64_t staged_hits, exact_fallbacks, drops; /* per routed (token, expert) pair */

@@ -23,11 +23,19 @@
 #   --model DIR      a model directory (default: a tiny synthesized one with the Qwen3 tokenizer)
 #   --out DIR        keep logs and per-request records here (default: a temp dir, removed on success)
 #   --max-tokens N   largest max_tokens a client asks for (24)
+#   --memcap SIZE    run the server in a fresh memory cgroup of SIZE (root; cgroup v1 or v2)
+#                    with no --io or budget flags, so edge0 sizes itself (--mem-budget auto);
+#                    report the cgroup's usage each minute and its OOM kills (must be 0)
+#   --hog SIZE@MIN   at minute MIN, another process in the same cgroup takes SIZE of memory
+#                    and holds it to the end (issue 15: the cache must shrink, no OOM kill)
 #   -- ARGS          further `edge0 serve` arguments
+#
+#   scripts/soak.sh --model M --clients 4 --minutes 30 --memcap 8G             # issue 15
+#   scripts/soak.sh --model M --clients 4 --minutes 30 --memcap 8G --hog 3G@10
 set -u
 cd "$(dirname "$0")/.."
 
-BIN=build/edge0 ASAN=0 CLIENTS=8 MINUTES=2 WARMUP= MODEL= OUT= MAXTOK=24 EXTRA=()
+BIN=build/edge0 ASAN=0 CLIENTS=8 MINUTES=2 WARMUP= MODEL= OUT= MAXTOK=24 EXTRA=() MEMCAP= HOG=
 while [ $# -gt 0 ]; do
     case "$1" in
     --bin) BIN=$2; shift ;;
@@ -38,6 +46,8 @@ while [ $# -gt 0 ]; do
     --model) MODEL=$2; shift ;;
     --out) OUT=$2; shift ;;
     --max-tokens) MAXTOK=$2; shift ;;
+    --memcap) MEMCAP=$2; shift ;;
+    --hog) HOG=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;/^set -u/d'; exit 0 ;;
     *) echo "soak: unknown option $1" >&2; exit 2 ;;
@@ -68,8 +78,27 @@ fi
 DURATION=$((MINUTES * 60))
 [ -z "$WARMUP" ] && WARMUP=$((DURATION / 10 < 60 ? DURATION / 10 : 60))
 
-"$BIN" serve "$MODEL" --port 0 --io pread --max-queue $((CLIENTS * 2 + 8)) --ctx 2048 "${EXTRA[@]}" \
-    2>"$OUT/server.log" &
+CG=
+IO=(--io pread)
+if [ -n "$MEMCAP" ]; then
+    limit=$(numfmt --from=iec "${MEMCAP%B}") || exit 2
+    if [ -d /sys/fs/cgroup/memory ]; then
+        CG=/sys/fs/cgroup/memory/edge0-soak-$$
+        mkdir "$CG" && echo "$limit" >"$CG/memory.limit_in_bytes" || exit 2
+        cg_usage() { cat "$CG/memory.usage_in_bytes"; }
+        cg_ooms() { awk '/oom_kill /{print $2}' "$CG/memory.oom_control"; }
+    else
+        CG=/sys/fs/cgroup/edge0-soak-$$
+        mkdir "$CG" && echo "$limit" >"$CG/memory.max" || exit 2
+        cg_usage() { cat "$CG/memory.current"; }
+        cg_ooms() { awk '/oom_kill /{print $2}' "$CG/memory.events"; }
+    fi
+    IO=() # edge0 chooses the I/O mode and the budget from the cgroup's limit
+fi
+(
+    [ -n "$CG" ] && echo $BASHPID >"$CG/cgroup.procs"
+    exec "$BIN" serve "$MODEL" --port 0 "${IO[@]}" --max-queue $((CLIENTS * 2 + 8)) --ctx 2048 "${EXTRA[@]}"
+) 2>"$OUT/server.log" &
 SRV=$!
 PORT=
 for _ in $(seq 1 600); do
@@ -149,16 +178,28 @@ sleep "$WARMUP"
 RSS0=$(rss)
 echo "soak: RSS after the ${WARMUP}s warm-up: $((RSS0 / 1048576)) MiB"
 : >"$OUT/rss.tsv"
+HOGPID=
 while [ "$(date +%s)" -lt "$END" ] && kill -0 $SRV 2>/dev/null; do
-    printf '%s\t%s\n' "$(($(date +%s) - START))" "$(rss)" >>"$OUT/rss.tsv"
+    printf '%s\t%s\t%s\n' "$(($(date +%s) - START))" "$(rss)" "$([ -n "$CG" ] && cg_usage)" >>"$OUT/rss.tsv"
+    if [ -n "$HOG" ] && [ -z "$HOGPID" ] && [ $(($(date +%s) - START)) -ge $((${HOG#*@} * 60)) ]; then
+        hog=$(numfmt --from=iec "${HOG%@*}")
+        (
+            [ -n "$CG" ] && echo $BASHPID >"$CG/cgroup.procs"
+            exec python3 -c "import sys, time; b = bytearray($hog); b[::4096] = b'x' * len(b[::4096]); time.sleep(1e6)"
+        ) &
+        HOGPID=$!
+        echo "soak: minute ${HOG#*@}: another process takes ${HOG%@*} (pid $HOGPID)"
+    fi
     sleep 10
 done
+[ -n "$HOGPID" ] && { kill -0 "$HOGPID" 2>/dev/null && HOGALIVE=yes || HOGALIVE=NO; kill "$HOGPID" 2>/dev/null; }
 RSS1=$(rss) # at the deadline, still under load (as the start figure was)
 wait_clients() { for p in $(jobs -p); do [ "$p" != "$SRV" ] && wait "$p"; done; }
 wait_clients 2>/dev/null
 ALIVE=0; kill -0 $SRV 2>/dev/null && ALIVE=1
 sleep 2
 RSS2=$(rss) # idle
+PRESSURE=$(curl -s "$URL/metrics" 2>/dev/null | grep -E '^edge0_(expert_cache_(slots|limit)|memory_pressure)')
 curl -s "$URL/metrics" >"$OUT/metrics.txt"
 kill -TERM $SRV 2>/dev/null
 wait $SRV
@@ -196,9 +237,18 @@ echo "RSS under load: $((RSS0 / 1048576)) MiB after the warm-up, $((${RSS1:-0} /
 echo "RSS each minute (s:MiB): $(awk -F'\t' '$1 % 60 < 10 {printf "%d:%d ", $1, $2 / 1048576}' "$OUT/rss.tsv")"
 SAN=$(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' "$OUT/server.log")
 echo "server: ran to the end: $([ $ALIVE = 1 ] && echo yes || echo NO), exit status $EXIT, sanitizer reports: $SAN"
+OOMS=0
+if [ -n "$CG" ]; then
+    OOMS=$(cg_ooms)
+    echo "cgroup $MEMCAP: usage each minute (s:MiB): $(awk -F'\t' '$1 % 60 < 10 {printf "%d:%d ", $1, $3 / 1048576}' "$OUT/rss.tsv"); OOM kills: $OOMS"
+    [ -n "$HOG" ] && echo "the ${HOG%@*} process: $([ -n "$HOGPID" ] && echo "alive at the end: ${HOGALIVE:-?}" || echo "never started")"
+    grep -m3 'io \|mem budget' "$OUT/server.log" | sed 's/^/plan: /'
+    echo "$PRESSURE"
+fi
 FIVE=$(awk -F'\t' '$2 ~ /^5/ && $2 != 503' "$OUT/requests.tsv" | wc -l)
 OK=1
-[ $ALIVE = 1 ] && [ $EXIT = 0 ] && [ "$SAN" = 0 ] && [ "$FIVE" = 0 ] || OK=0
+[ $ALIVE = 1 ] && [ $EXIT = 0 ] && [ "$SAN" = 0 ] && [ "$FIVE" = 0 ] && [ "${OOMS:-0}" = 0 ] || OK=0
+[ -n "$CG" ] && rmdir "$CG" 2>/dev/null
 awk -v d="$DRIFT" 'BEGIN {exit !(d <= 5 && d >= -5)}' || OK=0
 if [ $OK = 1 ]; then
     echo "soak: PASS"

@@ -114,6 +114,41 @@ static void test_failed_load(void **state) {
     xcache_free(c);
 }
 
+/* Memory pressure: a lower limit evicts the unpinned entries past it at
+ * once and a pinned one at its release; no more entries than the limit are
+ * held afterwards; raising it again makes room for all of them. */
+static void test_limit(void **state) {
+    (void)state;
+    xcache *c = make(5);
+    for (int e = 0; e < 5; e++)
+        touch(c, 0, e); /* slots 0..4 hold experts 0..4 */
+    xentry *pin = xcache_lookup(c, 0, 4); /* slot 4: past the limit below */
+    assert_non_null(pin);
+    xcache_set_limit(c, 2);
+    assert_int_equal(xcache_limit(c), 2);
+    int32_t used, pinned;
+    xcache_usage(c, &used, &pinned);
+    assert_int_equal(used, 3); /* slots 0, 1 and the pinned 4 */
+    assert_true(present(c, 0, 0) && present(c, 0, 1));
+    assert_false(present(c, 0, 2) || present(c, 0, 3));
+    assert_int_equal(xentry_buf(pin)[BUNDLE - 1], 4); /* untouched while pinned */
+    xcache_release(c, pin);
+    assert_false(present(c, 0, 4));
+    for (int i = 0; i < 200; i++) {
+        assert_true(touch(c, i % LAYERS, (i * 7) % EXPERTS));
+        xcache_usage(c, &used, &pinned);
+        assert_true(used <= 2);
+    }
+    xcache_set_limit(c, 5);
+    for (int e = 0; e < 5; e++)
+        touch(c, 3, e);
+    for (int e = 0; e < 5; e++)
+        assert_true(present(c, 3, e));
+    xcache_usage(c, &used, &pinned);
+    assert_int_equal(used, 5);
+    xcache_free(c);
+}
+
 static void test_capacity_random(void **state) {
     (void)state;
     xcache *c = make(5);
@@ -265,6 +300,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eviction_order), cmocka_unit_test(test_pinned_never_evicted),
         cmocka_unit_test(test_failed_load),    cmocka_unit_test(test_capacity_random),
+        cmocka_unit_test(test_limit),
         cmocka_unit_test(test_concurrent),     cmocka_unit_test(test_iopool),
         cmocka_unit_test(test_lfu),
     };

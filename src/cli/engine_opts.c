@@ -300,7 +300,8 @@ int cli_engine_finish(cli_engine *c) {
 
 void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     const char *note = e0_engine_budget_note(e);
-    if (c->stats || (note && *note)) fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
+    /* the plan, in one line: what memory there is, what was chosen, why */
+    fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
     if (note && *note) fprintf(stderr, "edge0: %s\n", note);
 }
 
@@ -331,6 +332,11 @@ void cli_print_stats(e0_engine *e, FILE *f) {
     fprintf(f, "  LRU: %llu hits, %llu misses (hit rate %.1f%%), %llu reads outside the LRU\n",
             (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses,
             pct(st.lru_hits, st.lru_hits + st.lru_misses), (unsigned long long)st.overflow_reads);
+    if (st.pressure_shrinks || st.pressure_grows)
+        fprintf(f, "  memory pressure: the cache's limit went down %llu times and up %llu times; "
+                   "%d of %d slots usable now\n",
+                (unsigned long long)st.pressure_shrinks, (unsigned long long)st.pressure_grows,
+                st.cache_limit, st.cache_slots);
     fprintf(f,
             "  bytes read from the checkpoint: %.1f MiB (%.2f MiB/token); touched by kernels %.1f "
             "MiB (%.2f MiB/token)\n",

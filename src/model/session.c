@@ -5,6 +5,7 @@
 #include "stream/cachesim.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
+#include "util/meminfo.h"
 #include "util/pool.h"
 
 #include <fcntl.h>
@@ -14,58 +15,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
-}
-
-/* The smallest memory limit of the cgroups this process lives in (v2
- * memory.max, v1 memory.limit_in_bytes, every level up to the root), or 0
- * when there is none: a checkpoint loaded into memory must fit under it,
- * whatever the host has free. */
-static uint64_t cgroup_limit(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return 0;
-    char line[4096], rel[4096] = "", base[64] = "";
-    while (fgets(line, sizeof line, f)) {
-        char *p = strchr(line, ':'), *q = p ? strchr(p + 1, ':') : NULL;
-        if (!q) continue;
-        q[strcspn(q, "\n")] = 0;
-        if (!strncmp(p, ":memory:", 8)) { /* v1: this wins over the unified line */
-            snprintf(base, sizeof base, "/sys/fs/cgroup/memory");
-            snprintf(rel, sizeof rel, "%s", q + 1);
-            break;
-        }
-        if (!strncmp(line, "0::", 3) && !base[0]) {
-            snprintf(base, sizeof base, "/sys/fs/cgroup");
-            snprintf(rel, sizeof rel, "%s", q + 1);
-        }
-    }
-    fclose(f);
-    if (!base[0]) return 0;
-    const char *file = strcmp(base, "/sys/fs/cgroup") ? "memory.limit_in_bytes" : "memory.max";
-    uint64_t best = 0;
-    for (;;) {
-        char path[8300];
-        snprintf(path, sizeof path, "%s%s/%s", base, rel, file);
-        FILE *g = fopen(path, "r");
-        unsigned long long v;
-        if (g && fscanf(g, "%llu", &v) == 1 && v < (1ull << 60) && (!best || v < best)) best = v;
-        if (g) fclose(g);
-        char *slash = strrchr(rel, '/');
-        if (!slash || !rel[0]) break;
-        *slash = 0;
-    }
-    return best;
-}
 
 /* Bytes an automatic budget leaves to everything else under the limit
  * (the allocator, the page cache's share of reads, other programs). */
@@ -81,7 +30,7 @@ static uint64_t auto_headroom(uint64_t avail) {
  * MemAvailable, less auto_headroom. An I/O mode the caller chose keeps the
  * cache_slots it gave. */
 static int choose_io(e0_engine *e, char *err) {
-    const uint64_t cg = cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
+    const uint64_t cg = mem_cgroup_limit(), host = mem_available(), w = e->model.weight_bytes;
     const bool by_cg = cg && (!host || cg < host);
     const uint64_t avail = by_cg ? cg : host;
     const char *why;
@@ -583,6 +532,7 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->working_set += e->model.layers[l].moe ? e->top_k : 0;
     }
     st->cache_slots = stream_cache_slots(e->stream);
+    stream_pressure(e->stream, &st->cache_limit, &st->pressure_shrinks, &st->pressure_grows);
     st->bundle_bytes = stream_bundle_bytes(e->stream);
     st->staged_hits = c.staged_hits;
     st->exact_fallbacks = c.exact_fallbacks;

@@ -147,6 +147,13 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_expert_cache_misses_total", "counter", "Expert lookups that had to read the checkpoint.",
            (double)st->lru_misses);
     metric(&b, "edge0_expert_cache_slots", "gauge", "Expert cache capacity in bundles.", st->cache_slots);
+    metric(&b, "edge0_expert_cache_limit", "gauge",
+           "Expert cache slots usable now (memory pressure gives slots back).", st->cache_limit);
+    metric(&b, "edge0_memory_pressure_shrinks_total", "counter",
+           "Times memory pressure lowered the expert cache's limit.", (double)st->pressure_shrinks);
+    metric(&b, "edge0_memory_pressure_grows_total", "counter",
+           "Times the expert cache's limit came back up after memory pressure.",
+           (double)st->pressure_grows);
     metric(&b, "edge0_expert_bytes_read_total", "counter", "Expert bytes read from the checkpoint.",
            (double)st->bytes_read);
     metric(&b, "edge0_expert_bytes_touched_total", "counter", "Expert bytes the kernels read, from any source.",

@@ -2,6 +2,7 @@
 #include "stream/switchglu.h"
 
 #include "util/bigbuf.h"
+#include "util/meminfo.h"
 #include "util/pool.h"
 
 #include "stream/iopool.h"
@@ -57,9 +58,22 @@ typedef struct {
     size_t layer_bytes;
 } layer_state;
 
+/* The memory-pressure monitor (pressure_fn): a thread that watches the
+ * memory left under the machine's and the cgroup's limits while a budget
+ * sizes the cache, and gives cache slots back when it runs short. */
+typedef struct {
+    pthread_t th;
+    bool running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    _Atomic uint64_t shrinks, grows; /* limit changes down / up */
+} pressure_mon;
+
 struct e0_stream {
     const e0_model *m;
     e0_engine_opts o;
+    pressure_mon pm;
     int n_layers, E, H;
     xcache *xc;
     iopool *load, *pre;
@@ -839,6 +853,82 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
     return 0;
 }
 
+/* ---- memory pressure ------------------------------------------------------------
+ * Every 100 ms: when less than `low` (256 MiB or 1/32 of the budget) can
+ * still be allocated without the kernel taking memory from someone
+ * (mem_headroom: MemAvailable, and the limiting cgroup's limit less what it
+ * holds other than file pages), enough cache slots go back to restore
+ * 2 x low; when more than 4 x low is free and has been for 5 s, slots come
+ * back up to the budget's. Another program taking memory mid-run then
+ * shrinks the cache instead of driving the cgroup into the OOM killer. */
+enum { PRESSURE_POLL_MS = 100, PRESSURE_GROW_AFTER_MS = 5000 };
+
+static void *pressure_fn(void *arg) {
+    e0_stream *s = arg;
+    pressure_mon *pm = &s->pm;
+    const int32_t full = xcache_slots(s->xc);
+    const uint64_t B = s->bundle_bytes;
+    uint64_t low = s->o.mem_budget / 32;
+    if (low < (256ull << 20)) low = 256ull << 20;
+    int calm_ms = 0;
+    pthread_mutex_lock(&pm->mu);
+    while (!pm->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += PRESSURE_POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&pm->cv, &pm->mu, &ts);
+        if (pm->stop) break;
+        pthread_mutex_unlock(&pm->mu);
+        const uint64_t room = mem_headroom();
+        const int32_t lim = xcache_limit(s->xc);
+        if (room && room < low) {
+            const int64_t give = (int64_t)((2 * low - room + B - 1) / B);
+            xcache_set_limit(s->xc, lim - give > 0 ? (int32_t)(lim - give) : 0);
+            atomic_fetch_add(&pm->shrinks, 1);
+            calm_ms = 0;
+        } else if (room > 4 * low && lim < full) {
+            if ((calm_ms += PRESSURE_POLL_MS) >= PRESSURE_GROW_AFTER_MS) {
+                const int64_t take = (int64_t)((room - 3 * low) / B);
+                xcache_set_limit(s->xc, lim + take < full ? (int32_t)(lim + take) : full);
+                atomic_fetch_add(&pm->grows, 1);
+                calm_ms = 0;
+            }
+        } else {
+            calm_ms = 0;
+        }
+        pthread_mutex_lock(&pm->mu);
+    }
+    pthread_mutex_unlock(&pm->mu);
+    return NULL;
+}
+
+static void pressure_start(e0_stream *s) {
+    pressure_mon *pm = &s->pm;
+    pthread_mutex_init(&pm->mu, NULL);
+    pthread_cond_init(&pm->cv, NULL);
+    pm->running = pthread_create(&pm->th, NULL, pressure_fn, s) == 0; /* none: no shrinking */
+}
+
+static void pressure_stop(e0_stream *s) {
+    pressure_mon *pm = &s->pm;
+    if (!pm->running) return;
+    pthread_mutex_lock(&pm->mu);
+    pm->stop = true;
+    pthread_cond_signal(&pm->cv);
+    pthread_mutex_unlock(&pm->mu);
+    pthread_join(pm->th, NULL);
+    pthread_mutex_destroy(&pm->mu);
+    pthread_cond_destroy(&pm->cv);
+    pm->running = false;
+}
+
+void stream_pressure(const e0_stream *s, int32_t *limit, uint64_t *shrinks, uint64_t *grows) {
+    *limit = s->xc ? xcache_limit(s->xc) : 0;
+    *shrinks = atomic_load(&((e0_stream *)s)->pm.shrinks);
+    *grows = atomic_load(&((e0_stream *)s)->pm.grows);
+}
+
 /* ---- setup ------------------------------------------------------------------ */
 
 static int build_plans(e0_stream *s, char *err) {
@@ -972,6 +1062,7 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     if ((rc = iopool_new(&s->load, lo->load_threads, err)) != 0 ||
         (rc = iopool_new(&s->pre, lo->prefetch_threads, err)) != 0)
         goto fail;
+    if (s->xc && o->mem_budget) pressure_start(s);
     *out = s;
     return 0;
 oom:
@@ -983,6 +1074,7 @@ fail:
 
 void stream_free(e0_stream *s) {
     if (!s) return;
+    pressure_stop(s);
     if (s->pre) iopool_free(s->pre); /* finishes fills and layer reads first */
     if (s->load) iopool_free(s->load);
     xcache_free(s->xc);

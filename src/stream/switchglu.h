@@ -41,6 +41,9 @@ typedef struct {
 } stream_counters;
 
 int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char *err);
+/* The cache's slot limit now (memory pressure) and how often the pressure
+ * monitor lowered and raised it. */
+void stream_pressure(const e0_stream *s, int32_t *limit, uint64_t *shrinks, uint64_t *grows);
 void stream_free(e0_stream *s);
 
 /* Routed experts of MoE layer `layer` for T tokens.

@@ -8,11 +8,13 @@
 #include "util/err.h"
 
 #include <math.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { ST_FREE, ST_LOADING, ST_READY };
+/* RETIRED: a slot past the limit (xcache_set_limit), its memory given back. */
+enum { ST_FREE, ST_LOADING, ST_READY, ST_RETIRED };
 
 struct xentry {
     int32_t layer, expert; /* key, valid unless FREE */
@@ -32,6 +34,7 @@ struct xcache {
     uint8_t *mem;
     int32_t *table; /* [n_layers * n_experts]: entry index or -1 */
     xentry *lru_head, *lru_tail;
+    int32_t limit;  /* slots [limit, n_slots) are retired or retire on release */
     int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
@@ -97,6 +100,7 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
     for (int32_t i = 0; i < n_slots; i++)
         c->e[i].buf = c->mem + (size_t)i * bundle_bytes;
     c->n_free = n_slots;
+    c->limit = n_slots;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     *out = c;
@@ -242,17 +246,64 @@ int xcache_wait(xcache *c, xentry *e) {
     return rc;
 }
 
+/* Gives a slot's memory back to the kernel (its pages read as zeros if
+ * the slot is used again) and marks it RETIRED; the caller holds `mu` and
+ * has taken the entry out of the table and the list. */
+static void retire(xcache *c, xentry *e) {
+    const uintptr_t pg = 4096, a = ((uintptr_t)e->buf + pg - 1) & ~(pg - 1),
+                    b = ((uintptr_t)e->buf + c->bundle_bytes) & ~(pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+    e->state = ST_RETIRED;
+}
+
 void xcache_release(xcache *c, xentry *e) {
     pthread_mutex_lock(&c->mu);
     if (--e->pins == 0) {
-        if (e->state == ST_READY) {
+        const bool past = e - c->e >= c->limit;
+        if (e->state == ST_READY && past) { /* the limit came down while it was in use */
+            c->table[(size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert] = -1;
+            retire(c, e);
+        } else if (e->state == ST_READY) {
             lru_push(c, e);
+        } else if (e->expert < 0 && past) {
+            retire(c, e);
         } else if (e->expert < 0) { /* a failed load: back to FREE */
             e->state = ST_FREE;
             c->n_free++;
         }
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+void xcache_set_limit(xcache *c, int32_t n) {
+    if (n < 0) n = 0;
+    if (n > c->n_slots) n = c->n_slots;
+    pthread_mutex_lock(&c->mu);
+    c->limit = n;
+    for (int32_t i = 0; i < c->n_slots; i++) {
+        xentry *e = &c->e[i];
+        if (i < n) {
+            if (e->state == ST_RETIRED) {
+                e->state = ST_FREE;
+                c->n_free++;
+            }
+        } else if (e->state == ST_FREE) {
+            c->n_free--;
+            retire(c, e);
+        } else if (e->state == ST_READY && e->pins == 0) {
+            lru_unlink(c, e);
+            c->table[(size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert] = -1;
+            retire(c, e);
+        } /* pinned or loading: retires on its last release */
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+int32_t xcache_limit(xcache *c) {
+    pthread_mutex_lock(&c->mu);
+    const int32_t n = c->limit;
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 uint8_t *xentry_buf(xentry *e) {
@@ -266,7 +317,7 @@ void xcache_usage(xcache *c, int32_t *used, int32_t *pinned) {
     pthread_mutex_lock(&c->mu);
     int32_t u = 0, p = 0;
     for (int32_t i = 0; i < c->n_slots; i++) {
-        u += c->e[i].state != ST_FREE;
+        u += c->e[i].state != ST_FREE && c->e[i].state != ST_RETIRED;
         p += c->e[i].pins > 0;
     }
     pthread_mutex_unlock(&c->mu);

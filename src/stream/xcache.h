@@ -56,6 +56,14 @@ void xcache_loaded(xcache *c, xentry *e, bool ok);
 int xcache_wait(xcache *c, xentry *e);
 void xcache_release(xcache *c, xentry *e);
 
+/* Memory pressure: at most n slots in use from now on. Unpinned entries
+ * past the limit are evicted at once, pinned ones on their last release;
+ * their memory goes back to the kernel (MADV_DONTNEED). Raising the limit
+ * again (up to the slots made at start) makes them free slots, whose
+ * memory comes back as they are filled. */
+void xcache_set_limit(xcache *c, int32_t n);
+int32_t xcache_limit(xcache *c);
+
 uint8_t *xentry_buf(xentry *e);
 
 int32_t xcache_slots(const xcache *c);
