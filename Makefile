@@ -12,7 +12,7 @@ SAN     ?=
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wvla
 CFLAGS  = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
+LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -ledit -lm -lpthread
 LDFLAGS = $(SAN) -pthread
 
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
@@ -23,8 +23,19 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o
 
-.PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean
+.PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0
+
+# `edge0 --version`: the release and the git revision the binary was built
+# from, rewritten only when they change (so main.o rebuilds only then).
+E0_VERSION := 0.5.0
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
+$(BUILD)/version.h: FORCE
+	@mkdir -p $(BUILD)
+	@printf '#define E0_VERSION "%s"\n#define E0_GIT_REV "%s"\n' "$(E0_VERSION)" "$(GIT_REV)" > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/src/cli/main.o: $(BUILD)/version.h
+$(BUILD)/src/cli/main.o: CFLAGS += -I$(BUILD)
 
 deps:
 	@scripts/deps.sh

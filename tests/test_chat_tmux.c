@@ -2,7 +2,11 @@
  * the screen. On a tiny synthesized model with the real Qwen3 tokenizer:
  * answers stream, the second turn reuses the first turn's tokens, Ctrl-C
  * stops an answer but not the program, /think, /reset, /stats, a full
- * context says so, /exit leaves with status 0. */
+ * context says so, /exit leaves with status 0; the prompt's line editing:
+ * Up recalls the last message (history kept in a file), a multi-line paste
+ * is one turn, a trailing backslash continues, Ctrl-D on a non-empty line
+ * sends nothing, blank input is ignored, /help lists the commands. And
+ * piped, chat and demo write no escape codes. */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -64,13 +68,30 @@ static void wait_for(const char *t, const char *needle, int times) {
     }
 }
 
+static char state_dir[4200]; /* XDG_STATE_HOME of the chats: their history file */
+
 static void start(const char *t, const char *model, const char *args) {
     char cmd[12000];
     snprintf(cmd, sizeof cmd,
-             "new-session -d -s %s -x 200 -y 50 \"%s chat %s %s --temp 0 --io pread; echo EXITED rc=\\$?; sleep 60\"", t,
-             tu_bin(), model, args);
+             "new-session -d -s %s -x 200 -y 50 \"env XDG_STATE_HOME=%s %s chat %s %s --temp 0 --io pread; "
+             "echo EXITED rc=\\$?; sleep 60\"",
+             t, state_dir, tu_bin(), model, args);
     tmux(cmd);
-    wait_for(t, "/think on|off /exit", 1);
+    wait_for(t, "/help lists the commands", 1);
+}
+
+/* Occurrences of needle on session t's screen now. */
+static int count(const char *t, const char *needle) {
+    char *s = screen(t);
+    int k = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) k++;
+    free(s);
+    return k;
+}
+
+static void settle(void) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
 }
 
 static void test_chat_in_tmux(void **state) {
@@ -82,6 +103,7 @@ static void test_chat_in_tmux(void **state) {
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", model);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(sock, sizeof sock, "edge0-test-%d", (int)getpid());
+    snprintf(state_dir, sizeof state_dir, "%s/state", dir);
 
     /* turns, reuse, commands */
     start("a", model, "--max-tokens 24");
@@ -103,7 +125,7 @@ static void test_chat_in_tmux(void **state) {
     keys("-t a 'Hi' Enter");
     wait_for("a", "new prompt tokens (0 reused)", 2);
     keys("-t a C-c");
-    wait_for("a", "/exit or Ctrl-D leaves", 1);
+    wait_for("a", "/quit or Ctrl-D leaves", 1);
     keys("-t a /exit Enter");
     wait_for("a", "EXITED rc=0", 1);
 
@@ -124,7 +146,57 @@ static void test_chat_in_tmux(void **state) {
     wait_for("c", "(the context is full:", 1);
     keys("-t c /exit Enter");
     wait_for("c", "EXITED rc=0", 1);
+
+    /* the prompt's editing */
+    const char *turn = "new prompt tokens (";
+    start("d", model, "--max-tokens 4");
+    keys("-t d 'first message' Enter");
+    wait_for("d", turn, 1);
+    keys("-t d Up");
+    keys("-t d Enter");
+    wait_for("d", turn, 2);
+    assert_int_equal(count("d", "> first message"), 2); /* Up brought it back */
+    tmux("set-buffer 'pasted line one\npasted line two\npasted line three'");
+    tmux("paste-buffer -p -t d"); /* bracketed, as terminals paste */
+    wait_for("d", "[pasted text #1, 3 lines]", 1);
+    keys("-t d Enter");
+    wait_for("d", turn, 3);
+    settle();
+    assert_int_equal(count("d", turn), 3); /* three lines, one turn */
+    keys("-t d 'one \\' Enter");
+    wait_for("d", "... ", 1);
+    keys("-t d 'two' Enter");
+    wait_for("d", turn, 4);
+    keys("-t d 'not yet'");
+    keys("-t d C-d");
+    settle();
+    assert_int_equal(count("d", turn), 4); /* Ctrl-D on a non-empty line sends nothing */
+    keys("-t d C-u '   ' Enter");
+    settle();
+    assert_int_equal(count("d", turn), 4); /* blank input is not a turn */
+    keys("-t d /help Enter");
+    wait_for("d", "forget the conversation and start over", 1);
+    keys("-t d /quit Enter");
+    wait_for("d", "EXITED rc=0", 1);
+    char hist[4400];
+    snprintf(hist, sizeof hist, "grep -q 'first\\\\040message' %s/edge0/history", state_dir);
+    assert_int_equal(tu_run(hist), 0);
+    start("e", model, "--max-tokens 4"); /* a new chat recalls the last one's messages */
+    keys("-t e Up Up");
+    wait_for("e", "> /help", 1);
+    keys("-t e C-u /quit Enter");
+    wait_for("e", "EXITED rc=0", 1);
     tmux("kill-server");
+
+    /* piped: no escape codes from chat or demo (NO_COLOR unset) */
+    char pipe_cmd[40000];
+    snprintf(pipe_cmd, sizeof pipe_cmd,
+             "printf 'hi\\n/stats\\n/quit\\n' | env -u NO_COLOR XDG_STATE_HOME=%s %s chat %s "
+             "--max-tokens 4 > %s/chat.out 2>&1 && env -u NO_COLOR %s demo %s --max-tokens 4 > "
+             "%s/demo.out 2>&1 && ! grep -q \"$(printf '\\033')\" %s/chat.out %s/demo.out && "
+             "grep -q 'new prompt tokens' %s/chat.out",
+             state_dir, tu_bin(), model, dir, tu_bin(), model, dir, dir, dir, dir);
+    assert_int_equal(tu_run(pipe_cmd), 0);
     tu_rmtree(dir);
     free(dir);
 }

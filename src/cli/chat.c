@@ -16,19 +16,31 @@
 #include <unistd.h>
 
 static const char *HELP =
-    "usage: edge0 chat MODEL [--system TEXT] [--ctx N] [--no-think]\n"
+    "usage: edge0 chat MODEL [--system TEXT] [--prompt-file FILE] [--ctx N] [--no-think]\n"
     "\n"
     "Chats with MODEL, streaming each answer as it is generated. The conversation\n"
     "stays in the session: each turn evaluates only its own new tokens.\n"
     "\n"
-    "  --system TEXT   a system message for the conversation\n"
-    "  --ctx N         context size in tokens (default 4096)\n"
-    "  --no-think      start with thinking off (/think on|off switches it)\n"
+    "  --system TEXT       a system message for the conversation\n"
+    "  --prompt-file FILE  the first message, from FILE (\"-\": stdin), then the chat\n"
+    "  --ctx N             context size in tokens (default 4096)\n"
+    "  --no-think          start with thinking off (/think on|off switches it)\n"
     "\n"
-    "In the chat: /reset starts over, /stats shows speed and cache statistics,\n"
-    "/think on|off switches the model's thinking, /exit (or Ctrl-D) leaves,\n"
-    "Ctrl-C stops the answer being generated.\n"
+    "At the prompt: line editing and history (Up/Down; kept in\n"
+    "~/.local/state/edge0/history), a line ending in \\ continues on the next, a\n"
+    "paste stays one message. /help lists the commands: /reset starts over, /stats\n"
+    "shows speed and cache statistics, /think on|off switches the model's thinking,\n"
+    "/quit (or /exit, or Ctrl-D on an empty line) leaves. Ctrl-C stops the answer\n"
+    "being generated.\n"
     "\n";
+
+static const char *COMMANDS_HELP =
+    "/help            this list\n"
+    "/reset           forget the conversation and start over\n"
+    "/stats           speed, memory and expert-cache statistics so far\n"
+    "/think on|off    let the model think before answering, or not\n"
+    "/quit, /exit     leave (Ctrl-D on an empty line too)\n"
+    "A line ending in \\ continues on the next; Ctrl-C stops an answer.";
 
 static volatile sig_atomic_t interrupted;
 
@@ -96,10 +108,12 @@ static int turn_text(const char *system, const char *user, bool first, bool thin
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
+    char *first_msg = NULL; /* --prompt-file */
     long ctx = 4096;
     bool think = true;
     cli_engine ce;
     cli_engine_init(&ce);
+    ce.sampling = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
@@ -109,6 +123,14 @@ int cmd_chat(int argc, char **argv) {
                 return 2;
             }
             system = v, i++;
+        } else if (!strcmp(a, "--prompt-file")) {
+            if (!v) {
+                cli_error("--prompt-file needs a file name");
+                return 2;
+            }
+            free(first_msg);
+            if (!(first_msg = cli_read_text_file("--prompt-file", v))) return 2;
+            i++;
         } else if (!strcmp(a, "--ctx")) {
             if ((ctx = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
             i++;
@@ -126,14 +148,20 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!model) {
         cli_error("chat needs MODEL (see edge0 chat --help)");
+        free(first_msg);
         return 2;
     }
-    if (cli_engine_finish(&ce) != 0) return 2;
+    if (cli_engine_finish(&ce) != 0) {
+        free(first_msg);
+        return 2;
+    }
     char err[E0_ERR_MAX];
     e0_engine *eng = NULL;
     e0_session *s = NULL;
     e0_text *text = NULL;
     int32_t *prompt = NULL;
+    cli_line *in = NULL;
+    char *line = NULL;
     int status = 1;
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
@@ -146,26 +174,41 @@ int cmd_chat(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     e0_model_info info;
     e0_engine_info(eng, &info);
-    printf("edge0 chat: %s (%s, %d layers, %d experts, top-%d), context %ld tokens. /reset /stats /think on|off /exit\n",
+    printf("edge0 chat: %s (%s, %d layers, %d experts, top-%d), context %ld tokens. /help lists "
+           "the commands\n",
            model, info.family, info.n_layers, info.n_experts, info.top_k, ctx);
-    char line[65536];
+    const bool color = cli_color();
+    in = cli_line_open();
+    if (!in) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
     bool first = true;
     for (;;) {
-        printf("\n> ");
-        fflush(stdout);
+        free(line);
+        line = NULL;
+        printf("\n");
         interrupted = 0;
-        if (!fgets(line, sizeof line, stdin)) {
-            if (ferror(stdin) && errno == EINTR) {
-                clearerr(stdin);
-                printf("\n(Ctrl-C stops an answer; /exit or Ctrl-D leaves)");
+        bool intr = false;
+        if (first_msg) { /* --prompt-file: the first turn */
+            line = first_msg;
+            first_msg = NULL;
+            printf("> %s\n", line);
+        } else if (!(line = cli_line_read(in, &intr))) {
+            if (intr) {
+                printf("\n(Ctrl-C stops an answer; /quit or Ctrl-D leaves)");
                 continue;
             }
             printf("\n");
             break;
         }
-        line[strcspn(line, "\r\n")] = 0;
-        if (!line[0]) continue;
+        if (!line[strspn(line, " \t\r\n")]) continue; /* empty or blank: nothing to send */
+        cli_line_add_history(in, line);
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/help")) {
+            printf("%s", COMMANDS_HELP);
+            continue;
+        }
         if (!strcmp(line, "/reset")) {
             e0_session_reset(s);
             first = true;
@@ -184,7 +227,7 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (line[0] == '/') {
-            printf("(unknown command %s: /reset /stats /think on|off /exit)", line);
+            printf("(unknown command %s; /help lists them)", line);
             continue;
         }
         char *delta = NULL;
@@ -230,14 +273,18 @@ int cmd_chat(int argc, char **argv) {
                           : r.finish == E0_FINISH_CONTEXT ? " -- the context is full; /reset to start over"
                           : r.finish == E0_FINISH_LENGTH  ? " (max tokens)"
                                                           : "";
-        printf("\n\033[2m[%d new prompt tokens (%d reused), %.1f tok/s prefill; %d tokens, %.1f tok/s%s]\033[0m",
-               r.prompt_tokens - r.reused_tokens, r.reused_tokens,
+        printf("\n%s[%d new prompt tokens (%d reused), %.1f tok/s prefill; %d tokens, %.1f tok/s%s]%s",
+               color ? "\033[2m" : "", r.prompt_tokens - r.reused_tokens, r.reused_tokens,
                r.prefill_s > 0 ? (r.prompt_tokens - r.reused_tokens) / r.prefill_s : 0.0, r.completion_tokens,
-               r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why);
+               r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why, color ? "\033[0m" : "");
     }
+    if (ce.stats) cli_print_stats(eng, stdout);
     status = 0;
 out:
     if (status) cli_error("%s", err);
+    free(line);
+    cli_line_close(in);
+    free(first_msg);
     free(prompt);
     e0_text_free(text);
     e0_session_free(s);

@@ -66,6 +66,25 @@ int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
+/* The chat prompt (lineedit.c): libedit line editing, history and
+ * bracketed paste on a terminal, plain reads otherwise. cli_line_read
+ * returns one turn (malloc'd; lines joined by a trailing backslash or
+ * pasted together keep their newlines), or NULL at the end of input or when
+ * Ctrl-C interrupted the read (*interrupted). */
+typedef struct cli_line cli_line;
+cli_line *cli_line_open(void);
+char *cli_line_read(cli_line *l, bool *interrupted);
+void cli_line_add_history(cli_line *l, const char *text);
+void cli_line_close(cli_line *l);
+
+/* A whole text file ("-": stdin), trailing newlines dropped; NULL
+ * (message naming `opt` printed) when unreadable, empty, binary or over
+ * 64 MiB. */
+char *cli_read_text_file(const char *opt, const char *path);
+
+/* Colour on stdout: a terminal and no NO_COLOR in the environment. */
+bool cli_color(void);
+
 /* Engine options shared by every command that runs a model. */
 #define CLI_MAX_OPTS 64
 typedef struct {
@@ -76,6 +95,7 @@ typedef struct {
     e0_path path;
     e0_io_mode io;
     bool path_set, io_set, ondemand, stats;
+    bool sampling; /* the command samples tokens: the sampling options are its own */
     unsigned long long mem_budget;
     bool budget_off; /* --mem-budget off */
     int threads;

@@ -15,7 +15,8 @@
 #include <unistd.h>
 
 static const char *HELP =
-    "usage: edge0 demo [MODEL] [--prompt TEXT] [--no-think] [--ids ID,ID,...]\n"
+    "usage: edge0 demo [MODEL] [--prompt TEXT | --prompt-file FILE] [--system TEXT] [--no-think]\n"
+    "                  [--ids ID,ID,...]\n"
     "\n"
     "Answers one prompt with MODEL (a directory with config.json, safetensors and\n"
     "tokenizer.json), streaming the answer, then prints a stats line. Without\n"
@@ -24,6 +25,8 @@ static const char *HELP =
     "its answers are noise.\n"
     "\n"
     "  --prompt TEXT   the user message (default: a short question)\n"
+    "  --prompt-file FILE  the user message from FILE (\"-\": stdin)\n"
+    "  --system TEXT   a system message before it\n"
     "  --no-think      render the prompt with thinking off, as the template does\n"
     "  --ids LIST      feed these token ids instead of a prompt (no tokenizer needed)\n"
     "\n";
@@ -112,12 +115,14 @@ static int print_piece(void *user, const char *text, size_t len) {
 }
 
 int cmd_demo(int argc, char **argv) {
-    const char *model = NULL, *prompt = "Why is the sky blue? Answer in one sentence.";
+    const char *model = NULL, *prompt = "Why is the sky blue? Answer in one sentence.", *system = NULL;
+    char *prompt_buf = NULL; /* --prompt-file */
     int32_t *ids = NULL;
     size_t n_ids = 0;
     bool think = true;
     cli_engine ce;
     cli_engine_init(&ce);
+    ce.sampling = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
@@ -127,6 +132,20 @@ int cmd_demo(int argc, char **argv) {
                 goto usage;
             }
             prompt = v, i++;
+        } else if (!strcmp(a, "--prompt-file")) {
+            if (!v) {
+                cli_error("--prompt-file needs a file name");
+                goto usage;
+            }
+            free(prompt_buf);
+            if (!(prompt_buf = cli_read_text_file(a, v))) goto usage;
+            prompt = prompt_buf, i++;
+        } else if (!strcmp(a, "--system")) {
+            if (!v) {
+                cli_error("--system needs a value");
+                goto usage;
+            }
+            system = v, i++;
         } else if (!strcmp(a, "--no-think")) {
             think = false;
         } else if (!strcmp(a, "--ids")) {
@@ -147,6 +166,7 @@ int cmd_demo(int argc, char **argv) {
     char dir[4200];
     if (!model) {
         if (builtin_model(dir, sizeof dir) != 0) {
+            free(prompt_buf);
             free(ids);
             return 1;
         }
@@ -168,16 +188,22 @@ int cmd_demo(int argc, char **argv) {
             goto out;
         }
         char *msg = NULL;
-        size_t ml = strlen(prompt) * 6 + 64;
+        size_t ml = (strlen(prompt) + (system ? strlen(system) : 0)) * 6 + 96;
         if (!(msg = malloc(ml))) goto out;
-        /* [{"role":"user","content":"<prompt, JSON-escaped>"}] */
-        size_t o = (size_t)snprintf(msg, ml, "[{\"role\":\"user\",\"content\":\"");
-        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
-            if (*p == '"' || *p == '\\') o += (size_t)snprintf(msg + o, ml - o, "\\%c", *p);
-            else if (*p < 0x20) o += (size_t)snprintf(msg + o, ml - o, "\\u%04x", *p);
-            else msg[o++] = (char)*p;
+        /* [{"role":"system",...},{"role":"user","content":"<prompt, JSON-escaped>"}] */
+        size_t o = (size_t)snprintf(msg, ml, "[");
+        for (int m = system ? 0 : 1; m < 2; m++) {
+            const char *text_m = m ? prompt : system;
+            o += (size_t)snprintf(msg + o, ml - o, "%s{\"role\":\"%s\",\"content\":\"", m && system ? "," : "",
+                                  m ? "user" : "system");
+            for (const unsigned char *p = (const unsigned char *)text_m; *p; p++) {
+                if (*p == '"' || *p == '\\') o += (size_t)snprintf(msg + o, ml - o, "\\%c", *p);
+                else if (*p < 0x20) o += (size_t)snprintf(msg + o, ml - o, "\\u%04x", *p);
+                else msg[o++] = (char)*p;
+            }
+            o += (size_t)snprintf(msg + o, ml - o, "\"}");
         }
-        snprintf(msg + o, ml - o, "\"}]");
+        snprintf(msg + o, ml - o, "]");
         e0_chat_opts co;
         e0_chat_opts_default(&co);
         co.enable_thinking = think;
@@ -194,7 +220,10 @@ int cmd_demo(int argc, char **argv) {
     if (e0_session_new(eng, &so, &s, err) != E0_OK) goto out;
     printf("model: %s (%s, %s layout, %d layers, %d experts, top-%d)%s\n", model, info.family, info.layout,
            info.n_layers, info.n_experts, info.top_k,
-           model == dir ? " -- the built-in tiny model has random weights: expect noise" : "");
+           model == dir ? "\n  (the built-in tiny model has random weights, so its answer is noise; for a real "
+                          "answer give a model: edge0 demo DIR-or-FILE.gguf, a Hugging Face or "
+                          "mlx-community folder or a GGUF file)"
+                        : "");
     if (text) printf("> %s\n", prompt);
     else printf("prompt ids: %zu of them\n", n_ids);
     fflush(stdout);
@@ -236,6 +265,7 @@ int cmd_demo(int argc, char **argv) {
     status = 0;
 out:
     if (status) cli_error("%s", err);
+    free(prompt_buf);
     free(rendered);
     free(ids);
     e0_text_free(text);
@@ -243,6 +273,7 @@ out:
     e0_engine_free(eng);
     return status;
 usage:
+    free(prompt_buf);
     free(ids);
     return 2;
 }

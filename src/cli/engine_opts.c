@@ -3,6 +3,7 @@
  * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--threads. */
 #include "cli/cli.h"
 #include "quant/mat.h"
+#include "util/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,15 +65,28 @@ static int parse_float(const char *opt, const char *v, float *out) {
     return 0;
 }
 
+/* A float option within [lo, hi] (lo_open: lo itself excluded). */
+static int parse_range(const char *opt, const char *v, float lo, bool lo_open, float hi,
+                       float *out) {
+    if (parse_float(opt, v, out)) return -1;
+    if (*out < lo || (lo_open && *out == lo) || *out > hi) {
+        cli_error("%s: %s is out of range: it takes a number %s %g and <= %g", opt, v,
+                  lo_open ? ">" : ">=", lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 static int sample_arg(cli_engine *c, const char *a, const char *v) {
     e0_sample_opts *s = &c->sample;
     long n;
-    if (!strcmp(a, "--temp")) return parse_float(a, v, &s->temperature);
-    if (!strcmp(a, "--top-p")) return parse_float(a, v, &s->top_p);
-    if (!strcmp(a, "--min-p")) return parse_float(a, v, &s->min_p);
-    if (!strcmp(a, "--repeat-penalty")) return parse_float(a, v, &s->repeat_penalty);
-    if (!strcmp(a, "--presence-penalty")) return parse_float(a, v, &s->presence_penalty);
-    if (!strcmp(a, "--frequency-penalty")) return parse_float(a, v, &s->frequency_penalty);
+    if (!strcmp(a, "--temp")) return parse_range(a, v, 0, false, 100, &s->temperature);
+    if (!strcmp(a, "--top-p")) return parse_range(a, v, 0, true, 1, &s->top_p);
+    if (!strcmp(a, "--min-p")) return parse_range(a, v, 0, false, 1, &s->min_p);
+    if (!strcmp(a, "--repeat-penalty")) return parse_range(a, v, 0, true, 100, &s->repeat_penalty);
+    if (!strcmp(a, "--presence-penalty")) return parse_range(a, v, -2, false, 2, &s->presence_penalty);
+    if (!strcmp(a, "--frequency-penalty"))
+        return parse_range(a, v, -2, false, 2, &s->frequency_penalty);
     if (!strcmp(a, "--top-k"))
         return (n = cli_parse_long(a, v, 0, 1 << 24)) < 0 ? -1 : (s->top_k = (int32_t)n, 0);
     if (!strcmp(a, "--max-tokens"))
@@ -139,7 +153,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
         fputs(help, stdout);
         fputs(CLI_ENGINE_HELP, stdout);
-        fputs(CLI_SAMPLE_HELP, stdout);
+        if (c->sampling) fputs(CLI_SAMPLE_HELP, stdout);
         return 2;
     }
     static const char *valued[] = {"--preset",
@@ -166,7 +180,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         cli_error("%s needs a value", a);
         return -1;
     }
-    int sr = takes ? sample_arg(c, a, v) : 1;
+    int sr = takes && c->sampling ? sample_arg(c, a, v) : 1;
     if (sr < 0) return -1;
     if (sr == 0) {
         (*i)++;
@@ -245,11 +259,13 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
 
 /* --io load: a progress bar on a terminal while the checkpoint is read (a
  * 20 GB file takes seconds from the page cache, minutes from a slow disk);
- * nothing when stderr is not a terminal. */
+ * nothing when stderr is not a terminal, nor for a load that ends within
+ * half a second (a checkpoint already in the page cache). */
 static void load_progress(void *ctx, uint64_t done, uint64_t total) {
     static cli_progress bar;
     static double t0;
     static uint64_t last; /* 0: no load under way */
+    static bool shown;
     (void)ctx;
     if (!last || done < last) { /* a new load */
         memset(&bar, 0, sizeof bar);
@@ -258,9 +274,15 @@ static void load_progress(void *ctx, uint64_t done, uint64_t total) {
         bar.verb = "read";
         bar.tty = 1;
         t0 = cli_now();
-        fprintf(stderr, "edge0: loading the checkpoint into memory\n");
+        shown = false;
     }
     last = done < total ? done : 0;
+    if (!shown && done < total && cli_now() - t0 < 0.5) return;
+    if (!shown) {
+        if (done >= total) return; /* fast: nothing to show */
+        fprintf(stderr, "edge0: loading the checkpoint into memory\n");
+        shown = true;
+    }
     cli_progress_update(&bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
                         (double)total, cli_now() - t0);
 }
@@ -287,6 +309,11 @@ int cli_engine_finish(cli_engine *c) {
     if (c->path_set) c->eo.path = c->path;
     if (c->io_set) c->eo.io = c->io;
     c->eo.n_threads = c->threads;
+    if (c->threads > pool_cores() && pool_cores() > 0)
+        fprintf(stderr,
+                "edge0: warning: --threads %d is more than this machine's %d cores; threads "
+                "beyond the cores wait for each other instead of computing\n",
+                c->threads, pool_cores());
     c->eo.mem_budget = c->mem_budget;
     c->eo.budget_mode = c->budget_off ? E0_BUDGET_OFF : E0_BUDGET_AUTO;
     if (isatty(STDERR_FILENO)) c->eo.load_progress = load_progress;

@@ -63,6 +63,7 @@ int cmd_serve(int argc, char **argv) {
     so.api_key = getenv("EDGE0_API_KEY");
     cli_engine ce;
     cli_engine_init(&ce);
+    ce.sampling = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);

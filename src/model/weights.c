@@ -13,10 +13,14 @@
 #include "util/err.h"
 #include "util/num.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define NAME_MAX_LEN 512
 
@@ -313,8 +317,77 @@ static int load_layer(loader *L, int li) {
     return 0;
 }
 
+/* An owner/name the way Hugging Face names repositories ("Qwen/Qwen3-30B-A3B"). */
+static bool looks_like_repo_id(const char *p) {
+    const char *slash = strchr(p, '/');
+    if (!slash || slash == p || !slash[1] || strchr(slash + 1, '/') || p[0] == '.') return false;
+    for (const char *c = p; *c; c++)
+        if (!(isalnum((unsigned char)*c) || *c == '-' || *c == '_' || *c == '.' || *c == '/'))
+            return false;
+    return true;
+}
+
+/* What MODEL is when it is not a checkpoint edge0 reads: a clear message
+ * saying what edge0 wants (E0_ENOTFOUND), or 0 to go on. */
+static int check_model_path(const char *path, char *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (looks_like_repo_id(path))
+            return e0_fail(err, E0_ENOTFOUND,
+                           "%s: no such file or directory here. It looks like a Hugging Face "
+                           "repository id; edge0 reads checkpoints from disk, so download it first "
+                           "(e.g. `huggingface-cli download %s --local-dir ~/models/%s`) and pass "
+                           "that directory, or pass a .gguf file",
+                           path, path, strchr(path, '/') + 1);
+        return e0_fail(err, E0_ENOTFOUND, "%s: no such file or directory (MODEL is a model "
+                                          "directory with config.json, or a .gguf file)", path);
+    }
+    if (S_ISREG(st.st_mode))
+        return gguf_is_path(path)
+                   ? 0
+                   : e0_fail(err, E0_EFORMAT,
+                             "%s is a file but not a GGUF file: MODEL is a model directory "
+                             "(config.json + *.safetensors, as Hugging Face and mlx-community "
+                             "publish them) or a .gguf file",
+                             path);
+    if (!S_ISDIR(st.st_mode)) return 0;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (access(cfg, F_OK) == 0) return 0;
+    /* a folder of checkpoints: name them */
+    struct dirent **list = NULL;
+    const int nl = scandir(path, &list, NULL, alphasort);
+    char found[1024] = "";
+    size_t used = 0;
+    int n = 0;
+    for (int i = 0; i < nl; i++) {
+        const struct dirent *de = list[i];
+        if (de->d_name[0] == '.') continue;
+        char sub[4200], subcfg[4400];
+        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+        snprintf(subcfg, sizeof subcfg, "%s/config.json", sub);
+        const size_t len = strlen(de->d_name);
+        const bool gguf = len > 5 && !strcmp(de->d_name + len - 5, ".gguf");
+        if (!gguf && access(subcfg, F_OK) != 0) continue;
+        if (used + len + 8 < sizeof found)
+            used += (size_t)snprintf(found + used, sizeof found - used, "%s%s%s", n ? ", " : "",
+                                     de->d_name, gguf ? "" : "/");
+        n++;
+    }
+    for (int i = 0; i < nl; i++)
+        free(list[i]);
+    free(list);
+    if (n)
+        return e0_fail(err, E0_ENOTFOUND,
+                       "%s is not a checkpoint (no config.json) but holds %d: %s; pass one of them",
+                       path, n, found);
+    return 0; /* config_load says what is missing */
+}
+
 int model_load(e0_model *m, const char *dir, char *err) {
     memset(m, 0, sizeof *m);
+    int prc = check_model_path(dir, err);
+    if (prc) return prc;
     if (gguf_is_path(dir)) {
         loader G = {.m = m, .cfgname = "the GGUF metadata", .err = err};
         int rc = load_gguf(&G, dir);

@@ -10,6 +10,17 @@ static double gib(uint64_t b) {
     return (double)b / (double)(1ull << 30);
 }
 
+/* b in the largest unit that keeps it >= 1: "1.0 KiB", "512.0 MiB", "7.80 GiB". */
+static const char *size_str(char *buf, size_t n, uint64_t b) {
+    if (b >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", gib(b));
+    else if (b >= (1ull << 20))
+        snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+    return buf;
+}
+
 /* The largest bundle plan of the model, as the stream sizes its slots: the
  * expert bytes are the same for every bundle, the alignment slack depends
  * on where each range sits in the file. */
@@ -78,14 +89,16 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note
             (uint64_t)(lo->hot_window ? lo->hot_window : moe_layers) * (uint64_t)hot * bundle;
     if (lo->full_layer_prefill) buffers += 2 * (uint64_t)c->n_experts * bundle;
     const uint64_t fixed = weights + sess + margin + buffers;
-    if (o->mem_budget < fixed + bundle)
+    if (o->mem_budget < fixed + bundle) {
+        char b0[32], b1[32], b2[32], b3[32], b4[32];
         return e0_fail(err, E0_EINVAL,
-                       "--mem-budget %.2f GiB is too small: non-expert weights %.2f GiB + session "
-                       "%.2f GiB + stream "
-                       "buffers %.2f GiB + margin need %.2f GiB before any expert is cached (try a "
-                       "larger budget, "
-                       "--prefill-ondemand, or fewer staged/hot slots)",
-                       gib(o->mem_budget), gib(weights), gib(sess), gib(buffers), gib(fixed));
+                       "--mem-budget %s is too small: non-expert weights %s + session %s + stream "
+                       "buffers %s + margin need %s before any expert is cached (try a larger "
+                       "budget, --prefill-ondemand, or fewer staged/hot slots)",
+                       size_str(b0, sizeof b0, o->mem_budget), size_str(b1, sizeof b1, weights),
+                       size_str(b2, sizeof b2, sess), size_str(b3, sizeof b3, buffers),
+                       size_str(b4, sizeof b4, fixed + bundle));
+    }
     uint64_t slots = (o->mem_budget - fixed) / bundle;
     if (slots > (uint64_t)moe_layers * (uint64_t)c->n_experts)
         slots = (uint64_t)moe_layers * (uint64_t)c->n_experts;

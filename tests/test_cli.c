@@ -1,0 +1,151 @@
+/* The command line as a new user meets it (issue 17): each message that
+ * used to mislead, and the one it says now; flag errors before any model is
+ * read; --version; each command's --help listing only its own options. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static char *dir;
+
+/* Runs `edge0 ARGS`, stdout and stderr into dir/out.txt: the exit status. */
+static int run(const char *args) {
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s > %s/out.txt 2>&1", tu_bin(), args, dir);
+    return tu_run(cmd);
+}
+
+/* dir/out.txt holds `text`, or the test fails showing it. */
+static void says(const char *what, const char *text) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    if (!strstr(buf, text)) fail_msg("%s: expected '%s' in:\n%s", what, text, buf);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_flags_before_model(void **state) {
+    (void)state;
+    char args[4400];
+    /* a bad flag is named even though the model does not exist either */
+    snprintf(args, sizeof args, "demo %s/missing --temp -1", dir);
+    assert_int_equal(run(args), 2);
+    says("--temp -1", "--temp: -1 is out of range: it takes a number >= 0");
+    snprintf(args, sizeof args, "chat %s/missing --top-p 2", dir);
+    assert_int_equal(run(args), 2);
+    says("--top-p 2", "--top-p: 2 is out of range");
+    snprintf(args, sizeof args, "serve %s/missing --min-p 7", dir);
+    assert_int_equal(run(args), 2);
+    says("--min-p 7", "--min-p: 7 is out of range");
+    /* a missing model: a message at once (no model is read, nothing is built) */
+    snprintf(args, sizeof args, "chat %s/missing", dir);
+    const double t0 = now();
+    assert_int_not_equal(run(args), 0);
+    const double dt = now() - t0;
+    says("missing model", "no such file or directory (MODEL is a model directory with "
+                          "config.json, or a .gguf file)");
+    printf("  a missing model is reported in %.0f ms\n", dt * 1e3);
+    assert_true(dt < 2.0); /* generous: the point is that nothing is loaded */
+}
+
+static void test_model_messages(void **state) {
+    (void)state;
+    assert_int_not_equal(run("info Qwen/Qwen3-30B-A3B-Instruct-2507"), 0);
+    says("a repository id", "It looks like a Hugging Face repository id");
+    says("a repository id", "huggingface-cli download Qwen/Qwen3-30B-A3B-Instruct-2507");
+    char args[4400];
+    snprintf(args, sizeof args, "info %s", tu_shared("fixtures/qwen3moe"));
+    assert_int_not_equal(run(args), 0);
+    says("a folder of checkpoints", "holds 3: hf/, hf-fused/, mlx/; pass one of them");
+    snprintf(args, sizeof args, "info %s", tu_shared("fixtures/README.md"));
+    assert_int_not_equal(run(args), 0);
+    says("a file that is not GGUF", "is a file but not a GGUF file");
+    /* a GGUF file is a model */
+    snprintf(args, sizeof args, "info %s", tu_shared("gguf/qwen3moe/model-Q4_0.gguf"));
+    assert_int_equal(run(args), 0);
+    says("a GGUF file", "layout gguf");
+}
+
+static void test_sizes_and_threads(void **state) {
+    (void)state;
+    char args[4400];
+    snprintf(args, sizeof args, "logits %s --ids 1 --out %s/o.st --mem-budget 1K",
+             tu_shared("fixtures/qwen3moe/mlx"), dir);
+    assert_int_not_equal(run(args), 0);
+    says("--mem-budget 1K", "--mem-budget 1.0 KiB is too small");
+    assert_int_equal(run("logits --mem-budget lots"), 2);
+    says("--mem-budget lots", "not a size such as 8G or 512M, auto or off");
+    snprintf(args, sizeof args, "logits %s --ids 1 --out %s/o.st --threads 999",
+             tu_shared("fixtures/qwen3moe/mlx"), dir);
+    assert_int_equal(run(args), 0);
+    says("--threads 999", "--threads 999 is more than this machine's");
+}
+
+static void test_help_and_version(void **state) {
+    (void)state;
+    assert_int_equal(run("--version"), 0);
+    says("--version", "edge0 0.");
+    says("--version", "(git ");
+    says("--version", "kernels on this CPU: ");
+    /* sampling options only where something is sampled */
+    const char *no[] = {"bench", "logits", "info"}, *yes[] = {"demo", "chat", "serve"};
+    for (int i = 0; i < 3; i++) {
+        char args[64], cmd[8400];
+        snprintf(args, sizeof args, "%s --help", no[i]);
+        assert_int_equal(run(args), 0);
+        snprintf(cmd, sizeof cmd, "! grep -q -- '--temp' %s/out.txt", dir);
+        if (tu_run(cmd) != 0) fail_msg("%s --help lists --temp, which it does not use", no[i]);
+        snprintf(args, sizeof args, "%s --help", yes[i]);
+        assert_int_equal(run(args), 0);
+        says(yes[i], "--temp T");
+    }
+    assert_int_equal(run("logits --temp 0"), 2);
+    says("logits --temp", "logits: unknown option '--temp'");
+    assert_int_equal(run("demo --help"), 0);
+    says("demo --help", "--prompt-file FILE");
+    says("demo --help", "--system TEXT");
+    assert_int_equal(run("chat --help"), 0);
+    says("chat --help", "--prompt-file FILE");
+}
+
+/* demo --prompt-file: the file's text (both lines) is the message; a
+ * missing file is named. */
+static void test_demo_prompt_file(void **state) {
+    (void)state;
+    char path[4200], args[9000];
+    snprintf(path, sizeof path, "%s/prompt.txt", dir);
+    FILE *f = fopen(path, "w");
+    fputs("What is in this file?\nTwo lines.\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "demo --prompt-file %s --system 'Be brief.' --max-tokens 2", path);
+    assert_int_equal(run(args), 0);
+    says("--prompt-file", "> What is in this file?\nTwo lines.");
+    snprintf(args, sizeof args, "demo --prompt-file %s/none.txt", dir);
+    assert_int_equal(run(args), 2);
+    says("--prompt-file missing", "--prompt-file: cannot open");
+}
+
+int main(void) {
+    dir = tu_tmpdir();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_help_and_version),
+        cmocka_unit_test(test_demo_prompt_file),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tu_rmtree(dir);
+    free(dir);
+    return rc;
+}
