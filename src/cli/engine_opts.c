@@ -350,15 +350,23 @@ void cli_print_stats(e0_engine *e, FILE *f) {
             st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0,
             (unsigned long long)st.decode_tokens,
             st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
-    fprintf(f,
-            "  experts: bundle %.2f MiB, cache_slots %d (one token's working set: %d bundles)%s\n",
-            mib(st.bundle_bytes), st.cache_slots, st.working_set,
-            st.cache_slots < st.working_set
-                ? " -- too small for hits across tokens; size it with --mem-budget"
-                : "");
-    fprintf(f, "  LRU: %llu hits, %llu misses (hit rate %.1f%%), %llu reads outside the LRU\n",
-            (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses,
-            pct(st.lru_hits, st.lru_hits + st.lru_misses), (unsigned long long)st.overflow_reads);
+    if (!st.cache_slots && !st.lru_hits && !st.lru_misses && !st.overflow_reads) {
+        fprintf(f, "  experts: read from memory (%s), so there is no expert cache\n",
+                strncmp(e0_engine_io_note(e), "io load", 7) ? "the checkpoint's mapping"
+                                                            : "the checkpoint is loaded");
+    } else {
+        fprintf(f,
+                "  experts: bundle %.2f MiB, cache_slots %d (one token's working set: %d "
+                "bundles)%s\n",
+                mib(st.bundle_bytes), st.cache_slots, st.working_set,
+                st.cache_slots < st.working_set
+                    ? " -- too small for hits across tokens; size it with --mem-budget"
+                    : "");
+        fprintf(f, "  LRU: %llu hits, %llu misses (hit rate %.1f%%), %llu reads outside the LRU\n",
+                (unsigned long long)st.lru_hits, (unsigned long long)st.lru_misses,
+                pct(st.lru_hits, st.lru_hits + st.lru_misses),
+                (unsigned long long)st.overflow_reads);
+    }
     if (st.pressure_shrinks || st.pressure_grows)
         fprintf(f, "  memory pressure: the cache's limit went down %llu times and up %llu times; "
                    "%d of %d slots usable now\n",
@@ -386,11 +394,14 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                 pct(st.spec_used, st.spec_loads));
     fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s,
             st.compute_s);
-    fprintf(f, "  LRU hit rate per layer:");
-    for (int l = 0; l < info.n_layers; l++) {
-        uint64_t h, m;
-        e0_engine_layer_stats(e, l, &h, &m);
-        if (h + m) fprintf(f, " %d:%.0f%%", l, pct(h, h + m));
+    if (st.lru_hits + st.lru_misses) {
+        fprintf(f, "  LRU hit rate per layer:");
+        for (int l = 0; l < info.n_layers; l++) {
+            uint64_t h, m;
+            e0_engine_layer_stats(e, l, &h, &m);
+            if (h + m) fprintf(f, " %d:%.0f%%", l, pct(h, h + m));
+        }
+        fprintf(f, "\n");
     }
-    fprintf(f, "\n  peak RSS %.1f MiB\n", mib(st.peak_rss));
+    fprintf(f, "  peak RSS %.1f MiB\n", mib(st.peak_rss));
 }
