@@ -3,6 +3,8 @@
  * Also: sharded checkpoints load and compute exactly what one file does. */
 #include "testutil.h"
 
+#include "model/model.h"
+
 #include "edge0.h"
 #include "io/config.h"
 #include "io/safetensors.h"
@@ -461,6 +463,27 @@ static void test_truncated_while_open(void **state) {
     free(dir);
 }
 
+/* The pages pread I/O copies out of the mappings are the non-expert
+ * weights' (plus the headers and the pages they share with an expert), not
+ * the pages between one expert and the next of a stacked tensor. */
+static void test_pin_only_resident(void **state) {
+    (void)state;
+    const char *models[] = {"fixtures/qwen35moe/mlx", "fixtures/qwen3moe/hf",
+                            "gguf/tiny-qwen35moe/model-Q4_K_M.gguf"};
+    for (int i = 0; i < 3; i++) {
+        char err[E0_ERR_MAX];
+        e0_model m;
+        if (model_load(&m, tu_shared(models[i]), err)) fail_msg("%s", err);
+        uint64_t pinned;
+        if (model_pin_resident(&m, &pinned, err)) fail_msg("%s", err);
+        const uint64_t rest = m.weight_bytes - m.expert_bytes, slack = 64 * 4096;
+        printf("  %s: %llu bytes copied for %llu of non-expert weights\n", models[i],
+               (unsigned long long)pinned, (unsigned long long)rest);
+        assert_true(pinned >= rest && pinned <= rest + slack);
+        model_free(&m);
+    }
+}
+
 static void test_cli_errors(void **state) {
     (void)state;
     char cmd[4096];
@@ -494,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_model_errors),
         cmocka_unit_test(test_load_in_place),
         cmocka_unit_test(test_truncated_while_open),
+        cmocka_unit_test(test_pin_only_resident),
         cmocka_unit_test(test_cli_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -681,6 +681,19 @@ int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char 
     if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
     memcpy(v, skip, n * sizeof *v);
     qsort(v, n, sizeof *v, span_cmp);
+    /* spans that touch or overlap become one: the experts of a stacked
+     * tensor follow each other, and the page holding the boundary between
+     * two of them is not to be pinned (nor made into a mapping of its own) */
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (m && v[k].p <= v[m - 1].p + v[m - 1].len) {
+            const uint8_t *end = v[k].p + v[k].len;
+            if (end > v[m - 1].p + v[m - 1].len) v[m - 1].len = (uint64_t)(end - v[m - 1].p);
+        } else {
+            v[m++] = v[k];
+        }
+    }
+    n = m;
     const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
     int rc = 0;
     for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
