@@ -14,7 +14,8 @@
  *        scale.
  *   p_j = e_j / sum, e_j = exp_ps(s_j - max), sum over lanes j % 16 then
  *        reduced; exp_ps is within 2 ulp of expf (its comment says how).
- *   o   = sum_j p_j v_j in order of j, one accumulator per 16 columns.
+ *   o   = sum_j p_j v_j in order of j, one accumulator per 16 columns
+ *        (two heads share each load of v_j, each with its own accumulators).
  */
 #include "quant/kernels.h"
 
@@ -27,6 +28,11 @@
 #define TGT    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define INL    static inline __attribute__((always_inline)) TGT
 #define UNROLL _Pragma("GCC unroll 16")
+/* Positions per block of the value pass. */
+/* Positions per block of the value pass: their rows stay in L1 across the group. */
+#define VB 64
+
+
 
 /* Lane i of the result: the sum of the 16 lanes of a[i]. Four levels; at
  * each a vector holds 16 / P sources of P partial sums, and two vectors
@@ -153,40 +159,51 @@ TGT void k_avx512_attend_heads(const float *q, size_t qstride, int g, const floa
     }
     for (int h = 0; h < g; h++)
         softmax(scores + (size_t)h * (size_t)n, n);
-    /* o: positions in blocks whose value rows (32 KiB) stay in L1 while
-     * every head of the group reads them; each head's accumulators go
-     * through o between blocks, which leaves the order of j unchanged. */
-    const int vb = hd <= 512 ? 8192 / hd : 16;
-    prefetch_rows(vc, stride, 0, n < vb ? n : vb, hd);
-    for (int j0 = 0; j0 < n; j0 += vb) {
-        const int j1 = n - j0 < vb ? n : j0 + vb;
-        prefetch_rows(vc, stride, j1, n - j1 < vb ? n : j1 + vb, hd);
-        for (int h = 0; h < g; h++) {
-            const float *p = scores + (size_t)h * (size_t)n;
-            float *oh = o + (size_t)h * ostride;
+    /* o: positions in blocks of VB, each block's value rows read by every
+     * head of the group while they are in L1, two heads at a time (one load
+     * of a value vector, two products); each head's accumulators go through
+     * o between blocks, which leaves the order of j unchanged. */
+    prefetch_rows(vc, stride, 0, n < VB ? n : VB, hd);
+    for (int j0 = 0; j0 < n; j0 += VB) {
+        const int j1 = n - j0 < VB ? n : j0 + VB;
+        prefetch_rows(vc, stride, j1, n - j1 < VB ? n : j1 + VB, hd);
+        for (int h = 0; h < g; h += 2) {
+            const bool two = h + 1 < g;
+            const float *p0 = scores + (size_t)h * (size_t)n, *p1 = p0 + (two ? n : 0);
+            float *o0 = o + (size_t)h * ostride, *o1 = o0 + (two ? ostride : 0);
             for (int c = 0; c < nb; c += 8) {
                 const int nv = nb - c < 8 ? nb - c : 8;
-                __m512 acc[8];
-                for (int u = 0; u < nv; u++)
-                    acc[u] = j0 ? _mm512_loadu_ps(oh + 16 * (c + u)) : _mm512_setzero_ps();
+                __m512 a0[8], a1[8];
+                for (int u = 0; u < nv; u++) {
+                    a0[u] = j0 ? _mm512_loadu_ps(o0 + 16 * (c + u)) : _mm512_setzero_ps();
+                    a1[u] = j0 ? _mm512_loadu_ps(o1 + 16 * (c + u)) : _mm512_setzero_ps();
+                }
                 if (nv == 8) {
                     for (int j = j0; j < j1; j++) {
                         const float *v = vc + (size_t)j * stride + 16 * c;
-                        const __m512 pj = _mm512_set1_ps(p[j]);
+                        const __m512 q0 = _mm512_set1_ps(p0[j]), q1 = _mm512_set1_ps(p1[j]);
                         UNROLL
-                        for (int u = 0; u < 8; u++)
-                            acc[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * u), acc[u]);
+                        for (int u = 0; u < 8; u++) {
+                            const __m512 x = _mm512_loadu_ps(v + 16 * u);
+                            a0[u] = _mm512_fmadd_ps(q0, x, a0[u]);
+                            a1[u] = _mm512_fmadd_ps(q1, x, a1[u]);
+                        }
                     }
                 } else {
                     for (int j = j0; j < j1; j++) {
                         const float *v = vc + (size_t)j * stride + 16 * c;
-                        const __m512 pj = _mm512_set1_ps(p[j]);
-                        for (int u = 0; u < nv; u++)
-                            acc[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * u), acc[u]);
+                        const __m512 q0 = _mm512_set1_ps(p0[j]), q1 = _mm512_set1_ps(p1[j]);
+                        for (int u = 0; u < nv; u++) {
+                            const __m512 x = _mm512_loadu_ps(v + 16 * u);
+                            a0[u] = _mm512_fmadd_ps(q0, x, a0[u]);
+                            a1[u] = _mm512_fmadd_ps(q1, x, a1[u]);
+                        }
                     }
                 }
-                for (int u = 0; u < nv; u++)
-                    _mm512_storeu_ps(oh + 16 * (c + u), acc[u]);
+                for (int u = 0; u < nv; u++) {
+                    if (two) _mm512_storeu_ps(o1 + 16 * (c + u), a1[u]);
+                    _mm512_storeu_ps(o0 + 16 * (c + u), a0[u]); /* a lone head: o1 is o0 */
+                }
             }
         }
     }
