@@ -273,7 +273,20 @@ int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, s
 /* The id of a token written as text (e.g. "<|im_end|>"), or -1. */
 int32_t e0_text_token_id(const e0_text *t, const char *token);
 
+/* Which chat template a model's prompts are rendered with. */
+typedef enum {
+    E0_CHAT_QWEN3 = 0, /* Qwen3's (and other ChatML); tool calls as JSON in <tool_call> */
+    E0_CHAT_QWEN35,    /* Qwen3.5 / 3.6's; tool calls as <function=...> XML */
+} e0_chat_format;
+
+/* The format of the model's own chat template (chat_template.jinja or
+ * tokenizer_config.json's chat_template beside tokenizer.json, or a GGUF
+ * file's tokenizer.chat_template): E0_CHAT_QWEN35 for Qwen3.5's, else
+ * E0_CHAT_QWEN3, also when there is no template or one edge0 does not know. */
+e0_chat_format e0_text_chat_format(const e0_text *t);
+
 typedef struct {
+    e0_chat_format format;     /* the template (E0_CHAT_QWEN3) */
     int add_generation_prompt; /* append "<|im_start|>assistant\n" (1) */
     int enable_thinking;       /* 0 appends the empty think block, as the template does (1) */
     const char *tools_json;    /* a JSON array of tool definitions, or NULL */

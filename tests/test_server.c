@@ -508,6 +508,36 @@ static void test_request_parse(void **state) {
         {"\"model\":3", "invalid_type", "model"},
         {"\"tools\":{}", "invalid_type", "tools"},
         {"\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}", "invalid_type", "chat_template_kwargs.enable_thinking"},
+        /* tools and tool_choice */
+        {"\"tools\":[1]", "invalid_type", "tools[0]"},
+        {"\"tools\":[{\"type\":\"code\"}]", "invalid_value", "tools[0].type"},
+        {"\"tools\":[{\"type\":\"function\"}]", "invalid_type", "tools[0].function"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]", "invalid_type", "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a<b\"}}]", "invalid_value",
+         "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "invalid_type",
+         "tools[0].function.parameters"},
+        {"\"tool_choice\":\"required\"", "unsupported_value", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "unsupported_value", "tool_choice"},
+        {"\"tool_choice\":\"sometimes\"", "invalid_value", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\"}", "invalid_type", "tool_choice"},
+        {"\"parallel_tool_calls\":1", "invalid_type", "parallel_tool_calls"},
+        /* accepted and not implemented: a 400 naming the field, never ignored */
+        {"\"response_format\":{\"type\":\"json_object\"}", "unsupported_value", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "unsupported_value", "response_format"},
+        {"\"response_format\":\"json\"", "invalid_type", "response_format"},
+        {"\"logprobs\":true", "unsupported_value", "logprobs"},
+        {"\"top_logprobs\":2", "unsupported_value", "top_logprobs"},
+        {"\"logit_bias\":{\"42\":-100}", "unsupported_value", "logit_bias"},
+        {"\"functions\":[]", "unsupported_value", "functions"},
+        {"\"function_call\":\"auto\"", "unsupported_value", "function_call"},
+        {"\"store\":true", "unsupported_value", "store"},
+        {"\"modalities\":[\"text\",\"audio\"]", "unsupported_value", "modalities"},
+        {"\"audio\":{}", "unsupported_value", "audio"},
+        {"\"prediction\":{}", "unsupported_value", "prediction"},
+        {"\"reasoning_effort\":\"low\"", "unsupported_value", "reasoning_effort"},
+        {"\"web_search_options\":{}", "unsupported_value", "web_search_options"},
+        {"\"user\":5", "invalid_type", "user"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(b, sizeof b, "{%s,%s}", m, bad[i].field);
@@ -516,6 +546,29 @@ static void test_request_parse(void **state) {
     parse_err(SRV_COMPLETION, "{\"max_tokens\":3}", "missing_field", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"\"}", "invalid_value", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":[1,2]}", "invalid_type", "prompt");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "unsupported_value", "echo");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "unsupported_value", "suffix");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", "unsupported_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"best_of\":3}", "unsupported_value", "best_of");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"tools\":[]}", "unsupported_value", "tools");
+    /* their neutral values, the developer role (as system), tool_choice none / auto */
+    const char *neutral = "{\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},{\"role\":\"user\","
+                          "\"content\":\"x\"}],\"response_format\":{\"type\":\"text\"},\"logprobs\":false,\"echo\":false,"
+                          "\"logit_bias\":{},\"store\":false,\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"modalities\":[\"text\"],"
+                          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\","
+                          "\"parallel_tool_calls\":false}";
+    assert_int_equal(srv_request_parse(&r, SRV_CHAT, neutral, strlen(neutral), &d, &e), 0);
+    assert_false(r.parse_tools);
+    assert_false(r.parallel_tool_calls);
+    assert_int_equal(srv_request_render(&r, &prompt, &len, &e), 0);
+    assert_non_null(strstr(prompt, "<|im_start|>system\nbe brief\n\n# Tools")); /* tools still rendered, as the template does */
+    free(prompt);
+    srv_request_free(&r);
+    const char *autoc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\","
+                        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+    assert_int_equal(srv_request_parse(&r, SRV_CHAT, autoc, strlen(autoc), &d, &e), 0);
+    assert_true(r.parse_tools && r.parallel_tool_calls && cJSON_IsArray(r.tools));
+    srv_request_free(&r);
     /* the renderer's own checks come back as 400 with the field named */
     const char *badcall = "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{}}]}]}";
     assert_int_equal(srv_request_parse(&r, SRV_CHAT, badcall, strlen(badcall), &d, &e), 0);

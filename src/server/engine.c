@@ -2,6 +2,7 @@
 #include "server/engine.h"
 
 #include "server/think.h"
+#include "text/toolcall.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int srv_buf_put(srv_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
@@ -60,6 +62,12 @@ void srv_job_unref(srv_job *j) {
     free(j->ids);
     free(j->reasoning.p);
     free(j->content.p);
+    for (int i = 0; i < j->n_calls; i++) {
+        free(j->calls[i].name.p);
+        free(j->calls[i].args.p);
+        free(j->calls[i].cuts);
+    }
+    free(j->calls);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -81,7 +89,7 @@ static const char *finish_name(e0_finish f) {
 static void log_job(const srv_job *j) {
     fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s %.3fs\n", j->id,
             j->method, j->url, j->http_status, j->streamed ? " stream" : "", j->res.prompt_tokens,
-            j->res.reused_tokens, j->res.completion_tokens, j->status == 200 ? finish_name(j->res.finish) : "error",
+            j->res.reused_tokens, j->res.completion_tokens, j->status != 200 ? "error" : j->finish_reason ? j->finish_reason : finish_name(j->res.finish),
             j->reuse ? j->reuse : "none", now_s() - j->t0);
 }
 
@@ -129,6 +137,8 @@ struct srv_engine {
     char *hist_text;  /* the decoded history (special tokens kept), or NULL */
     size_t hist_len, hist_n;
     double stats_t;   /* last metrics snapshot */
+    uint64_t id_state; /* tool-call ids */
+    srv_generate_fn generate;
 };
 
 static void forget_history(srv_engine *E) {
@@ -174,6 +184,8 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     for (b = b->next; b && ok; b = b->next) {
         const cJSON *role = nonnull(b, "role");
         if (!str_eq(role, "user") && !str_eq(role, "tool")) ok = 0;
+        /* Qwen3.5's template opens no user turn for a tool message first in the list */
+        if (str_eq(role, "tool") && j->req.chat_format == E0_CHAT_QWEN35) ok = 0;
         char *t = ok ? cJSON_PrintUnformatted(b) : NULL;
         ok = t && (first || srv_buf_put(&rest, ",", 1) == 0) && srv_buf_put(&rest, t, strlen(t)) == 0;
         first = 0;
@@ -185,6 +197,7 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     e0_chat_opts co;
     e0_chat_opts_default(&co);
     co.enable_thinking = j->req.enable_thinking;
+    co.format = j->req.chat_format;
     if (ok) ok = e0_chat_render(rest.p, rest.len, &co, &r, &rl, err) == 0;
     free(rest.p);
     static const char END[] = "<|im_end|>\n";
@@ -241,7 +254,8 @@ typedef struct {
     srv_engine *E;
     srv_job *j;
     srv_think think;
-    srv_buf raw; /* every piece, as generated */
+    tc_parser *tc; /* tool calls out of the content, when the request has tools */
+    srv_buf raw;   /* every piece, as generated */
     bool oom;
 } gen_ctx;
 
@@ -249,6 +263,65 @@ typedef struct {
 static int add_text(void *user, int reasoning, const char *s, size_t n) {
     srv_job *j = user;
     return srv_buf_put(reasoning ? &j->reasoning : &j->content, s, n);
+}
+
+/* The tool-call parser's sink: the job's content and calls (j->mu held). */
+static int tc_content(void *user, const char *s, size_t n) {
+    return add_text(((gen_ctx *)user)->j, 0, s, n);
+}
+
+static int tc_call(void *user, int index, const char *name, size_t n) {
+    gen_ctx *g = user;
+    srv_job *j = g->j;
+    if (j->n_calls == j->cap_calls) {
+        int cap = j->cap_calls ? 2 * j->cap_calls : 4;
+        srv_call *c = realloc(j->calls, (size_t)cap * sizeof *c);
+        if (!c) return -1;
+        j->calls = c;
+        j->cap_calls = cap;
+    }
+    srv_call *c = &j->calls[j->n_calls];
+    memset(c, 0, sizeof *c);
+    if (srv_buf_put(&c->name, name, n) || srv_buf_put(&c->args, "", 0)) {
+        free(c->name.p);
+        free(c->args.p);
+        return -1;
+    }
+    /* ids unique enough to key a conversation by: 24 characters of splitmix64 */
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(c->id, "call_", 5);
+    for (int i = 0; i < 24; i++) {
+        uint64_t z = (g->E->id_state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        c->id[5 + i] = A[(z ^ (z >> 31)) % 62];
+    }
+    c->id[29] = 0;
+    c->content_at = j->content.len;
+    j->n_calls++;
+    (void)index;
+    return 0;
+}
+
+static int tc_args(void *user, int index, const char *s, size_t n) {
+    srv_job *j = ((gen_ctx *)user)->j;
+    srv_call *c = &j->calls[index];
+    size_t *cuts = realloc(c->cuts, (size_t)(c->n_cuts + 1) * sizeof *cuts);
+    if (!cuts) return -1;
+    c->cuts = cuts;
+    if (srv_buf_put(&c->args, s, n)) return -1;
+    c->cuts[c->n_cuts++] = c->args.len;
+    return 0;
+}
+
+static const tc_sink TC_SINK = {tc_content, tc_call, tc_args};
+
+/* What the reasoning splitter decides (j->mu held): reasoning to the job,
+ * content through the tool-call parser when there is one. */
+static int think_out(void *user, int reasoning, const char *s, size_t n) {
+    gen_ctx *g = user;
+    if (reasoning || !g->tc) return add_text(g->j, reasoning, s, n);
+    return tc_feed(g->tc, s, n, &TC_SINK, g);
 }
 
 static void snapshot_stats(srv_engine *E) {
@@ -269,8 +342,9 @@ static int on_piece(void *user, const char *s, size_t n) {
     }
     bool stop = j->cancel || g->oom;
     if (!stop) {
-        int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, add_text, j) : add_text(j, 0, s, n);
+        int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, think_out, g) : add_text(j, 0, s, n);
         if (rc) stop = g->oom = true;
+        if (g->tc && tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
@@ -342,6 +416,7 @@ static void run_job(srv_engine *E, srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (cancelled) {
         j->res.finish = E0_FINISH_CANCELLED;
+        j->finish_reason = "cancelled";
         finish_job(E, j, 200, NULL);
         srv_metrics_generation(E->m, 0, 0, 0, 1, now_s() - j->t0);
         return;
@@ -352,14 +427,31 @@ static void run_job(srv_engine *E, srv_job *j) {
     const char *how;
     choose_prompt(E, j, &ids, &n, &owned, &how);
     gen_ctx g = {.E = E, .j = j};
-    srv_think_init(&g.think);
+    /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
+    static const char OPENED[] = "<think>\n";
+    if (j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
+        !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED)))
+        srv_think_init_opened(&g.think);
+    else
+        srv_think_init(&g.think);
     char err[E0_ERR_MAX] = "";
-    e0_gen_result res;
-    int rc = e0_generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
+    int rc = 0;
+    if (j->req.kind == SRV_CHAT && j->req.parse_tools)
+        rc = tc_parser_new(&g.tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
+    e0_gen_result res = {0};
+    if (!rc) rc = E->generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
     pthread_mutex_lock(&j->mu);
-    if (!rc && j->req.kind == SRV_CHAT && srv_think_finish(&g.think, add_text, j)) g.oom = true;
+    if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g.think, think_out, &g) ||
+                                           (g.tc && tc_finish(g.tc, &TC_SINK, &g))))
+        g.oom = true;
+    /* the one call parallel_tool_calls=false allows is complete: a normal end */
+    if (!rc && g.tc && tc_full(g.tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
     j->res = res;
+    j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
+                       : res.finish == E0_FINISH_CANCELLED ? "cancelled"
+                                                           : "length";
     pthread_mutex_unlock(&j->mu);
+    tc_parser_free(g.tc);
     record_history(E, j, n, &g, rc);
     if (owned) free(ids);
     srv_think_free(&g.think);
@@ -404,7 +496,7 @@ static void *engine_main(void *arg) {
 }
 
 int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, char *err) {
+                     srv_metrics *m, srv_generate_fn generate, char *err) {
     *out = NULL;
     srv_engine *E = calloc(1, sizeof *E);
     if (!E) {
@@ -415,6 +507,10 @@ int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int3
     E->text = text;
     E->n_ctx = n_ctx;
     E->m = m;
+    E->generate = generate ? generate : e0_generate;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    E->id_state = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
     E->capacity = max_queue;
     e0_session_opts so;
     e0_session_opts_default(&so);

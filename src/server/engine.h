@@ -55,6 +55,15 @@ typedef struct {
 /* Appends n bytes (keeps a NUL after them). 0, or -1 out of memory. */
 int srv_buf_put(srv_buf *b, const char *s, size_t n);
 
+/* One tool call of an answer (text/toolcall.h), complete when it is added. */
+typedef struct {
+    char id[40];        /* "call_" + 24 random letters and digits */
+    srv_buf name, args; /* args: a JSON object text */
+    size_t *cuts;       /* args[cuts[k-1]..cuts[k]) is piece k, as the parser handed it on */
+    int n_cuts;
+    size_t content_at;  /* the content's length when the call began: what streams before it */
+} srv_call;
+
 typedef struct srv_job srv_job;
 struct srv_job {
     /* Set before srv_engine_submit, then read-only. */
@@ -74,8 +83,11 @@ struct srv_job {
     bool cancel;       /* the client left, or the server stops */
     bool done;
     srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
+    srv_call *calls;            /* tool calls so far (chat with tools) */
+    int n_calls, cap_calls;
     /* Valid once done: */
     e0_gen_result res;
+    const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */
     int status;        /* 200, or the HTTP status of the failure */
     char err[E0_ERR_MAX];
     double seconds;    /* arrival to done */
@@ -105,10 +117,15 @@ bool srv_client_gone(int fd);
 
 typedef struct srv_engine srv_engine;
 
+/* The generation function: e0_generate, or a stand-in a test gives to
+ * script the model's output (a random tiny model never writes a tool call). */
+typedef int (*srv_generate_fn)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+                               const e0_sample_opts *o, e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
+
 /* Creates the session (n_ctx positions) and starts the engine thread. The
  * engine and text must outlive srv_engine_free. */
 int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, char *err);
+                     srv_metrics *m, srv_generate_fn generate, char *err);
 /* Queues the job (taking a reference): 0, -1 when the queue is full, -2
  * when the engine is stopping. */
 int srv_engine_submit(srv_engine *e, srv_job *j);

@@ -36,6 +36,10 @@ typedef struct {
     int32_t n_ctx;          /* session context (4096) */
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
+    const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */
+    /* e0_generate unless set: tests script the model's output with it */
+    int (*generate)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                    e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
 } srv_opts;
 
 void srv_opts_default(srv_opts *o);
