@@ -20,6 +20,7 @@
 #include "edge0.h"
 #include "model/synth.h"
 #include "server/request.h"
+#include "server/server.h"
 #include "server/think.h"
 #include "text/chat.h"
 
@@ -1078,6 +1079,385 @@ static void test_metrics(void **state) {
     free(log);
 }
 
+/* ---- HTTP basics on the real binary -------------------------------------------------- */
+
+static char *curl_raw(const char *args) {
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "curl -sS %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *b = read_all(p);
+    pclose(p);
+    return b;
+}
+
+/* Keep-alive (several requests, a generation among them, over one
+ * connection), the Bearer scheme in any case, X-Api-Key, GET /v1/models/{id},
+ * the developer role, /tokenize and /detokenize, no CORS unless asked. */
+static void test_http_basics(void **state) {
+    (void)state;
+    int port = main_srv.port;
+    char args[2000], *out;
+    char *body = chat_body("hi", 2, NULL);
+    char *file = tu_write(dir, "keepalive.json", body, strlen(body));
+    snprintf(args, sizeof args,
+             "-v -o /dev/null -H 'Authorization: Bearer " KEY "' http://127.0.0.1:%d/v1/models http://127.0.0.1:%d/health "
+             "--next -v -o /dev/null -H 'Authorization: Bearer " KEY "' -H 'Content-Type: application/json' "
+             "--data-binary @%s http://127.0.0.1:%d/v1/chat/completions "
+             "--next -v -o /dev/null -H 'Authorization: Bearer " KEY "' http://127.0.0.1:%d/v1/models/m",
+             port, port, file, port, port);
+    out = curl_raw(args);
+    int reused = 0;
+    for (const char *p = out; (p = strstr(p, "existing connection")); p++) reused++;
+    if (reused != 3 || strcasestr(out, "< Connection: close") || strcasestr(out, "Access-Control-Allow-Origin"))
+        fail_msg("4 requests should share one connection (%d re-uses), without CORS headers:\n%s", reused, out);
+    free(out);
+    free(file);
+    free(body);
+
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'authorization: bearer " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'Authorization: BEARER   " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'X-Api-Key: " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'authorization: bearer wrong'", NULL), 401);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'Authorization: Basic " KEY "'", NULL), 401);
+
+    cJSON *j = json_ok("GET", "/v1/models/m", NULL);
+    assert_string_equal(str(j, "id"), "m");
+    assert_string_equal(str(j, "object"), "model");
+    cJSON_Delete(j);
+    assert_int_equal(http("GET", "/v1/models/gpt-4o", NULL, &out), 404);
+    j = cJSON_Parse(out);
+    assert_string_equal(str(j, "error.code"), "model_not_found");
+    assert_string_equal(str(j, "error.type"), "invalid_request_error");
+    assert_non_null(strstr(str(j, "error.message"), "gpt-4o"));
+    cJSON_Delete(j);
+    free(out);
+
+    j = json_ok("POST", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"max_tokens\":2}");
+    assert_string_equal(str(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+
+    j = json_ok("POST", "/tokenize", "{\"content\":\"Hello <|im_end|> w\\u00f6rld\"}");
+    const cJSON *toks = at(j, "tokens");
+    assert_true(cJSON_GetArraySize(toks) >= 4);
+    bool special = false;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, toks) special |= t->valuedouble == 151645;
+    assert_true(special);
+    char *ids = cJSON_PrintUnformatted(toks), req[1024];
+    snprintf(req, sizeof req, "{\"tokens\":%s}", ids);
+    free(ids);
+    cJSON_Delete(j);
+    j = json_ok("POST", "/detokenize", req);
+    assert_string_equal(str(j, "content"), "Hello <|im_end|> w\xc3\xb6rld");
+    cJSON_Delete(j);
+    assert_int_equal(http("POST", "/detokenize", "{\"tokens\":[1,-5]}", &out), 400);
+    assert_non_null(strstr(out, "\"param\":\"tokens[1]\""));
+    free(out);
+    assert_int_equal(http("POST", "/tokenize", "{\"text\":\"x\"}", &out), 400);
+    assert_non_null(strstr(out, "\"param\":\"content\""));
+    free(out);
+
+    /* tool_choice none: tools rendered, nothing parsed; required: a 400 over HTTP too */
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    char extra[512];
+    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"none\"", tools);
+    body = chat_body("hi", 2, extra);
+    j = json_ok("POST", "/v1/chat/completions", body);
+    assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
+    cJSON_Delete(j);
+    free(body);
+    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"required\"", tools);
+    body = chat_body("hi", 2, extra);
+    assert_int_equal(http("POST", "/v1/chat/completions", body, &out), 400);
+    assert_non_null(strstr(out, "not supported yet"));
+    free(out);
+    free(body);
+}
+
+/* ---- tool calls: an in-process server whose model output is scripted --------------------
+ *
+ * A random model never writes a tool call, so these tests run srv_start in
+ * this process with srv_opts.generate set to `scripted`: it answers with the
+ * text after the last "SCRIPT:" in the prompt (up to the end of that turn),
+ * in pieces of about 3 bytes; a script ending in "~" ends as if cut off by
+ * max_tokens. Everything else is the real server: parsing, rendering with
+ * Qwen3.5's template, the engine thread, the tool-call parser, HTTP. */
+
+static e0_engine *ip_eng;
+static e0_text *ip_text;
+static srv *ip_srv;
+static server ip;
+static char *ip_dir;
+
+static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                    e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
+    (void)s, (void)o;
+    memset(r, 0, sizeof *r);
+    r->prompt_tokens = (int32_t)n;
+    char *text;
+    size_t len;
+    int rc = e0_text_decode(t, prompt, n, &text, &len, err);
+    if (rc) return rc;
+    const char *p = text, *at = NULL;
+    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
+    const char *end = at ? strstr(at, "<|im_end|>") : NULL;
+    if (!end) end = at = text + len;
+    r->finish = E0_FINISH_STOP;
+    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
+    while (at < end) {
+        size_t k = (size_t)(end - at) < 3 ? (size_t)(end - at) : 3;
+        while (at + k < end && ((unsigned char)at[k] & 0xC0) == 0x80) k++; /* whole characters */
+        r->completion_tokens++;
+        if (fn(user, at, k)) {
+            r->finish = E0_FINISH_CANCELLED;
+            break;
+        }
+        at += k;
+    }
+    free(text);
+    return 0;
+}
+
+static int ip_setup(void **state) {
+    (void)state;
+    ip_dir = tu_tmpdir();
+    char err[E0_ERR_MAX], m[4200], cmd[8800];
+    snprintf(m, sizeof m, "%s/m", ip_dir);
+    if (synth_write(synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
+    snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", m);
+    assert_int_equal(tu_run(cmd), 0);
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    if (e0_engine_open(&ip_eng, m, &eo, err) || e0_text_open(&ip_text, m, err)) fail_msg("%s", err);
+    srv_opts so;
+    srv_opts_default(&so);
+    so.engine = ip_eng;
+    so.text = ip_text;
+    so.model_name = "m";
+    so.port = 0;
+    so.api_key = KEY;
+    so.n_ctx = 2048;
+    so.cors = "https://app.example";
+    so.generate = scripted;
+    so.defaults.chat_format = E0_CHAT_QWEN35;
+    if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
+    ip.port = srv_port(ip_srv);
+    snprintf(ip.log, sizeof ip.log, "%s/none.log", ip_dir);
+    return 0;
+}
+
+static int ip_teardown(void **state) {
+    (void)state;
+    srv_stop(ip_srv);
+    e0_text_free(ip_text);
+    e0_engine_free(ip_eng);
+    tu_rmtree(ip_dir);
+    free(ip_dir);
+    return 0;
+}
+
+#define TOOLS_JSON                                                                                                     \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","   \
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"where\":{\"type\":\"object\"}}}}},"  \
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":"      \
+    "{\"query\":{\"type\":\"string\"}}}}}]"
+
+/* The body of a chat request whose answer is `script` (JSON-escaped). */
+static char *script_body(const char *script, bool stream, const char *extra) {
+    char *b = malloc(strlen(script) + 2048);
+    sprintf(b, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"SCRIPT:%s\"}],\"stream\":%s," TOOLS_JSON "%s%s}",
+            script, stream ? "true" : "false", extra ? "," : "", extra ? extra : "");
+    return b;
+}
+
+static cJSON *ip_chat(const char *script, const char *extra) {
+    char *body = script_body(script, false, extra), *out;
+    int st = http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out);
+    if (st != 200) fail_msg("status %d: %s", st, out);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("not JSON: %s", out);
+    free(out);
+    free(body);
+    return j;
+}
+
+/* A stream's text, tool calls and finish reason. */
+typedef struct {
+    char content[4096], reasoning[4096];
+    int n;
+    char id[4][64], name[4][64], args[4][2048];
+    int pieces[4];
+    char finish[32];
+} tstream;
+
+static void ip_stream(const char *script, const char *extra, tstream *ts) {
+    memset(ts, 0, sizeof *ts);
+    char *body = script_body(script, true, extra), *out;
+    int st = http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out);
+    if (st != 200) fail_msg("status %d: %s", st, out);
+    for (char *p = out; (p = strstr(p, "data: ")); p += 6) {
+        if (!strncmp(p + 6, "[DONE]", 6)) break;
+        char *end = strstr(p, "\n\n");
+        assert_non_null(end);
+        cJSON *j = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6));
+        assert_non_null(j);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *d, *v, *tc;
+        if (!c0) {
+            cJSON_Delete(j);
+            continue;
+        }
+        d = cJSON_GetObjectItem(c0, "delta");
+        if ((v = cJSON_GetObjectItem(d, "content")) && cJSON_IsString(v)) strcat(ts->content, v->valuestring);
+        if ((v = cJSON_GetObjectItem(d, "reasoning_content"))) strcat(ts->reasoning, v->valuestring);
+        cJSON_ArrayForEach(tc, cJSON_GetObjectItem(d, "tool_calls")) {
+            int k = num(tc, "index");
+            assert_true(k >= 0 && k < 4);
+            if (cJSON_GetObjectItem(tc, "id")) { /* the head: id, type and name, once, in order */
+                assert_int_equal(k, ts->n);
+                snprintf(ts->id[k], sizeof ts->id[k], "%s", str(tc, "id"));
+                assert_string_equal(str(tc, "type"), "function");
+                snprintf(ts->name[k], sizeof ts->name[k], "%s", str(tc, "function.name"));
+                ts->n++;
+            } else {
+                assert_true(k == ts->n - 1);
+                ts->pieces[k]++;
+            }
+            strcat(ts->args[k], str(tc, "function.arguments"));
+        }
+        if ((v = cJSON_GetObjectItem(c0, "finish_reason")) && cJSON_IsString(v))
+            snprintf(ts->finish, sizeof ts->finish, "%s", v->valuestring);
+        cJSON_Delete(j);
+    }
+    free(out);
+    free(body);
+}
+
+static void json_same(const char *got, const char *want) {
+    cJSON *g = cJSON_Parse(got), *w = cJSON_Parse(want);
+    assert_non_null(w);
+    if (!cJSON_Compare(g, w, 1)) fail_msg("got %s, want %s", got, want);
+    cJSON_Delete(g);
+    cJSON_Delete(w);
+}
+
+/* Qwen3.5's XML form, two calls after a thought and a sentence, plain and streamed. */
+static const char XML_SCRIPT[] =
+    "Checking.</think>\\n\\nLet me look.\\n\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nZ\\u00fcrich "
+    "</parameter> <b>\\n</parameter>\\n<parameter=days>\\n2\\n</parameter>\\n<parameter=where>\\n{\\\"lat\\\": [47.4, "
+    "{\\\"x\\\": null}]}\\n</parameter>\\n</function>\\n</tool_call>\\n<tool_call>\\n<function=search>\\n"
+    "<parameter=query>\\n\\\"edge0\\\"\\n</parameter>\\n</function>\\n</tool_call>";
+static const char XML_ARGS0[] = "{\"city\": \"Z\xc3\xbcrich </parameter> <b>\", \"days\": 2, \"where\": {\"lat\": [47.4, "
+                                "{\"x\": null}]}}";
+
+static void test_tool_calls(void **state) {
+    (void)state;
+    cJSON *j = ip_chat(XML_SCRIPT, NULL);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    assert_string_equal(str(j, "choices.0.message.content"), "Let me look.");
+    assert_string_equal(str(j, "choices.0.message.reasoning_content"), "Checking.");
+    const cJSON *calls = at(j, "choices.0.message.tool_calls");
+    assert_int_equal(cJSON_GetArraySize(calls), 2);
+    assert_string_equal(str(calls, "0.type"), "function");
+    assert_string_equal(str(calls, "0.function.name"), "get_weather");
+    json_same(str(calls, "0.function.arguments"), XML_ARGS0);
+    assert_string_equal(str(calls, "1.function.name"), "search");
+    json_same(str(calls, "1.function.arguments"), "{\"query\": \"\\\"edge0\\\"\"}");
+    const char *id0 = str(calls, "0.id"), *id1 = str(calls, "1.id");
+    assert_true(!strncmp(id0, "call_", 5) && strlen(id0) == 29 && strcmp(id0, id1));
+
+    tstream ts;
+    ip_stream(XML_SCRIPT, NULL, &ts);
+    assert_string_equal(ts.finish, "tool_calls");
+    assert_string_equal(ts.content, "Let me look.");
+    assert_string_equal(ts.reasoning, "Checking.");
+    assert_int_equal(ts.n, 2);
+    assert_string_equal(ts.name[0], "get_weather");
+    assert_string_equal(ts.args[0], str(calls, "0.function.arguments")); /* the same text as the plain answer */
+    assert_string_equal(ts.args[1], str(calls, "1.function.arguments"));
+    assert_true(ts.pieces[0] >= 3); /* the arguments came in pieces */
+    assert_true(!strncmp(ts.id[0], "call_", 5) && strcmp(ts.id[0], ts.id[1]));
+    cJSON_Delete(j);
+
+    /* Qwen3's JSON form, with parallel_tool_calls false: the first call only */
+    static const char JSON2[] =
+        "</think>\\n\\n<tool_call>\\n{\\\"name\\\": \\\"search\\\", \\\"arguments\\\": {\\\"query\\\": \\\"a "
+        "</tool_call> b\\\"}}\\n</tool_call>\\n<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {}}\\n"
+        "</tool_call>";
+    j = ip_chat(JSON2, "\"parallel_tool_calls\":false");
+    calls = at(j, "choices.0.message.tool_calls");
+    assert_int_equal(cJSON_GetArraySize(calls), 1);
+    assert_string_equal(str(calls, "0.function.arguments"), "{\"query\": \"a </tool_call> b\"}");
+    assert_true(cJSON_IsNull(at(j, "choices.0.message.content")));
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    cJSON_Delete(j);
+    j = ip_chat(JSON2, NULL);
+    assert_int_equal(cJSON_GetArraySize(at(j, "choices.0.message.tool_calls")), 2);
+    cJSON_Delete(j);
+}
+
+/* A malformed call ends as content with finish_reason "stop"; one cut off by
+ * max_tokens as content with "length"; plain and streamed alike. */
+static void test_tool_calls_broken(void **state) {
+    (void)state;
+    static const struct {
+        const char *script, *finish, *content;
+    } cases[] = {
+        {"</think>\\n\\nOK.\\n<tool_call>\\n{\\\"name\\\": 7}\\n</tool_call>", "stop",
+         "OK.\n<tool_call>\n{\"name\": 7}\n</tool_call>"},
+        {"</think>\\n\\n<tool_call>\\n<function=search>\\n<parameter=query>\\nhalf~", "length",
+         "<tool_call>\n<function=search>\n<parameter=query>\nhalf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *j = ip_chat(cases[i].script, NULL);
+        assert_string_equal(str(j, "choices.0.finish_reason"), cases[i].finish);
+        assert_string_equal(str(j, "choices.0.message.content"), cases[i].content);
+        assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
+        cJSON_Delete(j);
+        tstream ts;
+        ip_stream(cases[i].script, NULL, &ts);
+        assert_string_equal(ts.finish, cases[i].finish);
+        assert_string_equal(ts.content, cases[i].content);
+        assert_int_equal(ts.n, 0);
+    }
+}
+
+/* The next turn: the call sent back (arguments as a JSON string, as OpenAI
+ * clients do) and its result render with Qwen3.5's template; CORS. */
+static void test_tool_turn_and_cors(void **state) {
+    (void)state;
+    char *out;
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"SCRIPT:</think>\\n\\nIt is sunny.\"},{\"role\":\"assistant\","
+        "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+        "\"arguments\":\"{\\\"city\\\": \\\"Bern\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":"
+        "\"sunny\"}]," TOOLS_JSON "}";
+    assert_int_equal(http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out), 200);
+    cJSON *j = cJSON_Parse(out);
+    assert_string_equal(str(j, "choices.0.message.content"), "It is sunny.");
+    assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+    cJSON_Delete(j);
+    free(out);
+
+    char args[1024];
+    snprintf(args, sizeof args, "-i http://127.0.0.1:%d/health", ip.port);
+    out = curl_raw(args);
+    assert_non_null(strstr(out, "Access-Control-Allow-Origin: https://app.example"));
+    assert_non_null(strstr(out, "Vary: Origin"));
+    free(out);
+    snprintf(args, sizeof args,
+             "-i -X OPTIONS -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST' "
+             "http://127.0.0.1:%d/v1/chat/completions",
+             ip.port);
+    out = curl_raw(args); /* no API key: a preflight carries none */
+    assert_non_null(strstr(out, " 204"));
+    assert_non_null(strstr(out, "Access-Control-Allow-Methods: GET, POST, OPTIONS"));
+    assert_non_null(strcasestr(out, "Access-Control-Allow-Headers: Authorization, Content-Type"));
+    free(out);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -1094,6 +1474,13 @@ int main(void) {
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_http_basics),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest tools[] = {
+        cmocka_unit_test(test_tool_calls),
+        cmocka_unit_test(test_tool_calls_broken),
+        cmocka_unit_test(test_tool_turn_and_cors),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    return failed + cmocka_run_group_tests(tools, ip_setup, ip_teardown);
 }
