@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -354,6 +355,7 @@ static int teardown(void **state) {
     stop_server(&main_srv);
     tu_rmtree(dir);
     free(dir);
+    dir = NULL;
     return 0;
 }
 
@@ -527,8 +529,9 @@ static void test_request_parse(void **state) {
         {"\"response_format\":{\"type\":\"json_object\"}", "unsupported_value", "response_format"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "unsupported_value", "response_format"},
         {"\"response_format\":\"json\"", "invalid_type", "response_format"},
-        {"\"logprobs\":true", "unsupported_value", "logprobs"},
-        {"\"top_logprobs\":2", "unsupported_value", "top_logprobs"},
+        {"\"logprobs\":1", "invalid_type", "logprobs"},
+        {"\"top_logprobs\":2", "invalid_value", "top_logprobs"},
+        {"\"logprobs\":true,\"top_logprobs\":21", "invalid_value", "top_logprobs"},
         {"\"logit_bias\":{\"42\":-100}", "unsupported_value", "logit_bias"},
         {"\"functions\":[]", "unsupported_value", "functions"},
         {"\"function_call\":\"auto\"", "unsupported_value", "function_call"},
@@ -550,6 +553,7 @@ static void test_request_parse(void **state) {
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "unsupported_value", "echo");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "unsupported_value", "suffix");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", "unsupported_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":0}", "unsupported_value", "logprobs");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"best_of\":3}", "unsupported_value", "best_of");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"tools\":[]}", "unsupported_value", "tools");
     /* their neutral values, the developer role (as system), tool_choice none / auto */
@@ -1177,6 +1181,82 @@ static void test_http_basics(void **state) {
     free(body);
 }
 
+/* Checks one "logprobs.content" entry; returns its logprob. `kept`: the
+ * most alternatives the final distribution can have (0: no limit). */
+static double check_lp_entry(const cJSON *e, int want_top, int kept, bool greedy) {
+    double lp = at(e, "logprob")->valuedouble, sum = 0, prev = 1;
+    assert_true(lp <= 0);
+    assert_true(cJSON_IsString(at(e, "token")) && cJSON_IsArray(at(e, "bytes")));
+    const cJSON *top = at(e, "top_logprobs"), *t;
+    int n = cJSON_GetArraySize(top);
+    assert_int_equal(n, kept && kept < want_top ? kept : want_top);
+    bool found = false;
+    cJSON_ArrayForEach(t, top) {
+        double v = at(t, "logprob")->valuedouble;
+        assert_true(v <= prev); /* sorted, most likely first */
+        prev = v;
+        sum += exp(v);
+        if (!strcmp(str(t, "token"), str(e, "token")) && fabs(v - lp) < 1e-6) found = true;
+    }
+    assert_true(sum <= 1 + 1e-4);
+    if (kept && kept <= want_top) assert_true(fabs(sum - 1) < 1e-3); /* the whole final distribution */
+    if (greedy) assert_true(fabs(at(top, "0.logprob")->valuedouble - lp) < 1e-6); /* the argmax was taken */
+    if (greedy || (kept && kept <= want_top)) assert_true(found); /* the sampled token is among them */
+    return lp;
+}
+
+/* logprobs / top_logprobs on chat, plain and streamed: one entry per token,
+ * sorted alternatives, the sampled one among them, and with top_k 2 a
+ * distribution of two tokens that sums to 1. */
+static void test_logprobs(void **state) {
+    (void)state;
+    char *body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":3,\"seed\":5");
+    cJSON *j = json_ok("POST", "/v1/chat/completions", body);
+    const cJSON *content = at(j, "choices.0.logprobs.content"), *e;
+    assert_int_equal(cJSON_GetArraySize(content), num(j, "usage.completion_tokens"));
+    double plain_lp[8];
+    int k = 0;
+    cJSON_ArrayForEach(e, content) plain_lp[k++] = check_lp_entry(e, 3, 0, true);
+    free(body);
+
+    body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":3,\"seed\":5,\"stream\":true");
+    char *out;
+    assert_int_equal(http("POST", "/v1/chat/completions", body, &out), 200);
+    int n = 0;
+    for (char *p = out; (p = strstr(p, "data: {")); p += 6) {
+        char *end = strstr(p, "\n\n");
+        cJSON *c = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6));
+        const cJSON *lc = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0),
+                                                                   "logprobs"),
+                                              "content");
+        cJSON_ArrayForEach(e, lc) {
+            assert_true(n < k);
+            double v = check_lp_entry(e, 3, 0, true);
+            assert_true(fabs(v - plain_lp[n]) < 1e-3);
+            assert_string_equal(str(e, "token"), str(cJSON_GetArrayItem(content, n), "token"));
+            n++;
+        }
+        cJSON_Delete(c);
+    }
+    assert_int_equal(n, k);
+    free(out);
+    free(body);
+    cJSON_Delete(j);
+
+    body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":5,\"temperature\":1,\"top_k\":2,"
+                                          "\"top_p\":1,\"min_p\":0,\"seed\":9");
+    j = json_ok("POST", "/v1/chat/completions", body);
+    cJSON_ArrayForEach(e, at(j, "choices.0.logprobs.content")) check_lp_entry(e, 5, 2, false);
+    cJSON_Delete(j);
+    free(body);
+    /* without logprobs: null, as before */
+    body = chat_body("hi", 2, NULL);
+    j = json_ok("POST", "/v1/chat/completions", body);
+    assert_true(cJSON_IsNull(at(j, "choices.0.logprobs")));
+    cJSON_Delete(j);
+    free(body);
+}
+
 /* ---- tool calls: an in-process server whose model output is scripted --------------------
  *
  * A random model never writes a tool call, so these tests run srv_start in
@@ -1193,7 +1273,7 @@ static server ip;
 static char *ip_dir;
 
 static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                    e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
+                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
     (void)s, (void)o;
     memset(r, 0, sizeof *r);
     r->prompt_tokens = (int32_t)n;
@@ -1211,7 +1291,8 @@ static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size
         size_t k = (size_t)(end - at) < 3 ? (size_t)(end - at) : 3;
         while (at + k < end && ((unsigned char)at[k] & 0xC0) == 0x80) k++; /* whole characters */
         r->completion_tokens++;
-        if (fn(user, at, k)) {
+        e0_token_info tok = {.id = 0};
+        if (fn(user, &tok, at, k)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
@@ -1224,6 +1305,7 @@ static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size
 static int ip_setup(void **state) {
     (void)state;
     ip_dir = tu_tmpdir();
+    dir = ip_dir; /* request bodies go here (the first group's dir is gone) */
     char err[E0_ERR_MAX], m[4200], cmd[8800];
     snprintf(m, sizeof m, "%s/m", ip_dir);
     if (synth_write(synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
@@ -1256,6 +1338,7 @@ static int ip_teardown(void **state) {
     e0_engine_free(ip_eng);
     tu_rmtree(ip_dir);
     free(ip_dir);
+    dir = NULL;
     return 0;
 }
 
@@ -1458,6 +1541,21 @@ static void test_tool_turn_and_cors(void **state) {
     free(out);
 }
 
+/* The official openai npm client (tests/node/openai_tools.cjs, installed by
+ * scripts/deps.sh) against this server: its parsing is the reference. */
+static void test_node_openai(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/node/openai_tools.cjs %d " KEY " 2>&1", ip.port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = read_all(p);
+    int st = pclose(p);
+    if (st) fail_msg("the openai client test failed (scripts/deps.sh installs node and the client):\n%s", out);
+    printf("%s", out);
+    free(out);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -1475,11 +1573,13 @@ int main(void) {
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_http_basics),
+        cmocka_unit_test(test_logprobs),
     };
     const struct CMUnitTest tools[] = {
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_tool_calls_broken),
         cmocka_unit_test(test_tool_turn_and_cors),
+        cmocka_unit_test(test_node_openai),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     return failed + cmocka_run_group_tests(tools, ip_setup, ip_teardown);

@@ -62,6 +62,7 @@ void srv_job_unref(srv_job *j) {
     free(j->ids);
     free(j->reasoning.p);
     free(j->content.p);
+    free(j->lp);
     for (int i = 0; i < j->n_calls; i++) {
         free(j->calls[i].name.p);
         free(j->calls[i].args.p);
@@ -331,11 +332,25 @@ static void snapshot_stats(srv_engine *E) {
     E->stats_t = now_s();
 }
 
-static int on_piece(void *user, const char *s, size_t n) {
+/* A token's log-probabilities, kept for the answer (j->mu held). */
+static int add_logprob(srv_job *j, const e0_token_info *tok) {
+    if (j->n_lp == j->cap_lp) {
+        size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        e0_token_info *p = realloc(j->lp, cap * sizeof *p);
+        if (!p) return -1;
+        j->lp = p;
+        j->cap_lp = cap;
+    }
+    j->lp[j->n_lp++] = *tok;
+    return 0;
+}
+
+static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t n) {
     gen_ctx *g = user;
     srv_job *j = g->j;
     if (srv_buf_put(&g->raw, s, n)) g->oom = true;
     pthread_mutex_lock(&j->mu);
+    if (tok && j->req.sample.logprobs && add_logprob(j, tok)) g->oom = true;
     if (srv_client_gone(j->fd)) {
         j->cancel = true;
         j->fd = -1;
@@ -507,7 +522,7 @@ int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int3
     E->text = text;
     E->n_ctx = n_ctx;
     E->m = m;
-    E->generate = generate ? generate : e0_generate;
+    E->generate = generate ? generate : e0_generate_tokens;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     E->id_state = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);

@@ -85,6 +85,8 @@ struct srv_job {
     srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
     srv_call *calls;            /* tool calls so far (chat with tools) */
     int n_calls, cap_calls;
+    e0_token_info *lp;          /* every generated token, when the request asked for logprobs */
+    size_t n_lp, cap_lp;
     /* Valid once done: */
     e0_gen_result res;
     const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */
@@ -117,10 +119,10 @@ bool srv_client_gone(int fd);
 
 typedef struct srv_engine srv_engine;
 
-/* The generation function: e0_generate, or a stand-in a test gives to
- * script the model's output (a random tiny model never writes a tool call). */
+/* The generation function: e0_generate_tokens, or a stand-in a test gives
+ * to script the model's output (a random tiny model never writes a tool call). */
 typedef int (*srv_generate_fn)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
-                               const e0_sample_opts *o, e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
+                               const e0_sample_opts *o, e0_token_fn fn, void *user, e0_gen_result *r, char *err);
 
 /* Creates the session (n_ctx positions) and starts the engine thread. The
  * engine and text must outlive srv_engine_free. */

@@ -196,6 +196,43 @@ static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *ob
     json_cstr(b, S->model_name);
 }
 
+/* One entry of "logprobs.content" or of its "top_logprobs": the token's
+ * text (decoded alone; bytes gives the exact bytes where a token holds part
+ * of a character) and its log-probability. */
+static void token_json(srv_buf *b, const srv *S, int32_t id, float lp) {
+    char *t = NULL, err[E0_ERR_MAX];
+    size_t n = 0;
+    if (e0_text_decode(S->o.text, &id, 1, &t, &n, err)) n = 0;
+    bput(b, "{\"token\":");
+    json_str(b, t ? t : "", n);
+    bprintf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
+    for (size_t i = 0; i < n; i++) bprintf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
+    bput(b, "]");
+    free(t);
+}
+
+/* "logprobs" of a choice: null, or {"content": [tokens from..to), "refusal": null}. */
+static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to) {
+    if (!j->req.sample.logprobs || from >= to) {
+        bput(b, "null");
+        return;
+    }
+    bput(b, "{\"content\":[");
+    for (size_t i = from; i < to; i++) {
+        const e0_token_info *t = &j->lp[i];
+        if (i > from) bput(b, ",");
+        token_json(b, S, t->id, t->logprob);
+        bput(b, ",\"top_logprobs\":[");
+        for (int k = 0; k < t->n_top; k++) {
+            if (k) bput(b, ",");
+            token_json(b, S, t->top_ids[k], t->top_logprobs[k]);
+            bput(b, "}");
+        }
+        bput(b, "]}");
+    }
+    bput(b, "],\"refusal\":null}");
+}
+
 /* The whole (non-streamed) answer; call with the job done. */
 static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     srv_buf b = {0};
@@ -222,7 +259,10 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
         bput(&b, ",\"choices\":[{\"index\":0,\"text\":");
         json_str(&b, j->content.p ? j->content.p : "", j->content.len);
     }
-    bprintf(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
+    bput(&b, ",\"logprobs\":");
+    if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
+    else bput(&b, "null");
+    bprintf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
     bput(&b, ",\"timings\":");
     timings_json(&b, &j->res);
@@ -343,6 +383,7 @@ typedef struct {
     srv_job *j;         /* a reference */
     size_t r_sent, c_sent; /* bytes of reasoning and content already sent */
     int calls_sent;        /* tool calls already sent */
+    size_t lp_sent;        /* tokens whose logprobs were sent */
     int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
@@ -354,13 +395,22 @@ static void chunk_open(stream_ctx *sc) {
     head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
 }
 
+/* A chunk's "logprobs": the tokens generated since the last chunk that had any. */
+static void chunk_logprobs(stream_ctx *sc) {
+    const srv_job *j = sc->j;
+    logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp);
+    sc->lp_sent = j->n_lp;
+}
+
 static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n) {
     chunk_open(sc);
     if (sc->j->req.kind == SRV_CHAT) {
         bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
                 key);
         json_str(&sc->out, s, n);
-        bput(&sc->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        bput(&sc->out, "},\"logprobs\":");
+        chunk_logprobs(sc);
+        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
     } else {
         bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
         json_str(&sc->out, s, n);
@@ -378,7 +428,9 @@ static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
         bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
                 sc->phase ? "" : "\"role\":\"assistant\",\"content\":null,");
         call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
-        bput(&sc->out, "]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        bput(&sc->out, "]},\"logprobs\":");
+        chunk_logprobs(sc);
+        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
         sc->phase = 1;
     }
 }
@@ -400,8 +452,12 @@ static void chunk_end(stream_ctx *sc) {
         free(body);
     } else {
         chunk_open(sc);
-        if (j->req.kind == SRV_CHAT) bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null");
-        else bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+        if (j->req.kind == SRV_CHAT) {
+            bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
+            chunk_logprobs(sc);
+        } else {
+            bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+        }
         bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
         bput(&sc->out, ",\"timings\":");

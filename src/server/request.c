@@ -96,10 +96,10 @@ static int refuse_unsupported(const cJSON *body, srv_kind kind, srv_error *e) {
                             "constrained decoding); only {\"type\": \"text\"} is",
                             t->valuestring);
     }
-    if ((v = field(body, "logprobs")) && !cJSON_IsFalse(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return srv_fail(e, 400, BAD, "unsupported_value", "logprobs", "'logprobs' %s yet", WHY);
-    if (field(body, "top_logprobs"))
-        return srv_fail(e, 400, BAD, "unsupported_value", "top_logprobs", "'top_logprobs' %s yet", WHY);
+    /* chat: parse_logprobs; the completions form (an integer, with echo) is not done */
+    if (kind == SRV_COMPLETION && (v = field(body, "logprobs")) && !cJSON_IsFalse(v))
+        return srv_fail(e, 400, BAD, "unsupported_value", "logprobs",
+                        "'logprobs' %s on /v1/completions yet (it is on /v1/chat/completions)", WHY);
     if ((v = field(body, "echo")) && !cJSON_IsFalse(v))
         return srv_fail(e, 400, BAD, "unsupported_value", "echo", "'echo' %s yet", WHY);
     if ((v = field(body, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring))
@@ -328,6 +328,20 @@ static int parse_tool_choice(srv_request *r, const cJSON *body, srv_error *e) {
                     name->valuestring);
 }
 
+/* logprobs: bool; top_logprobs: 0..20, only with logprobs (as OpenAI). */
+static int parse_logprobs(srv_request *r, const cJSON *body, srv_error *e) {
+    bool on = false;
+    double k = 0;
+    int got;
+    if (want_bool(body, "logprobs", &on, e) < 0) return -1;
+    if ((got = want_int(body, "top_logprobs", 0, E0_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+    if (got && !on)
+        return srv_fail(e, 400, BAD, "invalid_value", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->sample.logprobs = on;
+    r->sample.top_logprobs = (int32_t)k;
+    return 0;
+}
+
 static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_error *e) {
     if (parse_messages(r, body, e)) return -1;
     if (parse_tools(r, body, e) || parse_tool_choice(r, body, e)) return -1;
@@ -390,6 +404,7 @@ int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t le
     if (!rc) rc = refuse_unsupported(j, kind, e);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat(r, j, d, e) : parse_completion(r, j, e);
     if (!rc) rc = parse_sampling(r, j, d, e);
+    if (!rc && kind == SRV_CHAT) rc = parse_logprobs(r, j, e);
     cJSON_Delete(j);
     if (rc) srv_request_free(r);
     return rc;

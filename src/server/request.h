@@ -27,13 +27,14 @@
  *   parameters?}}, tool_choice (chat) "auto" | "none", parallel_tool_calls bool,
  *   chat_template_kwargs {enable_thinking bool},
  *   enable_thinking / think bool (chat), model string (ignored),
+ *   logprobs bool and top_logprobs 0..20 (chat),
  *   user, metadata, store: false (informational; nothing is stored),
- *   response_format {type: "text"}, logprobs false, echo false, best_of 1,
+ *   response_format {type: "text"}, echo false, best_of 1,
  *   logit_bias {} (their neutral values).
  * Refused with a 400 that names the field, because they would otherwise be
  * accepted and ignored: tool_choice "required" or a named function (they
  * need constrained decoding), response_format json_object / json_schema,
- * logprobs true, top_logprobs, echo true, suffix, best_of > 1, a non-empty
+ * logprobs on completions, echo true, suffix, best_of > 1, a non-empty
  * logit_bias, store true, the legacy functions / function_call, audio and
  * modalities other than text, prediction, web_search_options,
  * reasoning_effort.

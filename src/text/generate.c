@@ -291,8 +291,25 @@ static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
     return false;
 }
 
+typedef struct {
+    e0_piece_fn fn;
+    void *user;
+} piece_only;
+
+static int piece_only_fn(void *user, const e0_token_info *tok, const char *text, size_t len) {
+    (void)tok;
+    piece_only *p = user;
+    return p->fn(p->user, text, len);
+}
+
 int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                 e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
+    piece_only p = {fn, user};
+    return e0_generate_tokens(s, t, prompt, n, o, fn ? piece_only_fn : NULL, &p, r, err);
+}
+
+int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                       e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
     const e0_config *c = &s->m->cfg;
     e0_sample_opts d;
     if (!o) {
@@ -342,6 +359,11 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
             break;
         }
         int32_t id = sampler_sample(sm, logits);
+        e0_token_info tok = {.id = id};
+        if (o->logprobs) {
+            int32_t k = o->top_logprobs < 0 ? 0 : o->top_logprobs > E0_MAX_TOP_LOGPROBS ? E0_MAX_TOP_LOGPROBS : o->top_logprobs;
+            tok.n_top = sampler_logprobs(sm, id, &tok.logprob, k, tok.top_ids, tok.top_logprobs);
+        }
         sampler_accept(sm, id);
         if (is_eot(t, c, id)) {
             r->finish = E0_FINISH_STOP;
@@ -353,7 +375,7 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
         if ((rc = chat_stop_feed(stop, piece, len, &em))) break;
         /* called after every token, text or not, so a cancel lands within one token */
-        if (fn && fn(user, em.len ? em.text : "", em.len)) {
+        if (fn && fn(user, &tok, em.len ? em.text : "", em.len)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
@@ -365,9 +387,9 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
     }
     if (!rc && r->finish != E0_FINISH_CANCELLED) {
         size_t len = tok_stream_flush(&ts, piece);
-        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
         chat_stop_finish(stop, &em);
-        if (em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+        if (em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
     }
     r->decode_s = now_s() - t1;
 done:
