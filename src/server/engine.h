@@ -9,6 +9,13 @@
  * The engine never waits for a client, so a slow reader costs memory (its
  * answer so far), never engine time.
  *
+ * Tool calls and logprobs: for a chat request with tools (tool_choice not
+ * "none") the content goes through a tool-call parser (text/toolcall.h)
+ * after the reasoning splitter, so calls land in `calls` and never in
+ * `content`; with parallel_tool_calls false generation stops after the
+ * first call. With logprobs, every generated token's e0_token_info is kept
+ * in `lp` (reasoning and call markup included, in order).
+ *
  * Cancellation: a job is cancelled when its client leaves. Connection
  * threads notice it while waiting (a hang-up on the socket, or MHD's
  * completion callback); the engine thread also polls the client's socket

@@ -11,6 +11,10 @@
  * into events. Both watch the client's socket while they wait, so a client
  * that leaves cancels its job, queued or running.
  *
+ * Keep-alive: libmicrohttpd closes a connection whose response was queued
+ * before the request was read whole, so only errors are answered in the
+ * headers call; GETs and preflights wait for the last call like POSTs.
+ *
  * Details that have caused bugs elsewhere:
  *  - libmicrohttpd only accepts a response in the headers call or after the
  *    whole body; a body that grows past the limit without a Content-Length
