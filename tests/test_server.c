@@ -1272,34 +1272,66 @@ static srv *ip_srv;
 static server ip;
 static char *ip_dir;
 
+/* The length of the longest prefix of s[0..n) that ends on a character boundary. */
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return back + 1 < need ? i - 1 : n;
+}
+
+/* Evaluates the prompt (after the part of the session's history it starts
+ * with) and then the script's tokens one by one, as e0_generate would, so
+ * the session holds what a real answer leaves behind and the server's
+ * prompt reuse sees it. The script ends at the end of its turn or tool
+ * result. */
 static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                     e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
-    (void)s, (void)o;
+    (void)o;
     memset(r, 0, sizeof *r);
     r->prompt_tokens = (int32_t)n;
-    char *text;
-    size_t len;
-    int rc = e0_text_decode(t, prompt, n, &text, &len, err);
+    size_t hn, same = 0;
+    const int32_t *h = e0_session_history(s, &hn);
+    while (same < hn && same < n && h[same] == prompt[same]) same++;
+    if (same < hn || same == n) {
+        e0_session_reset(s);
+        same = 0;
+    }
+    r->reused_tokens = (int32_t)same;
+    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
+    char *text = NULL, *done = NULL;
+    size_t len, dlen, sent = 0, ns = 0;
+    int32_t *ids = NULL;
+    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
     if (rc) return rc;
     const char *p = text, *at = NULL;
     while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
-    const char *end = at ? strstr(at, "<|im_end|>") : NULL;
+    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
+    if (tr && (!end || tr < end)) end = tr;
     if (!end) end = at = text + len;
     r->finish = E0_FINISH_STOP;
     if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
-    while (at < end) {
-        size_t k = (size_t)(end - at) < 3 ? (size_t)(end - at) : 3;
-        while (at + k < end && ((unsigned char)at[k] & 0xC0) == 0x80) k++; /* whole characters */
+    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
+    for (size_t i = 0; !rc && i < ns; i++) {
+        /* the text of the ids so far, handed on in whole characters */
+        free(done);
+        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
+        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
         r->completion_tokens++;
-        e0_token_info tok = {.id = 0};
-        if (fn(user, &tok, at, k)) {
+        e0_token_info tok = {.id = ids[i]};
+        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
-        at += k;
+        if (cut > sent) sent = cut;
+        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
     }
+    free(done);
+    free(ids);
     free(text);
-    return 0;
+    return rc;
 }
 
 static int ip_setup(void **state) {
@@ -1541,6 +1573,49 @@ static void test_tool_turn_and_cors(void **state) {
     free(out);
 }
 
+/* An agent's next turn (the calls sent back as the client got them, with
+ * content null, and the tool results) continues the session: every token of
+ * the first turn is reused, nothing is evaluated twice. */
+static void test_tool_turn_reuse(void **state) {
+    (void)state;
+    cJSON *j1 = ip_chat(XML_SCRIPT, NULL);
+    int history = num(j1, "usage.prompt_tokens") + num(j1, "usage.completion_tokens");
+    cJSON *msg = cJSON_Duplicate(at(j1, "choices.0.message"), 1);
+    cJSON *body = cJSON_Parse("{\"model\":\"m\",\"messages\":[]," TOOLS_JSON "}");
+    cJSON *msgs = cJSON_GetObjectItem(body, "messages"), *user = cJSON_CreateObject();
+    char first[4096];
+    snprintf(first, sizeof first, "{\"c\":\"SCRIPT:%s\"}", XML_SCRIPT);
+    cJSON *fc = cJSON_Parse(first);
+    cJSON_AddStringToObject(user, "role", "user");
+    cJSON_AddStringToObject(user, "content", cJSON_GetObjectItem(fc, "c")->valuestring);
+    cJSON_AddItemToArray(msgs, user);
+    cJSON_AddItemToArray(msgs, msg);
+    const cJSON *c;
+    int i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(msg, "tool_calls")) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "role", "tool");
+        cJSON_AddStringToObject(t, "tool_call_id", str(c, "id"));
+        cJSON_AddStringToObject(t, "content", i++ ? "[]" : "SCRIPT:</think>\n\nSunny in Z\u00fcrich.");
+        cJSON_AddItemToArray(msgs, t);
+    }
+    char *text = cJSON_PrintUnformatted(body), *out;
+    assert_int_equal(http_on(&ip, "POST", "/v1/chat/completions", text, NULL, &out), 200);
+    cJSON *j2 = cJSON_Parse(out);
+    assert_string_equal(str(j2, "choices.0.message.content"), "Sunny in Z\u00fcrich.");
+    if (num(j2, "usage.prompt_tokens_details.cached_tokens") != history)
+        fail_msg("the next turn reused %d tokens, not the %d of the first turn", num(j2, "usage.prompt_tokens_details.cached_tokens"),
+                 history);
+    assert_true(num(j2, "usage.prompt_tokens") > history);
+    printf("tool turn reuse: %d of %d prompt tokens reused\n", history, num(j2, "usage.prompt_tokens"));
+    free(out);
+    free(text);
+    cJSON_Delete(j2);
+    cJSON_Delete(fc);
+    cJSON_Delete(body);
+    cJSON_Delete(j1);
+}
+
 /* The official openai npm client (tests/node/openai_tools.cjs, installed by
  * scripts/deps.sh) against this server: its parsing is the reference. */
 static void test_node_openai(void **state) {
@@ -1579,6 +1654,7 @@ int main(void) {
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_tool_calls_broken),
         cmocka_unit_test(test_tool_turn_and_cors),
+        cmocka_unit_test(test_tool_turn_reuse),
         cmocka_unit_test(test_node_openai),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);

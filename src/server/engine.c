@@ -159,8 +159,33 @@ static const cJSON *nonnull(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* The client's tool_calls (b) are the ones we answered (a): same names, and
+ * arguments equal as JSON (a client may send them back as a string or an
+ * object); the ids are the client's business. Both may be absent or empty. */
+static bool same_calls(const cJSON *a, const cJSON *b) {
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, m = cJSON_IsArray(b) ? cJSON_GetArraySize(b) : 0;
+    if (b && !cJSON_IsArray(b)) return false;
+    if (n != m) return false;
+    const cJSON *x = n ? a->child : NULL, *y = m ? b->child : NULL;
+    for (; x && y; x = x->next, y = y->next) {
+        const cJSON *fx = nonnull(x, "function"), *fy = nonnull(y, "function");
+        if (!fy || !str_eq(nonnull(fy, "name"), nonnull(fx, "name")->valuestring)) return false;
+        const cJSON *ax = nonnull(fx, "arguments"), *ay = nonnull(fy, "arguments");
+        cJSON *px = cJSON_Parse(ax->valuestring), *py = cJSON_IsString(ay) ? cJSON_Parse(ay->valuestring) : NULL;
+        bool eq = cJSON_Compare(px, py ? py : ay, 1);
+        cJSON_Delete(px);
+        cJSON_Delete(py);
+        if (!eq) return false;
+    }
+    return true;
+}
+
 /* Way 1: the request continues the recorded conversation. *tail gets the
- * text to append to the history ("<|im_end|>\n" + the new messages). */
+ * text to append to the history: "<|im_end|>\n" and the new messages as the
+ * template renders them after an assistant turn. They are rendered behind a
+ * stand-in user and assistant turn that is cut off again: a template may
+ * render a message differently at the start of a list (Qwen3.5's tool
+ * results open no user turn there, and it wants a user query). */
 static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *tail_len) {
     const cJSON *m2 = j->req.messages;
     int k = cJSON_GetArraySize(E->conv), n = cJSON_GetArraySize(m2);
@@ -171,25 +196,23 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     const cJSON *a = E->conv->child, *b = m2->child;
     for (int i = 0; i < k - 1; i++, a = a->next, b = b->next)
         if (!cJSON_Compare(a, b, 1)) return -1;
-    /* b: the assistant message that should be our answer (a) */
-    const cJSON *calls = nonnull(b, "tool_calls"), *rc = nonnull(b, "reasoning_content");
-    if (!str_eq(nonnull(b, "role"), "assistant") || !str_eq(nonnull(b, "content"), nonnull(a, "content")->valuestring) ||
-        (calls && (!cJSON_IsArray(calls) || cJSON_GetArraySize(calls))))
+    /* b: the assistant message that should be our answer (a); null content is "" */
+    const cJSON *rc = nonnull(b, "reasoning_content"), *cb = nonnull(b, "content");
+    if (!str_eq(nonnull(b, "role"), "assistant") ||
+        (cb ? !str_eq(cb, nonnull(a, "content")->valuestring) : *nonnull(a, "content")->valuestring) ||
+        !same_calls(nonnull(a, "tool_calls"), nonnull(b, "tool_calls")))
         return -1;
     const cJSON *ra = nonnull(a, "reasoning_content");
     if (rc && !(ra ? str_eq(rc, ra->valuestring) : str_eq(rc, ""))) return -1;
-    /* the rest: user and tool messages only, rendered on their own */
+    /* the rest: user and tool messages only */
+    static const char STANDIN[] = "[{\"role\":\"user\",\"content\":\".\"},{\"role\":\"assistant\",\"content\":\".\"}";
     srv_buf rest = {0};
-    int ok = srv_buf_put(&rest, "[", 1) == 0;
-    int first = 1;
+    int ok = srv_buf_put(&rest, STANDIN, strlen(STANDIN)) == 0;
     for (b = b->next; b && ok; b = b->next) {
         const cJSON *role = nonnull(b, "role");
         if (!str_eq(role, "user") && !str_eq(role, "tool")) ok = 0;
-        /* Qwen3.5's template opens no user turn for a tool message first in the list */
-        if (str_eq(role, "tool") && j->req.chat_format == E0_CHAT_QWEN35) ok = 0;
         char *t = ok ? cJSON_PrintUnformatted(b) : NULL;
-        ok = t && (first || srv_buf_put(&rest, ",", 1) == 0) && srv_buf_put(&rest, t, strlen(t)) == 0;
-        first = 0;
+        ok = t && srv_buf_put(&rest, ",", 1) == 0 && srv_buf_put(&rest, t, strlen(t)) == 0;
         free(t);
     }
     ok = ok && srv_buf_put(&rest, "]", 1) == 0;
@@ -201,11 +224,12 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     co.format = j->req.chat_format;
     if (ok) ok = e0_chat_render(rest.p, rest.len, &co, &r, &rl, err) == 0;
     free(rest.p);
+    /* the stand-in turns end at the second "<|im_end|>\n"; keep that one */
     static const char END[] = "<|im_end|>\n";
-    if (ok && (*tail = malloc(strlen(END) + rl + 1))) {
-        memcpy(*tail, END, strlen(END));
-        memcpy(*tail + strlen(END), r, rl + 1);
-        *tail_len = strlen(END) + rl;
+    const char *cut = ok ? strstr(r, END) : NULL;
+    cut = cut ? strstr(cut + strlen(END), END) : NULL;
+    if (cut && (*tail = strdup(cut))) {
+        *tail_len = rl - (size_t)(cut - r);
     } else {
         ok = 0;
     }
@@ -394,8 +418,22 @@ static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, con
     bool ok = conv && a && cJSON_AddStringToObject(a, "role", "assistant") &&
               cJSON_AddStringToObject(a, "content", j->content.p ? j->content.p : "") &&
               (!g->think.has_reasoning ||
-               cJSON_AddStringToObject(a, "reasoning_content", j->reasoning.p ? j->reasoning.p : "")) &&
-              cJSON_AddItemToArray(conv, a);
+               cJSON_AddStringToObject(a, "reasoning_content", j->reasoning.p ? j->reasoning.p : ""));
+    /* the calls as the client got them: {"function": {"name", "arguments"}} */
+    cJSON *calls = NULL;
+    if (ok && j->n_calls) ok = (calls = cJSON_AddArrayToObject(a, "tool_calls")) != NULL;
+    for (int i = 0; ok && i < j->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject();
+        if (!c || !cJSON_AddItemToArray(calls, c)) {
+            cJSON_Delete(c);
+            ok = false;
+            break;
+        }
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        ok = f && cJSON_AddStringToObject(f, "name", j->calls[i].name.p) &&
+             cJSON_AddStringToObject(f, "arguments", j->calls[i].args.p);
+    }
+    ok = ok && cJSON_AddItemToArray(conv, a);
     if (!ok) {
         cJSON_Delete(a);
         cJSON_Delete(conv);

@@ -27,8 +27,9 @@
  * in the first of these ways that applies:
  *  1. continuation: a chat request whose messages are the last chat
  *     request's messages, then an assistant message with the answer the
- *     server gave (content, and reasoning_content if sent back), then only
- *     user/tool messages: the ids are the session's own tokens plus
+ *     server gave (content, reasoning_content if sent back, its tool calls
+ *     with the same names and arguments), then only user/tool messages (an
+ *     agent's tool results): the ids are the session's own tokens plus
  *     "<|im_end|>\n" and the rendering of the new messages, as `edge0 chat`
  *     does. Nothing of the history is evaluated again, even on models with
  *     recurrent layers, which cannot rewind. (The history then keeps the
