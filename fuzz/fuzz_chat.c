@@ -74,17 +74,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char err[E0_ERR_MAX] = "", *out = NULL;
     size_t len = 0;
-    int rc = messages ? chat_render(messages, &o, &out, &len, err) : E0_EINVAL;
-    if (rc == 0) {
-        check(out != NULL && strlen(out) == len);
-        chat_split sp;
-        chat_split_reasoning(out, len, &sp);
-        check(sp.content >= out && sp.content + sp.content_len <= out + len);
-        check(sp.reasoning >= out && sp.reasoning + sp.reasoning_len <= out + len);
-        stream_check(out, len);
-        free(out);
-    } else if (messages) {
-        check(rc < 0 && err[0] != 0);
+    /* both templates: Qwen3's and Qwen3.5's */
+    for (int f = 0; f < 2; f++) {
+        o.format = f ? CHAT_FORMAT_QWEN35 : CHAT_FORMAT_QWEN3;
+        out = NULL;
+        err[0] = 0;
+        int rc = messages ? chat_render(messages, &o, &out, &len, err) : E0_EINVAL;
+        if (rc == 0) {
+            check(out != NULL && strlen(out) == len);
+            chat_split sp;
+            chat_split_reasoning(out, len, &sp);
+            check(sp.content >= out && sp.content + sp.content_len <= out + len);
+            check(sp.reasoning >= out && sp.reasoning + sp.reasoning_len <= out + len);
+            if (!f) stream_check(out, len);
+            free(out);
+        } else if (messages) {
+            check(rc < 0 && err[0] != 0);
+        }
     }
     char *dump = NULL;
     if (chat_json_dumps(j, "input", &dump, err) == 0) {

@@ -303,7 +303,20 @@ int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, s
 /* The id of a token written as text (e.g. "<|im_end|>"), or -1. */
 int32_t e0_text_token_id(const e0_text *t, const char *token);
 
+/* Which chat template a model's prompts are rendered with. */
+typedef enum {
+    E0_CHAT_QWEN3 = 0, /* Qwen3's (and other ChatML); tool calls as JSON in <tool_call> */
+    E0_CHAT_QWEN35,    /* Qwen3.5 / 3.6's; tool calls as <function=...> XML */
+} e0_chat_format;
+
+/* The format of the model's own chat template (chat_template.jinja or
+ * tokenizer_config.json's chat_template beside tokenizer.json, or a GGUF
+ * file's tokenizer.chat_template): E0_CHAT_QWEN35 for Qwen3.5's, else
+ * E0_CHAT_QWEN3, also when there is no template or one edge0 does not know. */
+e0_chat_format e0_text_chat_format(const e0_text *t);
+
 typedef struct {
+    e0_chat_format format;     /* the template (E0_CHAT_QWEN3) */
     int add_generation_prompt; /* append "<|im_start|>assistant\n" (1) */
     int enable_thinking;       /* 0 appends the empty think block, as the template does (1) */
     const char *tools_json;    /* a JSON array of tool definitions, or NULL */
@@ -329,7 +342,11 @@ typedef struct {
     int32_t max_tokens;      /* 0: until EOS, a stop string or the end of the context */
     const char *const *stop; /* stop strings (not emitted) */
     size_t n_stop;
+    int logprobs;            /* 0; 1: e0_generate_tokens reports each token's log-probability */
+    int32_t top_logprobs;    /* 0; with logprobs, the n (<= E0_MAX_TOP_LOGPROBS) most likely alternatives too */
 } e0_sample_opts;
+
+#define E0_MAX_TOP_LOGPROBS 20
 
 void e0_sample_opts_default(e0_sample_opts *o);
 
@@ -362,6 +379,28 @@ typedef struct {
  * prompt does not fit in the context. */
 int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
                 const e0_sample_opts *o, e0_piece_fn fn, void *user, e0_gen_result *r, char *err);
+
+/* One generated token, as e0_generate_tokens reports it. Log-probabilities
+ * (when o->logprobs) are those of the distribution the token was drawn from,
+ * after the sampling filters: softmax(logit / temperature) over the tokens
+ * top-k, top-p and min-p kept, -9999 for the others; with temperature 0
+ * (greedy) the softmax of the (penalised) logits. */
+typedef struct {
+    int32_t id;
+    float logprob;
+    int32_t n_top; /* alternatives, most likely first */
+    int32_t top_ids[E0_MAX_TOP_LOGPROBS];
+    float top_logprobs[E0_MAX_TOP_LOGPROBS];
+} e0_token_info;
+
+/* As e0_piece_fn, with the token just generated (NULL for the text handed
+ * out at the end, which no new token produced). */
+typedef int (*e0_token_fn)(void *user, const e0_token_info *tok, const char *text, size_t len);
+
+/* e0_generate with a callback that also sees each token and, when
+ * o->logprobs, its log-probabilities. */
+int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+                       const e0_sample_opts *o, e0_token_fn fn, void *user, e0_gen_result *r, char *err);
 
 #ifdef __cplusplus
 }

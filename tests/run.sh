@@ -10,8 +10,9 @@ for t in "$@"; do
     echo "=== $name"
     start=$(date +%s)
     "$t" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
-    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    # a program may run several cmocka groups: add up their summaries
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s += $1} END {if (NR) print s}')
     pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
     if [ "$rc" != 0 ]; then
         failed="$failed $name"

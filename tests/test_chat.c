@@ -421,6 +421,110 @@ static void test_golden(void **state) {
     free(text);
 }
 
+/* Every conversation of a golden file rendered with `format`; the lines may
+ * name their template ("template": "qwen3" / "qwen35"), and only those of
+ * `only` count when it is not NULL. Returns how many were checked. */
+static int golden_file(const char *path, chat_format format, const char *only) {
+    char *text, err[E0_ERR_MAX];
+    size_t len;
+    if (e0_read_file(path, &text, &len, 1 << 24, err)) fail_msg("%s", err);
+    int total = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *d = cJSON_Parse(line);
+        assert_non_null(d);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(d, "rendered");
+        const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(d, "template");
+        assert_true(cJSON_IsString(name) && cJSON_IsString(want));
+        if (only && (!cJSON_IsString(tmpl) || strcmp(tmpl->valuestring, only))) {
+            cJSON_Delete(d);
+            continue;
+        }
+        chat_opts o;
+        opts_from_json(cJSON_GetObjectItemCaseSensitive(d, "options"), &o);
+        o.format = format;
+        cJSON *msgs = cJSON_GetObjectItemCaseSensitive(d, "messages");
+        char *got = NULL;
+        if (chat_render(msgs, &o, &got, NULL, err)) fail_msg("%s: %s", name->valuestring, err);
+        expect_same(name->valuestring, got, want->valuestring);
+        free(got);
+        /* OpenAI clients send arguments as a JSON string: the same text (Qwen3
+         * inserts the string verbatim, so only where it is json.dumps' form) */
+        const cJSON *m;
+        bool changed = false;
+        cJSON_ArrayForEach(m, msgs) {
+            const cJSON *tc, *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+            cJSON_ArrayForEach(tc, calls) {
+                cJSON *f = cJSON_GetObjectItemCaseSensitive(tc, "function");
+                cJSON *a = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+                if (!cJSON_IsObject(a)) continue;
+                char *dumped;
+                assert_int_equal(chat_json_dumps(a, "arguments", &dumped, err), 0);
+                cJSON_ReplaceItemInObjectCaseSensitive(f, "arguments", cJSON_CreateString(dumped));
+                free(dumped);
+                changed = true;
+            }
+        }
+        if (changed) {
+            if (chat_render(msgs, &o, &got, NULL, err)) fail_msg("%s (string arguments): %s", name->valuestring, err);
+            expect_same(name->valuestring, got, want->valuestring);
+            free(got);
+        }
+        total++;
+        cJSON_Delete(d);
+    }
+    free(text);
+    return total;
+}
+
+/* Qwen3.5's template: the 14 shared conversations, byte for byte. */
+static void test_golden_qwen35(void **state) {
+    (void)state;
+    int n = golden_file(tu_shared("tokenizers/qwen35/chat_template_golden.jsonl"), CHAT_FORMAT_QWEN35, NULL);
+    printf("chat golden (qwen3.5): %d conversations render byte for byte\n", n);
+    assert_int_equal(n, 14);
+}
+
+/* Tool conversations rendered by the reference templates with jinja2
+ * (scripts/chat_golden.py): a call with typed and nested arguments, its
+ * result, the answer and the next question; a call with reasoning_content;
+ * parallel calls with thinking off. Both templates. */
+static void test_golden_tools(void **state) {
+    (void)state;
+    int a = golden_file("tests/data/chat_tools_golden.jsonl", CHAT_FORMAT_QWEN3, "qwen3");
+    int b = golden_file("tests/data/chat_tools_golden.jsonl", CHAT_FORMAT_QWEN35, "qwen35");
+    printf("chat golden (tools): %d qwen3 + %d qwen3.5 conversations render byte for byte\n", a, b);
+    assert_int_equal(a, 4);
+    assert_int_equal(b, 4);
+}
+
+/* What Qwen3.5's template refuses, and null content on a call. */
+static void test_qwen35_rules(void **state) {
+    (void)state;
+    chat_opts o;
+    chat_opts_default(&o);
+    o.format = CHAT_FORMAT_QWEN35;
+    char *out, err[E0_ERR_MAX];
+    assert_int_equal(render_text("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]", &o,
+                                 &out, err),
+                     E0_EFORMAT);
+    assert_non_null(strstr(err, "messages[1]"));
+    assert_int_equal(render_text("[{\"role\":\"tool\",\"content\":\"r\"}]", &o, &out, err), E0_EFORMAT);
+    assert_non_null(strstr(err, "no user query"));
+    assert_int_equal(render_text("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,"
+                                 "\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}]",
+                                 &o, &out, err),
+                     E0_EFORMAT);
+    assert_non_null(strstr(err, "tool_calls[0].function.arguments"));
+    assert_int_equal(render_text("[{\"role\":\"user\",\"content\":\" \\u3000q\\n\"},{\"role\":\"assistant\",\"content\":null,"
+                                 "\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]",
+                                 &o, &out, err),
+                     0);
+    assert_string_equal(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n"
+                             "<function=f>\n</function>\n</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n");
+    free(out);
+}
+
 static void test_jinja_cases(void **state) {
     (void)state;
     char err[E0_ERR_MAX];
@@ -811,6 +915,8 @@ static void test_split(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),         cmocka_unit_test(test_jinja_cases),
+        cmocka_unit_test(test_golden_qwen35),  cmocka_unit_test(test_golden_tools),
+        cmocka_unit_test(test_qwen35_rules),
         cmocka_unit_test(test_lenient_inputs), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_json_dumps),     cmocka_unit_test(test_stop_basic),
         cmocka_unit_test(test_stop_random),    cmocka_unit_test(test_split),

@@ -445,6 +445,61 @@ static void test_invalid(void **state) {
 
 /* Qwen3's vocabulary with the default chain and with top-p alone: a rough
  * cost per token (printed, not asserted). */
+/* sampler_logprobs: greedy gives the softmax of the logits; a draw gives
+ * softmax(logit / T) over what top-k / top-p / min-p kept (summing to 1 over
+ * the kept set, -9999 outside it); the top list is sorted, holds the drawn
+ * token when it is asked for enough, and fewer entries when fewer were kept. */
+static void test_logprobs(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    float l[V], lp, top_lp[20];
+    int32_t top_id[20];
+    uint64_t x = 7;
+    random_logits(l, V, &x, 4.0f);
+    l[17] = 9.0f, l[18] = 8.5f;
+    sampler_params p = plain(0.0f, 1);
+    sampler *s = mk(&p, V);
+    int32_t id = sampler_sample(s, l);
+    assert_int_equal(id, 17);
+    assert_int_equal(sampler_logprobs(s, id, &lp, 5, top_id, top_lp), 5);
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp((double)l[i] - 9.0);
+    assert_true(fabs(lp - (-log(z))) < 1e-4);
+    assert_int_equal(top_id[0], 17);
+    assert_int_equal(top_id[1], 18);
+    assert_true(fabs(top_lp[1] - (8.5 - 9.0 - log(z))) < 1e-4);
+    for (int k = 1; k < 5; k++) assert_true(top_lp[k - 1] >= top_lp[k]);
+    sampler_free(s);
+
+    p = plain(0.7f, 3);
+    p.top_k = 8;
+    p.min_p = 0.0f;
+    s = mk(&p, V);
+    for (int round = 0; round < 20; round++) {
+        random_logits(l, V, &x, 3.0f);
+        id = sampler_sample(s, l);
+        int32_t n = sampler_logprobs(s, id, &lp, 20, top_id, top_lp);
+        assert_int_equal(n, 8); /* top-k kept 8: the final distribution has 8 tokens */
+        double sum = 0;
+        bool found = false;
+        for (int k = 0; k < n; k++) {
+            sum += exp(top_lp[k]);
+            if (k) assert_true(top_lp[k - 1] >= top_lp[k]);
+            if (top_id[k] == id) found = true, assert_true(top_lp[k] == lp);
+        }
+        assert_true(found);
+        assert_true(fabs(sum - 1.0) < 1e-4);
+        /* a token the filters dropped */
+        int32_t low = 0;
+        for (int i = 1; i < V; i++)
+            if (l[i] < l[low]) low = i;
+        float lp_low;
+        sampler_logprobs(s, low, &lp_low, 0, top_id, top_lp);
+        assert_true(lp_low == SAMPLER_LOGPROB_MIN);
+    }
+    sampler_free(s);
+}
+
 static void test_speed(void **state) {
     (void)state;
     enum { V = 151936, N = 100 };
@@ -477,7 +532,7 @@ int main(void) {
         cmocka_unit_test(test_distribution), cmocka_unit_test(test_top_p),
         cmocka_unit_test(test_top_p_exact),  cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties),    cmocka_unit_test(test_invalid),
-        cmocka_unit_test(test_speed),
+        cmocka_unit_test(test_speed),        cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@
 #include "edge0.h"
 #include "model/synth.h"
 #include "server/request.h"
+#include "server/server.h"
 #include "server/think.h"
 #include "text/chat.h"
 
@@ -27,6 +28,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -353,6 +355,7 @@ static int teardown(void **state) {
     stop_server(&main_srv);
     tu_rmtree(dir);
     free(dir);
+    dir = NULL;
     return 0;
 }
 
@@ -508,6 +511,37 @@ static void test_request_parse(void **state) {
         {"\"model\":3", "invalid_type", "model"},
         {"\"tools\":{}", "invalid_type", "tools"},
         {"\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}", "invalid_type", "chat_template_kwargs.enable_thinking"},
+        /* tools and tool_choice */
+        {"\"tools\":[1]", "invalid_type", "tools[0]"},
+        {"\"tools\":[{\"type\":\"code\"}]", "invalid_value", "tools[0].type"},
+        {"\"tools\":[{\"type\":\"function\"}]", "invalid_type", "tools[0].function"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]", "invalid_type", "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a<b\"}}]", "invalid_value",
+         "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "invalid_type",
+         "tools[0].function.parameters"},
+        {"\"tool_choice\":\"required\"", "unsupported_value", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "unsupported_value", "tool_choice"},
+        {"\"tool_choice\":\"sometimes\"", "invalid_value", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\"}", "invalid_type", "tool_choice"},
+        {"\"parallel_tool_calls\":1", "invalid_type", "parallel_tool_calls"},
+        /* accepted and not implemented: a 400 naming the field, never ignored */
+        {"\"response_format\":{\"type\":\"json_object\"}", "unsupported_value", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "unsupported_value", "response_format"},
+        {"\"response_format\":\"json\"", "invalid_type", "response_format"},
+        {"\"logprobs\":1", "invalid_type", "logprobs"},
+        {"\"top_logprobs\":2", "invalid_value", "top_logprobs"},
+        {"\"logprobs\":true,\"top_logprobs\":21", "invalid_value", "top_logprobs"},
+        {"\"logit_bias\":{\"42\":-100}", "unsupported_value", "logit_bias"},
+        {"\"functions\":[]", "unsupported_value", "functions"},
+        {"\"function_call\":\"auto\"", "unsupported_value", "function_call"},
+        {"\"store\":true", "unsupported_value", "store"},
+        {"\"modalities\":[\"text\",\"audio\"]", "unsupported_value", "modalities"},
+        {"\"audio\":{}", "unsupported_value", "audio"},
+        {"\"prediction\":{}", "unsupported_value", "prediction"},
+        {"\"reasoning_effort\":\"low\"", "unsupported_value", "reasoning_effort"},
+        {"\"web_search_options\":{}", "unsupported_value", "web_search_options"},
+        {"\"user\":5", "invalid_type", "user"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(b, sizeof b, "{%s,%s}", m, bad[i].field);
@@ -516,6 +550,30 @@ static void test_request_parse(void **state) {
     parse_err(SRV_COMPLETION, "{\"max_tokens\":3}", "missing_field", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"\"}", "invalid_value", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":[1,2]}", "invalid_type", "prompt");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "unsupported_value", "echo");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "unsupported_value", "suffix");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", "unsupported_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":0}", "unsupported_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"best_of\":3}", "unsupported_value", "best_of");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"tools\":[]}", "unsupported_value", "tools");
+    /* their neutral values, the developer role (as system), tool_choice none / auto */
+    const char *neutral = "{\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},{\"role\":\"user\","
+                          "\"content\":\"x\"}],\"response_format\":{\"type\":\"text\"},\"logprobs\":false,\"echo\":false,"
+                          "\"logit_bias\":{},\"store\":false,\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"modalities\":[\"text\"],"
+                          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\","
+                          "\"parallel_tool_calls\":false}";
+    assert_int_equal(srv_request_parse(&r, SRV_CHAT, neutral, strlen(neutral), &d, &e), 0);
+    assert_false(r.parse_tools);
+    assert_false(r.parallel_tool_calls);
+    assert_int_equal(srv_request_render(&r, &prompt, &len, &e), 0);
+    assert_non_null(strstr(prompt, "<|im_start|>system\nbe brief\n\n# Tools")); /* tools still rendered, as the template does */
+    free(prompt);
+    srv_request_free(&r);
+    const char *autoc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\","
+                        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+    assert_int_equal(srv_request_parse(&r, SRV_CHAT, autoc, strlen(autoc), &d, &e), 0);
+    assert_true(r.parse_tools && r.parallel_tool_calls && cJSON_IsArray(r.tools));
+    srv_request_free(&r);
     /* the renderer's own checks come back as 400 with the field named */
     const char *badcall = "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{}}]}]}";
     assert_int_equal(srv_request_parse(&r, SRV_CHAT, badcall, strlen(badcall), &d, &e), 0);
@@ -1025,6 +1083,554 @@ static void test_metrics(void **state) {
     free(log);
 }
 
+/* ---- HTTP basics on the real binary -------------------------------------------------- */
+
+static char *curl_raw(const char *args) {
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "curl -sS %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *b = read_all(p);
+    pclose(p);
+    return b;
+}
+
+/* Keep-alive (several requests, a generation among them, over one
+ * connection), the Bearer scheme in any case, X-Api-Key, GET /v1/models/{id},
+ * the developer role, /tokenize and /detokenize, no CORS unless asked. */
+static void test_http_basics(void **state) {
+    (void)state;
+    int port = main_srv.port;
+    char args[2000], *out;
+    char *body = chat_body("hi", 2, NULL);
+    char *file = tu_write(dir, "keepalive.json", body, strlen(body));
+    snprintf(args, sizeof args,
+             "-v -o /dev/null -H 'Authorization: Bearer " KEY "' http://127.0.0.1:%d/v1/models http://127.0.0.1:%d/health "
+             "--next -v -o /dev/null -H 'Authorization: Bearer " KEY "' -H 'Content-Type: application/json' "
+             "--data-binary @%s http://127.0.0.1:%d/v1/chat/completions "
+             "--next -v -o /dev/null -H 'Authorization: Bearer " KEY "' http://127.0.0.1:%d/v1/models/m",
+             port, port, file, port, port);
+    out = curl_raw(args);
+    int reused = 0;
+    for (const char *p = out; (p = strstr(p, "existing connection")); p++) reused++;
+    if (reused != 3 || strcasestr(out, "< Connection: close") || strcasestr(out, "Access-Control-Allow-Origin"))
+        fail_msg("4 requests should share one connection (%d re-uses), without CORS headers:\n%s", reused, out);
+    free(out);
+    free(file);
+    free(body);
+
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'authorization: bearer " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'Authorization: BEARER   " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'X-Api-Key: " KEY "'", NULL), 200);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'authorization: bearer wrong'", NULL), 401);
+    assert_int_equal(http_on(&main_srv, "GET", "/v1/models", NULL, "-H 'Authorization: Basic " KEY "'", NULL), 401);
+
+    cJSON *j = json_ok("GET", "/v1/models/m", NULL);
+    assert_string_equal(str(j, "id"), "m");
+    assert_string_equal(str(j, "object"), "model");
+    cJSON_Delete(j);
+    assert_int_equal(http("GET", "/v1/models/gpt-4o", NULL, &out), 404);
+    j = cJSON_Parse(out);
+    assert_string_equal(str(j, "error.code"), "model_not_found");
+    assert_string_equal(str(j, "error.type"), "invalid_request_error");
+    assert_non_null(strstr(str(j, "error.message"), "gpt-4o"));
+    cJSON_Delete(j);
+    free(out);
+
+    j = json_ok("POST", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"max_tokens\":2}");
+    assert_string_equal(str(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+
+    j = json_ok("POST", "/tokenize", "{\"content\":\"Hello <|im_end|> w\\u00f6rld\"}");
+    const cJSON *toks = at(j, "tokens");
+    assert_true(cJSON_GetArraySize(toks) >= 4);
+    bool special = false;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, toks) special |= t->valuedouble == 151645;
+    assert_true(special);
+    char *ids = cJSON_PrintUnformatted(toks), req[1024];
+    snprintf(req, sizeof req, "{\"tokens\":%s}", ids);
+    free(ids);
+    cJSON_Delete(j);
+    j = json_ok("POST", "/detokenize", req);
+    assert_string_equal(str(j, "content"), "Hello <|im_end|> w\xc3\xb6rld");
+    cJSON_Delete(j);
+    assert_int_equal(http("POST", "/detokenize", "{\"tokens\":[1,-5]}", &out), 400);
+    assert_non_null(strstr(out, "\"param\":\"tokens[1]\""));
+    free(out);
+    assert_int_equal(http("POST", "/tokenize", "{\"text\":\"x\"}", &out), 400);
+    assert_non_null(strstr(out, "\"param\":\"content\""));
+    free(out);
+
+    /* tool_choice none: tools rendered, nothing parsed; required: a 400 over HTTP too */
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    char extra[512];
+    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"none\"", tools);
+    body = chat_body("hi", 2, extra);
+    j = json_ok("POST", "/v1/chat/completions", body);
+    assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
+    cJSON_Delete(j);
+    free(body);
+    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"required\"", tools);
+    body = chat_body("hi", 2, extra);
+    assert_int_equal(http("POST", "/v1/chat/completions", body, &out), 400);
+    assert_non_null(strstr(out, "not supported yet"));
+    free(out);
+    free(body);
+}
+
+/* Checks one "logprobs.content" entry; returns its logprob. `kept`: the
+ * most alternatives the final distribution can have (0: no limit). */
+static double check_lp_entry(const cJSON *e, int want_top, int kept, bool greedy) {
+    double lp = at(e, "logprob")->valuedouble, sum = 0, prev = 1;
+    assert_true(lp <= 0);
+    assert_true(cJSON_IsString(at(e, "token")) && cJSON_IsArray(at(e, "bytes")));
+    const cJSON *top = at(e, "top_logprobs"), *t;
+    int n = cJSON_GetArraySize(top);
+    assert_int_equal(n, kept && kept < want_top ? kept : want_top);
+    bool found = false;
+    cJSON_ArrayForEach(t, top) {
+        double v = at(t, "logprob")->valuedouble;
+        assert_true(v <= prev); /* sorted, most likely first */
+        prev = v;
+        sum += exp(v);
+        if (!strcmp(str(t, "token"), str(e, "token")) && fabs(v - lp) < 1e-6) found = true;
+    }
+    assert_true(sum <= 1 + 1e-4);
+    if (kept && kept <= want_top) assert_true(fabs(sum - 1) < 1e-3); /* the whole final distribution */
+    if (greedy) assert_true(fabs(at(top, "0.logprob")->valuedouble - lp) < 1e-6); /* the argmax was taken */
+    if (greedy || (kept && kept <= want_top)) assert_true(found); /* the sampled token is among them */
+    return lp;
+}
+
+/* logprobs / top_logprobs on chat, plain and streamed: one entry per token,
+ * sorted alternatives, the sampled one among them, and with top_k 2 a
+ * distribution of two tokens that sums to 1. */
+static void test_logprobs(void **state) {
+    (void)state;
+    char *body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":3,\"seed\":5");
+    cJSON *j = json_ok("POST", "/v1/chat/completions", body);
+    const cJSON *content = at(j, "choices.0.logprobs.content"), *e;
+    assert_int_equal(cJSON_GetArraySize(content), num(j, "usage.completion_tokens"));
+    double plain_lp[8];
+    int k = 0;
+    cJSON_ArrayForEach(e, content) plain_lp[k++] = check_lp_entry(e, 3, 0, true);
+    free(body);
+
+    body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":3,\"seed\":5,\"stream\":true");
+    char *out;
+    assert_int_equal(http("POST", "/v1/chat/completions", body, &out), 200);
+    int n = 0;
+    for (char *p = out; (p = strstr(p, "data: {")); p += 6) {
+        char *end = strstr(p, "\n\n");
+        cJSON *c = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6));
+        const cJSON *lc = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0),
+                                                                   "logprobs"),
+                                              "content");
+        cJSON_ArrayForEach(e, lc) {
+            assert_true(n < k);
+            double v = check_lp_entry(e, 3, 0, true);
+            assert_true(fabs(v - plain_lp[n]) < 1e-3);
+            assert_string_equal(str(e, "token"), str(cJSON_GetArrayItem(content, n), "token"));
+            n++;
+        }
+        cJSON_Delete(c);
+    }
+    assert_int_equal(n, k);
+    free(out);
+    free(body);
+    cJSON_Delete(j);
+
+    body = chat_body("Count to three.", 4, "\"logprobs\":true,\"top_logprobs\":5,\"temperature\":1,\"top_k\":2,"
+                                          "\"top_p\":1,\"min_p\":0,\"seed\":9");
+    j = json_ok("POST", "/v1/chat/completions", body);
+    cJSON_ArrayForEach(e, at(j, "choices.0.logprobs.content")) check_lp_entry(e, 5, 2, false);
+    cJSON_Delete(j);
+    free(body);
+    /* without logprobs: null, as before */
+    body = chat_body("hi", 2, NULL);
+    j = json_ok("POST", "/v1/chat/completions", body);
+    assert_true(cJSON_IsNull(at(j, "choices.0.logprobs")));
+    cJSON_Delete(j);
+    free(body);
+}
+
+/* ---- tool calls: an in-process server whose model output is scripted --------------------
+ *
+ * A random model never writes a tool call, so these tests run srv_start in
+ * this process with srv_opts.generate set to `scripted`: it answers with the
+ * text after the last "SCRIPT:" in the prompt (up to the end of that turn),
+ * in pieces of about 3 bytes; a script ending in "~" ends as if cut off by
+ * max_tokens. Everything else is the real server: parsing, rendering with
+ * Qwen3.5's template, the engine thread, the tool-call parser, HTTP. */
+
+static e0_engine *ip_eng;
+static e0_text *ip_text;
+static srv *ip_srv;
+static server ip;
+static char *ip_dir;
+
+/* The length of the longest prefix of s[0..n) that ends on a character boundary. */
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return back + 1 < need ? i - 1 : n;
+}
+
+/* Evaluates the prompt (after the part of the session's history it starts
+ * with) and then the script's tokens one by one, as e0_generate would, so
+ * the session holds what a real answer leaves behind and the server's
+ * prompt reuse sees it. The script ends at the end of its turn or tool
+ * result. */
+static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
+    (void)o;
+    memset(r, 0, sizeof *r);
+    r->prompt_tokens = (int32_t)n;
+    size_t hn, same = 0;
+    const int32_t *h = e0_session_history(s, &hn);
+    while (same < hn && same < n && h[same] == prompt[same]) same++;
+    if (same < hn || same == n) {
+        e0_session_reset(s);
+        same = 0;
+    }
+    r->reused_tokens = (int32_t)same;
+    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
+    char *text = NULL, *done = NULL;
+    size_t len, dlen, sent = 0, ns = 0;
+    int32_t *ids = NULL;
+    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
+    if (rc) return rc;
+    const char *p = text, *at = NULL;
+    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
+    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
+    if (tr && (!end || tr < end)) end = tr;
+    if (!end) end = at = text + len;
+    r->finish = E0_FINISH_STOP;
+    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
+    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
+    for (size_t i = 0; !rc && i < ns; i++) {
+        /* the text of the ids so far, handed on in whole characters */
+        free(done);
+        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
+        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
+        r->completion_tokens++;
+        e0_token_info tok = {.id = ids[i]};
+        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
+            r->finish = E0_FINISH_CANCELLED;
+            break;
+        }
+        if (cut > sent) sent = cut;
+        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
+    }
+    free(done);
+    free(ids);
+    free(text);
+    return rc;
+}
+
+static int ip_setup(void **state) {
+    (void)state;
+    ip_dir = tu_tmpdir();
+    dir = ip_dir; /* request bodies go here (the first group's dir is gone) */
+    char err[E0_ERR_MAX], m[4200], cmd[8800];
+    snprintf(m, sizeof m, "%s/m", ip_dir);
+    if (synth_write(synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
+    snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", m);
+    assert_int_equal(tu_run(cmd), 0);
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    if (e0_engine_open(&ip_eng, m, &eo, err) || e0_text_open(&ip_text, m, err)) fail_msg("%s", err);
+    srv_opts so;
+    srv_opts_default(&so);
+    so.engine = ip_eng;
+    so.text = ip_text;
+    so.model_name = "m";
+    so.port = 0;
+    so.api_key = KEY;
+    so.n_ctx = 2048;
+    so.cors = "https://app.example";
+    so.generate = scripted;
+    so.defaults.chat_format = E0_CHAT_QWEN35;
+    if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
+    ip.port = srv_port(ip_srv);
+    snprintf(ip.log, sizeof ip.log, "%s/none.log", ip_dir);
+    return 0;
+}
+
+static int ip_teardown(void **state) {
+    (void)state;
+    srv_stop(ip_srv);
+    e0_text_free(ip_text);
+    e0_engine_free(ip_eng);
+    tu_rmtree(ip_dir);
+    free(ip_dir);
+    dir = NULL;
+    return 0;
+}
+
+#define TOOLS_JSON                                                                                                     \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","   \
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"where\":{\"type\":\"object\"}}}}},"  \
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":"      \
+    "{\"query\":{\"type\":\"string\"}}}}}]"
+
+/* The body of a chat request whose answer is `script` (JSON-escaped). */
+static char *script_body(const char *script, bool stream, const char *extra) {
+    char *b = malloc(strlen(script) + 2048);
+    sprintf(b, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"SCRIPT:%s\"}],\"stream\":%s," TOOLS_JSON "%s%s}",
+            script, stream ? "true" : "false", extra ? "," : "", extra ? extra : "");
+    return b;
+}
+
+static cJSON *ip_chat(const char *script, const char *extra) {
+    char *body = script_body(script, false, extra), *out;
+    int st = http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out);
+    if (st != 200) fail_msg("status %d: %s", st, out);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("not JSON: %s", out);
+    free(out);
+    free(body);
+    return j;
+}
+
+/* A stream's text, tool calls and finish reason. */
+typedef struct {
+    char content[4096], reasoning[4096];
+    int n;
+    char id[4][64], name[4][64], args[4][2048];
+    int pieces[4];
+    char finish[32];
+} tstream;
+
+static void ip_stream(const char *script, const char *extra, tstream *ts) {
+    memset(ts, 0, sizeof *ts);
+    char *body = script_body(script, true, extra), *out;
+    int st = http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out);
+    if (st != 200) fail_msg("status %d: %s", st, out);
+    for (char *p = out; (p = strstr(p, "data: ")); p += 6) {
+        if (!strncmp(p + 6, "[DONE]", 6)) break;
+        char *end = strstr(p, "\n\n");
+        assert_non_null(end);
+        cJSON *j = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6));
+        assert_non_null(j);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *d, *v, *tc;
+        if (!c0) {
+            cJSON_Delete(j);
+            continue;
+        }
+        d = cJSON_GetObjectItem(c0, "delta");
+        if ((v = cJSON_GetObjectItem(d, "content")) && cJSON_IsString(v)) strcat(ts->content, v->valuestring);
+        if ((v = cJSON_GetObjectItem(d, "reasoning_content"))) strcat(ts->reasoning, v->valuestring);
+        cJSON_ArrayForEach(tc, cJSON_GetObjectItem(d, "tool_calls")) {
+            int k = num(tc, "index");
+            assert_true(k >= 0 && k < 4);
+            if (cJSON_GetObjectItem(tc, "id")) { /* the head: id, type and name, once, in order */
+                assert_int_equal(k, ts->n);
+                snprintf(ts->id[k], sizeof ts->id[k], "%s", str(tc, "id"));
+                assert_string_equal(str(tc, "type"), "function");
+                snprintf(ts->name[k], sizeof ts->name[k], "%s", str(tc, "function.name"));
+                ts->n++;
+            } else {
+                assert_true(k == ts->n - 1);
+                ts->pieces[k]++;
+            }
+            strcat(ts->args[k], str(tc, "function.arguments"));
+        }
+        if ((v = cJSON_GetObjectItem(c0, "finish_reason")) && cJSON_IsString(v))
+            snprintf(ts->finish, sizeof ts->finish, "%s", v->valuestring);
+        cJSON_Delete(j);
+    }
+    free(out);
+    free(body);
+}
+
+static void json_same(const char *got, const char *want) {
+    cJSON *g = cJSON_Parse(got), *w = cJSON_Parse(want);
+    assert_non_null(w);
+    if (!cJSON_Compare(g, w, 1)) fail_msg("got %s, want %s", got, want);
+    cJSON_Delete(g);
+    cJSON_Delete(w);
+}
+
+/* Qwen3.5's XML form, two calls after a thought and a sentence, plain and streamed. */
+static const char XML_SCRIPT[] =
+    "Checking.</think>\\n\\nLet me look.\\n\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nZ\\u00fcrich "
+    "</parameter> <b>\\n</parameter>\\n<parameter=days>\\n2\\n</parameter>\\n<parameter=where>\\n{\\\"lat\\\": [47.4, "
+    "{\\\"x\\\": null}]}\\n</parameter>\\n</function>\\n</tool_call>\\n<tool_call>\\n<function=search>\\n"
+    "<parameter=query>\\n\\\"edge0\\\"\\n</parameter>\\n</function>\\n</tool_call>";
+static const char XML_ARGS0[] = "{\"city\": \"Z\xc3\xbcrich </parameter> <b>\", \"days\": 2, \"where\": {\"lat\": [47.4, "
+                                "{\"x\": null}]}}";
+
+static void test_tool_calls(void **state) {
+    (void)state;
+    cJSON *j = ip_chat(XML_SCRIPT, NULL);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    assert_string_equal(str(j, "choices.0.message.content"), "Let me look.");
+    assert_string_equal(str(j, "choices.0.message.reasoning_content"), "Checking.");
+    const cJSON *calls = at(j, "choices.0.message.tool_calls");
+    assert_int_equal(cJSON_GetArraySize(calls), 2);
+    assert_string_equal(str(calls, "0.type"), "function");
+    assert_string_equal(str(calls, "0.function.name"), "get_weather");
+    json_same(str(calls, "0.function.arguments"), XML_ARGS0);
+    assert_string_equal(str(calls, "1.function.name"), "search");
+    json_same(str(calls, "1.function.arguments"), "{\"query\": \"\\\"edge0\\\"\"}");
+    const char *id0 = str(calls, "0.id"), *id1 = str(calls, "1.id");
+    assert_true(!strncmp(id0, "call_", 5) && strlen(id0) == 29 && strcmp(id0, id1));
+
+    tstream ts;
+    ip_stream(XML_SCRIPT, NULL, &ts);
+    assert_string_equal(ts.finish, "tool_calls");
+    assert_string_equal(ts.content, "Let me look.");
+    assert_string_equal(ts.reasoning, "Checking.");
+    assert_int_equal(ts.n, 2);
+    assert_string_equal(ts.name[0], "get_weather");
+    assert_string_equal(ts.args[0], str(calls, "0.function.arguments")); /* the same text as the plain answer */
+    assert_string_equal(ts.args[1], str(calls, "1.function.arguments"));
+    assert_true(ts.pieces[0] >= 3); /* the arguments came in pieces */
+    assert_true(!strncmp(ts.id[0], "call_", 5) && strcmp(ts.id[0], ts.id[1]));
+    cJSON_Delete(j);
+
+    /* Qwen3's JSON form, with parallel_tool_calls false: the first call only */
+    static const char JSON2[] =
+        "</think>\\n\\n<tool_call>\\n{\\\"name\\\": \\\"search\\\", \\\"arguments\\\": {\\\"query\\\": \\\"a "
+        "</tool_call> b\\\"}}\\n</tool_call>\\n<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {}}\\n"
+        "</tool_call>";
+    j = ip_chat(JSON2, "\"parallel_tool_calls\":false");
+    calls = at(j, "choices.0.message.tool_calls");
+    assert_int_equal(cJSON_GetArraySize(calls), 1);
+    assert_string_equal(str(calls, "0.function.arguments"), "{\"query\": \"a </tool_call> b\"}");
+    assert_true(cJSON_IsNull(at(j, "choices.0.message.content")));
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    cJSON_Delete(j);
+    j = ip_chat(JSON2, NULL);
+    assert_int_equal(cJSON_GetArraySize(at(j, "choices.0.message.tool_calls")), 2);
+    cJSON_Delete(j);
+}
+
+/* A malformed call ends as content with finish_reason "stop"; one cut off by
+ * max_tokens as content with "length"; plain and streamed alike. */
+static void test_tool_calls_broken(void **state) {
+    (void)state;
+    static const struct {
+        const char *script, *finish, *content;
+    } cases[] = {
+        {"</think>\\n\\nOK.\\n<tool_call>\\n{\\\"name\\\": 7}\\n</tool_call>", "stop",
+         "OK.\n<tool_call>\n{\"name\": 7}\n</tool_call>"},
+        {"</think>\\n\\n<tool_call>\\n<function=search>\\n<parameter=query>\\nhalf~", "length",
+         "<tool_call>\n<function=search>\n<parameter=query>\nhalf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *j = ip_chat(cases[i].script, NULL);
+        assert_string_equal(str(j, "choices.0.finish_reason"), cases[i].finish);
+        assert_string_equal(str(j, "choices.0.message.content"), cases[i].content);
+        assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
+        cJSON_Delete(j);
+        tstream ts;
+        ip_stream(cases[i].script, NULL, &ts);
+        assert_string_equal(ts.finish, cases[i].finish);
+        assert_string_equal(ts.content, cases[i].content);
+        assert_int_equal(ts.n, 0);
+    }
+}
+
+/* The next turn: the call sent back (arguments as a JSON string, as OpenAI
+ * clients do) and its result render with Qwen3.5's template; CORS. */
+static void test_tool_turn_and_cors(void **state) {
+    (void)state;
+    char *out;
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"SCRIPT:</think>\\n\\nIt is sunny.\"},{\"role\":\"assistant\","
+        "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+        "\"arguments\":\"{\\\"city\\\": \\\"Bern\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":"
+        "\"sunny\"}]," TOOLS_JSON "}";
+    assert_int_equal(http_on(&ip, "POST", "/v1/chat/completions", body, NULL, &out), 200);
+    cJSON *j = cJSON_Parse(out);
+    assert_string_equal(str(j, "choices.0.message.content"), "It is sunny.");
+    assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+    cJSON_Delete(j);
+    free(out);
+
+    char args[1024];
+    snprintf(args, sizeof args, "-i http://127.0.0.1:%d/health", ip.port);
+    out = curl_raw(args);
+    assert_non_null(strstr(out, "Access-Control-Allow-Origin: https://app.example"));
+    assert_non_null(strstr(out, "Vary: Origin"));
+    free(out);
+    snprintf(args, sizeof args,
+             "-i -X OPTIONS -H 'Origin: https://app.example' -H 'Access-Control-Request-Method: POST' "
+             "http://127.0.0.1:%d/v1/chat/completions",
+             ip.port);
+    out = curl_raw(args); /* no API key: a preflight carries none */
+    assert_non_null(strstr(out, " 204"));
+    assert_non_null(strstr(out, "Access-Control-Allow-Methods: GET, POST, OPTIONS"));
+    assert_non_null(strcasestr(out, "Access-Control-Allow-Headers: Authorization, Content-Type"));
+    free(out);
+}
+
+/* An agent's next turn (the calls sent back as the client got them, with
+ * content null, and the tool results) continues the session: every token of
+ * the first turn is reused, nothing is evaluated twice. */
+static void test_tool_turn_reuse(void **state) {
+    (void)state;
+    cJSON *j1 = ip_chat(XML_SCRIPT, NULL);
+    int history = num(j1, "usage.prompt_tokens") + num(j1, "usage.completion_tokens");
+    cJSON *msg = cJSON_Duplicate(at(j1, "choices.0.message"), 1);
+    cJSON *body = cJSON_Parse("{\"model\":\"m\",\"messages\":[]," TOOLS_JSON "}");
+    cJSON *msgs = cJSON_GetObjectItem(body, "messages"), *user = cJSON_CreateObject();
+    char first[4096];
+    snprintf(first, sizeof first, "{\"c\":\"SCRIPT:%s\"}", XML_SCRIPT);
+    cJSON *fc = cJSON_Parse(first);
+    cJSON_AddStringToObject(user, "role", "user");
+    cJSON_AddStringToObject(user, "content", cJSON_GetObjectItem(fc, "c")->valuestring);
+    cJSON_AddItemToArray(msgs, user);
+    cJSON_AddItemToArray(msgs, msg);
+    const cJSON *c;
+    int i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(msg, "tool_calls")) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "role", "tool");
+        cJSON_AddStringToObject(t, "tool_call_id", str(c, "id"));
+        cJSON_AddStringToObject(t, "content", i++ ? "[]" : "SCRIPT:</think>\n\nSunny in Z\u00fcrich.");
+        cJSON_AddItemToArray(msgs, t);
+    }
+    char *text = cJSON_PrintUnformatted(body), *out;
+    assert_int_equal(http_on(&ip, "POST", "/v1/chat/completions", text, NULL, &out), 200);
+    cJSON *j2 = cJSON_Parse(out);
+    assert_string_equal(str(j2, "choices.0.message.content"), "Sunny in Z\u00fcrich.");
+    if (num(j2, "usage.prompt_tokens_details.cached_tokens") != history)
+        fail_msg("the next turn reused %d tokens, not the %d of the first turn", num(j2, "usage.prompt_tokens_details.cached_tokens"),
+                 history);
+    assert_true(num(j2, "usage.prompt_tokens") > history);
+    printf("tool turn reuse: %d of %d prompt tokens reused\n", history, num(j2, "usage.prompt_tokens"));
+    free(out);
+    free(text);
+    cJSON_Delete(j2);
+    cJSON_Delete(fc);
+    cJSON_Delete(body);
+    cJSON_Delete(j1);
+}
+
+/* The official openai npm client (tests/node/openai_tools.cjs, installed by
+ * scripts/deps.sh) against this server: its parsing is the reference. */
+static void test_node_openai(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/node/openai_tools.cjs %d " KEY " 2>&1", ip.port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = read_all(p);
+    int st = pclose(p);
+    if (st) fail_msg("the openai client test failed (scripts/deps.sh installs node and the client):\n%s", out);
+    printf("%s", out);
+    free(out);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -1041,6 +1647,16 @@ int main(void) {
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_http_basics),
+        cmocka_unit_test(test_logprobs),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest tools[] = {
+        cmocka_unit_test(test_tool_calls),
+        cmocka_unit_test(test_tool_calls_broken),
+        cmocka_unit_test(test_tool_turn_and_cors),
+        cmocka_unit_test(test_tool_turn_reuse),
+        cmocka_unit_test(test_node_openai),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    return failed + cmocka_run_group_tests(tools, ip_setup, ip_teardown);
 }

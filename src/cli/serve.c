@@ -15,23 +15,27 @@
 
 static const char *HELP =
     "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
-    "                         [--body-limit SIZE] [--name NAME] [--no-think]\n"
+    "                         [--body-limit SIZE] [--name NAME] [--no-think] [--cors ORIGIN]\n"
     "\n"
-    "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions,\n"
-    "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+    "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions (tool\n"
+    "calls included), POST /v1/completions, GET /v1/models[/ID], POST /tokenize and\n"
+    "/detokenize, GET /health, GET /metrics (Prometheus). Connections are kept alive.\n"
     "One engine thread runs the requests in order; a request that extends the\n"
     "previous conversation reuses its tokens. The sampling options below are the\n"
     "defaults for fields a request leaves out.\n"
     "\n"
     "  --host H          address to listen on (default 127.0.0.1)\n"
     "  --port P          port (default 8080; 0 picks a free one)\n"
-    "  --api-key KEY     require 'Authorization: Bearer KEY' (default: $EDGE0_API_KEY, else none);\n"
+    "  --api-key KEY     require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
+    "                    (default: $EDGE0_API_KEY, else none);\n"
     "                    /health stays open\n"
     "  --max-queue N     waiting requests before answering 503 (default 64)\n"
     "  --ctx N           context size in tokens (default 4096)\n"
     "  --body-limit SIZE largest request body (default 1M)\n"
     "  --name NAME       the model id clients see (default: the directory name)\n"
     "  --no-think        thinking off unless a request turns it on\n"
+    "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
+    "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
     "\n";
 
 /* "1M", "64k", "1048576" -> bytes; 0 on error. */
@@ -94,6 +98,12 @@ int cmd_serve(int argc, char **argv) {
                 cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--cors")) {
+            if (!*v) {
+                cli_error("--cors needs an origin such as https://example.com, or *");
+                return 2;
+            }
+            so.cors = v;
         } else if (!strcmp(a, "--name")) {
             name = v;
         } else if (a[0] == '-') {
@@ -134,11 +144,14 @@ int cmd_serve(int argc, char **argv) {
     cli_engine_opened(&ce, eng);
     so.engine = eng;
     so.text = text;
+    so.defaults.chat_format = e0_text_chat_format(text);
     if (srv_start(&s, &so, err) != 0) goto out;
     e0_model_info info;
     e0_engine_info(eng, &info);
-    fprintf(stderr, "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", context %d tokens\n", model,
-            info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, (int)so.n_ctx);
+    fprintf(stderr,
+            "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", context %d tokens, chat template %s\n",
+            model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, (int)so.n_ctx,
+            so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
     fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,
             strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");
     int sig = 0;

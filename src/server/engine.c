@@ -2,6 +2,7 @@
 #include "server/engine.h"
 
 #include "server/think.h"
+#include "text/toolcall.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int srv_buf_put(srv_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
@@ -60,6 +62,13 @@ void srv_job_unref(srv_job *j) {
     free(j->ids);
     free(j->reasoning.p);
     free(j->content.p);
+    free(j->lp);
+    for (int i = 0; i < j->n_calls; i++) {
+        free(j->calls[i].name.p);
+        free(j->calls[i].args.p);
+        free(j->calls[i].cuts);
+    }
+    free(j->calls);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -81,7 +90,7 @@ static const char *finish_name(e0_finish f) {
 static void log_job(const srv_job *j) {
     fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s %.3fs\n", j->id,
             j->method, j->url, j->http_status, j->streamed ? " stream" : "", j->res.prompt_tokens,
-            j->res.reused_tokens, j->res.completion_tokens, j->status == 200 ? finish_name(j->res.finish) : "error",
+            j->res.reused_tokens, j->res.completion_tokens, j->status != 200 ? "error" : j->finish_reason ? j->finish_reason : finish_name(j->res.finish),
             j->reuse ? j->reuse : "none", now_s() - j->t0);
 }
 
@@ -129,6 +138,8 @@ struct srv_engine {
     char *hist_text;  /* the decoded history (special tokens kept), or NULL */
     size_t hist_len, hist_n;
     double stats_t;   /* last metrics snapshot */
+    uint64_t id_state; /* tool-call ids */
+    srv_generate_fn generate;
 };
 
 static void forget_history(srv_engine *E) {
@@ -148,8 +159,33 @@ static const cJSON *nonnull(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* The client's tool_calls (b) are the ones we answered (a): same names, and
+ * arguments equal as JSON (a client may send them back as a string or an
+ * object); the ids are the client's business. Both may be absent or empty. */
+static bool same_calls(const cJSON *a, const cJSON *b) {
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, m = cJSON_IsArray(b) ? cJSON_GetArraySize(b) : 0;
+    if (b && !cJSON_IsArray(b)) return false;
+    if (n != m) return false;
+    const cJSON *x = n ? a->child : NULL, *y = m ? b->child : NULL;
+    for (; x && y; x = x->next, y = y->next) {
+        const cJSON *fx = nonnull(x, "function"), *fy = nonnull(y, "function");
+        if (!fy || !str_eq(nonnull(fy, "name"), nonnull(fx, "name")->valuestring)) return false;
+        const cJSON *ax = nonnull(fx, "arguments"), *ay = nonnull(fy, "arguments");
+        cJSON *px = cJSON_Parse(ax->valuestring), *py = cJSON_IsString(ay) ? cJSON_Parse(ay->valuestring) : NULL;
+        bool eq = cJSON_Compare(px, py ? py : ay, 1);
+        cJSON_Delete(px);
+        cJSON_Delete(py);
+        if (!eq) return false;
+    }
+    return true;
+}
+
 /* Way 1: the request continues the recorded conversation. *tail gets the
- * text to append to the history ("<|im_end|>\n" + the new messages). */
+ * text to append to the history: "<|im_end|>\n" and the new messages as the
+ * template renders them after an assistant turn. They are rendered behind a
+ * stand-in user and assistant turn that is cut off again: a template may
+ * render a message differently at the start of a list (Qwen3.5's tool
+ * results open no user turn there, and it wants a user query). */
 static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *tail_len) {
     const cJSON *m2 = j->req.messages;
     int k = cJSON_GetArraySize(E->conv), n = cJSON_GetArraySize(m2);
@@ -160,23 +196,23 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     const cJSON *a = E->conv->child, *b = m2->child;
     for (int i = 0; i < k - 1; i++, a = a->next, b = b->next)
         if (!cJSON_Compare(a, b, 1)) return -1;
-    /* b: the assistant message that should be our answer (a) */
-    const cJSON *calls = nonnull(b, "tool_calls"), *rc = nonnull(b, "reasoning_content");
-    if (!str_eq(nonnull(b, "role"), "assistant") || !str_eq(nonnull(b, "content"), nonnull(a, "content")->valuestring) ||
-        (calls && (!cJSON_IsArray(calls) || cJSON_GetArraySize(calls))))
+    /* b: the assistant message that should be our answer (a); null content is "" */
+    const cJSON *rc = nonnull(b, "reasoning_content"), *cb = nonnull(b, "content");
+    if (!str_eq(nonnull(b, "role"), "assistant") ||
+        (cb ? !str_eq(cb, nonnull(a, "content")->valuestring) : *nonnull(a, "content")->valuestring) ||
+        !same_calls(nonnull(a, "tool_calls"), nonnull(b, "tool_calls")))
         return -1;
     const cJSON *ra = nonnull(a, "reasoning_content");
     if (rc && !(ra ? str_eq(rc, ra->valuestring) : str_eq(rc, ""))) return -1;
-    /* the rest: user and tool messages only, rendered on their own */
+    /* the rest: user and tool messages only */
+    static const char STANDIN[] = "[{\"role\":\"user\",\"content\":\".\"},{\"role\":\"assistant\",\"content\":\".\"}";
     srv_buf rest = {0};
-    int ok = srv_buf_put(&rest, "[", 1) == 0;
-    int first = 1;
+    int ok = srv_buf_put(&rest, STANDIN, strlen(STANDIN)) == 0;
     for (b = b->next; b && ok; b = b->next) {
         const cJSON *role = nonnull(b, "role");
         if (!str_eq(role, "user") && !str_eq(role, "tool")) ok = 0;
         char *t = ok ? cJSON_PrintUnformatted(b) : NULL;
-        ok = t && (first || srv_buf_put(&rest, ",", 1) == 0) && srv_buf_put(&rest, t, strlen(t)) == 0;
-        first = 0;
+        ok = t && srv_buf_put(&rest, ",", 1) == 0 && srv_buf_put(&rest, t, strlen(t)) == 0;
         free(t);
     }
     ok = ok && srv_buf_put(&rest, "]", 1) == 0;
@@ -185,13 +221,15 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
     e0_chat_opts co;
     e0_chat_opts_default(&co);
     co.enable_thinking = j->req.enable_thinking;
+    co.format = j->req.chat_format;
     if (ok) ok = e0_chat_render(rest.p, rest.len, &co, &r, &rl, err) == 0;
     free(rest.p);
+    /* the stand-in turns end at the second "<|im_end|>\n"; keep that one */
     static const char END[] = "<|im_end|>\n";
-    if (ok && (*tail = malloc(strlen(END) + rl + 1))) {
-        memcpy(*tail, END, strlen(END));
-        memcpy(*tail + strlen(END), r, rl + 1);
-        *tail_len = strlen(END) + rl;
+    const char *cut = ok ? strstr(r, END) : NULL;
+    cut = cut ? strstr(cut + strlen(END), END) : NULL;
+    if (cut && (*tail = strdup(cut))) {
+        *tail_len = rl - (size_t)(cut - r);
     } else {
         ok = 0;
     }
@@ -241,7 +279,8 @@ typedef struct {
     srv_engine *E;
     srv_job *j;
     srv_think think;
-    srv_buf raw; /* every piece, as generated */
+    tc_parser *tc; /* tool calls out of the content, when the request has tools */
+    srv_buf raw;   /* every piece, as generated */
     bool oom;
 } gen_ctx;
 
@@ -251,6 +290,65 @@ static int add_text(void *user, int reasoning, const char *s, size_t n) {
     return srv_buf_put(reasoning ? &j->reasoning : &j->content, s, n);
 }
 
+/* The tool-call parser's sink: the job's content and calls (j->mu held). */
+static int tc_content(void *user, const char *s, size_t n) {
+    return add_text(((gen_ctx *)user)->j, 0, s, n);
+}
+
+static int tc_call(void *user, int index, const char *name, size_t n) {
+    gen_ctx *g = user;
+    srv_job *j = g->j;
+    if (j->n_calls == j->cap_calls) {
+        int cap = j->cap_calls ? 2 * j->cap_calls : 4;
+        srv_call *c = realloc(j->calls, (size_t)cap * sizeof *c);
+        if (!c) return -1;
+        j->calls = c;
+        j->cap_calls = cap;
+    }
+    srv_call *c = &j->calls[j->n_calls];
+    memset(c, 0, sizeof *c);
+    if (srv_buf_put(&c->name, name, n) || srv_buf_put(&c->args, "", 0)) {
+        free(c->name.p);
+        free(c->args.p);
+        return -1;
+    }
+    /* ids unique enough to key a conversation by: 24 characters of splitmix64 */
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(c->id, "call_", 5);
+    for (int i = 0; i < 24; i++) {
+        uint64_t z = (g->E->id_state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        c->id[5 + i] = A[(z ^ (z >> 31)) % 62];
+    }
+    c->id[29] = 0;
+    c->content_at = j->content.len;
+    j->n_calls++;
+    (void)index;
+    return 0;
+}
+
+static int tc_args(void *user, int index, const char *s, size_t n) {
+    srv_job *j = ((gen_ctx *)user)->j;
+    srv_call *c = &j->calls[index];
+    size_t *cuts = realloc(c->cuts, (size_t)(c->n_cuts + 1) * sizeof *cuts);
+    if (!cuts) return -1;
+    c->cuts = cuts;
+    if (srv_buf_put(&c->args, s, n)) return -1;
+    c->cuts[c->n_cuts++] = c->args.len;
+    return 0;
+}
+
+static const tc_sink TC_SINK = {tc_content, tc_call, tc_args};
+
+/* What the reasoning splitter decides (j->mu held): reasoning to the job,
+ * content through the tool-call parser when there is one. */
+static int think_out(void *user, int reasoning, const char *s, size_t n) {
+    gen_ctx *g = user;
+    if (reasoning || !g->tc) return add_text(g->j, reasoning, s, n);
+    return tc_feed(g->tc, s, n, &TC_SINK, g);
+}
+
 static void snapshot_stats(srv_engine *E) {
     e0_stats st;
     e0_engine_stats(E->eng, &st);
@@ -258,19 +356,34 @@ static void snapshot_stats(srv_engine *E) {
     E->stats_t = now_s();
 }
 
-static int on_piece(void *user, const char *s, size_t n) {
+/* A token's log-probabilities, kept for the answer (j->mu held). */
+static int add_logprob(srv_job *j, const e0_token_info *tok) {
+    if (j->n_lp == j->cap_lp) {
+        size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        e0_token_info *p = realloc(j->lp, cap * sizeof *p);
+        if (!p) return -1;
+        j->lp = p;
+        j->cap_lp = cap;
+    }
+    j->lp[j->n_lp++] = *tok;
+    return 0;
+}
+
+static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t n) {
     gen_ctx *g = user;
     srv_job *j = g->j;
     if (srv_buf_put(&g->raw, s, n)) g->oom = true;
     pthread_mutex_lock(&j->mu);
+    if (tok && j->req.sample.logprobs && add_logprob(j, tok)) g->oom = true;
     if (srv_client_gone(j->fd)) {
         j->cancel = true;
         j->fd = -1;
     }
     bool stop = j->cancel || g->oom;
     if (!stop) {
-        int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, add_text, j) : add_text(j, 0, s, n);
+        int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, think_out, g) : add_text(j, 0, s, n);
         if (rc) stop = g->oom = true;
+        if (g->tc && tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
@@ -305,8 +418,22 @@ static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, con
     bool ok = conv && a && cJSON_AddStringToObject(a, "role", "assistant") &&
               cJSON_AddStringToObject(a, "content", j->content.p ? j->content.p : "") &&
               (!g->think.has_reasoning ||
-               cJSON_AddStringToObject(a, "reasoning_content", j->reasoning.p ? j->reasoning.p : "")) &&
-              cJSON_AddItemToArray(conv, a);
+               cJSON_AddStringToObject(a, "reasoning_content", j->reasoning.p ? j->reasoning.p : ""));
+    /* the calls as the client got them: {"function": {"name", "arguments"}} */
+    cJSON *calls = NULL;
+    if (ok && j->n_calls) ok = (calls = cJSON_AddArrayToObject(a, "tool_calls")) != NULL;
+    for (int i = 0; ok && i < j->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject();
+        if (!c || !cJSON_AddItemToArray(calls, c)) {
+            cJSON_Delete(c);
+            ok = false;
+            break;
+        }
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        ok = f && cJSON_AddStringToObject(f, "name", j->calls[i].name.p) &&
+             cJSON_AddStringToObject(f, "arguments", j->calls[i].args.p);
+    }
+    ok = ok && cJSON_AddItemToArray(conv, a);
     if (!ok) {
         cJSON_Delete(a);
         cJSON_Delete(conv);
@@ -342,6 +469,7 @@ static void run_job(srv_engine *E, srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (cancelled) {
         j->res.finish = E0_FINISH_CANCELLED;
+        j->finish_reason = "cancelled";
         finish_job(E, j, 200, NULL);
         srv_metrics_generation(E->m, 0, 0, 0, 1, now_s() - j->t0);
         return;
@@ -352,14 +480,31 @@ static void run_job(srv_engine *E, srv_job *j) {
     const char *how;
     choose_prompt(E, j, &ids, &n, &owned, &how);
     gen_ctx g = {.E = E, .j = j};
-    srv_think_init(&g.think);
+    /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
+    static const char OPENED[] = "<think>\n";
+    if (j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
+        !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED)))
+        srv_think_init_opened(&g.think);
+    else
+        srv_think_init(&g.think);
     char err[E0_ERR_MAX] = "";
-    e0_gen_result res;
-    int rc = e0_generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
+    int rc = 0;
+    if (j->req.kind == SRV_CHAT && j->req.parse_tools)
+        rc = tc_parser_new(&g.tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
+    e0_gen_result res = {0};
+    if (!rc) rc = E->generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
     pthread_mutex_lock(&j->mu);
-    if (!rc && j->req.kind == SRV_CHAT && srv_think_finish(&g.think, add_text, j)) g.oom = true;
+    if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g.think, think_out, &g) ||
+                                           (g.tc && tc_finish(g.tc, &TC_SINK, &g))))
+        g.oom = true;
+    /* the one call parallel_tool_calls=false allows is complete: a normal end */
+    if (!rc && g.tc && tc_full(g.tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
     j->res = res;
+    j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
+                       : res.finish == E0_FINISH_CANCELLED ? "cancelled"
+                                                           : "length";
     pthread_mutex_unlock(&j->mu);
+    tc_parser_free(g.tc);
     record_history(E, j, n, &g, rc);
     if (owned) free(ids);
     srv_think_free(&g.think);
@@ -404,7 +549,7 @@ static void *engine_main(void *arg) {
 }
 
 int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, char *err) {
+                     srv_metrics *m, srv_generate_fn generate, char *err) {
     *out = NULL;
     srv_engine *E = calloc(1, sizeof *E);
     if (!E) {
@@ -415,6 +560,10 @@ int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int3
     E->text = text;
     E->n_ctx = n_ctx;
     E->m = m;
+    E->generate = generate ? generate : e0_generate_tokens;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    E->id_state = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
     E->capacity = max_queue;
     e0_session_opts so;
     e0_session_opts_default(&so);

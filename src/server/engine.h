@@ -9,6 +9,13 @@
  * The engine never waits for a client, so a slow reader costs memory (its
  * answer so far), never engine time.
  *
+ * Tool calls and logprobs: for a chat request with tools (tool_choice not
+ * "none") the content goes through a tool-call parser (text/toolcall.h)
+ * after the reasoning splitter, so calls land in `calls` and never in
+ * `content`; with parallel_tool_calls false generation stops after the
+ * first call. With logprobs, every generated token's e0_token_info is kept
+ * in `lp` (reasoning and call markup included, in order).
+ *
  * Cancellation: a job is cancelled when its client leaves. Connection
  * threads notice it while waiting (a hang-up on the socket, or MHD's
  * completion callback); the engine thread also polls the client's socket
@@ -20,8 +27,9 @@
  * in the first of these ways that applies:
  *  1. continuation: a chat request whose messages are the last chat
  *     request's messages, then an assistant message with the answer the
- *     server gave (content, and reasoning_content if sent back), then only
- *     user/tool messages: the ids are the session's own tokens plus
+ *     server gave (content, reasoning_content if sent back, its tool calls
+ *     with the same names and arguments), then only user/tool messages (an
+ *     agent's tool results): the ids are the session's own tokens plus
  *     "<|im_end|>\n" and the rendering of the new messages, as `edge0 chat`
  *     does. Nothing of the history is evaluated again, even on models with
  *     recurrent layers, which cannot rewind. (The history then keeps the
@@ -55,6 +63,15 @@ typedef struct {
 /* Appends n bytes (keeps a NUL after them). 0, or -1 out of memory. */
 int srv_buf_put(srv_buf *b, const char *s, size_t n);
 
+/* One tool call of an answer (text/toolcall.h), complete when it is added. */
+typedef struct {
+    char id[40];        /* "call_" + 24 random letters and digits */
+    srv_buf name, args; /* args: a JSON object text */
+    size_t *cuts;       /* args[cuts[k-1]..cuts[k]) is piece k, as the parser handed it on */
+    int n_cuts;
+    size_t content_at;  /* the content's length when the call began: what streams before it */
+} srv_call;
+
 typedef struct srv_job srv_job;
 struct srv_job {
     /* Set before srv_engine_submit, then read-only. */
@@ -74,8 +91,13 @@ struct srv_job {
     bool cancel;       /* the client left, or the server stops */
     bool done;
     srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
+    srv_call *calls;            /* tool calls so far (chat with tools) */
+    int n_calls, cap_calls;
+    e0_token_info *lp;          /* every generated token, when the request asked for logprobs */
+    size_t n_lp, cap_lp;
     /* Valid once done: */
     e0_gen_result res;
+    const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */
     int status;        /* 200, or the HTTP status of the failure */
     char err[E0_ERR_MAX];
     double seconds;    /* arrival to done */
@@ -105,10 +127,15 @@ bool srv_client_gone(int fd);
 
 typedef struct srv_engine srv_engine;
 
+/* The generation function: e0_generate_tokens, or a stand-in a test gives
+ * to script the model's output (a random tiny model never writes a tool call). */
+typedef int (*srv_generate_fn)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+                               const e0_sample_opts *o, e0_token_fn fn, void *user, e0_gen_result *r, char *err);
+
 /* Creates the session (n_ctx positions) and starts the engine thread. The
  * engine and text must outlive srv_engine_free. */
 int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, char *err);
+                     srv_metrics *m, srv_generate_fn generate, char *err);
 /* Queues the job (taking a reference): 0, -1 when the queue is full, -2
  * when the engine is stopping. */
 int srv_engine_submit(srv_engine *e, srv_job *j);

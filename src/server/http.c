@@ -11,6 +11,10 @@
  * into events. Both watch the client's socket while they wait, so a client
  * that leaves cancels its job, queued or running.
  *
+ * Keep-alive: libmicrohttpd closes a connection whose response was queued
+ * before the request was read whole, so only errors are answered in the
+ * headers call; GETs and preflights wait for the last call like POSTs.
+ *
  * Details that have caused bugs elsewhere:
  *  - libmicrohttpd only accepts a response in the headers call or after the
  *    whole body; a body that grows past the limit without a Content-Length
@@ -43,7 +47,7 @@
 struct srv {
     srv_opts o;
     char *model_name;
-    char *api_auth; /* "Bearer KEY", or NULL */
+    char *api_key;  /* NULL: no authentication */
     struct MHD_Daemon *d;
     srv_engine *E;
     srv_metrics m;
@@ -146,8 +150,29 @@ static char *error_json(const srv_error *e, size_t *len) {
     return b.p;
 }
 
-static const char *finish_str(e0_finish f) {
+static const char *finish_str(const srv_job *j) {
+    if (j->finish_reason) return j->finish_reason;
+    e0_finish f = j->res.finish;
     return f == E0_FINISH_STOP ? "stop" : f == E0_FINISH_CANCELLED ? "cancelled" : "length";
+}
+
+/* One entry of "tool_calls"; with_head: id, type and name (a whole call, or
+ * the first delta of a streamed one), then arguments a[0..n). */
+static void call_json(srv_buf *b, const srv_call *c, int index, bool with_head, bool stream, const char *a, size_t n) {
+    bput(b, "{");
+    if (stream) bprintf(b, "\"index\":%d,", index);
+    if (with_head) {
+        bput(b, "\"id\":");
+        json_cstr(b, c->id);
+        bput(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        json_str(b, c->name.p, c->name.len);
+        bput(b, ",");
+    } else {
+        bput(b, "\"function\":{");
+    }
+    bput(b, "\"arguments\":");
+    json_str(b, a, n);
+    bput(b, "}}");
 }
 
 static void usage_json(srv_buf *b, const e0_gen_result *r) {
@@ -175,6 +200,43 @@ static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *ob
     json_cstr(b, S->model_name);
 }
 
+/* One entry of "logprobs.content" or of its "top_logprobs": the token's
+ * text (decoded alone; bytes gives the exact bytes where a token holds part
+ * of a character) and its log-probability. */
+static void token_json(srv_buf *b, const srv *S, int32_t id, float lp) {
+    char *t = NULL, err[E0_ERR_MAX];
+    size_t n = 0;
+    if (e0_text_decode(S->o.text, &id, 1, &t, &n, err)) n = 0;
+    bput(b, "{\"token\":");
+    json_str(b, t ? t : "", n);
+    bprintf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
+    for (size_t i = 0; i < n; i++) bprintf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
+    bput(b, "]");
+    free(t);
+}
+
+/* "logprobs" of a choice: null, or {"content": [tokens from..to), "refusal": null}. */
+static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to) {
+    if (!j->req.sample.logprobs || from >= to) {
+        bput(b, "null");
+        return;
+    }
+    bput(b, "{\"content\":[");
+    for (size_t i = from; i < to; i++) {
+        const e0_token_info *t = &j->lp[i];
+        if (i > from) bput(b, ",");
+        token_json(b, S, t->id, t->logprob);
+        bput(b, ",\"top_logprobs\":[");
+        for (int k = 0; k < t->n_top; k++) {
+            if (k) bput(b, ",");
+            token_json(b, S, t->top_ids[k], t->top_logprobs[k]);
+            bput(b, "}");
+        }
+        bput(b, "]}");
+    }
+    bput(b, "],\"refusal\":null}");
+}
+
 /* The whole (non-streamed) answer; call with the job done. */
 static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     srv_buf b = {0};
@@ -182,7 +244,16 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     head_json(&b, S, j, chat ? "chat.completion" : "text_completion");
     if (chat) {
         bput(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        if (j->n_calls && !j->content.len) bput(&b, "null"); /* as OpenAI answers a call without text */
+        else json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        if (j->n_calls) {
+            bput(&b, ",\"tool_calls\":[");
+            for (int i = 0; i < j->n_calls; i++) {
+                if (i) bput(&b, ",");
+                call_json(&b, &j->calls[i], i, true, false, j->calls[i].args.p, j->calls[i].args.len);
+            }
+            bput(&b, "]");
+        }
         if (j->reasoning.p) {
             bput(&b, ",\"reasoning_content\":");
             json_str(&b, j->reasoning.p, j->reasoning.len);
@@ -192,7 +263,10 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
         bput(&b, ",\"choices\":[{\"index\":0,\"text\":");
         json_str(&b, j->content.p ? j->content.p : "", j->content.len);
     }
-    bprintf(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j->res.finish));
+    bput(&b, ",\"logprobs\":");
+    if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
+    else bput(&b, "null");
+    bprintf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
     bput(&b, ",\"timings\":");
     timings_json(&b, &j->res);
@@ -203,7 +277,7 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
 
 /* ---- responses ---------------------------------------------------------------- */
 
-enum { EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_NONE };
+enum { EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_MODEL, EP_NONE };
 
 static const struct {
     const char *path, *alias, *method, *name;
@@ -213,6 +287,9 @@ static const struct {
     [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
     [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
     [EP_METRICS] = {"/metrics", "/v1/metrics", "GET", "metrics"},
+    [EP_TOKENIZE] = {"/tokenize", "/v1/tokenize", "POST", "tokenize"},
+    [EP_DETOKENIZE] = {"/detokenize", "/v1/detokenize", "POST", "detokenize"},
+    [EP_MODEL] = {"/v1/models/", "/models/", "GET", "models"}, /* a prefix: the id follows */
     [EP_NONE] = {"", "", "", "other"},
 };
 
@@ -230,7 +307,17 @@ typedef struct {
     const char *code; /* error code, for the log */
     srv_job *job;     /* a reference, while the request lives */
     bool streamed;
+    bool preflight; /* a CORS OPTIONS request */
+    const srv *S;
 } req_ctx;
+
+/* Headers every response carries: CORS when --cors is on. */
+static void common_headers(const srv *S, struct MHD_Response *r) {
+    const char *origin = S->o.cors;
+    if (!origin) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
+}
 
 static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int status, char *body, size_t len,
                                  const char *type, const char *hname, const char *hval) {
@@ -239,7 +326,8 @@ static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int stat
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    common_headers(cx->S, r);
+    if (type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (hname) MHD_add_response_header(r, hname, hval);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -298,6 +386,8 @@ typedef struct {
     srv *S;
     srv_job *j;         /* a reference */
     size_t r_sent, c_sent; /* bytes of reasoning and content already sent */
+    int calls_sent;        /* tool calls already sent */
+    size_t lp_sent;        /* tokens whose logprobs were sent */
     int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
@@ -309,19 +399,44 @@ static void chunk_open(stream_ctx *sc) {
     head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
 }
 
+/* A chunk's "logprobs": the tokens generated since the last chunk that had any. */
+static void chunk_logprobs(stream_ctx *sc) {
+    const srv_job *j = sc->j;
+    logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp);
+    sc->lp_sent = j->n_lp;
+}
+
 static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n) {
     chunk_open(sc);
     if (sc->j->req.kind == SRV_CHAT) {
         bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
                 key);
         json_str(&sc->out, s, n);
-        bput(&sc->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        bput(&sc->out, "},\"logprobs\":");
+        chunk_logprobs(sc);
+        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
     } else {
         bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
         json_str(&sc->out, s, n);
         bput(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
     sc->phase = 1;
+}
+
+/* A tool call: its head (id, name, empty arguments), then one chunk per
+ * piece of arguments as the parser handed them on. */
+static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
+    for (int k = -1; k < c->n_cuts; k++) {
+        size_t a = k <= 0 ? 0 : c->cuts[k - 1], z = k < 0 ? 0 : c->cuts[k];
+        chunk_open(sc);
+        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
+                sc->phase ? "" : "\"role\":\"assistant\",\"content\":null,");
+        call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
+        bput(&sc->out, "]},\"logprobs\":");
+        chunk_logprobs(sc);
+        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
+        sc->phase = 1;
+    }
 }
 
 /* The end of a stream: the finish chunk (with usage), the usage chunk when
@@ -341,9 +456,13 @@ static void chunk_end(stream_ctx *sc) {
         free(body);
     } else {
         chunk_open(sc);
-        if (j->req.kind == SRV_CHAT) bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null");
-        else bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
-        bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j->res.finish));
+        if (j->req.kind == SRV_CHAT) {
+            bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
+            chunk_logprobs(sc);
+        } else {
+            bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+        }
+        bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
         bput(&sc->out, ",\"timings\":");
         timings_json(&sc->out, &j->res);
@@ -367,23 +486,27 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         sc->out.len = sc->out_pos = 0;
         if (sc->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&j->mu);
-        while (!j->done && j->reasoning.len == sc->r_sent && j->content.len == sc->c_sent)
+        while (!j->done && j->reasoning.len == sc->r_sent && j->content.len == sc->c_sent &&
+               j->n_calls == sc->calls_sent)
             if (wait_job(j)) {
                 pthread_mutex_unlock(&j->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-        /* Copy the new text out under the lock (the engine may grow the buffers). */
-        srv_buf r = {0}, t = {0};
-        srv_buf_put(&r, j->reasoning.p ? j->reasoning.p + sc->r_sent : "", j->reasoning.len - sc->r_sent);
-        srv_buf_put(&t, j->content.p ? j->content.p + sc->c_sent : "", j->content.len - sc->c_sent);
+        /* Format the new text under the lock (the engine may grow the buffers):
+         * reasoning, then content and calls in the order they were generated. */
+        if (j->reasoning.len > sc->r_sent) chunk_text(sc, "reasoning_content", j->reasoning.p + sc->r_sent,
+                                                     j->reasoning.len - sc->r_sent);
         sc->r_sent = j->reasoning.len;
+        for (; sc->calls_sent < j->n_calls; sc->calls_sent++) {
+            const srv_call *c = &j->calls[sc->calls_sent];
+            if (c->content_at > sc->c_sent) chunk_text(sc, "content", j->content.p + sc->c_sent, c->content_at - sc->c_sent);
+            if (c->content_at > sc->c_sent) sc->c_sent = c->content_at;
+            chunk_call(sc, c, sc->calls_sent);
+        }
+        if (j->content.len > sc->c_sent) chunk_text(sc, "content", j->content.p + sc->c_sent, j->content.len - sc->c_sent);
         sc->c_sent = j->content.len;
         bool done = j->done;
         pthread_mutex_unlock(&j->mu);
-        if (r.len) chunk_text(sc, "reasoning_content", r.p, r.len);
-        if (t.len) chunk_text(sc, "content", t.p, t.len);
-        free(r.p);
-        free(t.p);
         if (done) chunk_end(sc);
         if (!sc->out.p) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
     }
@@ -452,6 +575,7 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
             stream_free(sc);
             return MHD_NO;
         }
+        common_headers(S, r);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
@@ -482,15 +606,106 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
     return send_body(c, cx, 200, body, len, "application/json", NULL, NULL);
 }
 
+/* POST /tokenize {"content": STRING} -> {"tokens": [ids]};
+ * POST /detokenize {"tokens": [ids]} -> {"content": STRING}, as llama-server.
+ * Special tokens written in the text are read as special tokens (its
+ * parse_special default); no BOS is added, as the Qwen tokenizers add none. */
+static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    srv_error e;
+    cJSON *j = cJSON_ParseWithLength(cx->body.p ? cx->body.p : "", cx->body.len);
+    const char *BAD = "invalid_request_error";
+    srv_buf b = {0};
+    char err[E0_ERR_MAX];
+    int rc = 0;
+    if (!cJSON_IsObject(j)) {
+        rc = srv_fail(&e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
+    } else if (cx->ep == EP_TOKENIZE) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "content"), *v;
+        if (!cJSON_IsString(t)) rc = srv_fail(&e, 400, BAD, "invalid_type", "content", "'content' must be a string");
+        else if ((v = cJSON_GetObjectItemCaseSensitive(j, "with_pieces")) && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+            rc = srv_fail(&e, 400, BAD, "unsupported_value", "with_pieces", "'with_pieces' is not supported");
+        else if ((v = cJSON_GetObjectItemCaseSensitive(j, "parse_special")) && !cJSON_IsNull(v) && !cJSON_IsTrue(v))
+            rc = srv_fail(&e, 400, BAD, "unsupported_value", "parse_special",
+                          "'parse_special': special tokens in the text are always read as special tokens");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (!rc && e0_text_encode(S->o.text, t->valuestring, strlen(t->valuestring), &ids, &n, err))
+            rc = srv_fail(&e, 400, BAD, "invalid_value", "content", "'content' cannot be tokenized: %s", err);
+        if (!rc) {
+            bput(&b, "{\"tokens\":[");
+            for (size_t i = 0; i < n; i++) bprintf(&b, "%s%d", i ? "," : "", ids[i]);
+            bput(&b, "]}");
+        }
+        free(ids);
+    } else {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens"), *v;
+        int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1, i = 0;
+        int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+        if (n < 0) rc = srv_fail(&e, 400, BAD, "invalid_type", "tokens", "'tokens' must be an array of token ids");
+        else if (n > 0 && !ids) rc = srv_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        const cJSON *arr = rc ? NULL : t;
+        cJSON_ArrayForEach(v, arr) {
+            char p[32];
+            snprintf(p, sizeof p, "tokens[%d]", i);
+            if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble || v->valuedouble < 0 ||
+                v->valuedouble >= S->info.vocab_size) {
+                rc = srv_fail(&e, 400, BAD, "invalid_value", p, "'%s' must be a token id in [0, %d)", p,
+                              (int)S->info.vocab_size);
+                break;
+            }
+            ids[i++] = (int32_t)v->valuedouble;
+        }
+        char *text = NULL;
+        size_t len = 0;
+        if (!rc && e0_text_decode(S->o.text, ids, (size_t)n, &text, &len, err))
+            rc = srv_fail(&e, 400, BAD, "invalid_value", "tokens", "'tokens' cannot be decoded: %s", err);
+        if (!rc) {
+            bput(&b, "{\"content\":");
+            json_str(&b, text ? text : "", len);
+            bput(&b, "}");
+        }
+        free(text);
+        free(ids);
+    }
+    cJSON_Delete(j);
+    if (rc) {
+        free(b.p);
+        return send_error(c, cx, &e, NULL, NULL);
+    }
+    if (!b.p) return MHD_NO;
+    return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
+}
+
+static void model_json(srv_buf *b, const srv *S) {
+    bput(b, "{\"id\":");
+    json_cstr(b, S->model_name);
+    bprintf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
+            (long long)S->started);
+    json_cstr(b, S->info.family);
+    bprintf(b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}", (int)S->o.n_ctx,
+            S->info.vocab_size, S->info.n_layers, S->info.n_experts, S->info.top_k);
+}
+
+/* GET /v1/models/{id}: the model, or OpenAI's 404 for any other id. */
+static enum MHD_Result do_model(srv *S, struct MHD_Connection *c, req_ctx *cx, const char *url) {
+    const char *id = url + strlen(strncmp(url, "/v1/", 4) ? ROUTES[EP_MODEL].alias : ROUTES[EP_MODEL].path);
+    if (strcmp(id, S->model_name)) {
+        srv_error e;
+        srv_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                 "The model '%.200s' does not exist (this server serves '%.200s')", id, S->model_name);
+        return send_error(c, cx, &e, NULL, NULL);
+    }
+    srv_buf b = {0};
+    model_json(&b, S);
+    if (!b.p) return MHD_NO;
+    return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
+}
+
 static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, req_ctx *cx) {
     srv_buf b = {0};
-    bput(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-    json_cstr(&b, S->model_name);
-    bprintf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
-            (long long)S->started);
-    json_cstr(&b, S->info.family);
-    bprintf(&b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}]}", (int)S->o.n_ctx,
-            S->info.vocab_size, S->info.n_layers, S->info.n_experts, S->info.top_k);
+    bput(&b, "{\"object\":\"list\",\"data\":[");
+    model_json(&b, S);
+    bput(&b, "]}");
     if (!b.p) return MHD_NO;
     return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
 }
@@ -504,24 +719,44 @@ static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c, req_ctx *cx)
     return send_body(c, cx, 200, t, len, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
 }
 
-/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+/* The Authorization header "Bearer KEY" (the scheme in any case, RFC 7235)
+ * or X-Api-Key: KEY; the key compared in constant time. */
 static bool authorized(const srv *S, struct MHD_Connection *c) {
-    if (!S->api_auth) return true;
+    if (!S->api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h) return false;
-    size_t n = strlen(S->api_auth), m = strlen(h);
+    if (h) {
+        while (*h == ' ' || *h == '\t') h++;
+        if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return false;
+        for (h += 6; *h == ' ' || *h == '\t';) h++;
+    } else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"))) {
+        return false;
+    }
+    size_t n = strlen(S->api_key), m = strlen(h);
+    while (m && (h[m - 1] == ' ' || h[m - 1] == '\t')) m--;
     unsigned diff = n != m;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)S->api_auth[i] ^ (unsigned char)(i < m ? h[i] : 0);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)S->api_key[i] ^ (unsigned char)(i < m ? h[i] : 0);
     return diff == 0;
 }
 
 /* The headers call: route, method, key and declared size. */
+/* The headers call: route, method, key and declared size. Only errors are
+ * answered here: libmicrohttpd closes the connection after a response
+ * queued before the request was read whole, so everything else is answered
+ * in the last call (keep-alive). */
 static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx, const char *url, const char *method) {
     for (int i = 0; i < EP_NONE; i++)
-        if (!strcmp(url, ROUTES[i].path) || !strcmp(url, ROUTES[i].alias)) cx->ep = i;
+        if (i == EP_MODEL ? (!strncmp(url, ROUTES[i].path, strlen(ROUTES[i].path)) ||
+                             !strncmp(url, ROUTES[i].alias, strlen(ROUTES[i].alias)))
+                          : (!strcmp(url, ROUTES[i].path) || !strcmp(url, ROUTES[i].alias)))
+            cx->ep = i;
     if (cx->ep == EP_NONE)
         return fail(c, cx, 404, "not_found_error", "not_found", "unknown endpoint %s", url);
     bool get = !strcmp(ROUTES[cx->ep].method, "GET");
+    /* a browser's CORS preflight: no credentials, answered in the last call */
+    if (S->o.cors && !strcmp(method, "OPTIONS")) {
+        cx->preflight = true;
+        return MHD_YES;
+    }
     if (strcmp(method, ROUTES[cx->ep].method) && !(get && !strcmp(method, "HEAD"))) {
         srv_error e;
         srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s is not allowed; use %s", method,
@@ -534,12 +769,7 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
                  "a valid API key is required: send the header 'Authorization: Bearer KEY'");
         return send_error(c, cx, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
-    if (get) {
-        if (cx->ep == EP_MODELS) return do_models(S, c, cx);
-        if (cx->ep == EP_METRICS) return do_metrics(S, c, cx);
-        char *ok = strdup("{\"status\":\"ok\"}");
-        return ok ? send_body(c, cx, 200, ok, strlen(ok), "application/json", NULL, NULL) : MHD_NO;
-    }
+    if (get) return MHD_YES;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
@@ -556,6 +786,47 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
     return MHD_YES;
 }
 
+/* The last call of a request that was read whole. */
+static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, const char *url) {
+    if (cx->preflight) {
+        char *none = strdup("");
+        struct MHD_Response *r = none ? MHD_create_response_from_buffer(0, none, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (!r) {
+            free(none);
+            return MHD_NO;
+        }
+        common_headers(S, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, X-Api-Key, X-Stainless-Lang, X-Stainless-Package-Version, "
+                                "X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
+                                "X-Stainless-Retry-Count, X-Stainless-Timeout, OpenAI-Organization, OpenAI-Project");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+        MHD_destroy_response(r);
+        cx->answered = true;
+        cx->status = 204;
+        return ok;
+    }
+    switch (cx->ep) {
+    case EP_MODELS:
+        return do_models(S, c, cx);
+    case EP_MODEL:
+        return do_model(S, c, cx, url);
+    case EP_METRICS:
+        return do_metrics(S, c, cx);
+    case EP_HEALTH: {
+        char *ok = strdup("{\"status\":\"ok\"}");
+        return ok ? send_body(c, cx, 200, ok, strlen(ok), "application/json", NULL, NULL) : MHD_NO;
+    }
+    case EP_TOKENIZE:
+    case EP_DETOKENIZE:
+        return do_tokenize(S, c, cx);
+    default:
+        return do_generate(S, c, cx);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -564,6 +835,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) {
         if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
         *con_cls = cx;
+        cx->S = S;
         cx->t0 = now_s();
         cx->ep = EP_NONE;
         snprintf(cx->method, sizeof cx->method, "%s", method);
@@ -587,7 +859,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return fail(c, cx, 413, "invalid_request_error", "body_too_large", "the request body is larger than %s bytes",
                     lim);
     }
-    return do_generate(S, c, cx);
+    return dispatch(S, c, cx, url);
 }
 
 /* After the last byte (or the end of the connection): one log line, the
@@ -630,12 +902,9 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
     S->started = (int64_t)time(NULL);
     e0_engine_info(o->engine, &S->info);
     S->model_name = strdup(o->model_name ? o->model_name : "edge0");
-    if (o->api_key && *o->api_key) {
-        size_t n = strlen(o->api_key) + 8;
-        if ((S->api_auth = malloc(n))) snprintf(S->api_auth, n, "Bearer %s", o->api_key);
-    }
+    if (o->api_key && *o->api_key) S->api_key = strdup(o->api_key);
     srv_metrics_init(&S->m);
-    int rc = !S->model_name || (o->api_key && *o->api_key && !S->api_auth) ? E0_ENOMEM : 0;
+    int rc = !S->model_name || (o->api_key && *o->api_key && !S->api_key) ? E0_ENOMEM : 0;
     if (rc) snprintf(err, E0_ERR_MAX, "out of memory");
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
@@ -646,7 +915,7 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
         snprintf(err, E0_ERR_MAX, "--host %s: %s", o->host, gai_strerror(gai));
         rc = E0_EINVAL;
     }
-    if (!rc) rc = srv_engine_start(&S->E, o->engine, o->text, o->n_ctx, o->max_queue, &S->m, err);
+    if (!rc) rc = srv_engine_start(&S->E, o->engine, o->text, o->n_ctx, o->max_queue, &S->m, o->generate, err);
     if (!rc) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                          MHD_USE_ITC | MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -668,7 +937,7 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
         }
         srv_metrics_free(&S->m);
         free(S->model_name);
-        free(S->api_auth);
+        free(S->api_key);
         free(S);
         return rc;
     }
@@ -687,6 +956,6 @@ void srv_stop(srv *S) {
     srv_engine_free(S->E);
     srv_metrics_free(&S->m);
     free(S->model_name);
-    free(S->api_auth);
+    free(S->api_key);
     free(S);
 }

@@ -35,6 +35,7 @@ int srv_fail(srv_error *e, int status, const char *type, const char *code, const
 void srv_defaults_init(srv_defaults *d) {
     e0_sample_opts_default(&d->sample);
     d->enable_thinking = true;
+    d->chat_format = E0_CHAT_QWEN3;
 }
 
 /* The member `name` of `o` unless it is absent or null. */
@@ -73,6 +74,68 @@ static int want_bool(const cJSON *o, const char *name, bool *out, srv_error *e) 
     if (!cJSON_IsBool(v)) return srv_fail(e, 400, BAD, "invalid_type", name, "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
     return 1;
+}
+
+static bool str_is(const cJSON *v, const char *s) {
+    return v && cJSON_IsString(v) && !strcmp(v->valuestring, s);
+}
+
+/* Fields OpenAI defines that edge0 does not implement: present with anything
+ * but their neutral value, they are a 400 naming them, not ignored. */
+static int refuse_unsupported(const cJSON *body, srv_kind kind, srv_error *e) {
+    static const char WHY[] = "is not supported by edge0";
+    const cJSON *v;
+    if ((v = field(body, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(v) ? field(v, "type") : NULL;
+        if (!t || !cJSON_IsString(t))
+            return srv_fail(e, 400, BAD, "invalid_type", "response_format",
+                            "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text"))
+            return srv_fail(e, 400, BAD, "unsupported_value", "response_format",
+                            "'response_format': type \"%.64s\" is not supported yet (structured output needs "
+                            "constrained decoding); only {\"type\": \"text\"} is",
+                            t->valuestring);
+    }
+    /* chat: parse_logprobs; the completions form (an integer, with echo) is not done */
+    if (kind == SRV_COMPLETION && (v = field(body, "logprobs")) && !cJSON_IsFalse(v))
+        return srv_fail(e, 400, BAD, "unsupported_value", "logprobs",
+                        "'logprobs' %s on /v1/completions yet (it is on /v1/chat/completions)", WHY);
+    if ((v = field(body, "echo")) && !cJSON_IsFalse(v))
+        return srv_fail(e, 400, BAD, "unsupported_value", "echo", "'echo' %s yet", WHY);
+    if ((v = field(body, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring))
+        return srv_fail(e, 400, BAD, "unsupported_value", "suffix",
+                        "'suffix' (insertion after the completion) %s: the Qwen models have no fill-in-the-middle "
+                        "prompt here",
+                        WHY);
+    if ((v = field(body, "best_of")) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return srv_fail(e, 400, BAD, "unsupported_value", "best_of", "'best_of' must be 1: one candidate per request");
+    if ((v = field(body, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
+        return srv_fail(e, 400, BAD, "unsupported_value", "logit_bias", "'logit_bias' %s yet", WHY);
+    if ((v = field(body, "store")) && !cJSON_IsFalse(v))
+        return srv_fail(e, 400, BAD, "unsupported_value", "store", "'store': edge0 does not store completions");
+    if ((v = field(body, "modalities"))) {
+        const cJSON *m;
+        bool ok = cJSON_IsArray(v);
+        cJSON_ArrayForEach(m, v) ok = ok && str_is(m, "text");
+        if (!ok) return srv_fail(e, 400, BAD, "unsupported_value", "modalities", "'modalities': only [\"text\"] is supported");
+    }
+    static const char *const NEVER[] = {"functions", "function_call", "audio", "prediction", "web_search_options",
+                                        "reasoning_effort"};
+    for (size_t i = 0; i < sizeof NEVER / sizeof *NEVER; i++)
+        if (field(body, NEVER[i])) {
+            if (i < 2)
+                return srv_fail(e, 400, BAD, "unsupported_value", NEVER[i],
+                                "'%s' (the legacy function-calling API) %s; use 'tools' and 'tool_choice'", NEVER[i],
+                                WHY);
+            return srv_fail(e, 400, BAD, "unsupported_value", NEVER[i], "'%s' %s", NEVER[i], WHY);
+        }
+    if (kind == SRV_COMPLETION && field(body, "tools"))
+        return srv_fail(e, 400, BAD, "unsupported_value", "tools", "'tools' belongs to /v1/chat/completions");
+    if ((v = field(body, "metadata")) && !cJSON_IsObject(v))
+        return srv_fail(e, 400, BAD, "invalid_type", "metadata", "'metadata' must be an object");
+    if ((v = field(body, "user")) && !cJSON_IsString(v))
+        return srv_fail(e, 400, BAD, "invalid_type", "user", "'user' must be a string");
+    return 0;
 }
 
 static int parse_sampling(srv_request *r, const cJSON *body, const srv_defaults *d, srv_error *e) {
@@ -135,7 +198,7 @@ static int parse_sampling(srv_request *r, const cJSON *body, const srv_defaults 
     return 0;
 }
 
-static const char *const ROLES[] = {"system", "user", "assistant", "tool"};
+static const char *const ROLES[] = {"system", "user", "assistant", "tool", "developer"};
 
 /* content: a string, an array of text parts, or (assistant only) null/absent. */
 static int check_content(const cJSON *m, int i, bool assistant, srv_error *e) {
@@ -178,8 +241,12 @@ static int parse_messages(srv_request *r, cJSON *body, srv_error *e) {
         bool known = false;
         for (size_t k = 0; k < sizeof ROLES / sizeof *ROLES; k++) known |= !strcmp(role->valuestring, ROLES[k]);
         if (!known)
-            return srv_fail(e, 400, BAD, "invalid_role", p, "'%s': unknown role \"%.64s\" (system, user, assistant or tool)",
-                            p, role->valuestring);
+            return srv_fail(e, 400, BAD, "invalid_role", p,
+                            "'%s': unknown role \"%.64s\" (system, developer, user, assistant or tool)", p,
+                            role->valuestring);
+        /* OpenAI's newer name for the system message: the templates know only system */
+        if (!strcmp(role->valuestring, "developer") && !cJSON_SetValuestring((cJSON *)role, "system"))
+            return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
         if (check_content(m, i, !strcmp(role->valuestring, "assistant"), e)) return -1;
         i++;
     }
@@ -187,17 +254,101 @@ static int parse_messages(srv_request *r, cJSON *body, srv_error *e) {
     return 0;
 }
 
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}] */
+static int parse_tools(srv_request *r, cJSON *body, srv_error *e) {
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        char p[64];
+        snprintf(p, sizeof p, "tools[%d]", i);
+        if (!cJSON_IsObject(t)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
+        const cJSON *type = field(t, "type"), *f = field(t, "function");
+        snprintf(p, sizeof p, "tools[%d].type", i);
+        if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return srv_fail(e, 400, BAD, "invalid_value", p, "'%s' must be \"function\" (the only tool type supported)",
+                            p);
+        snprintf(p, sizeof p, "tools[%d].function", i);
+        if (!f || !cJSON_IsObject(f)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
+        const cJSON *name = field(f, "name"), *params = field(f, "parameters"), *desc = field(f, "description");
+        snprintf(p, sizeof p, "tools[%d].function.name", i);
+        if (!name || !cJSON_IsString(name) || !*name->valuestring)
+            return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be a non-empty string", p);
+        for (const char *c = name->valuestring; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == '<' || *c == '>')
+                return srv_fail(e, 400, BAD, "invalid_value", p, "'%s' must not hold '<', '>' or control characters", p);
+        snprintf(p, sizeof p, "tools[%d].function.parameters", i);
+        if (params && !cJSON_IsObject(params))
+            return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be a JSON schema object", p);
+        snprintf(p, sizeof p, "tools[%d].function.description", i);
+        if (desc && !cJSON_IsString(desc)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be a string", p);
+        i++;
+    }
+    if (!i) return 0;
+    if (!(r->tools_json = cJSON_PrintUnformatted(tools)))
+        return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    r->tools = cJSON_DetachItemViaPointer(body, tools);
+    return 0;
+}
+
+/* tool_choice: "auto" and "none" work; "required" and a named function need
+ * constrained decoding, which edge0 does not have yet: a 400, never a
+ * request accepted and then not enforced. */
+static int parse_tool_choice(srv_request *r, const cJSON *body, srv_error *e) {
+    const cJSON *tc = field(body, "tool_choice");
+    r->parse_tools = r->tools != NULL;
+    r->parallel_tool_calls = true;
+    if (want_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, e) < 0) return -1;
+    if (!tc) return 0;
+    if (cJSON_IsString(tc)) {
+        if (!strcmp(tc->valuestring, "auto")) return 0;
+        if (!strcmp(tc->valuestring, "none")) {
+            r->parse_tools = false;
+            return 0;
+        }
+        if (!strcmp(tc->valuestring, "required"))
+            return srv_fail(e, 400, BAD, "unsupported_value", "tool_choice",
+                            "'tool_choice': \"required\" is not supported yet (it needs constrained decoding, which "
+                            "edge0 does not have yet); use \"auto\" or \"none\"");
+        return srv_fail(e, 400, BAD, "invalid_value", "tool_choice",
+                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}, not \"%.64s\"",
+                        tc->valuestring);
+    }
+    const cJSON *f = cJSON_IsObject(tc) ? field(tc, "function") : NULL, *name = f ? field(f, "name") : NULL;
+    if (!cJSON_IsObject(tc) || !str_is(field(tc, "type"), "function") || !name || !cJSON_IsString(name))
+        return srv_fail(e, 400, BAD, "invalid_type", "tool_choice",
+                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
+    return srv_fail(e, 400, BAD, "unsupported_value", "tool_choice",
+                    "'tool_choice': a named function (\"%.64s\") is not supported yet (it needs constrained decoding, "
+                    "which edge0 does not have yet); use \"auto\" or \"none\"",
+                    name->valuestring);
+}
+
+/* logprobs: bool; top_logprobs: 0..20, only with logprobs (as OpenAI). */
+static int parse_logprobs(srv_request *r, const cJSON *body, srv_error *e) {
+    bool on = false;
+    double k = 0;
+    int got;
+    if (want_bool(body, "logprobs", &on, e) < 0) return -1;
+    if ((got = want_int(body, "top_logprobs", 0, E0_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+    if (got && !on)
+        return srv_fail(e, 400, BAD, "invalid_value", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->sample.logprobs = on;
+    r->sample.top_logprobs = (int32_t)k;
+    return 0;
+}
+
 static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_error *e) {
     if (parse_messages(r, body, e)) return -1;
-    const cJSON *tools = field(body, "tools");
-    if (tools) {
-        if (!cJSON_IsArray(tools)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
-        if (cJSON_GetArraySize(tools) && !(r->tools_json = cJSON_PrintUnformatted(tools)))
-            return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-    }
+    if (parse_tools(r, body, e) || parse_tool_choice(r, body, e)) return -1;
     /* Thinking on/off, in the spellings of vLLM and llama.cpp
      * (chat_template_kwargs) and the short forms some clients send. */
     r->enable_thinking = d->enable_thinking;
+    r->chat_format = d->chat_format;
     const cJSON *kw = field(body, "chat_template_kwargs");
     if (kw && !cJSON_IsObject(kw))
         return srv_fail(e, 400, BAD, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -250,8 +401,10 @@ int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t le
         snprintf(e->param, sizeof e->param, "stream_options.include_usage");
         rc = -1;
     }
+    if (!rc) rc = refuse_unsupported(j, kind, e);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat(r, j, d, e) : parse_completion(r, j, e);
     if (!rc) rc = parse_sampling(r, j, d, e);
+    if (!rc && kind == SRV_CHAT) rc = parse_logprobs(r, j, e);
     cJSON_Delete(j);
     if (rc) srv_request_free(r);
     return rc;
@@ -272,6 +425,7 @@ int srv_request_render(const srv_request *r, char **out, size_t *len, srv_error 
     e0_chat_opts_default(&co);
     co.enable_thinking = r->enable_thinking;
     co.tools_json = r->tools_json;
+    co.format = r->chat_format;
     char err[E0_ERR_MAX];
     int rc = e0_chat_render(msgs, strlen(msgs), &co, out, len, err);
     free(msgs);
@@ -283,6 +437,7 @@ int srv_request_render(const srv_request *r, char **out, size_t *len, srv_error 
 void srv_request_free(srv_request *r) {
     cJSON_Delete(r->messages);
     free(r->tools_json);
+    cJSON_Delete(r->tools);
     free(r->prompt);
     for (int i = 0; i < SRV_MAX_STOP; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);

@@ -14,16 +14,30 @@
  * nothing here touches a model, so fuzz/fuzz_request.c runs it alone.
  *
  * Accepted fields (both endpoints unless marked):
- *   messages (chat)     non-empty array of {role: system|user|assistant|tool,
- *                       content: string | [{type: "text", text}] | null (assistant)}
+ *   messages (chat)     non-empty array of {role: system|developer|user|assistant|tool,
+ *                       content: string | [{type: "text", text}] | null (assistant)};
+ *                       developer is read as system
  *   prompt (completions) string, or an array holding one string
  *   max_tokens, max_completion_tokens   integer >= 1 (the latter wins)
  *   temperature [0, 100], top_p (0, 1], top_k integer (<= 0: off),
  *   min_p [0, 1], presence_penalty / frequency_penalty [-2, 2],
  *   repeat_penalty (0, 10], seed integer, stop string | [string] (<= 16),
  *   stream bool, stream_options {include_usage bool}, n (must be 1),
- *   tools (chat) array, chat_template_kwargs {enable_thinking bool},
- *   enable_thinking / think bool (chat), model string (ignored).
+ *   tools (chat) array of {type: "function", function: {name, description?,
+ *   parameters?}}, tool_choice (chat) "auto" | "none", parallel_tool_calls bool,
+ *   chat_template_kwargs {enable_thinking bool},
+ *   enable_thinking / think bool (chat), model string (ignored),
+ *   logprobs bool and top_logprobs 0..20 (chat),
+ *   user, metadata, store: false (informational; nothing is stored),
+ *   response_format {type: "text"}, echo false, best_of 1,
+ *   logit_bias {} (their neutral values).
+ * Refused with a 400 that names the field, because they would otherwise be
+ * accepted and ignored: tool_choice "required" or a named function (they
+ * need constrained decoding), response_format json_object / json_schema,
+ * logprobs on completions, echo true, suffix, best_of > 1, a non-empty
+ * logit_bias, store true, the legacy functions / function_call, audio and
+ * modalities other than text, prediction, web_search_options,
+ * reasoning_effort.
  * JSON null counts as absent everywhere.
  *
  * Threads: reentrant; an srv_request belongs to one thread at a time. */
@@ -58,6 +72,7 @@ int srv_fail(srv_error *e, int status, const char *type, const char *code, const
 typedef struct {
     e0_sample_opts sample; /* max_tokens 0: until end of turn or the end of the context */
     bool enable_thinking;
+    e0_chat_format chat_format; /* the model's template (e0_text_chat_format) */
 } srv_defaults;
 
 void srv_defaults_init(srv_defaults *d);
@@ -66,6 +81,10 @@ typedef struct {
     srv_kind kind;
     cJSON *messages;         /* chat: the messages array (owned) */
     char *tools_json;        /* chat: the tools array as JSON text, or NULL */
+    cJSON *tools;            /* chat: the same array (owned), or NULL */
+    bool parse_tools;        /* chat: tools given and tool_choice is not "none" */
+    e0_chat_format chat_format;
+    bool parallel_tool_calls;
     char *prompt;            /* completions: the prompt text (owned) */
     size_t prompt_len;
     bool enable_thinking;    /* chat */

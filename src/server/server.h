@@ -8,8 +8,11 @@
  *     ... wait for a signal ...
  *     srv_stop(s);                              // graceful: running requests are cancelled
  *
- * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics (also without the /v1 prefix). Responses and
+ * Endpoints: POST /v1/chat/completions (tool calls, logprobs), POST
+ * /v1/completions, GET /v1/models and /v1/models/{id}, POST /tokenize and
+ * /detokenize (llama-server's shapes), GET /health, GET /metrics (also
+ * without the /v1 prefix; with it for tokenize). Connections are kept alive;
+ * --cors adds Access-Control-Allow-Origin and answers OPTIONS preflights. Responses and
  * errors are JSON ({"error": {"message", "type", "code", "param"}}),
  * streams are server-sent events ending with "data: [DONE]".
  *
@@ -36,6 +39,10 @@ typedef struct {
     int32_t n_ctx;          /* session context (4096) */
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
+    const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */
+    /* e0_generate_tokens unless set: tests script the model's output with it */
+    int (*generate)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                    e0_token_fn fn, void *user, e0_gen_result *r, char *err);
 } srv_opts;
 
 void srv_opts_default(srv_opts *o);

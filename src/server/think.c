@@ -22,6 +22,12 @@ static bool is_space(char c) {
 
 void srv_think_init(srv_think *t) { memset(t, 0, sizeof *t); }
 
+void srv_think_init_opened(srv_think *t) {
+    memset(t, 0, sizeof *t);
+    t->state = R_LEAD;
+    t->has_reasoning = true;
+}
+
 void srv_think_free(srv_think *t) {
     free(t->pend);
     memset(t, 0, sizeof *t);

@@ -32,6 +32,9 @@ typedef struct {
 } srv_think;
 
 void srv_think_init(srv_think *t);
+/* For a prompt that already opened the think block (Qwen3.5's generation
+ * prompt ends with "<think>\n"): the text starts as reasoning. */
+void srv_think_init_opened(srv_think *t);
 void srv_think_free(srv_think *t);
 /* Returns 0, or non-zero when `fn` or an allocation failed. */
 int srv_think_feed(srv_think *t, const char *s, size_t n, srv_think_fn fn, void *user);

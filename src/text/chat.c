@@ -361,7 +361,7 @@ typedef struct {
     const cJSON *tool_calls; /* a non-empty array, or NULL */
 } chat_msg;
 
-static int msg_content(const cJSON *m, size_t i, chat_msg *out, char *err) {
+static int msg_content(const cJSON *m, size_t i, const char *sep, chat_msg *out, char *err) {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     if (!c || cJSON_IsNull(c)) {
         if (out->role == ROLE_ASSISTANT) {
@@ -397,7 +397,7 @@ static int msg_content(const cJSON *m, size_t i, chat_msg *out, char *err) {
                 free(b.p);
                 return rc;
             }
-            if (j) sb_puts(&b, "\n");
+            if (j) sb_puts(&b, sep);
             sb_puts(&b, text->valuestring);
         }
         sb_put(&b, "", 0);
@@ -416,7 +416,9 @@ static int msg_content(const cJSON *m, size_t i, chat_msg *out, char *err) {
     return 0;
 }
 
-static int msg_parse(const cJSON *m, size_t i, chat_msg *out, char *err) {
+/* sep: what joins text parts ("\n" for Qwen3, as vLLM and llama.cpp do;
+ * "" for Qwen3.5, whose template concatenates them). */
+static int msg_parse(const cJSON *m, size_t i, const char *sep, chat_msg *out, char *err) {
     if (!cJSON_IsObject(m)) return e0_fail(err, E0_EFORMAT, "messages[%zu]: not an object", i);
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     if (!cJSON_IsString(role) || !role->valuestring)
@@ -429,7 +431,7 @@ static int msg_parse(const cJSON *m, size_t i, chat_msg *out, char *err) {
             err, E0_EFORMAT,
             "messages[%zu].role: unknown role \"%.64s\" (expected system, user, assistant or tool)",
             i, role->valuestring);
-    int rc = msg_content(m, i, out, err);
+    int rc = msg_content(m, i, sep, out, err);
     if (rc) return rc;
     if (out->role != ROLE_ASSISTANT) return 0;
 
@@ -558,6 +560,7 @@ static int put_assistant(sbuf *b, const chat_msg *m, size_t i, size_t n, size_t 
 }
 
 void chat_opts_default(chat_opts *o) {
+    o->format = CHAT_FORMAT_QWEN3;
     o->add_generation_prompt = true;
     o->enable_thinking = true;
     o->tools = NULL;
@@ -568,7 +571,7 @@ static int render(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg *
     size_t i = 0;
     int rc;
     for (const cJSON *it = messages->child; it; it = it->next, i++)
-        if ((rc = msg_parse(it, i, &m[i], err))) return rc;
+        if ((rc = msg_parse(it, i, "\n", &m[i], err))) return rc;
 
     bool tools = o->tools && o->tools->child;
     put_header(b, m, tools);
@@ -623,6 +626,254 @@ static int render(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg *
     return 0;
 }
 
+/* ---- Qwen3.5's template (tokenizers/qwen35/chat_template.jinja) ---------
+ *
+ * What it does differently from Qwen3's:
+ *  - every content is `render_content(...)|trim`: text parts concatenated,
+ *    then Python's str.strip() (Unicode whitespace, not only '\n');
+ *  - tools: "# Tools\n\nYou have access to the following functions:\n\n<tools>",
+ *    one tojson line per tool, "\n</tools>", the XML-call instructions, and
+ *    only then the first system message ("\n\n" + content, if not empty);
+ *  - a system message anywhere but first, or no user query at all (only
+ *    tool results), is an error;
+ *  - assistant: reasoning_content if it is a string, else the "</think>"
+ *    split of the content; reasoning trimmed; the think block is printed for
+ *    every assistant message after the last user query (Qwen3 prints it
+ *    only for the last message or a non-empty reasoning);
+ *  - tool calls as XML: "\n\n" before the first if the content is not empty,
+ *    "\n" between calls; per argument "<parameter=K>\nV\n</parameter>\n"
+ *    where V is tojson for objects and arrays and Python's str() otherwise
+ *    (True, False, None, 3, 2.5, the string as is). The template needs
+ *    arguments as a mapping; an OpenAI client sends a JSON string, which is
+ *    parsed first (as llama.cpp and vLLM do);
+ *  - a tool message right after a non-tool message opens a user turn (a
+ *    tool message first in the list does not: `loop.previtem` is undefined);
+ *  - the generation prompt opens the think block: "<think>\n", or the empty
+ *    block "<think>\n\n</think>\n\n" with enable_thinking=false. */
+
+static const char TOOLS35_HEAD[] = "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+static const char TOOLS35_TAIL[] =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n"
+    "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified "
+    "format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in "
+    "natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer "
+    "the question like normal with your current knowledge and do not tell the user about function calls\n"
+    "</IMPORTANT>";
+
+/* The code point of the UTF-8 sequence that starts at s[0] (valid UTF-8), its length in *k. */
+static unsigned utf8_at(const unsigned char *s, size_t *k) {
+    unsigned c = s[0];
+    if (c < 0x80) return *k = 1, c;
+    if (c < 0xE0) return *k = 2, (c & 0x1F) << 6 | (s[1] & 0x3F);
+    if (c < 0xF0) return *k = 3, (c & 0x0F) << 12 | (s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+    return *k = 4, (c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+}
+
+/* Python's str.isspace(). */
+static bool py_space(unsigned c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Python's str.strip() of valid UTF-8. */
+static slice sl_py_strip(slice s) {
+    const unsigned char *p = (const unsigned char *)s.p;
+    size_t i = 0, k;
+    while (i < s.n && py_space(utf8_at(p + i, &k)))
+        i += k;
+    size_t end = i, j = i;
+    while (j < s.n) {
+        unsigned c = utf8_at(p + j, &k);
+        j += k;
+        if (!py_space(c)) end = j;
+    }
+    return (slice){s.p + i, end - i};
+}
+
+/* Python's str() of an argument value, or tojson for objects and arrays. */
+static int put_param35(sbuf *b, const cJSON *v, const char *what, char *err) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) return json_put(b, v, 0, what, err);
+    if (cJSON_IsString(v)) {
+        if (!utf8_valid(v->valuestring, strlen(v->valuestring)))
+            return e0_fail(err, E0_EFORMAT, "%s: invalid UTF-8", what);
+        sb_puts(b, v->valuestring);
+    } else if (cJSON_IsTrue(v))
+        sb_puts(b, "True");
+    else if (cJSON_IsFalse(v))
+        sb_puts(b, "False");
+    else if (cJSON_IsNull(v))
+        sb_puts(b, "None");
+    else if (cJSON_IsNumber(v))
+        json_number(b, v->valuedouble);
+    else
+        return e0_fail(err, E0_EFORMAT, "%s: not a JSON value", what);
+    return 0;
+}
+
+static int put_tool_call35(sbuf *b, const cJSON *tc, size_t i, size_t j, bool first, bool text_before, char *err) {
+    if (!cJSON_IsObject(tc))
+        return e0_fail(err, E0_EFORMAT, "messages[%zu].tool_calls[%zu]: not an object", i, j);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(tc, "function");
+    const char *where = "";
+    if (f && !cJSON_IsNull(f)) {
+        if (!cJSON_IsObject(f))
+            return e0_fail(err, E0_EFORMAT, "messages[%zu].tool_calls[%zu].function: not an object", i, j);
+        tc = f, where = ".function"; /* `{% if tool_call.function is defined %}` */
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
+    if (!cJSON_IsString(name) || !name->valuestring || !utf8_valid(name->valuestring, strlen(name->valuestring)))
+        return e0_fail(err, E0_EFORMAT, "messages[%zu].tool_calls[%zu]%s.name: missing or not a UTF-8 string", i, j,
+                       where);
+    sb_puts(b, first ? (text_before ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=")
+                     : "\n<tool_call>\n<function=");
+    sb_puts(b, name->valuestring);
+    sb_puts(b, ">\n");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(tc, "arguments");
+    cJSON *parsed = NULL;
+    if (cJSON_IsString(args) && args->valuestring) { /* OpenAI's form: a JSON object as a string */
+        parsed = cJSON_Parse(args->valuestring);
+        if (!cJSON_IsObject(parsed)) {
+            cJSON_Delete(parsed);
+            return e0_fail(err, E0_EFORMAT,
+                           "messages[%zu].tool_calls[%zu]%s.arguments: a string that is not a JSON object", i, j,
+                           where);
+        }
+        args = parsed;
+    }
+    int rc = 0;
+    if (args && !cJSON_IsNull(args)) {
+        if (!cJSON_IsObject(args))
+            rc = e0_fail(err, E0_EFORMAT, "messages[%zu].tool_calls[%zu]%s.arguments: not an object", i, j, where);
+        for (const cJSON *a = rc ? NULL : args->child; a && !rc; a = a->next) {
+            char what[96];
+            snprintf(what, sizeof what, "messages[%zu].tool_calls[%zu]%s.arguments", i, j, where);
+            if (!a->string || !utf8_valid(a->string, strlen(a->string))) {
+                rc = e0_fail(err, E0_EFORMAT, "%s: a key that is not UTF-8", what);
+                break;
+            }
+            sb_puts(b, "<parameter=");
+            sb_puts(b, a->string);
+            sb_puts(b, ">\n");
+            rc = put_param35(b, a, what, err);
+            sb_puts(b, "\n</parameter>\n");
+        }
+    }
+    cJSON_Delete(parsed);
+    if (rc) return rc;
+    sb_puts(b, "</function>\n</tool_call>");
+    return 0;
+}
+
+static int put_assistant35(sbuf *b, const chat_msg *m, size_t i, size_t last_query, char *err) {
+    slice content = sl_py_strip(m->content), reasoning = sl_of("");
+    if (m->has_reasoning) {
+        reasoning = m->reasoning;
+    } else if (sl_find(content, "</think>")) {
+        const char *end_first = sl_find(content, "</think>"), *end_last = sl_find_last(content, "</think>");
+        slice before = sl_rstrip_nl((slice){content.p, (size_t)(end_first - content.p)});
+        const char *open = sl_find_last(before, "<think>");
+        if (open) {
+            size_t skip = (size_t)(open - before.p) + strlen("<think>");
+            before.p += skip, before.n -= skip;
+        }
+        reasoning = sl_lstrip_nl(before);
+        const char *after = end_last + strlen("</think>");
+        content = sl_lstrip_nl((slice){after, (size_t)(content.p + content.n - after)});
+    }
+    reasoning = sl_py_strip(reasoning);
+    sb_puts(b, "<|im_start|>assistant\n");
+    if (i > last_query) {
+        sb_puts(b, "<think>\n");
+        sb_sl(b, reasoning);
+        sb_puts(b, "\n</think>\n\n");
+    }
+    sb_sl(b, content);
+    if (m->tool_calls) {
+        bool text_before = sl_py_strip(content).n > 0;
+        size_t j = 0;
+        for (const cJSON *tc = m->tool_calls->child; tc; tc = tc->next, j++) {
+            int rc = put_tool_call35(b, tc, i, j, j == 0, text_before, err);
+            if (rc) return rc;
+        }
+    }
+    sb_puts(b, "<|im_end|>\n");
+    return 0;
+}
+
+static int render35(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg *m, size_t n, char *err) {
+    size_t i = 0;
+    int rc;
+    for (const cJSON *it = messages->child; it; it = it->next, i++)
+        if ((rc = msg_parse(it, i, "", &m[i], err))) return rc;
+    for (i = 1; i < n; i++)
+        if (m[i].role == ROLE_SYSTEM)
+            return e0_fail(err, E0_EFORMAT,
+                           "messages[%zu]: a system message must be the first message (Qwen3.5's template)", i);
+
+    bool tools = o->tools && o->tools->child;
+    if (tools) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_puts(b, TOOLS35_HEAD);
+        size_t k = 0;
+        for (const cJSON *t = o->tools->child; t; t = t->next, k++) {
+            char what[48];
+            snprintf(what, sizeof what, "tools[%zu]", k);
+            sb_puts(b, "\n");
+            if ((rc = json_put(b, t, 0, what, err))) return rc;
+        }
+        sb_puts(b, TOOLS35_TAIL);
+        if (m[0].role == ROLE_SYSTEM && sl_py_strip(m[0].content).n) {
+            sb_puts(b, "\n\n");
+            sb_sl(b, sl_py_strip(m[0].content));
+        }
+        sb_puts(b, "<|im_end|>\n");
+    } else if (m[0].role == ROLE_SYSTEM) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_sl(b, sl_py_strip(m[0].content));
+        sb_puts(b, "<|im_end|>\n");
+    }
+
+    size_t last_query = SIZE_MAX;
+    for (size_t k = n; k-- > 0;) {
+        slice c = sl_py_strip(m[k].content);
+        if (m[k].role == ROLE_USER && !(sl_starts(c, "<tool_response>") && sl_ends(c, "</tool_response>"))) {
+            last_query = k;
+            break;
+        }
+    }
+    if (last_query == SIZE_MAX)
+        return e0_fail(err, E0_EFORMAT, "messages: no user query (Qwen3.5's template needs a user message)");
+
+    for (i = 0; i < n; i++) {
+        slice content = sl_py_strip(m[i].content);
+        switch (m[i].role) {
+        case ROLE_SYSTEM:
+            break; /* the first, rendered by the header */
+        case ROLE_USER:
+            sb_puts(b, "<|im_start|>user\n");
+            sb_sl(b, content);
+            sb_puts(b, "<|im_end|>\n");
+            break;
+        case ROLE_ASSISTANT:
+            if ((rc = put_assistant35(b, &m[i], i, last_query, err))) return rc;
+            break;
+        case ROLE_TOOL:
+            if (i > 0 && m[i - 1].role != ROLE_TOOL) sb_puts(b, "<|im_start|>user");
+            sb_puts(b, "\n<tool_response>\n");
+            sb_sl(b, content);
+            sb_puts(b, "\n</tool_response>");
+            if (i + 1 == n || m[i + 1].role != ROLE_TOOL) sb_puts(b, "<|im_end|>\n");
+            break;
+        }
+    }
+    if (o->add_generation_prompt)
+        sb_puts(b, o->enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    return 0;
+}
+
 int chat_render(const cJSON *messages, const chat_opts *o, char **out, size_t *len, char *err) {
     if (!messages || !out) return e0_fail(err, E0_EINVAL, "chat_render: NULL argument");
     chat_opts def;
@@ -643,7 +894,8 @@ int chat_render(const cJSON *messages, const chat_opts *o, char **out, size_t *l
     sbuf b = {0};
     chat_opts oo = *o;
     if (oo.tools && !cJSON_IsArray(oo.tools)) oo.tools = NULL; /* JSON null */
-    int rc = render(&b, messages, &oo, m, n, err);
+    int rc = oo.format == CHAT_FORMAT_QWEN35 ? render35(&b, messages, &oo, m, n, err)
+                                             : render(&b, messages, &oo, m, n, err);
     for (size_t i = 0; i < n; i++)
         free(m[i].owned);
     free(m);

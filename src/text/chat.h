@@ -31,7 +31,16 @@
 #define CHAT_IM_START "<|im_start|>" /* token 151644 in Qwen3 */
 #define CHAT_IM_END   "<|im_end|>"   /* token 151645, the turn's end (EOS) */
 
+typedef enum {
+    CHAT_FORMAT_QWEN3 = 1,
+    CHAT_FORMAT_QWEN35,
+    CHAT_FORMAT_CHATML,
+} chat_format;
+
 typedef struct {
+    /* Which template: Qwen3's (also for CHAT_FORMAT_CHATML, and 0) or
+     * Qwen3.5's. Default CHAT_FORMAT_QWEN3. */
+    chat_format format;
     /* Appends "<|im_start|>assistant\n". Default true (the template's own
      * default is false; an engine renders prompts to generate from them). */
     bool add_generation_prompt;
@@ -48,6 +57,9 @@ void chat_opts_default(chat_opts *o);
 
 /* Renders `messages` (a JSON array of {"role", "content", ...}) into a
  * malloc'd NUL-terminated UTF-8 string *out (length in *len if len != NULL).
+ * Qwen3.5's template differs from Qwen3's as chat.c's second section says
+ * (trimmed contents, XML tool calls, "<think>\n" opened by the generation
+ * prompt, a system message only first, at least one user query).
  *
  * Accepted message fields (others are ignored, as by the template):
  *   role               "system" | "user" | "assistant" | "tool"
@@ -135,16 +147,8 @@ void chat_split_reasoning(const char *text, size_t len, chat_split *out);
  *   <|im_start|> and the XML tool-call form "<function=" -> CHAT_FORMAT_QWEN35
  *   <|im_start|> and a think block "<think>"            -> CHAT_FORMAT_QWEN3
  *   <|im_start|> otherwise (Qwen2.5, other ChatML)      -> CHAT_FORMAT_CHATML
- * Today chat_render implements Qwen3's template, and all three are rendered
- * with it: they share the ChatML turns; what Qwen3.5's template does beyond
- * them (tool calls as XML, an opened think block in the generation prompt)
- * is not rendered yet, which is why the caller gets the distinct value to
- * report. */
-typedef enum {
-    CHAT_FORMAT_QWEN3 = 1,
-    CHAT_FORMAT_QWEN35,
-    CHAT_FORMAT_CHATML,
-} chat_format;
+ * chat_render implements Qwen3's template (used for Qwen3 and other ChatML)
+ * and Qwen3.5's (chat_opts.format). */
 
 /* Detects the format of template_text[0..len). A NULL or empty template, or
  * one without <|im_start|>, is E0_EUNSUPPORTED with a message saying that

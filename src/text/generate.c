@@ -17,6 +17,7 @@
 
 struct e0_text {
     tok_tokenizer *tk;
+    e0_chat_format format;
     int32_t eot[4]; /* end-of-turn tokens the tokenizer knows (<|im_end|>, <|endoftext|>) */
     int n_eot;
 };
@@ -112,12 +113,72 @@ static int tok_load_gguf(tok_tokenizer **tk, const char *path, char *err) {
     return rc;
 }
 
+/* The chat template's text beside a tokenizer: chat_template.jinja, else
+ * tokenizer_config.json's "chat_template" (a string, or a list of {name,
+ * template} of which "default" counts). NULL when there is none. */
+static char *dir_template(const char *dir) {
+    char *p = e0_path_join(dir, "chat_template.jinja"), *text = NULL, err[E0_ERR_MAX];
+    size_t len;
+    if (p && e0_file_exists(p) && e0_read_file(p, &text, &len, 1 << 24, err) == 0) {
+        free(p);
+        return text;
+    }
+    free(p);
+    if (!(p = e0_path_join(dir, "tokenizer_config.json")) || !e0_file_exists(p) ||
+        e0_read_file(p, &text, &len, 1 << 26, err)) {
+        free(p);
+        return NULL;
+    }
+    free(p);
+    cJSON *j = cJSON_ParseWithLength(text, len), *ct = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *it;
+    free(text);
+    text = NULL;
+    if (cJSON_IsString(ct)) text = strdup(ct->valuestring);
+    cJSON *list = cJSON_IsArray(ct) ? ct : NULL;
+    cJSON_ArrayForEach(it, list) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name"), *t = cJSON_GetObjectItemCaseSensitive(it, "template");
+        if (cJSON_IsString(name) && !strcmp(name->valuestring, "default") && cJSON_IsString(t) && !text)
+            text = strdup(t->valuestring);
+    }
+    cJSON_Delete(j);
+    return text;
+}
+
+/* The format of the template that goes with `model` (a directory or a GGUF file). */
+static e0_chat_format model_format(const char *model, bool is_dir) {
+    char *text = NULL, err[E0_ERR_MAX];
+    if (is_dir) {
+        text = dir_template(model);
+    } else if (gguf_is_path(model)) {
+        st_set *st;
+        const char *s;
+        if (st_set_open_gguf(&st, model, err) == 0) {
+            if (gguf_get_str(st_gguf(st), "tokenizer.chat_template", &s, err) == 0) text = strdup(s);
+            st_set_free(st);
+        }
+        if (!text) { /* beside the file */
+            char *dir = strdup(model), *slash = dir ? strrchr(dir, '/') : NULL;
+            if (slash) *slash = 0;
+            if (dir) text = dir_template(slash ? dir : ".");
+            free(dir);
+        }
+    }
+    chat_format f = CHAT_FORMAT_QWEN3;
+    if (text && chat_format_detect(text, strlen(text), &f, err)) f = CHAT_FORMAT_QWEN3;
+    free(text);
+    return f == CHAT_FORMAT_QWEN35 ? E0_CHAT_QWEN35 : E0_CHAT_QWEN3;
+}
+
+e0_chat_format e0_text_chat_format(const e0_text *t) { return t->format; }
+
 int e0_text_open(e0_text **out, const char *path, char *err) {
     *out = NULL;
     struct stat st;
     char *file = NULL;
     bool gguf = false;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    const char *model = path;
+    bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir) {
         if (!(file = e0_path_join(path, "tokenizer.json"))) return e0_fail(err, E0_ENOMEM, "out of memory");
         path = file;
     } else if (gguf_is_path(path)) { /* a tokenizer.json beside the file wins */
@@ -146,6 +207,7 @@ int e0_text_open(e0_text **out, const char *path, char *err) {
         int32_t id = tok_token_id(t->tk, eot[i]);
         if (id >= 0) t->eot[t->n_eot++] = id;
     }
+    t->format = model_format(model, is_dir);
     *out = t;
     return 0;
 }
@@ -173,6 +235,7 @@ int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, s
 int32_t e0_text_token_id(const e0_text *t, const char *token) { return tok_token_id(t->tk, token); }
 
 void e0_chat_opts_default(e0_chat_opts *o) {
+    o->format = E0_CHAT_QWEN3;
     o->add_generation_prompt = 1;
     o->enable_thinking = 1;
     o->tools_json = NULL;
@@ -189,6 +252,7 @@ int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o,
         chat_opts co;
         chat_opts_default(&co);
         if (o) {
+            co.format = o->format == E0_CHAT_QWEN35 ? CHAT_FORMAT_QWEN35 : CHAT_FORMAT_QWEN3;
             co.add_generation_prompt = o->add_generation_prompt != 0;
             co.enable_thinking = o->enable_thinking != 0;
         }
@@ -227,8 +291,25 @@ static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
     return false;
 }
 
+typedef struct {
+    e0_piece_fn fn;
+    void *user;
+} piece_only;
+
+static int piece_only_fn(void *user, const e0_token_info *tok, const char *text, size_t len) {
+    (void)tok;
+    piece_only *p = user;
+    return p->fn(p->user, text, len);
+}
+
 int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                 e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
+    piece_only p = {fn, user};
+    return e0_generate_tokens(s, t, prompt, n, o, fn ? piece_only_fn : NULL, &p, r, err);
+}
+
+int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                       e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
     const e0_config *c = &s->m->cfg;
     e0_sample_opts d;
     if (!o) {
@@ -278,6 +359,11 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
             break;
         }
         int32_t id = sampler_sample(sm, logits);
+        e0_token_info tok = {.id = id};
+        if (o->logprobs) {
+            int32_t k = o->top_logprobs < 0 ? 0 : o->top_logprobs > E0_MAX_TOP_LOGPROBS ? E0_MAX_TOP_LOGPROBS : o->top_logprobs;
+            tok.n_top = sampler_logprobs(sm, id, &tok.logprob, k, tok.top_ids, tok.top_logprobs);
+        }
         sampler_accept(sm, id);
         if (is_eot(t, c, id)) {
             r->finish = E0_FINISH_STOP;
@@ -289,7 +375,7 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
         if ((rc = chat_stop_feed(stop, piece, len, &em))) break;
         /* called after every token, text or not, so a cancel lands within one token */
-        if (fn && fn(user, em.len ? em.text : "", em.len)) {
+        if (fn && fn(user, &tok, em.len ? em.text : "", em.len)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
@@ -301,9 +387,9 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
     }
     if (!rc && r->finish != E0_FINISH_CANCELLED) {
         size_t len = tok_stream_flush(&ts, piece);
-        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
         chat_stop_finish(stop, &em);
-        if (em.len && em.stop < 0 && fn) fn(user, em.text, em.len);
+        if (em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
     }
     r->decode_s = now_s() - t1;
 done:

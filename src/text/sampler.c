@@ -42,6 +42,11 @@ struct sampler {
     int32_t *count; /* [n_vocab] scratch, all zero between calls */
     int32_t *hist;  /* [penalty_last_n] ring of accepted tokens */
     int32_t hist_len, hist_pos;
+    /* the last draw, for sampler_logprobs: greedy (c[] is every token in id
+     * order) or c[0..last_m) with weights w[] summing to last_z */
+    bool last_greedy;
+    size_t last_m;
+    double last_z;
 };
 
 /* ---- PRNG: splitmix64 seeds xoshiro256** ----------------------------------- */
@@ -369,6 +374,46 @@ static size_t top_p_buckets(cand *c, size_t m, float mx, float p) {
     return mid;
 }
 
+/* log p of candidate i of the last draw; logz: greedy's log-normaliser. */
+static float cand_logprob(const sampler *s, size_t i, float logz) {
+    double lp = s->last_greedy ? (double)s->c[i].logit - logz : log(s->w[i] / s->last_z);
+    return lp > SAMPLER_LOGPROB_MIN ? (float)lp : SAMPLER_LOGPROB_MIN; /* -inf, or NaN from 0 / 0 */
+}
+
+int32_t sampler_logprobs(const sampler *s, int32_t id, float *lp, int32_t n_top, int32_t *top_ids, float *top_lps) {
+    const cand *c = s->c;
+    size_t m = s->last_m;
+    float logz = 0;
+    if (s->last_greedy) { /* log-sum-exp of the penalised logits */
+        float mx = -INFINITY;
+        for (size_t i = 0; i < m; i++)
+            if (c[i].logit > mx) mx = c[i].logit;
+        double z = 0;
+        for (size_t i = 0; isfinite(mx) && i < m; i++)
+            z += exp((double)c[i].logit - mx);
+        logz = isfinite(mx) ? mx + (float)log(z) : 0;
+    }
+    *lp = SAMPLER_LOGPROB_MIN;
+    int32_t k = 0;
+    for (size_t i = 0; i < m; i++) {
+        float l = cand_logprob(s, i, logz);
+        if (c[i].id == id) *lp = l;
+        if (n_top <= 0) continue;
+        /* insertion into the sorted top list; ties: lower id first */
+        int32_t at = k;
+        while (at > 0 && (top_lps[at - 1] < l || (top_lps[at - 1] == l && top_ids[at - 1] > c[i].id)))
+            at--;
+        if (at >= n_top) continue;
+        int32_t last = k < n_top ? k : n_top - 1;
+        for (int32_t j = last; j > at; j--)
+            top_ids[j] = top_ids[j - 1], top_lps[j] = top_lps[j - 1];
+        top_ids[at] = c[i].id;
+        top_lps[at] = l;
+        if (k < n_top) k++;
+    }
+    return k;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits) {
     if (!logits) return E0_EINVAL;
     const sampler_params *p = &s->p;
@@ -393,6 +438,8 @@ int32_t sampler_sample(sampler *s, const float *logits) {
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
             if (c[i].logit > c[best].logit) best = i;
+        s->last_greedy = true;
+        s->last_m = n;
         return c[best].id;
     }
 
@@ -425,6 +472,9 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     double z = 0;
     for (size_t i = 0; i < m; i++)
         z += w[i] = weight(c[i].logit, mx, inv_t);
+    s->last_greedy = false;
+    s->last_m = m;
+    s->last_z = z;
     double u = rng_unit(s->rng) * z, cum = 0;
     for (size_t i = 0; i < m; i++) {
         cum += w[i];

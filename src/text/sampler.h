@@ -74,6 +74,17 @@ int sampler_accept(sampler *s, int32_t token);
 /* One token id from logits [vocab]; E0_EINVAL if logits is NULL. */
 int32_t sampler_sample(sampler *s, const float *logits);
 
+/* After sampler_sample: log-probabilities under the distribution the token
+ * was drawn from, the final one after the filters: softmax(logit / T) over
+ * the tokens top-k, top-p and min-p kept (a filtered-out token has
+ * SAMPLER_LOGPROB_MIN). A greedy step has no such distribution; its
+ * log-probabilities are those of the penalised logits' softmax (T = 1, no
+ * filters), the model's own. *lp gets `id`'s; top_ids / top_lps get the
+ * n_top most likely tokens (descending, lower id first on ties; fewer when
+ * fewer were kept); returns how many. Allocates nothing. */
+#define SAMPLER_LOGPROB_MIN (-9999.0f) /* OpenAI's value for "impossible": JSON has no -inf */
+int32_t sampler_logprobs(const sampler *s, int32_t id, float *lp, int32_t n_top, int32_t *top_ids, float *top_lps);
+
 /* Stage 1 alone, in place on logits [vocab]: what the penalties do to the
  * logits given the current window. */
 void sampler_penalize(sampler *s, float *logits);
