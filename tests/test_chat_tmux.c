@@ -103,6 +103,7 @@ static void test_chat_in_tmux(void **state) {
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", model);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(sock, sizeof sock, "edge0-test-%d", (int)getpid());
+    tmux("kill-server"); /* a server left on this name by an earlier run (pids come back) */
     snprintf(state_dir, sizeof state_dir, "%s/state", dir);
 
     /* turns, reuse, commands */
@@ -201,7 +202,14 @@ static void test_chat_in_tmux(void **state) {
     free(dir);
 }
 
+/* Also after a failure: no chat left waiting in a tmux server. */
+static int teardown(void **state) {
+    (void)state;
+    if (sock[0]) tmux("kill-server");
+    return 0;
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_chat_in_tmux)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test_teardown(test_chat_in_tmux, teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
