@@ -137,12 +137,40 @@ static void test_demo_prompt_file(void **state) {
     says("--prompt-file missing", "--prompt-file: cannot open");
 }
 
+/* A port in use: one line, ours, saying what to do (libmicrohttpd's own
+ * "Failed to bind" line no longer printed before it). */
+static void test_port_in_use(void **state) {
+    (void)state;
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+             "s.listen(); open('%s/port', 'w').write(str(s.getsockname()[1])); time.sleep(60)\" & "
+             "echo $! > %s/pid; for i in $(seq 50); do [ -s %s/port ] && break; sleep 0.1; done",
+             dir, dir, dir);
+    assert_int_equal(tu_run(cmd), 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/port", dir);
+    FILE *f = fopen(path, "r");
+    int port = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%d", &port), 1);
+    fclose(f);
+    char args[8400];
+    snprintf(args, sizeof args, "serve %s --port %d",
+             tu_shared("gguf/tiny-qwen35moe/model-Q4_K_M.gguf"), port);
+    assert_int_not_equal(run(args), 0);
+    says("port in use", "another program is using it (pick another --port");
+    snprintf(cmd, sizeof cmd, "! grep -q 'Failed to bind' %s/out.txt; rc=$?; kill $(cat %s/pid); exit $rc",
+             dir, dir);
+    assert_int_equal(tu_run(cmd), 0);
+}
+
 int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
         cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_help_and_version),
-        cmocka_unit_test(test_demo_prompt_file),
+        cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmtree(dir);

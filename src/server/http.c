@@ -55,6 +55,8 @@ struct srv {
     int64_t started;
     uint64_t seq;   /* request ids; atomic */
     e0_model_info info;
+    bool starting;       /* MHD_start_daemon is running: mhd_log keeps its words */
+    char start_why[256]; /* ... here */
 };
 
 void srv_opts_default(srv_opts *o) {
@@ -891,6 +893,21 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- start and stop -------------------------------------------------------------- */
 
+/* libmicrohttpd's error log: while the daemon starts, kept for the one
+ * message edge0 prints if the start fails; afterwards, to stderr with our
+ * prefix. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    srv *S = cls;
+    if (S->starting) {
+        if (!S->start_why[0]) vsnprintf(S->start_why, sizeof S->start_why, fmt, ap);
+        return;
+    }
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\r\n")] = 0;
+    fprintf(stderr, "edge0: libmicrohttpd: %s\n", line);
+}
+
 int srv_start(srv **out, const srv_opts *o, char *err) {
     *out = NULL;
     srv *S = calloc(1, sizeof *S);
@@ -916,16 +933,27 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
         rc = E0_EINVAL;
     }
     if (!rc) rc = srv_engine_start(&S->E, o->engine, o->text, o->n_ctx, o->max_queue, &S->m, o->generate, err);
+    S->starting = true; /* libmicrohttpd's words on a failed start go into our message */
     if (!rc) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                          MHD_USE_ITC | MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-        S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, S,
+                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, S, MHD_OPTION_CONNECTION_TIMEOUT,
                                 (unsigned)300, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_queue + 128),
                                 MHD_OPTION_END);
+        S->starting = false;
+        char *why = S->start_why;
         if (!S->d) {
-            snprintf(err, E0_ERR_MAX, "cannot listen on %s port %d (in use, or not an address of this machine?)",
-                     o->host, o->port);
+            why[strcspn(why, "\r\n")] = 0;
+            if (strstr(why, "in use"))
+                snprintf(err, E0_ERR_MAX,
+                         "cannot listen on %s port %d: another program is using it (pick another "
+                         "--port, or stop the other server)",
+                         o->host, o->port);
+            else
+                snprintf(err, E0_ERR_MAX, "cannot listen on %s port %d: %s", o->host, o->port,
+                         why[0] ? why : "libmicrohttpd gave no reason (not an address of this machine?)");
             rc = E0_EIO;
         }
     }
