@@ -1631,6 +1631,70 @@ static void test_node_openai(void **state) {
     free(out);
 }
 
+/* SIGTERM while a stream runs and another request waits: the waiting one
+ * gets 503 at once; with --shutdown-grace long enough the stream ends
+ * normally (finish_reason and usage), with 0 it ends with an error event
+ * saying the server is shutting down; either way the server exits 0. */
+static void test_sigterm_mid_stream(void **state) {
+    (void)state;
+    for (int grace = 0; grace < 2; grace++) {
+        server g;
+        start_server(&g, grace ? "grace30" : "grace0",
+                     grace ? "--shutdown-grace 30 --max-queue 4" : "--shutdown-grace 0 --max-queue 4");
+        char cmd[10000], cmd2[10000], *m = NULL;
+        char *b = chat_body("Tell me a long story", 480, "\"stream\":true");
+        char *q = chat_body("And another", 8, NULL);
+        curl_cmd(cmd, sizeof cmd, &g, "POST", "/v1/chat/completions", b,
+                 "-H 'Authorization: Bearer " KEY "'");
+        curl_cmd(cmd2, sizeof cmd2, &g, "POST", "/v1/chat/completions", q,
+                 "-w '\\n%{http_code}' -H 'Authorization: Bearer " KEY "'");
+        FILE *p = popen(cmd, "r");
+        for (int i = 0;; i++) { /* wait until the stream runs */
+            assert_int_equal(http_on(&g, "GET", "/metrics", NULL, NULL, &m), 200);
+            const double running = metric(m, "edge0_requests_running");
+            free(m);
+            if (running == 1) break;
+            if (i == 400) fail_msg("the stream never started");
+            sleep_ms(10);
+        }
+        FILE *p2 = popen(cmd2, "r"); /* queued behind the stream */
+        for (int i = 0;; i++) {
+            assert_int_equal(http_on(&g, "GET", "/metrics", NULL, NULL, &m), 200);
+            const double queued = metric(m, "edge0_queue_depth");
+            free(m);
+            if (queued == 1) break;
+            if (i == 400) fail_msg("the second request never queued");
+            sleep_ms(10);
+        }
+        kill(g.pid, SIGTERM);
+        char *out2 = read_all(p2);
+        pclose(p2);
+        const char *nl = strrchr(out2, '\n');
+        assert_non_null(nl);
+        assert_int_equal(atoi(nl + 1), 503);
+        assert_non_null(strstr(out2, "shutting down"));
+        char *out = read_all(p);
+        assert_int_equal(pclose(p), 0);
+        if (grace) {
+            sse s;
+            sse_parse(out, &s, 1);
+            check_usage(s.usage, 480);
+            assert_string_equal(s.finish, "length");
+            sse_free(&s);
+        } else if (!strstr(out, "shutting down")) {
+            fail_msg("the cancelled stream does not say why:\n%s", out);
+        }
+        stop_server(&g); /* exits 0 */
+        printf("  --shutdown-grace %d: %s\n", grace ? 30 : 0,
+               grace ? "the stream finished; the queued request got 503"
+                     : "the stream ended with an error event; the queued request got 503");
+        free(out);
+        free(out2);
+        free(b);
+        free(q);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -1649,6 +1713,7 @@ int main(void) {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_http_basics),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_sigterm_mid_stream),
     };
     const struct CMUnitTest tools[] = {
         cmocka_unit_test(test_tool_calls),

@@ -1,8 +1,9 @@
 /* edge0 serve MODEL: the OpenAI-compatible HTTP server (src/server/server.h).
  *
  * Loads the model, listens, logs one line per request to stderr, and on
- * SIGINT or SIGTERM stops gracefully: the running request is cancelled,
- * queued ones get 503, and the process exits 0. Signals are handled by
+ * SIGINT or SIGTERM stops gracefully: queued requests get 503, the running
+ * one has --shutdown-grace seconds to finish before it is cancelled, and
+ * the process exits 0. Signals are handled by
  * sigwait on the main thread, so no server thread is ever interrupted. */
 #include "cli/cli.h"
 #include "edge0.h"
@@ -16,6 +17,7 @@
 static const char *HELP =
     "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
     "                         [--body-limit SIZE] [--name NAME] [--no-think] [--cors ORIGIN]\n"
+    "                         [--shutdown-grace S]\n"
     "\n"
     "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions (tool\n"
     "calls included), POST /v1/completions, GET /v1/models[/ID], POST /tokenize and\n"
@@ -36,6 +38,9 @@ static const char *HELP =
     "  --no-think        thinking off unless a request turns it on\n"
     "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
     "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
+    "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running request has to finish\n"
+    "                    before it is cancelled (its stream then ends with an error event);\n"
+    "                    queued requests get 503 at once (default 10)\n"
     "\n";
 
 /* "1M", "64k", "1048576" -> bytes; 0 on error. */
@@ -98,6 +103,13 @@ int cmd_serve(int argc, char **argv) {
                 cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            char *end;
+            so.shutdown_grace = strtod(v, &end);
+            if (end == v || *end || !(so.shutdown_grace >= 0) || so.shutdown_grace > 86400) {
+                cli_error("--shutdown-grace: '%s' is not a number of seconds in [0, 86400]", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--cors")) {
             if (!*v) {
                 cli_error("--cors needs an origin such as https://example.com, or *");
@@ -156,7 +168,8 @@ int cmd_serve(int argc, char **argv) {
             strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "edge0: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "edge0: %s: stopping (a running request has %g s to finish)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", so.shutdown_grace);
     srv_stop(s);
     if (ce.stats) cli_print_stats(eng, stderr);
     status = 0;

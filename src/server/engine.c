@@ -129,6 +129,7 @@ struct srv_engine {
     srv_job *head, *tail, *running;
     int depth, capacity;
     bool stopping;
+    bool draining; /* srv_engine_drain: nothing new starts */
     double avg_s; /* moving average of request time */
 
     /* Engine thread only: what the session holds (see "Prompt reuse"). */
@@ -534,7 +535,7 @@ static void *engine_main(void *arg) {
             if (!E->head) E->tail = NULL;
             E->depth--;
         }
-        bool stopping = E->stopping;
+        bool stopping = E->stopping || E->draining;
         E->running = stopping ? NULL : j;
         pthread_mutex_unlock(&E->mu);
         if (!j) break;
@@ -542,6 +543,7 @@ static void *engine_main(void *arg) {
         else run_job(E, j);
         pthread_mutex_lock(&E->mu);
         E->running = NULL;
+        pthread_cond_broadcast(&E->cv); /* srv_engine_drain waits for this */
         pthread_mutex_unlock(&E->mu);
         srv_job_unref(j);
     }
@@ -590,7 +592,7 @@ int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int3
 
 int srv_engine_submit(srv_engine *E, srv_job *j) {
     pthread_mutex_lock(&E->mu);
-    int rc = E->stopping ? -2 : E->depth >= E->capacity ? -1 : 0;
+    int rc = E->stopping || E->draining ? -2 : E->depth >= E->capacity ? -1 : 0;
     if (!rc) {
         srv_job_ref(j);
         j->next = NULL;
@@ -617,6 +619,20 @@ int srv_engine_retry_after(srv_engine *E) {
     double s = E->avg_s * (E->depth + 1) / 2;
     pthread_mutex_unlock(&E->mu);
     return s < 1 ? 1 : s > 600 ? 600 : (int)(s + 0.5);
+}
+
+void srv_engine_drain(srv_engine *E, double grace_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    const double end = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + (grace_s > 0 ? grace_s : 0);
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&E->mu);
+    E->draining = true;
+    pthread_cond_broadcast(&E->cv);
+    while ((E->running || E->head) && !E->stopping)
+        if (pthread_cond_timedwait(&E->cv, &E->mu, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&E->mu);
 }
 
 void srv_engine_stop(srv_engine *E) {

@@ -144,6 +144,9 @@ void srv_engine_queue_info(srv_engine *e, int *depth, int *running, int *capacit
 int srv_engine_retry_after(srv_engine *e);
 /* Cancels the running job, fails the queued ones (503), joins the thread.
  * Jobs stay readable until their last reference is dropped. */
+/* Shutting down: new and queued requests get 503; waits up to grace_s
+ * seconds for the running one to finish by itself. */
+void srv_engine_drain(srv_engine *E, double grace_s);
 void srv_engine_stop(srv_engine *e);
 /* After srv_engine_stop: frees the session and the engine's state. */
 void srv_engine_free(srv_engine *e);

@@ -66,6 +66,7 @@ void srv_opts_default(srv_opts *o) {
     o->max_queue = 64;
     o->n_ctx = 4096;
     o->body_limit = 1 << 20;
+    o->shutdown_grace = 10;
     srv_defaults_init(&o->defaults);
 }
 
@@ -979,7 +980,8 @@ void srv_stop(srv *S) {
     if (!S) return;
     MHD_socket ls = MHD_quiesce_daemon(S->d); /* no new connections */
     if (ls != MHD_INVALID_SOCKET) close(ls);
-    srv_engine_stop(S->E);                    /* running: cancelled; queued: 503 */
+    srv_engine_drain(S->E, S->o.shutdown_grace); /* queued: 503; running: its grace */
+    srv_engine_stop(S->E);                    /* running still: cancelled */
     MHD_stop_daemon(S->d);                    /* waits for the connection threads */
     srv_engine_free(S->E);
     srv_metrics_free(&S->m);

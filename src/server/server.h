@@ -6,7 +6,7 @@
  *     srv *s;
  *     if (srv_start(&s, &o, err)) die(err);     // listening when it returns
  *     ... wait for a signal ...
- *     srv_stop(s);                              // graceful: running requests are cancelled
+ *     srv_stop(s);                              // graceful: the running request may finish
  *
  * Endpoints: POST /v1/chat/completions (tool calls, logprobs), POST
  * /v1/completions, GET /v1/models and /v1/models/{id}, POST /tokenize and
@@ -40,6 +40,7 @@ typedef struct {
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
     const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */
+    double shutdown_grace;  /* seconds srv_stop lets the running request finish (10) */
     /* e0_generate_tokens unless set: tests script the model's output with it */
     int (*generate)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                     e0_token_fn fn, void *user, e0_gen_result *r, char *err);
@@ -52,8 +53,10 @@ typedef struct srv srv;
 int srv_start(srv **out, const srv_opts *o, char *err);
 /* The port the server listens on. */
 int srv_port(const srv *s);
-/* Stops accepting, cancels the running request, answers the queued ones
- * with 503, waits for every connection to end, frees. */
+/* Stops accepting, answers the queued requests with 503, lets the running
+ * one finish for up to shutdown_grace seconds (its stream ends with its
+ * final chunk), then cancels it (a stream ends with an error event),
+ * waits for every connection to end, frees. */
 void srv_stop(srv *s);
 
 #endif
