@@ -3,6 +3,7 @@
 
 #include "server/think.h"
 #include "text/toolcall.h"
+#include "util/sbuf.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -13,18 +14,7 @@
 #include <unistd.h>
 
 int srv_buf_put(srv_buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
+    return buf_append(&b->p, &b->len, &b->cap, s, n);
 }
 
 static double now_s(void) {

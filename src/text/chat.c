@@ -518,25 +518,33 @@ static const char TOOLS_TAIL[] =
     "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
     "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
 
+/* An assistant message's content with a think block, as both templates
+ * read it: the reasoning is what lies between the last "<think>" before
+ * the first "</think>" and that "</think>", the content what follows the
+ * last "</think>"; each loses its newlines at the seam. Content without
+ * "</think>" stays as it is (reasoning untouched). */
+static void split_think(slice *content, slice *reasoning) {
+    const char *end_first = sl_find(*content, "</think>");
+    if (!end_first) return;
+    const char *end_last = sl_find_last(*content, "</think>");
+    slice before = sl_rstrip_nl((slice){content->p, (size_t)(end_first - content->p)});
+    const char *open = sl_find_last(before, "<think>");
+    if (open) {
+        size_t skip = (size_t)(open - before.p) + strlen("<think>");
+        before.p += skip, before.n -= skip;
+    }
+    *reasoning = sl_lstrip_nl(before);
+    const char *after = end_last + strlen("</think>");
+    *content = sl_lstrip_nl((slice){after, (size_t)(content->p + content->n - after)});
+}
+
 static int put_assistant(sbuf *b, const chat_msg *m, size_t i, size_t n, size_t last_query,
                          char *err) {
     slice content = m->content, reasoning = sl_of("");
     if (m->has_reasoning) {
         reasoning = m->reasoning;
     } else {
-        const char *end_last = sl_find_last(content, "</think>");
-        if (end_last) {
-            const char *end_first = sl_find(content, "</think>");
-            slice before = sl_rstrip_nl((slice){content.p, (size_t)(end_first - content.p)});
-            const char *open = sl_find_last(before, "<think>");
-            if (open) {
-                size_t skip = (size_t)(open - before.p) + strlen("<think>");
-                before.p += skip, before.n -= skip;
-            }
-            reasoning = sl_lstrip_nl(before);
-            const char *after = end_last + strlen("</think>");
-            content = sl_lstrip_nl((slice){after, (size_t)(content.p + content.n - after)});
-        }
+        split_think(&content, &reasoning);
     }
     sb_puts(b, "<|im_start|>assistant\n");
     if (i > last_query && (i + 1 == n || reasoning.n)) {
@@ -771,17 +779,8 @@ static int put_assistant35(sbuf *b, const chat_msg *m, size_t i, size_t last_que
     slice content = sl_py_strip(m->content), reasoning = sl_of("");
     if (m->has_reasoning) {
         reasoning = m->reasoning;
-    } else if (sl_find(content, "</think>")) {
-        const char *end_first = sl_find(content, "</think>"), *end_last = sl_find_last(content, "</think>");
-        slice before = sl_rstrip_nl((slice){content.p, (size_t)(end_first - content.p)});
-        const char *open = sl_find_last(before, "<think>");
-        if (open) {
-            size_t skip = (size_t)(open - before.p) + strlen("<think>");
-            before.p += skip, before.n -= skip;
-        }
-        reasoning = sl_lstrip_nl(before);
-        const char *after = end_last + strlen("</think>");
-        content = sl_lstrip_nl((slice){after, (size_t)(content.p + content.n - after)});
+    } else {
+        split_think(&content, &reasoning);
     }
     reasoning = sl_py_strip(reasoning);
     sb_puts(b, "<|im_start|>assistant\n");

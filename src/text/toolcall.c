@@ -15,6 +15,8 @@
  * a call is the same however the text was cut. */
 #include "text/toolcall.h"
 
+#include "util/sbuf.h"
+
 #include "util/err.h"
 
 #include <stdint.h>
@@ -42,19 +44,7 @@ struct tc_parser {
 };
 
 static int tb_put(tbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return E0_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
+    return buf_append(&b->p, &b->len, &b->cap, s, n) ? E0_ENOMEM : 0;
 }
 
 static int tb_puts(tbuf *b, const char *s) {

@@ -36,3 +36,19 @@ void sb_free(sbuf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);
 }
+
+int buf_append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *q = realloc(*p, c);
+        if (!q) return -1;
+        *p = q;
+        *cap = c;
+    }
+    if (n) memcpy(*p + *len, s, n);
+    *len += n;
+    (*p)[*len] = 0;
+    return 0;
+}
