@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ struct srv {
     int64_t started;
     uint64_t seq;   /* request ids; atomic */
     e0_model_info info;
+    atomic_int live;     /* requests begun and not completed (their answers not all sent) */
     bool starting;       /* MHD_start_daemon is running: mhd_log keeps its words */
     char start_why[256]; /* ... here */
 };
@@ -837,6 +839,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     req_ctx *cx = *con_cls;
     if (!cx) {
         if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
+        atomic_fetch_add(&S->live, 1);
         *con_cls = cx;
         cx->S = S;
         cx->t0 = now_s();
@@ -890,6 +893,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     srv_job_unref(j);
     free(cx->body.p);
     free(cx);
+    atomic_fetch_sub(&S->live, 1);
 }
 
 /* ---- start and stop -------------------------------------------------------------- */
@@ -982,6 +986,12 @@ void srv_stop(srv *S) {
     if (ls != MHD_INVALID_SOCKET) close(ls);
     srv_engine_drain(S->E, S->o.shutdown_grace); /* queued: 503; running: its grace */
     srv_engine_stop(S->E);                    /* running still: cancelled */
+    /* every job has its answer now; let the connections send it before
+     * MHD_stop_daemon closes them (a stream's last chunk, a 503) */
+    for (int i = 0; i < 500 && atomic_load(&S->live) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(S->d);                    /* waits for the connection threads */
     srv_engine_free(S->E);
     srv_metrics_free(&S->m);
