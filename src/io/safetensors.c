@@ -556,6 +556,16 @@ int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err) {
     return 0;
 }
 
+int st_set_writable(st_set *s, bool writable) {
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        st_file *f = &s->files[i];
+        if (f->loaded && mprotect((void *)f->map, map_span(f->size),
+                                  writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
+            return E0_EIO;
+    }
+    return 0;
+}
+
 static int file_open(st_file *f, const char *path, char *err) {
     int rc = st_file_map(f, path, err);
     if (rc) return rc;
