@@ -1044,17 +1044,16 @@ INLV void qf_tile(const e0_mat *m, int64_t r, int nr, const int wpg, const k_act
             _mm_prefetch((const char *)(w + (16 + i) * wpr + c0), _MM_HINT_T0);
         }
         tr16(v);
-        UNROLL
-        for (int gi = 0; gi < 16 / wpg; gi++) { /* the block's whole groups */
-            const int64_t g = g0 + gi;
-            if (g >= ng) break;
-            __m512i acc[3][8][4];
-            pg_zero(acc, TT, P, K);
-            UNROLL
-            for (int k = 0; k < wpg; k++)
-                pg_word(acc, v[gi * wpg + k], k, g, xt, G, TT, P, K);
-            pg_finish(acc, _mm512_load_ps(svs + 16 * (g % 16)), _mm512_load_ps(bvs + 16 * (g % 16)),
-                      g, xd, xs, tot, TT, P, K);
+        __m512i acc[3][8][4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) { /* the block's whole groups, word by word */
+            const int kw = k % wpg; /* the word in its group */
+            const int64_t g = g0 + k / wpg;
+            if (kw == 0) pg_zero(acc, TT, P, K);
+            if (g < ng) pg_word(acc, v[k], kw, g, xt, G, TT, P, K);
+            if (kw == wpg - 1 && g < ng)
+                pg_finish(acc, _mm512_load_ps(svs + 16 * (g % 16)),
+                          _mm512_load_ps(bvs + 16 * (g % 16)), g, xd, xs, tot, TT, P, K);
         }
     }
     UNROLL
