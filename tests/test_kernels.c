@@ -9,6 +9,7 @@
  *  - the default kernels (avx512-mixed with VNNI), and avx512-q16, route
  *    every fixture token exactly as the reference (router_logits.L) and
  *    keep logits within 5e-3;
+ *  - the 16-row panel layout (E0_L_P16) gives the file layout's results;
  *  - the DeltaNet step and the int8 activation quantizer match their scalar
  *    references (NMSE; bitwise for the quantizer). */
 #include "testutil.h"
@@ -312,6 +313,100 @@ static void test_determinism(void **state) {
     for (int mi = 0; mi < 4; mi++)
         tmat_free(&mats[mi]);
     pool_init(0);
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* The 16-row panel layout (E0_L_P16, mat_repack_p16): it dequantizes to
+ * the file layout's values, and the results of a matrix do not depend on
+ * its layout (bitwise) where the arithmetic is the panel kernels' on both:
+ * avx512-mixed at every T (the set the loader repacks for), the other
+ * int8 sets from K_PANEL_MIN_T tokens, and the reference. Elsewhere (the
+ * f32 sets compute a packed matrix with the reference; the int8 sets its
+ * calls of fewer tokens with the panel arithmetic) each stays within its
+ * set's NMSE bound. Parts not contiguous are refused. */
+static void test_p16(void **state) {
+    (void)state;
+    const e0_kernels sets[] = {E0_KERNELS_REF,        E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
+                               E0_KERNELS_AVX512_Q8,  E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_Q24,
+                               E0_KERNELS_AVX512_MIXED};
+    const int groups[] = {32, 64, 128};
+    int checked = 0;
+    for (int it = 0; it < 40; it++) {
+        const int group = groups[irand(0, 2)];
+        const int64_t rows = it == 0 ? 512 : 16 * irand(1, 6), cols = group * irand(1, 12);
+        const e0_stype st = irand(0, 1) ? E0_S_BF16 : E0_S_F16;
+        tmat t = make_mat(E0_W_QAFF, rows, cols, 4, group, st);
+        /* the three parts back to back, in one of two orders, as in a checkpoint */
+        const size_t wb = (size_t)rows * mat_row_bytes(&t.m), sb = (size_t)rows * mat_srow_bytes(&t.m);
+        uint8_t *buf = malloc(wb + 2 * sb), *tmp = malloc(wb + 2 * sb);
+        e0_mat f = t.m, p;
+        const bool wfirst = it & 1;
+        f.w = buf + (wfirst ? 0 : 2 * sb);
+        f.scales = buf + (wfirst ? wb : sb);
+        f.biases = buf + (wfirst ? wb + sb : 0);
+        memcpy((void *)f.w, t.w, wb);
+        memcpy((void *)f.scales, t.s, sb);
+        memcpy((void *)f.biases, t.b, sb);
+        p = t.m; /* separate allocations: refused */
+        assert_int_equal(mat_repack_p16(&p, tmp), E0_EINVAL);
+        assert_int_equal(p.layout, E0_L_ROWS);
+        uint8_t *fbuf = malloc(wb + 2 * sb); /* the file layout, kept */
+        memcpy(fbuf, buf, wb + 2 * sb);
+        p = f;
+        assert_int_equal(mat_repack_p16(&p, tmp), 0);
+        assert_int_equal(p.layout, E0_L_P16);
+        assert_null(p.scales);
+        assert_int_equal(mat_bytes(&p), mat_bytes(&f));
+        f.w = fbuf + ((const uint8_t *)f.w - buf);
+        f.scales = fbuf + ((const uint8_t *)f.scales - buf);
+        f.biases = fbuf + ((const uint8_t *)f.biases - buf);
+        float *d0 = malloc((size_t)cols * sizeof *d0), *d1 = malloc((size_t)cols * sizeof *d1);
+        for (int64_t r = 0; r < rows; r++) {
+            mat_dequant(&f, r, 0, cols, d0);
+            mat_dequant(&p, r, 0, cols, d1);
+            assert_memory_equal(d0, d1, (size_t)cols * sizeof *d0);
+        }
+        /* a view of the last panels */
+        const e0_mat pv = mat_rows(&p, rows - 16, 16), fv = mat_rows(&f, rows - 16, 16);
+        mat_dequant(&fv, 15, 0, cols, d0);
+        mat_dequant(&pv, 15, 0, cols, d1);
+        assert_memory_equal(d0, d1, (size_t)cols * sizeof *d0);
+        free(d0);
+        free(d1);
+        const int64_t T = it < 8 ? it % 4 + 1 : irand(1, 13);
+        float *x = malloc((size_t)(T * cols) * sizeof *x);
+        float *y0 = malloc((size_t)(T * rows) * sizeof *y0), *y1 = malloc((size_t)(T * rows) * sizeof *y1);
+        for (int64_t i = 0; i < T * cols; i++)
+            x[i] = frand();
+        for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+            const e0_kernels k = sets[si];
+            if (!mat_kernels_supported(k)) continue;
+            assert_int_equal(mat_set_kernels(k), 0);
+            const bool same = k == E0_KERNELS_REF || k == E0_KERNELS_AVX512_MIXED ||
+                              (k != E0_KERNELS_AVX2 && k != E0_KERNELS_AVX512 && T >= K_PANEL_MIN_T);
+            if (same) {
+                mat_matmul(&f, x, cols, T, y0, rows);
+                mat_matmul(&p, x, cols, T, y1, rows);
+                if (memcmp(y0, y1, (size_t)(T * rows) * sizeof *y0))
+                    fail_msg("%s [%lld x %lld] g%d stype %d T %lld: the layouts differ", set_name(k),
+                             (long long)rows, (long long)cols, group, (int)st, (long long)T);
+                checked++;
+            } else {
+                const double e = tu_matmul_nmse(&p, T, cols, rows, frand);
+                if (!(e <= bound(k, &p)))
+                    fail_msg("%s packed [%lld x %lld] T %lld: NMSE %.3g", set_name(k),
+                             (long long)rows, (long long)cols, (long long)T, e);
+            }
+        }
+        free(x);
+        free(y0);
+        free(y1);
+        free(buf);
+        free(tmp);
+        free(fbuf);
+        tmat_free(&t);
+    }
+    printf("  %d (matrix, set, T) cases bit-identical across the two layouts\n", checked);
     mat_set_kernels(E0_KERNELS_AUTO);
 }
 
@@ -720,7 +815,7 @@ static void test_fixture_kernels(void **state) {
 
 int main(void) {
     enum { NF = sizeof FIXTURES / sizeof *FIXTURES };
-    struct CMUnitTest tests[8 + 2 * NF];
+    struct CMUnitTest tests[9 + 2 * NF];
     static char names[2 * NF][96];
     static fx_case cases[2 * NF];
     size_t k = 0;
@@ -728,6 +823,7 @@ int main(void) {
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_kernels_vs_ref);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_kernels_model_shapes);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_determinism);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_p16);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_q8);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_prep_qg);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_delta_step);

@@ -200,6 +200,40 @@ static void test_paths_bit_identical(void **state) {
     printf("  %ld configurations bit-identical to exact\n", runs);
 }
 
+/* With --io load the default kernels repack the resident 4-bit matrices
+ * into 16-row panels (mat.h), while the streaming paths read bundles from
+ * the file in its own layout: both layouts, mixed in one run, give exact's
+ * logits bit for bit. */
+static void test_paths_loaded(void **state) {
+    (void)state;
+    const char *mlx[][2] = {{"qwen3moe", "mlx"}, {"qwen3next", "mlx"}, {"qwen35moe", "mlx"},
+                            {"qwen35moe", "mlx-fused"}};
+    const int cfgs[] = {0, 1, 4, 6, 7};
+    long runs = 0;
+    for (size_t li = 0; li < sizeof mlx / sizeof *mlx; li++) {
+        seq q = load_seq(mlx[li][0], mlx[li][1]);
+        float *ref = baseline(mlx[li][0], mlx[li][1], &q);
+        for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+            e0_engine_opts o;
+            apply(&o, &CONFIGS[cfgs[c]], 4096, 1);
+            o.io = E0_IO_LOAD;
+            e0_engine *e = open_with(mlx[li][0], mlx[li][1], &o);
+            if (mat_p16_wanted()) assert_non_null(strstr(e0_engine_io_note(e), "16-row panels"));
+            e0_model_info info;
+            e0_engine_info(e, &info);
+            float *lg = run_seq(e, &q);
+            if (memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) != 0)
+                fail_msg("%s/%s %s, io load: logits differ from exact", mlx[li][0], mlx[li][1],
+                         CONFIGS[cfgs[c]].name);
+            runs++;
+            free(lg);
+            e0_engine_free(e);
+        }
+        free(ref);
+    }
+    printf("  %ld configurations with repacked matrices bit-identical to exact\n", runs);
+}
+
 /* The paths are really taken: staged hits, hot hits and whole-layer loads happen. */
 static void test_paths_exercised(void **state) {
     (void)state;
@@ -604,6 +638,7 @@ int main(void) {
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_cli_flags),
         cmocka_unit_test(test_paths_bit_identical),
+        cmocka_unit_test(test_paths_loaded),
         cmocka_unit_test(test_paths_exercised),
         cmocka_unit_test(test_full_layer_separate),
         cmocka_unit_test(test_full_layer_fused),

@@ -675,6 +675,16 @@ static int pin_pages(st_file *f, uint64_t lo, uint64_t hi, char *err) {
     return 0;
 }
 
+int st_set_writable(st_set *s, bool writable) {
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        st_file *f = &s->files[i];
+        if (f->loaded && mprotect((void *)f->map, map_span(f->size),
+                                  writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
+            return E0_EIO;
+    }
+    return 0;
+}
+
 int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err) {
     *pinned = 0;
     st_span *v = malloc((n ? n : 1) * sizeof *v);

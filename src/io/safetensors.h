@@ -121,6 +121,10 @@ int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int ad
  * read, or E0_ENOMEM; the set stays usable (mapped) on failure. */
 typedef void (*st_load_fn)(void *ctx, uint64_t done, uint64_t total);
 int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err);
+/* The loaded copies made writable (true) or read-only again (false), for
+ * transforms in place (model_repack); files not loaded are left alone.
+ * 0, or E0_EIO. */
+int st_set_writable(st_set *s, bool writable);
 
 /* A byte range of the set's mappings, by address. */
 typedef struct {

@@ -58,6 +58,8 @@ typedef struct {
     bool fused;         /* experts stored as gate_up (gate rows on top) + down */
     e0_mat router;      /* [E, H] */
     e0_expert *experts; /* [E] views */
+    e0_expert *xfile;   /* [E] the file layout's views when model_repack changed experts, else NULL:
+                           expert reads from the file (stream/bundle.c) follow these */
     bool has_shared;
     e0_mat sh_gate, sh_up, sh_down; /* [Is, H], [Is, H], [H, Is] */
     e0_mat sh_router;               /* shared_expert_gate: [1, H] */
@@ -79,6 +81,15 @@ typedef struct {
 } e0_model;
 
 int model_load(e0_model *m, const char *dir, char *err);
+/* After st_set_load: rewrites the loaded copy's 4-bit matrices that the
+ * compute paths read with mat_matmul (not routers, not the embedding) into
+ * the 16-row panel layout (mat.h), in place, and points their views at it.
+ * Matrices that do not qualify (mat_p16_ok; parts not contiguous) keep the
+ * file layout: the kernels compute the same results on both. Extra memory
+ * while it runs: one tensor's bytes. Returns the number of matrices
+ * repacked (stacked experts count once); never fails (without memory for
+ * the scratch, nothing is repacked). */
+int model_repack(e0_model *m);
 void model_free(e0_model *m);
 /* Everything but the routed experts copied out of the file mappings
  * (st_set_pin): with pread I/O, a checkpoint truncated while running then

@@ -149,6 +149,15 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
             snprintf(e->io_note + used, sizeof e->io_note - used, "; loaded in %.1f s",
                      now_s() - t0);
     }
+    if (!rc && e->opts.io == E0_IO_LOAD && mat_p16_wanted()) {
+        /* the loaded copy is ours: the decode kernels' layout (mat.h) */
+        const double t0 = now_s();
+        const int n = model_repack(&e->model);
+        const size_t used = strlen(e->io_note);
+        if (n && used < sizeof e->io_note)
+            snprintf(e->io_note + used, sizeof e->io_note - used,
+                     "; %d matrices in 16-row panels in %.1f s", n, now_s() - t0);
+    }
     if (!rc) {
         const double t0 = now_s();
         rc = stream_new(&e->stream, &e->model, &e->opts, err);

@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -688,6 +689,118 @@ int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
     return rc;
 }
 
+/* ---- the 16-row panel layout, made once at load (mat.h) ------------------- */
+
+typedef struct {
+    uint8_t *tmp; /* scratch of the largest matrix so far */
+    size_t cap;
+    bool oom;
+    int n; /* matrices repacked */
+} repacker;
+
+/* x repacked in place when it qualifies; true if it now is E0_L_P16. */
+static bool repack_mat(repacker *R, e0_mat *x) {
+    if (R->oom || !mat_p16_ok(x)) return false;
+    const size_t need = (size_t)mat_bytes(x);
+    if (need > R->cap) {
+        free(R->tmp);
+        R->cap = 0;
+        if (!(R->tmp = malloc(need))) {
+            R->oom = true;
+            return false;
+        }
+        R->cap = need;
+    }
+    if (mat_repack_p16(x, R->tmp) != 0) return false;
+    R->n++;
+    return true;
+}
+
+/* The stacked tensor whose rows r0 + e * stride on are expert e's view
+ * (the member at byte `part` of each e0_expert), if all E views are so. */
+static bool stacked_of(const e0_expert *xs, int64_t E, size_t part, int64_t r0, int64_t stride,
+                       e0_mat *whole) {
+    const e0_mat *v0 = (const e0_mat *)((const uint8_t *)&xs[0] + part);
+    if (v0->type != E0_W_QAFF || v0->layout != E0_L_ROWS || r0 % 16 || stride % 16 ||
+        v0->rows % 16)
+        return false;
+    /* row 0 of the stack: r0 rows before expert 0's view */
+    *whole = *v0;
+    whole->w = (const uint8_t *)v0->w - (size_t)r0 * mat_row_bytes(v0);
+    whole->scales = (const uint8_t *)v0->scales - (size_t)r0 * mat_srow_bytes(v0);
+    whole->biases = (const uint8_t *)v0->biases - (size_t)r0 * mat_srow_bytes(v0);
+    whole->rows = E * stride;
+    for (int64_t e = 0; e < E; e++) {
+        const e0_mat *v = (const e0_mat *)((const uint8_t *)&xs[e] + part);
+        const e0_mat want = mat_rows(whole, r0 + e * stride, v0->rows);
+        if (v->w != want.w || v->scales != want.scales || v->biases != want.biases ||
+            v->rows != want.rows)
+            return false;
+    }
+    return true;
+}
+
+/* Experts in stacked tensors (gate / up / down, or gate_up / down) are
+ * repacked a tensor at a time and their views remade; per-expert tensors
+ * (the hf layout) one matrix at a time. */
+static int repack_experts(repacker *R, const e0_config *c, e0_layer *ly) {
+    const int64_t E = c->n_experts, I = c->moe_inter, H = c->hidden;
+    const size_t parts[3] = {offsetof(e0_expert, gate), offsetof(e0_expert, up),
+                             offsetof(e0_expert, down)};
+    const int64_t r0[3] = {0, ly->fused ? I : 0, 0};
+    const int64_t stride[3] = {ly->fused ? 2 * I : I, ly->fused ? 2 * I : I, H};
+    e0_mat whole[3];
+    bool stacked = true;
+    for (int p = 0; p < 3 && stacked; p++)
+        stacked = stacked_of(ly->experts, E, parts[p], r0[p], stride[p], &whole[p]);
+    if (!(ly->xfile = malloc((size_t)E * sizeof *ly->xfile))) return 0;
+    memcpy(ly->xfile, ly->experts, (size_t)E * sizeof *ly->xfile);
+    int n = 0;
+    if (stacked) {
+        for (int p = ly->fused ? 1 : 0; p < 3; p++) { /* fused: gate_up is whole[1] too */
+            if (!repack_mat(R, &whole[p])) continue;
+            n++;
+            for (int64_t e = 0; e < E; e++) {
+                e0_mat *v = (e0_mat *)((uint8_t *)&ly->experts[e] + parts[p]);
+                *v = mat_rows(&whole[p], r0[p] + e * stride[p], v->rows);
+                if (ly->fused && p == 1) ly->experts[e].gate = mat_rows(&whole[p], e * stride[p], I);
+            }
+        }
+    } else {
+        for (int64_t e = 0; e < E; e++)
+            n += repack_mat(R, &ly->experts[e].gate) + repack_mat(R, &ly->experts[e].up) +
+                 repack_mat(R, &ly->experts[e].down);
+    }
+    if (!n) {
+        free(ly->xfile);
+        ly->xfile = NULL;
+    }
+    return n;
+}
+
+int model_repack(e0_model *m) {
+    if (st_set_writable(m->st, true) != 0) {
+        st_set_writable(m->st, false);
+        return 0;
+    }
+    repacker R = {0};
+    if (m->lm_head.w != m->embed.w) repack_mat(&R, &m->lm_head); /* tied: the lookup reads rows */
+    for (int li = 0; li < m->cfg.n_layers; li++) {
+        e0_layer *l = &m->layers[li];
+        /* not the routers: mat_matmul_f32 has no panel kernel */
+        e0_mat *mats[] = {&l->q,       &l->k,     &l->v,       &l->o,        &l->qkvz,
+                          &l->ba,      &l->qkv,   &l->z,       &l->b,        &l->a,
+                          &l->out,     &l->sh_gate, &l->sh_up, &l->sh_down, &l->mlp_gate,
+                          &l->mlp_up,  &l->mlp_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            repack_mat(&R, mats[i]);
+        if (l->moe && l->experts) repack_experts(&R, &m->cfg, l);
+    }
+    free(R.tmp);
+    st_set_writable(m->st, false);
+    return R.n;
+}
+
 void model_free(e0_model *m) {
     if (m->layers)
         for (int li = 0; li < m->cfg.n_layers; li++) {
@@ -701,6 +814,7 @@ void model_free(e0_model *m) {
             free(ly->dt_bias);
             free(ly->lin_norm);
             free(ly->experts);
+            free(ly->xfile);
         }
     free(m->layers);
     free(m->final_norm);

@@ -73,6 +73,9 @@ enum {
 /* Calls with at least this many tokens use the int8 panel kernels (one
  * arithmetic for every such T; fewer tokens use the row kernels). */
 #define K_PANEL_MIN_T 4
+/* The widest rows the panel kernels take (columns); wider ones use the row
+ * kernels at every T. */
+#define K_PANEL_MAX_COLS 16384
 
 /* Picks the row kernel of one ISA for m (NULL: not handled, use the
  * reference); *need says which activations to prepare, *lanes the q4 lane
@@ -89,9 +92,12 @@ void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb)
  * run it over rows they dequantized. */
 void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                        int64_t ldy);
-/* int8-activation kernels of q4 weights, with one or two activation planes
- * (else the f32-activation kernel of k_avx512_pick). */
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes);
+/* int8-activation kernels of q4 weights, with 1..3 activation planes (else
+ * the f32-activation kernel of k_avx512_pick): the panel kernels for calls
+ * of at least panel_t tokens (and always for E0_L_P16 matrices), the row
+ * kernels below it. */
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t, int *need,
+                           int *lanes);
 
 /* mat_delta_step per ISA (Dv a multiple of 16 / 8). */
 void k_avx512_delta_step(float *St, const float *k, const float *q, const float *v, float beta,

@@ -567,7 +567,7 @@ INLV void split_digits16(__m512i n, int planes, __m512i out[3]) {
  * share a tile, on the thread split or on T, as long as T >= K_PANEL_MIN_T. */
 
 #define PANEL_TB        64          /* tokens per packing of a panel */
-#define PANEL_MAX_WORDS (16384 / 8) /* widest row: 16384 columns */
+#define PANEL_MAX_WORDS (K_PANEL_MAX_COLS / 8)
 
 /* 16 x 16 words: v[i] = word i of 16 rows in, word c of rows 0..15 out. */
 INLV void tr16(__m512i v[16]) {
@@ -802,6 +802,320 @@ TGTV static void qp_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t 
     qp_rows(m, a, r0, r1, y, ldy, t);
 }
 
+/* ---- q4 weights x int8 activations on 16-row panels (E0_L_P16, mat.h) -----
+ * The panel arithmetic above, read straight from the layout mat_repack_p16
+ * made at load: no packing per call, and one stream of bytes per panel with
+ * the scales and biases inline. A vector of the layout is one word (8
+ * columns) of 16 rows; its low nibbles (even columns) and high nibbles (odd
+ * ones) are split in registers, and vpdpbusd against the matching 4
+ * activation bytes, broadcast, adds 4 products to every row.
+ *
+ * Per (row, token), over groups g in order, with S_p the int32 sum of plane
+ * p's products over the group (exact, so the order of the additions does
+ * not matter: with few tokens a plane sums into up to four accumulators,
+ * split by nibble half and word parity, for short dependency chains):
+ *   P = 1:  f = float(S_1)
+ *   P = 2:  f = float((S_1 << 8) + S_2)
+ *   P = 3:  f = fma(float(S_1), 65536, float((S_2 << 8) + S_3))
+ *   tot = fma(f, s_g * dl_g, tot);  tot = fma(b_g, xsum_g, tot)
+ * which is qp_tile's float work in qp_tile's order: results are
+ * bit-identical to the panel kernels on the file layout, at every T. */
+
+#ifndef P16_PF
+#define P16_PF 1024 /* prefetch distance in bytes (about two groups of 64) */
+#endif
+
+/* 16 scales or biases (BF16 or F16) as f32. */
+INLV __m512 p16_s16(e0_stype st, const uint8_t *p) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (st == E0_S_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* One word (8 columns) of 16 rows, v, against tokens xt[0..TT) of group
+ * g: each plane's products into acc[p][t] (K accumulators per plane: 4 =
+ * nibble half x word parity, 2 = nibble half, 1). */
+INLV void pg_word(__m512i acc[3][8][4], __m512i v, int w, int64_t g, const int8_t *const xt[8],
+                  const int G, const int TT, const int P, const int K) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_and_si512(v, lo4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), lo4);
+    const int kl = K == 4 ? 2 * (w & 1) : 0, kh = K == 1 ? 0 : kl + 1;
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        UNROLL
+    for (int p = 0; p < P; p++) {
+        const int8_t *xp = xt[t] + (g * P + p) * G;
+        int32_t e, o;
+        memcpy(&e, xp + 4 * w, 4);
+        memcpy(&o, xp + G / 2 + 4 * w, 4);
+        acc[p][t][kl] = _mm512_dpbusd_epi32(acc[p][t][kl], lo, _mm512_set1_epi32(e));
+        acc[p][t][kh] = _mm512_dpbusd_epi32(acc[p][t][kh], hi, _mm512_set1_epi32(o));
+    }
+}
+
+INLV void pg_zero(__m512i acc[3][8][4], const int TT, const int P, const int K) {
+    UNROLL
+    for (int p = 0; p < P; p++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        UNROLL
+    for (int k = 0; k < K; k++)
+        acc[p][t][k] = _mm512_setzero_si512();
+}
+
+/* The end of group g: its sums into tot[t] with the 16 rows' scales sv and
+ * biases bv, in the order written above. */
+INLV void pg_finish(__m512i acc[3][8][4], __m512 sv, __m512 bv, int64_t g, const float *const xd[8],
+                    const float *const xs[8], __m512 tot[8], const int TT, const int P,
+                    const int K) {
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        __m512i S[3];
+        UNROLL
+        for (int p = 0; p < P; p++) {
+            S[p] = acc[p][t][0];
+            UNROLL
+            for (int k = 1; k < K; k++)
+                S[p] = _mm512_add_epi32(S[p], acc[p][t][k]);
+        }
+        const __m512i B = P == 1   ? S[0]
+                          : P == 2 ? _mm512_add_epi32(_mm512_slli_epi32(S[0], 8), S[1])
+                                   : _mm512_add_epi32(_mm512_slli_epi32(S[1], 8), S[2]);
+        const __m512 f = P == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[0]), _mm512_set1_ps(65536.0f),
+                                                  _mm512_cvtepi32_ps(B))
+                                : _mm512_cvtepi32_ps(B);
+        tot[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(sv, _mm512_set1_ps(xd[t][g])), tot[t]);
+        tot[t] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xs[t][g]), tot[t]);
+    }
+}
+
+INLV void pg_act(const k_act *a, int64_t t0, const int TT, const int8_t *xt[8], const float *xd[8],
+                 const float *xs[8], __m512 tot[8]) {
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        xt[t] = a->xg + (t0 + t) * a->ldxg;
+        xd[t] = a->xgd + (t0 + t) * a->ldxgd;
+        xs[t] = a->xgs + (t0 + t) * a->ldxgd;
+        tot[t] = _mm512_setzero_ps();
+    }
+}
+
+/* Tokens t0..t0+TT of the panel at pan (ng groups of wpg words per row)
+ * into y[t, 0..16). */
+INLV void p16_tile(const uint8_t *pan, int64_t ng, const int wpg, e0_stype st, const k_act *a,
+                   int64_t t0, const int TT, const int P, float *y, int64_t ldy) {
+    const int G = 8 * wpg, K = TT == 1 ? 4 : TT <= 3 ? 2 : 1;
+    const int64_t gb = (int64_t)wpg * 64 + 64;
+    const int8_t *xt[8];
+    const float *xd[8], *xs[8];
+    __m512 tot[8];
+    pg_act(a, t0, TT, xt, xd, xs, tot);
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = pan + g * gb;
+        for (int64_t c = 0; c < gb; c += 64)
+            _mm_prefetch((const char *)gp + P16_PF + c, _MM_HINT_T0);
+        __m512i acc[3][8][4];
+        pg_zero(acc, TT, P, K);
+#pragma GCC unroll 16
+        for (int w = 0; w < wpg; w++)
+            pg_word(acc, _mm512_loadu_si512(gp + 64 * w), w, g, xt, G, TT, P, K);
+        pg_finish(acc, p16_s16(st, gp + 64 * wpg), p16_s16(st, gp + 64 * wpg + 32), g, xd, xs, tot,
+                  TT, P, K);
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + (t0 + t) * ldy, tot[t]);
+}
+
+typedef void (*p16_tile_fn)(const uint8_t *, int64_t, e0_stype, const k_act *, int64_t, float *,
+                            int64_t);
+
+/* One instance per (tokens, planes, words per group). */
+#define P16_TILE(TT, P, W)                                                                         \
+    TGTV static void p16_tile_##TT##_##P##_##W(const uint8_t *pan, int64_t ng, e0_stype st,        \
+                                               const k_act *a, int64_t t0, float *y,               \
+                                               int64_t ldy) {                                      \
+        p16_tile(pan, ng, W, st, a, t0, TT, P, y, ldy);                                            \
+    }
+#define P16_TILES(P, W)                                                                            \
+    P16_TILE(8, P, W) P16_TILE(4, P, W) P16_TILE(3, P, W) P16_TILE(2, P, W) P16_TILE(1, P, W)
+P16_TILES(1, 4)
+P16_TILES(1, 8)
+P16_TILES(1, 16)
+P16_TILES(2, 4)
+P16_TILES(2, 8)
+P16_TILES(2, 16)
+P16_TILES(3, 4)
+P16_TILES(3, 8)
+P16_TILES(3, 16)
+
+/* tiles: 8, 4, 3, 2, 1 tokens. Rows [r0, r1) start and end on panels. */
+INLV void p16_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                   const p16_tile_fn tiles[5]) {
+    const int64_t ng = m->cols / m->group;
+    const size_t pb = 16 * mat_row_bytes(m);
+    for (int64_t tb = 0; tb < a->T; tb += PANEL_TB) {
+        const int64_t te = tb + PANEL_TB < a->T ? tb + PANEL_TB : a->T;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const uint8_t *pan = (const uint8_t *)m->w + (size_t)(r / 16) * pb;
+            for (int64_t t0 = tb; t0 < te;) {
+                const int64_t left = te - t0;
+                const int TT = left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
+                tiles[TT == 8 ? 0 : TT == 4 ? 1 : 5 - TT](pan, ng, m->stype, a, t0, y + r, ldy);
+                t0 += TT;
+            }
+        }
+    }
+}
+
+#define P16_ROWS(P, W)                                                                             \
+    TGTV static void p16_rows_##P##_##W(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,   \
+                                        float *y, int64_t ldy) {                                   \
+        static const p16_tile_fn t[5] = {p16_tile_8_##P##_##W, p16_tile_4_##P##_##W,               \
+                                         p16_tile_3_##P##_##W, p16_tile_2_##P##_##W,               \
+                                         p16_tile_1_##P##_##W};                                    \
+        p16_rows(m, a, r0, r1, y, ldy, t);                                                         \
+    }
+P16_ROWS(1, 4)
+P16_ROWS(1, 8)
+P16_ROWS(1, 16)
+P16_ROWS(2, 4)
+P16_ROWS(2, 8)
+P16_ROWS(2, 16)
+P16_ROWS(3, 4)
+P16_ROWS(3, 8)
+P16_ROWS(3, 16)
+
+static k_rows_fn p16_pick(const e0_mat *m, int planes) {
+    static const k_rows_fn f[3][3] = {{p16_rows_1_4, p16_rows_1_8, p16_rows_1_16},
+                                      {p16_rows_2_4, p16_rows_2_8, p16_rows_2_16},
+                                      {p16_rows_3_4, p16_rows_3_8, p16_rows_3_16}};
+    return f[planes - 1][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
+}
+
+/* ---- the same arithmetic on the file layout, for few tokens -----------------
+ * For calls of fewer than K_PANEL_MIN_T tokens on a matrix in the file's
+ * layout (--io mmap / pread, and matrices not repacked) under a set that
+ * uses the panel arithmetic there (avx512-mixed): qp_rows packs a panel
+ * into memory per call, which costs more than the few tokens' work, so
+ * here 16 rows x 16 words are transposed in registers (tr16) and fed
+ * straight to pg_word; scales and biases are transposed 16 groups at a
+ * time onto the stack. Per (row, token) the sums and the float order are
+ * p16_tile's: bit-identical to it and to qp_rows. The next panel's rows
+ * are prefetched block by block. */
+INLV void qf_tile(const e0_mat *m, int64_t r, int nr, const int wpg, const k_act *a, int64_t t0,
+                  const int TT, const int P, float *y, int64_t ldy) {
+    const int G = 8 * wpg, K = TT == 1 ? 2 : 1;
+    const int64_t wpr = m->cols / 8, ng = m->cols / G;
+    const uint32_t *w = (const uint32_t *)m->w + r * wpr;
+    const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+    const int8_t *xt[8];
+    const float *xd[8], *xs[8];
+    __m512 tot[8];
+    float svs[16 * 16] __attribute__((aligned(64))), bvs[16 * 16] __attribute__((aligned(64)));
+    pg_act(a, t0, TT, xt, xd, xs, tot);
+    for (int64_t c0 = 0; c0 < wpr; c0 += 16) {
+        const int64_t g0 = c0 / wpg;
+        if (g0 % 16 == 0) { /* scales and biases of groups g0..g0+15, transposed */
+            const int64_t n = ng - g0 >= 16 ? 16 : ng - g0;
+            __m512i sv[16], bv[16];
+            UNROLL
+            for (int i = 0; i < 16; i++) {
+                sv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->scales, (r + i) * ng + g0, n))
+                               : _mm512_setzero_si512();
+                bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
+                               : _mm512_setzero_si512();
+            }
+            tr16(sv);
+            tr16(bv);
+            UNROLL
+            for (int i = 0; i < 16; i++) {
+                _mm512_store_si512(svs + 16 * i, sv[i]);
+                _mm512_store_si512(bvs + 16 * i, bv[i]);
+            }
+        }
+        const int64_t left = wpr - c0;
+        const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        __m512i v[16];
+        UNROLL
+        for (int i = 0; i < 16; i++) {
+            v[i] = i < nr ? _mm512_maskz_loadu_epi32(km, w + i * wpr + c0) : _mm512_setzero_si512();
+            _mm_prefetch((const char *)(w + (16 + i) * wpr + c0), _MM_HINT_T0);
+        }
+        tr16(v);
+        __m512i acc[3][8][4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) { /* the block's whole groups, word by word */
+            const int kw = k % wpg; /* the word in its group */
+            const int64_t g = g0 + k / wpg;
+            if (kw == 0) pg_zero(acc, TT, P, K);
+            if (g < ng) pg_word(acc, v[k], kw, g, xt, G, TT, P, K);
+            if (kw == wpg - 1 && g < ng)
+                pg_finish(acc, _mm512_load_ps(svs + 16 * (g % 16)),
+                          _mm512_load_ps(bvs + 16 * (g % 16)), g, xd, xs, tot, TT, P, K);
+        }
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, rmask, tot[t]);
+}
+
+typedef void (*qf_tile_fn)(const e0_mat *, int64_t, int, const k_act *, int64_t, float *, int64_t);
+
+#define QF_TILE(TT, P, W)                                                                          \
+    TGTV static void qf_tile_##TT##_##P##_##W(const e0_mat *m, int64_t r, int nr, const k_act *a,  \
+                                              int64_t t0, float *y, int64_t ldy) {                 \
+        qf_tile(m, r, nr, W, a, t0, TT, P, y, ldy);                                                \
+    }
+#define QF_TILES(P, W) QF_TILE(3, P, W) QF_TILE(2, P, W) QF_TILE(1, P, W)
+QF_TILES(1, 4)
+QF_TILES(1, 8)
+QF_TILES(1, 16)
+QF_TILES(2, 4)
+QF_TILES(2, 8)
+QF_TILES(2, 16)
+QF_TILES(3, 4)
+QF_TILES(3, 8)
+QF_TILES(3, 16)
+
+/* tiles: 3, 2, 1 tokens. */
+INLV void qf_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                  const qf_tile_fn tiles[3]) {
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = r1 - r >= 16 ? 16 : (int)(r1 - r);
+        for (int64_t t0 = 0; t0 < a->T;) {
+            const int TT = a->T - t0 >= 3 ? 3 : (int)(a->T - t0);
+            tiles[3 - TT](m, r, nr, a, t0, y, ldy);
+            t0 += TT;
+        }
+    }
+}
+
+#define QF_ROWS(P, W)                                                                              \
+    TGTV static void qf_rows_##P##_##W(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,    \
+                                       float *y, int64_t ldy) {                                    \
+        static const qf_tile_fn t[3] = {qf_tile_3_##P##_##W, qf_tile_2_##P##_##W,                  \
+                                        qf_tile_1_##P##_##W};                                      \
+        qf_rows(m, a, r0, r1, y, ldy, t);                                                          \
+    }
+QF_ROWS(1, 4)
+QF_ROWS(1, 8)
+QF_ROWS(1, 16)
+QF_ROWS(2, 4)
+QF_ROWS(2, 8)
+QF_ROWS(2, 16)
+QF_ROWS(3, 4)
+QF_ROWS(3, 8)
+QF_ROWS(3, 16)
+
+static k_rows_fn qf_pick(const e0_mat *m, int planes) {
+    static const k_rows_fn f[3][3] = {{qf_rows_1_4, qf_rows_1_8, qf_rows_1_16},
+                                      {qf_rows_2_4, qf_rows_2_8, qf_rows_2_16},
+                                      {qf_rows_3_4, qf_rows_3_8, qf_rows_3_16}};
+    return f[planes - 1][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
+}
+
 /* k_prep_qg (mat.c) vectorized; bit-identical to it. */
 TGTV void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg,
                            float *xgd, float *xgs) {
@@ -901,12 +1215,19 @@ TGTV void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq,
     }
 }
 
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes) {
-    if (T >= K_PANEL_MIN_T && m->type == E0_W_QAFF && m->bits == 4 &&
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t, int *need,
+                           int *lanes) {
+    if (m->type == E0_W_QAFF && m->layout == E0_L_P16) {
+        *lanes = 16;
+        *need = planes == 3 ? K_NEED_XG3 : planes == 2 ? K_NEED_XG2 : K_NEED_XG;
+        return p16_pick(m, planes);
+    }
+    if (T >= panel_t && m->type == E0_W_QAFF && m->bits == 4 &&
         (m->group == 32 || m->group == 64 || m->group == 128) && m->cols % m->group == 0 &&
         m->cols / 8 <= PANEL_MAX_WORDS) {
         *lanes = 16;
         *need = planes == 3 ? K_NEED_XG3 : planes == 2 ? K_NEED_XG2 : K_NEED_XG;
+        if (T < K_PANEL_MIN_T) return qf_pick(m, planes); /* no packing for a few tokens */
         return planes == 3 ? qp_rows_3 : planes == 2 ? qp_rows_2 : qp_rows_1;
     }
     if (m->type == E0_W_QAFF && m->bits == 4 && m->cols % 8 == 0 && m->group % 32 == 0 &&
@@ -999,8 +1320,9 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
     return NULL;
 }
 
-k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int *need, int *lanes) {
-    (void)m, (void)planes, (void)T, (void)need, (void)lanes;
+k_rows_fn k_avx512_q8_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t, int *need,
+                           int *lanes) {
+    (void)m, (void)planes, (void)T, (void)panel_t, (void)need, (void)lanes;
     return NULL;
 }
 

@@ -10,6 +10,7 @@
 #include "util/num.h"
 #include "util/pool.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,7 +29,8 @@ size_t mat_row_bytes(const e0_mat *m) {
     case E0_W_F16:
         return (size_t)m->cols * 2;
     case E0_W_QAFF:
-        return (size_t)m->cols * (size_t)m->bits / 8;
+        return (size_t)m->cols * (size_t)m->bits / 8 +
+               (m->layout == E0_L_P16 ? 2 * (size_t)(m->cols / m->group) * stype_size(m->stype) : 0);
     case E0_W_GGML:
         return (size_t)ggml_row_bytes(m->gtype, (uint64_t)m->cols);
     }
@@ -36,7 +38,9 @@ size_t mat_row_bytes(const e0_mat *m) {
 }
 
 size_t mat_srow_bytes(const e0_mat *m) {
-    return m->type == E0_W_QAFF ? (size_t)(m->cols / m->group) * stype_size(m->stype) : 0;
+    return m->type == E0_W_QAFF && m->layout == E0_L_ROWS
+               ? (size_t)(m->cols / m->group) * stype_size(m->stype)
+               : 0;
 }
 
 uint64_t mat_bytes(const e0_mat *m) {
@@ -47,7 +51,9 @@ e0_mat mat_rows(const e0_mat *m, int64_t r0, int64_t n) {
     e0_mat v = *m;
     v.rows = n;
     v.w = (const uint8_t *)m->w + (size_t)r0 * mat_row_bytes(m);
-    if (m->type == E0_W_QAFF) {
+    if (m->type == E0_W_QAFF && m->layout == E0_L_P16) {
+        assert(r0 % 16 == 0); /* views start on a panel */
+    } else if (m->type == E0_W_QAFF) {
         v.scales = (const uint8_t *)m->scales + (size_t)r0 * mat_srow_bytes(m);
         v.biases = (const uint8_t *)m->biases + (size_t)r0 * mat_srow_bytes(m);
     }
@@ -66,6 +72,89 @@ static float sval(e0_stype t, const void *p, size_t i) {
     return 0;
 }
 
+/* ---- the 16-row panel layout (mat.h) --------------------------------------- */
+
+bool mat_p16_ok(const e0_mat *m) {
+    return m->type == E0_W_QAFF && m->layout == E0_L_ROWS && m->bits == 4 &&
+           (m->group == 32 || m->group == 64 || m->group == 128) && m->cols % m->group == 0 &&
+           m->cols <= K_PANEL_MAX_COLS && m->rows > 0 && m->rows % 16 == 0 && (m->stype == E0_S_BF16 || m->stype == E0_S_F16);
+}
+
+/* Bytes of one group of a panel: its words, then 16 scales and 16 biases. */
+static size_t p16_group_bytes(const e0_mat *m) {
+    return (size_t)(m->group / 8) * 64 + 64;
+}
+
+static void p16_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) {
+    const uint8_t *pan = (const uint8_t *)m->w + (size_t)(r / 16) * 16 * mat_row_bytes(m);
+    const size_t gb = p16_group_bytes(m), wpg = (size_t)(m->group / 8);
+    const size_t i = (size_t)(r % 16);
+    for (int64_t k = 0; k < n; k++) {
+        const size_t c = (size_t)(c0 + k), g = c / (size_t)m->group;
+        const uint8_t *gp = pan + g * gb;
+        const uint32_t word = e0_ld32(gp, (c % (size_t)m->group) / 8 * 16 + i);
+        const uint32_t q = (word >> (4 * (c % 8))) & 15u;
+        out[k] = (float)q * sval(m->stype, gp + wpg * 64, i) + sval(m->stype, gp + wpg * 64 + 32, i);
+    }
+}
+
+typedef struct {
+    const e0_mat *m; /* the file layout, its parts in tmp */
+    uint8_t *dst;
+} p16_job;
+
+static void p16_pack(void *ctx, int64_t p0, int64_t p1, int tid) {
+    (void)tid;
+    const p16_job *j = ctx;
+    const e0_mat *m = j->m;
+    const int64_t ng = m->cols / m->group, wpg = m->group / 8, wpr = m->cols / 8;
+    const size_t ss = stype_size(m->stype), gb = p16_group_bytes(m);
+    for (int64_t p = p0; p < p1; p++) {
+        uint8_t *o = j->dst + (size_t)p * (size_t)ng * gb; /* 16 * mat_row_bytes of the packed m */
+        for (int64_t g = 0; g < ng; g++, o += gb) {
+            for (int64_t k = 0; k < wpg; k++)
+                for (int64_t i = 0; i < 16; i++)
+                    memcpy(o + (k * 16 + i) * 4,
+                           (const uint32_t *)m->w + (p * 16 + i) * wpr + g * wpg + k, 4);
+            for (int64_t i = 0; i < 16; i++) {
+                const size_t at = (size_t)((p * 16 + i) * ng + g) * ss;
+                memcpy(o + (size_t)wpg * 64 + (size_t)i * ss, (const uint8_t *)m->scales + at, ss);
+                memcpy(o + (size_t)wpg * 64 + 32 + (size_t)i * ss, (const uint8_t *)m->biases + at,
+                       ss);
+            }
+        }
+    }
+}
+
+int mat_repack_p16(e0_mat *m, void *tmp) {
+    if (!mat_p16_ok(m)) return E0_EINVAL;
+    const size_t wb = (size_t)m->rows * mat_row_bytes(m), sb = (size_t)m->rows * mat_srow_bytes(m);
+    /* the three parts sorted by address must abut */
+    const uint8_t *at[3] = {m->w, m->scales, m->biases};
+    size_t len[3] = {wb, sb, sb};
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++)
+            if (at[b] < at[a]) {
+                const uint8_t *t = at[a];
+                const size_t l = len[a];
+                at[a] = at[b], len[a] = len[b];
+                at[b] = t, len[b] = l;
+            }
+    if (at[0] + len[0] != at[1] || at[1] + len[1] != at[2]) return E0_EINVAL;
+    uint8_t *base = (uint8_t *)at[0];
+    memcpy(tmp, base, wb + 2 * sb);
+    e0_mat src = *m;
+    src.w = (uint8_t *)tmp + ((const uint8_t *)m->w - base);
+    src.scales = (uint8_t *)tmp + ((const uint8_t *)m->scales - base);
+    src.biases = (uint8_t *)tmp + ((const uint8_t *)m->biases - base);
+    p16_job j = {&src, base};
+    pool_for(m->rows / 16, 1, p16_pack, &j);
+    m->w = base;
+    m->scales = m->biases = NULL;
+    m->layout = E0_L_P16;
+    return 0;
+}
+
 void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) {
     const uint8_t *row = (const uint8_t *)m->w + (size_t)r * mat_row_bytes(m);
     switch (m->type) {
@@ -81,6 +170,10 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) 
             out[i] = e0_f16_to_f32(e0_ld16(row, (size_t)(c0 + i)));
         return;
     case E0_W_QAFF: {
+        if (m->layout == E0_L_P16) {
+            p16_dequant(m, r, c0, n, out);
+            return;
+        }
         const size_t gpr = (size_t)(m->cols / m->group);
         const unsigned bits = (unsigned)m->bits, mask = (1u << bits) - 1;
         for (int64_t i = 0; i < n; i++) {
@@ -431,16 +524,18 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *lanes) {
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
-        return k_avx512_q8_pick(m, 1, T, need, lanes);
+        return k_avx512_q8_pick(m, 1, T, K_PANEL_MIN_T, need, lanes);
     case E0_KERNELS_AVX512_Q16:
-        return k_avx512_q8_pick(m, 2, T, need, lanes);
+        return k_avx512_q8_pick(m, 2, T, K_PANEL_MIN_T, need, lanes);
     case E0_KERNELS_AVX512_Q24:
-        return k_avx512_q8_pick(m, 3, T, need, lanes);
-    case E0_KERNELS_AVX512_MIXED:
-        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T ? 2 : 3, T, need, lanes);
+        return k_avx512_q8_pick(m, 3, T, K_PANEL_MIN_T, need, lanes);
+    case E0_KERNELS_AVX512_MIXED: /* the panel arithmetic at every T (mat_p16_wanted) */
+        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T ? 2 : 3, T, 1, need, lanes);
     case E0_KERNELS_AVX512:
+        if (m->layout == E0_L_P16) return NULL; /* the f32 kernels read rows: the reference */
         return k_avx512_pick(m, need, lanes);
     case E0_KERNELS_AVX2:
+        if (m->layout == E0_L_P16) return NULL;
         /* ggml block types have AVX-512 kernels only: those where the CPU runs them */
         if (m->type == E0_W_GGML)
             return mat_kernels_supported(E0_KERNELS_AVX512) ? k_avx512_pick(m, need, lanes) : NULL;
@@ -536,6 +631,10 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
         mm_rows(&j, 0, m->rows, 0);
     else
         pool_for(m->rows, ROW_ALIGN, mm_rows, &j);
+}
+
+bool mat_p16_wanted(void) {
+    return mat_kernels() == E0_KERNELS_AVX512_MIXED;
 }
 
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {

@@ -18,11 +18,15 @@
 #ifndef E0_QUANT_MAT_H
 #define E0_QUANT_MAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef enum { E0_W_F32, E0_W_BF16, E0_W_F16, E0_W_QAFF, E0_W_GGML } e0_wtype;
 typedef enum { E0_S_BF16, E0_S_F16, E0_S_F32 } e0_stype;
+/* How a QAFF matrix's bytes are laid out: as in the file (rows of words,
+ * separate scales and biases), or in 16-row panels (mat_repack_p16). */
+typedef enum { E0_L_ROWS, E0_L_P16 } e0_layout;
 
 typedef struct {
     e0_wtype type;
@@ -34,9 +38,36 @@ typedef struct {
                            GGML: [rows, cols / blck] blocks */
     const void *scales; /* [rows, cols/group] */
     const void *biases; /* [rows, cols/group] */
+    e0_layout layout;   /* E0_W_QAFF; E0_L_P16: scales and biases inline, both NULL */
 } e0_mat;
 
+/* The 16-row panel layout (E0_L_P16) of 4-bit weights, for the int8 panel
+ * kernels (quant/kernels.h), made once at load (model_repack). Panel p
+ * (rows 16p..16p+15) is 16 * mat_row_bytes(m) bytes at w + p * that; in it,
+ * group g (ng = cols / group groups, wpg = group / 8 words per row) is
+ * wpg * 64 + 64 bytes:
+ *     u32 [wpg][16]   word k of the group of each row (row i in lane i)
+ *     stype [16]      the 16 rows' scales of group g
+ *     stype [16]      their biases
+ * The same bytes as the file layout, one stream per panel; a vector load
+ * gives 8 columns of 16 rows. Only 4-bit, group 32 / 64 / 128, BF16 or F16
+ * scales, rows a multiple of 16 (mat_p16_ok). Views (mat_rows) start on a
+ * panel. Every kernel set computes the same results on both layouts
+ * (kernels.h), so the layout is invisible outside the kernels. */
+bool mat_p16_ok(const e0_mat *m);
+/* Rewrites m, whose weights, scales and biases fill one contiguous range
+ * (in any order) of mat_bytes(m) bytes, into E0_L_P16 in that range, and
+ * makes m the packed view. tmp: mat_bytes(m) bytes of scratch. Splits the
+ * panels across the compute pool. 0, or E0_EINVAL (m unchanged) when m is
+ * not mat_p16_ok or its parts are not contiguous. */
+int mat_repack_p16(e0_mat *m, void *tmp);
+/* Whether the kernel set in force computes 4-bit matrices of fewer than
+ * K_PANEL_MIN_T tokens with the panel arithmetic too, so that E0_L_P16 is
+ * faster for it (AVX512_MIXED, the default). */
+bool mat_p16_wanted(void);
+
 /* Bytes of one row of each part (QAFF: weight words; scales; biases;
+ * E0_L_P16: a row's share of its panel, words, scales and biases, and 0;
  * GGML: the row's blocks, and 0). */
 size_t mat_row_bytes(const e0_mat *m);
 size_t mat_srow_bytes(const e0_mat *m);
@@ -76,7 +107,11 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * MIXED, 24-bit activations for calls of fewer than 4 tokens (decode, where
  * the weights' memory traffic is the bound) and 16-bit for larger batches
  * (prefill, where the multiply-adds are), keeps logits within 9e-4 over 160
- * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures. */
+ * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures.
+ * MIXED computes 4-bit matrices with the panel kernels' arithmetic
+ * (activations quantized per weight group) at every T, so that the loaded
+ * copy can be repacked for them (E0_L_P16); the Q sets use it from
+ * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below). */
 typedef enum {
     E0_KERNELS_AUTO,         /* the default (see above) */
     E0_KERNELS_REF,          /* mat_matmul_ref (still split across the pool) */
@@ -85,7 +120,7 @@ typedef enum {
     E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
     E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
     E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_AVX512_MIXED, /* Q24 for T < 4 tokens, Q16 for T >= 4 */
+    E0_KERNELS_AVX512_MIXED, /* 24-bit for T < 4 tokens, 16-bit for T >= 4: panel arithmetic */
     E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
     E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
 } e0_kernels;

@@ -26,7 +26,7 @@ static int add_ranges(const st_set *st, const e0_mat *m, xb_plan *p, char *err) 
 
 int xb_plan_expert(const e0_model *m, int layer, int e, xb_order order, xb_plan *out, char *err) {
     const e0_layer *ly = &m->layers[layer];
-    const e0_expert *x = &ly->experts[e];
+    const e0_expert *x = ly->xfile ? &ly->xfile[e] : &ly->experts[e]; /* the file's layout */
     memset(out, 0, sizeof *out);
     if (ly->fused) {
         /* gate and up are the two halves of one contiguous [2I, H] slice */
