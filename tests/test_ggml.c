@@ -14,10 +14,10 @@
  *  - their activation quantizer (AVX-512) is bit-identical to the scalar
  *    k_prep_qk;
  *  - in every set, one (row, token) result does not depend on T, the other
- *    tokens, the rows of the view or the number of threads (bitwise); in
- *    avx512-mixed, whose Q4_K / Q6_K calls of fewer than K_PANEL_MIN_T
- *    tokens take 24-bit integer activations and larger ones f32, within
- *    each of those two classes of calls. */
+ *    tokens, the rows of the view or the number of threads (bitwise); for
+ *    Q4_K / Q6_K under the integer sets, whose calls of fewer than
+ *    K_PANEL_MIN_T tokens take the row kernels and larger ones the panels,
+ *    within each of those two classes of calls. */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -242,14 +242,15 @@ static void test_mat_layout(void **state) {
 /* NMSE bounds. f32 activations differ from the reference only in summation
  * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q6_K under
  * avx512-q8, -q16 and -mixed: kernels_ggml_vnni.c) add the rounding of the
- * activations, quantized per 256 columns to steps of amax / 127 /
- * 256^(P-1): on uniform x in [-1, 1], an error uniform within half a step
- * against a signal of variance 1/3 gives NMSE ~ (1 / (254 * 256^(P-1)))^2
- * per value, 1.5e-5 (P = 1, q8) and 2.4e-10 (P = 2, q16), and about the same
- * for a dot of independent terms (the mins / offsets of the weights make it
- * up to ~2x: 2.9e-5 and 5.1e-10 seen): bounds a few times above that, as
- * test_kernels' for the mlx int8 kernels. Mixed runs them with P = 3
- * (3.7e-15 per value, under the f32 kernels' own rounding): the f32 bound. */
+ * activations, quantized per 256 (row kernels) or 32 columns (panels) to
+ * steps of amax / 127 / 256^(P-1): on uniform x in [-1, 1], an error
+ * uniform within half a step against a signal of variance 1/3 gives NMSE ~
+ * (1 / (254 * 256^(P-1)))^2 per value, 1.5e-5 (P = 1, q8) and 2.4e-10
+ * (P = 2, q16), and about the same for a dot of independent terms (the
+ * mins / offsets of the weights make it up to ~2x: 2.9e-5 and 5.1e-10 seen):
+ * bounds a few times above that, as test_kernels' for the mlx int8
+ * kernels. Mixed runs them with P = 3 (3.7e-15 per value, under the f32
+ * kernels' own rounding): the f32 bound. */
 #define NMSE_F32 1e-10
 #define NMSE_Q8  1e-4
 #define NMSE_Q16 1e-8
@@ -339,28 +340,30 @@ static void test_prep_qk(void **state) {
         return;
     }
     enum { NB = 5, C = NB * GGML_QK_K };
-    float x[C], d1[NB], d2[NB], s1[16 * NB], s2[16 * NB];
+    float x[C], d1[C / 32], d2[C / 32], s1[C / 16], s2[C / 16];
     int8_t q1[3 * C], q2[3 * C];
     for (int planes = 1; planes <= 3; planes++)
-        for (int it = 0; it < 20; it++) {
-            const float mag = it % 4 == 0 ? 1e-30f : it % 4 == 1 ? 1e4f : 1.0f;
+        for (int it = 0; it < 40; it++) {
+            const int blk = it % 2 ? 32 : GGML_QK_K;
+            const int v = it / 2; /* each variant with both block sizes */
+            const float mag = v % 4 == 0 ? 1e-30f : v % 4 == 1 ? 1e4f : 1.0f;
             for (int i = 0; i < C; i++)
                 x[i] = frand() * mag;
-            if (it == 3) memset(x + GGML_QK_K, 0, GGML_QK_K * sizeof *x); /* an all-zero block */
-            if (it == 7) x[5] = 127.0f * 1e3f; /* one outlier */
+            if (v == 3) memset(x + GGML_QK_K, 0, GGML_QK_K * sizeof *x); /* all-zero blocks */
+            if (v == 7) x[5] = 127.0f * 1e3f; /* one outlier */
             memset(q1, 0x55, sizeof q1);
             memset(q2, 0x55, sizeof q2);
-            k_prep_qk(x, C, planes, q1, d1, s1);
-            k_avx512_prep_qk(x, C, planes, q2, d2, s2);
+            k_prep_qk(x, C, blk, planes, q1, d1, s1);
+            k_avx512_prep_qk(x, C, blk, planes, q2, d2, s2);
             assert_memory_equal(q1, q2, (size_t)(planes * C));
-            assert_memory_equal(d1, d2, sizeof d1);
+            assert_memory_equal(d1, d2, (size_t)(C / blk) * sizeof *d1);
             assert_memory_equal(s1, s2, sizeof s1);
             /* the digits give back x within half a step */
             for (int i = 0; i < C; i++) {
-                const int b = i / GGML_QK_K, c = i % GGML_QK_K;
+                const int b = i / blk, c = i % blk;
                 double n = 0;
                 for (int p = 0; p < planes; p++)
-                    n = n * 256 + q1[(b * planes + p) * GGML_QK_K + c];
+                    n = n * 256 + q1[(b * planes + p) * blk + c];
                 if (!(fabs(n * d1[b] - x[i]) <= 0.5001 * d1[b] + 2e-7 * fabs(x[i]) + 1e-30))
                     fail_msg("planes %d column %d: %g -> %g", planes, i, (double)x[i], n * d1[b]);
             }
@@ -387,10 +390,12 @@ static void test_determinism(void **state) {
                 x[i] = frand();
             pool_init(2);
             mat_matmul(&m, x, cols, T, y, rows);
-            /* mixed runs the k-quants with 24-bit integer activations below
-             * K_PANEL_MIN_T tokens and f32 ones above: two classes of
-             * calls, each with one arithmetic; ys holds the small class */
-            const int split = SETS[s] == E0_KERNELS_AVX512_MIXED && int_type(TYPES[k]);
+            /* the k-quants' integer kernels are row kernels below
+             * K_PANEL_MIN_T tokens and panels above: two classes of calls,
+             * each with one arithmetic; ys holds the small class */
+            const int split = int_type(TYPES[k]) && (SETS[s] == E0_KERNELS_AVX512_Q8 ||
+                                                     SETS[s] == E0_KERNELS_AVX512_Q16 ||
+                                                     SETS[s] == E0_KERNELS_AVX512_MIXED);
             float *ys = malloc((size_t)(T * rows) * sizeof *ys);
             for (int64_t t0 = 0; t0 < T; t0 += K_PANEL_MIN_T - 1) {
                 const int64_t n = T - t0 < K_PANEL_MIN_T - 1 ? T - t0 : K_PANEL_MIN_T - 1;
