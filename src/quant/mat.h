@@ -76,7 +76,11 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * MIXED, 24-bit activations for calls of fewer than 4 tokens (decode, where
  * the weights' memory traffic is the bound) and 16-bit for larger batches
  * (prefill, where the multiply-adds are), keeps logits within 9e-4 over 160
- * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures. */
+ * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures.
+ * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
+ * which runs them with 24-bit activations for every T (16-bit batches
+ * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
+ * kernels. */
 typedef enum {
     E0_KERNELS_AUTO,         /* the default (see above) */
     E0_KERNELS_REF,          /* mat_matmul_ref (still split across the pool) */
