@@ -567,10 +567,10 @@ k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *ne
     if (m->gtype != GGML_Q4_K && m->gtype != GGML_Q6_K) return NULL;
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
     if (T >= K_PANEL_MIN_T && m->cols <= QKP_MAXC) {
-        static const k_rows_fn pq4[3] = {qkp_q4_K_1_rows, qkp_q4_K_2_rows, qkp_q4_K_3_rows};
-        static const k_rows_fn pq6[3] = {qkp_q6_K_1_rows, qkp_q6_K_2_rows, qkp_q6_K_3_rows};
         *need |= K_NEED_XK32;
-        return (m->gtype == GGML_Q4_K ? pq4 : pq6)[planes - 1];
+        if (m->gtype == GGML_Q4_K)
+            return planes == 3 ? qkp_q4_K_3_rows : planes == 2 ? qkp_q4_K_2_rows : qkp_q4_K_1_rows;
+        return planes == 3 ? qkp_q6_K_3_rows : planes == 2 ? qkp_q6_K_2_rows : qkp_q6_K_1_rows;
     }
     switch (m->gtype) {
     case GGML_Q4_K:
