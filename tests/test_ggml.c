@@ -16,8 +16,12 @@
  *  - in every set, one (row, token) result does not depend on T, the other
  *    tokens, the rows of the view or the number of threads (bitwise); for
  *    Q4_K / Q6_K under the integer sets, whose calls of fewer than
- *    K_PANEL_MIN_T tokens take the row kernels and larger ones the panels,
- *    within each of those two classes of calls. */
+ *    K_PANEL_MIN_T tokens take the row kernels (activations per 256
+ *    columns, float steps per block) and larger ones the 16-row panels
+ *    (per 32 columns, float steps per sub-block: the panels' sums run down
+ *    the rows, so they cannot share the row kernels' order), within each of
+ *    those two classes of calls, as test_kernels states for the mlx q4
+ *    kernels. */
 #include "testutil.h"
 
 #include "edge0.h"
