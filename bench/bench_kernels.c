@@ -143,30 +143,32 @@ static void bench_ggml(double secs, const float *x, float *y, const char *only) 
     const e0_kernels sets[] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_MIXED};
     const char *names[] = {"avx512", "avx512-q16", "avx512-mixed"};
     for (size_t si = 0; si < 3; si++) {
-    if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
-    mat_set_kernels(sets[si]);
-    printf("GB/s of ggml weights (%s kernels, %.1f s per cell)\n", names[si], secs);
-    printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
-           "up hot", "down hot");
-    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
-        /* ~0.5 GiB of each shape */
-        const int64_t n = (512ll << 20) / (int64_t)(512 * ggml_row_bytes(types[k], 2048));
-        gset up = gset_new(types[k], 512, 2048, n), down = gset_new(types[k], 2048, 512, n);
-        for (int nt = 1; nt <= 2; nt++) {
-            pool_init(nt);
-            const int64_t Ts[] = {1, 16};
-            for (int ti = 0; ti < 2; ti++) {
-                const int64_t T = Ts[ti];
-                const double a = run_g(&up, true, T, secs, x, y), b = run_g(&down, true, T, secs, x, y);
-                const double c = run_g(&up, false, T, secs, x, y), d = run_g(&down, false, T, secs, x, y);
-                printf("%-7s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f\n", ggml_info(types[k])->name, nt,
-                       (long long)T, a, b, c, d);
-                fflush(stdout);
+        if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
+        mat_set_kernels(sets[si]);
+        printf("GB/s of ggml weights (%s kernels, %.1f s per cell)\n", names[si], secs);
+        printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
+               "up hot", "down hot");
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+            /* ~0.5 GiB of each shape */
+            const int64_t n = (512ll << 20) / (int64_t)(512 * ggml_row_bytes(types[k], 2048));
+            gset up = gset_new(types[k], 512, 2048, n), down = gset_new(types[k], 2048, 512, n);
+            for (int nt = 1; nt <= 2; nt++) {
+                pool_init(nt);
+                const int64_t Ts[] = {1, 16};
+                for (int ti = 0; ti < 2; ti++) {
+                    const int64_t T = Ts[ti];
+                    const double a = run_g(&up, true, T, secs, x, y),
+                                 b = run_g(&down, true, T, secs, x, y);
+                    const double c = run_g(&up, false, T, secs, x, y),
+                                 d = run_g(&down, false, T, secs, x, y);
+                    printf("%-7s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f\n",
+                           ggml_info(types[k])->name, nt, (long long)T, a, b, c, d);
+                    fflush(stdout);
+                }
             }
+            free(up.w);
+            free(down.w);
         }
-        free(up.w);
-        free(down.w);
-    }
     }
 }
 

@@ -354,7 +354,7 @@ static void test_prep_qk(void **state) {
             for (int i = 0; i < C; i++)
                 x[i] = frand() * mag;
             if (v == 3) memset(x + GGML_QK_K, 0, GGML_QK_K * sizeof *x); /* all-zero blocks */
-            if (v == 7) x[5] = 127.0f * 1e3f; /* one outlier */
+            if (v == 7) x[5] = 127.0f * 1e3f;                            /* one outlier */
             memset(q1, 0x55, sizeof q1);
             memset(q2, 0x55, sizeof q2);
             k_prep_qk(x, C, blk, planes, q1, d1, s1);

@@ -77,15 +77,15 @@ INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
          *   w0 & 0x3f.., (w2 & 0x0f..) | (w0 >> 6 & 3..) << 4,
          *   w1 & 0x3f.., (w2 >> 4 & 0x0f..) | (w1 >> 6 & 3..) << 4
          * in registers (the 16-byte load reads 4 bytes of qs, unused). */
-        const __m128i raw = _mm_loadu_si128(
-            (const __m128i *)(const void *)(b + offsetof(ggml_block_q4_K, scales)));
+        const __m128i raw =
+            _mm_loadu_si128((const __m128i *)(const void *)(b + offsetof(ggml_block_q4_K, scales)));
         const __m128i A = _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)),
                                          _mm_setr_epi32(0, 0, 0, 4));
         const __m128i B = _mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2);
-        const __m128i lo = _mm_and_si128(
-            A, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-        const __m128i v = _mm_ternarylogic_epi32(lo, B, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030),
-                                                 0xF8); /* lo | (B & mask) */
+        const __m128i lo =
+            _mm_and_si128(A, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        const __m128i v = _mm_ternarylogic_epi32(
+            lo, B, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030), 0xF8); /* lo | (B & mask) */
         k->S = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(v));
         k->S8 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(v));
         k->d = _mm512_set1_ps(qk_half(b, offsetof(ggml_block_q4_K, d)));
@@ -97,12 +97,13 @@ INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
             _mm512_permutexvar_ps(
                 _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), mf));
     } else { /* Q6_K */
-        const __m128i sc = _mm_loadu_si128(
-            (const __m128i *)(const void *)(b + offsetof(ggml_block_q6_K, scales)));
+        const __m128i sc =
+            _mm_loadu_si128((const __m128i *)(const void *)(b + offsetof(ggml_block_q6_K, scales)));
         const float d = qk_half(b, offsetof(ggml_block_q6_K, d));
         k->S = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
         k->d = _mm512_set1_ps(d);
-        k->m = _mm512_mul_ps(_mm512_set1_ps(32.0f * d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+        k->m =
+            _mm512_mul_ps(_mm512_set1_ps(32.0f * d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
     }
 }
 
@@ -124,8 +125,8 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
         (const __m256i *)(const void *)(b + offsetof(ggml_block_q6_K, qh) + 32 * h)));
     /* the two high bits moved to bits 4-5 of each byte (16-bit shifts: what
      * crosses into the next byte lands outside bits 4-5) */
-    const __m512i nib = hi ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), lo4)
-                           : _mm512_and_si512(ql, lo4);
+    const __m512i nib =
+        hi ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), lo4) : _mm512_and_si512(ql, lo4);
     const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16(hi ? 0 : 4), _mm256_set1_epi16(2), 1);
     const __m512i hb = hi ? _mm512_srlv_epi16(qh, cnt) : _mm512_sllv_epi16(qh, cnt);
     return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x30), 0xF8); /* nib | (hb & 0x30) */
@@ -139,9 +140,10 @@ INLV __m512i qk_sidx(const int type, const int j) {
     return _mm512_loadu_si512(ix);
 }
 
-INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0,
-                  const int TT, const int type, const int P, float *y, int64_t ldy) {
-    const int bsize = type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                  const int type, const int P, float *y, int64_t ldy) {
+    const int bsize =
+        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
     const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
     const uint8_t *w[4];
     const int8_t *xq[4];
@@ -191,7 +193,8 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
                 for (int p = 0; p < P; p++) {
                     const __m512i x = _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
                     const __m512i pr = _mm512_maddubs_epi16(u, x);
-                    I[i][t][p] = _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
+                    I[i][t][p] =
+                        _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
                 }
             }
         }
@@ -239,10 +242,10 @@ typedef void (*qk_tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, floa
     QK_TILE(NAME, TYPE, P, 1, 4)                                                                   \
     TGTV static void qk_##NAME##_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0,           \
                                             int64_t r1, float *y, int64_t ldy) {                   \
-        static const qk_tile_fn t[8] = {                                                           \
-            qk_##NAME##_##P##_4x1, qk_##NAME##_##P##_2x2, qk_##NAME##_##P##_2x3,                   \
-            qk_##NAME##_##P##_2x4, qk_##NAME##_##P##_1x1, qk_##NAME##_##P##_1x2,                   \
-            qk_##NAME##_##P##_1x3, qk_##NAME##_##P##_1x4};                                         \
+        static const qk_tile_fn t[8] = {qk_##NAME##_##P##_4x1, qk_##NAME##_##P##_2x2,              \
+                                        qk_##NAME##_##P##_2x3, qk_##NAME##_##P##_2x4,              \
+                                        qk_##NAME##_##P##_1x1, qk_##NAME##_##P##_1x2,              \
+                                        qk_##NAME##_##P##_1x3, qk_##NAME##_##P##_1x4};             \
         qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
     }
 
@@ -272,7 +275,6 @@ QK_KERNEL(q6_K, GGML_Q6_K, 1)
 QK_KERNEL(q6_K, GGML_Q6_K, 2)
 QK_KERNEL(q4_K, GGML_Q4_K, 3)
 QK_KERNEL(q6_K, GGML_Q6_K, 3)
-
 
 /* ---- 16-row panels (batches) ----------------------------------------------
  * For T >= K_PANEL_MIN_T tokens. The row kernels above spend a few float
@@ -312,7 +314,8 @@ static _Thread_local __m512 qkp_sc[QKP_MAXC / 16], qkp_mn[QKP_MAXC / 16];
 
 /* Rows r..r+nr of m (nr <= 16; the others zero) into the panel. */
 INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
-    const int bsize = type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+    const int bsize =
+        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
     const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
     const uint8_t *w = (const uint8_t *)m->w + r * rb;
     const __m512i lo4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
@@ -331,8 +334,8 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                     ? _mm512_mul_ps(
                           _mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin),
                           _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k.S8))))
-                    : _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
-                                             _mm512_castsi512_si256(k.S)))));
+                    : _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(
+                                             _mm512_cvtepi16_epi32(_mm512_castsi512_si256(k.S)))));
         }
         k_tr16(v);
         if (type == GGML_Q4_K)
@@ -343,7 +346,8 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
         else
             for (int s = 0; s < 16; s++) {
                 qkp_sc[b * 16 + s] = _mm512_castsi512_ps(v[s]);
-                qkp_mn[b * 16 + s] = _mm512_mul_ps(_mm512_set1_ps(32.0f), _mm512_castsi512_ps(v[s]));
+                qkp_mn[b * 16 + s] =
+                    _mm512_mul_ps(_mm512_set1_ps(32.0f), _mm512_castsi512_ps(v[s]));
             }
         __m512i *pk = qkp_pk + b * 64;
         if (type == GGML_Q4_K) {
@@ -367,9 +371,10 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
              * high bits (2r, 2r + 1 for run r) */
             __m512i qh[16];
             for (int i = 0; i < 16; i++)
-                qh[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
-                                                    offsetof(ggml_block_q6_K, qh))
-                               : _mm512_setzero_si512();
+                qh[i] =
+                    i < nr
+                        ? _mm512_loadu_si512(w + i * rb + b * bsize + offsetof(ggml_block_q6_K, qh))
+                        : _mm512_setzero_si512();
             k_tr16(qh);
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < 16; i++)
@@ -386,9 +391,9 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                                                      _mm512_slli_epi32(hb, 2), m30, 0xF8);
                     o[16] = _mm512_ternarylogic_epi32(
                         _mm512_and_si512(_mm512_srli_epi32(q0, 4), lo4), hb, m30, 0xF8);
-                    o[24] = _mm512_ternarylogic_epi32(
-                        _mm512_and_si512(_mm512_srli_epi32(q1, 4), lo4),
-                        _mm512_srli_epi32(hb, 2), m30, 0xF8);
+                    o[24] =
+                        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(q1, 4), lo4),
+                                                  _mm512_srli_epi32(hb, 2), m30, 0xF8);
                 }
             }
         }
@@ -496,8 +501,10 @@ INLV void qkp_rows(const int type, const e0_mat *m, const k_act *a, int64_t r0, 
             for (int64_t t0 = tb; t0 < te;) {
                 const int64_t left = te - t0;
                 const int TT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-                tiles[TT == 8 ? 0 : TT == 4 ? 1 : TT == 2 ? 2 : 3](m->cols, a, t0, y + r, ldy,
-                                                                   rmask);
+                tiles[TT == 8   ? 0
+                      : TT == 4 ? 1
+                      : TT == 2 ? 2
+                                : 3](m->cols, a, t0, y + r, ldy, rmask);
                 t0 += TT;
             }
         }
@@ -505,7 +512,7 @@ INLV void qkp_rows(const int type, const e0_mat *m, const k_act *a, int64_t r0, 
 }
 
 #define QKP_TILE(NAME, TYPE, P, TT)                                                                \
-    TGTV static void qkp_##NAME##_##P##_##TT(int64_t cols, const k_act *a, int64_t t0, float *y,  \
+    TGTV static void qkp_##NAME##_##P##_##TT(int64_t cols, const k_act *a, int64_t t0, float *y,   \
                                              int64_t ldy, __mmask16 rmask) {                       \
         qkp_tile(TYPE, cols, a, t0, TT, P, y, ldy, rmask);                                         \
     }
@@ -547,7 +554,8 @@ TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, in
             const __m512i n = _mm512_cvtps_epi32(
                 _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xv + 16 * v), vid), vscale));
             __m512i q1 = n;
-            for (int p = planes - 1; p > 0; p--) { /* the sign-extended low byte, then the rest / 256 */
+            for (int p = planes - 1; p > 0;
+                 p--) { /* the sign-extended low byte, then the rest / 256 */
                 const __m512i q = _mm512_srai_epi32(_mm512_slli_epi32(q1, 24), 24);
                 q1 = _mm512_srai_epi32(_mm512_sub_epi32(q1, q), 8);
                 _mm_storeu_si128((__m128i *)(void *)(xk + (b * planes + p) * blk + 16 * v),

@@ -548,8 +548,8 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
         const int planes = need & K_NEED_XK3 ? 3 : need & K_NEED_XK2 ? 2 : 1;
         const int blk = need & K_NEED_XK32 ? 32 : GGML_QK_K;
         const int64_t nb = m->cols / blk, ns = m->cols / 16;
-        float *buf = scratch((size_t)(T * (nb + ns)) * sizeof(float) +
-                             (size_t)(T * m->cols * planes));
+        float *buf =
+            scratch((size_t)(T * (nb + ns)) * sizeof(float) + (size_t)(T * m->cols * planes));
         if (!buf) {
             fn = NULL;
         } else {
