@@ -11,7 +11,9 @@
  * reference prints 0: it would take minutes).
  * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q6_K, Q5_0, Q8_0, the
  * Q4_K_M mix) in the same expert shapes, cold (~0.5 GiB of experts) and
- * hot, under the avx512 set (every set but ref uses the same kernels).
+ * hot, under avx512 (f32 activations: every set's kernels but ref and the
+ * integer ones), avx512-q16 and avx512-mixed (Q4_K / Q6_K with 16- and
+ * 24-bit integer activations).
  * E0_BENCH_GGML=only skips the mlx q4 table, =0 the ggml one. */
 #include "quant/ggml.h"
 #include "quant/mat.h"
@@ -135,31 +137,38 @@ static double run_g(const gset *g, bool cycle, int64_t T, double secs, const flo
     return (double)g->bytes * (double)calls / t / 1e9;
 }
 
-static void bench_ggml(double secs, const float *x, float *y) {
+static void bench_ggml(double secs, const float *x, float *y, const char *only) {
     const uint32_t types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_0, GGML_Q8_0};
-    if (!mat_kernels_supported(E0_KERNELS_AVX512)) return;
-    mat_set_kernels(E0_KERNELS_AVX512);
-    printf("GB/s of ggml weights (avx512 kernels, %.1f s per cell)\n", secs);
-    printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
-           "up hot", "down hot");
-    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
-        /* ~0.5 GiB of each shape */
-        const int64_t n = (512ll << 20) / (int64_t)(512 * ggml_row_bytes(types[k], 2048));
-        gset up = gset_new(types[k], 512, 2048, n), down = gset_new(types[k], 2048, 512, n);
-        for (int nt = 1; nt <= 2; nt++) {
-            pool_init(nt);
-            const int64_t Ts[] = {1, 16};
-            for (int ti = 0; ti < 2; ti++) {
-                const int64_t T = Ts[ti];
-                const double a = run_g(&up, true, T, secs, x, y), b = run_g(&down, true, T, secs, x, y);
-                const double c = run_g(&up, false, T, secs, x, y), d = run_g(&down, false, T, secs, x, y);
-                printf("%-7s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f\n", ggml_info(types[k])->name, nt,
-                       (long long)T, a, b, c, d);
-                fflush(stdout);
+    /* f32 activations; the k-quants' integer kernels (16- and 24-bit) */
+    const e0_kernels sets[] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_MIXED};
+    const char *names[] = {"avx512", "avx512-q16", "avx512-mixed"};
+    for (size_t si = 0; si < 3; si++) {
+        if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
+        mat_set_kernels(sets[si]);
+        printf("GB/s of ggml weights (%s kernels, %.1f s per cell)\n", names[si], secs);
+        printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
+               "up hot", "down hot");
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+            /* ~0.5 GiB of each shape */
+            const int64_t n = (512ll << 20) / (int64_t)(512 * ggml_row_bytes(types[k], 2048));
+            gset up = gset_new(types[k], 512, 2048, n), down = gset_new(types[k], 2048, 512, n);
+            for (int nt = 1; nt <= 2; nt++) {
+                pool_init(nt);
+                const int64_t Ts[] = {1, 16};
+                for (int ti = 0; ti < 2; ti++) {
+                    const int64_t T = Ts[ti];
+                    const double a = run_g(&up, true, T, secs, x, y),
+                                 b = run_g(&down, true, T, secs, x, y);
+                    const double c = run_g(&up, false, T, secs, x, y),
+                                 d = run_g(&down, false, T, secs, x, y);
+                    printf("%-7s %-3d %-3lld %11.2f %11.2f %11.2f %11.2f\n",
+                           ggml_info(types[k])->name, nt, (long long)T, a, b, c, d);
+                    fflush(stdout);
+                }
             }
+            free(up.w);
+            free(down.w);
         }
-        free(up.w);
-        free(down.w);
     }
 }
 
@@ -169,7 +178,7 @@ int main(int argc, char **argv) {
     if (gg && !strcmp(gg, "only")) {
         float *x = malloc((size_t)16 * 2048 * sizeof *x), *y = malloc((size_t)16 * 2048 * sizeof *y);
         for (int i = 0; i < 16 * 2048; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-        bench_ggml(secs, x, y);
+        bench_ggml(secs, x, y, getenv("E0_BENCH_SETS"));
         return 0;
     }
     const e0_kernels sets[] = {E0_KERNELS_REF,       E0_KERNELS_AVX2,       E0_KERNELS_AVX512,
@@ -202,6 +211,6 @@ int main(int argc, char **argv) {
             }
         }
     }
-    if (!gg || strcmp(gg, "0")) bench_ggml(secs, x, y);
+    if (!gg || strcmp(gg, "0")) bench_ggml(secs, x, y, only);
     return 0;
 }

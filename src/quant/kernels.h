@@ -18,7 +18,9 @@
  * weights): activations quantized per 32 values to one, two or three int8
  * planes (NMSE per dot ~1e-5, ~1e-10, ~1e-14: Q24 is as close to the
  * reference as the f32 kernels), products summed exactly in int32 by VNNI.
- * Router logits never use Q8 / Q16 (mat_matmul_f32).
+ * The ggml k-quants (Q4_K, Q6_K) have their own (kernels_ggml_vnni.c,
+ * activations per 256 or 32 values) under Q8, Q16 and MIXED (24-bit).
+ * Router logits never use reduced-precision activations (mat_matmul_f32).
  */
 #ifndef E0_QUANT_KERNELS_H
 #define E0_QUANT_KERNELS_H
@@ -52,6 +54,14 @@ typedef struct {
     int64_t ldxg;
     const float *xgd, *xgs; /* [T, ldxgd]: per group, the scale dl and the sum of the quantized x */
     int64_t ldxgd;
+    /* int8 activations per block of 256 or 32 columns (k_prep_qk, ggml
+     * k-quant kernels): */
+    const int8_t *xk; /* [T, ldxk]: per block, each plane in natural order */
+    int64_t ldxk;
+    const float *xkd; /* [T, ldxkd]: per block, dl */
+    int64_t ldxkd;
+    const float *xks; /* [T, ldxks]: per 16 columns, dl * (the sum of n) */
+    int64_t ldxks;
 } k_act;
 
 typedef void (*k_rows_fn)(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
@@ -67,7 +77,11 @@ enum {
     K_NEED_XQ3 = 16,
     K_NEED_XG = 32,
     K_NEED_XG2 = 64,
-    K_NEED_XG3 = 128
+    K_NEED_XG3 = 128,
+    K_NEED_XK = 256,
+    K_NEED_XK2 = 512,
+    K_NEED_XK3 = 1024,
+    K_NEED_XK32 = 2048 /* with XK*: blocks of 32 columns, not 256 */
 };
 
 /* Calls with at least this many tokens use the int8 panel kernels (one
@@ -92,6 +106,11 @@ void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb)
  * run it over rows they dequantized. */
 void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                        int64_t ldy);
+/* Integer-activation kernels of ggml k-quant weights (kernels_ggml_vnni.c:
+ * Q4_K, Q6_K) with 1..3 activation planes (K_NEED_XK / _XK2 / _XK3), or
+ * NULL: the row kernels for T < K_PANEL_MIN_T, else the 16-row panel
+ * kernels (K_NEED_XK32). */
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need);
 /* int8-activation kernels of q4 weights, with 1..3 activation planes (else
  * the f32-activation kernel of k_avx512_pick): the panel kernels for calls
  * of at least panel_t tokens (and always for E0_L_P16 matrices), the row
@@ -137,6 +156,17 @@ void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, 
                float *xgs);
 void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
                       float *xgs);
+/* int8 activations per block of blk = 256 or 32 columns (cols a multiple
+ * of blk) in 1..3 planes, for the ggml k-quant kernels: per block b,
+ * d = amax / 127, n = rint(x * (1 / d) * 256^(planes-1)) as the digits of
+ * k_prep_q8. xk: per block, `planes` x blk bytes (plane 1, 2, 3; natural
+ * order); xkd[b] = dl = d / 256^(planes-1); xks[c / 16] = dl * (the sum of
+ * n over columns c .. c + 15, c a multiple of 16). */
+void k_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
+               float *xks);
+/* The same, vectorized (AVX-512 VNNI), bit-identical. */
+void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
+                      float *xks);
 /* The same, vectorized (AVX-512), bit-identical. */
 void k_avx512_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                       int64_t nblk);

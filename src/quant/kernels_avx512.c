@@ -11,6 +11,7 @@
  */
 #include "quant/kernels.h"
 
+#include "quant/kernels_x86.h"
 #include "util/num.h"
 
 #include <math.h>
@@ -569,35 +570,6 @@ INLV void split_digits16(__m512i n, int planes, __m512i out[3]) {
 #define PANEL_TB        64          /* tokens per packing of a panel */
 #define PANEL_MAX_WORDS (K_PANEL_MAX_COLS / 8)
 
-/* 16 x 16 words: v[i] = word i of 16 rows in, word c of rows 0..15 out. */
-INLV void tr16(__m512i v[16]) {
-    __m512i t[16];
-    UNROLL
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    __m512i u[16];
-    UNROLL
-    for (int a = 0; a < 4; a++) { /* u[4a + b]: rows 4a..4a+3 of columns b, b+4, b+8, b+12 */
-        u[4 * a] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
-        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
-    }
-    UNROLL
-    for (int b = 0; b < 4; b++) {
-        const __m512i v0 = _mm512_shuffle_i32x4(u[b], u[4 + b], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i v1 = _mm512_shuffle_i32x4(u[b], u[4 + b], _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], _MM_SHUFFLE(3, 1, 3, 1));
-        v[b] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
-        v[8 + b] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
-        v[4 + b] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
-        v[12 + b] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
-
 /* Rows r..r+nr (nr <= 16; the others are zero) of m into pk (two vectors
  * per word: low nibbles, high nibbles) and their scales and biases into
  * svp, bvp (16 per group). */
@@ -612,7 +584,7 @@ TGTV static void qp_pack(const e0_mat *m, int64_t r, int nr, __m512i *pk, float 
         UNROLL
         for (int i = 0; i < 16; i++)
             v[i] = i < nr ? _mm512_maskz_loadu_epi32(k, w + i * wpr + c0) : _mm512_setzero_si512();
-        tr16(v);
+        k_tr16(v);
         const int nc = left >= 16 ? 16 : (int)left;
         for (int c = 0; c < nc; c++) {
             pk[2 * (c0 + c)] = _mm512_and_si512(v[c], lo4);
@@ -630,8 +602,8 @@ TGTV static void qp_pack(const e0_mat *m, int64_t r, int nr, __m512i *pk, float 
             bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
                            : _mm512_setzero_si512();
         }
-        tr16(sv);
-        tr16(bv);
+        k_tr16(sv);
+        k_tr16(bv);
         for (int64_t g = 0; g < n; g++) {
             _mm512_storeu_si512(svp + (g0 + g) * 16, sv[g]);
             _mm512_storeu_si512(bvp + (g0 + g) * 16, bv[g]);
@@ -1027,8 +999,8 @@ INLV void qf_tile(const e0_mat *m, int64_t r, int nr, const int wpg, const k_act
                 bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
                                : _mm512_setzero_si512();
             }
-            tr16(sv);
-            tr16(bv);
+            k_tr16(sv);
+            k_tr16(bv);
             UNROLL
             for (int i = 0; i < 16; i++) {
                 _mm512_store_si512(svs + 16 * i, sv[i]);
@@ -1043,7 +1015,7 @@ INLV void qf_tile(const e0_mat *m, int64_t r, int nr, const int wpg, const k_act
             v[i] = i < nr ? _mm512_maskz_loadu_epi32(km, w + i * wpr + c0) : _mm512_setzero_si512();
             _mm_prefetch((const char *)(w + (16 + i) * wpr + c0), _MM_HINT_T0);
         }
-        tr16(v);
+        k_tr16(v);
         __m512i acc[3][8][4];
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) { /* the block's whole groups, word by word */

@@ -476,6 +476,31 @@ void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, 
     }
 }
 
+void k_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
+               float *xks) {
+    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    for (int64_t b = 0; b < cols / blk; b++) {
+        const float *xv = x + b * blk;
+        float amax = 0.0f;
+        for (int i = 0; i < blk; i++)
+            amax = fabsf(xv[i]) > amax ? fabsf(xv[i]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dl = d / scale;
+        for (int k = 0; k < blk / 16; k++) {
+            int32_t sum = 0;
+            for (int i = 16 * k; i < 16 * k + 16; i++) {
+                const int32_t n = (int32_t)lrintf(xv[i] * id * scale);
+                int8_t q[3];
+                split_digits(n, planes, q);
+                for (int p = 0; p < planes; p++)
+                    xk[(b * planes + p) * blk + i] = q[p];
+                sum += n;
+            }
+            xks[b * (blk / 16) + k] = dl * (float)sum;
+        }
+        xkd[b] = dl;
+    }
+}
+
 typedef struct {
     k_rows_fn fn; /* NULL: the reference */
     const e0_mat *m;
@@ -521,7 +546,36 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 /* Below this many activations a call prepares them in the caller's thread. */
 #define PAR_MIN_PREP (1 << 15)
 
+/* Activations of the ggml k-quant kernels (k_avx512_prep_qk) of tokens [t0, t1). */
+typedef struct {
+    const float *x;
+    int64_t ldx, cols;
+    int blk, planes;
+    k_act *a;
+} prep_qk_job;
+
+static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const prep_qk_job *j = ctx;
+    const k_act *a = j->a;
+    for (int64_t t = t0; t < t1; t++)
+        k_avx512_prep_qk(j->x + t * j->ldx, j->cols, j->blk, j->planes,
+                         (int8_t *)a->xk + t * a->ldxk, (float *)a->xkd + t * a->ldxkd,
+                         (float *)a->xks + t * a->ldxks);
+}
+
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *lanes) {
+    /* ggml k-quants: integer activations in Q8 (8-bit), Q16 (16-bit) and
+     * MIXED (24-bit: 16-bit panels flipped a route of ../shared/gguf's
+     * tiny-qwen35moe Q4_K_M, docs/experiments.md section 23); row kernels
+     * below K_PANEL_MIN_T tokens, panels above. Q24, which EXACT resolves
+     * to, keeps their f32 kernels. */
+    if (m->type == E0_W_GGML &&
+        (k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_MIXED)) {
+        const int planes = k == E0_KERNELS_AVX512_Q8 ? 1 : k == E0_KERNELS_AVX512_Q16 ? 2 : 3;
+        const k_rows_fn fn = k_avx512_ggml_int_pick(m, planes, T, need);
+        if (fn) return fn;
+    }
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
         return k_avx512_q8_pick(m, 1, T, K_PANEL_MIN_T, need, lanes);
@@ -581,6 +635,30 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
                 prep_rows(&pj, 0, T, 0);
             else /* the caller's scratch, filled by the pool */
                 pool_for(T, 1, prep_rows, &pj);
+        }
+    } else if (fn && (need & (K_NEED_XK | K_NEED_XK2 | K_NEED_XK3))) {
+        /* ggml k-quants: int8 planes per block of 256 or 32 columns;
+         * scratch: xkd | xks, then xk */
+        const int planes = need & K_NEED_XK3 ? 3 : need & K_NEED_XK2 ? 2 : 1;
+        const int blk = need & K_NEED_XK32 ? 32 : GGML_QK_K;
+        const int64_t nb = m->cols / blk, ns = m->cols / 16;
+        float *buf =
+            scratch((size_t)(T * (nb + ns)) * sizeof(float) + (size_t)(T * m->cols * planes));
+        if (!buf) {
+            fn = NULL;
+        } else {
+            a.xkd = buf;
+            a.ldxkd = nb;
+            a.xks = buf + T * nb;
+            a.ldxks = ns;
+            a.xk = (const int8_t *)(buf + T * (nb + ns));
+            a.ldxk = m->cols * planes;
+            prep_qk_job pj = {
+                .x = x, .ldx = ldx, .cols = m->cols, .blk = blk, .planes = planes, .a = &a};
+            if ((double)T * (double)m->cols < PAR_MIN_PREP)
+                prep_qk_rows(&pj, 0, T, 0);
+            else
+                pool_for(T, 1, prep_qk_rows, &pj);
         }
     } else if (fn && need != K_NEED_X) {
         /* scratch: xp | xs | xd (floats), then xq (bytes) */

@@ -111,7 +111,11 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * MIXED computes 4-bit matrices with the panel kernels' arithmetic
  * (activations quantized per weight group) at every T, so that the loaded
  * copy can be repacked for them (E0_L_P16); the Q sets use it from
- * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below). */
+ * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below).
+ * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
+ * which runs them with 24-bit activations for every T (16-bit batches
+ * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
+ * kernels. */
 typedef enum {
     E0_KERNELS_AUTO,         /* the default (see above) */
     E0_KERNELS_REF,          /* mat_matmul_ref (still split across the pool) */

@@ -1,0 +1,605 @@
+/* AVX-512 VNNI kernels of ggml k-quant weights (Q4_K, Q6_K; quant/ggml.h)
+ * against integer activations (quant/kernels.h, k_prep_qk): row kernels for
+ * calls of fewer than K_PANEL_MIN_T tokens (decode), 16-row panels for
+ * larger ones (described at their section below). Each has one arithmetic
+ * per (row, token); the two differ.
+ *
+ * ---- row kernels ----
+ * Activations are quantized per 256 columns, the k-quants' super-block, so
+ * one activation scale meets one weight block: d = amax / 127,
+ * n = rint(x * (1 / d) * 256^(P-1)) as P = 1..3 signed base-256 digits
+ * q1 q2 q3 (~8, 16 or 24 bits; x ~ dl n with dl = d / 256^(P-1)), each
+ * plane in natural column order; per 16 columns the sum of the quantized
+ * x, xks = dl * (sum n).
+ *
+ * Weights are used as their unsigned codes u (Q4_K 0..15; Q6_K 0..63, its
+ * -32 offset left out), 64 columns per vector in natural order, and the
+ * sub-block scales as int16 (Q4_K 6-bit sc per 32 columns, Q6_K int8 per
+ * 16). vpmaddubsw forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no
+ * saturation); vpdpwssd multiplies that by the pair's sub-block scale and
+ * adds pairs into int32 lanes. The mins (Q4_K: dmin m_s) and the offset
+ * (Q6_K: 32 d sc_s) meet the sums of the quantized x per 16 columns, in
+ * float, once per super-block.
+ *
+ * Summation order, per (row, token), super-blocks b in order, tot = 0:
+ *   I_p = vpdpwssd chain over the block's vectors j = 0..3 (from 0), plane p
+ *   f   = float(I_1)                           (P = 1)
+ *       = fma(float(I_1), 256, float(I_2))     (P = 2)
+ *       = fma(float(I_1), 65536, fma(float(I_2), 256, float(I_3)))  (P = 3)
+ *   tot = fma(f, d_b * dl_b, tot)              (d_b: the block's f16 d)
+ *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K
+ *                                              dmin m_s, Q6_K 32 d sc_s)
+ *   y = reduce_add(tot)
+ * Every int32 lane sum is exact and below 2^24 (Q6_K: 4 vectors x 2 pairs x
+ * 16128 x 128 = 16.5M), so float(I_p) is exact too: the only roundings
+ * after the activations' are those of the float steps above. A tile of R
+ * rows x TT tokens shares weight decoding and activation loads; the order
+ * above is the same in every tile, for every T and thread split.
+ */
+#include "quant/ggml.h"
+#include "quant/kernels.h"
+#include "quant/kernels_x86.h"
+
+#include "util/num.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TGTV   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLV   static inline __attribute__((always_inline)) TGTV
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* Rows per block of the row loop: their weights stay in L1 / L2 while
+ * every token tile passes over them. */
+#define QK_RB 16
+
+/* An f16 field, exactly. */
+INLV float qk_half(const uint8_t *b, size_t off) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(e0_ld16(b + off, 0))));
+}
+
+/* What a tile needs of one weight block: the integer scales S (int16, by
+ * sub-block), d, and the per-16-column mins / offsets m. */
+typedef struct {
+    __m512i S;  /* Q4_K: sc0..7 as int16; Q6_K: sc0..15 */
+    __m512i S8; /* Q4_K: sc0..7 then m0..7 as int16 (panels) */
+    __m512 d, dmin, m;
+} qk_blk;
+
+INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
+    if (type == GGML_Q4_K) {
+        /* The 12 scale bytes, as 32-bit words w0 w1 w2, into sc0..3, sc4..7,
+         * m0..3, m4..7 (6 bits each):
+         *   w0 & 0x3f.., (w2 & 0x0f..) | (w0 >> 6 & 3..) << 4,
+         *   w1 & 0x3f.., (w2 >> 4 & 0x0f..) | (w1 >> 6 & 3..) << 4
+         * in registers (the 16-byte load reads 4 bytes of qs, unused). */
+        const __m128i raw =
+            _mm_loadu_si128((const __m128i *)(const void *)(b + offsetof(ggml_block_q4_K, scales)));
+        const __m128i A = _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)),
+                                         _mm_setr_epi32(0, 0, 0, 4));
+        const __m128i B = _mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2);
+        const __m128i lo =
+            _mm_and_si128(A, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        const __m128i v = _mm_ternarylogic_epi32(
+            lo, B, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030), 0xF8); /* lo | (B & mask) */
+        k->S = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(v));
+        k->S8 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(v));
+        k->d = _mm512_set1_ps(qk_half(b, offsetof(ggml_block_q4_K, d)));
+        k->dmin = _mm512_set1_ps(qk_half(b, offsetof(ggml_block_q4_K, dmin)));
+        /* dmin m_s for the 16-column chunks 2s, 2s + 1 */
+        const __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+        k->m = _mm512_mul_ps(
+            k->dmin,
+            _mm512_permutexvar_ps(
+                _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), mf));
+    } else { /* Q6_K */
+        const __m128i sc =
+            _mm_loadu_si128((const __m128i *)(const void *)(b + offsetof(ggml_block_q6_K, scales)));
+        const float d = qk_half(b, offsetof(ggml_block_q6_K, d));
+        k->S = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
+        k->d = _mm512_set1_ps(d);
+        k->m =
+            _mm512_mul_ps(_mm512_set1_ps(32.0f * d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+    }
+}
+
+/* The codes of columns 64j .. 64j + 63 of the block, as bytes. */
+INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    if (type == GGML_Q4_K) {
+        /* qs[32j ..]: low nibbles columns 64j.., high nibbles 64j + 32.. */
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+            (const __m256i *)(const void *)(b + offsetof(ggml_block_q4_K, qs) + 32 * j)));
+        return _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4), lo4);
+    }
+    /* Q6_K, half h: ql[64h ..] low nibbles are its columns 0..63, high
+     * nibbles 64..127; qh[32h + l] bits 2k, 2k + 1 are the high bits of
+     * column 32k + l. */
+    const int h = j / 2, hi = j % 2;
+    const __m512i ql = _mm512_loadu_si512(b + offsetof(ggml_block_q6_K, ql) + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+        (const __m256i *)(const void *)(b + offsetof(ggml_block_q6_K, qh) + 32 * h)));
+    /* the two high bits moved to bits 4-5 of each byte (16-bit shifts: what
+     * crosses into the next byte lands outside bits 4-5) */
+    const __m512i nib =
+        hi ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), lo4) : _mm512_and_si512(ql, lo4);
+    const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16(hi ? 0 : 4), _mm256_set1_epi16(2), 1);
+    const __m512i hb = hi ? _mm512_srlv_epi16(qh, cnt) : _mm512_sllv_epi16(qh, cnt);
+    return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x30), 0xF8); /* nib | (hb & 0x30) */
+}
+
+/* vpermw index of vector j: the sub-block of each pair of columns. */
+INLV __m512i qk_sidx(const int type, const int j) {
+    int16_t ix[32];
+    for (int e = 0; e < 32; e++)
+        ix[e] = (int16_t)(type == GGML_Q4_K ? 2 * j + e / 16 : 4 * j + e / 8);
+    return _mm512_loadu_si512(ix);
+}
+
+INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                  const int type, const int P, float *y, int64_t ldy) {
+    const int bsize =
+        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+    const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
+    const uint8_t *w[4];
+    const int8_t *xq[4];
+    const float *xd[4], *xs[4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint8_t *)m->w + (r + i) * rb;
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        xq[t] = a->xk + (t0 + t) * a->ldxk;
+        xd[t] = a->xkd + (t0 + t) * a->ldxkd;
+        xs[t] = a->xks + (t0 + t) * a->ldxks;
+    }
+    __m512i sidx[4];
+    UNROLL
+    for (int j = 0; j < 4; j++)
+        sidx[j] = qk_sidx(type, j);
+    __m512 tot[4][4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        tot[i][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        qk_blk k[4];
+        const uint8_t *blk[4];
+        UNROLL
+        for (int i = 0; i < R; i++) {
+            blk[i] = w[i] + b * bsize;
+            const char *pf = (const char *)(blk[i] + R * rb);
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+            if (bsize > 192) _mm_prefetch(pf + 192, _MM_HINT_T0);
+            qk_begin(type, blk[i], &k[i]);
+        }
+        __m512i I[4][4][3];
+        UNROLL
+        for (int j = 0; j < 4; j++) {
+            UNROLL
+            for (int i = 0; i < R; i++) {
+                const __m512i u = qk_codes(type, blk[i], j);
+                const __m512i s = _mm512_permutexvar_epi16(sidx[j], k[i].S);
+                UNROLL
+                for (int t = 0; t < TT; t++)
+                    UNROLL
+                for (int p = 0; p < P; p++) {
+                    const __m512i x = _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                    const __m512i pr = _mm512_maddubs_epi16(u, x);
+                    I[i][t][p] =
+                        _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
+                }
+            }
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            const __m512 dl = _mm512_set1_ps(xd[t][b]);
+            const __m512 xsv = _mm512_loadu_ps(xs[t] + 16 * b);
+            UNROLL
+            for (int i = 0; i < R; i++) {
+                __m512 f = _mm512_cvtepi32_ps(I[i][t][P - 1]);
+                if (P == 3)
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i][t][1]), _mm512_set1_ps(256.0f), f);
+                if (P >= 2)
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i][t][0]),
+                                        _mm512_set1_ps(P == 3 ? 65536.0f : 256.0f), f);
+                tot[i][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(k[i].d, dl), tot[i][t]);
+                tot[i][t] = _mm512_fnmadd_ps(k[i].m, xsv, tot[i][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < R; i++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(tot[i][t]);
+}
+
+typedef void (*qk_tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, float *, int64_t);
+
+/* Tiles per type and plane count: 4 rows x 1 token, 2 rows x 2, 3 or 4
+ * tokens, and single rows of each. */
+#define QK_TILE(NAME, TYPE, P, R, TT)                                                              \
+    TGTV static void qk_##NAME##_##P##_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r,      \
+                                                  int64_t t0, float *y, int64_t ldy) {             \
+        qk_tile(m, a, r, R, t0, TT, TYPE, P, y, ldy);                                              \
+    }
+#define QK_KERNEL(NAME, TYPE, P)                                                                   \
+    QK_TILE(NAME, TYPE, P, 4, 1)                                                                   \
+    QK_TILE(NAME, TYPE, P, 2, 2)                                                                   \
+    QK_TILE(NAME, TYPE, P, 2, 3)                                                                   \
+    QK_TILE(NAME, TYPE, P, 2, 4)                                                                   \
+    QK_TILE(NAME, TYPE, P, 1, 1)                                                                   \
+    QK_TILE(NAME, TYPE, P, 1, 2)                                                                   \
+    QK_TILE(NAME, TYPE, P, 1, 3)                                                                   \
+    QK_TILE(NAME, TYPE, P, 1, 4)                                                                   \
+    TGTV static void qk_##NAME##_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0,           \
+                                            int64_t r1, float *y, int64_t ldy) {                   \
+        static const qk_tile_fn t[8] = {qk_##NAME##_##P##_4x1, qk_##NAME##_##P##_2x2,              \
+                                        qk_##NAME##_##P##_2x3, qk_##NAME##_##P##_2x4,              \
+                                        qk_##NAME##_##P##_1x1, qk_##NAME##_##P##_1x2,              \
+                                        qk_##NAME##_##P##_1x3, qk_##NAME##_##P##_1x4};             \
+        qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
+    }
+
+/* tiles: [TT - 1] the multi-row tile for TT tokens (4 rows for TT = 1, else
+ * 2), [4 + TT - 1] its single-row twin. */
+INLV void qk_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                  const qk_tile_fn tiles[8]) {
+    for (int64_t rb = r0; rb < r1; rb += QK_RB) {
+        const int64_t re = rb + QK_RB < r1 ? rb + QK_RB : r1;
+        for (int64_t t0 = 0; t0 < a->T;) {
+            const int64_t left = a->T - t0;
+            const int TT = left >= 4 ? 4 : (int)left;
+            const int R = TT == 1 ? 4 : 2;
+            int64_t r = rb;
+            for (; r + R <= re; r += R)
+                tiles[TT - 1](m, a, r, t0, y, ldy);
+            for (; r < re; r++)
+                tiles[4 + TT - 1](m, a, r, t0, y, ldy);
+            t0 += TT;
+        }
+    }
+}
+
+QK_KERNEL(q4_K, GGML_Q4_K, 1)
+QK_KERNEL(q4_K, GGML_Q4_K, 2)
+QK_KERNEL(q6_K, GGML_Q6_K, 1)
+QK_KERNEL(q6_K, GGML_Q6_K, 2)
+QK_KERNEL(q4_K, GGML_Q4_K, 3)
+QK_KERNEL(q6_K, GGML_Q6_K, 3)
+
+/* ---- 16-row panels (batches) ----------------------------------------------
+ * For T >= K_PANEL_MIN_T tokens. The row kernels above spend a few float
+ * operations per 256 columns of every (row, token) and decode each block
+ * again for every token tile; here the lanes are 16 rows, the weights are
+ * decoded once per panel and PANEL_TB tokens, and the float work is once
+ * per sub-block for 16 rows.
+ *
+ * Activations (k_prep_qk with blk = 32): d per 32 columns, P planes,
+ * natural order; xks per 16 columns. Weights: the codes u of 16 rows,
+ * transposed so that a vector holds 4 consecutive columns of each of the 16
+ * rows (pk[c / 4]): vpdpbusd of it with the 4 activation bytes of those
+ * columns, broadcast, adds 4 products to every row, exactly. Scales per
+ * sub-block (Q4_K: 32 columns, d sc_s; Q6_K: 16 columns, d sc_s) and the
+ * mins / offsets per 16 columns (Q4_K: dmin m_s; Q6_K: 32 d sc_s) as 16-row
+ * float vectors.
+ *
+ * Per (row, token), over sub-blocks s in order (tot = 0):
+ *   P = 1:  B = sum u q1                         f = float(B)
+ *   P = 2:  B = (sum u q1) << 8 + sum u q2       f = float(B)
+ *   P = 3:  A = sum u q1, B = (sum u q2) << 8 + sum u q3,  f = fma(float(A), 65536, float(B))
+ *   tot = fma(f, sc_s * dl_g, tot)               (g: the 32 columns holding s)
+ *   tot = fnmadd(m_k, xks_k, tot) for each 16 columns k of s, in order
+ *   y = tot
+ * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27). The result
+ * does not depend on which rows or tokens share a tile, on the thread split
+ * or on T, as long as T >= K_PANEL_MIN_T. */
+
+#define QKP_TB   64    /* tokens per packing of a panel */
+#define QKP_MAXC 16384 /* widest row */
+
+/* The packed panel of the calling thread: codes (a vector per 4 columns),
+ * scales (one vector per sub-block, at most one per 16 columns) and mins /
+ * offsets (one per 16 columns). */
+static _Thread_local __m512i qkp_pk[QKP_MAXC / 4];
+static _Thread_local __m512 qkp_sc[QKP_MAXC / 16], qkp_mn[QKP_MAXC / 16];
+
+/* Rows r..r+nr of m (nr <= 16; the others zero) into the panel. */
+INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
+    const int bsize =
+        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+    const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
+    const uint8_t *w = (const uint8_t *)m->w + r * rb;
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i v[16];
+        /* per row, 16 floats: Q4_K d sc_0..7 then dmin m_0..7; Q6_K d sc_0..15 */
+        for (int i = 0; i < 16; i++) {
+            if (i >= nr) {
+                v[i] = _mm512_setzero_si512();
+                continue;
+            }
+            qk_blk k;
+            qk_begin(type, w + i * rb + b * bsize, &k);
+            v[i] = _mm512_castps_si512(
+                type == GGML_Q4_K
+                    ? _mm512_mul_ps(
+                          _mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin),
+                          _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k.S8))))
+                    : _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(
+                                             _mm512_cvtepi16_epi32(_mm512_castsi512_si256(k.S)))));
+        }
+        k_tr16(v);
+        if (type == GGML_Q4_K)
+            for (int s = 0; s < 8; s++) {
+                qkp_sc[b * 8 + s] = _mm512_castsi512_ps(v[s]);
+                qkp_mn[b * 16 + 2 * s] = qkp_mn[b * 16 + 2 * s + 1] = _mm512_castsi512_ps(v[8 + s]);
+            }
+        else
+            for (int s = 0; s < 16; s++) {
+                qkp_sc[b * 16 + s] = _mm512_castsi512_ps(v[s]);
+                qkp_mn[b * 16 + s] =
+                    _mm512_mul_ps(_mm512_set1_ps(32.0f), _mm512_castsi512_ps(v[s]));
+            }
+        __m512i *pk = qkp_pk + b * 64;
+        if (type == GGML_Q4_K) {
+            /* qs[64h ..]: word c < 8 holds columns 4c.. of sub-blocks 4h (low
+             * nibbles) and 4h + 1 (high); word 8 + c those of 4h + 2, 4h + 3 */
+            for (int h = 0; h < 2; h++) {
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
+                                                       offsetof(ggml_block_q4_K, qs) + 64 * h)
+                                  : _mm512_setzero_si512();
+                k_tr16(v);
+                for (int c = 0; c < 16; c++) {
+                    const int s = 4 * h + (c >= 8 ? 2 : 0);
+                    pk[8 * s + c % 8] = _mm512_and_si512(v[c], lo4);
+                    pk[8 * (s + 1) + c % 8] = _mm512_and_si512(_mm512_srli_epi32(v[c], 4), lo4);
+                }
+            }
+        } else {
+            /* ql[64h ..]: word c < 8 holds columns 4c.. of runs 0 (low) and 2
+             * (high) of half h, word 8 + c runs 1 and 3; qh word 8h + c their
+             * high bits (2r, 2r + 1 for run r) */
+            __m512i qh[16];
+            for (int i = 0; i < 16; i++)
+                qh[i] =
+                    i < nr
+                        ? _mm512_loadu_si512(w + i * rb + b * bsize + offsetof(ggml_block_q6_K, qh))
+                        : _mm512_setzero_si512();
+            k_tr16(qh);
+            for (int h = 0; h < 2; h++) {
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
+                                                       offsetof(ggml_block_q6_K, ql) + 64 * h)
+                                  : _mm512_setzero_si512();
+                k_tr16(v);
+                for (int c = 0; c < 8; c++) {
+                    const __m512i q0 = v[c], q1 = v[8 + c], hb = qh[8 * h + c];
+                    __m512i *o = pk + 32 * h + c; /* run r: column 128h + 32r + 4c */
+                    o[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(q0, lo4),
+                                                     _mm512_slli_epi32(hb, 4), m30, 0xF8);
+                    o[8] = _mm512_ternarylogic_epi32(_mm512_and_si512(q1, lo4),
+                                                     _mm512_slli_epi32(hb, 2), m30, 0xF8);
+                    o[16] = _mm512_ternarylogic_epi32(
+                        _mm512_and_si512(_mm512_srli_epi32(q0, 4), lo4), hb, m30, 0xF8);
+                    o[24] =
+                        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(q1, 4), lo4),
+                                                  _mm512_srli_epi32(hb, 2), m30, 0xF8);
+                }
+            }
+        }
+    }
+}
+
+/* acc[t] += the products of one plane over nv vectors of codes from pk;
+ * xp[t]: the plane's bytes of those columns. */
+INLV void qkp_plane(__m512i acc[8], const __m512i *pk, const int nv, const int8_t *const xp[8],
+                    const int TT) {
+    UNROLL
+    for (int v = 0; v < nv; v++) {
+        const __m512i wv = pk[v];
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            int32_t e;
+            memcpy(&e, xp[t] + 4 * v, 4);
+            acc[t] = _mm512_dpbusd_epi32(acc[t], wv, _mm512_set1_epi32(e));
+        }
+    }
+}
+
+INLV void qkp_tile(const int type, int64_t cols, const k_act *a, int64_t t0, const int TT,
+                   const int P, float *y, int64_t ldy, __mmask16 rmask) {
+    const int CS = type == GGML_Q4_K ? 32 : 16, NV = CS / 4; /* columns per sub-block */
+    const int8_t *xt[8];
+    const float *xd[8], *xs[8];
+    __m512 tot[8];
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        xt[t] = a->xk + (t0 + t) * a->ldxk;
+        xd[t] = a->xkd + (t0 + t) * a->ldxkd;
+        xs[t] = a->xks + (t0 + t) * a->ldxks;
+        tot[t] = _mm512_setzero_ps();
+    }
+    for (int64_t s = 0; s < cols / CS; s++) {
+        const int64_t c0 = s * CS, g = c0 / 32, off = c0 % 32;
+        const __m512i *pk = qkp_pk + c0 / 4;
+        const int8_t *xp[8];
+        __m512i A[8], B[8];
+        __m512 f[8];
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            B[t] = _mm512_setzero_si512();
+        if (P == 3) {
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                A[t] = _mm512_setzero_si512();
+                xp[t] = xt[t] + g * 3 * 32 + off;
+            }
+            qkp_plane(A, pk, NV, xp, TT);
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            xp[t] = xt[t] + (g * P + (P == 3)) * 32 + off;
+        qkp_plane(B, pk, NV, xp, TT);
+        if (P >= 2) {
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                B[t] = _mm512_slli_epi32(B[t], 8);
+                xp[t] += 32;
+            }
+            qkp_plane(B, pk, NV, xp, TT);
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++)
+            f[t] = P == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_set1_ps(65536.0f),
+                                            _mm512_cvtepi32_ps(B[t]))
+                          : _mm512_cvtepi32_ps(B[t]);
+        const __m512 sc = qkp_sc[s];
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            tot[t] = _mm512_fmadd_ps(f[t], _mm512_mul_ps(sc, _mm512_set1_ps(xd[t][g])), tot[t]);
+            UNROLL
+            for (int k = 0; k < CS / 16; k++)
+                tot[t] = _mm512_fnmadd_ps(qkp_mn[c0 / 16 + k], _mm512_set1_ps(xs[t][c0 / 16 + k]),
+                                          tot[t]);
+        }
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++)
+        _mm512_mask_storeu_ps(y + (t0 + t) * ldy, rmask, tot[t]);
+}
+
+/* The next panel's bytes into L2 while this one computes. */
+INLV void qkp_prefetch(const int type, const e0_mat *m, int64_t r, int64_t nr) {
+    const size_t bsize = type == GGML_Q4_K ? sizeof(ggml_block_q4_K) : sizeof(ggml_block_q6_K);
+    const size_t rb = (size_t)(m->cols / GGML_QK_K) * bsize;
+    const char *w = (const char *)m->w + (size_t)r * rb;
+    for (size_t o = 0; o < (size_t)nr * rb; o += 64)
+        _mm_prefetch(w + o, _MM_HINT_T1);
+}
+
+typedef void (*qkp_tile_fn)(int64_t, const k_act *, int64_t, float *, int64_t, __mmask16);
+
+INLV void qkp_rows(const int type, const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,
+                   float *y, int64_t ldy, const qkp_tile_fn tiles[4]) {
+    for (int64_t tb = 0; tb < a->T; tb += QKP_TB) {
+        const int64_t te = tb + QKP_TB < a->T ? tb + QKP_TB : a->T;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int nr = r1 - r >= 16 ? 16 : (int)(r1 - r);
+            const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+            qkp_pack(type, m, r, nr);
+            if (r + 16 < r1) qkp_prefetch(type, m, r + 16, r1 - r - 16 >= 16 ? 16 : r1 - r - 16);
+            for (int64_t t0 = tb; t0 < te;) {
+                const int64_t left = te - t0;
+                const int TT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                tiles[TT == 8   ? 0
+                      : TT == 4 ? 1
+                      : TT == 2 ? 2
+                                : 3](m->cols, a, t0, y + r, ldy, rmask);
+                t0 += TT;
+            }
+        }
+    }
+}
+
+#define QKP_TILE(NAME, TYPE, P, TT)                                                                \
+    TGTV static void qkp_##NAME##_##P##_##TT(int64_t cols, const k_act *a, int64_t t0, float *y,   \
+                                             int64_t ldy, __mmask16 rmask) {                       \
+        qkp_tile(TYPE, cols, a, t0, TT, P, y, ldy, rmask);                                         \
+    }
+#define QKP_KERNEL(NAME, TYPE, P)                                                                  \
+    QKP_TILE(NAME, TYPE, P, 8)                                                                     \
+    QKP_TILE(NAME, TYPE, P, 4)                                                                     \
+    QKP_TILE(NAME, TYPE, P, 2)                                                                     \
+    QKP_TILE(NAME, TYPE, P, 1)                                                                     \
+    TGTV static void qkp_##NAME##_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0,          \
+                                             int64_t r1, float *y, int64_t ldy) {                  \
+        static const qkp_tile_fn t[4] = {qkp_##NAME##_##P##_8, qkp_##NAME##_##P##_4,               \
+                                         qkp_##NAME##_##P##_2, qkp_##NAME##_##P##_1};              \
+        qkp_rows(TYPE, m, a, r0, r1, y, ldy, t);                                                   \
+    }
+
+QKP_KERNEL(q4_K, GGML_Q4_K, 1)
+QKP_KERNEL(q4_K, GGML_Q4_K, 2)
+QKP_KERNEL(q4_K, GGML_Q4_K, 3)
+QKP_KERNEL(q6_K, GGML_Q6_K, 1)
+QKP_KERNEL(q6_K, GGML_Q6_K, 2)
+QKP_KERNEL(q6_K, GGML_Q6_K, 3)
+
+/* k_prep_qk (mat.c) vectorized; bit-identical to it. */
+TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk,
+                           float *xkd, float *xks) {
+    const int64_t nb = cols / blk;
+    const int nv = blk / 16;
+    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xv = x + b * blk;
+        __m512 am = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(xv + 16 * v)));
+        const float d = _mm512_reduce_max_ps(am) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float dl = d / scale;
+        const __m512 vid = _mm512_set1_ps(id), vscale = _mm512_set1_ps(scale);
+        const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
+        for (int v = 0; v < nv; v++) {
+            const __m512i n = _mm512_cvtps_epi32(
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xv + 16 * v), vid), vscale));
+            __m512i q1 = n;
+            for (int p = planes - 1; p > 0;
+                 p--) { /* the sign-extended low byte, then the rest / 256 */
+                const __m512i q = _mm512_srai_epi32(_mm512_slli_epi32(q1, 24), 24);
+                q1 = _mm512_srai_epi32(_mm512_sub_epi32(q1, q), 8);
+                _mm_storeu_si128((__m128i *)(void *)(xk + (b * planes + p) * blk + 16 * v),
+                                 _mm512_cvtepi32_epi8(q));
+            }
+            q1 = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
+            _mm_storeu_si128((__m128i *)(void *)(xk + b * planes * blk + 16 * v),
+                             _mm512_cvtepi32_epi8(q1));
+            xks[b * nv + v] = dl * (float)_mm512_reduce_add_epi32(n);
+        }
+        xkd[b] = dl;
+    }
+}
+
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need) {
+    if (m->type != E0_W_GGML || m->cols % GGML_QK_K || planes < 1 || planes > 3) return NULL;
+    if (m->gtype != GGML_Q4_K && m->gtype != GGML_Q6_K) return NULL;
+    *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
+    if (T >= K_PANEL_MIN_T && m->cols <= QKP_MAXC) {
+        *need |= K_NEED_XK32;
+        if (m->gtype == GGML_Q4_K)
+            return planes == 3 ? qkp_q4_K_3_rows : planes == 2 ? qkp_q4_K_2_rows : qkp_q4_K_1_rows;
+        return planes == 3 ? qkp_q6_K_3_rows : planes == 2 ? qkp_q6_K_2_rows : qkp_q6_K_1_rows;
+    }
+    switch (m->gtype) {
+    case GGML_Q4_K:
+        return planes == 3 ? qk_q4_K_3_rows : planes == 2 ? qk_q4_K_2_rows : qk_q4_K_1_rows;
+    case GGML_Q6_K:
+        return planes == 3 ? qk_q6_K_3_rows : planes == 2 ? qk_q6_K_2_rows : qk_q6_K_1_rows;
+    default:
+        return NULL;
+    }
+}
+
+#else
+
+void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
+                      float *xks) {
+    k_prep_qk(x, cols, blk, planes, xk, xkd, xks);
+}
+
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need) {
+    (void)m, (void)planes, (void)T, (void)need;
+    return NULL;
+}
+
+#endif
