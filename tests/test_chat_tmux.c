@@ -193,10 +193,13 @@ static void test_chat_in_tmux(void **state) {
     char pipe_cmd[40000];
     snprintf(pipe_cmd, sizeof pipe_cmd,
              "printf 'hi\\n/stats\\n/quit\\n' | env -u NO_COLOR XDG_STATE_HOME=%s %s chat %s "
-             "--max-tokens 4 > %s/chat.out 2>&1 && env -u NO_COLOR %s demo %s --max-tokens 4 > "
+             "--max-tokens 4 --stats > %s/chat.out 2>&1 && env -u NO_COLOR %s demo %s --max-tokens 4 > "
              "%s/demo.out 2>&1 && ! grep -q \"$(printf '\\033')\" %s/chat.out %s/demo.out && "
-             "grep -q 'new prompt tokens' %s/chat.out",
-             state_dir, tu_bin(), model, dir, tu_bin(), model, dir, dir, dir, dir);
+             "grep -q 'new prompt tokens' %s/chat.out && "
+             /* /stats and --stats at the end, on a checkpoint in memory: no cache to size */
+             "[ $(grep -c '^stats: prefill' %s/chat.out) = 2 ] && "
+             "grep -q 'experts: read from memory' %s/chat.out && ! grep -q 'cache_slots 0' %s/chat.out",
+             state_dir, tu_bin(), model, dir, tu_bin(), model, dir, dir, dir, dir, dir, dir, dir);
     assert_int_equal(tu_run(pipe_cmd), 0);
     tu_rmtree(dir);
     free(dir);

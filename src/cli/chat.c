@@ -278,7 +278,10 @@ int cmd_chat(int argc, char **argv) {
                r.prefill_s > 0 ? (r.prompt_tokens - r.reused_tokens) / r.prefill_s : 0.0, r.completion_tokens,
                r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why, color ? "\033[0m" : "");
     }
-    if (ce.stats) cli_print_stats(eng, stdout);
+    if (ce.stats) {
+        printf("\n");
+        cli_print_stats(eng, stdout);
+    }
     status = 0;
 out:
     if (status) cli_error("%s", err);
