@@ -570,6 +570,28 @@ INLV void split_digits16(__m512i n, int planes, __m512i out[3]) {
 #define PANEL_TB        64          /* tokens per packing of a panel */
 #define PANEL_MAX_WORDS (K_PANEL_MAX_COLS / 8)
 
+/* Scales and biases of rows r..r+nr (nr <= 16; the other lanes 0) for
+ * groups g0 .. g0 + 15 (those before ng), transposed: the first `cnt`
+ * groups' 16-row vectors to sv + 16 g and bv + 16 g. */
+INLV void sb_tr16(const e0_mat *m, int64_t r, int nr, int64_t g0, int64_t ng, int64_t cnt,
+                  float *sv, float *bv) {
+    const int64_t n = ng - g0 >= 16 ? 16 : ng - g0;
+    __m512i s[16], b[16];
+    UNROLL
+    for (int i = 0; i < 16; i++) {
+        s[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->scales, (r + i) * ng + g0, n))
+                      : _mm512_setzero_si512();
+        b[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
+                      : _mm512_setzero_si512();
+    }
+    k_tr16(s);
+    k_tr16(b);
+    for (int64_t g = 0; g < cnt; g++) {
+        _mm512_storeu_si512(sv + 16 * g, s[g]);
+        _mm512_storeu_si512(bv + 16 * g, b[g]);
+    }
+}
+
 /* Rows r..r+nr (nr <= 16; the others are zero) of m into pk (two vectors
  * per word: low nibbles, high nibbles) and their scales and biases into
  * svp, bvp (16 per group). */
@@ -592,23 +614,8 @@ TGTV static void qp_pack(const e0_mat *m, int64_t r, int nr, __m512i *pk, float 
         }
     }
     /* scales and biases: 16 rows x 16 groups at a time, transposed */
-    for (int64_t g0 = 0; g0 < ng; g0 += 16) {
-        const int64_t n = ng - g0 >= 16 ? 16 : ng - g0;
-        __m512i sv[16], bv[16];
-        UNROLL
-        for (int i = 0; i < 16; i++) {
-            sv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->scales, (r + i) * ng + g0, n))
-                           : _mm512_setzero_si512();
-            bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
-                           : _mm512_setzero_si512();
-        }
-        k_tr16(sv);
-        k_tr16(bv);
-        for (int64_t g = 0; g < n; g++) {
-            _mm512_storeu_si512(svp + (g0 + g) * 16, sv[g]);
-            _mm512_storeu_si512(bvp + (g0 + g) * 16, bv[g]);
-        }
-    }
+    for (int64_t g0 = 0; g0 < ng; g0 += 16)
+        sb_tr16(m, r, nr, g0, ng, ng - g0 >= 16 ? 16 : ng - g0, svp + g0 * 16, bvp + g0 * 16);
 }
 
 /* acc[t] += the products of one plane over the group's wpg words; xp[t]:
@@ -989,24 +996,8 @@ INLV void qf_tile(const e0_mat *m, int64_t r, int nr, const int wpg, const k_act
     pg_act(a, t0, TT, xt, xd, xs, tot);
     for (int64_t c0 = 0; c0 < wpr; c0 += 16) {
         const int64_t g0 = c0 / wpg;
-        if (g0 % 16 == 0) { /* scales and biases of groups g0..g0+15, transposed */
-            const int64_t n = ng - g0 >= 16 ? 16 : ng - g0;
-            __m512i sv[16], bv[16];
-            UNROLL
-            for (int i = 0; i < 16; i++) {
-                sv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->scales, (r + i) * ng + g0, n))
-                               : _mm512_setzero_si512();
-                bv[i] = i < nr ? _mm512_castps_si512(ld_s16(m->stype, m->biases, (r + i) * ng + g0, n))
-                               : _mm512_setzero_si512();
-            }
-            k_tr16(sv);
-            k_tr16(bv);
-            UNROLL
-            for (int i = 0; i < 16; i++) {
-                _mm512_store_si512(svs + 16 * i, sv[i]);
-                _mm512_store_si512(bvs + 16 * i, bv[i]);
-            }
-        }
+        if (g0 % 16 == 0) /* scales and biases of groups g0..g0+15, transposed */
+            sb_tr16(m, r, nr, g0, ng, 16, svs, bvs);
         const int64_t left = wpr - c0;
         const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
         __m512i v[16];

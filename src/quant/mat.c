@@ -422,6 +422,19 @@ static void split_digits(int32_t n, int planes, int8_t q[3]) {
     }
 }
 
+/* 256^(planes - 1): the planes' integer n = rint(x / d * plane_scale). */
+static float plane_scale(int planes) {
+    return planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+}
+
+/* The largest |v[i]| of n values. */
+static float amax_of(const float *v, int n) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+    return amax;
+}
+
 void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl, float *xb,
                int64_t nblk) {
     for (int64_t b = 0; b < nblk; b++)
@@ -433,7 +446,7 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
                 amax = v > amax ? v : amax;
             }
             const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+            const float scale = plane_scale(planes);
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) {
                 /* n = rint(x / d * 256^(planes-1)), |n| <= 127 * 256^(planes-1): exact in f32 and
@@ -455,13 +468,10 @@ void k_prep_q8(const float *x, int64_t cols, int planes, int8_t *xq, float *xdl,
 
 void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, float *xgd,
                float *xgs) {
-    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    const float scale = plane_scale(planes);
     for (int64_t g = 0; g < cols / group; g++) {
         const float *xv = x + g * group;
-        float amax = 0.0f;
-        for (int i = 0; i < group; i++)
-            amax = fabsf(xv[i]) > amax ? fabsf(xv[i]) : amax;
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax_of(xv, group) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         int32_t sum = 0;
         for (int i = 0; i < group; i++) {
             const int32_t n = (int32_t)lrintf(xv[i] * id * scale);
@@ -478,13 +488,10 @@ void k_prep_qg(const float *x, int64_t cols, int group, int planes, int8_t *xg, 
 
 void k_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
                float *xks) {
-    const float scale = planes == 3 ? 65536.0f : planes == 2 ? 256.0f : 1.0f;
+    const float scale = plane_scale(planes);
     for (int64_t b = 0; b < cols / blk; b++) {
         const float *xv = x + b * blk;
-        float amax = 0.0f;
-        for (int i = 0; i < blk; i++)
-            amax = fabsf(xv[i]) > amax ? fabsf(xv[i]) : amax;
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dl = d / scale;
+        const float d = amax_of(xv, blk) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dl = d / scale;
         for (int k = 0; k < blk / 16; k++) {
             int32_t sum = 0;
             for (int i = 16 * k; i < 16 * k + 16; i++) {

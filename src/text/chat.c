@@ -574,6 +574,19 @@ void chat_opts_default(chat_opts *o) {
     o->tools = NULL;
 }
 
+/* The tools as both templates list them: each JSON object on its own line. */
+static int put_tools(sbuf *b, const cJSON *tools, char *err) {
+    size_t k = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, k++) {
+        char what[48];
+        snprintf(what, sizeof what, "tools[%zu]", k);
+        sb_puts(b, "\n");
+        int rc = json_put(b, t, 0, what, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static int render(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg *m, size_t n,
                   char *err) {
     size_t i = 0;
@@ -584,13 +597,7 @@ static int render(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg *
     bool tools = o->tools && o->tools->child;
     put_header(b, m, tools);
     if (tools) {
-        size_t k = 0;
-        for (const cJSON *t = o->tools->child; t; t = t->next, k++) {
-            char what[48];
-            snprintf(what, sizeof what, "tools[%zu]", k);
-            sb_puts(b, "\n");
-            if ((rc = json_put(b, t, 0, what, err))) return rc;
-        }
+        if ((rc = put_tools(b, o->tools, err))) return rc;
         sb_puts(b, TOOLS_TAIL);
     }
 
@@ -816,13 +823,7 @@ static int render35(sbuf *b, const cJSON *messages, const chat_opts *o, chat_msg
     if (tools) {
         sb_puts(b, "<|im_start|>system\n");
         sb_puts(b, TOOLS35_HEAD);
-        size_t k = 0;
-        for (const cJSON *t = o->tools->child; t; t = t->next, k++) {
-            char what[48];
-            snprintf(what, sizeof what, "tools[%zu]", k);
-            sb_puts(b, "\n");
-            if ((rc = json_put(b, t, 0, what, err))) return rc;
-        }
+        if ((rc = put_tools(b, o->tools, err))) return rc;
         sb_puts(b, TOOLS35_TAIL);
         if (m[0].role == ROLE_SYSTEM && sl_py_strip(m[0].content).n) {
             sb_puts(b, "\n\n");
