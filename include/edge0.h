@@ -129,7 +129,10 @@ typedef struct {
     int32_t budget_mode;
     /* E0_IO_LOAD: called as the checkpoint is read (bytes so far, total); may be NULL */
     void (*load_progress)(void *ctx, uint64_t done, uint64_t total);
-    void *load_ctx;
+    /* E0_IO_LOAD, after the read: called as the loaded weights are rearranged
+     * into the kernels' layout (bytes so far, total); may be NULL */
+    void (*repack_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *load_ctx; /* passed to both */
 } e0_engine_opts;
 
 void e0_engine_opts_default(e0_engine_opts *o);

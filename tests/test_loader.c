@@ -57,6 +57,15 @@ static void load_seen(void *ctx, uint64_t done, uint64_t total) {
     ++*pc[1];
 }
 
+/* ctx: {last, calls, total}; the total never changes, done only grows */
+static void repack_seen(void *ctx, uint64_t done, uint64_t total) {
+    uint64_t **pc = ctx;
+    assert_true(done > *pc[0] && done <= total);
+    assert_true(!*pc[1] || total == *pc[2]);
+    *pc[0] = done, *pc[2] = total;
+    ++*pc[1];
+}
+
 static void test_valid_raw(void **state) {
     (void)state;
     char *dir = tu_tmpdir();
@@ -383,13 +392,20 @@ static void test_load_in_place(void **state) {
             e0_engine_opts o;
             e0_engine_opts_default(&o);
             o.io = v == 0 ? E0_IO_MMAP : v == 1 ? E0_IO_LOAD : E0_IO_PREAD;
+            uint64_t rp_last = 0, rp_calls = 0, rp_total = 0, *rp[3] = {&rp_last, &rp_calls, &rp_total};
+            o.repack_progress = repack_seen, o.load_ctx = rp;
             e0_engine *e;
             if (e0_engine_open(&e, tu_shared(models[mi]), &o, err)) fail_msg("%s", err);
             if (v == 1) {
                 assert_non_null(strstr(e0_engine_io_note(e), "io load"));
-                if (mi > 0 && mat_p16_wanted())
+                if (mi > 0 && mat_p16_wanted()) {
                     assert_non_null(strstr(e0_engine_io_note(e), "16-row panels"));
+                    /* the progress of the repack: every matrix reported, ending at the total */
+                    assert_true(rp_calls > 0);
+                    assert_int_equal(rp_last, rp_total);
+                }
             }
+            if (v != 1 || mi == 0 || !mat_p16_wanted()) assert_int_equal(rp_calls, 0);
             e0_model_info info;
             e0_engine_info(e, &info);
             e0_session *ss;

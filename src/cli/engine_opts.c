@@ -258,33 +258,50 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
 }
 
 /* --io load: a progress bar on a terminal while the checkpoint is read (a
- * 20 GB file takes seconds from the page cache, minutes from a slow disk);
- * nothing when stderr is not a terminal, nor for a load that ends within
- * half a second (a checkpoint already in the page cache). */
-static void load_progress(void *ctx, uint64_t done, uint64_t total) {
-    static cli_progress bar;
-    static double t0;
-    static uint64_t last; /* 0: no load under way */
-    static bool shown;
-    (void)ctx;
-    if (!last || done < last) { /* a new load */
-        memset(&bar, 0, sizeof bar);
-        bar.cmd = "load";
-        bar.unit = " read";
-        bar.verb = "read";
-        bar.tty = 1;
-        t0 = cli_now();
-        shown = false;
+ * 20 GB file takes seconds from the page cache, minutes from a slow disk),
+ * and another while the weights are rearranged into the kernels' panels
+ * (seconds); nothing when stderr is not a terminal, nor for a stage that
+ * ends within half a second (a checkpoint already in the page cache). */
+typedef struct {
+    const char *title, *unit;
+    cli_progress bar;
+    double t0;
+    uint64_t last; /* 0: no stage under way */
+    bool shown;
+} load_stage;
+
+static void stage_progress(load_stage *st, uint64_t done, uint64_t total) {
+    if (!st->last || done < st->last) { /* a new stage */
+        memset(&st->bar, 0, sizeof st->bar);
+        st->bar.cmd = "load";
+        st->bar.unit = st->unit;
+        st->bar.verb = st->unit + 1;
+        st->bar.tty = 1;
+        st->t0 = cli_now();
+        st->shown = false;
     }
-    last = done < total ? done : 0;
-    if (!shown && done < total && cli_now() - t0 < 0.5) return;
-    if (!shown) {
+    st->last = done < total ? done : 0;
+    if (!st->shown && done < total && cli_now() - st->t0 < 0.5) return;
+    if (!st->shown) {
         if (done >= total) return; /* fast: nothing to show */
-        fprintf(stderr, "edge0: loading the checkpoint into memory\n");
-        shown = true;
+        fprintf(stderr, "edge0: %s\n", st->title);
+        st->shown = true;
     }
-    cli_progress_update(&bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
-                        (double)total, cli_now() - t0);
+    cli_progress_update(&st->bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
+                        (double)total, cli_now() - st->t0);
+}
+
+static void load_progress(void *ctx, uint64_t done, uint64_t total) {
+    static load_stage st = {.title = "loading the checkpoint into memory", .unit = " read"};
+    (void)ctx;
+    stage_progress(&st, done, total);
+}
+
+static void repack_progress(void *ctx, uint64_t done, uint64_t total) {
+    static load_stage st = {.title = "arranging the weights into 16-row panels for the decode kernels",
+                            .unit = " arranged"};
+    (void)ctx;
+    stage_progress(&st, done, total);
 }
 
 int cli_engine_finish(cli_engine *c) {
@@ -316,7 +333,10 @@ int cli_engine_finish(cli_engine *c) {
                 c->threads, pool_cores());
     c->eo.mem_budget = c->mem_budget;
     c->eo.budget_mode = c->budget_off ? E0_BUDGET_OFF : E0_BUDGET_AUTO;
-    if (isatty(STDERR_FILENO)) c->eo.load_progress = load_progress;
+    if (isatty(STDERR_FILENO)) {
+        c->eo.load_progress = load_progress;
+        c->eo.repack_progress = repack_progress;
+    }
     if (c->eo.layer.top_k)
         fprintf(
             stderr,

@@ -88,8 +88,9 @@ int model_load(e0_model *m, const char *dir, char *err);
  * file layout: the kernels compute the same results on both. Extra memory
  * while it runs: one tensor's bytes. Returns the number of matrices
  * repacked (stacked experts count once); never fails (without memory for
- * the scratch, nothing is repacked). */
-int model_repack(e0_model *m);
+ * the scratch, nothing is repacked). `progress` (may be NULL) is told the
+ * bytes repacked so far and the total after each matrix. */
+int model_repack(e0_model *m, st_load_fn progress, void *ctx);
 void model_free(e0_model *m);
 /* Everything but the routed experts copied out of the file mappings
  * (st_set_pin): with pread I/O, a checkpoint truncated while running then

@@ -152,7 +152,7 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     if (!rc && e->opts.io == E0_IO_LOAD && mat_p16_wanted()) {
         /* the loaded copy is ours: the decode kernels' layout (mat.h) */
         const double t0 = now_s();
-        const int n = model_repack(&e->model);
+        const int n = model_repack(&e->model, e->opts.repack_progress, e->opts.load_ctx);
         const size_t used = strlen(e->io_note);
         if (n && used < sizeof e->io_note)
             snprintf(e->io_note + used, sizeof e->io_note - used,

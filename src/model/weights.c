@@ -695,13 +695,21 @@ typedef struct {
     uint8_t *tmp; /* scratch of the largest matrix so far */
     size_t cap;
     bool oom;
-    int n; /* matrices repacked */
+    int n;        /* matrices repacked */
+    bool dry;     /* only count the bytes that would be repacked */
+    uint64_t done, total;
+    st_load_fn progress;
+    void *ctx;
 } repacker;
 
 /* x repacked in place when it qualifies; true if it now is E0_L_P16. */
 static bool repack_mat(repacker *R, e0_mat *x) {
     if (R->oom || !mat_p16_ok(x)) return false;
     const size_t need = (size_t)mat_bytes(x);
+    if (R->dry) {
+        R->total += need;
+        return false;
+    }
     if (need > R->cap) {
         free(R->tmp);
         R->cap = 0;
@@ -713,6 +721,8 @@ static bool repack_mat(repacker *R, e0_mat *x) {
     }
     if (mat_repack_p16(x, R->tmp) != 0) return false;
     R->n++;
+    R->done += need;
+    if (R->progress) R->progress(R->ctx, R->done, R->total);
     return true;
 }
 
@@ -753,6 +763,15 @@ static int repack_experts(repacker *R, const e0_config *c, e0_layer *ly) {
     bool stacked = true;
     for (int p = 0; p < 3 && stacked; p++)
         stacked = stacked_of(ly->experts, E, parts[p], r0[p], stride[p], &whole[p]);
+    if (R->dry) {
+        for (int p = ly->fused ? 1 : 0; p < 3 && stacked; p++) repack_mat(R, &whole[p]);
+        for (int64_t e = 0; e < E && !stacked; e++) {
+            repack_mat(R, &ly->experts[e].gate);
+            repack_mat(R, &ly->experts[e].up);
+            repack_mat(R, &ly->experts[e].down);
+        }
+        return 0;
+    }
     if (!(ly->xfile = malloc((size_t)E * sizeof *ly->xfile))) return 0;
     memcpy(ly->xfile, ly->experts, (size_t)E * sizeof *ly->xfile);
     int n = 0;
@@ -778,13 +797,9 @@ static int repack_experts(repacker *R, const e0_config *c, e0_layer *ly) {
     return n;
 }
 
-int model_repack(e0_model *m) {
-    if (st_set_writable(m->st, true) != 0) {
-        st_set_writable(m->st, false);
-        return 0;
-    }
-    repacker R = {0};
-    if (m->lm_head.w != m->embed.w) repack_mat(&R, &m->lm_head); /* tied: the lookup reads rows */
+/* One pass over every matrix that qualifies: counting (R->dry) or repacking. */
+static void repack_all(repacker *R, e0_model *m) {
+    if (m->lm_head.w != m->embed.w) repack_mat(R, &m->lm_head); /* tied: the lookup reads rows */
     for (int li = 0; li < m->cfg.n_layers; li++) {
         e0_layer *l = &m->layers[li];
         /* not the routers: mat_matmul_f32 has no panel kernel */
@@ -793,9 +808,20 @@ int model_repack(e0_model *m) {
                           &l->out,     &l->sh_gate, &l->sh_up, &l->sh_down, &l->mlp_gate,
                           &l->mlp_up,  &l->mlp_down};
         for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
-            repack_mat(&R, mats[i]);
-        if (l->moe && l->experts) repack_experts(&R, &m->cfg, l);
+            repack_mat(R, mats[i]);
+        if (l->moe && l->experts) repack_experts(R, &m->cfg, l);
     }
+}
+
+int model_repack(e0_model *m, st_load_fn progress, void *ctx) {
+    if (st_set_writable(m->st, true) != 0) {
+        st_set_writable(m->st, false);
+        return 0;
+    }
+    repacker R = {.dry = true};
+    repack_all(&R, m);
+    R.dry = false, R.progress = progress, R.ctx = ctx;
+    repack_all(&R, m);
     free(R.tmp);
     st_set_writable(m->st, false);
     return R.n;
