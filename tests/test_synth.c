@@ -465,6 +465,51 @@ static void test_tiny_loads(void **state) {
         }
 }
 
+/* --sparse: the same files, headers and config as a full write, but the
+ * data sections are holes: almost no blocks on the disk, every weight byte
+ * zero, and the checkpoint opens with the full write's parameters. */
+static void test_sparse(void **state) {
+    (void)state;
+    char *dst[2], *root[2];
+    for (int v = 0; v < 2; v++) {
+        root[v] = tmp_model(&dst[v]);
+        synth_opts o;
+        synth_opts_default(&o);
+        o.no_sync = 1, o.sparse = v;
+        write_ok("tiny", &o, dst[v]);
+    }
+    char *p[2];
+    for (int v = 0; v < 2; v++)
+        assert_non_null(p[v] = e0_path_join(dst[v], "model.safetensors"));
+    struct stat st[2];
+    assert_int_equal(stat(p[0], &st[0]), 0);
+    assert_int_equal(stat(p[1], &st[1]), 0);
+    assert_int_equal(st[0].st_size, st[1].st_size);
+    assert_true(st[0].st_blocks * 512 >= st[0].st_size * 9 / 10);
+    assert_true(st[1].st_blocks * 512 < st[1].st_size / 10); /* holes, not zeros written */
+    char err[E0_ERR_MAX];
+    st_set *s[2];
+    for (int v = 0; v < 2; v++)
+        if (st_set_open_dir(&s[v], dst[v], err)) fail_msg("%s", err);
+    assert_int_equal(st_count(s[0]), st_count(s[1]));
+    for (size_t i = 0; i < st_count(s[1]); i++) {
+        const st_tensor *a = st_at(s[0], i), *b = st_at(s[1], i);
+        assert_string_equal(a->name, b->name);
+        assert_int_equal(a->nbytes, b->nbytes);
+        for (uint64_t k = 0; k < b->nbytes; k++)
+            if (((const uint8_t *)b->data)[k]) fail_msg("%s: byte %llu is not zero", b->name,
+                                                       (unsigned long long)k);
+    }
+    char *a = read_text(dst[0], "config.json"), *b = read_text(dst[1], "config.json");
+    assert_string_equal(a, b);
+    free(a), free(b);
+    for (int v = 0; v < 2; v++) {
+        st_set_free(s[v]);
+        tu_rmtree(root[v]);
+        free(root[v]), free(dst[v]), free(p[v]);
+    }
+}
+
 /* Same seed, same bytes (whatever the thread count); another seed differs. */
 static void test_deterministic(void **state) {
     (void)state;
@@ -950,7 +995,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_route_skew),    cmocka_unit_test(test_gguf_tiny),
         cmocka_unit_test(test_gguf_plan),     cmocka_unit_test(test_gguf_split_atomic),
         cmocka_unit_test(test_gguf_deterministic), cmocka_unit_test(test_gguf_cli),
-        cmocka_unit_test(test_route_model),
+        cmocka_unit_test(test_sparse),
+        cmocka_unit_test(test_route_model), /* last: only with E0_SYNTH_ROUTE_MODEL */
     };
     const char *real = getenv("E0_SYNTH_ROUTE_MODEL");
     const size_t n = sizeof tests / sizeof *tests - (real && *real ? 0 : 1);

@@ -48,6 +48,10 @@ static void help(FILE *f) {
                "                     given, else parts DST-0000K-of-0000N.gguf)\n"
                "  --shard-mb N       largest shard in MiB\n"
                "  --no-sync          skip the fsync before the rename\n"
+               "  --sparse           mlx / hf: headers and config.json only, every weight a\n"
+               "                     hole that reads as zero (no disk used): the files of a\n"
+               "                     shape larger than the disk, for `edge0 info` and plans\n"
+               "                     (its answers are zeros, not noise)\n"
                "  --dry-run          print the size and layout (gguf: the type mix), write\n"
                "                     nothing\n"
                "\n"
@@ -139,6 +143,8 @@ int cmd_synth(int argc, char **argv) {
                 return 2;
             }
             o.route_stickiness = s, i++;
+        } else if (!strcmp(a, "--sparse")) {
+            o.sparse = 1;
         } else if (!strcmp(a, "--seed")) {
             if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
             o.seed = (uint64_t)n, i++;
@@ -169,6 +175,10 @@ int cmd_synth(int argc, char **argv) {
     if (o.format == SYNTH_GGUF) {
         if (o.route_skew > 0) {
             cli_error("synth: --route-skew is not available with --format gguf (use mlx or hf)");
+            return 2;
+        }
+        if (o.sparse) {
+            cli_error("synth: --sparse is for --format mlx or hf");
             return 2;
         }
         if (o.route_stickiness > 0) { /* it lives in config.json, which a GGUF file has not */
@@ -224,6 +234,11 @@ int cmd_synth(int argc, char **argv) {
         return 1;
     }
     double dt = cli_now() - t0;
+    if (o.sparse) {
+        printf("wrote %s: %.2f GB of sparse files (headers only, weights read as zeros) in %.1f s\n",
+               dst, (double)info.bytes / 1e9, dt);
+        return 0;
+    }
     printf("wrote %s: %.2f GB in %.1f s (%.2f GB/s), peak RSS %.0f MiB\n", dst,
            (double)info.bytes / 1e9, dt, (double)info.bytes / 1e9 / (dt > 0 ? dt : 1e-9),
            (double)cli_peak_rss() / (1 << 20));

@@ -520,7 +520,7 @@ static int open_shards(stw_run *r, const char *dir, int *nopen, char *err) {
             return e0_fail(err, E0_EIO, "%s: cannot create: %s", r->paths[sh], strerror(errno));
         (*nopen)++;
         const uint64_t size = w->hdr_len[sh] + w->data_bytes[sh];
-        const int e = posix_fallocate(r->fds[sh], 0, (off_t)size);
+        const int e = r->o->sparse ? EOPNOTSUPP : posix_fallocate(r->fds[sh], 0, (off_t)size);
         if (e && e != EOPNOTSUPP && e != EINVAL)
             return e0_fail(err, E0_EIO, "%s: cannot reserve %.2f GB: %s", r->paths[sh],
                            (double)size / 1e9, strerror(e));
@@ -559,7 +559,7 @@ static int close_shards(stw_run *r, const char *dir, int *nopen, char *err) {
 }
 
 int stw_write(stw *w, const char *dst, const stw_write_opts *o, char *err) {
-    int rc = stw_check_space(dst, w->total_bytes, err);
+    int rc = o->sparse ? 0 : stw_check_space(dst, w->total_bytes, err);
     if (rc) return rc;
     stw_run r = {.w = w, .o = o};
     pthread_mutex_init(&r.mu, NULL);
@@ -589,7 +589,7 @@ int stw_write(stw *w, const char *dst, const stw_write_opts *o, char *err) {
     made_dir = true;
     chmod(tmp, 0755); /* mkdtemp makes it private; a model directory is not */
     if ((rc = open_shards(&r, tmp, &nopen, err))) goto done;
-    if (run_workers(&r) != 0) {
+    if (!o->sparse && run_workers(&r) != 0) {
         rc = e0_fail(err, r.err_code ? r.err_code : E0_EIO, "%s", r.err);
         goto done;
     }

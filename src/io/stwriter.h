@@ -116,6 +116,7 @@ typedef struct {
     bool sync;               /* fsync files and directories before and after the rename */
     bool replace;            /* an existing DST is replaced (atomically where the kernel can) */
     bool always_index;       /* model.safetensors.index.json also for a single shard */
+    bool sparse;             /* headers only: the data sections are holes (zeros, no disk) */
     size_t scratch_bytes;    /* per thread, for produce() */
     uint64_t prefetch_bytes; /* prefetch() jobs whose src_bytes start this far ahead */
     double t0;               /* progress seconds count from here (stw_now) */

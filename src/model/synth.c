@@ -768,6 +768,7 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     if (!rc) {
         const stw_write_opts wo = {.n_threads = o->n_threads,
                                    .sync = !o->no_sync,
+                                   .sparse = o->sparse,
                                    .t0 = t0,
                                    .cancel = o->cancel,
                                    .ctx = &p,

@@ -108,6 +108,8 @@ typedef struct {
     const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
                               template, from tokenizer_config.json beside it) are embedded */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */
+    int sparse;           /* mlx / hf: headers and config only, every weight a hole that reads
+                             as zero: the layout of a shape larger than the disk, for plans */
     /* Called on the calling thread about every 100 ms and once per phase. */
     void (*progress)(void *ctx, const synth_progress *p);
     void *progress_ctx;
