@@ -109,7 +109,7 @@ for _ in $(seq 1 600); do
 done
 if [ -z "$PORT" ]; then echo "soak: the server did not start:" >&2; cat "$OUT/server.log" >&2; exit 1; fi
 URL=http://127.0.0.1:$PORT
-rss() { awk '/^VmRSS:/ {print $2 * 1024}' /proc/$SRV/status 2>/dev/null; }
+rss() { awk '/^VmRSS:/ {printf "%.0f\n", $2 * 1024}' /proc/$SRV/status 2>/dev/null; }
 echo "soak: $BIN serve on $URL (pid $SRV), $CLIENTS clients for $MINUTES min, warm-up ${WARMUP}s, logs in $OUT"
 
 # One client: requests until the deadline, one line per request:
