@@ -9,7 +9,9 @@
 # Report: requests served, answers by status, p50/p99 latency, the server's
 # RSS after the warm-up and at the end (must stay within 5%), its exit
 # status and any sanitizer report. Exit 0 when: the server ran to the end,
-# exited 0, reported nothing, answered no 500, and the RSS stayed flat.
+# exited 0, reported nothing, answered no 500, and the RSS stayed flat
+# (with --hog: it fell by at least half of what the other process took, and
+# that process lived).
 #
 #   scripts/soak.sh                                  # 8 clients, 2 minutes, build/edge0
 #   scripts/soak.sh --asan --clients 32 --minutes 10 # the acceptance run: ASan + LSan build
@@ -249,7 +251,15 @@ FIVE=$(awk -F'\t' '$2 ~ /^5/ && $2 != 503' "$OUT/requests.tsv" | wc -l)
 OK=1
 [ $ALIVE = 1 ] && [ $EXIT = 0 ] && [ "$SAN" = 0 ] && [ "$FIVE" = 0 ] && [ "${OOMS:-0}" = 0 ] || OK=0
 [ -n "$CG" ] && rmdir "$CG" 2>/dev/null
-awk -v d="$DRIFT" 'BEGIN {exit !(d <= 5 && d >= -5)}' || OK=0
+if [ -n "$HOG" ]; then
+    # the cache must have given memory back to the other process (at least
+    # half of what it took) and that process must have lived
+    SHRANK=$(awk -v a="$RSS0" -v b="${RSS1:-0}" -v h="$(numfmt --from=iec "${HOG%@*}")" 'BEGIN {print (a - b >= h / 2) ? "yes" : "NO"}')
+    echo "the server gave memory back to the ${HOG%@*} process: $SHRANK ($(((RSS0 - ${RSS1:-0}) / 1048576)) MiB)"
+    [ "$SHRANK" = yes ] && [ "${HOGALIVE:-NO}" = yes ] || OK=0
+else
+    awk -v d="$DRIFT" 'BEGIN {exit !(d <= 5 && d >= -5)}' || OK=0
+fi
 if [ $OK = 1 ]; then
     echo "soak: PASS"
     [ $KEEP = 0 ] && rm -rf "$OUT"
