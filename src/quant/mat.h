@@ -94,6 +94,17 @@ void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * of threads. */
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
+/* As mat_matmul for T independent decode tokens (the sequences of a batched
+ * decode step): every token's result is bit-identical to the one a call of
+ * that token alone (T = 1) gets, whatever T. The kernel sets whose
+ * arithmetic changes with T (MIXED: 16-bit activations from K_PANEL_MIN_T
+ * tokens; the Q sets and the ggml integer kernels: panels from
+ * K_PANEL_MIN_T) keep their one-token arithmetic, still run over several
+ * tokens per pass over the weights: the weight bytes are read once per
+ * call, not once per token. */
+void mat_matmul_decode(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                       int64_t ldy);
+
 /* As mat_matmul, but never with quantized activations: the f32 kernel of
  * the set in force. For router logits, whose near-ties decide routing. */
 void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
