@@ -15,10 +15,13 @@
  *  - route stickiness (a synthetic model) follows each sequence's own past;
  *  - invalid calls (repeated or foreign sessions, ids outside the vocabulary,
  *    a full context) fail and change nothing.
+ *  - underneath, mat_matmul_decode gives every token of a call the result
+ *    of its one-token call, under every kernel set, on every matrix kind.
  * make test also runs it under ThreadSanitizer, on three of the models. */
 #include "testutil.h"
 
 #include "edge0.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "quant/mat.h"
 #include "util/file.h"
@@ -360,6 +363,98 @@ static void test_batch_sticky(void **state) {
     free(root);
 }
 
+/* ---- the kernels alone --------------------------------------------------- */
+
+/* mat_matmul_decode over T tokens against mat_matmul of each token alone,
+ * bit for bit; returns whether mat_matmul over the T tokens differed (the
+ * prefill arithmetic). */
+static bool decode_rows_match(const e0_mat *m, int T, const char *what) {
+    const size_t cols = (size_t)m->cols, rows = (size_t)m->rows;
+    float *x = malloc((size_t)T * cols * sizeof *x), *y = malloc((size_t)T * rows * sizeof *y),
+          *y1 = malloc(rows * sizeof *y1), *yp = malloc((size_t)T * rows * sizeof *yp);
+    assert_true(x && y && y1 && yp);
+    uint32_t st = (uint32_t)(T * 7919 + (int)rows);
+    for (size_t i = 0; i < (size_t)T * cols; i++)
+        x[i] = ((float)(lcg(&st) % 20001u) - 10000.0f) / 5000.0f;
+    mat_matmul_decode(m, x, (int64_t)cols, T, y, (int64_t)rows);
+    mat_matmul(m, x, (int64_t)cols, T, yp, (int64_t)rows);
+    for (int t = 0; t < T; t++) {
+        mat_matmul(m, x + (size_t)t * cols, (int64_t)cols, 1, y1, (int64_t)rows);
+        if (memcmp(y + (size_t)t * rows, y1, rows * sizeof *y1))
+            fail_msg("%s [%zu x %zu], kernels %s: token %d of %d differs from its one-token call",
+                     what, rows, cols, mat_kernels_name(), t, T);
+    }
+    const bool differs = memcmp(y, yp, (size_t)T * rows * sizeof *y) != 0;
+    free(x);
+    free(y);
+    free(y1);
+    free(yp);
+    return differs;
+}
+
+/* Every kind of matrix a model computes with: projections, routers,
+ * shared experts, an expert, lm_head. */
+static int model_mats(const e0_engine *e, const e0_mat **out, int cap) {
+    const e0_model *m = &e->model;
+    int n = 0;
+    out[n++] = &m->lm_head;
+    for (int l = 0; l < m->cfg.n_layers && n + 24 <= cap; l++) {
+        const e0_layer *ly = &m->layers[l];
+        const e0_mat *mats[] = {&ly->q,       &ly->k,     &ly->v,       &ly->o,      &ly->out,
+                                &ly->router,  &ly->sh_gate, &ly->sh_up, &ly->sh_down, &ly->sh_router,
+                                &ly->mlp_gate, &ly->mlp_up, &ly->mlp_down, &ly->qkvz, &ly->ba,
+                                &ly->qkv,     &ly->z,     &ly->b,       &ly->a};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if (mats[i]->rows > 0 && mats[i]->w) out[n++] = mats[i];
+        if (ly->moe && ly->experts) {
+            out[n++] = &ly->experts[0].gate;
+            out[n++] = &ly->experts[0].down;
+        }
+    }
+    return n;
+}
+
+/* mat_matmul_decode under every kernel set, on the file layout and on the
+ * 16-row panels made at load, for 4-bit and 8-bit mlx, bf16 and ggml
+ * (Q4_K, Q5_0, Q6_K, Q8_0, Q4_0) matrices, over 2 to 9 tokens. */
+static void test_matmul_decode(void **state) {
+    (void)state;
+    const int models[] = {9, 7, 10, 12}; /* qwen35moe mlx-fused, hf-fused; Q4_K_M; Q4_0 */
+    const e0_io_mode ios[] = {E0_IO_MMAP, E0_IO_LOAD};
+    const e0_kernels sets[] = {E0_KERNELS_AVX512_MIXED, E0_KERNELS_AVX512_Q24,
+                               E0_KERNELS_AVX512_Q16,   E0_KERNELS_AVX512_Q8,
+                               E0_KERNELS_AVX512,       E0_KERNELS_AVX2,
+                               E0_KERNELS_REF};
+    const int Ts[] = {2, 3, 4, 5, 8, 9};
+    long checks = 0, differ = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++)
+        for (size_t ii = 0; ii < sizeof ios / sizeof *ios; ii++) {
+            assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0); /* repacks at load */
+            e0_engine_opts o;
+            e0_engine_opts_default(&o);
+            o.io = ios[ii];
+            o.n_threads = 2;
+            e0_engine *e = open_model(models[mi], &o);
+            const e0_mat *mats[256];
+            const int n = model_mats(e, mats, 256);
+            for (size_t ki = 0; ki < sizeof sets / sizeof *sets; ki++) {
+                if (!mat_kernels_supported(sets[ki])) continue;
+                assert_int_equal(mat_set_kernels(sets[ki]), 0);
+                for (int i = 0; i < n; i++)
+                    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+                        differ += decode_rows_match(mats[i], Ts[ti], model_path(models[mi]));
+                        checks++;
+                    }
+            }
+            e0_engine_free(e);
+        }
+    assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0);
+    printf("  %ld matrix x kernel set x T checks bit-identical per token; the prefill arithmetic "
+           "differs in %ld of them\n",
+           checks, differ);
+    assert_true(differ > 0); /* the test would see the wrong arithmetic */
+}
+
 /* Calls that cannot run fail before anything changes. */
 static void test_batch_invalid(void **state) {
     (void)state;
@@ -415,6 +510,7 @@ static void test_batch_invalid(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_decode),
         cmocka_unit_test(test_batch_invalid),
         cmocka_unit_test(test_batch_default_kernels),
         cmocka_unit_test(test_batch_other_kernels),

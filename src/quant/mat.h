@@ -89,9 +89,10 @@ void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
 
 /* The dispatching entry point the model calls: the kernel set in force
  * (mat_set_kernels), rows split across the compute pool (util/pool.h).
- * For each (row, token) the result depends only on the kernel set, the row
- * and that token's activations: not on T, the other tokens or the number
- * of threads. */
+ * For each (row, token) the result depends only on the kernel set, the row,
+ * that token's activations and whether T reaches K_PANEL_MIN_T (the sets
+ * that quantize activations change arithmetic there, see below): not on the
+ * other tokens or the number of threads. */
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
 /* As mat_matmul for T independent decode tokens (the sequences of a batched
