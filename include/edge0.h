@@ -282,6 +282,24 @@ typedef enum {
 int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
                     char *err);
 
+/* Batched decode: one id for each of n distinct sessions of one engine
+ * (ids[i] for sessions[i]) in one forward pass, as a server steps every
+ * active request at once. The dense weights (attention and DeltaNet
+ * projections, shared experts, lm_head) are read once for all n tokens and
+ * each routed expert once for every token routed to it, while attention
+ * and the DeltaNet recurrences run per session against its own KV cache
+ * and states. Sessions may sit at any positions and join or leave between
+ * calls. Each session's logits and state are bit-identical to
+ * e0_session_eval(sessions[i], &ids[i], 1, ...), whatever n and whichever
+ * other sessions share the pass. logits: [n, vocab] (row i for
+ * sessions[i]), or NULL. The pass uses sessions[0]'s scratch: more than its
+ * n_batch sessions run in several passes. Fails with E0_EINVAL (a NULL or
+ * repeated session, another engine's) or E0_ERANGE (an id outside the
+ * vocabulary, a full context) leaving every session unchanged; when expert
+ * bytes cannot be read, every one of the n sessions is reset. */
+int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_t n,
+                          float *logits, char *err);
+
 /* The ids the session holds, in order (what e0_session_eval and
  * e0_generate have evaluated since the last reset); *n gets their count. */
 const int32_t *e0_session_history(const e0_session *s, size_t *n);

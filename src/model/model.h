@@ -157,6 +157,72 @@ struct e0_session {
     e0_scratch s;
 };
 
+/* ---- Forward passes over one or several sequences ----------------------
+ * A forward pass runs T tokens in runs: run r is tokens [t0, t0 + n) of the
+ * batch, the next n positions of session s (s->pos .. s->pos + n - 1). One
+ * session's prefill or decode step is one run; a batched decode step
+ * (e0_session_eval_batch) is one run of one token per session. The dense
+ * matmuls (projections, shared expert, lm_head) run once over all T tokens,
+ * so each weight is read once per pass; attention, the DeltaNet conv and
+ * recurrence run per run against that session's KV cache and states; the
+ * MoE layer computes each routed expert once over every token routed to it
+ * (stream/switchglu.h).
+ *
+ * Per token, the arithmetic is the one a pass of that run alone gives it:
+ * matmul kernels compute every (row, token) alike whatever the other
+ * tokens (mat.h), except that some kernel sets change arithmetic with T;
+ * `decode` batches therefore use mat_matmul_decode (each token as a
+ * one-token call), so a sequence decoded in a batch gets logits
+ * bit-identical to its decode alone. */
+typedef struct {
+    e0_session *s;
+    int t0, n;
+} e0_run;
+
+/* Sessions one pass of e0_session_eval_batch takes (more run in several). */
+enum { E0_BATCH_MAX = 256 };
+
+typedef struct {
+    e0_scratch *S;     /* buffers for the T tokens (a session's scratch, n_batch >= T) */
+    const e0_run *run; /* [nrun], in token order, each session at most once */
+    int nrun, T;
+    bool decode; /* every run is one decode token: one-token arithmetic (mat_matmul_decode) */
+} e0_batch;
+
+/* The batch of one session's T tokens at its next positions (run: its one
+ * run); decode when T == 1. */
+e0_batch batch_one(e0_session *s, int T, e0_run *run);
+
+/* The run token t of the batch belongs to. */
+static inline int batch_run_of(const e0_batch *b, int t) {
+    int lo = 0, hi = b->nrun - 1;
+    while (lo < hi) { /* the last run starting at or before t */
+        const int mid = (lo + hi + 1) / 2;
+        if (b->run[mid].t0 <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* y = W x for the batch's T tokens (x: [T, ldx], y: [T, ldy]), in the
+ * batch's arithmetic (mat_matmul, or mat_matmul_decode for decode batches). */
+static inline void batch_matmul(const e0_batch *b, const e0_mat *m, const float *x, int64_t ldx,
+                                float *y, int64_t ldy) {
+    if (b->decode)
+        mat_matmul_decode(m, x, ldx, b->T, y, ldy);
+    else
+        mat_matmul(m, x, ldx, b->T, y, ldy);
+}
+
+/* Layer pieces over a batch. in: [T, H] normed input, out: [T, H]. */
+void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *out);
+void deltanet_forward_batch(const e0_batch *b, int layer, const float *in, float *out);
+/* Fails only when expert bytes cannot be read (E0_EIO, message in err). */
+int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out, char *err);
+void mlp_forward_batch(const e0_batch *b, int layer, const float *in, float *out);
+
 /* Keeps the longest part of the session's history that is a prefix of
  * prompt[0..n) and still leaves one id to evaluate: attention-only models
  * truncate their KV cache to it; models with recurrent layers keep the
@@ -164,8 +230,8 @@ struct e0_session {
  * number of positions kept. */
 int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n);
 
-/* Layer pieces over a batch of T tokens at positions pos..pos+T-1.
- * in: [T, H] normed input, out: [T, H]. */
+/* The same over one session's batch of T tokens at positions
+ * pos..pos+T-1 (batch_one). */
 void attn_forward(e0_session *s, int layer, const float *in, int T, float *out);
 void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *out);
 /* Fails only when expert bytes cannot be read (E0_EIO, message in err). */

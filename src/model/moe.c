@@ -6,7 +6,10 @@
  * experts run in the streaming layer (stream/switchglu.c), each once over
  * the tokens routed to it; their outputs land in a per-(token, slot) buffer
  * and are summed per token in slot order, so the result does not depend on
- * the order experts are visited in or where their bytes came from.
+ * the order experts are visited in or where their bytes came from. In a
+ * batch of several sequences (model.h) an expert runs once over the tokens
+ * of every sequence routed to it, and each token's sum is the one it gets
+ * alone.
  */
 #include "model/model.h"
 #include "stream/switchglu.h"
@@ -106,20 +109,24 @@ static void sticky_record(const int32_t *idx, const float *w, int k, uint16_t *o
         out[j] = (uint16_t)idx[ord[j]];
 }
 
-/* Stickiness over a batch, in position order: token t follows token t - 1
- * of the same batch, the first one the session's previous position. */
-static void sticky_tokens(e0_session *s, int layer, int T, int E, int k, bool renorm) {
-    const int n = (int)lround(s->m->cfg.route_stickiness * k);
-    const size_t L = (size_t)s->m->cfg.n_layers;
-    e0_scratch *S = &s->s;
-    for (int t = 0; t < T; t++) {
-        const size_t p = (size_t)s->pos + (size_t)t;
-        int32_t *idx = S->ridx + (size_t)t * k;
-        float *w = S->rw + (size_t)t * k;
-        if (p > 0)
-            sticky_apply(S->rlogits + (size_t)t * E, E, k, n, renorm,
-                         s->route_hist + ((p - 1) * L + (size_t)layer) * (size_t)k, idx, w);
-        sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
+/* Stickiness over a batch, run by run in position order: a run's token i
+ * follows its token i - 1, the first one the session's previous position. */
+static void sticky_tokens(const e0_batch *b, int layer, int E, int k, bool renorm) {
+    const e0_config *c = &b->run[0].s->m->cfg;
+    const int n = (int)lround(c->route_stickiness * k);
+    const size_t L = (size_t)c->n_layers;
+    e0_scratch *S = b->S;
+    for (int r = 0; r < b->nrun; r++) {
+        const e0_session *s = b->run[r].s;
+        for (int i = 0; i < b->run[r].n; i++) {
+            const size_t t = (size_t)(b->run[r].t0 + i), p = (size_t)s->pos + (size_t)i;
+            int32_t *idx = S->ridx + t * k;
+            float *w = S->rw + t * k;
+            if (p > 0)
+                sticky_apply(S->rlogits + t * E, E, k, n, renorm,
+                             s->route_hist + ((p - 1) * L + (size_t)layer) * (size_t)k, idx, w);
+            sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
+        }
     }
 }
 
@@ -168,37 +175,53 @@ static void combine_tokens(void *arg, int64_t t0, int64_t t1, int tid) {
     }
 }
 
-int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err) {
-    const e0_model *m = s->m;
+int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out, char *err) {
+    const e0_session *s0 = b->run[0].s;
+    const e0_model *m = s0->m;
     const e0_config *c = &m->cfg;
     const e0_layer *ly = &m->layers[layer];
-    e0_scratch *S = &s->s;
-    const int H = c->hidden, E = c->n_experts, k = s->eng->top_k;
+    e0_scratch *S = b->S;
+    const int T = b->T, H = c->hidden, E = c->n_experts, k = s0->eng->top_k;
 
     mat_matmul_f32(&ly->router, in, H, T, S->rlogits, E); /* f32 activations: near-ties decide routing */
     route_job rj = {S, E, k, c->norm_topk};
     pool_for(T, 1, route_tokens, &rj);
-    if (s->route_hist) sticky_tokens(s, layer, T, E, k, c->norm_topk);
-    int rc = stream_experts(s->eng->stream, layer, in, T, S->ridx, S->rw, k, S->eo, S, err);
+    if (s0->route_hist) sticky_tokens(b, layer, E, k, c->norm_topk);
+    int rc = stream_experts(s0->eng->stream, layer, in, T, b->decode, S->ridx, S->rw, k, S->eo, S,
+                            err);
     if (rc) return rc;
     const int Is = c->shared_inter;
     if (ly->has_shared) {
         mat_matmul_f32(&ly->sh_router, in, H, T, S->shg, 1);
-        mat_matmul(&ly->sh_gate, in, H, T, S->g, Is);
-        mat_matmul(&ly->sh_up, in, H, T, S->u, Is);
+        batch_matmul(b, &ly->sh_gate, in, H, S->g, Is);
+        batch_matmul(b, &ly->sh_up, in, H, S->u, Is);
         swiglu(S->g, S->u, (size_t)T * Is, S->g);
-        mat_matmul(&ly->sh_down, S->g, Is, T, S->ys, H);
+        batch_matmul(b, &ly->sh_down, S->g, Is, S->ys, H);
     }
     combine_job cj = {S, out, H, k, ly->has_shared};
     pool_for(T, 1, combine_tokens, &cj);
     return 0;
 }
 
+void mlp_forward_batch(const e0_batch *b, int layer, const float *in, float *out) {
+    const e0_model *m = b->run[0].s->m;
+    const e0_layer *ly = &m->layers[layer];
+    const int H = m->cfg.hidden, I = m->cfg.dense_inter;
+    e0_scratch *S = b->S;
+    batch_matmul(b, &ly->mlp_gate, in, H, S->g, I);
+    batch_matmul(b, &ly->mlp_up, in, H, S->u, I);
+    swiglu(S->g, S->u, (size_t)b->T * I, S->g);
+    batch_matmul(b, &ly->mlp_down, S->g, I, out, H);
+}
+
+int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err) {
+    e0_run run;
+    const e0_batch b = batch_one(s, T, &run);
+    return moe_forward_batch(&b, layer, in, out, err);
+}
+
 void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out) {
-    const e0_layer *ly = &s->m->layers[layer];
-    const int H = s->m->cfg.hidden, I = s->m->cfg.dense_inter;
-    mat_matmul(&ly->mlp_gate, in, H, T, s->s.g, I);
-    mat_matmul(&ly->mlp_up, in, H, T, s->s.u, I);
-    swiglu(s->s.g, s->s.u, (size_t)T * I, s->s.g);
-    mat_matmul(&ly->mlp_down, s->s.g, I, T, out, H);
+    e0_run run;
+    const e0_batch b = batch_one(s, T, &run);
+    mlp_forward_batch(&b, layer, in, out);
 }

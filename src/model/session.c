@@ -455,16 +455,25 @@ int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
     return 0;
 }
 
-/* One batch of T <= n_batch tokens through every layer; leaves the final
- * residual stream in S->x. Fails only when expert bytes cannot be read. */
-static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
-    const e0_model *m = s->m;
+e0_batch batch_one(e0_session *s, int T, e0_run *run) {
+    *run = (e0_run){s, 0, T};
+    return (e0_batch){.S = &s->s, .run = run, .nrun = 1, .T = T, .decode = T == 1};
+}
+
+/* The batch's tokens (ids: [T], one per token in run order) through every
+ * layer; leaves the final residual stream in S->x and advances each
+ * session's position. Fails only when expert bytes cannot be read. */
+static int forward(const e0_batch *b, const int32_t *ids, char *err) {
+    const e0_model *m = b->run[0].s->m;
     const e0_config *c = &m->cfg;
-    e0_scratch *S = &s->s;
-    const int H = c->hidden;
+    e0_scratch *S = b->S;
+    const int H = c->hidden, T = b->T;
     for (int t = 0; t < T; t++)
         mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
-    memcpy(s->hist + s->pos, ids, (size_t)T * sizeof *ids);
+    for (int r = 0; r < b->nrun; r++) {
+        e0_session *s = b->run[r].s;
+        memcpy(s->hist + s->pos, ids + b->run[r].t0, (size_t)b->run[r].n * sizeof *ids);
+    }
     const bool ahead = T >= MODEL_ADVISE_MIN_T; /* read resident weights a layer ahead */
     if (ahead) model_advise_layer(m, 0);
     for (int li = 0; li < c->n_layers; li++) {
@@ -472,22 +481,23 @@ static int forward_batch(e0_session *s, const int32_t *ids, int T, char *err) {
         if (ahead) model_advise_layer(m, li + 1);
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
         if (ly->linear)
-            deltanet_forward(s, li, S->h, T, S->y);
+            deltanet_forward_batch(b, li, S->h, S->y);
         else
-            attn_forward(s, li, S->h, T, S->y);
+            attn_forward_batch(b, li, S->h, S->y);
         for (size_t i = 0; i < (size_t)T * H; i++)
             S->x[i] += S->y[i];
         rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
         if (ly->moe) {
-            int rc = moe_forward(s, li, S->h, T, S->y, err);
+            int rc = moe_forward_batch(b, li, S->h, S->y, err);
             if (rc) return rc;
         } else {
-            mlp_forward(s, li, S->h, T, S->y);
+            mlp_forward_batch(b, li, S->h, S->y);
         }
         for (size_t i = 0; i < (size_t)T * H; i++)
             S->x[i] += S->y[i];
     }
-    s->pos += T;
+    for (int r = 0; r < b->nrun; r++)
+        b->run[r].s->pos += b->run[r].n;
     return 0;
 }
 
@@ -510,14 +520,16 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     const double t0 = now_s();
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
-        int rc = forward_batch(s, ids + done, T, err);
+        e0_run run;
+        const e0_batch b = batch_one(s, T, &run);
+        int rc = forward(&b, ids + done, err);
         if (rc) { /* the states are partly updated: start over */
             e0_session_reset(s);
             return e0_wrap(err, rc, "evaluation failed; the session was reset");
         }
         if (mode == E0_LOGITS_ALL) {
             rmsnorm(s->s.x, m->final_norm, H, T, c->rms_eps, s->s.h);
-            mat_matmul(&m->lm_head, s->s.h, H, T, logits + done * V, V);
+            batch_matmul(&b, &m->lm_head, s->s.h, H, logits + done * V, V);
         } else if (mode == E0_LOGITS_LAST && done + (size_t)T == n) {
             rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
             mat_matmul(&m->lm_head, s->s.h, H, 1, logits, V);
@@ -537,6 +549,61 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         e->decode_tokens += n;
         e->decode_s += now_s() - t0;
     }
+    return 0;
+}
+
+int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, float *logits,
+                          char *err) {
+    if (n == 0) return e0_fail(err, E0_EINVAL, "no sessions to evaluate");
+    if (!ss || !ids) return e0_fail(err, E0_EINVAL, "sessions or ids are NULL");
+    const e0_engine *e = ss[0] ? ss[0]->eng : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!ss[i]) return e0_fail(err, E0_EINVAL, "session %zu is NULL", i);
+        if (ss[i]->eng != e)
+            return e0_fail(err, E0_EINVAL, "session %zu belongs to another engine than session 0",
+                           i);
+        for (size_t j = 0; j < i; j++)
+            if (ss[j] == ss[i])
+                return e0_fail(err, E0_EINVAL, "sessions %zu and %zu are the same session", j, i);
+        const int vocab = e->model.cfg.vocab;
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return e0_fail(err, E0_ERANGE,
+                           "token id %d of session %zu is outside the vocabulary [0, %d)", ids[i],
+                           i, vocab);
+        if (ss[i]->pos >= ss[i]->n_ctx)
+            return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,
+                           ss[i]->n_ctx);
+    }
+    const e0_model *m = &e->model;
+    const e0_config *c = &m->cfg;
+    const int H = c->hidden, V = c->vocab;
+    const double t0 = now_s();
+    e0_run runs[E0_BATCH_MAX];
+    for (size_t done = 0; done < n;) {
+        /* the pass runs in the scratch of its first session, n_batch tokens at most */
+        e0_session *lead = ss[done];
+        size_t T = n - done;
+        if (T > (size_t)lead->n_batch) T = (size_t)lead->n_batch;
+        if (T > E0_BATCH_MAX) T = E0_BATCH_MAX;
+        for (size_t i = 0; i < T; i++)
+            runs[i] = (e0_run){ss[done + i], (int)i, 1};
+        const e0_batch b = {.S = &lead->s, .run = runs, .nrun = (int)T, .T = (int)T, .decode = true};
+        int rc = forward(&b, ids + done, err);
+        if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
+        if (rc) { /* the states are partly updated: every session of the pass starts over */
+            for (size_t i = 0; i < n; i++)
+                e0_session_reset(ss[i]);
+            return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
+        }
+        if (logits) {
+            rmsnorm(lead->s.x, m->final_norm, H, (int)T, c->rms_eps, lead->s.h);
+            batch_matmul(&b, &m->lm_head, lead->s.h, H, logits + done * (size_t)V, V);
+        }
+        done += T;
+    }
+    e0_engine *ew = ss[0]->eng;
+    ew->decode_tokens += n;
+    ew->decode_s += now_s() - t0;
     return 0;
 }
 

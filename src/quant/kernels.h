@@ -108,9 +108,10 @@ void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, 
                        int64_t ldy);
 /* Integer-activation kernels of ggml k-quant weights (kernels_ggml_vnni.c:
  * Q4_K, Q6_K) with 1..3 activation planes (K_NEED_XK / _XK2 / _XK3), or
- * NULL: the row kernels for T < K_PANEL_MIN_T, else the 16-row panel
- * kernels (K_NEED_XK32). */
-k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need);
+ * NULL: the row kernels for T < panel_t, else the 16-row panel kernels
+ * (K_NEED_XK32), whose activations are quantized per 32 columns. */
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
+                                 int *need);
 /* int8-activation kernels of q4 weights, with 1..3 activation planes (else
  * the f32-activation kernel of k_avx512_pick): the panel kernels for calls
  * of at least panel_t tokens (and always for E0_L_P16 matrices), the row

@@ -570,11 +570,12 @@ TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, in
     }
 }
 
-k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need) {
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
+                                 int *need) {
     if (m->type != E0_W_GGML || m->cols % GGML_QK_K || planes < 1 || planes > 3) return NULL;
     if (m->gtype != GGML_Q4_K && m->gtype != GGML_Q6_K) return NULL;
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
-    if (T >= K_PANEL_MIN_T && m->cols <= QKP_MAXC) {
+    if (T >= panel_t && m->cols <= QKP_MAXC) {
         *need |= K_NEED_XK32;
         if (m->gtype == GGML_Q4_K)
             return planes == 3 ? qkp_q4_K_3_rows : planes == 2 ? qkp_q4_K_2_rows : qkp_q4_K_1_rows;
@@ -597,8 +598,9 @@ void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t 
     k_prep_qk(x, cols, blk, planes, xk, xkd, xks);
 }
 
-k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int *need) {
-    (void)m, (void)planes, (void)T, (void)need;
+k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
+                                 int *need) {
+    (void)m, (void)planes, (void)T, (void)panel_t, (void)need;
     return NULL;
 }
 

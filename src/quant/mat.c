@@ -571,7 +571,15 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
                          (float *)a->xks + t * a->ldxks);
 }
 
-static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *lanes) {
+/* The kernel of set k for m and a call of T tokens. `decode`: the kernel
+ * whose arithmetic a call of one token gets, whatever T (mat_matmul_decode):
+ * the row kernels of the Q sets and of the ggml integer kernels (their
+ * panels quantize activations differently), MIXED's 24-bit panels (the
+ * panel kernels at T >= K_PANEL_MIN_T and the file-layout ones below it
+ * compute alike, kernels_avx512.c); the f32 kernels do not depend on T. */
+static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int *need,
+                      int *lanes) {
+    const int64_t panel_t = decode ? INT64_MAX : K_PANEL_MIN_T;
     /* ggml k-quants: integer activations in Q8 (8-bit), Q16 (16-bit) and
      * MIXED (24-bit: 16-bit panels flipped a route of ../shared/gguf's
      * tiny-qwen35moe Q4_K_M, docs/experiments.md section 23); row kernels
@@ -580,18 +588,18 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *
     if (m->type == E0_W_GGML &&
         (k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_MIXED)) {
         const int planes = k == E0_KERNELS_AVX512_Q8 ? 1 : k == E0_KERNELS_AVX512_Q16 ? 2 : 3;
-        const k_rows_fn fn = k_avx512_ggml_int_pick(m, planes, T, need);
+        const k_rows_fn fn = k_avx512_ggml_int_pick(m, planes, T, panel_t, need);
         if (fn) return fn;
     }
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
-        return k_avx512_q8_pick(m, 1, T, K_PANEL_MIN_T, need, lanes);
+        return k_avx512_q8_pick(m, 1, T, panel_t, need, lanes);
     case E0_KERNELS_AVX512_Q16:
-        return k_avx512_q8_pick(m, 2, T, K_PANEL_MIN_T, need, lanes);
+        return k_avx512_q8_pick(m, 2, T, panel_t, need, lanes);
     case E0_KERNELS_AVX512_Q24:
-        return k_avx512_q8_pick(m, 3, T, K_PANEL_MIN_T, need, lanes);
+        return k_avx512_q8_pick(m, 3, T, panel_t, need, lanes);
     case E0_KERNELS_AVX512_MIXED: /* the panel arithmetic at every T (mat_p16_wanted) */
-        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T ? 2 : 3, T, 1, need, lanes);
+        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T && !decode ? 2 : 3, T, 1, need, lanes);
     case E0_KERNELS_AVX512:
         if (m->layout == E0_L_P16) return NULL; /* the f32 kernels read rows: the reference */
         return k_avx512_pick(m, need, lanes);
@@ -611,11 +619,11 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, int *need, int *
 }
 
 static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t ldx, int64_t T,
-                        float *y, int64_t ldy) {
+                        bool decode, float *y, int64_t ldy) {
     if (m->rows <= 0 || T <= 0) return;
     k_act a = {.T = T, .x = x, .ldx = ldx};
     int need = 0, lanes = 16;
-    k_rows_fn fn = pick(k, m, T, &need, &lanes);
+    k_rows_fn fn = pick(k, m, T, decode, &need, &lanes);
     const int gplanes = need & K_NEED_XG3 ? 3 : need & K_NEED_XG2 ? 2 : need & K_NEED_XG ? 1 : 0;
     if (fn && gplanes) { /* panel kernels: int8 digits per group, then scales and sums */
         const int64_t ng = m->cols / m->group, ldxg = m->cols * gplanes;
@@ -723,12 +731,17 @@ bool mat_p16_wanted(void) {
 }
 
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy) {
-    matmul_with(mat_kernels(), m, x, ldx, T, y, ldy);
+    matmul_with(mat_kernels(), m, x, ldx, T, false, y, ldy);
+}
+
+void mat_matmul_decode(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                       int64_t ldy) {
+    matmul_with(mat_kernels(), m, x, ldx, T, true, y, ldy);
 }
 
 void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy) {
-    matmul_with(f32_of(mat_kernels()), m, x, ldx, T, y, ldy);
+    matmul_with(f32_of(mat_kernels()), m, x, ldx, T, false, y, ldy);
 }
 
 /* ---- Gated DeltaNet step ------------------------------------------------------ */

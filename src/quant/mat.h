@@ -89,10 +89,22 @@ void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
 
 /* The dispatching entry point the model calls: the kernel set in force
  * (mat_set_kernels), rows split across the compute pool (util/pool.h).
- * For each (row, token) the result depends only on the kernel set, the row
- * and that token's activations: not on T, the other tokens or the number
- * of threads. */
+ * For each (row, token) the result depends only on the kernel set, the row,
+ * that token's activations and whether T reaches K_PANEL_MIN_T (the sets
+ * that quantize activations change arithmetic there, see below): not on the
+ * other tokens or the number of threads. */
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
+
+/* As mat_matmul for T independent decode tokens (the sequences of a batched
+ * decode step): every token's result is bit-identical to the one a call of
+ * that token alone (T = 1) gets, whatever T. The kernel sets whose
+ * arithmetic changes with T (MIXED: 16-bit activations from K_PANEL_MIN_T
+ * tokens; the Q sets and the ggml integer kernels: panels from
+ * K_PANEL_MIN_T) keep their one-token arithmetic, still run over several
+ * tokens per pass over the weights: the weight bytes are read once per
+ * call, not once per token. */
+void mat_matmul_decode(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
+                       int64_t ldy);
 
 /* As mat_matmul, but never with quantized activations: the f32 kernel of
  * the set in force. For router logits, whose near-ties decide routing. */

@@ -179,17 +179,23 @@ static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err)
 
 /* Expert x over the tokens of `pairs` (token * k + slot): gather, gate/up,
  * SwiGLU, down, scatter into eo. Each output row depends only on its own
- * token and the expert's bytes, never on which other tokens share the call. */
+ * token and the expert's bytes, never on which other tokens share the call:
+ * the kernels' arithmetic depends on the number of tokens only in prefill
+ * (mat.h), and `decode` calls (independent decode tokens, one per sequence
+ * of a batch) compute each token as a one-token call. */
 static void expert_compute(const e0_expert *x, int H, const float *in, const int32_t *pairs, int n,
-                           int k, float *eo, float *xs, float *g, float *u, float *ys) {
+                           int k, bool decode, float *eo, float *xs, float *g, float *u,
+                           float *ys) {
     const int64_t I = x->gate.rows;
+    void (*mm)(const e0_mat *, const float *, int64_t, int64_t, float *, int64_t) =
+        decode ? mat_matmul_decode : mat_matmul;
     for (int j = 0; j < n; j++)
         memcpy(xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
-    mat_matmul(&x->gate, xs, H, n, g, I);
-    mat_matmul(&x->up, xs, H, n, u, I);
+    mm(&x->gate, xs, H, n, g, I);
+    mm(&x->up, xs, H, n, u, I);
     for (int64_t i = 0; i < (int64_t)n * I; i++)
         g[i] = e0_silu(g[i]) * u[i];
-    mat_matmul(&x->down, g, I, n, ys, H);
+    mm(&x->down, g, I, n, ys, H);
     for (int j = 0; j < n; j++)
         memcpy(eo + (size_t)pairs[j] * H, ys + (size_t)j * H, (size_t)H * sizeof(float));
 }
@@ -199,9 +205,9 @@ static uint64_t expert_bytes(const e0_expert *x) {
 }
 
 static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs,
-                       int n, int k, float *eo, e0_scratch *ws) {
+                       int n, int k, bool decode, float *eo, e0_scratch *ws) {
     double t0 = now_s();
-    expert_compute(x, s->H, in, pairs, n, k, eo, ws->xs, ws->g, ws->u, ws->ys);
+    expert_compute(x, s->H, in, pairs, n, k, decode, eo, ws->xs, ws->g, ws->u, ws->ys);
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls++;
     s->c.bytes_touched += expert_bytes(x);
@@ -220,6 +226,7 @@ typedef struct {
     const int32_t *exps, *start, *pairs;
     const float *in;
     int k;
+    bool decode;
     float *eo;
     size_t per; /* floats per thread in s->tw */
     int64_t maxT, I;
@@ -231,12 +238,12 @@ static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     float *xs = j->s->tw + (size_t)tid * j->per, *g = xs + T * H, *u = g + T * I, *ys = u + T * I;
     for (int64_t i = i0; i < i1; i++)
         expert_compute(&j->experts[j->exps[i]], j->s->H, j->in, j->pairs + j->start[i],
-                       j->start[i + 1] - j->start[i], j->k, j->eo, xs, g, u, ys);
+                       j->start[i + 1] - j->start[i], j->k, j->decode, j->eo, xs, g, u, ys);
 }
 
 static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
                              const int32_t *start, int n, const int32_t *pairs, const float *in,
-                             int k, float *eo) {
+                             int k, bool decode, float *eo) {
     const int nt = pool_threads();
     if (n < 2 || nt < 2) return false;
     int64_t maxT = 0, I = 0;
@@ -253,7 +260,7 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
         s->tw_cap = per * (size_t)nt;
     }
     const double t0 = now_s();
-    px_job j = {s, experts, exps, start, pairs, in, k, eo, per, maxT, I};
+    px_job j = {s, experts, exps, start, pairs, in, k, decode, eo, per, maxT, I};
     pool_for_each(n, px_fn, &j);
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls += (uint64_t)n;
@@ -267,10 +274,11 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
  * per-thread buffers cannot be had. */
 static void resident_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
                              const int32_t *start, int n, const int32_t *pairs, const float *in,
-                             int k, float *eo, e0_scratch *ws) {
-    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, eo)) return;
+                             int k, bool decode, float *eo, e0_scratch *ws) {
+    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, decode, eo)) return;
     for (int i = 0; i < n; i++)
-        run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+        run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, decode,
+                   eo, ws);
 }
 
 /* ---- exact --------------------------------------------------------------- */
@@ -356,14 +364,14 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
  * the LRU or, when every slot is pinned, the overflow buffer. */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
-                         const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
-                         char *err) {
+                         const int32_t *pairs, const float *in, int k, bool decode, float *eo,
+                         e0_scratch *ws, char *err) {
     const e0_layer *ly = &s->m->layers[layer];
     if (s->o.io == E0_IO_MMAP || s->o.io == E0_IO_LOAD) { /* the mapping (or the loaded copy) is the cache */
         if (s->o.layer.warm_willneed)
             for (int i = 0; i < n; i++)
                 xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
-        resident_experts(s, ly->experts, exps, start, n, pairs, in, k, eo, ws);
+        resident_experts(s, ly->experts, exps, start, n, pairs, in, k, decode, eo, ws);
         return 0;
     }
     xentry **ent = (xentry **)ws->xent;
@@ -398,7 +406,8 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             s->c.io_wait_s += now_s() - t0;
             if (rc == 0) {
                 xb_views(p, xentry_buf(ent[i]), &v);
-                run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+                run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, decode, eo,
+                           ws);
             }
             xcache_wait(s->xc, ent[i]); /* never release an entry its loader still writes */
             xcache_release(s->xc, ent[i]);
@@ -413,7 +422,7 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             continue;
         }
         xb_views(p, s->overflow, &v);
-        run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, eo, ws);
+        run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, decode, eo, ws);
     }
     return rc;
 }
@@ -670,9 +679,10 @@ static bool full_applies(const e0_stream *s, int layer) {
     return s->o.path == E0_PATH_FULL || (s->o.layer.full_layer_prefill && (n == 0 || layer < n));
 }
 
-/* The buffer holding `layer`, reading it now unless a prefetch has it; then
- * starts reading the next MoE layer that will load whole into the other one. */
-static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err) {
+/* The buffer holding `layer`, reading it now unless a prefetch has it; then,
+ * in prefill, starts reading the next MoE layer that will load whole into
+ * the other one. */
+static int layer_buffer(e0_stream *s, int layer, bool prefill, uint8_t **out, char *err) {
     int b = s->fl_layer[0] == layer ? 0 : s->fl_layer[1] == layer ? 1 : -1;
     double t0 = now_s();
     if (b >= 0) {
@@ -699,7 +709,7 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
     int next = -1;
     for (int l = layer + 1; l < s->n_layers && next < 0; l++)
         if (s->m->layers[l].moe && full_applies(s, l)) next = l;
-    if (next >= 0 && T > 1) {
+    if (next >= 0 && prefill) {
         fl_wait(s, 1 - b);
         fl_start(s, 1 - b, next);
     }
@@ -708,8 +718,8 @@ static int layer_buffer(e0_stream *s, int layer, int T, uint8_t **out, char *err
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t *idx, float *w,
-                   int k, float *eo, e0_scratch *ws, char *err) {
+int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, const int32_t *idx,
+                   float *w, int k, float *eo, e0_scratch *ws, char *err) {
     const e0_layer_opts *lo = &s->o.layer;
     layer_state *L = &s->ls[layer];
     const int E = s->E, P = T * k;
@@ -734,7 +744,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
         s->touched[(size_t)layer * (size_t)E + (size_t)exps[i]] = 1;
     e0_path path = s->o.path;
     if (path == E0_PATH_AUTO) {
-        if (T > 1)
+        if (!decode)
             path = full_applies(s, layer) ? E0_PATH_FULL
                    : lo->prefill_hot > 0  ? E0_PATH_HOT
                                           : E0_PATH_EXACT;
@@ -757,11 +767,11 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
 
     if (path == E0_PATH_FULL) {
         uint8_t *buf = NULL;
-        if ((rc = layer_buffer(s, layer, T, &buf, err)) != 0) return rc;
+        if ((rc = layer_buffer(s, layer, !decode, &buf, err)) != 0) return rc;
         e0_expert *v = s->fl_views;
         for (int i = 0; i < n; i++)
             layer_views(s, layer, exps[i], buf, &v[exps[i]]);
-        resident_experts(s, v, exps, start, n, order, x, k, eo, ws);
+        resident_experts(s, v, exps, start, n, order, x, k, decode, eo, ws);
     } else if (path == E0_PATH_STAGED) {
         if (lo->staged_sync) {
             double t0 = now_s();
@@ -782,7 +792,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
                 e0_expert v;
                 xb_views(plan_of(s, layer, exps[i]), L->slot_buf + (size_t)slot * s->bundle_bytes,
                          &v);
-                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, decode, eo, ws);
                 s->c.staged_hits += np;
             } else if (lo->staged_replace) { /* lossy, by request: the expert does not run */
                 for (int q = start[i]; q < start[i + 1]; q++) {
@@ -796,7 +806,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
             }
         }
     } else if (path == E0_PATH_HOT) {
-        int n_hot = T > 1 && lo->prefill_hot > 0 ? lo->prefill_hot
+        int n_hot = !decode && lo->prefill_hot > 0 ? lo->prefill_hot
                     : lo->hot_per_layer > 0      ? lo->hot_per_layer
                                                  : 8;
         if (n_hot > s->hot_cap) n_hot = s->hot_cap;
@@ -814,7 +824,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
                 e0_expert v;
                 xb_views(plan_of(s, layer, exps[i]), L->hot_buf + (size_t)slot * s->bundle_bytes,
                          &v);
-                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, eo, ws);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, decode, eo, ws);
                 s->c.hot_hits += (uint64_t)(start[i + 1] - start[i]);
             } else {
                 TO_EXACT(i);
@@ -827,15 +837,19 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, const int32_t
     }
 #undef TO_EXACT
     rstart[nrest] = rp;
-    if (nrest) rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, err);
+    if (nrest)
+        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, decode, eo, ws, err);
     if (rc) return rc;
-    if (T == 1 && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
+    if (decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
         lo->prefetch_threads > 0)
-        spec_next(s, layer, x, k);
+        for (int t = 0; t < T; t++) /* each sequence's guess, while prefetch_cap allows */
+            spec_next(s, layer, x + (size_t)t * s->H, k);
 
-    /* remember what the last token routed to, and stage ahead */
-    L->nprev = k < 256 ? k : 256;
-    memcpy(L->prev, idx + (size_t)(T - 1) * k, (size_t)L->nprev * sizeof *L->prev);
+    /* remember what the last token routed to (in decode, every sequence's
+     * token: their union, in token order), and stage ahead */
+    L->nprev = 0;
+    for (int p = decode ? 0 : (T - 1) * k; p < T * k && L->nprev < 256; p++)
+        if (!in_set(L->prev, L->nprev, idx[p])) L->prev[L->nprev++] = idx[p];
     bool staging = s->o.path == E0_PATH_STAGED ||
                    (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
     if (staging) {
