@@ -23,12 +23,14 @@
  *  - the request-completed callback runs before libmicrohttpd closes the
  *    socket: it is where the job forgets the socket, so the engine thread
  *    never polls a descriptor that was closed and reused.
- *  - generated text may hold any bytes: every string goes through json_str,
- *    which escapes control characters and replaces invalid UTF-8 with U+FFFD.
+ *  - generated text may hold any bytes: every string goes through
+ *    srv_json_str (json.h), which escapes control characters and replaces
+ *    invalid UTF-8 with U+FFFD.
  */
 #include "server/server.h"
 
 #include "server/engine.h"
+#include "server/json.h"
 #include "server/metrics.h"
 
 #include <errno.h>
@@ -82,75 +84,18 @@ static double now_s(void) {
 
 /* ---- JSON output ------------------------------------------------------------ */
 
-static void bput(srv_buf *b, const char *s) { srv_buf_put(b, s, strlen(s)); }
-
-static void bprintf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(srv_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) srv_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (!k || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
-    for (size_t i = 1; i < k; i++) cp = cp << 6 | (s[i] & 0x3f);
-    static const unsigned MIN[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < MIN[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return k;
-}
-
-/* A JSON string literal of s[0..n). */
-static void json_str(srv_buf *b, const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    srv_buf_put(b, "\"", 1);
-    size_t run = 0; /* bytes of p copied as they are, not yet written */
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t k = c >= 0x20 && c != '"' && c != '\\' ? utf8_len(p + i, n - i) : 0;
-        if (k) {
-            run += k;
-            i += k;
-            continue;
-        }
-        srv_buf_put(b, (const char *)p + i - run, run);
-        run = 0;
-        char esc[8];
-        if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
-        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
-        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
-        else snprintf(esc, sizeof esc, "\\ufffd"); /* invalid UTF-8 */
-        bput(b, esc);
-        i++;
-    }
-    srv_buf_put(b, (const char *)p + n - run, run);
-    srv_buf_put(b, "\"", 1);
-}
-
-static void json_cstr(srv_buf *b, const char *s) { json_str(b, s, strlen(s)); }
-
 static char *error_json(const srv_error *e, size_t *len) {
     srv_buf b = {0};
-    bput(&b, "{\"error\":{\"message\":");
-    json_cstr(&b, e->message);
-    bput(&b, ",\"type\":");
-    json_cstr(&b, e->type);
-    bput(&b, ",\"code\":");
-    json_cstr(&b, e->code);
-    bput(&b, ",\"param\":");
-    if (e->param[0]) json_cstr(&b, e->param);
-    else bput(&b, "null");
-    bput(&b, "}}");
+    srv_put(&b, "{\"error\":{\"message\":");
+    srv_json_cstr(&b, e->message);
+    srv_put(&b, ",\"type\":");
+    srv_json_cstr(&b, e->type);
+    srv_put(&b, ",\"code\":");
+    srv_json_cstr(&b, e->code);
+    srv_put(&b, ",\"param\":");
+    if (e->param[0]) srv_json_cstr(&b, e->param);
+    else srv_put(&b, "null");
+    srv_put(&b, "}}");
     *len = b.len;
     return b.p;
 }
@@ -164,24 +109,24 @@ static const char *finish_str(const srv_job *j) {
 /* One entry of "tool_calls"; with_head: id, type and name (a whole call, or
  * the first delta of a streamed one), then arguments a[0..n). */
 static void call_json(srv_buf *b, const srv_call *c, int index, bool with_head, bool stream, const char *a, size_t n) {
-    bput(b, "{");
-    if (stream) bprintf(b, "\"index\":%d,", index);
+    srv_put(b, "{");
+    if (stream) srv_putf(b, "\"index\":%d,", index);
     if (with_head) {
-        bput(b, "\"id\":");
-        json_cstr(b, c->id);
-        bput(b, ",\"type\":\"function\",\"function\":{\"name\":");
-        json_str(b, c->name.p, c->name.len);
-        bput(b, ",");
+        srv_put(b, "\"id\":");
+        srv_json_cstr(b, c->id);
+        srv_put(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        srv_json_str(b, c->name.p, c->name.len);
+        srv_put(b, ",");
     } else {
-        bput(b, "\"function\":{");
+        srv_put(b, "\"function\":{");
     }
-    bput(b, "\"arguments\":");
-    json_str(b, a, n);
-    bput(b, "}}");
+    srv_put(b, "\"arguments\":");
+    srv_json_str(b, a, n);
+    srv_put(b, "}}");
 }
 
 static void usage_json(srv_buf *b, const e0_gen_result *r) {
-    bprintf(b,
+    srv_putf(b,
             "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
             "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
             r->prompt_tokens, r->completion_tokens, r->prompt_tokens + r->completion_tokens, r->reused_tokens);
@@ -190,7 +135,7 @@ static void usage_json(srv_buf *b, const e0_gen_result *r) {
 /* llama.cpp's "timings" object: what was evaluated and how fast. */
 static void timings_json(srv_buf *b, const e0_gen_result *r) {
     int pn = r->prompt_tokens - r->reused_tokens;
-    bprintf(b,
+    srv_putf(b,
             "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_second\":%.2f,"
             "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f}",
             r->reused_tokens, pn, r->prefill_s * 1e3, r->prefill_s > 0 ? pn / r->prefill_s : 0.0,
@@ -199,10 +144,10 @@ static void timings_json(srv_buf *b, const e0_gen_result *r) {
 
 /* {"id":..,"object":..,"created":..,"model":.., — the head every response and chunk shares. */
 static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *object) {
-    bput(b, "{\"id\":");
-    json_cstr(b, j->id);
-    bprintf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
-    json_cstr(b, S->model_name);
+    srv_put(b, "{\"id\":");
+    srv_json_cstr(b, j->id);
+    srv_putf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
+    srv_json_cstr(b, S->model_name);
 }
 
 /* One entry of "logprobs.content" or of its "top_logprobs": the token's
@@ -212,34 +157,34 @@ static void token_json(srv_buf *b, const srv *S, int32_t id, float lp) {
     char *t = NULL, err[E0_ERR_MAX];
     size_t n = 0;
     if (e0_text_decode(S->o.text, &id, 1, &t, &n, err)) n = 0;
-    bput(b, "{\"token\":");
-    json_str(b, t ? t : "", n);
-    bprintf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
-    for (size_t i = 0; i < n; i++) bprintf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
-    bput(b, "]");
+    srv_put(b, "{\"token\":");
+    srv_json_str(b, t ? t : "", n);
+    srv_putf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
+    for (size_t i = 0; i < n; i++) srv_putf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
+    srv_put(b, "]");
     free(t);
 }
 
 /* "logprobs" of a choice: null, or {"content": [tokens from..to), "refusal": null}. */
 static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to) {
     if (!j->req.sample.logprobs || from >= to) {
-        bput(b, "null");
+        srv_put(b, "null");
         return;
     }
-    bput(b, "{\"content\":[");
+    srv_put(b, "{\"content\":[");
     for (size_t i = from; i < to; i++) {
         const e0_token_info *t = &j->lp[i];
-        if (i > from) bput(b, ",");
+        if (i > from) srv_put(b, ",");
         token_json(b, S, t->id, t->logprob);
-        bput(b, ",\"top_logprobs\":[");
+        srv_put(b, ",\"top_logprobs\":[");
         for (int k = 0; k < t->n_top; k++) {
-            if (k) bput(b, ",");
+            if (k) srv_put(b, ",");
             token_json(b, S, t->top_ids[k], t->top_logprobs[k]);
-            bput(b, "}");
+            srv_put(b, "}");
         }
-        bput(b, "]}");
+        srv_put(b, "]}");
     }
-    bput(b, "],\"refusal\":null}");
+    srv_put(b, "],\"refusal\":null}");
 }
 
 /* The whole (non-streamed) answer; call with the job done. */
@@ -248,34 +193,34 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     bool chat = j->req.kind == SRV_CHAT;
     head_json(&b, S, j, chat ? "chat.completion" : "text_completion");
     if (chat) {
-        bput(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        if (j->n_calls && !j->content.len) bput(&b, "null"); /* as OpenAI answers a call without text */
-        else json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        srv_put(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        if (j->n_calls && !j->content.len) srv_put(&b, "null"); /* as OpenAI answers a call without text */
+        else srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
         if (j->n_calls) {
-            bput(&b, ",\"tool_calls\":[");
+            srv_put(&b, ",\"tool_calls\":[");
             for (int i = 0; i < j->n_calls; i++) {
-                if (i) bput(&b, ",");
+                if (i) srv_put(&b, ",");
                 call_json(&b, &j->calls[i], i, true, false, j->calls[i].args.p, j->calls[i].args.len);
             }
-            bput(&b, "]");
+            srv_put(&b, "]");
         }
         if (j->reasoning.p) {
-            bput(&b, ",\"reasoning_content\":");
-            json_str(&b, j->reasoning.p, j->reasoning.len);
+            srv_put(&b, ",\"reasoning_content\":");
+            srv_json_str(&b, j->reasoning.p, j->reasoning.len);
         }
-        bput(&b, "}");
+        srv_put(&b, "}");
     } else {
-        bput(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        srv_put(&b, ",\"choices\":[{\"index\":0,\"text\":");
+        srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
     }
-    bput(&b, ",\"logprobs\":");
+    srv_put(&b, ",\"logprobs\":");
     if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
-    else bput(&b, "null");
-    bprintf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
+    else srv_put(&b, "null");
+    srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
-    bput(&b, ",\"timings\":");
+    srv_put(&b, ",\"timings\":");
     timings_json(&b, &j->res);
-    bput(&b, "}");
+    srv_put(&b, "}");
     *len = b.len;
     return b.p;
 }
@@ -400,7 +345,7 @@ typedef struct {
 
 static void chunk_open(stream_ctx *sc) {
     bool chat = sc->j->req.kind == SRV_CHAT;
-    bput(&sc->out, "data: ");
+    srv_put(&sc->out, "data: ");
     head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
 }
 
@@ -414,16 +359,16 @@ static void chunk_logprobs(stream_ctx *sc) {
 static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n) {
     chunk_open(sc);
     if (sc->j->req.kind == SRV_CHAT) {
-        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
+        srv_putf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
                 key);
-        json_str(&sc->out, s, n);
-        bput(&sc->out, "},\"logprobs\":");
+        srv_json_str(&sc->out, s, n);
+        srv_put(&sc->out, "},\"logprobs\":");
         chunk_logprobs(sc);
-        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
     } else {
-        bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
-        json_str(&sc->out, s, n);
-        bput(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
+        srv_json_str(&sc->out, s, n);
+        srv_put(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
     sc->phase = 1;
 }
@@ -434,12 +379,12 @@ static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
     for (int k = -1; k < c->n_cuts; k++) {
         size_t a = k <= 0 ? 0 : c->cuts[k - 1], z = k < 0 ? 0 : c->cuts[k];
         chunk_open(sc);
-        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
+        srv_putf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
                 sc->phase ? "" : "\"role\":\"assistant\",\"content\":null,");
         call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
-        bput(&sc->out, "]},\"logprobs\":");
+        srv_put(&sc->out, "]},\"logprobs\":");
         chunk_logprobs(sc);
-        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
         sc->phase = 1;
     }
 }
@@ -455,31 +400,31 @@ static void chunk_end(stream_ctx *sc) {
                  "%s", j->err);
         size_t len;
         char *body = error_json(&e, &len);
-        bput(&sc->out, "data: ");
+        srv_put(&sc->out, "data: ");
         if (body) srv_buf_put(&sc->out, body, len);
-        bput(&sc->out, "\n\n");
+        srv_put(&sc->out, "\n\n");
         free(body);
     } else {
         chunk_open(sc);
         if (j->req.kind == SRV_CHAT) {
-            bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
+            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
             chunk_logprobs(sc);
         } else {
-            bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
         }
-        bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
+        srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
-        bput(&sc->out, ",\"timings\":");
+        srv_put(&sc->out, ",\"timings\":");
         timings_json(&sc->out, &j->res);
-        bput(&sc->out, "}\n\n");
+        srv_put(&sc->out, "}\n\n");
         if (j->req.include_usage) {
             chunk_open(sc);
-            bput(&sc->out, ",\"choices\":[],\"usage\":");
+            srv_put(&sc->out, ",\"choices\":[],\"usage\":");
             usage_json(&sc->out, &j->res);
-            bput(&sc->out, "}\n\n");
+            srv_put(&sc->out, "}\n\n");
         }
     }
-    bput(&sc->out, "data: [DONE]\n\n");
+    srv_put(&sc->out, "data: [DONE]\n\n");
     sc->phase = 2;
 }
 
@@ -637,9 +582,9 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
         if (!rc && e0_text_encode(S->o.text, t->valuestring, strlen(t->valuestring), &ids, &n, err))
             rc = srv_fail(&e, 400, BAD, "invalid_value", "content", "'content' cannot be tokenized: %s", err);
         if (!rc) {
-            bput(&b, "{\"tokens\":[");
-            for (size_t i = 0; i < n; i++) bprintf(&b, "%s%d", i ? "," : "", ids[i]);
-            bput(&b, "]}");
+            srv_put(&b, "{\"tokens\":[");
+            for (size_t i = 0; i < n; i++) srv_putf(&b, "%s%d", i ? "," : "", ids[i]);
+            srv_put(&b, "]}");
         }
         free(ids);
     } else {
@@ -665,9 +610,9 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
         if (!rc && e0_text_decode(S->o.text, ids, (size_t)n, &text, &len, err))
             rc = srv_fail(&e, 400, BAD, "invalid_value", "tokens", "'tokens' cannot be decoded: %s", err);
         if (!rc) {
-            bput(&b, "{\"content\":");
-            json_str(&b, text ? text : "", len);
-            bput(&b, "}");
+            srv_put(&b, "{\"content\":");
+            srv_json_str(&b, text ? text : "", len);
+            srv_put(&b, "}");
         }
         free(text);
         free(ids);
@@ -682,12 +627,12 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
 }
 
 static void model_json(srv_buf *b, const srv *S) {
-    bput(b, "{\"id\":");
-    json_cstr(b, S->model_name);
-    bprintf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
+    srv_put(b, "{\"id\":");
+    srv_json_cstr(b, S->model_name);
+    srv_putf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
             (long long)S->started);
-    json_cstr(b, S->info.family);
-    bprintf(b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}", (int)S->o.n_ctx,
+    srv_json_cstr(b, S->info.family);
+    srv_putf(b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}", (int)S->o.n_ctx,
             S->info.vocab_size, S->info.n_layers, S->info.n_experts, S->info.top_k);
 }
 
@@ -708,9 +653,9 @@ static enum MHD_Result do_model(srv *S, struct MHD_Connection *c, req_ctx *cx, c
 
 static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, req_ctx *cx) {
     srv_buf b = {0};
-    bput(&b, "{\"object\":\"list\",\"data\":[");
+    srv_put(&b, "{\"object\":\"list\",\"data\":[");
     model_json(&b, S);
-    bput(&b, "]}");
+    srv_put(&b, "]}");
     if (!b.p) return MHD_NO;
     return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
 }
