@@ -83,6 +83,7 @@ struct srv_job {
     size_t prompt_len;
     int32_t *ids;      /* its ids */
     size_t n_ids;
+    bool anthropic;    /* answered in the Messages API's shape (anthropic.h) */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* signalled when text is added, and when done */
@@ -95,6 +96,7 @@ struct srv_job {
     int n_calls, cap_calls;
     e0_token_info *lp;          /* every generated token, when the request asked for logprobs */
     size_t n_lp, cap_lp;
+    size_t n_prompt_lp;         /* completions with echo: lp[0..n_prompt_lp) are the prompt's tokens (lp[0] has no logprob) */
     /* Valid once done: */
     e0_gen_result res;
     const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */

@@ -29,6 +29,7 @@
  */
 #include "server/server.h"
 
+#include "server/anthropic.h"
 #include "server/engine.h"
 #include "server/json.h"
 #include "server/metrics.h"
@@ -227,13 +228,27 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
 
 /* ---- responses ---------------------------------------------------------------- */
 
-enum { EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_MODEL, EP_NONE };
+enum {
+    EP_CHAT,
+    EP_COMPLETIONS,
+    EP_MESSAGES,
+    EP_COUNT_TOKENS,
+    EP_MODELS,
+    EP_HEALTH,
+    EP_METRICS,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_MODEL,
+    EP_NONE
+};
 
 static const struct {
     const char *path, *alias, *method, *name;
 } ROUTES[] = {
     [EP_CHAT] = {"/v1/chat/completions", "/chat/completions", "POST", "chat_completions"},
     [EP_COMPLETIONS] = {"/v1/completions", "/completions", "POST", "completions"},
+    [EP_MESSAGES] = {"/v1/messages", "/messages", "POST", "messages"},
+    [EP_COUNT_TOKENS] = {"/v1/messages/count_tokens", "/messages/count_tokens", "POST", "count_tokens"},
     [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
     [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
     [EP_METRICS] = {"/metrics", "/v1/metrics", "GET", "metrics"},
@@ -258,6 +273,7 @@ typedef struct {
     srv_job *job;     /* a reference, while the request lives */
     bool streamed;
     bool preflight; /* a CORS OPTIONS request */
+    bool anthropic; /* a Messages API path: errors in Anthropic's shape */
     const srv *S;
 } req_ctx;
 
@@ -289,10 +305,11 @@ static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int stat
 static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *cx, const srv_error *e, const char *hname,
                                   const char *hval) {
     size_t len;
-    char *body = error_json(e, &len);
+    char *body = cx->anthropic ? srv_anthropic_error_json(e, &len) : error_json(e, &len);
     if (!body) return MHD_NO;
     cx->code = e->code;
-    return send_body(c, cx, e->status, body, len, "application/json", hname, hval);
+    return send_body(c, cx, cx->anthropic ? srv_anthropic_status(e->status) : e->status, body, len,
+                     "application/json", hname, hval);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, req_ctx *cx, int status, const char *type, const char *code,
@@ -341,6 +358,7 @@ typedef struct {
     int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
+    srv_anth_stream an; /* a Messages API stream's progress */
 } stream_ctx;
 
 static void chunk_open(stream_ctx *sc) {
@@ -436,6 +454,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         sc->out.len = sc->out_pos = 0;
         if (sc->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&j->mu);
+        if (j->anthropic) { /* message_start at once, then events as the answer grows */
+            while (!srv_anth_stream_news(&sc->an, j))
+                if (wait_job(j)) {
+                    pthread_mutex_unlock(&j->mu);
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+            srv_anth_stream_events(&sc->an, &sc->out, j, sc->S->model_name);
+            if (sc->an.phase == 2) sc->phase = 2;
+            pthread_mutex_unlock(&j->mu);
+            if (!sc->out.p) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+            continue;
+        }
         while (!j->done && j->reasoning.len == sc->r_sent && j->content.len == sc->c_sent &&
                j->n_calls == sc->calls_sent)
             if (wait_job(j)) {
@@ -477,13 +507,17 @@ static void stream_free(void *cls) {
 /* ---- endpoints ------------------------------------------------------------------ */
 
 static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx) {
-    srv_kind kind = cx->ep == EP_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_kind kind = cx->ep == EP_COMPLETIONS ? SRV_COMPLETION : SRV_CHAT;
     srv_error e;
     srv_job *j = srv_job_new();
     if (!j) return fail(c, cx, 500, "server_error", "out_of_memory", "%s", "out of memory");
     cx->job = j;
-    if (srv_request_parse(&j->req, kind, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &e) ||
-        srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
+    const char *body = cx->body.p ? cx->body.p : "";
+    j->anthropic = cx->ep == EP_MESSAGES;
+    if (j->anthropic ? srv_anthropic_request(&j->req, false, body, cx->body.len, &S->o.defaults, &j->prompt,
+                                             &j->prompt_len, &e)
+                     : srv_request_parse(&j->req, kind, body, cx->body.len, &S->o.defaults, &e) ||
+                           srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
         return send_error(c, cx, &e, NULL, NULL);
     char err[E0_ERR_MAX];
     int rc = e0_text_encode(S->o.text, j->prompt, j->prompt_len, &j->ids, &j->n_ids, err);
@@ -495,8 +529,9 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
                  j->n_ids, (int)S->o.n_ctx);
         return send_error(c, cx, &e, NULL, NULL);
     }
-    snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)__atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED));
+    uint64_t seq = __atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED);
+    if (j->anthropic) srv_anthropic_id(j->id, sizeof j->id, "msg_", seq ^ (uint64_t)S->started << 20);
+    else snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)seq);
     j->created = (int64_t)time(NULL);
     j->t0 = cx->t0;
     j->fd = client_fd(c);
@@ -551,9 +586,31 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
         return send_error(c, cx, &e, NULL, NULL);
     }
     size_t len;
-    char *body = answer_json(S, j, &len);
-    if (!body) return MHD_NO;
-    return send_body(c, cx, 200, body, len, "application/json", NULL, NULL);
+    char *answer = j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len) : answer_json(S, j, &len);
+    if (!answer) return MHD_NO;
+    return send_body(c, cx, 200, answer, len, "application/json", NULL, NULL);
+}
+
+/* POST /v1/messages/count_tokens: the prompt's token count, as the
+ * Messages API would render it ({"input_tokens": N}). */
+static enum MHD_Result do_count_tokens(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    srv_request r;
+    srv_error e;
+    char *prompt, err[E0_ERR_MAX];
+    size_t len, n = 0;
+    int32_t *ids = NULL;
+    if (srv_anthropic_request(&r, true, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &prompt, &len, &e))
+        return send_error(c, cx, &e, NULL, NULL);
+    int rc = e0_text_encode(S->o.text, prompt, len, &ids, &n, err);
+    srv_request_free(&r);
+    free(prompt);
+    free(ids);
+    if (rc) return fail(c, cx, rc == E0_ENOMEM ? 500 : 400, "invalid_request_error", "invalid_prompt",
+                        "the prompt cannot be tokenized: %s", err);
+    srv_buf b = {0};
+    srv_putf(&b, "{\"input_tokens\":%zu}", n);
+    if (!b.p) return MHD_NO;
+    return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
 }
 
 /* POST /tokenize {"content": STRING} -> {"tokens": [ids]};
@@ -669,23 +726,29 @@ static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c, req_ctx *cx)
     return send_body(c, cx, 200, t, len, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
 }
 
-/* The Authorization header "Bearer KEY" (the scheme in any case, RFC 7235)
- * or X-Api-Key: KEY; the key compared in constant time. */
-static bool authorized(const srv *S, struct MHD_Connection *c) {
-    if (!S->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (h) {
-        while (*h == ' ' || *h == '\t') h++;
-        if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return false;
-        for (h += 6; *h == ' ' || *h == '\t';) h++;
-    } else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"))) {
-        return false;
-    }
+/* h is the key, up to trailing blanks; compared in constant time. */
+static bool key_is(const srv *S, const char *h) {
     size_t n = strlen(S->api_key), m = strlen(h);
     while (m && (h[m - 1] == ' ' || h[m - 1] == '\t')) m--;
     unsigned diff = n != m;
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)S->api_key[i] ^ (unsigned char)(i < m ? h[i] : 0);
     return diff == 0;
+}
+
+/* The Authorization header "Bearer KEY" (the scheme in any case, RFC 7235)
+ * or X-Api-Key: KEY (Anthropic's clients), either one right. */
+static bool authorized(const srv *S, struct MHD_Connection *c) {
+    if (!S->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h) {
+        while (*h == ' ' || *h == '\t') h++;
+        if (!strncasecmp(h, "Bearer", 6) && (h[6] == ' ' || h[6] == '\t')) {
+            for (h += 6; *h == ' ' || *h == '\t';) h++;
+            if (key_is(S, h)) return true;
+        }
+    }
+    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    return h && key_is(S, h);
 }
 
 /* The headers call: route, method, key and declared size. */
@@ -699,6 +762,7 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
                              !strncmp(url, ROUTES[i].alias, strlen(ROUTES[i].alias)))
                           : (!strcmp(url, ROUTES[i].path) || !strcmp(url, ROUTES[i].alias)))
             cx->ep = i;
+    cx->anthropic = !strncmp(url, "/v1/messages", 12) || !strncmp(url, "/messages", 9);
     if (cx->ep == EP_NONE)
         return fail(c, cx, 404, "not_found_error", "not_found", "unknown endpoint %s", url);
     bool get = !strcmp(ROUTES[cx->ep].method, "GET");
@@ -715,8 +779,9 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
     }
     if (cx->ep != EP_HEALTH && !authorized(S, c)) {
         srv_error e;
-        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
-                 "a valid API key is required: send the header 'Authorization: Bearer KEY'");
+        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL, "%s",
+                 cx->anthropic ? "invalid x-api-key: a valid API key is required in the header 'x-api-key: KEY'"
+                               : "a valid API key is required: send the header 'Authorization: Bearer KEY'");
         return send_error(c, cx, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
     if (get) return MHD_YES;
@@ -748,7 +813,8 @@ static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, c
         common_headers(S, r);
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                "Authorization, Content-Type, X-Api-Key, X-Stainless-Lang, X-Stainless-Package-Version, "
+                                "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
+                                "Anthropic-Dangerous-Direct-Browser-Access, X-Stainless-Lang, X-Stainless-Package-Version, "
                                 "X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
                                 "X-Stainless-Retry-Count, X-Stainless-Timeout, OpenAI-Organization, OpenAI-Project");
         MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
@@ -772,6 +838,8 @@ static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, c
     case EP_TOKENIZE:
     case EP_DETOKENIZE:
         return do_tokenize(S, c, cx);
+    case EP_COUNT_TOKENS:
+        return do_count_tokens(S, c, cx);
     default:
         return do_generate(S, c, cx);
     }
