@@ -188,6 +188,87 @@ static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t fro
     srv_put(b, "],\"refusal\":null}");
 }
 
+/* Characters (code points) in s[0..n): its bytes that do not continue a
+ * UTF-8 sequence, so a token holding part of a character counts where the
+ * character begins. */
+static size_t chars_of(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return c;
+}
+
+/* "logprobs" of a completion, OpenAI's legacy form, for tokens from..to:
+ * {"tokens", "token_logprobs", "top_logprobs" (per token a dict text ->
+ * logprob of the most likely alternatives, plus the token itself when it
+ * is not among them), "text_offset" (in characters of the choice's text)}.
+ * The echoed prompt's first token has null for both. *chars: the offset of
+ * lp[from], advanced past lp[to - 1]. null when there are none. */
+static void comp_logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to, size_t *chars) {
+    if (!j->req.sample.logprobs || from >= to) {
+        srv_put(b, "null");
+        return;
+    }
+    srv_buf tok = {0}, lps = {0}, top = {0}, off = {0};
+    char err[E0_ERR_MAX];
+    for (size_t i = from; i < to; i++) {
+        const e0_token_info *t = &j->lp[i];
+        const char *sep = i > from ? "," : "";
+        char *text = NULL, *keys[E0_MAX_TOP_LOGPROBS + 1];
+        size_t n = 0, lens[E0_MAX_TOP_LOGPROBS + 1];
+        if (e0_text_decode(S->o.text, &t->id, 1, &text, &n, err)) n = 0;
+        srv_put(&tok, sep);
+        srv_json_str(&tok, text ? text : "", n);
+        srv_putf(&off, "%s%zu", sep, *chars);
+        *chars += chars_of(text, n);
+        if (i == 0 && j->n_prompt_lp) { /* nothing comes before the prompt's first token */
+            srv_putf(&lps, "%snull", sep);
+            srv_putf(&top, "%snull", sep);
+            free(text);
+            continue;
+        }
+        srv_putf(&lps, "%s%.9g", sep, (double)t->logprob);
+        srv_putf(&top, "%s{", sep);
+        int nk = 0;
+        bool self = false;
+        for (int k = 0; k <= t->n_top; k++) { /* the alternatives, then the token itself */
+            if (k == t->n_top && self) break;
+            int32_t id = k < t->n_top ? t->top_ids[k] : t->id;
+            float lp = k < t->n_top ? t->top_logprobs[k] : t->logprob;
+            self |= id == t->id;
+            char *kt = NULL;
+            size_t kn = 0;
+            if (e0_text_decode(S->o.text, &id, 1, &kt, &kn, err)) kn = 0;
+            bool dup = false; /* two tokens may read the same: the likelier one keeps the key */
+            for (int q = 0; q < nk && !dup; q++) dup = lens[q] == kn && !memcmp(keys[q], kt ? kt : "", kn);
+            if (dup) {
+                free(kt);
+                continue;
+            }
+            srv_put(&top, nk ? "," : "");
+            srv_json_str(&top, kt ? kt : "", kn);
+            srv_putf(&top, ":%.9g", (double)lp);
+            keys[nk] = kt;
+            lens[nk++] = kn;
+        }
+        srv_put(&top, "}");
+        for (int q = 0; q < nk; q++) free(keys[q]);
+        free(text);
+    }
+    srv_put(b, "{\"tokens\":[");
+    if (tok.p) srv_buf_put(b, tok.p, tok.len);
+    srv_put(b, "],\"token_logprobs\":[");
+    if (lps.p) srv_buf_put(b, lps.p, lps.len);
+    srv_put(b, "],\"top_logprobs\":[");
+    if (top.p) srv_buf_put(b, top.p, top.len);
+    srv_put(b, "],\"text_offset\":[");
+    if (off.p) srv_buf_put(b, off.p, off.len);
+    srv_put(b, "]}");
+    free(tok.p);
+    free(lps.p);
+    free(top.p);
+    free(off.p);
+}
+
 /* The whole (non-streamed) answer; call with the job done. */
 static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     srv_buf b = {0};
@@ -215,8 +296,9 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
         srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
     }
     srv_put(&b, ",\"logprobs\":");
+    size_t chars = 0;
     if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
-    else srv_put(&b, "null");
+    else comp_logprobs_json(&b, S, j, 0, j->n_lp, &chars);
     srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
     srv_put(&b, ",\"timings\":");
@@ -355,6 +437,7 @@ typedef struct {
     size_t r_sent, c_sent; /* bytes of reasoning and content already sent */
     int calls_sent;        /* tool calls already sent */
     size_t lp_sent;        /* tokens whose logprobs were sent */
+    size_t lp_chars;       /* completions: the text offset of the next token */
     int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
@@ -386,7 +469,10 @@ static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n)
     } else {
         srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
         srv_json_str(&sc->out, s, n);
-        srv_put(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"logprobs\":");
+        comp_logprobs_json(&sc->out, sc->S, sc->j, sc->lp_sent, sc->j->n_lp, &sc->lp_chars);
+        sc->lp_sent = sc->j->n_lp;
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
     }
     sc->phase = 1;
 }
@@ -428,7 +514,9 @@ static void chunk_end(stream_ctx *sc) {
             srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
             chunk_logprobs(sc);
         } else {
-            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":");
+            comp_logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp, &sc->lp_chars);
+            sc->lp_sent = j->n_lp;
         }
         srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
