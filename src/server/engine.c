@@ -369,13 +369,17 @@ static int add_logprob(srv_job *j, const e0_token_info *tok) {
  * nothing was sampled there), and its n most likely alternatives; the
  * first token has none. That needs the logits of every prompt position,
  * which a generation never computes, so the engine evaluates the prompt
- * itself first, from an empty session, PROMPT_LP_ROWS positions at a time
- * (E0_LOGITS_ALL: [rows, vocab] floats), and stops one short of the end:
- * e0_generate then finds all but the last id in the session and evaluates
- * only that one, whatever the model (recurrent layers cannot rewind). The
- * prompt is evaluated once either way; only the reuse of an earlier
- * conversation's prefix is lost. */
-#define PROMPT_LP_ROWS 32
+ * itself first, from an empty session, in the batches a prefill uses
+ * (PROMPT_LP_ROWS, the session's n_batch: E0_LOGITS_ALL [rows, vocab]
+ * floats, 311 MB for 512 rows of Qwen3's vocabulary at most): the
+ * arithmetic of a batch depends on its length (about 1e-3 in the logits),
+ * so these are the logits the prefill of this prompt computes, and those
+ * `edge0 logits` writes for it. e0_generate then finds the prompt in the
+ * session: a model with attention only evaluates the last id again; one
+ * with recurrent layers cannot rewind and evaluates the whole prompt again
+ * (echo with logprobs costs two prefills there). The reuse of an earlier
+ * conversation's prefix is lost either way. */
+#define PROMPT_LP_ROWS 512 /* e0_session_opts.n_batch's default, which the engine's session uses */
 
 /* Row x [V] -> the entry for `id`: its log-probability and the k most
  * likely tokens (descending, lower id first on ties). */
@@ -402,8 +406,8 @@ static void row_logprobs(const float *x, int32_t V, int32_t id, int32_t k, e0_to
 
 static int add_logprob(srv_job *j, const e0_token_info *tok);
 
-/* Evaluates ids[0..n-1) of the job's prompt into a reset session and keeps
- * each token's entry in j->lp (j->n_prompt_lp of them). */
+/* Evaluates the job's prompt into a reset session and keeps each token's
+ * entry in j->lp (j->n_prompt_lp of them). */
 static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err) {
     const double t0 = now_s();
     e0_model_info mi;
@@ -411,8 +415,9 @@ static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err
     const int32_t V = mi.vocab_size, k = j->req.sample.top_logprobs;
     const size_t n = j->n_ids;
     e0_session_reset(E->s);
-    float *rows = n > 1 ? malloc((size_t)PROMPT_LP_ROWS * (size_t)V * sizeof *rows) : NULL;
-    if (n > 1 && !rows) {
+    const size_t R = n < PROMPT_LP_ROWS ? n : PROMPT_LP_ROWS;
+    float *rows = malloc(R * (size_t)V * sizeof *rows);
+    if (!rows) {
         snprintf(err, E0_ERR_MAX, "out of memory for the prompt's logits");
         return E0_ENOMEM;
     }
@@ -420,11 +425,11 @@ static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err
     pthread_mutex_lock(&j->mu);
     int rc = add_logprob(j, &first) ? E0_ENOMEM : 0;
     pthread_mutex_unlock(&j->mu);
-    for (size_t at = 0; !rc && at + 1 < n; at += PROMPT_LP_ROWS) {
-        size_t m = n - 1 - at < PROMPT_LP_ROWS ? n - 1 - at : PROMPT_LP_ROWS;
+    for (size_t at = 0; !rc && at < n; at += PROMPT_LP_ROWS) {
+        size_t m = n - at < PROMPT_LP_ROWS ? n - at : PROMPT_LP_ROWS;
         if ((rc = e0_session_eval(E->s, j->ids + at, m, E0_LOGITS_ALL, rows, err))) break;
         pthread_mutex_lock(&j->mu);
-        for (size_t r = 0; r < m && !rc; r++) {
+        for (size_t r = 0; r < m && at + r + 1 < n && !rc; r++) { /* row r: the distribution of id at + r + 1 */
             e0_token_info t;
             int32_t id = j->ids[at + r + 1];
             row_logprobs(rows + r * (size_t)V, V, id < V ? id : 0, k, &t);
