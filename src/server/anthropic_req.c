@@ -27,7 +27,7 @@
 #define BAD "invalid_request_error"
 #define OOM(e) srv_fail(e, 500, "api_error", "out_of_memory", NULL, "out of memory")
 
-static const cJSON *field(const cJSON *o, const char *name) {
+static const cJSON *member(const cJSON *o, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
@@ -49,7 +49,7 @@ static int only_known(const cJSON *o, const char *const *known, const char *path
 
 /* cache_control: accepted where Anthropic allows it, and ignored. */
 static int check_cache_control(const cJSON *o, const char *path, srv_error *e) {
-    const cJSON *c = field(o, "cache_control");
+    const cJSON *c = member(o, "cache_control");
     if (c && !cJSON_IsObject(c))
         return srv_fail(e, 400, BAD, "invalid_type", path, "'%s.cache_control' must be an object", path);
     return 0;
@@ -57,7 +57,7 @@ static int check_cache_control(const cJSON *o, const char *path, srv_error *e) {
 
 static int want_string(const cJSON *o, const char *name, const char *path, bool required, const cJSON **out,
                        srv_error *e) {
-    const cJSON *v = field(o, name);
+    const cJSON *v = member(o, name);
     *out = v;
     if (!v && !required) return 0;
     if (!v) return srv_fail(e, 400, BAD, "missing_field", path, "'%s.%s' is required", path, name);
@@ -89,7 +89,7 @@ static int unknown_block(const char *type, const char *path, srv_error *e) {
 /* A text block {type: "text", text, cache_control?, citations?}: its text appended to parts as an OpenAI part. */
 static int text_block(const cJSON *b, const char *path, cJSON *parts, srv_error *e) {
     static const char *const KNOWN[] = {"type", "text", "cache_control", "citations", NULL};
-    const cJSON *t, *cit = field(b, "citations");
+    const cJSON *t, *cit = member(b, "citations");
     if (only_known(b, KNOWN, path, e) || check_cache_control(b, path, e) || want_string(b, "text", path, true, &t, e))
         return -1;
     if (cit && !(cJSON_IsArray(cit) && !cJSON_GetArraySize(cit)))
@@ -187,7 +187,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
         }
         if (strcmp(type, "tool_result")) return unknown_block(type, p, e);
         static const char *const KNOWN[] = {"type", "tool_use_id", "content", "is_error", "cache_control", NULL};
-        const cJSON *id, *content = field(b, "content"), *err = field(b, "is_error");
+        const cJSON *id, *content = member(b, "content"), *err = member(b, "is_error");
         if (only_known(b, KNOWN, p, e) || check_cache_control(b, p, e) || want_string(b, "tool_use_id", p, true, &id, e))
             return -1;
         if (err && !cJSON_IsBool(err))
@@ -270,7 +270,7 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
             *text_only = false;
         } else if (!strcmp(type, "tool_use")) {
             static const char *const KNOWN[] = {"type", "id", "name", "input", "cache_control", NULL};
-            const cJSON *id, *name, *input = field(b, "input");
+            const cJSON *id, *name, *input = member(b, "input");
             if (only_known(b, KNOWN, p, e) || check_cache_control(b, p, e) || want_string(b, "id", p, true, &id, e) ||
                 want_string(b, "name", p, true, &name, e))
                 return -1;
@@ -297,7 +297,7 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
 /* messages -> OpenAI messages (after the system message, if any). A last
  * assistant message of text only is taken off as *prefill (malloc'd). */
 static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_error *e) {
-    const cJSON *ms = field(body, "messages"), *m;
+    const cJSON *ms = member(body, "messages"), *m;
     if (!ms) return srv_fail(e, 400, BAD, "missing_field", "messages", "'messages' is required");
     if (!cJSON_IsArray(ms)) return srv_fail(e, 400, BAD, "invalid_type", "messages", "'messages' must be an array");
     if (!cJSON_GetArraySize(ms)) return srv_fail(e, 400, BAD, "invalid_value", "messages", "'messages' must not be empty");
@@ -309,7 +309,7 @@ static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_
         i++;
         if (!cJSON_IsObject(m)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
         static const char *const KNOWN[] = {"role", "content", NULL};
-        const cJSON *role, *c = field(m, "content");
+        const cJSON *role, *c = member(m, "content");
         if (only_known(m, KNOWN, p, e) || want_string(m, "role", p, true, &role, e)) return -1;
         if (!c) return srv_fail(e, 400, BAD, "missing_field", cp, "'%s' is required", cp);
         if (!strcmp(role->valuestring, "user")) {
@@ -339,7 +339,7 @@ static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_
 
 /* tools -> OpenAI tools: {type: "function", function: {name, description, parameters}}. */
 static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
-    const cJSON *ts = field(body, "tools"), *t;
+    const cJSON *ts = member(body, "tools"), *t;
     if (!ts) return 0;
     if (!cJSON_IsArray(ts)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
     cJSON *out = cJSON_AddArrayToObject(o, "tools");
@@ -349,7 +349,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
         char p[64];
         snprintf(p, sizeof p, "tools[%d]", i++);
         if (!cJSON_IsObject(t)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
-        const cJSON *type, *name, *desc, *schema = field(t, "input_schema");
+        const cJSON *type, *name, *desc, *schema = member(t, "input_schema");
         if (want_string(t, "type", p, false, &type, e)) return -1;
         if (type && strcmp(type->valuestring, "custom"))
             return srv_fail(e, 400, BAD, "unsupported_value", p,
@@ -380,7 +380,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
 
 /* tool_choice -> OpenAI tool_choice and parallel_tool_calls. *kind gets the Anthropic type. */
 static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, srv_error *e) {
-    const cJSON *tc = field(body, "tool_choice"), *type, *name, *dp;
+    const cJSON *tc = member(body, "tool_choice"), *type, *name, *dp;
     *kind = NULL;
     if (!tc) return 0;
     if (!cJSON_IsObject(tc))
@@ -407,7 +407,7 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, s
     }
     if (name && strcmp(t, "tool"))
         return srv_fail(e, 400, BAD, "invalid_value", "tool_choice", "'tool_choice.name' belongs to type \"tool\"");
-    if ((dp = field(tc, "disable_parallel_tool_use"))) {
+    if ((dp = member(tc, "disable_parallel_tool_use"))) {
         if (!cJSON_IsBool(dp))
             return srv_fail(e, 400, BAD, "invalid_type", "tool_choice",
                             "'tool_choice.disable_parallel_tool_use' must be true or false");
@@ -419,7 +419,7 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, s
 
 /* thinking -> enable_thinking; *on: -1 absent, 0 disabled, 1 enabled. */
 static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
-    const cJSON *th = field(body, "thinking"), *type, *budget, *mt = field(body, "max_tokens");
+    const cJSON *th = member(body, "thinking"), *type, *budget, *mt = member(body, "max_tokens");
     *on = -1;
     if (!th) return 0;
     if (!cJSON_IsObject(th))
@@ -427,7 +427,7 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
                         "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
     static const char *const KNOWN[] = {"type", "budget_tokens", NULL};
     if (only_known(th, KNOWN, "thinking", e) || want_string(th, "type", "thinking", true, &type, e)) return -1;
-    budget = field(th, "budget_tokens");
+    budget = member(th, "budget_tokens");
     if (!strcmp(type->valuestring, "disabled")) {
         if (budget)
             return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' belongs to type \"enabled\"");
@@ -452,18 +452,18 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
  * under the OpenAI names (srv_request_parse applies the rest). */
 static int convert_sampling(const cJSON *body, cJSON *o, bool count_only, srv_error *e) {
     const cJSON *v;
-    if (!(v = field(body, "max_tokens")) && !count_only)
+    if (!(v = member(body, "max_tokens")) && !count_only)
         return srv_fail(e, 400, BAD, "missing_field", "max_tokens", "'max_tokens' is required");
-    if ((v = field(body, "temperature")) &&
+    if ((v = member(body, "temperature")) &&
         (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)))
         return srv_fail(e, 400, BAD, "invalid_value", "temperature", "'temperature' must be a number in [0, 1]");
-    if ((v = field(body, "top_k")) && cJSON_IsNumber(v) && v->valuedouble < 0)
+    if ((v = member(body, "top_k")) && cJSON_IsNumber(v) && v->valuedouble < 0)
         return srv_fail(e, 400, BAD, "invalid_value", "top_k", "'top_k' must be at least 0");
     static const char *const COPY[][2] = {{"max_tokens", "max_tokens"}, {"temperature", "temperature"},
                                           {"top_p", "top_p"},           {"top_k", "top_k"},
                                           {"stream", "stream"},         {"stop_sequences", "stop"}};
     for (size_t i = 0; i < sizeof COPY / sizeof *COPY; i++) {
-        if (!(v = field(body, COPY[i][0]))) continue;
+        if (!(v = member(body, COPY[i][0]))) continue;
         if (i == 5) { /* stop_sequences: the OpenAI name would show in its errors */
             const cJSON *s;
             bool ok = cJSON_IsArray(v);
@@ -480,7 +480,7 @@ static int convert_sampling(const cJSON *body, cJSON *o, bool count_only, srv_er
             return OOM(e);
         }
     }
-    const cJSON *md = field(body, "metadata"), *uid;
+    const cJSON *md = member(body, "metadata"), *uid;
     if (md) {
         if (!cJSON_IsObject(md)) return srv_fail(e, 400, BAD, "invalid_type", "metadata", "'metadata' must be an object");
         static const char *const KNOWN[] = {"user_id", NULL};
@@ -495,7 +495,7 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
     static const char *const TOP[] = {"model",       "messages", "max_tokens", "system",   "stop_sequences",
                                       "stream",      "temperature", "top_p",   "top_k",    "metadata",
                                       "tools",       "tool_choice", "thinking", NULL};
-    const cJSON *model = field(body, "model"), *sys = field(body, "system");
+    const cJSON *model = member(body, "model"), *sys = member(body, "system");
     if (only_known(body, TOP, "", e)) return -1;
     if (!model) return srv_fail(e, 400, BAD, "missing_field", "model", "'model' is required");
     if (!cJSON_IsString(model)) return srv_fail(e, 400, BAD, "invalid_type", "model", "'model' must be a string");
