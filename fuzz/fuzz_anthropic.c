@@ -27,7 +27,8 @@ static void one(bool count_only, const char *body, size_t size) {
     srv_error e;
     char *prompt;
     size_t len;
-    if (srv_anthropic_request(&r, count_only, body, size, &d, &prompt, &len, &e)) {
+    bool prefilled;
+    if (srv_anthropic_request(&r, count_only, body, size, &d, &prompt, &len, &prefilled, &e)) {
         check(e.status == 400 || e.status == 500);
         check(e.code && e.type && e.message[0]);
         check(!prompt && !len && !r.messages && !r.tools);
@@ -43,6 +44,7 @@ static void one(bool count_only, const char *body, size_t size) {
     for (size_t i = 0; i < s->n_stop; i++) check(s->stop[i] && s->stop[i][0]);
     check(!r.tools == !r.tools_json);
     check(prompt && strlen(prompt) == len);
+    check(!prefilled || !r.enable_thinking); /* a prefill is continued with thinking off */
     free(prompt);
     srv_request_free(&r);
 }

@@ -9,7 +9,7 @@
  * refused exactly where those are.
  *
  *     srv_request r;  char *prompt;  size_t n;  srv_error e;
- *     if (srv_anthropic_request(&r, false, body, len, &defaults, &prompt, &n, &e)) reply(e);
+ *     if (srv_anthropic_request(&r, false, body, len, &defaults, &prompt, &n, NULL, &e)) reply(e);
  *     ... tokenize, submit as a job with j->anthropic set ...
  *     body = srv_anthropic_message_json(j, model, &len);       // or the stream:
  *     srv_anth_stream st = {0};
@@ -62,10 +62,11 @@
 
 /* Parses and translates a Messages body into *r and renders its prompt
  * (*prompt malloc'd). count_only: a count_tokens body (max_tokens may be
- * left out). 0, or -1 with *e filled (400, or 500 out of memory); *r is
- * then empty. */
+ * left out). *prefilled (may be NULL): the prompt ends with a prefill, so
+ * it is more than r->messages rendered. 0, or -1 with *e filled (400, or
+ * 500 out of memory); *r is then empty. */
 int srv_anthropic_request(srv_request *r, bool count_only, const char *body, size_t len, const srv_defaults *d,
-                          char **prompt, size_t *prompt_len, srv_error *e);
+                          char **prompt, size_t *prompt_len, bool *prefilled, srv_error *e);
 
 /* Anthropic's error type for an HTTP status, and the status it uses
  * (529 for 503). */

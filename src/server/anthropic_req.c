@@ -521,8 +521,9 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
 }
 
 int srv_anthropic_request(srv_request *r, bool count_only, const char *body, size_t len, const srv_defaults *d,
-                          char **prompt, size_t *prompt_len, srv_error *e) {
+                          char **prompt, size_t *prompt_len, bool *prefilled, srv_error *e) {
     memset(r, 0, sizeof *r);
+    if (prefilled) *prefilled = false;
     *prompt = NULL;
     *prompt_len = 0;
     cJSON *j = cJSON_ParseWithLength(body, len);
@@ -558,9 +559,11 @@ int srv_anthropic_request(srv_request *r, bool count_only, const char *body, siz
             memcpy(p + *prompt_len, prefill, n + 1);
             *prompt = p;
             *prompt_len += n;
+            if (prefilled) *prefilled = true;
         }
     }
     if (rc) {
+        if (prefilled) *prefilled = false;
         srv_request_free(r);
         free(*prompt);
         *prompt = NULL;

@@ -485,7 +485,8 @@ static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, con
     E->hist_n = hn;
     /* A conversation continues only from an answer the client saw whole:
      * the generated ids must decode to exactly the text that was sent. */
-    if (j->req.kind != SRV_CHAT || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt) return;
+    if (j->req.kind != SRV_CHAT || j->prefilled || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt)
+        return;
     char *gen = NULL;
     size_t gl = 0;
     bool clean = e0_text_decode(E->text, h + n_prompt, hn - n_prompt, &gen, &gl, err) == 0 && gl == g->raw.len &&

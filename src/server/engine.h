@@ -84,6 +84,7 @@ struct srv_job {
     int32_t *ids;      /* its ids */
     size_t n_ids;
     bool anthropic;    /* answered in the Messages API's shape (anthropic.h) */
+    bool prefilled;    /* the prompt ends with a prefill: no conversation to continue */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* signalled when text is added, and when done */

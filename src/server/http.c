@@ -603,7 +603,7 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
     const char *body = cx->body.p ? cx->body.p : "";
     j->anthropic = cx->ep == EP_MESSAGES;
     if (j->anthropic ? srv_anthropic_request(&j->req, false, body, cx->body.len, &S->o.defaults, &j->prompt,
-                                             &j->prompt_len, &e)
+                                             &j->prompt_len, &j->prefilled, &e)
                      : srv_request_parse(&j->req, kind, body, cx->body.len, &S->o.defaults, &e) ||
                            srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
         return send_error(c, cx, &e, NULL, NULL);
@@ -687,7 +687,7 @@ static enum MHD_Result do_count_tokens(srv *S, struct MHD_Connection *c, req_ctx
     char *prompt, err[E0_ERR_MAX];
     size_t len, n = 0;
     int32_t *ids = NULL;
-    if (srv_anthropic_request(&r, true, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &prompt, &len, &e))
+    if (srv_anthropic_request(&r, true, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &prompt, &len, NULL, &e))
         return send_error(c, cx, &e, NULL, NULL);
     int rc = e0_text_encode(S->o.text, prompt, len, &ids, &n, err);
     srv_request_free(&r);
