@@ -14,7 +14,10 @@
  * after the reasoning splitter, so calls land in `calls` and never in
  * `content`; with parallel_tool_calls false generation stops after the
  * first call. With logprobs, every generated token's e0_token_info is kept
- * in `lp` (reasoning and call markup included, in order).
+ * in `lp` (reasoning and call markup included, in order). A completion
+ * with echo starts its content with the prompt; with logprobs too, the
+ * engine first evaluates the prompt itself for the logits of every
+ * position, and the prompt's tokens lead `lp` (engine.c, "echo").
  *
  * Cancellation: a job is cancelled when its client leaves. Connection
  * threads notice it while waiting (a hang-up on the socket, or MHD's
