@@ -196,7 +196,7 @@ static void test_echo(void **state) {
     int n;
     int32_t *ids = tokenize(PROMPT, &n);
     assert_true(n > 8);
-    char cmd[8192], list[4096] = "", out[4400];
+    char cmd[16384], list[4096] = "", out[4400];
     for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", ids[i]);
     snprintf(out, sizeof out, "%s/logits.safetensors", dir);
     snprintf(cmd, sizeof cmd, "%s logits %s --io pread --ids %s --out %s 2>/dev/null", tu_bin(), model, list, out);
