@@ -21,7 +21,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TESTLIB_OBJ := $(BUILD)/tests/testutil.o
+TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
 
 .PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0

@@ -389,6 +389,7 @@ typedef struct {
     int32_t reused_tokens;     /* of those, already in the session (not evaluated again) */
     int32_t completion_tokens; /* generated, the end-of-turn token not counted */
     e0_finish finish;
+    const char *stop;          /* E0_FINISH_STOP by a stop string: that string (one of o->stop), else NULL */
     double prefill_s, decode_s;
 } e0_gen_result;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what edge0 needs to build, test and fuzz, if anything is missing:
-# Debian packages (apt), and the official `openai` npm client at a pinned
-# version into a cache outside the repository ($EDGE0_NPM, default
+# Debian packages (apt), and the official `openai` and `@anthropic-ai/sdk` npm
+# clients at pinned versions into a cache outside the repository ($EDGE0_NPM, default
 # ~/.cache/edge0-npm) for tests/node. Safe to run repeatedly: it asks apt and
 # npm only when something is absent.
 set -eu
@@ -27,12 +27,17 @@ if [ -n "$missing" ]; then
     $sudo apt-get install -y -qq --no-install-recommends $missing
 fi
 
-# openai 4.x: the last major that runs on Debian 12's Node 18 (5 and later want newer Node)
-OPENAI_VERSION=4.95.0
+# openai 4.x: the last major that runs on Debian 12's Node 18 (5 and later want newer Node);
+# @anthropic-ai/sdk 0.39: among the last that support Node 18 (its README), with
+# thinking blocks and the stream helper's thinking_delta / signature_delta
 npm_dir=${EDGE0_NPM:-$HOME/.cache/edge0-npm}
-have=$(node -p "try { require('$npm_dir/node_modules/openai/package.json').version } catch (e) { '' }" 2>/dev/null || true)
-if [ "$have" != "$OPENAI_VERSION" ]; then
-    echo "edge0: installing openai@$OPENAI_VERSION (npm) into $npm_dir"
-    mkdir -p "$npm_dir"
-    npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "openai@$OPENAI_VERSION" >/dev/null
-fi
+for want in openai@4.95.0 @anthropic-ai/sdk@0.39.0; do
+    name=${want%@*}
+    version=${want##*@}
+    have=$(node -p "try { require('$npm_dir/node_modules/$name/package.json').version } catch (e) { '' }" 2>/dev/null || true)
+    if [ "$have" != "$version" ]; then
+        echo "edge0: installing $want (npm) into $npm_dir"
+        mkdir -p "$npm_dir"
+        npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "$want" >/dev/null
+    fi
+done

@@ -550,10 +550,12 @@ static void test_request_parse(void **state) {
     parse_err(SRV_COMPLETION, "{\"max_tokens\":3}", "missing_field", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"\"}", "invalid_value", "prompt");
     parse_err(SRV_COMPLETION, "{\"prompt\":[1,2]}", "invalid_type", "prompt");
-    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "unsupported_value", "echo");
+    parse_err(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", "unsupported_value",
+              "echo");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "invalid_type", "echo");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "unsupported_value", "suffix");
-    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", "unsupported_value", "logprobs");
-    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":0}", "unsupported_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "invalid_value", "logprobs");
+    parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "invalid_type", "logprobs");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"best_of\":3}", "unsupported_value", "best_of");
     parse_err(SRV_COMPLETION, "{\"prompt\":\"a\",\"tools\":[]}", "unsupported_value", "tools");
     /* their neutral values, the developer role (as system), tool_choice none / auto */

@@ -6,6 +6,7 @@
 #include "util/sbuf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +361,92 @@ static int add_logprob(srv_job *j, const e0_token_info *tok) {
     return 0;
 }
 
+/* ---- echo: the prompt's own log-probabilities ------------------------------ *
+ *
+ * A completion with echo and logprobs reports every prompt token's
+ * log-probability given the tokens before it: log_softmax(logits of
+ * position i-1)[id_i], the model's own distribution (no sampling filters:
+ * nothing was sampled there), and its n most likely alternatives; the
+ * first token has none. That needs the logits of every prompt position,
+ * which a generation never computes, so the engine evaluates the prompt
+ * itself first, from an empty session, in the batches a prefill uses
+ * (PROMPT_LP_ROWS, the session's n_batch: E0_LOGITS_ALL [rows, vocab]
+ * floats, 311 MB for 512 rows of Qwen3's vocabulary at most): the
+ * arithmetic of a batch depends on its length (about 1e-3 in the logits),
+ * so these are the logits the prefill of this prompt computes, and those
+ * `edge0 logits` writes for it. e0_generate then finds the prompt in the
+ * session: a model with attention only evaluates the last id again; one
+ * with recurrent layers cannot rewind and evaluates the whole prompt again
+ * (echo with logprobs costs two prefills there). The reuse of an earlier
+ * conversation's prefix is lost either way. */
+#define PROMPT_LP_ROWS 512 /* e0_session_opts.n_batch's default, which the engine's session uses */
+
+/* Row x [V] -> the entry for `id`: its log-probability and the k most
+ * likely tokens (descending, lower id first on ties). */
+static void row_logprobs(const float *x, int32_t V, int32_t id, int32_t k, e0_token_info *t) {
+    double m = -INFINITY, sum = 0;
+    for (int32_t v = 0; v < V; v++)
+        if (x[v] > m) m = x[v];
+    for (int32_t v = 0; v < V; v++) sum += exp((double)x[v] - m);
+    const double lse = m + log(sum);
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->logprob = (float)((double)x[id] - lse);
+    for (int32_t v = 0; v < V && k > 0; v++) {
+        if (t->n_top == k && x[v] <= x[t->top_ids[k - 1]]) continue;
+        int32_t i = t->n_top < k ? t->n_top++ : k - 1;
+        while (i > 0 && x[v] > x[t->top_ids[i - 1]]) {
+            t->top_ids[i] = t->top_ids[i - 1];
+            i--;
+        }
+        t->top_ids[i] = v;
+    }
+    for (int32_t i = 0; i < t->n_top; i++) t->top_logprobs[i] = (float)((double)x[t->top_ids[i]] - lse);
+}
+
+static int add_logprob(srv_job *j, const e0_token_info *tok);
+
+/* Evaluates the job's prompt into a reset session and keeps each token's
+ * entry in j->lp (j->n_prompt_lp of them). */
+static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err) {
+    const double t0 = now_s();
+    e0_model_info mi;
+    e0_engine_info(E->eng, &mi);
+    const int32_t V = mi.vocab_size, k = j->req.sample.top_logprobs;
+    const size_t n = j->n_ids;
+    e0_session_reset(E->s);
+    const size_t R = n < PROMPT_LP_ROWS ? n : PROMPT_LP_ROWS;
+    float *rows = malloc(R * (size_t)V * sizeof *rows);
+    if (!rows) {
+        snprintf(err, E0_ERR_MAX, "out of memory for the prompt's logits");
+        return E0_ENOMEM;
+    }
+    e0_token_info first = {.id = j->ids[0]};
+    pthread_mutex_lock(&j->mu);
+    int rc = add_logprob(j, &first) ? E0_ENOMEM : 0;
+    pthread_mutex_unlock(&j->mu);
+    for (size_t at = 0; !rc && at < n; at += PROMPT_LP_ROWS) {
+        size_t m = n - at < PROMPT_LP_ROWS ? n - at : PROMPT_LP_ROWS;
+        if ((rc = e0_session_eval(E->s, j->ids + at, m, E0_LOGITS_ALL, rows, err))) break;
+        pthread_mutex_lock(&j->mu);
+        for (size_t r = 0; r < m && at + r + 1 < n && !rc; r++) { /* row r: the distribution of id at + r + 1 */
+            e0_token_info t;
+            int32_t id = j->ids[at + r + 1];
+            row_logprobs(rows + r * (size_t)V, V, id < V ? id : 0, k, &t);
+            t.id = id;
+            if (add_logprob(j, &t)) rc = E0_ENOMEM;
+        }
+        bool cancel = j->cancel;
+        pthread_mutex_unlock(&j->mu);
+        if (cancel) break; /* the generation that follows notices it at once */
+    }
+    if (rc == E0_ENOMEM) snprintf(err, E0_ERR_MAX, "out of memory for the prompt's logprobs");
+    free(rows);
+    j->n_prompt_lp = j->n_lp;
+    *seconds = now_s() - t0;
+    return rc;
+}
+
 static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t n) {
     gen_ctx *g = user;
     srv_job *j = g->j;
@@ -398,7 +485,8 @@ static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, con
     E->hist_n = hn;
     /* A conversation continues only from an answer the client saw whole:
      * the generated ids must decode to exactly the text that was sent. */
-    if (j->req.kind != SRV_CHAT || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt) return;
+    if (j->req.kind != SRV_CHAT || j->prefilled || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt)
+        return;
     char *gen = NULL;
     size_t gl = 0;
     bool clean = e0_text_decode(E->text, h + n_prompt, hn - n_prompt, &gen, &gl, err) == 0 && gl == g->raw.len &&
@@ -465,11 +553,25 @@ static void run_job(srv_engine *E, srv_job *j) {
         srv_metrics_generation(E->m, 0, 0, 0, 1, now_s() - j->t0);
         return;
     }
-    int32_t *ids;
-    size_t n;
-    bool owned;
-    const char *how;
-    choose_prompt(E, j, &ids, &n, &owned, &how);
+    int32_t *ids = j->ids;
+    size_t n = j->n_ids;
+    bool owned = false;
+    const char *how = "prompt";
+    char err[E0_ERR_MAX] = "";
+    int rc = 0;
+    double echo_s = 0;
+    bool echo = j->req.kind == SRV_COMPLETION && j->req.echo;
+    if (echo && j->req.sample.logprobs) rc = prompt_logprobs(E, j, &echo_s, err); /* the prompt's own ids */
+    else choose_prompt(E, j, &ids, &n, &owned, &how);
+    if (echo) { /* the text starts with the prompt */
+        pthread_mutex_lock(&j->mu);
+        if (srv_buf_put(&j->content, j->prompt, j->prompt_len) && !rc) {
+            rc = E0_ENOMEM;
+            snprintf(err, sizeof err, "out of memory");
+        }
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
     gen_ctx g = {.E = E, .j = j};
     /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
     static const char OPENED[] = "<think>\n";
@@ -478,9 +580,7 @@ static void run_job(srv_engine *E, srv_job *j) {
         srv_think_init_opened(&g.think);
     else
         srv_think_init(&g.think);
-    char err[E0_ERR_MAX] = "";
-    int rc = 0;
-    if (j->req.kind == SRV_CHAT && j->req.parse_tools)
+    if (!rc && j->req.kind == SRV_CHAT && j->req.parse_tools)
         rc = tc_parser_new(&g.tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
     e0_gen_result res = {0};
     if (!rc) rc = E->generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
@@ -490,6 +590,10 @@ static void run_job(srv_engine *E, srv_job *j) {
         g.oom = true;
     /* the one call parallel_tool_calls=false allows is complete: a normal end */
     if (!rc && g.tc && tc_full(g.tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
+    if (j->n_prompt_lp) { /* the prompt was evaluated here, not reused */
+        res.reused_tokens = 0;
+        res.prefill_s += echo_s;
+    }
     j->res = res;
     j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
                        : res.finish == E0_FINISH_CANCELLED ? "cancelled"

@@ -14,7 +14,10 @@
  * after the reasoning splitter, so calls land in `calls` and never in
  * `content`; with parallel_tool_calls false generation stops after the
  * first call. With logprobs, every generated token's e0_token_info is kept
- * in `lp` (reasoning and call markup included, in order).
+ * in `lp` (reasoning and call markup included, in order). A completion
+ * with echo starts its content with the prompt; with logprobs too, the
+ * engine first evaluates the prompt itself for the logits of every
+ * position, and the prompt's tokens lead `lp` (engine.c, "echo").
  *
  * Cancellation: a job is cancelled when its client leaves. Connection
  * threads notice it while waiting (a hang-up on the socket, or MHD's
@@ -83,6 +86,8 @@ struct srv_job {
     size_t prompt_len;
     int32_t *ids;      /* its ids */
     size_t n_ids;
+    bool anthropic;    /* answered in the Messages API's shape (anthropic.h) */
+    bool prefilled;    /* the prompt ends with a prefill: no conversation to continue */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* signalled when text is added, and when done */
@@ -95,6 +100,7 @@ struct srv_job {
     int n_calls, cap_calls;
     e0_token_info *lp;          /* every generated token, when the request asked for logprobs */
     size_t n_lp, cap_lp;
+    size_t n_prompt_lp;         /* completions with echo: lp[0..n_prompt_lp) are the prompt's tokens (lp[0] has no logprob) */
     /* Valid once done: */
     e0_gen_result res;
     const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */

@@ -23,12 +23,15 @@
  *  - the request-completed callback runs before libmicrohttpd closes the
  *    socket: it is where the job forgets the socket, so the engine thread
  *    never polls a descriptor that was closed and reused.
- *  - generated text may hold any bytes: every string goes through json_str,
- *    which escapes control characters and replaces invalid UTF-8 with U+FFFD.
+ *  - generated text may hold any bytes: every string goes through
+ *    srv_json_str (json.h), which escapes control characters and replaces
+ *    invalid UTF-8 with U+FFFD.
  */
 #include "server/server.h"
 
+#include "server/anthropic.h"
 #include "server/engine.h"
+#include "server/json.h"
 #include "server/metrics.h"
 
 #include <errno.h>
@@ -82,75 +85,18 @@ static double now_s(void) {
 
 /* ---- JSON output ------------------------------------------------------------ */
 
-static void bput(srv_buf *b, const char *s) { srv_buf_put(b, s, strlen(s)); }
-
-static void bprintf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(srv_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) srv_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (!k || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
-    for (size_t i = 1; i < k; i++) cp = cp << 6 | (s[i] & 0x3f);
-    static const unsigned MIN[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < MIN[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return k;
-}
-
-/* A JSON string literal of s[0..n). */
-static void json_str(srv_buf *b, const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    srv_buf_put(b, "\"", 1);
-    size_t run = 0; /* bytes of p copied as they are, not yet written */
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t k = c >= 0x20 && c != '"' && c != '\\' ? utf8_len(p + i, n - i) : 0;
-        if (k) {
-            run += k;
-            i += k;
-            continue;
-        }
-        srv_buf_put(b, (const char *)p + i - run, run);
-        run = 0;
-        char esc[8];
-        if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
-        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
-        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
-        else snprintf(esc, sizeof esc, "\\ufffd"); /* invalid UTF-8 */
-        bput(b, esc);
-        i++;
-    }
-    srv_buf_put(b, (const char *)p + n - run, run);
-    srv_buf_put(b, "\"", 1);
-}
-
-static void json_cstr(srv_buf *b, const char *s) { json_str(b, s, strlen(s)); }
-
 static char *error_json(const srv_error *e, size_t *len) {
     srv_buf b = {0};
-    bput(&b, "{\"error\":{\"message\":");
-    json_cstr(&b, e->message);
-    bput(&b, ",\"type\":");
-    json_cstr(&b, e->type);
-    bput(&b, ",\"code\":");
-    json_cstr(&b, e->code);
-    bput(&b, ",\"param\":");
-    if (e->param[0]) json_cstr(&b, e->param);
-    else bput(&b, "null");
-    bput(&b, "}}");
+    srv_put(&b, "{\"error\":{\"message\":");
+    srv_json_cstr(&b, e->message);
+    srv_put(&b, ",\"type\":");
+    srv_json_cstr(&b, e->type);
+    srv_put(&b, ",\"code\":");
+    srv_json_cstr(&b, e->code);
+    srv_put(&b, ",\"param\":");
+    if (e->param[0]) srv_json_cstr(&b, e->param);
+    else srv_put(&b, "null");
+    srv_put(&b, "}}");
     *len = b.len;
     return b.p;
 }
@@ -164,24 +110,24 @@ static const char *finish_str(const srv_job *j) {
 /* One entry of "tool_calls"; with_head: id, type and name (a whole call, or
  * the first delta of a streamed one), then arguments a[0..n). */
 static void call_json(srv_buf *b, const srv_call *c, int index, bool with_head, bool stream, const char *a, size_t n) {
-    bput(b, "{");
-    if (stream) bprintf(b, "\"index\":%d,", index);
+    srv_put(b, "{");
+    if (stream) srv_putf(b, "\"index\":%d,", index);
     if (with_head) {
-        bput(b, "\"id\":");
-        json_cstr(b, c->id);
-        bput(b, ",\"type\":\"function\",\"function\":{\"name\":");
-        json_str(b, c->name.p, c->name.len);
-        bput(b, ",");
+        srv_put(b, "\"id\":");
+        srv_json_cstr(b, c->id);
+        srv_put(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        srv_json_str(b, c->name.p, c->name.len);
+        srv_put(b, ",");
     } else {
-        bput(b, "\"function\":{");
+        srv_put(b, "\"function\":{");
     }
-    bput(b, "\"arguments\":");
-    json_str(b, a, n);
-    bput(b, "}}");
+    srv_put(b, "\"arguments\":");
+    srv_json_str(b, a, n);
+    srv_put(b, "}}");
 }
 
 static void usage_json(srv_buf *b, const e0_gen_result *r) {
-    bprintf(b,
+    srv_putf(b,
             "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
             "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
             r->prompt_tokens, r->completion_tokens, r->prompt_tokens + r->completion_tokens, r->reused_tokens);
@@ -190,7 +136,7 @@ static void usage_json(srv_buf *b, const e0_gen_result *r) {
 /* llama.cpp's "timings" object: what was evaluated and how fast. */
 static void timings_json(srv_buf *b, const e0_gen_result *r) {
     int pn = r->prompt_tokens - r->reused_tokens;
-    bprintf(b,
+    srv_putf(b,
             "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_second\":%.2f,"
             "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f}",
             r->reused_tokens, pn, r->prefill_s * 1e3, r->prefill_s > 0 ? pn / r->prefill_s : 0.0,
@@ -199,10 +145,10 @@ static void timings_json(srv_buf *b, const e0_gen_result *r) {
 
 /* {"id":..,"object":..,"created":..,"model":.., — the head every response and chunk shares. */
 static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *object) {
-    bput(b, "{\"id\":");
-    json_cstr(b, j->id);
-    bprintf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
-    json_cstr(b, S->model_name);
+    srv_put(b, "{\"id\":");
+    srv_json_cstr(b, j->id);
+    srv_putf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
+    srv_json_cstr(b, S->model_name);
 }
 
 /* One entry of "logprobs.content" or of its "top_logprobs": the token's
@@ -212,34 +158,115 @@ static void token_json(srv_buf *b, const srv *S, int32_t id, float lp) {
     char *t = NULL, err[E0_ERR_MAX];
     size_t n = 0;
     if (e0_text_decode(S->o.text, &id, 1, &t, &n, err)) n = 0;
-    bput(b, "{\"token\":");
-    json_str(b, t ? t : "", n);
-    bprintf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
-    for (size_t i = 0; i < n; i++) bprintf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
-    bput(b, "]");
+    srv_put(b, "{\"token\":");
+    srv_json_str(b, t ? t : "", n);
+    srv_putf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
+    for (size_t i = 0; i < n; i++) srv_putf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
+    srv_put(b, "]");
     free(t);
 }
 
 /* "logprobs" of a choice: null, or {"content": [tokens from..to), "refusal": null}. */
 static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to) {
     if (!j->req.sample.logprobs || from >= to) {
-        bput(b, "null");
+        srv_put(b, "null");
         return;
     }
-    bput(b, "{\"content\":[");
+    srv_put(b, "{\"content\":[");
     for (size_t i = from; i < to; i++) {
         const e0_token_info *t = &j->lp[i];
-        if (i > from) bput(b, ",");
+        if (i > from) srv_put(b, ",");
         token_json(b, S, t->id, t->logprob);
-        bput(b, ",\"top_logprobs\":[");
+        srv_put(b, ",\"top_logprobs\":[");
         for (int k = 0; k < t->n_top; k++) {
-            if (k) bput(b, ",");
+            if (k) srv_put(b, ",");
             token_json(b, S, t->top_ids[k], t->top_logprobs[k]);
-            bput(b, "}");
+            srv_put(b, "}");
         }
-        bput(b, "]}");
+        srv_put(b, "]}");
     }
-    bput(b, "],\"refusal\":null}");
+    srv_put(b, "],\"refusal\":null}");
+}
+
+/* Characters (code points) in s[0..n): its bytes that do not continue a
+ * UTF-8 sequence, so a token holding part of a character counts where the
+ * character begins. */
+static size_t chars_of(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return c;
+}
+
+/* "logprobs" of a completion, OpenAI's legacy form, for tokens from..to:
+ * {"tokens", "token_logprobs", "top_logprobs" (per token a dict text ->
+ * logprob of the most likely alternatives, plus the token itself when it
+ * is not among them), "text_offset" (in characters of the choice's text)}.
+ * The echoed prompt's first token has null for both. *chars: the offset of
+ * lp[from], advanced past lp[to - 1]. null when there are none. */
+static void comp_logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to, size_t *chars) {
+    if (!j->req.sample.logprobs || from >= to) {
+        srv_put(b, "null");
+        return;
+    }
+    srv_buf tok = {0}, lps = {0}, top = {0}, off = {0};
+    char err[E0_ERR_MAX];
+    for (size_t i = from; i < to; i++) {
+        const e0_token_info *t = &j->lp[i];
+        const char *sep = i > from ? "," : "";
+        char *text = NULL, *keys[E0_MAX_TOP_LOGPROBS + 1];
+        size_t n = 0, lens[E0_MAX_TOP_LOGPROBS + 1];
+        if (e0_text_decode(S->o.text, &t->id, 1, &text, &n, err)) n = 0;
+        srv_put(&tok, sep);
+        srv_json_str(&tok, text ? text : "", n);
+        srv_putf(&off, "%s%zu", sep, *chars);
+        *chars += chars_of(text, n);
+        if (i == 0 && j->n_prompt_lp) { /* nothing comes before the prompt's first token */
+            srv_putf(&lps, "%snull", sep);
+            srv_putf(&top, "%snull", sep);
+            free(text);
+            continue;
+        }
+        srv_putf(&lps, "%s%.9g", sep, (double)t->logprob);
+        srv_putf(&top, "%s{", sep);
+        int nk = 0;
+        bool self = false;
+        for (int k = 0; k <= t->n_top; k++) { /* the alternatives, then the token itself */
+            if (k == t->n_top && self) break;
+            int32_t id = k < t->n_top ? t->top_ids[k] : t->id;
+            float lp = k < t->n_top ? t->top_logprobs[k] : t->logprob;
+            self |= id == t->id;
+            char *kt = NULL;
+            size_t kn = 0;
+            if (e0_text_decode(S->o.text, &id, 1, &kt, &kn, err)) kn = 0;
+            bool dup = false; /* two tokens may read the same: the likelier one keeps the key */
+            for (int q = 0; q < nk && !dup; q++) dup = lens[q] == kn && !memcmp(keys[q], kt ? kt : "", kn);
+            if (dup) {
+                free(kt);
+                continue;
+            }
+            srv_put(&top, nk ? "," : "");
+            srv_json_str(&top, kt ? kt : "", kn);
+            srv_putf(&top, ":%.9g", (double)lp);
+            keys[nk] = kt;
+            lens[nk++] = kn;
+        }
+        srv_put(&top, "}");
+        for (int q = 0; q < nk; q++) free(keys[q]);
+        free(text);
+    }
+    srv_put(b, "{\"tokens\":[");
+    if (tok.p) srv_buf_put(b, tok.p, tok.len);
+    srv_put(b, "],\"token_logprobs\":[");
+    if (lps.p) srv_buf_put(b, lps.p, lps.len);
+    srv_put(b, "],\"top_logprobs\":[");
+    if (top.p) srv_buf_put(b, top.p, top.len);
+    srv_put(b, "],\"text_offset\":[");
+    if (off.p) srv_buf_put(b, off.p, off.len);
+    srv_put(b, "]}");
+    free(tok.p);
+    free(lps.p);
+    free(top.p);
+    free(off.p);
 }
 
 /* The whole (non-streamed) answer; call with the job done. */
@@ -248,47 +275,62 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     bool chat = j->req.kind == SRV_CHAT;
     head_json(&b, S, j, chat ? "chat.completion" : "text_completion");
     if (chat) {
-        bput(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        if (j->n_calls && !j->content.len) bput(&b, "null"); /* as OpenAI answers a call without text */
-        else json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        srv_put(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        if (j->n_calls && !j->content.len) srv_put(&b, "null"); /* as OpenAI answers a call without text */
+        else srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
         if (j->n_calls) {
-            bput(&b, ",\"tool_calls\":[");
+            srv_put(&b, ",\"tool_calls\":[");
             for (int i = 0; i < j->n_calls; i++) {
-                if (i) bput(&b, ",");
+                if (i) srv_put(&b, ",");
                 call_json(&b, &j->calls[i], i, true, false, j->calls[i].args.p, j->calls[i].args.len);
             }
-            bput(&b, "]");
+            srv_put(&b, "]");
         }
         if (j->reasoning.p) {
-            bput(&b, ",\"reasoning_content\":");
-            json_str(&b, j->reasoning.p, j->reasoning.len);
+            srv_put(&b, ",\"reasoning_content\":");
+            srv_json_str(&b, j->reasoning.p, j->reasoning.len);
         }
-        bput(&b, "}");
+        srv_put(&b, "}");
     } else {
-        bput(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        json_str(&b, j->content.p ? j->content.p : "", j->content.len);
+        srv_put(&b, ",\"choices\":[{\"index\":0,\"text\":");
+        srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
     }
-    bput(&b, ",\"logprobs\":");
+    srv_put(&b, ",\"logprobs\":");
+    size_t chars = 0;
     if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
-    else bput(&b, "null");
-    bprintf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
+    else comp_logprobs_json(&b, S, j, 0, j->n_lp, &chars);
+    srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
-    bput(&b, ",\"timings\":");
+    srv_put(&b, ",\"timings\":");
     timings_json(&b, &j->res);
-    bput(&b, "}");
+    srv_put(&b, "}");
     *len = b.len;
     return b.p;
 }
 
 /* ---- responses ---------------------------------------------------------------- */
 
-enum { EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_MODEL, EP_NONE };
+enum {
+    EP_CHAT,
+    EP_COMPLETIONS,
+    EP_MESSAGES,
+    EP_COUNT_TOKENS,
+    EP_MODELS,
+    EP_HEALTH,
+    EP_METRICS,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_MODEL,
+    EP_NONE
+};
 
 static const struct {
     const char *path, *alias, *method, *name;
 } ROUTES[] = {
     [EP_CHAT] = {"/v1/chat/completions", "/chat/completions", "POST", "chat_completions"},
     [EP_COMPLETIONS] = {"/v1/completions", "/completions", "POST", "completions"},
+    [EP_MESSAGES] = {"/v1/messages", "/messages", "POST", "messages"},
+    [EP_COUNT_TOKENS] = {"/v1/messages/count_tokens", "/messages/count_tokens", "POST", "count_tokens"},
     [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
     [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
     [EP_METRICS] = {"/metrics", "/v1/metrics", "GET", "metrics"},
@@ -313,6 +355,7 @@ typedef struct {
     srv_job *job;     /* a reference, while the request lives */
     bool streamed;
     bool preflight; /* a CORS OPTIONS request */
+    bool anthropic; /* a Messages API path: errors in Anthropic's shape */
     const srv *S;
 } req_ctx;
 
@@ -344,10 +387,11 @@ static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int stat
 static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *cx, const srv_error *e, const char *hname,
                                   const char *hval) {
     size_t len;
-    char *body = error_json(e, &len);
+    char *body = cx->anthropic ? srv_anthropic_error_json(e, &len) : error_json(e, &len);
     if (!body) return MHD_NO;
     cx->code = e->code;
-    return send_body(c, cx, e->status, body, len, "application/json", hname, hval);
+    return send_body(c, cx, cx->anthropic ? srv_anthropic_status(e->status) : e->status, body, len,
+                     "application/json", hname, hval);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, req_ctx *cx, int status, const char *type, const char *code,
@@ -393,14 +437,16 @@ typedef struct {
     size_t r_sent, c_sent; /* bytes of reasoning and content already sent */
     int calls_sent;        /* tool calls already sent */
     size_t lp_sent;        /* tokens whose logprobs were sent */
+    size_t lp_chars;       /* completions: the text offset of the next token */
     int phase;          /* 0: first chunk not sent, 1: streaming, 2: all sent */
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
+    srv_anth_stream an; /* a Messages API stream's progress */
 } stream_ctx;
 
 static void chunk_open(stream_ctx *sc) {
     bool chat = sc->j->req.kind == SRV_CHAT;
-    bput(&sc->out, "data: ");
+    srv_put(&sc->out, "data: ");
     head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
 }
 
@@ -414,16 +460,19 @@ static void chunk_logprobs(stream_ctx *sc) {
 static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n) {
     chunk_open(sc);
     if (sc->j->req.kind == SRV_CHAT) {
-        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
+        srv_putf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"%s\":", sc->phase ? "" : "\"role\":\"assistant\",",
                 key);
-        json_str(&sc->out, s, n);
-        bput(&sc->out, "},\"logprobs\":");
+        srv_json_str(&sc->out, s, n);
+        srv_put(&sc->out, "},\"logprobs\":");
         chunk_logprobs(sc);
-        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
     } else {
-        bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
-        json_str(&sc->out, s, n);
-        bput(&sc->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
+        srv_json_str(&sc->out, s, n);
+        srv_put(&sc->out, ",\"logprobs\":");
+        comp_logprobs_json(&sc->out, sc->S, sc->j, sc->lp_sent, sc->j->n_lp, &sc->lp_chars);
+        sc->lp_sent = sc->j->n_lp;
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
     }
     sc->phase = 1;
 }
@@ -434,12 +483,12 @@ static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
     for (int k = -1; k < c->n_cuts; k++) {
         size_t a = k <= 0 ? 0 : c->cuts[k - 1], z = k < 0 ? 0 : c->cuts[k];
         chunk_open(sc);
-        bprintf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
+        srv_putf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
                 sc->phase ? "" : "\"role\":\"assistant\",\"content\":null,");
         call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
-        bput(&sc->out, "]},\"logprobs\":");
+        srv_put(&sc->out, "]},\"logprobs\":");
         chunk_logprobs(sc);
-        bput(&sc->out, ",\"finish_reason\":null}]}\n\n");
+        srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
         sc->phase = 1;
     }
 }
@@ -455,31 +504,33 @@ static void chunk_end(stream_ctx *sc) {
                  "%s", j->err);
         size_t len;
         char *body = error_json(&e, &len);
-        bput(&sc->out, "data: ");
+        srv_put(&sc->out, "data: ");
         if (body) srv_buf_put(&sc->out, body, len);
-        bput(&sc->out, "\n\n");
+        srv_put(&sc->out, "\n\n");
         free(body);
     } else {
         chunk_open(sc);
         if (j->req.kind == SRV_CHAT) {
-            bput(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
+            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":");
             chunk_logprobs(sc);
         } else {
-            bput(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null");
+            srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":");
+            comp_logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp, &sc->lp_chars);
+            sc->lp_sent = j->n_lp;
         }
-        bprintf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
+        srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
-        bput(&sc->out, ",\"timings\":");
+        srv_put(&sc->out, ",\"timings\":");
         timings_json(&sc->out, &j->res);
-        bput(&sc->out, "}\n\n");
+        srv_put(&sc->out, "}\n\n");
         if (j->req.include_usage) {
             chunk_open(sc);
-            bput(&sc->out, ",\"choices\":[],\"usage\":");
+            srv_put(&sc->out, ",\"choices\":[],\"usage\":");
             usage_json(&sc->out, &j->res);
-            bput(&sc->out, "}\n\n");
+            srv_put(&sc->out, "}\n\n");
         }
     }
-    bput(&sc->out, "data: [DONE]\n\n");
+    srv_put(&sc->out, "data: [DONE]\n\n");
     sc->phase = 2;
 }
 
@@ -491,6 +542,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         sc->out.len = sc->out_pos = 0;
         if (sc->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&j->mu);
+        if (j->anthropic) { /* message_start at once, then events as the answer grows */
+            while (!srv_anth_stream_news(&sc->an, j))
+                if (wait_job(j)) {
+                    pthread_mutex_unlock(&j->mu);
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+            srv_anth_stream_events(&sc->an, &sc->out, j, sc->S->model_name);
+            if (sc->an.phase == 2) sc->phase = 2;
+            pthread_mutex_unlock(&j->mu);
+            if (!sc->out.p) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+            continue;
+        }
         while (!j->done && j->reasoning.len == sc->r_sent && j->content.len == sc->c_sent &&
                j->n_calls == sc->calls_sent)
             if (wait_job(j)) {
@@ -532,13 +595,17 @@ static void stream_free(void *cls) {
 /* ---- endpoints ------------------------------------------------------------------ */
 
 static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx) {
-    srv_kind kind = cx->ep == EP_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_kind kind = cx->ep == EP_COMPLETIONS ? SRV_COMPLETION : SRV_CHAT;
     srv_error e;
     srv_job *j = srv_job_new();
     if (!j) return fail(c, cx, 500, "server_error", "out_of_memory", "%s", "out of memory");
     cx->job = j;
-    if (srv_request_parse(&j->req, kind, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &e) ||
-        srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
+    const char *body = cx->body.p ? cx->body.p : "";
+    j->anthropic = cx->ep == EP_MESSAGES;
+    if (j->anthropic ? srv_anthropic_request(&j->req, false, body, cx->body.len, &S->o.defaults, &j->prompt,
+                                             &j->prompt_len, &j->prefilled, &e)
+                     : srv_request_parse(&j->req, kind, body, cx->body.len, &S->o.defaults, &e) ||
+                           srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
         return send_error(c, cx, &e, NULL, NULL);
     char err[E0_ERR_MAX];
     int rc = e0_text_encode(S->o.text, j->prompt, j->prompt_len, &j->ids, &j->n_ids, err);
@@ -550,8 +617,9 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
                  j->n_ids, (int)S->o.n_ctx);
         return send_error(c, cx, &e, NULL, NULL);
     }
-    snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)__atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED));
+    uint64_t seq = __atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED);
+    if (j->anthropic) srv_anthropic_id(j->id, sizeof j->id, "msg_", seq ^ (uint64_t)S->started << 20);
+    else snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)seq);
     j->created = (int64_t)time(NULL);
     j->t0 = cx->t0;
     j->fd = client_fd(c);
@@ -606,9 +674,31 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
         return send_error(c, cx, &e, NULL, NULL);
     }
     size_t len;
-    char *body = answer_json(S, j, &len);
-    if (!body) return MHD_NO;
-    return send_body(c, cx, 200, body, len, "application/json", NULL, NULL);
+    char *answer = j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len) : answer_json(S, j, &len);
+    if (!answer) return MHD_NO;
+    return send_body(c, cx, 200, answer, len, "application/json", NULL, NULL);
+}
+
+/* POST /v1/messages/count_tokens: the prompt's token count, as the
+ * Messages API would render it ({"input_tokens": N}). */
+static enum MHD_Result do_count_tokens(srv *S, struct MHD_Connection *c, req_ctx *cx) {
+    srv_request r;
+    srv_error e;
+    char *prompt, err[E0_ERR_MAX];
+    size_t len, n = 0;
+    int32_t *ids = NULL;
+    if (srv_anthropic_request(&r, true, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &prompt, &len, NULL, &e))
+        return send_error(c, cx, &e, NULL, NULL);
+    int rc = e0_text_encode(S->o.text, prompt, len, &ids, &n, err);
+    srv_request_free(&r);
+    free(prompt);
+    free(ids);
+    if (rc) return fail(c, cx, rc == E0_ENOMEM ? 500 : 400, "invalid_request_error", "invalid_prompt",
+                        "the prompt cannot be tokenized: %s", err);
+    srv_buf b = {0};
+    srv_putf(&b, "{\"input_tokens\":%zu}", n);
+    if (!b.p) return MHD_NO;
+    return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
 }
 
 /* POST /tokenize {"content": STRING} -> {"tokens": [ids]};
@@ -637,9 +727,9 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
         if (!rc && e0_text_encode(S->o.text, t->valuestring, strlen(t->valuestring), &ids, &n, err))
             rc = srv_fail(&e, 400, BAD, "invalid_value", "content", "'content' cannot be tokenized: %s", err);
         if (!rc) {
-            bput(&b, "{\"tokens\":[");
-            for (size_t i = 0; i < n; i++) bprintf(&b, "%s%d", i ? "," : "", ids[i]);
-            bput(&b, "]}");
+            srv_put(&b, "{\"tokens\":[");
+            for (size_t i = 0; i < n; i++) srv_putf(&b, "%s%d", i ? "," : "", ids[i]);
+            srv_put(&b, "]}");
         }
         free(ids);
     } else {
@@ -665,9 +755,9 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
         if (!rc && e0_text_decode(S->o.text, ids, (size_t)n, &text, &len, err))
             rc = srv_fail(&e, 400, BAD, "invalid_value", "tokens", "'tokens' cannot be decoded: %s", err);
         if (!rc) {
-            bput(&b, "{\"content\":");
-            json_str(&b, text ? text : "", len);
-            bput(&b, "}");
+            srv_put(&b, "{\"content\":");
+            srv_json_str(&b, text ? text : "", len);
+            srv_put(&b, "}");
         }
         free(text);
         free(ids);
@@ -682,12 +772,12 @@ static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, req_ctx *cx
 }
 
 static void model_json(srv_buf *b, const srv *S) {
-    bput(b, "{\"id\":");
-    json_cstr(b, S->model_name);
-    bprintf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
+    srv_put(b, "{\"id\":");
+    srv_json_cstr(b, S->model_name);
+    srv_putf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"edge0\",\"meta\":{\"family\":",
             (long long)S->started);
-    json_cstr(b, S->info.family);
-    bprintf(b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}", (int)S->o.n_ctx,
+    srv_json_cstr(b, S->info.family);
+    srv_putf(b, ",\"n_ctx\":%d,\"n_vocab\":%d,\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d}}", (int)S->o.n_ctx,
             S->info.vocab_size, S->info.n_layers, S->info.n_experts, S->info.top_k);
 }
 
@@ -708,9 +798,9 @@ static enum MHD_Result do_model(srv *S, struct MHD_Connection *c, req_ctx *cx, c
 
 static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, req_ctx *cx) {
     srv_buf b = {0};
-    bput(&b, "{\"object\":\"list\",\"data\":[");
+    srv_put(&b, "{\"object\":\"list\",\"data\":[");
     model_json(&b, S);
-    bput(&b, "]}");
+    srv_put(&b, "]}");
     if (!b.p) return MHD_NO;
     return send_body(c, cx, 200, b.p, b.len, "application/json", NULL, NULL);
 }
@@ -724,23 +814,29 @@ static enum MHD_Result do_metrics(srv *S, struct MHD_Connection *c, req_ctx *cx)
     return send_body(c, cx, 200, t, len, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
 }
 
-/* The Authorization header "Bearer KEY" (the scheme in any case, RFC 7235)
- * or X-Api-Key: KEY; the key compared in constant time. */
-static bool authorized(const srv *S, struct MHD_Connection *c) {
-    if (!S->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (h) {
-        while (*h == ' ' || *h == '\t') h++;
-        if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return false;
-        for (h += 6; *h == ' ' || *h == '\t';) h++;
-    } else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"))) {
-        return false;
-    }
+/* h is the key, up to trailing blanks; compared in constant time. */
+static bool key_is(const srv *S, const char *h) {
     size_t n = strlen(S->api_key), m = strlen(h);
     while (m && (h[m - 1] == ' ' || h[m - 1] == '\t')) m--;
     unsigned diff = n != m;
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)S->api_key[i] ^ (unsigned char)(i < m ? h[i] : 0);
     return diff == 0;
+}
+
+/* The Authorization header "Bearer KEY" (the scheme in any case, RFC 7235)
+ * or X-Api-Key: KEY (Anthropic's clients), either one right. */
+static bool authorized(const srv *S, struct MHD_Connection *c) {
+    if (!S->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h) {
+        while (*h == ' ' || *h == '\t') h++;
+        if (!strncasecmp(h, "Bearer", 6) && (h[6] == ' ' || h[6] == '\t')) {
+            for (h += 6; *h == ' ' || *h == '\t';) h++;
+            if (key_is(S, h)) return true;
+        }
+    }
+    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    return h && key_is(S, h);
 }
 
 /* The headers call: route, method, key and declared size. */
@@ -754,6 +850,7 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
                              !strncmp(url, ROUTES[i].alias, strlen(ROUTES[i].alias)))
                           : (!strcmp(url, ROUTES[i].path) || !strcmp(url, ROUTES[i].alias)))
             cx->ep = i;
+    cx->anthropic = !strncmp(url, "/v1/messages", 12) || !strncmp(url, "/messages", 9);
     if (cx->ep == EP_NONE)
         return fail(c, cx, 404, "not_found_error", "not_found", "unknown endpoint %s", url);
     bool get = !strcmp(ROUTES[cx->ep].method, "GET");
@@ -770,8 +867,9 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
     }
     if (cx->ep != EP_HEALTH && !authorized(S, c)) {
         srv_error e;
-        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
-                 "a valid API key is required: send the header 'Authorization: Bearer KEY'");
+        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL, "%s",
+                 cx->anthropic ? "invalid x-api-key: a valid API key is required in the header 'x-api-key: KEY'"
+                               : "a valid API key is required: send the header 'Authorization: Bearer KEY'");
         return send_error(c, cx, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
     if (get) return MHD_YES;
@@ -803,7 +901,8 @@ static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, c
         common_headers(S, r);
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                "Authorization, Content-Type, X-Api-Key, X-Stainless-Lang, X-Stainless-Package-Version, "
+                                "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
+                                "Anthropic-Dangerous-Direct-Browser-Access, X-Stainless-Lang, X-Stainless-Package-Version, "
                                 "X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
                                 "X-Stainless-Retry-Count, X-Stainless-Timeout, OpenAI-Organization, OpenAI-Project");
         MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
@@ -827,6 +926,8 @@ static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, c
     case EP_TOKENIZE:
     case EP_DETOKENIZE:
         return do_tokenize(S, c, cx);
+    case EP_COUNT_TOKENS:
+        return do_count_tokens(S, c, cx);
     default:
         return do_generate(S, c, cx);
     }

@@ -96,12 +96,9 @@ static int refuse_unsupported(const cJSON *body, srv_kind kind, srv_error *e) {
                             "constrained decoding); only {\"type\": \"text\"} is",
                             t->valuestring);
     }
-    /* chat: parse_logprobs; the completions form (an integer, with echo) is not done */
-    if (kind == SRV_COMPLETION && (v = field(body, "logprobs")) && !cJSON_IsFalse(v))
-        return srv_fail(e, 400, BAD, "unsupported_value", "logprobs",
-                        "'logprobs' %s on /v1/completions yet (it is on /v1/chat/completions)", WHY);
-    if ((v = field(body, "echo")) && !cJSON_IsFalse(v))
-        return srv_fail(e, 400, BAD, "unsupported_value", "echo", "'echo' %s yet", WHY);
+    /* logprobs: parse_logprobs (chat), parse_completion_logprobs (completions, with echo) */
+    if (kind == SRV_CHAT && (v = field(body, "echo")) && !cJSON_IsFalse(v))
+        return srv_fail(e, 400, BAD, "unsupported_value", "echo", "'echo' belongs to /v1/completions");
     if ((v = field(body, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring))
         return srv_fail(e, 400, BAD, "unsupported_value", "suffix",
                         "'suffix' (insertion after the completion) %s: the Qwen models have no fill-in-the-middle "
@@ -342,6 +339,19 @@ static int parse_logprobs(srv_request *r, const cJSON *body, srv_error *e) {
     return 0;
 }
 
+/* Completions: logprobs an integer 0..5 (the n most likely alternatives
+ * of each token, OpenAI's legacy form), echo a bool. */
+static int parse_completion_logprobs(srv_request *r, const cJSON *body, srv_error *e) {
+    double k = 0;
+    int got;
+    if (cJSON_IsFalse(field(body, "logprobs"))) got = 0; /* as absent */
+    else if ((got = want_int(body, "logprobs", 0, SRV_MAX_COMPLETION_LOGPROBS, &k, e)) < 0) return -1;
+    if (want_bool(body, "echo", &r->echo, e) < 0) return -1;
+    r->sample.logprobs = got;
+    r->sample.top_logprobs = (int32_t)k;
+    return 0;
+}
+
 static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_error *e) {
     if (parse_messages(r, body, e)) return -1;
     if (parse_tools(r, body, e) || parse_tool_choice(r, body, e)) return -1;
@@ -404,7 +414,7 @@ int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t le
     if (!rc) rc = refuse_unsupported(j, kind, e);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat(r, j, d, e) : parse_completion(r, j, e);
     if (!rc) rc = parse_sampling(r, j, d, e);
-    if (!rc && kind == SRV_CHAT) rc = parse_logprobs(r, j, e);
+    if (!rc) rc = kind == SRV_CHAT ? parse_logprobs(r, j, e) : parse_completion_logprobs(r, j, e);
     cJSON_Delete(j);
     if (rc) srv_request_free(r);
     return rc;

@@ -28,13 +28,15 @@
  *   chat_template_kwargs {enable_thinking bool},
  *   enable_thinking / think bool (chat), model string (ignored),
  *   logprobs bool and top_logprobs 0..20 (chat),
+ *   logprobs integer 0..5 and echo bool (completions: the prompt first in
+ *   the text, with logprobs also its tokens' log-probabilities),
  *   user, metadata, store: false (informational; nothing is stored),
- *   response_format {type: "text"}, echo false, best_of 1,
+ *   response_format {type: "text"}, echo false (chat), best_of 1,
  *   logit_bias {} (their neutral values).
  * Refused with a 400 that names the field, because they would otherwise be
  * accepted and ignored: tool_choice "required" or a named function (they
  * need constrained decoding), response_format json_object / json_schema,
- * logprobs on completions, echo true, suffix, best_of > 1, a non-empty
+ * echo true on chat, suffix, best_of > 1, a non-empty
  * logit_bias, store true, the legacy functions / function_call, audio and
  * modalities other than text, prediction, web_search_options,
  * reasoning_effort.
@@ -52,6 +54,7 @@
 #include <cjson/cJSON.h>
 
 #define SRV_MAX_STOP 16
+#define SRV_MAX_COMPLETION_LOGPROBS 5 /* completions' logprobs, as OpenAI caps it */
 
 typedef enum { SRV_CHAT, SRV_COMPLETION } srv_kind;
 
@@ -87,6 +90,7 @@ typedef struct {
     bool parallel_tool_calls;
     char *prompt;            /* completions: the prompt text (owned) */
     size_t prompt_len;
+    bool echo;               /* completions: the answer's text starts with the prompt */
     bool enable_thinking;    /* chat */
     bool stream, include_usage;
     e0_sample_opts sample;   /* defaults overridden by the request; .stop points into stop[] or the defaults' */

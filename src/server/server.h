@@ -1,4 +1,5 @@
-/* edge0 serve: an OpenAI-compatible HTTP server over one engine.
+/* edge0 serve: an OpenAI-compatible HTTP server over one engine, with the
+ * Anthropic Messages API as a second front (anthropic.h).
  *
  *     srv_opts o;
  *     srv_opts_default(&o);
@@ -9,12 +10,15 @@
  *     srv_stop(s);                              // graceful: the running request may finish
  *
  * Endpoints: POST /v1/chat/completions (tool calls, logprobs), POST
- * /v1/completions, GET /v1/models and /v1/models/{id}, POST /tokenize and
+ * /v1/completions (logprobs, echo), POST /v1/messages and
+ * /v1/messages/count_tokens (Anthropic's shapes, errors included), GET
+ * /v1/models and /v1/models/{id}, POST /tokenize and
  * /detokenize (llama-server's shapes), GET /health, GET /metrics (also
  * without the /v1 prefix; with it for tokenize). Connections are kept alive;
  * --cors adds Access-Control-Allow-Origin and answers OPTIONS preflights. Responses and
  * errors are JSON ({"error": {"message", "type", "code", "param"}}),
- * streams are server-sent events ending with "data: [DONE]".
+ * streams are server-sent events ending with "data: [DONE]". An API key
+ * comes as "Authorization: Bearer KEY" or "x-api-key: KEY".
  *
  * Threads: libmicrohttpd runs one thread per connection; those threads
  * parse, validate, render and tokenize, then queue the request for the one

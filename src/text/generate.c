@@ -381,6 +381,7 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
         }
         if (em.stop >= 0) {
             r->finish = E0_FINISH_STOP;
+            r->stop = o->stop[em.stop];
             break;
         }
         if ((rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err))) break;

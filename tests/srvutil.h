@@ -1,0 +1,41 @@
+/* Helpers for the end-to-end tests of edge0 serve (test_messages.c,
+ * test_completions.c): the tiny synthesized model with the real Qwen3
+ * tokenizer, `edge0 serve` as a child process, curl as the client, and a
+ * dotted-path reader for JSON answers. Failures fail the running cmocka test. */
+#ifndef E0_SRVUTIL_H
+#define E0_SRVUTIL_H
+
+#include "testutil.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[4300];
+} su_server;
+
+/* Writes the tiny random model (seed 11) with the Qwen3 tokenizer to dir/m; returns its path (static). */
+const char *su_model(const char *dir);
+/* Starts `edge0 serve MODEL --port 0 --io pread --temp 0 ARGS`, its log in
+ * dir/NAME.log; returns once it listens. */
+void su_start(su_server *s, const char *dir, const char *model, const char *name, const char *args);
+/* SIGTERM; the server must exit 0 (under ASan: without leaks). */
+void su_stop(su_server *s);
+/* One request through curl (body through a file in dir); `headers` are
+ * curl arguments. *out (may be NULL) gets the body; returns the status. */
+int su_http(int port, const char *dir, const char *method, const char *path, const char *body, const char *headers,
+            char **out);
+/* The whole of a stream or file (malloc'd, NUL-terminated). */
+char *su_read_all(FILE *f);
+char *su_slurp(const char *path);
+/* j at a dotted path ("content.0.text"); fails the test when absent. */
+const cJSON *su_at(const cJSON *j, const char *path);
+const char *su_str(const cJSON *j, const char *path);
+double su_num(const cJSON *j, const char *path);
+/* Parses text as JSON; fails the test (showing `what`) when it is not. */
+cJSON *su_json(const char *text, const char *what);
+
+#endif
