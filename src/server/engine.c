@@ -473,11 +473,19 @@ static void run_job(srv_engine *E, srv_job *j) {
     gen_ctx g = {.E = E, .j = j};
     /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
     static const char OPENED[] = "<think>\n";
-    if (j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
-        !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED)))
+    bool opened = j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
+                  !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED));
+    if (opened)
         srv_think_init_opened(&g.think);
     else
         srv_think_init(&g.think);
+    /* A grammar constrains the answer, not the reasoning: it starts after
+     * the think block the prompt opened, or one the model may open itself
+     * (Qwen3 with thinking on); the block is closed after a budget. */
+    j->req.sample.grammar_root = opened                                                          ? E0_GRAMMAR_THINK_OPEN
+                                 : j->req.kind == SRV_CHAT && j->req.enable_thinking && j->req.chat_format == E0_CHAT_QWEN3
+                                     ? E0_GRAMMAR_THINK_MAY
+                                     : E0_GRAMMAR_PLAIN;
     char err[E0_ERR_MAX] = "";
     int rc = 0;
     if (j->req.kind == SRV_CHAT && j->req.parse_tools)
