@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what edge0 needs to build, test and fuzz, if anything is missing:
-# Debian packages (apt), and the official `openai` npm client at a pinned
-# version into a cache outside the repository ($EDGE0_NPM, default
+# Debian packages (apt), and the official `openai` npm client and the `ajv`
+# JSON schema validator (the oracle of the structured-output tests) at
+# pinned versions into a cache outside the repository ($EDGE0_NPM, default
 # ~/.cache/edge0-npm) for tests/node. Safe to run repeatedly: it asks apt and
 # npm only when something is absent.
 set -eu
@@ -35,4 +36,13 @@ if [ "$have" != "$OPENAI_VERSION" ]; then
     echo "edge0: installing openai@$OPENAI_VERSION (npm) into $npm_dir"
     mkdir -p "$npm_dir"
     npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "openai@$OPENAI_VERSION" >/dev/null
+fi
+
+# ajv: validates the structured outputs of tests/node/openai_constrained.cjs
+AJV_VERSION=8.17.1
+have=$(node -p "try { require('$npm_dir/node_modules/ajv/package.json').version } catch (e) { '' }" 2>/dev/null || true)
+if [ "$have" != "$AJV_VERSION" ]; then
+    echo "edge0: installing ajv@$AJV_VERSION (npm) into $npm_dir"
+    mkdir -p "$npm_dir"
+    npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "ajv@$AJV_VERSION" >/dev/null
 fi

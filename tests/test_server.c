@@ -1631,6 +1631,38 @@ static void test_node_openai(void **state) {
     free(out);
 }
 
+/* Constrained decoding end to end (tests/node/openai_constrained.cjs): the
+ * main server (Qwen3's template: JSON tool calls) and a second one on the
+ * same model with Qwen3.5's template (XML tool calls); the random model's
+ * noise under a grammar must give valid calls and schema-valid JSON, which
+ * ajv checks. */
+static void test_node_constrained(void **state) {
+    (void)state;
+    char cmd[13000], m35[4300];
+    snprintf(m35, sizeof m35, "%s/m35", dir);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s && cp %s %s/", model, m35, tu_shared("tokenizers/qwen35/chat_template.jinja"),
+             m35);
+    assert_int_equal(tu_run(cmd), 0);
+    char saved[4200];
+    snprintf(saved, sizeof saved, "%s", model);
+    snprintf(model, sizeof model, "%s", m35);
+    server s35;
+    start_server(&s35, "qwen35", "--ctx 4096 --api-key " KEY);
+    snprintf(model, sizeof model, "%s", saved);
+    const double t0 = now();
+    snprintf(cmd, sizeof cmd, "node tests/node/openai_constrained.cjs %d %d " KEY " 2>&1", main_srv.port, s35.port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = read_all(p);
+    int st = pclose(p);
+    char *log = slurp(s35.log);
+    stop_server(&s35);
+    if (st) fail_msg("the constrained-decoding client test failed:\n%s\nqwen3.5 server log:\n%.4000s", out, log);
+    printf("%s  (%.1f s)\n", out, now() - t0);
+    free(log);
+    free(out);
+}
+
 /* SIGTERM while a stream runs and another request waits: the waiting one
  * gets 503 at once; with --shutdown-grace long enough the stream ends
  * normally (finish_reason and usage), with 0 it ends with an error event
@@ -1713,6 +1745,7 @@ int main(void) {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_http_basics),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_node_constrained),
         cmocka_unit_test(test_sigterm_mid_stream),
     };
     const struct CMUnitTest tools[] = {
