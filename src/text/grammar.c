@@ -445,10 +445,20 @@ typedef struct {
     uint8_t byte;
 } tnode;
 
+/* "Plain" bytes: printable ASCII but '"' and '\\', what a JSON string (and
+ * most text) repeats. A state that stays itself on every plain byte (inside
+ * a string) allows every token made only of them: those come from a
+ * precomputed bitmap, and the walk skips the subtrees that hold only them. */
+static bool plain_byte(unsigned b) {
+    return b >= 0x20 && b < 0x7f && b != '"' && b != '\\';
+}
+
 struct gram_vocab {
     int32_t n_vocab;
     tnode *nodes;
     size_t n_nodes;
+    uint8_t *plain_sub; /* [n_nodes] the node's subtree spells plain bytes only */
+    uint32_t *plain;    /* [words] the tokens made of plain bytes only */
     int32_t *same; /* [n_vocab] the next token with the same bytes, -1 */
     uint32_t *off; /* [n_vocab + 1] bytes of token i: blob[off[i] .. off[i + 1]) */
     uint8_t *blob;
@@ -467,6 +477,8 @@ static int cmp_tok(const void *pa, const void *pb, void *user) {
 void gram_vocab_free(gram_vocab *v) {
     if (!v) return;
     free(v->nodes);
+    free(v->plain_sub);
+    free(v->plain);
     free(v->same);
     free(v->off);
     free(v->blob);
@@ -544,8 +556,26 @@ int gram_vocab_new(gram_vocab **out, int32_t n_vocab, gram_token_fn fn, void *us
         v->nodes[path[open]].end = (uint32_t)n;
     v->n_nodes = n;
     free(ids);
+    v->plain_sub = malloc(n ? n : 1);
+    v->plain = calloc(((size_t)n_vocab + 31) / 32, sizeof *v->plain);
+    if (!v->plain_sub || !v->plain) goto oom_built;
+    for (size_t i = n; i-- > 0;) { /* children lie after their parent */
+        bool p = plain_byte(v->nodes[i].byte);
+        for (size_t k = i + 1; p && k < v->nodes[i].end; k = v->nodes[k].end)
+            p = v->plain_sub[k];
+        v->plain_sub[i] = p;
+    }
+    for (int32_t i = 0; i < n_vocab; i++) {
+        bool p = v->off[i] < v->off[i + 1];
+        for (uint32_t k = v->off[i]; p && k < v->off[i + 1]; k++)
+            p = plain_byte(v->blob[k]);
+        if (p) v->plain[i >> 5] |= 1u << (i & 31);
+    }
     *out = v;
     return 0;
+oom_built:
+    gram_vocab_free(v);
+    return e0_fail(err, E0_ENOMEM, "grammar vocabulary: out of memory");
 oom:
     free(ids);
     gram_vocab_free(v);
@@ -579,6 +609,7 @@ struct gram_matcher {
     int32_t *shash;
     uint32_t shash_cap;
     int32_t *trans; /* [cap_states * 256]: 0 not yet known, -1 dead, k + 1 state k */
+    uint8_t *sloop; /* [cap_states] 0 not known, 1 every plain byte leads back to the state, 2 not */
     uint32_t cur_stamp;
     /* scratch */
     int32_t *work, n_work, cap_work; /* (pos, parent) pairs */
@@ -698,7 +729,12 @@ static int32_t state_get(gram_matcher *m, bool acc) {
             memset(t + (size_t)m->cap_states * 256, 0, (size_t)(cap - m->cap_states) * 256 * sizeof *t);
             m->trans = t;
         }
-        if (!o || !l || !a || !t) return FAILED;
+        uint8_t *sl = realloc(m->sloop, (size_t)cap);
+        if (sl) {
+            memset(sl + m->cap_states, 0, (size_t)(cap - m->cap_states));
+            m->sloop = sl;
+        }
+        if (!o || !l || !a || !t || !sl) return FAILED;
         m->cap_states = cap;
     }
     if (!grow((void **)&m->spool, &m->cap_spool, m->n_spool + n + 1, sizeof *m->spool)) return FAILED;
@@ -788,6 +824,7 @@ void gram_matcher_free(gram_matcher *m) {
     free(m->spool);
     free(m->shash);
     free(m->trans);
+    free(m->sloop);
     free(m->work);
     free(m->tops);
     free(m->dstate);
@@ -881,18 +918,39 @@ bool gram_matcher_can_continue(gram_matcher *m) { return !m->ended && m->slen[m-
 
 int32_t gram_matcher_states(const gram_matcher *m) { return m->n_states; }
 
+/* Whether every plain byte leads from s back to s. */
+static bool self_loop(gram_matcher *m, int32_t s) {
+    if (!m->sloop[s]) {
+        bool loop = true;
+        for (unsigned b = 0x20; b < 0x7f && loop; b++)
+            if (plain_byte(b)) loop = step(m, s, b) == s;
+        m->sloop[s] = loop ? 1 : 2;
+    }
+    return m->sloop[s] == 1;
+}
+
 /* The walk: the trie in preorder with the state of each depth; a dead byte
- * skips the subtree. */
+ * skips the subtree, and so does a subtree of plain bytes under a state
+ * that loops on them (its tokens are in the plain bitmap). */
 static void mask_walk(gram_matcher *m, uint32_t *bits) {
     const gram_vocab *v = m->v;
     const tnode *nd = v->nodes;
     const int32_t *same = v->same;
+    const uint8_t *plain_sub = v->plain_sub;
     int32_t *ds = m->dstate;
-    ds[0] = m->cur;
+    const int32_t cur = ds[0] = m->cur;
+    const bool loop = self_loop(m, cur);
+    if (loop)
+        for (size_t w = 0; w < m->words; w++)
+            bits[w] |= v->plain[w];
     const size_t n = v->n_nodes;
     for (size_t i = 0; i < n;) {
         const tnode *t = &nd[i];
         int32_t s = ds[t->depth - 1];
+        if (loop && s == cur && plain_sub[i]) {
+            i = t->end;
+            continue;
+        }
         int32_t x = m->trans[(size_t)s * 256 + t->byte];
         int32_t nx = x > 0 ? x - 1 : x < 0 ? DEAD : step_slow(m, s, t->byte);
         if (nx < 0) {
