@@ -520,14 +520,26 @@ static void test_request_parse(void **state) {
          "tools[0].function.name"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "invalid_type",
          "tools[0].function.parameters"},
-        {"\"tool_choice\":\"required\"", "unsupported_value", "tool_choice"},
-        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "unsupported_value", "tool_choice"},
+        {"\"tool_choice\":\"required\"", "invalid_value", "tool_choice"}, /* without tools */
+        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "invalid_value", "tool_choice"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\","
+         "\"function\":{\"name\":\"f\"}}",
+         "invalid_value", "tool_choice"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\","
+         "\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"",
+         "unsupported_value", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\","
+         "\"response_format\":{\"type\":\"json_object\"}",
+         "unsupported_value", "response_format"},
         {"\"tool_choice\":\"sometimes\"", "invalid_value", "tool_choice"},
         {"\"tool_choice\":{\"type\":\"function\"}", "invalid_type", "tool_choice"},
         {"\"parallel_tool_calls\":1", "invalid_type", "parallel_tool_calls"},
         /* accepted and not implemented: a 400 naming the field, never ignored */
-        {"\"response_format\":{\"type\":\"json_object\"}", "unsupported_value", "response_format"},
-        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "unsupported_value", "response_format"},
+        {"\"response_format\":{\"type\":\"xml\"}", "unsupported_value", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "invalid_value", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
+         "\"string\",\"pattern\":\"a\"}}}",
+         "unsupported_value", "response_format"},
         {"\"response_format\":\"json\"", "invalid_type", "response_format"},
         {"\"logprobs\":1", "invalid_type", "logprobs"},
         {"\"top_logprobs\":2", "invalid_value", "top_logprobs"},
@@ -1173,11 +1185,14 @@ static void test_http_basics(void **state) {
     assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
     cJSON_Delete(j);
     free(body);
-    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"required\"", tools);
-    body = chat_body("hi", 2, extra);
-    assert_int_equal(http("POST", "/v1/chat/completions", body, &out), 400);
-    assert_non_null(strstr(out, "not supported yet"));
-    free(out);
+    snprintf(extra, sizeof extra, "%s,\"tool_choice\":\"required\",\"think\":false", tools);
+    body = chat_body("hi", 200, extra);
+    j = json_ok("POST", "/v1/chat/completions", body);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.arguments"), "{}");
+    assert_true(num(j, "timings.grammar_masks") >= 0);
+    cJSON_Delete(j);
     free(body);
 }
 
