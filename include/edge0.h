@@ -349,8 +349,22 @@ void e0_chat_opts_default(e0_chat_opts *o);
 int e0_chat_render(const char *messages_json, size_t len, const e0_chat_opts *o, char **out,
                    size_t *out_len, char *err);
 
+/* A compiled output grammar (constrained decoding; src/text/schema.h makes
+ * them from JSON schemas and tool definitions). Immutable: shareable. */
+typedef struct e0_grammar e0_grammar;
+
+/* e0_sample_opts.grammar_root: where the grammar starts. */
+enum {
+    E0_GRAMMAR_PLAIN = 0,      /* at the first generated token */
+    E0_GRAMMAR_THINK_OPEN = 1, /* after "</think>": the prompt opened a think block */
+    E0_GRAMMAR_THINK_MAY = 2,  /* the model may open a think block first */
+};
+
 /* Sampling, in llama.cpp's order: penalties, top-k, top-p, min-p,
- * temperature (0 = greedy), draw. Reproducible for a given seed. */
+ * temperature (0 = greedy), draw. Reproducible for a given seed. With a
+ * grammar, the draw is restricted to the tokens that keep the output a
+ * prefix of the grammar's language: the filters first, then the grammar
+ * (text/sampler.h sampler_resample), end of turn only once it is complete. */
 typedef struct {
     float temperature;       /* 0.8 */
     int32_t top_k;           /* 40; 0 = off */
@@ -365,6 +379,9 @@ typedef struct {
     size_t n_stop;
     int logprobs;            /* 0; 1: e0_generate_tokens reports each token's log-probability */
     int32_t top_logprobs;    /* 0; with logprobs, the n (<= E0_MAX_TOP_LOGPROBS) most likely alternatives too */
+    const e0_grammar *grammar; /* NULL: unconstrained; borrowed for the call */
+    int32_t grammar_root;      /* E0_GRAMMAR_PLAIN; in a think block the reasoning is free text, closed
+                                  with "</think>" after max_tokens / 2 tokens (4096 without max_tokens) */
 } e0_sample_opts;
 
 #define E0_MAX_TOP_LOGPROBS 20
@@ -391,6 +408,8 @@ typedef struct {
     e0_finish finish;
     const char *stop;          /* E0_FINISH_STOP by a stop string: that string (one of o->stop), else NULL */
     double prefill_s, decode_s;
+    double mask_s;     /* with a grammar: time spent checking tokens and computing masks (in decode_s) */
+    int32_t masks;     /* full masks computed (the sampled token was not allowed) */
 } e0_gen_result;
 
 /* Continues `s` with `prompt` and generates. When the session already holds

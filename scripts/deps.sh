@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what edge0 needs to build, test and fuzz, if anything is missing:
 # Debian packages (apt), and the official `openai` and `@anthropic-ai/sdk` npm
-# clients at pinned versions into a cache outside the repository ($EDGE0_NPM, default
+# clients and the `ajv` JSON schema validator (the oracle of the
+# structured-output tests) at pinned versions into a cache outside the
+# repository ($EDGE0_NPM, default
 # ~/.cache/edge0-npm) for tests/node. Safe to run repeatedly: it asks apt and
 # npm only when something is absent.
 set -eu
@@ -31,7 +33,8 @@ fi
 # @anthropic-ai/sdk 0.39: among the last that support Node 18 (its README), with
 # thinking blocks and the stream helper's thinking_delta / signature_delta
 npm_dir=${EDGE0_NPM:-$HOME/.cache/edge0-npm}
-for want in openai@4.95.0 @anthropic-ai/sdk@0.39.0; do
+# ajv: validates the structured outputs of tests/node/openai_constrained.cjs
+for want in openai@4.95.0 @anthropic-ai/sdk@0.39.0 ajv@8.17.1; do
     name=${want%@*}
     version=${want##*@}
     have=$(node -p "try { require('$npm_dir/node_modules/$name/package.json').version } catch (e) { '' }" 2>/dev/null || true)

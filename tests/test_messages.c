@@ -9,8 +9,9 @@
  * the same text as the plain answer; stop_sequences (stop_reason
  * stop_sequence and the string); system as text blocks; every error in
  * Anthropic's shape with its status (authentication by x-api-key and
- * Bearer, unknown fields, roles and blocks, thinking budget, tool_choice
- * any before constrained decoding, method, endpoint, body size, context).
+ * Bearer, unknown fields, roles and blocks, thinking budget, a tool_choice
+ * without its tool's name, method, endpoint, body size, context); forced
+ * tool_use through the official client (constrained decoding).
  *
  * Second group: the server in this process with the model's output
  * scripted (a random model never writes a tool call; see `scripted`).
@@ -365,9 +366,9 @@ static void test_errors(void **state) {
         {"{\"model\":\"m\",\"max_tokens\":2,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],"
          "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
          "tools[0].type"},
-        /* constrained decoding is not there yet (the grammar branch): the OpenAI front's 400 */
+        /* a forced tool needs its name */
         {"{\"model\":\"m\",\"max_tokens\":2,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
-         "\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "\"tool_choice\":{\"type\":\"tool\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
          "tool_choice"},
         {"{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
          "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]}]}",
@@ -797,6 +798,24 @@ static void test_node_anthropic(void **state) {
     free(out);
 }
 
+/* tool_choice {type: "tool"} and {type: "any"} through the official client
+ * against the tiny model's noise weights (tests/node/anthropic_tool_forced.cjs):
+ * only constrained decoding makes these valid tool_use blocks, plain and
+ * streamed. */
+static void test_node_anthropic_forced(void **state) {
+    (void)state;
+    port = child.port;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/node/anthropic_tool_forced.cjs %d " KEY " 2>&1", port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = su_read_all(p);
+    int st = pclose(p);
+    if (st) fail_msg("the forced tool_use test failed:\n%s", out);
+    printf("%s", out);
+    free(out);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -804,6 +823,7 @@ int main(void) {
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_stop_sequence),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_node_anthropic_forced),
     };
     const struct CMUnitTest scripted_tests[] = {
         cmocka_unit_test(test_tool_use),

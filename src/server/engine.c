@@ -79,10 +79,15 @@ static const char *finish_name(e0_finish f) {
 
 /* One line per request: id, method, path, status, tokens in/out, time. */
 static void log_job(const srv_job *j) {
-    fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s %.3fs\n", j->id,
+    char gram[96] = "";
+    const int32_t n = j->res.completion_tokens;
+    if (j->req.grammar && n) /* constrained decoding: its time per token next to the decode step's */
+        snprintf(gram, sizeof gram, " grammar=%.3fms/tok (decode %.1fms/tok, %d masks)", j->res.mask_s * 1e3 / n,
+                 j->res.decode_s * 1e3 / n, j->res.masks);
+    fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s%s %.3fs\n", j->id,
             j->method, j->url, j->http_status, j->streamed ? " stream" : "", j->res.prompt_tokens,
             j->res.reused_tokens, j->res.completion_tokens, j->status != 200 ? "error" : j->finish_reason ? j->finish_reason : finish_name(j->res.finish),
-            j->reuse ? j->reuse : "none", now_s() - j->t0);
+            j->reuse ? j->reuse : "none", gram, now_s() - j->t0);
 }
 
 void srv_job_connection_over(srv_job *j, int http_status, bool left) {
@@ -575,11 +580,20 @@ static void run_job(srv_engine *E, srv_job *j) {
     gen_ctx g = {.E = E, .j = j};
     /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
     static const char OPENED[] = "<think>\n";
-    if (j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
-        !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED)))
+    bool opened = j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
+                  !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED));
+    if (opened)
         srv_think_init_opened(&g.think);
     else
         srv_think_init(&g.think);
+    /* A grammar constrains the answer, not the reasoning: it starts after
+     * the think block the prompt opened, or one the model may open itself
+     * (Qwen3 with thinking on); the block is closed after a budget. */
+    j->req.sample.grammar_root = opened ? E0_GRAMMAR_THINK_OPEN
+                                 : j->req.kind == SRV_CHAT && j->req.enable_thinking &&
+                                         j->req.chat_format == E0_CHAT_QWEN3
+                                     ? E0_GRAMMAR_THINK_MAY
+                                     : E0_GRAMMAR_PLAIN;
     if (!rc && j->req.kind == SRV_CHAT && j->req.parse_tools)
         rc = tc_parser_new(&g.tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
     e0_gen_result res = {0};
@@ -616,6 +630,7 @@ static void run_job(srv_engine *E, srv_job *j) {
     else finish_job(E, j, 200, NULL);
     srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
                            res.finish == E0_FINISH_CANCELLED, j->seconds);
+    if (j->req.grammar) srv_metrics_grammar(E->m, &res);
 }
 
 static void *engine_main(void *arg) {

@@ -133,14 +133,26 @@ static void usage_json(srv_buf *b, const e0_gen_result *r) {
             r->prompt_tokens, r->completion_tokens, r->prompt_tokens + r->completion_tokens, r->reused_tokens);
 }
 
-/* llama.cpp's "timings" object: what was evaluated and how fast. */
-static void timings_json(srv_buf *b, const e0_gen_result *r) {
+/* With a grammar: the time spent constraining, inside predicted_ms. */
+static void grammar_timings(srv_buf *b, const srv_job *j) {
+    const e0_gen_result *r = &j->res;
+    if (!j->req.grammar) return;
+    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d", r->mask_s * 1e3,
+            r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks);
+}
+
+/* llama.cpp's "timings" object: what was evaluated and how fast (and, with
+ * a grammar, what constraining cost). */
+static void timings_json(srv_buf *b, const srv_job *j) {
+    const e0_gen_result *r = &j->res;
     int pn = r->prompt_tokens - r->reused_tokens;
     srv_putf(b,
             "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_second\":%.2f,"
-            "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f}",
+            "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f",
             r->reused_tokens, pn, r->prefill_s * 1e3, r->prefill_s > 0 ? pn / r->prefill_s : 0.0,
             r->completion_tokens, r->decode_s * 1e3, r->decode_s > 0 ? r->completion_tokens / r->decode_s : 0.0);
+    grammar_timings(b, j);
+    srv_put(b, "}");
 }
 
 /* {"id":..,"object":..,"created":..,"model":.., — the head every response and chunk shares. */
@@ -302,7 +314,7 @@ static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
     srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
     usage_json(&b, &j->res);
     srv_put(&b, ",\"timings\":");
-    timings_json(&b, &j->res);
+    timings_json(&b, j);
     srv_put(&b, "}");
     *len = b.len;
     return b.p;
@@ -521,7 +533,7 @@ static void chunk_end(stream_ctx *sc) {
         srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
         usage_json(&sc->out, &j->res);
         srv_put(&sc->out, ",\"timings\":");
-        timings_json(&sc->out, &j->res);
+        timings_json(&sc->out, j);
         srv_put(&sc->out, "}\n\n");
         if (j->req.include_usage) {
             chunk_open(sc);
@@ -1095,6 +1107,14 @@ void srv_stop(srv *S) {
     }
     MHD_stop_daemon(S->d);                    /* waits for the connection threads */
     srv_engine_free(S->E);
+    const srv_metrics *m = &S->m;
+    if (m->grammar_tokens) /* the totals of constrained decoding, next to the decode time */
+        fprintf(stderr,
+                "edge0: constrained decoding: %llu requests, %llu tokens, grammar %.3f ms/token next to decode "
+                "%.1f ms/token, %llu full masks\n",
+                (unsigned long long)m->grammar_requests, (unsigned long long)m->grammar_tokens,
+                m->grammar_s * 1e3 / (double)m->grammar_tokens, m->grammar_decode_s * 1e3 / (double)m->grammar_tokens,
+                (unsigned long long)m->grammar_masks);
     srv_metrics_free(&S->m);
     free(S->model_name);
     free(S->api_key);

@@ -102,6 +102,16 @@ static double rss_now(void) {
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
+void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r) {
+    pthread_mutex_lock(&m->mu);
+    m->grammar_requests++;
+    m->grammar_tokens += (uint64_t)r->completion_tokens;
+    m->grammar_masks += (uint64_t)r->masks;
+    m->grammar_s += r->mask_s;
+    m->grammar_decode_s += r->decode_s;
+    pthread_mutex_unlock(&m->mu);
+}
+
 char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len) {
     tbuf b = {malloc(4096), 0, 4096, 0};
     if (!b.p) return NULL;
@@ -142,6 +152,18 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_decode_seconds_total", "counter", "Time spent in decode steps.", st->decode_s);
     metric(&b, "edge0_decode_tokens_per_second", "gauge", "Decode speed since start.",
            st->decode_s > 0 ? (double)st->decode_tokens / st->decode_s : 0.0);
+    metric(&b, "edge0_grammar_requests_total", "counter",
+           "Requests decoded under a grammar (response_format json, tool_choice required or named).",
+           (double)m->grammar_requests);
+    metric(&b, "edge0_grammar_tokens_total", "counter", "Tokens generated under a grammar.", (double)m->grammar_tokens);
+    metric(&b, "edge0_grammar_masks_total", "counter",
+           "Full token masks computed (the sampled token broke the grammar).", (double)m->grammar_masks);
+    metric(&b, "edge0_grammar_seconds_total", "counter",
+           "Time spent constraining tokens (checks and masks), part of the decode time.", m->grammar_s);
+    metric(&b, "edge0_grammar_decode_seconds_total", "counter", "Decode time of the requests with a grammar.",
+           m->grammar_decode_s);
+    metric(&b, "edge0_grammar_seconds_per_token", "gauge", "Constraining time per token under a grammar.",
+           m->grammar_tokens ? m->grammar_s / (double)m->grammar_tokens : 0.0);
     metric(&b, "edge0_expert_cache_hits_total", "counter", "Expert lookups served by the LRU cache.",
            (double)st->lru_hits);
     metric(&b, "edge0_expert_cache_misses_total", "counter", "Expert lookups that had to read the checkpoint.",

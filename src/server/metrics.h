@@ -28,6 +28,9 @@ typedef struct {
     uint64_t duration_le[10]; /* histogram buckets (cumulative at exposition) */
     uint64_t duration_n;
     e0_stats engine;          /* snapshot */
+    /* constrained decoding (requests with a grammar) */
+    uint64_t grammar_requests, grammar_tokens, grammar_masks;
+    double grammar_s, grammar_decode_s; /* time constraining tokens; the decode time of those requests */
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -37,6 +40,9 @@ void srv_metrics_request(srv_metrics *m, const char *endpoint, int status);
 void srv_metrics_generation(srv_metrics *m, int32_t prompt, int32_t cached, int32_t completion, int cancelled,
                             double seconds);
 void srv_metrics_engine(srv_metrics *m, const e0_stats *st);
+/* A finished request with a grammar: its tokens, full masks, and the time
+ * spent constraining them next to its decode time (e0_gen_result). */
+void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r);
 /* The exposition text, malloc'd. queue_depth / running / capacity come from the queue. */
 char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len);
 

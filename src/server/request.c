@@ -12,6 +12,8 @@
  */
 #include "server/request.h"
 
+#include "text/schema.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,10 +92,11 @@ static int refuse_unsupported(const cJSON *body, srv_kind kind, srv_error *e) {
         if (!t || !cJSON_IsString(t))
             return srv_fail(e, 400, BAD, "invalid_type", "response_format",
                             "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text"))
+        if (strcmp(t->valuestring, "text") && strcmp(t->valuestring, "json_object") &&
+            strcmp(t->valuestring, "json_schema"))
             return srv_fail(e, 400, BAD, "unsupported_value", "response_format",
-                            "'response_format': type \"%.64s\" is not supported yet (structured output needs "
-                            "constrained decoding); only {\"type\": \"text\"} is",
+                            "'response_format': type \"%.64s\" is not supported; \"text\", \"json_object\" and "
+                            "\"json_schema\" are",
                             t->valuestring);
     }
     /* logprobs: parse_logprobs (chat), parse_completion_logprobs (completions, with echo) */
@@ -305,10 +308,12 @@ static int parse_tool_choice(srv_request *r, const cJSON *body, srv_error *e) {
             r->parse_tools = false;
             return 0;
         }
-        if (!strcmp(tc->valuestring, "required"))
-            return srv_fail(e, 400, BAD, "unsupported_value", "tool_choice",
-                            "'tool_choice': \"required\" is not supported yet (it needs constrained decoding, which "
-                            "edge0 does not have yet); use \"auto\" or \"none\"");
+        if (!strcmp(tc->valuestring, "required")) {
+            if (!r->tools)
+                return srv_fail(e, 400, BAD, "invalid_value", "tool_choice", "'tool_choice': \"required\" needs 'tools'");
+            r->force_tools = true;
+            return 0;
+        }
         return srv_fail(e, 400, BAD, "invalid_value", "tool_choice",
                         "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                         "\"function\": {\"name\": ...}}, not \"%.64s\"",
@@ -319,10 +324,42 @@ static int parse_tool_choice(srv_request *r, const cJSON *body, srv_error *e) {
         return srv_fail(e, 400, BAD, "invalid_type", "tool_choice",
                         "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                         "\"function\": {\"name\": ...}}");
-    return srv_fail(e, 400, BAD, "unsupported_value", "tool_choice",
-                    "'tool_choice': a named function (\"%.64s\") is not supported yet (it needs constrained decoding, "
-                    "which edge0 does not have yet); use \"auto\" or \"none\"",
-                    name->valuestring);
+    if (!r->tools)
+        return srv_fail(e, 400, BAD, "invalid_value", "tool_choice", "'tool_choice' names a function but 'tools' is absent");
+    if (!(r->force_name = strdup(name->valuestring)))
+        return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    r->force_tools = true;
+    return 0;
+}
+
+/* A grammar's compile error as the client sees it: the field, and a 400
+ * that names the keyword (500 only for memory). */
+static int grammar_fail(srv_error *e, int rc, const char *param, const char *msg) {
+    if (rc == E0_ENOMEM) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    return srv_fail(e, 400, BAD, rc == E0_EINVAL ? "invalid_value" : "unsupported_value", param, "'%s': %s", param,
+                    msg);
+}
+
+/* response_format json_object / json_schema and tool_choice "required" or a
+ * named function: the grammar the output must follow (text/schema.h). */
+static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e) {
+    const cJSON *rf = field(body, "response_format");
+    bool json = rf && !str_is(field(rf, "type"), "text");
+    char err[E0_ERR_MAX];
+    int rc;
+    if (r->force_tools) {
+        if (json)
+            return srv_fail(e, 400, BAD, "unsupported_value", "response_format",
+                            "'response_format' %s cannot be enforced together with tool_choice \"%s\"",
+                            field(rf, "type")->valuestring, r->force_name ? r->force_name : "required");
+        schema_form form = r->chat_format == E0_CHAT_QWEN35 ? SCHEMA_FORM_XML : SCHEMA_FORM_JSON;
+        rc = schema_tools_grammar(r->tools, r->force_name, r->parallel_tool_calls ? SCHEMA_MAX_CALLS : 1, form,
+                                  &r->grammar, err);
+        return rc ? grammar_fail(e, rc, rc == E0_EINVAL && !strstr(err, "parameters") ? "tool_choice" : "tools", err) : 0;
+    }
+    if (!json) return 0;
+    rc = schema_response_grammar(rf, &r->grammar, err);
+    return rc ? grammar_fail(e, rc, "response_format", err) : 0;
 }
 
 /* logprobs: bool; top_logprobs: 0..20, only with logprobs (as OpenAI). */
@@ -368,7 +405,7 @@ static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_er
     }
     if (want_bool(body, "enable_thinking", &r->enable_thinking, e) < 0) return -1;
     if (want_bool(body, "think", &r->enable_thinking, e) < 0) return -1;
-    return 0;
+    return parse_grammar(r, body, e);
 }
 
 static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
@@ -380,7 +417,7 @@ static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
     if (!*p->valuestring) return srv_fail(e, 400, BAD, "invalid_value", "prompt", "'prompt' must not be empty");
     r->prompt_len = strlen(p->valuestring);
     if (!(r->prompt = strdup(p->valuestring))) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-    return 0;
+    return parse_grammar(r, body, e);
 }
 
 int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t len, const srv_defaults *d,
@@ -414,6 +451,7 @@ int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t le
     if (!rc) rc = refuse_unsupported(j, kind, e);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat(r, j, d, e) : parse_completion(r, j, e);
     if (!rc) rc = parse_sampling(r, j, d, e);
+    if (!rc) r->sample.grammar = r->grammar;
     if (!rc) rc = kind == SRV_CHAT ? parse_logprobs(r, j, e) : parse_completion_logprobs(r, j, e);
     cJSON_Delete(j);
     if (rc) srv_request_free(r);
@@ -449,6 +487,8 @@ void srv_request_free(srv_request *r) {
     free(r->tools_json);
     cJSON_Delete(r->tools);
     free(r->prompt);
+    free(r->force_name);
+    gram_free(r->grammar);
     for (int i = 0; i < SRV_MAX_STOP; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }

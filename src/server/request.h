@@ -24,19 +24,24 @@
  *   repeat_penalty (0, 10], seed integer, stop string | [string] (<= 16),
  *   stream bool, stream_options {include_usage bool}, n (must be 1),
  *   tools (chat) array of {type: "function", function: {name, description?,
- *   parameters?}}, tool_choice (chat) "auto" | "none", parallel_tool_calls bool,
+ *   parameters?}}, tool_choice (chat) "auto" | "none" | "required" |
+ *   {type: "function", function: {name}}, parallel_tool_calls bool,
  *   chat_template_kwargs {enable_thinking bool},
  *   enable_thinking / think bool (chat), model string (ignored),
  *   logprobs bool and top_logprobs 0..20 (chat),
  *   logprobs integer 0..5 and echo bool (completions: the prompt first in
  *   the text, with logprobs also its tokens' log-probabilities),
  *   user, metadata, store: false (informational; nothing is stored),
- *   response_format {type: "text"}, echo false (chat), best_of 1,
+ *   response_format {type: "text" | "json_object" | "json_schema",
+ *   json_schema: {name, schema?, strict?}}, echo false (chat), best_of 1,
  *   logit_bias {} (their neutral values).
+ * Constrained decoding: response_format json_object / json_schema, and
+ * tool_choice "required" or a named function, compile a grammar here
+ * (text/schema.h; the tool calls in the form of the model's template), so a
+ * schema keyword edge0 does not support is a 400 naming it before anything
+ * is queued. Both at once is a 400 (only one can be enforced).
  * Refused with a 400 that names the field, because they would otherwise be
- * accepted and ignored: tool_choice "required" or a named function (they
- * need constrained decoding), response_format json_object / json_schema,
- * echo true on chat, suffix, best_of > 1, a non-empty
+ * accepted and ignored: echo true on chat, suffix, best_of > 1, a non-empty
  * logit_bias, store true, the legacy functions / function_call, audio and
  * modalities other than text, prediction, web_search_options,
  * reasoning_effort.
@@ -95,6 +100,9 @@ typedef struct {
     bool stream, include_usage;
     e0_sample_opts sample;   /* defaults overridden by the request; .stop points into stop[] or the defaults' */
     char *stop[SRV_MAX_STOP]; /* the request's stop strings (owned) */
+    bool force_tools;        /* chat: tool_choice "required" or a named function */
+    char *force_name;        /* chat: the named function (owned), or NULL */
+    e0_grammar *grammar;     /* the output's grammar (owned; sample.grammar points to it), or NULL */
 } srv_request;
 
 /* Parses and validates a body. 0, or -1 with *e filled (status 400); *r is

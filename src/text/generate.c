@@ -4,12 +4,15 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 #include "util/err.h"
 #include "util/file.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +23,11 @@ struct e0_text {
     e0_chat_format format;
     int32_t eot[4]; /* end-of-turn tokens the tokenizer knows (<|im_end|>, <|endoftext|>) */
     int n_eot;
+    /* The token trie of constrained decoding, built on first use (gv_mu) and
+     * then read-only: what makes e0_text "immutable after open" still true
+     * for its users. */
+    pthread_mutex_t gv_mu;
+    gram_vocab *gv;
 };
 
 /* A string array of GGUF metadata as views into the file's mapping;
@@ -208,12 +216,15 @@ int e0_text_open(e0_text **out, const char *path, char *err) {
         if (id >= 0) t->eot[t->n_eot++] = id;
     }
     t->format = model_format(model, is_dir);
+    pthread_mutex_init(&t->gv_mu, NULL);
     *out = t;
     return 0;
 }
 
 void e0_text_free(e0_text *t) {
     if (!t) return;
+    gram_vocab_free(t->gv);
+    pthread_mutex_destroy(&t->gv_mu);
     tok_free(t->tk);
     free(t);
 }
@@ -291,6 +302,54 @@ static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
     return false;
 }
 
+/* ---- constrained decoding ------------------------------------------------------ */
+
+/* Special tokens are never allowed by their bytes (they decode to nothing
+ * in the answer); end-of-turn tokens are handled by the matcher. */
+static const uint8_t *token_bytes(void *user, int32_t id, size_t *len) {
+    const tok_tokenizer *tk = user;
+    if (!tok_is_token(tk, id) || tok_is_special(tk, id)) return NULL;
+    return tok_token_bytes(tk, id, len);
+}
+
+static const gram_vocab *text_vocab(const e0_text *t, char *err) {
+    e0_text *w = (e0_text *)t; /* the lazily built trie; guarded */
+    pthread_mutex_lock(&w->gv_mu);
+    if (!w->gv && gram_vocab_new(&w->gv, tok_vocab_size(t->tk), token_bytes, t->tk, err)) w->gv = NULL;
+    pthread_mutex_unlock(&w->gv_mu);
+    return w->gv;
+}
+
+/* The think block before a grammar's answer: where it stands, so that a
+ * reasoning that never ends can be closed after its budget. */
+typedef struct {
+    int state;     /* 0: none yet (may open), 1: inside, 2: over or never */
+    char tail[16]; /* the last bytes seen, for a "</think>" cut across tokens */
+    size_t n_tail, seen;
+    int32_t tokens, budget, close_id;
+} think_track;
+
+static void think_feed(think_track *k, const uint8_t *p, size_t n) {
+    char buf[16 + GRAM_MAX_TOKEN];
+    if (k->state == 2 || n > GRAM_MAX_TOKEN) return;
+    memcpy(buf, k->tail, k->n_tail);
+    memcpy(buf + k->n_tail, p, n);
+    size_t len = k->n_tail + n;
+    if (k->state == 0) {
+        /* tail holds everything seen so far: a prefix of "<think>" */
+        if (len >= 7) k->state = memcmp(buf, "<think>", 7) ? 2 : 1;
+        else if (memcmp(buf, "<think>", len)) k->state = 2;
+    }
+    if (k->state == 1) {
+        k->tokens++;
+        if (memmem(buf, len, "</think>", 8)) k->state = 2;
+    }
+    k->seen += n;
+    size_t keep = len < 7 ? len : 7;
+    memmove(k->tail, buf + len - keep, keep);
+    k->n_tail = keep;
+}
+
 typedef struct {
     e0_piece_fn fn;
     void *user;
@@ -306,6 +365,32 @@ int e0_generate(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
                 e0_piece_fn fn, void *user, e0_gen_result *r, char *err) {
     piece_only p = {fn, user};
     return e0_generate_tokens(s, t, prompt, n, o, fn ? piece_only_fn : NULL, &p, r, err);
+}
+
+/* The cheap path and the full mask: the sampled *id stands if the grammar
+ * allows it; else the full mask is computed and the draw is repeated among
+ * the allowed tokens the filters kept (sampler_resample), or, when the
+ * filters kept none, the whole chain runs again on the masked logits. *id
+ * -1: nothing is allowed. */
+static int constrain(gram_matcher *gm, sampler *sm, float *logits, uint32_t *allowed, int32_t n_vocab, int32_t *id,
+                     e0_gen_result *r, char *err) {
+    const double t0 = now_s();
+    int rc = 0;
+    if (!gram_matcher_check(gm, *id)) {
+        r->masks++;
+        if ((rc = gram_matcher_mask(gm, allowed))) {
+            rc = e0_fail(err, rc, "constrained decoding: out of memory (grammar states)");
+        } else if ((*id = sampler_resample(sm, allowed)) < 0) {
+            bool any = false;
+            for (int32_t i = 0; i < n_vocab; i++) {
+                if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
+                else any = true;
+            }
+            *id = any ? sampler_sample(sm, logits) : -1;
+        }
+    }
+    r->mask_s += now_s() - t0;
+    return rc;
 }
 
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
@@ -334,11 +419,34 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     if (o->seed) sp.seed = o->seed;
     sampler *sm = NULL;
     chat_stop *stop = NULL;
+    gram_matcher *gm = NULL;
+    uint32_t *allowed = NULL;
+    think_track think = {.state = 2, .close_id = -1};
     float *logits = malloc((size_t)c->vocab * sizeof *logits);
     char *piece = malloc(tok_stream_max(t->tk) + 8);
     int rc = !logits || !piece ? e0_fail(err, E0_ENOMEM, "out of memory") : 0;
     if (!rc) rc = sampler_new(&sp, c->vocab, &sm, err);
     if (!rc) rc = chat_stop_new(&stop, o->stop, o->n_stop, err);
+    if (!rc && o->grammar) {
+        const gram_vocab *gv = text_vocab(t, err);
+        gram_matcher_opts mo;
+        gram_matcher_opts_default(&mo);
+        int32_t eot[8];
+        for (int i = 0; i < t->n_eot; i++)
+            eot[mo.n_eot++] = t->eot[i];
+        for (int i = 0; i < c->n_eos && mo.n_eot < 8; i++)
+            eot[mo.n_eot++] = c->eos[i];
+        mo.eot = eot;
+        mo.root = o->grammar_root;
+        rc = !gv ? E0_ENOMEM : gram_matcher_new(&gm, o->grammar, gv, &mo, err);
+        if (!rc && !(allowed = calloc(((size_t)c->vocab + 31) / 32, sizeof *allowed)))
+            rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        if (o->grammar_root != E0_GRAMMAR_PLAIN) {
+            think.state = o->grammar_root == E0_GRAMMAR_THINK_OPEN ? 1 : 0;
+            think.budget = o->max_tokens > 0 ? o->max_tokens / 2 : 4096;
+            think.close_id = tok_token_id(t->tk, "</think>");
+        }
+    }
     if (rc) goto done;
     const double t0 = now_s();
     r->reused_tokens = session_prepare(s, prompt, n);
@@ -358,13 +466,37 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
             r->finish = E0_FINISH_CONTEXT;
             break;
         }
-        int32_t id = sampler_sample(sm, logits);
+        int32_t id;
+        if (gm && think.state == 1 && think.tokens >= think.budget && think.close_id >= 0 &&
+            gram_matcher_check(gm, think.close_id)) {
+            id = think.close_id; /* the reasoning's budget is spent: close it */
+        } else {
+            id = sampler_sample(sm, logits);
+            if (gm && (rc = constrain(gm, sm, logits, allowed, c->vocab, &id, r, err))) break;
+            if (id < 0) { /* the grammar allows nothing: it is over */
+                r->finish = E0_FINISH_STOP;
+                break;
+            }
+        }
         e0_token_info tok = {.id = id};
         if (o->logprobs) {
             int32_t k = o->top_logprobs < 0 ? 0 : o->top_logprobs > E0_MAX_TOP_LOGPROBS ? E0_MAX_TOP_LOGPROBS : o->top_logprobs;
             tok.n_top = sampler_logprobs(sm, id, &tok.logprob, k, tok.top_ids, tok.top_logprobs);
         }
         sampler_accept(sm, id);
+        if (gm) {
+            const double a0 = now_s();
+            size_t bl = 0;
+            const uint8_t *b = id < tok_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
+            if (think.state != 2 && b) think_feed(&think, b, bl);
+            rc = gram_matcher_accept(gm, id);
+            r->mask_s += now_s() - a0;
+            if (rc) {
+                rc = e0_fail(err, rc, "constrained decoding: %s", rc == E0_ENOMEM ? "out of memory (grammar states)"
+                                                                                  : "a token the grammar refuses");
+                break;
+            }
+        }
         if (is_eot(t, c, id)) {
             r->finish = E0_FINISH_STOP;
             break;
@@ -394,6 +526,8 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     }
     r->decode_s = now_s() - t1;
 done:
+    gram_matcher_free(gm);
+    free(allowed);
     chat_stop_free(stop);
     sampler_free(sm);
     free(piece);

@@ -485,3 +485,35 @@ int32_t sampler_sample(sampler *s, const float *logits) {
         if (w[i] > 0) return c[i].id;
     return c[0].id;
 }
+
+static inline bool allowed_id(const uint32_t *allowed, int32_t id) {
+    return (allowed[id >> 5] >> (id & 31)) & 1;
+}
+
+int32_t sampler_resample(sampler *s, const uint32_t *allowed) {
+    cand *c = s->c;
+    size_t m = s->last_m;
+    if (s->last_greedy) { /* c[] is every token in id order */
+        size_t best = m;
+        for (size_t i = 0; i < m; i++) {
+            if (!allowed_id(allowed, c[i].id)) c[i].logit = -INFINITY;
+            else if (best == m || c[i].logit > c[best].logit) best = i;
+        }
+        return best == m ? -1 : c[best].id;
+    }
+    double z = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (!allowed_id(allowed, c[i].id)) s->w[i] = 0;
+        z += s->w[i];
+    }
+    if (!(z > 0)) return -1;
+    s->last_z = z;
+    double u = rng_unit(s->rng) * z, cum = 0;
+    for (size_t i = 0; i < m; i++) {
+        cum += s->w[i];
+        if (u < cum && s->w[i] > 0) return c[i].id;
+    }
+    for (size_t i = m; i-- > 0;)
+        if (s->w[i] > 0) return c[i].id;
+    return -1;
+}

@@ -74,6 +74,19 @@ int sampler_accept(sampler *s, int32_t token);
 /* One token id from logits [vocab]; E0_EINVAL if logits is NULL. */
 int32_t sampler_sample(sampler *s, const float *logits);
 
+/* After sampler_sample, for constrained decoding: a draw from the same final
+ * distribution (the penalties and filters of the last sampler_sample, on
+ * the same logits) restricted to the tokens set in `allowed` (bit id & 31
+ * of allowed[id >> 5]), i.e. the filters first and then the constraint.
+ * Equal in distribution to drawing again until an allowed token comes, so
+ * "sample; if the token is not allowed, resample" is exactly "sample from
+ * the filtered distribution conditioned on being allowed". Greedy: the
+ * allowed token with the highest penalised logit. Returns -1 when no token
+ * the filters kept is allowed (the caller then masks the logits and calls
+ * sampler_sample again: the filters act on the allowed tokens alone).
+ * sampler_logprobs afterwards describe the restricted distribution. */
+int32_t sampler_resample(sampler *s, const uint32_t *allowed);
+
 /* After sampler_sample: log-probabilities under the distribution the token
  * was drawn from, the final one after the filters: softmax(logit / T) over
  * the tokens top-k, top-p and min-p kept (a filtered-out token has

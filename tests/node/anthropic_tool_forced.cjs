@@ -1,11 +1,9 @@
 // A forced tool call through the Messages API with the official
 // `@anthropic-ai/sdk`: tool_choice {type: "tool", name} and {type: "any"}
 // against a real model, plain and streamed. The tiny random test model never
-// writes a tool call of its own, so this holds only once constrained decoding
-// enforces the choice (the grammar work); until then the server answers these
-// requests with a 400 naming tool_choice, and this file is NOT part of
-// `make test` yet: wire it (e.g. from tests/test_messages.c against an
-// `edge0 serve` of the tiny model) when the grammar lands.
+// writes a tool call of its own, so this holds only because constrained
+// decoding enforces the choice. Run by tests/test_messages.c
+// (test_node_anthropic_forced) against `edge0 serve` of the tiny model.
 //
 //     node tests/node/anthropic_tool_forced.cjs PORT KEY
 //
@@ -25,11 +23,15 @@ const [port, key] = process.argv.slice(2);
 const client = new Anthropic({ baseURL: `http://127.0.0.1:${port}`, apiKey: key, maxRetries: 0, timeout: 120000 });
 
 const model = 'edge0';
+// Noise weights never end a string or a thought on their own: the strings
+// are bounded by the schema, no other members are allowed, and thinking is off (its block would take the
+// tokens first).
+const thinking = { type: 'disabled' };
 const tools = [
   { name: 'get_weather', description: 'Current weather for a city', input_schema: { type: 'object', properties: {
-    city: { type: 'string' }, days: { type: 'integer' }, metric: { type: 'boolean' } }, required: ['city', 'days'] } },
+    city: { type: 'string', maxLength: 24 }, days: { type: 'integer' }, metric: { type: 'boolean' } }, required: ['city', 'days'], additionalProperties: false } },
   { name: 'search', description: 'Search the web', input_schema: { type: 'object', properties: {
-    query: { type: 'string' } }, required: ['query'] } },
+    query: { type: 'string', maxLength: 24 } }, required: ['query'], additionalProperties: false } },
 ];
 const messages = [{ role: 'user', content: 'What is the weather in Zürich for the next two days?' }];
 
@@ -58,22 +60,24 @@ function checkForced(m, names, what) {
 }
 
 async function main() {
-  const named = { type: 'tool', name: 'get_weather' };
-  const plain = await client.messages.create({ model, max_tokens: 200, tools, tool_choice: named, messages });
+  // one call each: with parallel calls allowed, noise weights go on calling
+// until max_tokens (the grammar lets a call follow a call)
+  const named = { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true };
+  const plain = await client.messages.create({ model, max_tokens: 600, temperature: 0, thinking, tools, tool_choice: named, messages });
   checkForced(plain, ['get_weather'], 'tool, plain');
 
   let json = 0;
-  const stream = client.messages.stream({ model, max_tokens: 200, tools, tool_choice: named, messages });
+  const stream = client.messages.stream({ model, max_tokens: 600, temperature: 0, thinking, tools, tool_choice: named, messages });
   stream.on('inputJson', () => { json++; });
   const final = await stream.finalMessage();
   checkForced(final, ['get_weather'], 'tool, stream');
   assert.ok(json >= 1, 'input_json_delta events');
 
-  const any = await client.messages.create({ model, max_tokens: 200, tools, tool_choice: { type: 'any' }, messages });
+  const any = await client.messages.create({ model, max_tokens: 600, temperature: 0, thinking, tools, tool_choice: { type: 'any', disable_parallel_tool_use: true }, messages });
   checkForced(any, ['get_weather', 'search'], 'any');
 
   // one call only
-  const one = await client.messages.create({ model, max_tokens: 400, tools, messages,
+  const one = await client.messages.create({ model, max_tokens: 600, temperature: 0, thinking, tools, messages,
     tool_choice: { type: 'any', disable_parallel_tool_use: true } });
   checkForced(one, ['get_weather', 'search'], 'any, one call');
   assert.strictEqual(one.content.filter((b) => b.type === 'tool_use').length, 1);

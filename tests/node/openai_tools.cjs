@@ -73,10 +73,12 @@ async function main() {
   assert.strictEqual(next.choices[0].finish_reason, 'stop');
 
   // what is not supported yet is an error the client can read, naming the option
-  await assert.rejects(client.chat.completions.create({ model: 'm', messages, tools, tool_choice: 'required' }),
-    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'tool_choice');
-  await assert.rejects(client.chat.completions.create({ model: 'm', messages,
-    response_format: { type: 'json_object' } }), (e) => e.status === 400 && e.param === 'response_format');
+  await assert.rejects(client.chat.completions.create({ model: 'm', messages, tools,
+    tool_choice: { type: 'function', function: { name: 'missing' } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'tool_choice');
+  await assert.rejects(client.chat.completions.create({ model: 'm', messages, response_format: { type: 'json_schema',
+    json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } } }),
+  (e) => e.status === 400 && e.param === 'response_format' && /'format'/.test(e.message));
 
   const m = await client.models.retrieve('m');
   assert.strictEqual(m.id, 'm');
