@@ -783,19 +783,24 @@ static void test_tool_turn_reuse(void **state) {
     free(b);
 }
 
-/* The official @anthropic-ai/sdk client (tests/node/anthropic_messages.cjs,
- * installed by scripts/deps.sh) against this server. */
-static void test_node_anthropic(void **state) {
-    (void)state;
+/* node SCRIPT PORT KEY: one of the official client's tests against this server. */
+static void run_node(const char *script, const char *what) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "node tests/node/anthropic_messages.cjs %d " KEY " 2>&1", port);
+    snprintf(cmd, sizeof cmd, "node tests/node/%s %d " KEY " 2>&1", script, port);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     char *out = su_read_all(p);
     int st = pclose(p);
-    if (st) fail_msg("the @anthropic-ai/sdk client test failed (scripts/deps.sh installs node and the client):\n%s", out);
+    if (st) fail_msg("%s failed (scripts/deps.sh installs node and the client):\n%s", what, out);
     printf("%s", out);
     free(out);
+}
+
+/* The official @anthropic-ai/sdk client (tests/node/anthropic_messages.cjs,
+ * installed by scripts/deps.sh) against this server. */
+static void test_node_anthropic(void **state) {
+    (void)state;
+    run_node("anthropic_messages.cjs", "the @anthropic-ai/sdk client test");
 }
 
 /* tool_choice {type: "tool"} and {type: "any"} through the official client
@@ -805,15 +810,7 @@ static void test_node_anthropic(void **state) {
 static void test_node_anthropic_forced(void **state) {
     (void)state;
     port = child.port;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "node tests/node/anthropic_tool_forced.cjs %d " KEY " 2>&1", port);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char *out = su_read_all(p);
-    int st = pclose(p);
-    if (st) fail_msg("the forced tool_use test failed:\n%s", out);
-    printf("%s", out);
-    free(out);
+    run_node("anthropic_tool_forced.cjs", "the forced tool_use test");
 }
 
 int main(void) {
