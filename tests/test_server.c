@@ -16,6 +16,7 @@
  * A random model's greedy answers never end on their own, so every request
  * gives max_tokens. */
 #include "testutil.h"
+#include "srvutil.h"
 
 #include "edge0.h"
 #include "model/synth.h"
@@ -63,27 +64,6 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap);
-    while ((r = fread(b + n, 1, cap - n - 1, f)) > 0)
-        if ((n += r) + 1 == cap) b = realloc(b, cap *= 2);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
-static char *read_all(FILE *p) {
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap);
-    while ((r = fread(b + n, 1, cap - n - 1, p)) > 0)
-        if ((n += r) + 1 == cap) b = realloc(b, cap *= 2);
-    b[n] = 0;
-    return b;
-}
-
 /* Starts `edge0 serve` with its log in dir/NAME.log; waits for "listening on". */
 static void start_server(server *s, const char *name, const char *args) {
     snprintf(s->log, sizeof s->log, "%s/%s.log", dir, name);
@@ -96,7 +76,7 @@ static void start_server(server *s, const char *name, const char *args) {
         _exit(127);
     }
     for (int i = 0; i < 1200; i++) {
-        char *log = slurp(s->log);
+        char *log = su_slurp(s->log);
         const char *at = strstr(log, "listening on http://127.0.0.1:");
         if (at) {
             s->port = atoi(at + strlen("listening on http://127.0.0.1:"));
@@ -126,7 +106,7 @@ static void stop_server(server *s) {
         sleep_ms(20);
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char *log = slurp(s->log);
+        char *log = su_slurp(s->log);
         fail_msg("the server exited with status %d:\n%s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, log);
     }
 }
@@ -155,7 +135,7 @@ static int http_on(const server *s, const char *method, const char *path, const 
     curl_cmd(cmd, sizeof cmd, s, method, path, body, ex);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
-    char *b = read_all(p);
+    char *b = su_read_all(p);
     pclose(p);
     char *nl = strrchr(b, '\n');
     assert_non_null(nl);
@@ -637,7 +617,7 @@ static void test_chat(void **state) {
     char cmd[10000], *out;
     curl_cmd(cmd, sizeof cmd, &main_srv, "POST", "/v1/chat/completions", sb, "-H 'Authorization: Bearer " KEY "'");
     FILE *p = popen(cmd, "r");
-    out = read_all(p);
+    out = su_read_all(p);
     assert_int_equal(pclose(p), 0);
     sse s;
     sse_parse(out, &s, 1);
@@ -692,7 +672,7 @@ static void test_completions(void **state) {
     curl_cmd(cmd, sizeof cmd, &main_srv, "POST", "/v1/completions",
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"stream\":true}", "-H 'Authorization: Bearer " KEY "'");
     FILE *p = popen(cmd, "r");
-    char *out = read_all(p);
+    char *out = su_read_all(p);
     pclose(p);
     sse s;
     sse_parse(out, &s, 0);
@@ -841,7 +821,7 @@ static void test_errors_while_streaming(void **state) {
     print_message("all error cases answered in %.2f s, the stream %s\n", dt,
                   running == 1 ? "still running" : "already finished");
     assert_true(running == 1); /* they were answered while it ran */
-    char *out = read_all(p);
+    char *out = su_read_all(p);
     assert_int_equal(pclose(p), 0);
     sse s;
     sse_parse(out, &s, 1);
@@ -874,7 +854,7 @@ static void test_concurrent_streams(void **state) {
     }
     sse s[N];
     for (int i = 0; i < N; i++) {
-        char *out = read_all(p[i]);
+        char *out = su_read_all(p[i]);
         assert_int_equal(pclose(p[i]), 0);
         sse_parse(out, &s[i], 1);
         check_usage(s[i].usage_chunk, TOK);
@@ -929,7 +909,7 @@ static void test_disconnect(void **state) {
     const char *line = NULL;
     for (int i = 0; i < 100 && !line; i++, sleep_ms(50)) {
         free(log);
-        log = slurp(main_srv.log);
+        log = su_slurp(main_srv.log);
         line = strstr(log, " 499 stream ");
     }
     if (!line) fail_msg("no 499 stream line in the log:\n%s", log);
@@ -979,7 +959,7 @@ static void test_queue_full(void **state) {
     free(out);
     free(b3);
     close(fd); /* the running one leaves: the queued one runs */
-    out = read_all(p);
+    out = su_read_all(p);
     pclose(p);
     char *nl = strrchr(out, '\n');
     assert_non_null(nl);
@@ -1014,7 +994,7 @@ static void test_reuse(void **state) {
             curl_cmd(cmd, sizeof cmd, &main_srv, "POST", "/v1/chat/completions", body,
                      "-H 'Authorization: Bearer " KEY "'");
             FILE *p = popen(cmd, "r");
-            char *out = read_all(p);
+            char *out = su_read_all(p);
             pclose(p);
             sse s;
             sse_parse(out, &s, 1);
@@ -1091,7 +1071,7 @@ static void test_metrics(void **state) {
     assert_non_null(strstr(m, "# TYPE edge0_requests_total counter"));
     free(m);
     /* one log line per request, with id, status, tokens and time */
-    char *log = slurp(main_srv.log);
+    char *log = su_slurp(main_srv.log);
     assert_non_null(strstr(log, "POST /v1/chat/completions 200 prompt="));
     assert_non_null(strstr(log, " 413 body_too_large "));
     free(log);
@@ -1104,7 +1084,7 @@ static char *curl_raw(const char *args) {
     snprintf(cmd, sizeof cmd, "curl -sS %s 2>&1", args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
-    char *b = read_all(p);
+    char *b = su_read_all(p);
     pclose(p);
     return b;
 }
@@ -1641,7 +1621,7 @@ static void test_node_openai(void **state) {
     snprintf(cmd, sizeof cmd, "node tests/node/openai_tools.cjs %d " KEY " 2>&1", ip.port);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
-    char *out = read_all(p);
+    char *out = su_read_all(p);
     int st = pclose(p);
     if (st) fail_msg("the openai client test failed (scripts/deps.sh installs node and the client):\n%s", out);
     printf("%s", out);
@@ -1670,9 +1650,9 @@ static void test_node_constrained(void **state) {
     snprintf(cmd, sizeof cmd, "node tests/node/openai_constrained.cjs %d %d " KEY " 2>&1", main_srv.port, s35.port);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
-    char *out = read_all(p);
+    char *out = su_read_all(p);
     int st = pclose(p);
-    char *log = slurp(s35.log);
+    char *log = su_slurp(s35.log);
     stop_server(&s35);
     if (st) fail_msg("the constrained-decoding client test failed:\n%s\nqwen3.5 server log:\n%.4000s", out, log);
     printf("%s  (%.1f s)\n", out, now() - t0);
@@ -1716,13 +1696,13 @@ static void test_sigterm_mid_stream(void **state) {
             sleep_ms(10);
         }
         kill(g.pid, SIGTERM);
-        char *out2 = read_all(p2);
+        char *out2 = su_read_all(p2);
         pclose(p2);
         const char *nl = strrchr(out2, '\n');
         assert_non_null(nl);
         assert_int_equal(atoi(nl + 1), 503);
         assert_non_null(strstr(out2, "shutting down"));
-        char *out = read_all(p);
+        char *out = su_read_all(p);
         assert_int_equal(pclose(p), 0);
         if (grace) {
             sse s;
