@@ -30,22 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *MODELS[][2] = {
-    {"qwen3moe", "hf"},         {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
-    {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
-    {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
-    {"qwen35moe", "mlx-fused"},
-    /* GGUF files: family "gguf/DIR", layout the file */
-    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}, {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"},
-    {"gguf/qwen3next", "model-Q4_0.gguf"},        {"gguf/qwen35moe", "model-Q8_0.gguf"},
-};
-enum { NMODELS = sizeof MODELS / sizeof *MODELS };
-
 static const char *model_path(int mi) {
-    static char rel[256];
-    const bool gguf = strncmp(MODELS[mi][0], "gguf/", 5) == 0;
-    snprintf(rel, sizeof rel, "%s%s/%s", gguf ? "" : "fixtures/", MODELS[mi][0], MODELS[mi][1]);
-    return tu_shared(rel);
+    return tu_checkpoint(TU_CHECKPOINTS[mi][0], TU_CHECKPOINTS[mi][1]);
 }
 
 /* ---- the schedule ----------------------------------------------------------
@@ -87,7 +73,7 @@ static e0_engine *open_model(int mi, const e0_engine_opts *o) {
     char err[E0_ERR_MAX];
     e0_engine *e;
     if (e0_engine_open(&e, model_path(mi), o, err))
-        fail_msg("%s/%s: %s", MODELS[mi][0], MODELS[mi][1], err);
+        fail_msg("%s/%s: %s", TU_CHECKPOINTS[mi][0], TU_CHECKPOINTS[mi][1], err);
     return e;
 }
 
@@ -282,7 +268,7 @@ static bool model_on(int mi) {
  * configuration on every model, else three configurations per model. */
 static void matrix(bool all) {
     long runs = 0;
-    for (int mi = 0; mi < NMODELS; mi++) {
+    for (int mi = 0; mi < TU_NCHECKPOINTS; mi++) {
         if (!model_on(mi)) continue;
         e0_engine_opts o;
         e0_engine_opts_default(&o);
@@ -300,8 +286,8 @@ static void matrix(bool all) {
             if (!all && ci % 3 != mi % 3) continue;
             const int threads = 1 + (ci + mi) % 2;
             char what[256];
-            snprintf(what, sizeof what, "%s/%s %s, kernels %s, %d thread%s", MODELS[mi][0],
-                     MODELS[mi][1], CONFIGS[ci].name, mat_kernels_name(), threads,
+            snprintf(what, sizeof what, "%s/%s %s, kernels %s, %d thread%s", TU_CHECKPOINTS[mi][0],
+                     TU_CHECKPOINTS[mi][1], CONFIGS[ci].name, mat_kernels_name(), threads,
                      threads > 1 ? "s" : "");
             apply(&o, &CONFIGS[ci], threads);
             e = open_model(mi, &o);

@@ -21,17 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *LAYOUTS[][2] = {
-    {"qwen3moe", "hf"},         {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
-    {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
-    {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
-    {"qwen35moe", "mlx-fused"},
-    /* GGUF files (llama.cpp's converter): family "gguf/DIR", layout the file */
-    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}, {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"},
-    {"gguf/qwen3next", "model-Q4_0.gguf"},        {"gguf/qwen35moe", "model-Q8_0.gguf"},
-    {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"},
-};
-enum { NLAYOUTS = sizeof LAYOUTS / sizeof *LAYOUTS };
 
 /* Under ThreadSanitizer (make test's second run) the matrices shrink to
  * what exercises the threads: many I/O threads and a small cache, where
@@ -43,17 +32,6 @@ enum { TSAN = 1 };
 enum { TSAN = 0 };
 #endif
 
-static bool is_gguf(const char *family) {
-    return strncmp(family, "gguf/", 5) == 0;
-}
-
-/* The checkpoint (a fixture directory or a GGUF file) of LAYOUTS row family/layout. */
-static const char *model_rel(const char *family, const char *layout) {
-    static char rel[256];
-    snprintf(rel, sizeof rel, "%s%s/%s", is_gguf(family) ? "" : "fixtures/", family, layout);
-    return rel;
-}
-
 typedef struct {
     int32_t ids[32];
     size_t n;
@@ -63,7 +41,7 @@ typedef struct {
 /* The ids of the family's golden sequence (for a GGUF file, its own golden). */
 static seq load_seq(const char *family, const char *layout) {
     char rel[256], err[E0_ERR_MAX];
-    if (is_gguf(family))
+    if (tu_is_gguf(family))
         snprintf(rel, sizeof rel, "%s/golden_%.*s.safetensors", family,
                  (int)(strlen(layout) - strlen("model-") - strlen(".gguf")), layout + strlen("model-"));
     else
@@ -82,7 +60,7 @@ static seq load_seq(const char *family, const char *layout) {
 static e0_engine *open_with(const char *family, const char *layout, const e0_engine_opts *o) {
     char err[E0_ERR_MAX];
     e0_engine *e;
-    if (e0_engine_open(&e, tu_shared(model_rel(family, layout)), o, err))
+    if (e0_engine_open(&e, tu_checkpoint(family, layout), o, err))
         fail_msg("%s/%s: %s", family, layout, err);
     return e;
 }
@@ -166,7 +144,7 @@ static void apply(e0_engine_opts *o, const config *c, int slots, int many) {
  * four layouts that cover separate / fused and bf16 / quantized experts;
  * the main paths at two settings on every other layout. */
 static bool full_matrix(int li) {
-    const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
+    const char *fam = TU_CHECKPOINTS[li][0], *lay = TU_CHECKPOINTS[li][1];
     return (!strcmp(fam, "qwen3moe") && !strcmp(lay, "hf")) ||
            (!strcmp(fam, "gguf/tiny-qwen35moe") && !strcmp(lay, "model-Q4_K_M.gguf")) ||
            (!strcmp(fam, "qwen3next") && !strcmp(lay, "mlx")) ||
@@ -177,8 +155,8 @@ static void test_paths_bit_identical(void **state) {
     (void)state;
     const int slots[] = {1, 2, 4096};
     long runs = 0;
-    for (int li = 0; li < NLAYOUTS; li++) {
-        const char *fam = LAYOUTS[li][0], *lay = LAYOUTS[li][1];
+    for (int li = 0; li < TU_NCHECKPOINTS; li++) {
+        const char *fam = TU_CHECKPOINTS[li][0], *lay = TU_CHECKPOINTS[li][1];
         const bool all = full_matrix(li);
         if (TSAN && !all) continue;
         seq q = load_seq(fam, lay);

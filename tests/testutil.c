@@ -13,6 +13,26 @@ const char *tu_shared(const char *rel) {
     return buf;
 }
 
+const char *const TU_CHECKPOINTS[TU_NCHECKPOINTS][2] = {
+    {"qwen3moe", "hf"},         {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
+    {"qwen3next", "hf"},        {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
+    {"qwen35moe", "hf"},        {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
+    {"qwen35moe", "mlx-fused"},
+    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}, {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"},
+    {"gguf/qwen3next", "model-Q4_0.gguf"},        {"gguf/qwen35moe", "model-Q8_0.gguf"},
+    {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"},
+};
+
+int tu_is_gguf(const char *family) {
+    return strncmp(family, "gguf/", 5) == 0;
+}
+
+const char *tu_checkpoint(const char *family, const char *layout) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s%s/%s", tu_is_gguf(family) ? "" : "fixtures/", family, layout);
+    return tu_shared(rel);
+}
+
 const char *tu_bin(void) {
     const char *b = getenv("E0_BIN");
     return b && *b ? b : "build/edge0";

@@ -20,6 +20,16 @@ const char *tu_bin(void);
 char *tu_tmpdir(void);
 void tu_rmtree(const char *dir);
 
+/* The checkpoints the engine-level tests run every path on: the fixture
+ * families in each layout, and ../shared/gguf files written by llama.cpp's
+ * tools (family "gguf/DIR", layout the file name). */
+enum { TU_NCHECKPOINTS = 15 };
+extern const char *const TU_CHECKPOINTS[TU_NCHECKPOINTS][2];
+/* A TU_CHECKPOINTS family that is a GGUF directory. */
+int tu_is_gguf(const char *family);
+/* The path (under $E0_SHARED) of checkpoint family/layout, in a static buffer. */
+const char *tu_checkpoint(const char *family, const char *layout);
+
 /* ||a - b|| / ||b|| */
 double tu_rel_l2(const float *a, const float *b, size_t n);
 
