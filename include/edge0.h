@@ -81,6 +81,9 @@ typedef enum {
  * misses afterwards). AUTO: PREAD under a memory budget, else LOAD when the
  * checkpoint fits in 80% of available memory, else PREAD. */
 typedef enum { E0_IO_AUTO, E0_IO_PREAD, E0_IO_MMAP, E0_IO_LOAD } e0_io_mode;
+#define E0_IO_MODES 4
+/* The mode's name as `--io` spells it ("auto", "pread", "mmap", "load"). */
+const char *e0_io_name(e0_io_mode io);
 
 /* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
 typedef struct {

@@ -215,14 +215,14 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         c->path = paths[k];
         c->path_set = true;
     } else if (!strcmp(a, "--io")) {
-        if (strcmp(v, "pread") && strcmp(v, "mmap") && strcmp(v, "load") && strcmp(v, "auto")) {
+        int k = -1;
+        for (int j = 0; j < E0_IO_MODES; j++)
+            if (!strcmp(v, e0_io_name((e0_io_mode)j))) k = j;
+        if (k < 0) {
             cli_error("--io: '%s' is not auto, pread, mmap or load", v);
             return -1;
         }
-        c->io = !strcmp(v, "mmap")    ? E0_IO_MMAP
-                : !strcmp(v, "load")  ? E0_IO_LOAD
-                : !strcmp(v, "pread") ? E0_IO_PREAD
-                                      : E0_IO_AUTO;
+        c->io = (e0_io_mode)k;
         c->io_set = true;
     } else if (!strcmp(a, "--mem-budget")) {
         c->mem_budget = 0;

@@ -33,11 +33,6 @@ static double disk_per_token(const e0_plan *p) {
     return (double)p->moe_layers * p->info.top_k * (1 - share) * (double)p->bundle_bytes;
 }
 
-static const char *io_name(e0_io_mode io) {
-    static const char *names[] = {"auto", "pread", "mmap", "load"};
-    return names[io];
-}
-
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool json = false;
@@ -87,7 +82,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "non_expert_bytes", (double)(in->weight_bytes - in->expert_bytes));
         cJSON_AddNumberToObject(o, "kv_bytes_per_1k_tokens", (double)p.kv_bytes_per_1k);
         cJSON_AddNumberToObject(o, "state_bytes", (double)p.state_bytes);
-        cJSON_AddStringToObject(o, "io", io_name(p.io));
+        cJSON_AddStringToObject(o, "io", e0_io_name(p.io));
         cJSON_AddNumberToObject(o, "mem_budget", (double)p.mem_budget);
         cJSON_AddBoolToObject(o, "auto_budget", p.auto_budget);
         cJSON_AddNumberToObject(o, "cache_slots", p.cache_slots);

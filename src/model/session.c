@@ -19,6 +19,11 @@
 
 /* Bytes an automatic budget leaves to everything else under the limit
  * (the allocator, the page cache's share of reads, other programs). */
+const char *e0_io_name(e0_io_mode io) {
+    static const char *const names[E0_IO_MODES] = {"auto", "pread", "mmap", "load"};
+    return (unsigned)io < E0_IO_MODES ? names[io] : "?";
+}
+
 static uint64_t auto_headroom(uint64_t avail) {
     return (256ull << 20) + avail / 32;
 }
@@ -62,9 +67,8 @@ static int choose_io(e0_engine *e, char *err) {
         why = "the checkpoint does not fit in 80% of available memory";
     }
     if (e->opts.io == E0_IO_MMAP) e->opts.layer.warm_willneed = 1;
-    static const char *names[] = {"auto", "pread", "mmap", "load"};
     int n = snprintf(e->io_note, sizeof e->io_note,
-                     "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)", names[e->opts.io],
+                     "io %s: %s (checkpoint %.2f GiB, available %.2f GiB%s)", e0_io_name(e->opts.io),
                      why, (double)w / (1u << 30), (double)avail / (1u << 30),
                      by_cg ? ": the cgroup's limit" : "");
     if (chosen && e->opts.io == E0_IO_PREAD && !e->opts.mem_budget &&
