@@ -500,6 +500,86 @@ static void test_logprobs(void **state) {
     sampler_free(s);
 }
 
+/* The large-vocabulary scans (vector argmax, top-k heap that skips 16
+ * logits at a time) against a sort of the whole vocabulary: logits with
+ * ties, NaN, -inf and +inf in and across blocks and in the tail (V is not
+ * a multiple of 16), and penalties that move the maximum. */
+typedef struct {
+    float l;
+    int32_t id;
+} ref_cand;
+
+static int ref_cmp(const void *pa, const void *pb) {
+    const ref_cand *a = pa, *b = pb;
+    if (a->l != b->l) return a->l > b->l ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int i32_cmp(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_vocab_scans(void **state) {
+    (void)state;
+    enum { V = 151669, K = 20 };
+    float *l = malloc(V * sizeof *l);
+    ref_cand *r = malloc(V * sizeof *r);
+    assert_true(l && r);
+    uint64_t x = 11;
+    sampler_params g = plain(0.0f, 1), k = plain(1.0f, 2);
+    g.repeat_penalty = k.repeat_penalty = 1.5f;
+    g.penalty_last_n = k.penalty_last_n = 4;
+    k.top_k = K;
+    sampler *sg = mk(&g, V), *sk = mk(&k, V);
+    for (int t = 0; t < 60; t++) {
+        for (int i = 0; i < V; i++) {
+            const uint64_t u = lcg(&x) % 1000;
+            l[i] = u < 5 ? NAN : u < 50 ? -INFINITY : (float)(lcg(&x) % (t % 3 ? 64 : 100000)) / 8.0f;
+        }
+        if (t % 4 == 1) l[V - 1] = 1e6f;          /* the maximum in the tail */
+        if (t % 4 == 2) l[16 * (t % 9000)] = INFINITY;
+        if (t % 10 == 9)
+            for (int i = 0; i < V; i++)
+                l[i] = i % 2 ? NAN : -INFINITY;   /* nothing finite: id 0 */
+        /* the reference: penalties of the last 4 accepted ids, NaN as -inf, full sort */
+        const int32_t hist[4] = {t % V, (t * 7919) % V, (t * 104729) % V, t % V};
+        for (int i = 0; i < V; i++)
+            r[i] = (ref_cand){l[i] == l[i] ? l[i] : -INFINITY, i};
+        for (int h = 0; h < 4; h++) {
+            if (h == 3) break; /* hist[3] repeats hist[0]: penalised once */
+            float *v = &r[hist[h]].l;
+            *v = *v <= 0 ? *v * 1.5f : *v / 1.5f;
+        }
+        qsort(r, V, sizeof *r, ref_cmp);
+        for (int h = 0; h < 4; h++) {
+            sampler_accept(sg, hist[h]);
+            sampler_accept(sk, hist[h]);
+        }
+        assert_int_equal(sampler_sample(sg, l), r[0].id);
+        float lp, tl[K];
+        int32_t ti[K];
+        sampler_sample(sk, l);
+        const int32_t n = sampler_logprobs(sk, r[0].id, &lp, K, ti, tl);
+        assert_int_equal(n, K);
+        /* the kept candidates as a set (their log-probabilities may tie at
+         * the floor when the weights underflow, so not their order) */
+        int32_t want[K];
+        for (int i = 0; i < K; i++)
+            want[i] = r[i].id;
+        qsort(ti, K, sizeof *ti, i32_cmp);
+        qsort(want, K, sizeof *want, i32_cmp);
+        for (int i = 0; i < K; i++)
+            if (ti[i] != want[i])
+                fail_msg("step %d: the top-%d candidates differ from the sort's (id %d vs %d)", t,
+                         K, ti[i], want[i]);
+    }
+    sampler_free(sg);
+    sampler_free(sk);
+    free(l);
+    free(r);
+}
+
 static void test_speed(void **state) {
     (void)state;
     enum { V = 151936, N = 100 };
@@ -533,6 +613,7 @@ int main(void) {
         cmocka_unit_test(test_top_p_exact),  cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties),    cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_speed),        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_vocab_scans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
  * layers loaded. */
 #include "cli/cli.h"
 #include "quant/mat.h"
+#include "text/sampler.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -213,9 +214,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, phas
     e0_engine_stats_reset(e);
     t0 = cli_now();
     for (int k = 0; k < n_decode; k++) {
-        int32_t best = 0;
-        for (int32_t v = 1; v < info.vocab_size; v++)
-            if (logits[v] > logits[best]) best = v;
+        int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size); /* greedy */
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "edge0.h"
 #include "model/synth.h"
+#include "text/sampler.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -239,9 +240,7 @@ int cmd_demo(int argc, char **argv) {
         r.prefill_s = cli_now() - a;
         a = cli_now();
         for (int k = 0; !rc && k < ce.sample.max_tokens; k++) {
-            int32_t best = 0;
-            for (int32_t v = 1; v < info.vocab_size; v++)
-                if (logits[v] > logits[best]) best = v;
+            int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size);
             printf(" %d", best);
             fflush(stdout);
             r.completion_tokens++;

@@ -41,6 +41,7 @@
 #ifndef E0_TEXT_SAMPLER_H
 #define E0_TEXT_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SAMPLER_SEED_RANDOM UINT64_MAX /* seed from the OS; see sampler_seed */
@@ -70,6 +71,10 @@ void sampler_free(sampler *s);
 /* Adds a token to the penalty window (prompt and generated tokens alike).
  * E0_ERANGE for an id outside [0, vocab). */
 int sampler_accept(sampler *s, int32_t token);
+
+/* The first index of the largest of x[0..n) (NaN read as -inf; 0 when
+ * every value is -inf or NaN): greedy's choice, vectorised. */
+size_t sampler_argmax(const float *x, size_t n);
 
 /* One token id from logits [vocab]; E0_EINVAL if logits is NULL. */
 int32_t sampler_sample(sampler *s, const float *logits);
