@@ -20,7 +20,7 @@
  *    here and evaluates only the new tokens;
  *  - not for sequences shorter than prefix_opts.min_tokens (default
  *    PREFIX_MIN_TOKENS): a snapshot costs the model's fixed recurrent state
- *    (~63 MB on the Qwen3.6-35B-A3B shape) whatever its length, and saves
+ *    (65.9 MB on the Qwen3.6-35B-A3B shape) whatever its length, and saves
  *    only the prefill of its tokens; prefix_put refuses them.
  * Before a prefill the server calls prefix_restore (or prefix_get) with the
  * prompt's ids: only an entry longer than what the session can already
