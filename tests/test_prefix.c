@@ -12,6 +12,7 @@
  *    one-call prefill of the whole sequence agrees to rounding;
  *  - an empty session's snapshot: restoring it is a reset (a hybrid model's
  *    recurrent state zeroed: logits equal a fresh session's);
+ *  - e0_session_reusable: what a session keeps of a prompt by itself;
  *  - restore fails, changing nothing, into a session whose n_ctx cannot hold
  *    the snapshot (the message names n_ctx) and into another engine's;
  *  - the cache: LRU order and the byte budget never exceeded (a model of the
@@ -21,7 +22,7 @@
  *  - lookups never return a non-prefix, also when every hash collides (a
  *    constant hash step), ids differing only in the last position;
  *  - threads: puts, lookups with restores, and counter reads at once (make
- *    test runs it under ThreadSanitizer too). */
+ *    test runs the program under ThreadSanitizer too, one conversation). */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -33,6 +34,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Under ThreadSanitizer (make test) the cache's threads are what is under
+ * test: one hybrid conversation instead of four models' (test_batch covers
+ * the compute threads). */
+#if defined(__SANITIZE_THREAD__)
+enum { TSAN = 1 };
+#else
+enum { TSAN = 0 };
+#endif
 
 static uint32_t lcg(uint32_t *st) {
     *st = *st * 1664525u + 1013904223u;
@@ -269,6 +279,7 @@ static void test_conversation_qwen3next(void **state) {
 
 static void test_conversation_qwen35moe_mlx(void **state) {
     (void)state;
+    if (TSAN) skip();
     e0_engine *e = open_fixture("qwen35moe", "mlx");
     run_conversations(e, "qwen35moe/mlx");
     e0_engine_free(e);
@@ -276,6 +287,7 @@ static void test_conversation_qwen35moe_mlx(void **state) {
 
 static void test_conversation_qwen3moe(void **state) {
     (void)state;
+    if (TSAN) skip();
     e0_engine *e = open_fixture("qwen3moe", "hf");
     run_conversations(e, "qwen3moe/hf (attention only)");
     e0_engine_free(e);
@@ -285,6 +297,7 @@ static void test_conversation_qwen3moe(void **state) {
  * keeps them. */
 static void test_conversation_sticky(void **state) {
     (void)state;
+    if (TSAN) skip();
     char *root = tu_tmpdir(), *dir = e0_path_join(root, "sticky");
     synth_opts so;
     synth_opts_default(&so);
@@ -365,9 +378,9 @@ static void test_restore_mismatch(void **state) {
     char err[E0_ERR_MAX];
     e0_engine *e = open_fixture("qwen3next", "hf"), *other = open_fixture("qwen3next", "hf");
     const size_t V = vocab_of(e);
-    int32_t ids[40];
+    int32_t ids[41];
     uint32_t st = 11;
-    for (int i = 0; i < 40; i++)
+    for (int i = 0; i < 41; i++)
         ids[i] = (int32_t)(lcg(&st) % (uint32_t)V);
     e0_session *big = new_session(e, 64), *small = new_session(e, 32),
                *foreign = new_session(other, 64);
@@ -394,13 +407,72 @@ static void test_restore_mismatch(void **state) {
     e0_session *mid = new_session(e, 48);
     if (e0_session_restore(mid, snap, err)) fail_msg("%s", err);
     assert_int_equal(e0_session_pos(mid), 40);
-    e0_snapshot_free(snap);
+    /* through the cache: the failed restore is a miss, small unchanged */
+    prefix_opts po;
+    prefix_opts_default(&po);
+    po.budget = 1ull << 30;
+    prefix_cache *pc;
+    if (prefix_new(&pc, &po, err)) fail_msg("%s", err);
+    assert_int_equal(prefix_put(pc, snap), 1);
+    err[0] = 0;
+    assert_int_equal(prefix_restore(pc, small, ids, 41, err), E0_ERANGE);
+    assert_non_null(strstr(err, "n_ctx is 32"));
+    assert_int_equal(e0_session_pos(small), 5);
+    prefix_counters k;
+    prefix_counters_get(pc, &k);
+    assert_int_equal(k.hits, 0);
+    assert_int_equal(k.misses, 1);
+    assert_int_equal(k.tokens_reused, 0);
+    /* mid holds the 40 itself: nothing better cached, nothing restored */
+    assert_int_equal(prefix_restore(pc, mid, ids, 41, err), 0);
+    assert_int_equal(e0_session_pos(mid), 40);
+    prefix_counters_get(pc, &k);
+    assert_int_equal(k.hits, 0);
+    assert_int_equal(k.misses, 2);
+    e0_session_reset(mid);
+    assert_int_equal(prefix_restore(pc, mid, ids, 41, err), 40);
+    prefix_counters_get(pc, &k);
+    assert_int_equal(k.hits, 1);
+    assert_int_equal(k.tokens_reused, 40);
+    prefix_free(pc);
     e0_session_free(mid);
     e0_session_free(big);
     e0_session_free(small);
     e0_session_free(foreign);
     e0_engine_free(e);
     e0_engine_free(other);
+}
+
+/* What a session can keep of a prompt without the cache: attention-only
+ * models any common prefix, hybrid ones their whole history or nothing. */
+static void test_reusable(void **state) {
+    (void)state;
+    const char *fam[2] = {"qwen3moe", "qwen3next"};
+    for (int f = 0; f < 2; f++) {
+        const bool hybrid = f == 1;
+        e0_engine *e = open_fixture(fam[f], "hf");
+        const size_t V = vocab_of(e);
+        int32_t ids[12];
+        uint32_t st = 21;
+        for (int i = 0; i < 12; i++)
+            ids[i] = (int32_t)(lcg(&st) % (uint32_t)V);
+        e0_session *s = new_session(e, 64);
+        assert_int_equal(e0_session_reusable(s, ids, 12), 0);
+        eval(s, ids, 10, NULL);
+        assert_int_equal(e0_session_reusable(s, ids, 12), 10); /* the history and more */
+        assert_int_equal(e0_session_reusable(s, ids, 11), 10);
+        /* the whole history, nothing after it: the last id must run again */
+        assert_int_equal(e0_session_reusable(s, ids, 10), hybrid ? 0 : 9);
+        assert_int_equal(e0_session_reusable(s, ids, 4), hybrid ? 0 : 3);
+        int32_t fork[12];
+        memcpy(fork, ids, sizeof fork);
+        fork[6] = (ids[6] + 1) % (int32_t)V;
+        assert_int_equal(e0_session_reusable(s, fork, 12), hybrid ? 0 : 6);
+        assert_int_equal(e0_session_reusable(s, ids, 0), 0);
+        assert_int_equal(e0_session_pos(s), 10); /* a question, nothing changed */
+        e0_session_free(s);
+        e0_engine_free(e);
+    }
 }
 
 /* ---- the cache --------------------------------------------------------------
@@ -792,6 +864,7 @@ int main(void) {
         cmocka_unit_test(test_conversation_sticky),
         cmocka_unit_test(test_snapshot_empty),
         cmocka_unit_test(test_restore_mismatch),
+        cmocka_unit_test(test_reusable),
         cmocka_unit_test(test_cache_lru_budget),
         cmocka_unit_test(test_cache_lru_order),
         cmocka_unit_test(test_cache_no_false_hits),

@@ -222,7 +222,14 @@ int32_t prefix_restore(prefix_cache *c, e0_session *s, const int32_t *ids, size_
     if (!e) return 0;
     int rc = e0_session_restore(s, e->snap, err);
     const int32_t got = (int32_t)e->n;
-    prefix_release(c, e);
+    pthread_mutex_lock(&c->mu);
+    e->pins--;
+    if (rc) { /* not reused after all (a session of another engine or a smaller n_ctx) */
+        c->k.hits--;
+        c->k.misses++;
+        c->k.tokens_reused -= e->n;
+    }
+    pthread_mutex_unlock(&c->mu);
     return rc ? rc : got;
 }
 

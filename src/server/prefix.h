@@ -108,7 +108,7 @@ void prefix_release(prefix_cache *c, prefix_entry *e);
  * into s when it is longer than what s can reuse itself
  * (e0_session_reusable). Returns the positions restored (0: nothing was,
  * s is unchanged), or a negative status from e0_session_restore (s is
- * unchanged). */
+ * unchanged; the lookup counts as a miss). */
 int32_t prefix_restore(prefix_cache *c, e0_session *s, const int32_t *ids, size_t n, char *err);
 
 void prefix_counters_get(prefix_cache *c, prefix_counters *out);
