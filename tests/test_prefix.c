@@ -107,10 +107,10 @@ static const int ANS[TURNS] = {9, 6, 5};
 
 typedef struct {
     int32_t ids[MAXSEQ];
-    int len;             /* the whole conversation */
-    int start[TURNS];    /* where turn k's new ids start */
-    int ans[TURNS];      /* where turn k's answer starts */
-    float *ref;          /* [calls, V]: the last logits of every call, cold */
+    int len;          /* the whole conversation */
+    int start[TURNS]; /* where turn k's new ids start */
+    int ans[TURNS];   /* where turn k's answer starts */
+    float *ref;       /* [calls, V]: the last logits of every call, cold */
     int ncalls;
 } convo;
 
@@ -173,8 +173,8 @@ static void convo_turn(e0_engine *e, prefix_cache *pc, e0_session *s, const conv
     if (n - at > 1) /* only the new ids were evaluated */
         assert_int_equal(prefill_tokens(e) - before, (uint64_t)(n - at));
     if (memcmp(lg, cv->ref + (size_t)call * V, V * sizeof *lg))
-        fail_msg("%s: turn %d: the prompt's logits differ from the cold run (rel L2 %.3g)", what,
-                 k, tu_rel_l2(lg, cv->ref + (size_t)call * V, V));
+        fail_msg("%s: turn %d: the prompt's logits differ from the cold run (rel L2 %.3g)", what, k,
+                 tu_rel_l2(lg, cv->ref + (size_t)call * V, V));
     e0_snapshot *snap;
     if (e0_session_snapshot(s, &snap, err)) fail_msg("%s", err);
     assert_int_equal(e0_snapshot_bytes(snap), e0_snapshot_size(e, n));
@@ -204,8 +204,7 @@ static void convo_one_call(e0_engine *e, const convo *cv, size_t V, const char *
     float *all = malloc((size_t)cv->len * V * sizeof *all);
     assert_non_null(all);
     char err[E0_ERR_MAX];
-    if (e0_session_eval(s, cv->ids, (size_t)cv->len, E0_LOGITS_ALL, all, err))
-        fail_msg("%s", err);
+    if (e0_session_eval(s, cv->ids, (size_t)cv->len, E0_LOGITS_ALL, all, err)) fail_msg("%s", err);
     const int last = cv->len - 1;
     const double rel = tu_rel_l2(all + (size_t)last * V, cv->ref + (size_t)(cv->ncalls - 1) * V, V);
     /* observed: 0 on the hf (bf16) fixtures, ~1e-4 on mlx 4-bit and the
@@ -634,7 +633,7 @@ static void test_cache_lru_order(void **state) {
     /* 10 becomes the most recent: 20 is now the least */
     assert_int_equal(get_len(pc, ks.ids, 15, 0), 10);
     assert_int_equal(prefix_put(pc, copy_of(&ks, scratch, 9)), 1); /* 9 < 20: evicts 20 only */
-    assert_int_equal(get_len(pc, ks.ids, 25, 0), 10);             /* 20 is gone */
+    assert_int_equal(get_len(pc, ks.ids, 25, 0), 10);              /* 20 is gone */
     assert_int_equal(get_len(pc, ks.ids, 31, 0), 30);
     assert_int_equal(get_len(pc, ks.ids, 10, 0), 9);
     prefix_counters k;
@@ -831,7 +830,10 @@ static void test_cache_threads(void **state) {
     reader r = {.pc = pc, .budget = po.budget};
     assert_int_equal(pthread_create(&rt, NULL, read_counters, &r), 0);
     for (int i = 0; i < NW; i++) {
-        w[i] = (worker){.ks = &ks, .pc = pc, .s = new_session(ks.e, 64), .seed = 100u + (uint32_t)i,
+        w[i] = (worker){.ks = &ks,
+                        .pc = pc,
+                        .s = new_session(ks.e, 64),
+                        .seed = 100u + (uint32_t)i,
                         .iters = 150};
         assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
     }

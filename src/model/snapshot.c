@@ -52,9 +52,7 @@ static size_t layer_floats(const e0_model *m, int li, size_t pos) {
 
 /* uint16 route entries per position (0 without route stickiness). */
 static size_t route_per_pos(const e0_engine *e) {
-    return e->model.cfg.route_stickiness > 0
-               ? (size_t)e->model.cfg.n_layers * (size_t)e->top_k
-               : 0;
+    return e->model.cfg.route_stickiness > 0 ? (size_t)e->model.cfg.n_layers * (size_t)e->top_k : 0;
 }
 
 static size_t align16(size_t n) {

@@ -15,12 +15,12 @@
 #include <string.h>
 
 struct prefix_entry {
-    e0_snapshot *snap;      /* owned */
-    const int32_t *ids;     /* the snapshot's ids: [n] */
+    e0_snapshot *snap;  /* owned */
+    const int32_t *ids; /* the snapshot's ids: [n] */
     size_t n;
-    uint64_t hash;          /* of ids[0..n) */
-    size_t bytes;           /* e0_snapshot_bytes */
-    int pins;               /* guarded by mu */
+    uint64_t hash;             /* of ids[0..n) */
+    size_t bytes;              /* e0_snapshot_bytes */
+    int pins;                  /* guarded by mu */
     prefix_entry *prev, *next; /* LRU list, most recently used first; guarded by mu */
 };
 

@@ -79,7 +79,7 @@ typedef struct {
     uint64_t evictions;     /* entries dropped to make room */
     uint64_t bytes;         /* held now (<= budget) */
     uint64_t budget;
-    uint64_t entries;       /* held now */
+    uint64_t entries; /* held now */
 } prefix_counters;
 
 int prefix_new(prefix_cache **out, const prefix_opts *o, char *err);
