@@ -55,7 +55,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcmocka -o $@
 
 # The concurrency tests also run under ThreadSanitizer (build-tsan/).
-TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch
+TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch \
+              build-tsan/tests/test_prefix
 
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)

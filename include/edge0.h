@@ -307,6 +307,52 @@ int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_
  * e0_generate have evaluated since the last reset); *n gets their count. */
 const int32_t *e0_session_history(const e0_session *s, size_t *n);
 
+/* The positions of s that continuing it with prompt[0..n) can keep, as
+ * e0_generate does (changes nothing): for attention-only models the common
+ * prefix of its history and the prompt; for models with recurrent layers
+ * its whole history when that is a prefix of the prompt, else 0 (their
+ * states cannot be rewound). Always less than n: the last id must run. */
+int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n);
+
+/* ---- Snapshots: a session's state at a prompt boundary ----------------- *
+ * Models with recurrent (DeltaNet) layers cannot rewind a session to an
+ * earlier position: the recurrent and conv states summarise the whole
+ * past. A snapshot copies everything the next evaluation reads at the
+ * session's current position p (K and V rows [0, p) of every attention
+ * layer, every DeltaNet recurrent and conv state, the ids [0, p)) into one
+ * malloc'd block; restoring it into any session of the same engine puts
+ * that session at position p with those ids, and evaluating more ids then
+ * gives logits bit-identical to the snapshotted session continuing itself.
+ * A prefix cache (server/prefix.h) keeps them to resume conversations.
+ *
+ * Size: e0_snapshot_size(e, p) = fixed (the DeltaNet states, e0_plan's
+ * state_bytes) + p x (f32 K and V of the attention layers, kv_bytes_per_1k
+ * / 1000, and the id); for the Qwen3.6-35B-A3B shape 65.9 MB + 41.0 MB per
+ * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Prefix cache").
+ *
+ * Ownership and threads: a snapshot is immutable once taken; any number of
+ * threads may restore from it at once (each into its own session). It
+ * belongs to the engine it was taken from (restore refuses another's) and
+ * may be freed before or after its session. */
+typedef struct e0_snapshot e0_snapshot;
+
+/* Copies the session's state at its current position into *out (freed with
+ * e0_snapshot_free); an empty session gives a snapshot of 0 positions,
+ * whose restore is a reset. E0_ENOMEM if the block cannot be allocated. */
+int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err);
+/* Puts s at the snapshot's position with its ids and states (what s held
+ * before is forgotten). Fails, leaving s unchanged, with E0_EINVAL for a
+ * snapshot of another engine and E0_ERANGE when its positions do not fit
+ * in s's n_ctx. */
+int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err);
+/* The bytes the snapshot holds (its whole block), what a cache budgets. */
+size_t e0_snapshot_bytes(const e0_snapshot *snap);
+/* What a snapshot of n_pos positions of this engine's model takes. */
+size_t e0_snapshot_size(const e0_engine *e, int32_t n_pos);
+/* The ids the snapshot holds, in order; *n gets their count (its position). */
+const int32_t *e0_snapshot_ids(const e0_snapshot *snap, size_t *n);
+void e0_snapshot_free(e0_snapshot *snap);
+
 /* ---- Text in, text out ------------------------------------------------- *
  * A model's tokenizer (tokenizer.json, byte-level BPE), its chat format
  * (ChatML as the Qwen templates render it) and sampling. An e0_text is

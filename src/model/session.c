@@ -442,7 +442,7 @@ const int32_t *e0_session_history(const e0_session *s, size_t *n) {
     return s->hist;
 }
 
-int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
+int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n) {
     int32_t common = 0;
     while (common < s->pos && (size_t)common < n && s->hist[common] == prompt[common])
         common++;
@@ -451,12 +451,18 @@ int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
         recurrent |= s->m->layers[i].linear;
     if (!recurrent) {
         if ((size_t)common >= n) common = (int32_t)n - 1; /* the last id must run for its logits */
-        s->pos = common < 0 ? 0 : common;                 /* the KV cache past pos is never read */
-        return s->pos;
+        return common < 0 ? 0 : common;
     }
-    if (common == s->pos && (size_t)common < n) return common;
-    e0_session_reset(s);
-    return 0;
+    return common == s->pos && (size_t)common < n ? common : 0;
+}
+
+int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
+    const int32_t keep = e0_session_reusable(s, prompt, n);
+    if (keep == 0)
+        e0_session_reset(s); /* recurrent states too: they cannot be rewound */
+    else
+        s->pos = keep; /* the KV cache past pos is never read */
+    return keep;
 }
 
 e0_batch batch_one(e0_session *s, int T, e0_run *run) {
