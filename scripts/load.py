@@ -100,6 +100,21 @@ class Fatal(Exception):
     pass
 
 
+def drop_pages(model):
+    """Drops the model's pages from the page cache (posix_fadvise DONTNEED), so that a capped server's
+    cgroup is charged for every page it reads, not served from pages charged to someone else."""
+    files = [model] if os.path.isfile(model) else [os.path.join(d, f) for d, _, fs in os.walk(model) for f in fs]
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 # ---- the server --------------------------------------------------------------------
 
 
@@ -121,6 +136,8 @@ class Server:
         if a.memcap:
             cmd = [os.path.join(ROOT, "scripts", "memcap.sh"), a.memcap, "--"] + cmd
         self.cmd = cmd
+        if a.memcap:
+            drop_pages(a.model)
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -166,7 +183,8 @@ class Server:
 
     def tail(self, n=30):
         try:
-            return "\n".join(open(self.log_path, errors="replace").read().splitlines()[-n:])
+            lines = open(self.log_path, errors="replace").read().splitlines()
+            return "\n".join([x for x in lines if "/tokenize " not in x][-n:])
         except OSError:
             return ""
 
@@ -291,6 +309,7 @@ class Record:
         self.aborted = False
         self.done = False  # [DONE] (or a complete non-200 answer) received
         self.exc = None
+        self.detail = None  # the error answer or event (start of it)
         self.t_send = self.t_first = self.t_end = None
         self.chunks = []  # arrival time of every chunk that carried generated text
         self.completion_tokens = self.prompt_tokens = self.cached_tokens = None
@@ -317,18 +336,19 @@ def stream_request(target, conn, rec, body, live=None):
     """Sends one streaming request on conn and fills rec. live: a dict the main thread reads
     (in_flight, chunks in the current request)."""
     payload = json.dumps(body)
-    if conn.sock is None:
-        conn.connect()
     rec.t_send = time.monotonic()
     if live is not None:
         live["chunks"] = 0
         live["in_flight"] = True
     try:
+        if conn.sock is None:
+            conn.connect()
+            rec.t_send = time.monotonic()  # a new connection's handshake is not the server's time to first token
         conn.request("POST", target.path, body=payload, headers={"Content-Type": "application/json"})
         r = conn.getresponse()
         rec.status = r.status
         if r.status != 200:
-            r.read()
+            rec.detail = r.read()[:400].decode("utf-8", "replace")
             rec.error, rec.done = str(r.status), True
             return
         while True:
@@ -347,9 +367,10 @@ def stream_request(target, conn, rec, body, live=None):
             try:
                 j = json.loads(data)
             except ValueError:
-                rec.error = "stream"
+                rec.error, rec.detail = "stream", data[:400].decode("utf-8", "replace")
                 continue
             if "error" in j:
+                rec.detail = data[:400].decode("utf-8", "replace")
                 e = j["error"] if isinstance(j["error"], dict) else {}
                 code = e.get("code")
                 rec.error = "stream:503" if code == "unavailable" or e.get("status") == 503 else "stream"
@@ -369,10 +390,10 @@ def stream_request(target, conn, rec, body, live=None):
                 rec.prompt_tokens = u.get("prompt_tokens")
                 rec.cached_tokens = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
         if not rec.done and rec.error is None:
-            rec.error = "conn"  # the stream ended without [DONE]
+            rec.error, rec.detail = "conn", "the stream ended without [DONE]"
     except (OSError, http.client.HTTPException) as e:
         rec.error = "conn"
-        rec.exc = repr(e)
+        rec.detail = repr(e)
         conn.close()
     finally:
         rec.t_end = time.monotonic()
@@ -501,6 +522,10 @@ def summarize(n, t0, clients, late, late_how, server):
         if r.error:
             errors[r.error] = errors.get(r.error, 0) + 1
     ok = [r for r in recs if r.status == 200 and not r.error and not r.aborted]
+    samples = {}
+    for r in recs + ([late.rec] if late else []):
+        if r.error and r.error not in samples:
+            samples[r.error] = r.detail
     streamed = [r for r in recs if r.status == 200 and r.chunks]
 
     # The late prompt's prefill window: sent -> its first token (or its end when it had none).
@@ -531,6 +556,7 @@ def summarize(n, t0, clients, late, late_how, server):
         "requests": len(ok),
         "aborted": sum(r.aborted for r in recs),
         "errors": errors,
+        "error_samples": samples,
         "agg_tok_s": agg,
         "agg_method": method,
         "agg_window_s": window,
@@ -721,7 +747,7 @@ def main(argv):
             stream_request(target, c, rec, target.body(text, a.max_tokens, i + 1))
             c.close()
             if rec.error:
-                raise Fatal("the warm-up request failed (%s, HTTP %s)" % (rec.error, rec.status))
+                raise Fatal("the warm-up request failed (%s, HTTP %s): %s" % (rec.error, rec.status, rec.detail))
             sys.stderr.write("load: warm-up %d: %d prompt tokens, %d generated in %.1f s\n" % (
                 i + 1, rec.prompt_tokens or n, rec.tokens(), rec.t_end - rec.t_send))
         for n in a.levels:
@@ -733,7 +759,8 @@ def main(argv):
                 problems.append("%d clients: no request completed" % n)
             bad = {k: v for k, v in L["errors"].items() if k not in ("503", "stream:503")}
             if bad:
-                problems.append("%d clients: errors %s" % (n, bad))
+                problems.append("%d clients: errors %s; e.g. %s" % (
+                    n, bad, "; ".join("%s: %s" % (k, L["error_samples"].get(k)) for k in bad)))
     except Fatal as e:
         problems.append(str(e))
     except KeyboardInterrupt:
