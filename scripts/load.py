@@ -225,7 +225,7 @@ class Target:
         self.host, self.port, self.args = host, port, args
         self.path = "/v1/completions" if args.endpoint == "completions" else "/v1/chat/completions"
         self.ignore_eos = False
-        self.word_tokens = {}
+        self.per_word = None  # tokens per word, measured once
 
     def conn(self, timeout=None):
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.args.read_timeout)
@@ -276,26 +276,24 @@ class Target:
         return len(j["tokens"])
 
     def make_prompt(self, rng, target):
-        """Random words until /tokenize counts `target` tokens (or within a few of it)."""
-        for w in WORDS:
-            if w not in self.word_tokens:
-                self.word_tokens[w] = max(1, self.ntokens(" " + w))
-        words, est = [], 0
-        while est < target:
-            w = rng.choice(WORDS)
-            words.append(w)
-            est += self.word_tokens[w]
-        n = self.ntokens(" ".join(words))
-        for _ in range(16):
+        """Random words, as many as /tokenize says make `target` tokens (or the nearest count): a
+        secant search on the number of words, a few /tokenize calls per prompt."""
+        if self.per_word is None:
+            self.per_word = max(0.1, self.ntokens(" ".join(WORDS)) / len(WORDS))
+        pool = [rng.choice(WORDS) for _ in range(int(target / self.per_word * 1.5) + 8)]
+        k, best, seen = max(1, round(target / self.per_word)), None, set()
+        while k not in seen and len(seen) < 16:
+            seen.add(k)
+            while k > len(pool):
+                pool.append(rng.choice(WORDS))
+            n = self.ntokens(" ".join(pool[:k]))
+            if best is None or (abs(n - target), n > target) < (abs(best[1] - target), best[1] > target):
+                best = (k, n)
             if n == target:
                 break
-            if n > target and len(words) > 1:
-                words.pop()
-            else:
-                fits = [w for w in WORDS if self.word_tokens[w] <= target - n] or WORDS
-                words.append(rng.choice(fits))
-            n = self.ntokens(" ".join(words))
-        return " ".join(words), n
+            step = round((target - n) / self.per_word) or (1 if n < target else -1)
+            k = max(1, k + step)
+        return " ".join(pool[:best[0]]), best[1]
 
 
 # ---- one streaming request -----------------------------------------------------------
@@ -638,7 +636,11 @@ def load_peer(path):
 
 def loopback_url(url):
     u = urllib.parse.urlsplit(url)
-    if u.scheme != "http" or not u.hostname or u.path not in ("", "/"):
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    if u.scheme != "http" or not u.hostname or not port or u.path not in ("", "/"):
         raise Fatal("--url must be http://HOST:PORT, got %r" % url)
     host = u.hostname
     try:
@@ -647,7 +649,7 @@ def loopback_url(url):
         ok = False
     if not ok:
         raise Fatal("--url %r is not a loopback address: this script only talks to 127.0.0.1/::1" % url)
-    return "127.0.0.1" if host == "localhost" else host, u.port or 80
+    return "127.0.0.1" if host == "localhost" else host, port
 
 
 def parse_args(argv):
@@ -725,6 +727,8 @@ def main(argv):
             host, port = "127.0.0.1", server.start()
             sys.stderr.write("load: %s (log %s)\n" % (" ".join(shlex.quote(x) for x in server.cmd), server.log_path))
         target = Target(host, port, a)
+        # A server this script started has loaded its model by now; one it attaches to gets 30 s.
+        health_by = min(deadline_all, time.monotonic() + (30 if a.url else a.start_timeout))
         while True:
             try:
                 st, _ = target.call("GET", "/health", timeout=10)
@@ -734,8 +738,8 @@ def main(argv):
                 break
             if not server.alive():
                 raise Fatal("the server exited:\n" + server.tail())
-            if time.monotonic() > deadline_all:
-                raise Fatal("/health never answered 200")
+            if time.monotonic() > health_by:
+                raise Fatal("http://%s:%d/health did not answer 200 (last: %s)" % (host, port, st or "no answer"))
             time.sleep(0.2)
         target.probe_ignore_eos()
         result["ignore_eos"] = target.ignore_eos
