@@ -23,7 +23,9 @@ table row per level:
   late ITL p99  with --late-prompt N: while the clients decode, one extra
                 request with an N-token prompt arrives; the p99 of the running
                 streams' gaps that overlap its prefill (sent -> its first
-                token). Those gaps are left out of the ITL columns.
+                token). Those gaps are left out of the ITL columns. A server
+                that runs one request at a time passes this trivially: the
+                long prompt waits in its queue (see "late TTFT").
   errors        by HTTP status ("conn": no answer, "stream": an error event
                 inside a stream); "aborted" counts requests cut at the level's
                 hard deadline (--seconds + --drain), which are not errors.
@@ -226,6 +228,7 @@ class Target:
         self.path = "/v1/completions" if args.endpoint == "completions" else "/v1/chat/completions"
         self.ignore_eos = False
         self.per_word = None  # tokens per word, measured once
+        self.words = WORDS
 
     def conn(self, timeout=None):
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.args.read_timeout)
@@ -269,23 +272,33 @@ class Target:
         if st == 400 and not self.ignore_eos:
             raise Fatal("probe request refused: %s" % json.dumps(j)[:300])
 
-    def ntokens(self, text):
+    def tokenize(self, text):
         st, j = self.call("POST", "/tokenize", {"content": text})
         if st != 200 or not isinstance(j, dict) or not isinstance(j.get("tokens"), list):
             raise Fatal("/tokenize answered HTTP %d: the server must tokenize to size the prompts" % st)
-        return len(j["tokens"])
+        return j["tokens"]
+
+    def ntokens(self, text):
+        return len(self.tokenize(text))
+
+    def limit_vocab(self, n):
+        """Only words whose tokens are all below id n (a test shape whose embedding is smaller than
+        its tokenizer's vocabulary)."""
+        self.words = [w for w in WORDS if all(isinstance(t, int) and t < n for t in self.tokenize(" " + w) + self.tokenize(w))]
+        if len(self.words) < 20:
+            raise Fatal("--vocab-limit %d leaves %d words to make prompts from" % (n, len(self.words)))
 
     def make_prompt(self, rng, target):
         """Random words, as many as /tokenize says make `target` tokens (or the nearest count): a
         secant search on the number of words, a few /tokenize calls per prompt."""
         if self.per_word is None:
-            self.per_word = max(0.1, self.ntokens(" ".join(WORDS)) / len(WORDS))
-        pool = [rng.choice(WORDS) for _ in range(int(target / self.per_word * 1.5) + 8)]
+            self.per_word = max(0.1, self.ntokens(" ".join(self.words)) / len(self.words))
+        pool = [rng.choice(self.words) for _ in range(int(target / self.per_word * 1.5) + 8)]
         k, best, seen = max(1, round(target / self.per_word)), None, set()
         while k not in seen and len(seen) < 16:
             seen.add(k)
             while k > len(pool):
-                pool.append(rng.choice(WORDS))
+                pool.append(rng.choice(self.words))
             n = self.ntokens(" ".join(pool[:k]))
             if best is None or (abs(n - target), n > target) < (abs(best[1] - target), best[1] > target):
                 best = (k, n)
@@ -495,12 +508,12 @@ def run_level(target, server, args, n, deadline_all):
             continue
         if late is not None and not late_sent and now < stop_new_at:
             # While the clients decode: every client has a stream with >= 3 token chunks; or, for a server that
-            # runs one request at a time (never all at once), a third into the level with any stream decoding.
+            # runs one request at a time (never all at once), once a request has completed, with a stream decoding.
             lv = [cl.live for cl in clients]
             if all(v["in_flight"] and v["chunks"] >= 3 for v in lv):
                 late_how = "all streams decoding"
-            elif now >= t0 + args.seconds / 3 and any(v["in_flight"] and v["chunks"] >= 3 for v in lv):
-                late_how = "some streams decoding (a third into the level)"
+            elif any(r.done for cl in clients for r in cl.records) and any(v["in_flight"] and v["chunks"] >= 3 for v in lv):
+                late_how = "one stream decoding, after a request completed"
             if late_how:
                 late.start()
                 late_sent = True
@@ -669,6 +682,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=3600, help="the whole run, server start included (3600)")
     p.add_argument("--late-prompt", type=int, default=0, help="tokens of the extra prompt that arrives mid-level (0: none)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--vocab-limit", type=int, default=0,
+                   help="make prompts only from words whose token ids are below this (synth test shapes with a small vocab)")
     p.add_argument("--warmup", type=int, default=1, help="requests before the first level, not measured (1)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="write the results here")
@@ -741,6 +756,8 @@ def main(argv):
             if time.monotonic() > health_by:
                 raise Fatal("http://%s:%d/health did not answer 200 (last: %s)" % (host, port, st or "no answer"))
             time.sleep(0.2)
+        if a.vocab_limit:
+            target.limit_vocab(a.vocab_limit)
         target.probe_ignore_eos()
         result["ignore_eos"] = target.ignore_eos
         for i in range(a.warmup):
