@@ -817,7 +817,11 @@ static srv_slot *pick_slot(srv_engine *E, srv_job *j) {
             if (owned) free(ids);
             continue;
         }
-        if (best && best->owned) free(best->ids);
+        if (best) { /* no longer the choice */
+            if (best->owned) free(best->ids);
+            best->ids = NULL;
+            best->owned = false;
+        }
         best = sl;
         best_reuse = reuse;
         sl->ids = ids;
