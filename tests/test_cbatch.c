@@ -15,8 +15,16 @@
  *  - a streaming client that leaves mid-batch: the others' answers do not
  *    change, the request is counted cancelled and its slot comes free;
  *  - /metrics: decode passes of more than one sequence, the TTFT and
- *    inter-token latency histograms, the slot gauges. */
+ *    inter-token latency histograms, the slot gauges;
+ *  - a disk that fails mid-batch (this program's own pread, which the
+ *    linker takes over libc's for the engine linked into it, as in
+ *    test_faults): every request of the failed pass gets a 500 naming the
+ *    error, and the server, in this process, serves the next request
+ *    right. */
 #include "srvutil.h"
+
+#include "edge0.h"
+#include "server/server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,11 +33,29 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 static char *dir;
+
+/* The disk: reads fail with EIO while g_fail is set. */
+static _Atomic int g_fail;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off);
+ssize_t pread64(int fd, void *buf, size_t n, off_t off);
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    if (atomic_load(&g_fail)) {
+        errno = EIO;
+        return -1;
+    }
+    return syscall(SYS_pread64, fd, buf, n, off);
+}
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+    return pread(fd, buf, n, off);
+}
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -370,11 +396,61 @@ static void test_cancel_attn(void **state) {
     cancel(&ATTN);
 }
 
+/* Three requests decode together; the disk fails: each gets a 500 naming
+ * the failed evaluation; the disk heals: the next request is served, the
+ * answer it gets alone. An in-process server (srv_start) on the hybrid
+ * fixture, pread I/O and a cache of two bundles, so every step reads. */
+static void test_read_failure(void **state) {
+    (void)state;
+    char model[PATH_MAX], err[E0_ERR_MAX];
+    snprintf(model, sizeof model, "%s/hybrid", dir);
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    eo.io = E0_IO_PREAD;
+    eo.budget_mode = E0_BUDGET_OFF;
+    eo.layer.cache_slots = 2;
+    e0_engine *eng;
+    e0_text *text;
+    if (e0_engine_open(&eng, model, &eo, err) || e0_text_open(&text, model, err)) fail_msg("%s", err);
+    srv_opts so;
+    srv_opts_default(&so);
+    so.engine = eng;
+    so.text = text;
+    so.model_name = "m";
+    so.port = 0;
+    so.n_ctx = 1024;
+    so.parallel = 3;
+    srv *S;
+    if (srv_start(&S, &so, err)) fail_msg("%s", err);
+    const int port = srv_port(S);
+    req r[3];
+    for (int i = 0; i < 3; i++) req_start(&r[i], port, body_of((char)('m' + i), 10 + 20 * i, 800, false), 0);
+    int i = 0; /* all three decoding */
+    while (i++ < 5000 && metric(port, "edge0_batch_size") < 3) sleep_ms(1);
+    assert_true(metric(port, "edge0_batch_size") == 3);
+    atomic_store(&g_fail, 1);
+    for (i = 0; i < 3; i++) req_join(&r[i]);
+    atomic_store(&g_fail, 0);
+    for (i = 0; i < 3; i++) {
+        if (r[i].status != 500 || !strstr(r[i].resp, "evaluation failed") || !strstr(r[i].resp, "model.safetensors"))
+            fail_msg("request %d: status %d: %s", i, r[i].status, r[i].resp);
+        req_free(&r[i]);
+    }
+    char *again = alone(port, 'p', 12, 40), *want = alone(HYBRID.one.port, 'p', 12, 40);
+    assert_string_equal(again, want);
+    free(again);
+    free(want);
+    srv_stop(S);
+    e0_text_free(text);
+    e0_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_hybrid), cmocka_unit_test(test_concurrent_attn),
         cmocka_unit_test(test_join_hybrid),       cmocka_unit_test(test_join_attn),
         cmocka_unit_test(test_cancel_hybrid),     cmocka_unit_test(test_cancel_attn),
+        cmocka_unit_test(test_read_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
