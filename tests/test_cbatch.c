@@ -14,6 +14,8 @@
  *  - requests that join while a long one decodes;
  *  - a streaming client that leaves mid-batch: the others' answers do not
  *    change, the request is counted cancelled and its slot comes free;
+ *  - prompt reuse per slot: a prompt that extends an earlier one finds it
+ *    in its slot although another request ran in between;
  *  - /metrics: decode passes of more than one sequence, the TTFT and
  *    inter-token latency histograms, the slot gauges;
  *  - a disk that fails mid-batch (this program's own pread, which the
@@ -396,6 +398,35 @@ static void test_cancel_attn(void **state) {
     cancel(&ATTN);
 }
 
+/* The prompt tokens a completion reused (usage.prompt_tokens_details.cached_tokens). */
+static int cached_of(int port, char first, int len) {
+    req r;
+    req_start(&r, port, body_of(first, len, 4, false), 0);
+    req_join(&r);
+    if (r.status != 200) fail_msg("status %d: %s", r.status, r.resp);
+    cJSON *j = su_json(r.resp, "a completion");
+    int cached = (int)su_num(j, "usage.prompt_tokens_details.cached_tokens");
+    cJSON_Delete(j);
+    req_free(&r);
+    return cached;
+}
+
+/* Prompt reuse per slot: a prompt that extends an earlier one goes to the
+ * slot that holds it, though another conversation ran in between (the
+ * attention-only model keeps a common prefix). With one slot, the other
+ * conversation has taken its place. body_of(c, 40) extends body_of(c, 30). */
+static void test_slot_reuse(void **state) {
+    (void)state;
+    for (int one = 0; one < 2; one++) {
+        const int port = one ? ATTN.one.port : ATTN.par.port;
+        assert_int_equal(cached_of(port, 's', 30), 0);
+        assert_int_equal(cached_of(port, 't', 30), 0);
+        const int cached = cached_of(port, 's', 40);
+        if (one) assert_int_equal(cached, 0);
+        else assert_int_equal(cached, 31); /* "s" and its 30 words */
+    }
+}
+
 /* Three requests decode together; the disk fails: each gets a 500 naming
  * the failed evaluation; the disk heals: the next request is served, the
  * answer it gets alone. An in-process server (srv_start) on the hybrid
@@ -450,7 +481,7 @@ int main(void) {
         cmocka_unit_test(test_concurrent_hybrid), cmocka_unit_test(test_concurrent_attn),
         cmocka_unit_test(test_join_hybrid),       cmocka_unit_test(test_join_attn),
         cmocka_unit_test(test_cancel_hybrid),     cmocka_unit_test(test_cancel_attn),
-        cmocka_unit_test(test_read_failure),
+        cmocka_unit_test(test_slot_reuse),        cmocka_unit_test(test_read_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
