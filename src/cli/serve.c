@@ -2,7 +2,7 @@
  *
  * Loads the model, listens, logs one line per request to stderr, and on
  * SIGINT or SIGTERM stops gracefully: queued requests get 503, the running
- * one has --shutdown-grace seconds to finish before it is cancelled, and
+ * ones have --shutdown-grace seconds to finish before they are cancelled, and
  * the process exits 0. Signals are handled by
  * sigwait on the main thread, so no server thread is ever interrupted. */
 #include "cli/cli.h"
@@ -41,15 +41,15 @@ static const char *HELP =
     "                    for (each slot's KV cache and states for --ctx positions)\n"
     "  --prefill-chunk N prompt tokens evaluated per step while other requests decode\n"
     "                    (default 128): a long prompt delays the running streams by\n"
-    "                    one chunk per token; answers depend on it (the same value\n"
-    "                    gives the same answers)\n"
+    "                    one chunk per token; answers may depend on it by rounding\n"
+    "                    (the same value gives the same answers)\n"
     "  --body-limit SIZE largest request body (default 1M)\n"
     "  --name NAME       the model id clients see (default: the directory name)\n"
     "  --no-think        thinking off unless a request turns it on\n"
     "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
     "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
-    "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running request has to finish\n"
-    "                    before it is cancelled (its stream then ends with an error event);\n"
+    "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running requests have to finish\n"
+    "                    before they are cancelled (a stream then ends with an error event);\n"
     "                    queued requests get 503 at once (default 10)\n"
     "\n";
 
@@ -184,7 +184,7 @@ int cmd_serve(int argc, char **argv) {
             "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", %d slot%s%s of %d tokens each "
             "(continuous batching, prefill chunk %d), chat template %s\n",
             model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, so.parallel,
-            so.parallel == 1 ? "" : "s", parallel ? "" : " (--parallel: what memory allows, at most 4)", (int)so.n_ctx,
+            so.parallel == 1 ? "" : "s", parallel ? "" : " (what memory allows, at most 4; --parallel sets it)", (int)so.n_ctx,
             so.prefill_chunk,
             so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
     fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,

@@ -161,9 +161,10 @@ typedef int (*srv_generate_fn)(e0_session *s, const e0_text *t, const int32_t *p
 
 /* Slots the scheduler runs at most (each one e0_session). */
 #define E0_BATCH_MAX_SLOTS E0_MAX_SEQS
-/* Prompt ids one step prefills by default (--prefill-chunk): a multiple of
- * the DeltaNet chunk (64), so a chunked prefill splits the hybrids' chunked
- * recurrence where a whole one does. */
+/* Prompt ids one step prefills by default (--prefill-chunk). A batch's
+ * arithmetic may depend on its length (mat.h), so answers are comparable at
+ * one chunk size; on the fixtures, chunks of 128 give the logits of one
+ * whole prefill (docs/experiments.md 29), so one slot answers as before. */
 #define SRV_PREFILL_CHUNK 128
 
 typedef struct {
