@@ -1,4 +1,4 @@
-/* The engine thread and its queue (engine.h). */
+/* The scheduler thread, its slots and its queue (engine.h). */
 #include "server/engine.h"
 
 #include "server/think.h"

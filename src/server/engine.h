@@ -18,7 +18,7 @@
  *
  * Connection threads build a job (a validated request, its rendered prompt
  * and prompt ids), submit it, and then read the answer as it grows: the
- * engine thread appends reasoning and content text to the job under the
+ * scheduler thread appends reasoning and content text to the job under the
  * job's mutex and signals its condition variable; a streaming connection
  * turns new text into server-sent events, a plain one waits for `done`.
  * The engine never waits for a client, so a slow reader costs memory (its
