@@ -54,9 +54,11 @@ $(BUILD)/edge0: $(CLI_OBJ) $(BUILD)/libedge0.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcmocka -o $@
 
-# The concurrency tests also run under ThreadSanitizer (build-tsan/).
+# The concurrency tests also run under ThreadSanitizer (build-tsan/). test_cbatch's
+# servers are $(E0_BIN) processes; its in-process server (the scheduler thread
+# and the connection threads over one engine) is what TSan sees (~20 s).
 TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch \
-              build-tsan/tests/test_prefix
+              build-tsan/tests/test_prefix build-tsan/tests/test_cbatch
 
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)

@@ -136,7 +136,19 @@ typedef struct {
      * into the kernels' layout (bytes so far, total); may be NULL */
     void (*repack_progress)(void *ctx, uint64_t done, uint64_t total);
     void *load_ctx; /* passed to both */
+    /* Sequences a server runs at once (edge0 serve --parallel), each a
+     * session of n_ctx positions (0: 4096): a memory budget keeps room for
+     * all their KV caches and states. 0: one; E0_SEQS_AUTO: as many as fit,
+     * at most E0_AUTO_SEQS (under a budget: while the expert cache keeps
+     * two tokens' working set; without one: while they take at most half
+     * the memory the checkpoint leaves). e0_engine_seqs says the choice. */
+    int32_t n_seqs;
+    int32_t n_ctx;
 } e0_engine_opts;
+
+#define E0_SEQS_AUTO (-1)
+#define E0_AUTO_SEQS 4 /* llama-server's default slot count */
+#define E0_MAX_SEQS 64
 
 void e0_engine_opts_default(e0_engine_opts *o);
 
@@ -182,6 +194,8 @@ typedef struct {
     uint64_t mem_budget;   /* the budget in force (0: none) */
     bool auto_budget;      /* it came from --mem-budget auto */
     int32_t cache_slots;   /* expert cache capacity in bundles (0: the checkpoint is in memory) */
+    int32_t n_seqs;        /* sequences room is kept for (e0_engine_opts.n_seqs resolved) */
+    uint64_t session_bytes; /* one sequence's session: KV cache, states, scratch at n_ctx */
     char io_note[512], budget_note[512];
 } e0_plan;
 int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
@@ -252,6 +266,8 @@ uint64_t e0_engine_warm_cache(e0_engine *e);
 int32_t e0_engine_files(const e0_engine *e);
 const char *e0_engine_file(const e0_engine *e, int32_t i);
 void e0_engine_stats_reset(e0_engine *e);
+/* Sequences the engine keeps room for (e0_engine_opts.n_seqs, resolved). */
+int32_t e0_engine_seqs(const e0_engine *e);
 /* What the memory budget chose (empty without one). */
 const char *e0_engine_budget_note(const e0_engine *e);
 /* How expert bytes are read ("pread: ..." or "mmap: ..."), and why. */

@@ -931,7 +931,7 @@ static void test_disconnect(void **state) {
 static void test_queue_full(void **state) {
     (void)state;
     server q;
-    start_server(&q, "queue", "--max-queue 1 --ctx 2048 --api-key " KEY);
+    start_server(&q, "queue", "--parallel 1 --max-queue 1 --ctx 2048 --api-key " KEY); /* one slot: the second waits */
     char *b = chat_body("Occupy the engine", 1900, "\"stream\":true");
     int fd = raw_open(q.port, "/v1/chat/completions", b); /* running */
     free(b);
@@ -1670,7 +1670,7 @@ static void test_sigterm_mid_stream(void **state) {
     for (int grace = 0; grace < 2; grace++) {
         server g;
         start_server(&g, grace ? "grace30" : "grace0",
-                     grace ? "--shutdown-grace 30 --max-queue 4" : "--shutdown-grace 0 --max-queue 4");
+                     grace ? "--parallel 1 --shutdown-grace 30 --max-queue 4" : "--parallel 1 --shutdown-grace 0 --max-queue 4");
         char cmd[10000], cmd2[10000], *m = NULL;
         char *b = chat_body("Tell me a long story", 480, "\"stream\":true");
         char *q = chat_body("And another", 8, NULL);

@@ -2,7 +2,7 @@
  *
  * Loads the model, listens, logs one line per request to stderr, and on
  * SIGINT or SIGTERM stops gracefully: queued requests get 503, the running
- * one has --shutdown-grace seconds to finish before it is cancelled, and
+ * ones have --shutdown-grace seconds to finish before they are cancelled, and
  * the process exits 0. Signals are handled by
  * sigwait on the main thread, so no server thread is ever interrupted. */
 #include "cli/cli.h"
@@ -17,14 +17,17 @@
 static const char *HELP =
     "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
     "                         [--body-limit SIZE] [--name NAME] [--no-think] [--cors ORIGIN]\n"
-    "                         [--shutdown-grace S]\n"
+    "                         [--shutdown-grace S] [--parallel N] [--prefill-chunk N]\n"
     "\n"
     "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions (tool\n"
     "calls included), POST /v1/completions, GET /v1/models[/ID], POST /tokenize and\n"
     "/detokenize, GET /health, GET /metrics (Prometheus). Connections are kept alive.\n"
-    "One engine thread runs the requests in order; a request that extends the\n"
-    "previous conversation reuses its tokens. The sampling options below are the\n"
-    "defaults for fields a request leaves out.\n"
+    "Continuous batching: up to --parallel requests run at once, each in its own\n"
+    "slot (a session with its own KV cache and DeltaNet states); every step decodes\n"
+    "the next token of all of them in one forward pass, and new requests join\n"
+    "between steps. A request that extends a slot's previous conversation goes to\n"
+    "that slot and reuses its tokens. The sampling options below are the defaults\n"
+    "for fields a request leaves out.\n"
     "\n"
     "  --host H          address to listen on (default 127.0.0.1)\n"
     "  --port P          port (default 8080; 0 picks a free one)\n"
@@ -32,14 +35,21 @@ static const char *HELP =
     "                    (default: $EDGE0_API_KEY, else none);\n"
     "                    /health stays open\n"
     "  --max-queue N     waiting requests before answering 503 (default 64)\n"
-    "  --ctx N           context size in tokens (default 4096)\n"
+    "  --ctx N           context size in tokens, of each slot (default 4096)\n"
+    "  --parallel N      slots: requests decoded together (like llama-server's -np);\n"
+    "                    default: up to 4, as many as the memory budget leaves room\n"
+    "                    for (each slot's KV cache and states for --ctx positions)\n"
+    "  --prefill-chunk N prompt tokens evaluated per step while other requests decode\n"
+    "                    (default 128): a long prompt delays the running streams by\n"
+    "                    one chunk per token; answers may depend on it by rounding\n"
+    "                    (the same value gives the same answers)\n"
     "  --body-limit SIZE largest request body (default 1M)\n"
     "  --name NAME       the model id clients see (default: the directory name)\n"
     "  --no-think        thinking off unless a request turns it on\n"
     "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
     "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
-    "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running request has to finish\n"
-    "                    before it is cancelled (its stream then ends with an error event);\n"
+    "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running requests have to finish\n"
+    "                    before they are cancelled (a stream then ends with an error event);\n"
     "                    queued requests get 503 at once (default 10)\n"
     "\n";
 
@@ -72,6 +82,7 @@ int cmd_serve(int argc, char **argv) {
     so.api_key = getenv("EDGE0_API_KEY");
     cli_engine ce;
     cli_engine_init(&ce);
+    int parallel = 0; /* 0: as many slots as the memory budget allows */
     ce.sampling = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -98,6 +109,12 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--ctx")) {
             if ((n = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
             so.n_ctx = (int32_t)n;
+        } else if (!strcmp(a, "--parallel")) {
+            if ((n = cli_parse_long(a, v, 1, E0_MAX_SEQS)) < 0) return 2;
+            parallel = (int)n;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
+            so.prefill_chunk = (int)n;
         } else if (!strcmp(a, "--body-limit")) {
             if (!(so.body_limit = parse_bytes(v))) {
                 cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
@@ -135,6 +152,8 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (cli_engine_finish(&ce) != 0) return 2;
+    ce.eo.n_ctx = so.n_ctx; /* the budget keeps room for every slot's session */
+    ce.eo.n_seqs = parallel ? parallel : E0_SEQS_AUTO;
     so.defaults.sample = ce.sample;
     char base[256];
     so.model_name = name ? name : base_name(model, base, sizeof base);
@@ -155,14 +174,18 @@ int cmd_serve(int argc, char **argv) {
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
     so.engine = eng;
+    so.parallel = e0_engine_seqs(eng);
     so.text = text;
     so.defaults.chat_format = e0_text_chat_format(text);
     if (srv_start(&s, &so, err) != 0) goto out;
     e0_model_info info;
     e0_engine_info(eng, &info);
     fprintf(stderr,
-            "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", context %d tokens, chat template %s\n",
-            model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, (int)so.n_ctx,
+            "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", %d slot%s%s of %d tokens each "
+            "(continuous batching, prefill chunk %d), chat template %s\n",
+            model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, so.parallel,
+            so.parallel == 1 ? "" : "s", parallel ? "" : " (what memory allows, at most 4; --parallel sets it)", (int)so.n_ctx,
+            so.prefill_chunk,
             so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
     fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,
             strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");

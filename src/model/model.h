@@ -120,6 +120,7 @@ struct e0_engine {
     char budget_note[512]; /* how mem_budget sized the cache */
     char io_note[512];     /* how expert bytes are read, and why */
     bool auto_budget;      /* mem_budget came from --mem-budget auto */
+    int32_t n_seqs;        /* sequences room is kept for (opts.n_seqs resolved) */
     uint64_t prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
 };

@@ -113,8 +113,20 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
                      c->n_experts);
     const bool budget_given = e->opts.mem_budget != 0;
     if (!rc) rc = choose_io(e, err);
+    const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
+    e->n_seqs = e->opts.n_seqs == E0_SEQS_AUTO ? E0_SEQS_AUTO : e->opts.n_seqs < 1 ? 1 : e->opts.n_seqs;
+    if (!rc && !e->opts.mem_budget && e->n_seqs == E0_SEQS_AUTO) {
+        /* no budget: sessions may take half of what the checkpoint leaves */
+        const uint64_t cg = mem_cgroup_limit(), host = mem_available();
+        const uint64_t avail = cg && (!host || cg < host) ? cg : host;
+        const uint64_t w = e->opts.io == E0_IO_PREAD ? 0 : e->model.weight_bytes;
+        const uint64_t room = avail > w ? (avail - w) / 2 : 0, one = budget_session_bytes(c, n_ctx);
+        int32_t n = E0_AUTO_SEQS;
+        while (n > 1 && (uint64_t)n * one > room) n--;
+        e->n_seqs = n;
+    }
     if (!rc && e->opts.mem_budget) {
-        rc = budget_apply(&e->opts, &e->model, 4096, e->budget_note, sizeof e->budget_note, err);
+        rc = budget_apply(&e->opts, &e->model, n_ctx, &e->n_seqs, e->budget_note, sizeof e->budget_note, err);
         if (rc && !budget_given) { /* say where the budget came from */
             char why[E0_ERR_MAX];
             snprintf(why, sizeof why, "%s", err);
@@ -225,6 +237,8 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     p->io = e->opts.io;
     p->mem_budget = e->opts.mem_budget;
     p->auto_budget = e->auto_budget;
+    p->n_seqs = e->n_seqs;
+    p->session_bytes = budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096);
     p->cache_slots = e->opts.mem_budget || e->opts.io == E0_IO_PREAD ? e->opts.layer.cache_slots : 0;
     p->bundle_bytes = budget_bundle_data(m);
     p->slot_bytes = budget_bundle_bytes(m);
@@ -703,6 +717,10 @@ uint64_t e0_engine_warm_cache(e0_engine *e) {
     }
     free(buf);
     return total;
+}
+
+int32_t e0_engine_seqs(const e0_engine *e) {
+    return e->n_seqs;
 }
 
 const char *e0_engine_budget_note(const e0_engine *e) {

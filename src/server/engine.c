@@ -1,8 +1,10 @@
-/* The engine thread and its queue (engine.h). */
+/* The scheduler thread, its slots and its queue (engine.h). */
 #include "server/engine.h"
 
 #include "server/think.h"
+#include "text/gen.h"
 #include "text/toolcall.h"
+#include "util/err.h"
 #include "util/sbuf.h"
 
 #include <errno.h>
@@ -112,41 +114,80 @@ bool srv_client_gone(int fd) {
 
 /* ---- the engine ----------------------------------------------------------- */
 
-struct srv_engine {
-    e0_engine *eng;
-    const e0_text *text;
+typedef struct srv_slot srv_slot;
+
+/* A request's answer being built (the callbacks' user data). */
+typedef struct {
+    srv_engine *E;
+    srv_job *j;
+    srv_think think;
+    tc_parser *tc; /* tool calls out of the content, when the request has tools */
+    srv_buf raw;   /* every piece, as generated */
+    bool oom;
+    double t_tok;  /* when its last token came (0: none yet) */
+} gen_ctx;
+
+/* One slot: a session and the request it runs. */
+struct srv_slot {
     e0_session *s;
-    int32_t n_ctx;
-    srv_metrics *m;
-    pthread_t th;
-
-    pthread_mutex_t mu; /* guards the queue, running, stopping, avg_s */
-    pthread_cond_t cv;
-    srv_job *head, *tail, *running;
-    int depth, capacity;
-    bool stopping;
-    bool draining; /* srv_engine_drain: nothing new starts */
-    double avg_s; /* moving average of request time */
-
-    /* Engine thread only: what the session holds (see "Prompt reuse"). */
+    /* the request running here */
+    srv_job *j;        /* NULL when the slot is free (written under srv_engine.mu) */
+    gen_ctx gc;
+    e0_gen *g;         /* its generation (NULL with a scripted generate function) */
+    int32_t *ids;      /* the ids it runs (the job's, or owned) */
+    size_t n;
+    bool owned;
+    const char *how;   /* how they were built (engine.h, "Prompt reuse") */
+    double echo_s;     /* the echo's own evaluation of the prompt */
+    int32_t next;      /* the id to evaluate in the next decode pass */
+    bool decoding;     /* the prefill is done: `next` waits for a pass */
+    uint64_t admitted; /* admission order: the oldest prefill goes first */
+    /* What the session holds (see "Prompt reuse"). */
     cJSON *conv;      /* the last chat conversation, our answer last; NULL if none */
     char *conv_tools; /* its tools JSON, or NULL */
     size_t conv_n;    /* history length it belongs to */
     char *hist_text;  /* the decoded history (special tokens kept), or NULL */
     size_t hist_len, hist_n;
-    double stats_t;   /* last metrics snapshot */
-    uint64_t id_state; /* tool-call ids */
-    srv_generate_fn generate;
 };
 
-static void forget_history(srv_engine *E) {
-    cJSON_Delete(E->conv);
-    E->conv = NULL;
-    free(E->conv_tools);
-    E->conv_tools = NULL;
-    free(E->hist_text);
-    E->hist_text = NULL;
-    E->hist_len = E->hist_n = E->conv_n = 0;
+struct srv_engine {
+    e0_engine *eng;
+    const e0_text *text;
+    int32_t n_ctx, vocab;
+    srv_metrics *m;
+    pthread_t th;
+
+    pthread_mutex_t mu; /* guards the queue, active, the slots' j, stopping, draining, avg_s */
+    pthread_cond_t cv;
+    srv_job *head, *tail;
+    int depth, capacity;
+    int active;    /* slots running a request, and jobs taken for one */
+    bool stopping;
+    bool draining; /* srv_engine_drain: nothing new starts */
+    double avg_s;  /* moving average of request time */
+
+    /* The scheduler thread's own. */
+    srv_slot *slots;
+    int n_slots, prefill_chunk;
+    bool recurrent;           /* the model has DeltaNet layers: a history is reused whole or not at all */
+    float *logits;            /* [n_slots, vocab]: one decode pass's rows */
+    e0_session **pass_s;      /* [n_slots] the sessions of a pass */
+    int32_t *pass_ids;        /* [n_slots] */
+    int *pass_slot;           /* [n_slots] */
+    uint64_t clock;           /* admissions so far */
+    double stats_t;           /* last metrics snapshot */
+    uint64_t id_state;        /* tool-call ids */
+    srv_generate_fn generate; /* a test's stand-in, or NULL: the step-able generator */
+};
+
+static void forget_history(srv_slot *sl) {
+    cJSON_Delete(sl->conv);
+    sl->conv = NULL;
+    free(sl->conv_tools);
+    sl->conv_tools = NULL;
+    free(sl->hist_text);
+    sl->hist_text = NULL;
+    sl->hist_len = sl->hist_n = sl->conv_n = 0;
 }
 
 static bool str_eq(const cJSON *v, const char *s) { return v && cJSON_IsString(v) && !strcmp(v->valuestring, s); }
@@ -183,14 +224,14 @@ static bool same_calls(const cJSON *a, const cJSON *b) {
  * stand-in user and assistant turn that is cut off again: a template may
  * render a message differently at the start of a list (Qwen3.5's tool
  * results open no user turn there, and it wants a user query). */
-static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *tail_len) {
+static int continuation(const srv_slot *sl, const srv_job *j, char **tail, size_t *tail_len) {
     const cJSON *m2 = j->req.messages;
-    int k = cJSON_GetArraySize(E->conv), n = cJSON_GetArraySize(m2);
-    if (!E->conv || n <= k) return -1;
-    if ((E->conv_tools == NULL) != (j->req.tools_json == NULL) ||
-        (E->conv_tools && strcmp(E->conv_tools, j->req.tools_json)))
+    int k = cJSON_GetArraySize(sl->conv), n = cJSON_GetArraySize(m2);
+    if (!sl->conv || n <= k) return -1;
+    if ((sl->conv_tools == NULL) != (j->req.tools_json == NULL) ||
+        (sl->conv_tools && strcmp(sl->conv_tools, j->req.tools_json)))
         return -1;
-    const cJSON *a = E->conv->child, *b = m2->child;
+    const cJSON *a = sl->conv->child, *b = m2->child;
     for (int i = 0; i < k - 1; i++, a = a->next, b = b->next)
         if (!cJSON_Compare(a, b, 1)) return -1;
     /* b: the assistant message that should be our answer (a); null content is "" */
@@ -235,22 +276,22 @@ static int continuation(srv_engine *E, const srv_job *j, char **tail, size_t *ta
 }
 
 /* The ids to run for job j: *ids is j->ids or a malloc'd array (*owned). */
-static void choose_prompt(srv_engine *E, const srv_job *j, int32_t **ids, size_t *n, bool *owned, const char **how) {
+static void choose_prompt(srv_engine *E, const srv_slot *sl, const srv_job *j, int32_t **ids, size_t *n, bool *owned, const char **how) {
     *ids = j->ids;
     *n = j->n_ids;
     *owned = false;
     *how = "prompt";
     size_t hn;
-    const int32_t *h = e0_session_history(E->s, &hn);
+    const int32_t *h = e0_session_history(sl->s, &hn);
     char *tail = NULL;
     size_t tail_len = 0;
     const char *way = NULL;
-    if (j->req.kind == SRV_CHAT && E->conv && hn == E->conv_n && continuation(E, j, &tail, &tail_len) == 0) {
+    if (j->req.kind == SRV_CHAT && sl->conv && hn == sl->conv_n && continuation(sl, j, &tail, &tail_len) == 0) {
         way = "continuation";
-    } else if (E->hist_text && hn == E->hist_n && hn && j->prompt_len > E->hist_len &&
-               !memcmp(j->prompt, E->hist_text, E->hist_len)) {
-        tail_len = j->prompt_len - E->hist_len;
-        if ((tail = malloc(tail_len + 1))) memcpy(tail, j->prompt + E->hist_len, tail_len + 1);
+    } else if (sl->hist_text && hn == sl->hist_n && hn && j->prompt_len > sl->hist_len &&
+               !memcmp(j->prompt, sl->hist_text, sl->hist_len)) {
+        tail_len = j->prompt_len - sl->hist_len;
+        if ((tail = malloc(tail_len + 1))) memcpy(tail, j->prompt + sl->hist_len, tail_len + 1);
         way = "prefix";
     }
     if (!tail) return;
@@ -271,15 +312,6 @@ static void choose_prompt(srv_engine *E, const srv_job *j, int32_t **ids, size_t
     free(t);
     free(tail);
 }
-
-typedef struct {
-    srv_engine *E;
-    srv_job *j;
-    srv_think think;
-    tc_parser *tc; /* tool calls out of the content, when the request has tools */
-    srv_buf raw;   /* every piece, as generated */
-    bool oom;
-} gen_ctx;
 
 /* Called with j->mu held. */
 static int add_text(void *user, int reasoning, const char *s, size_t n) {
@@ -413,13 +445,13 @@ static int add_logprob(srv_job *j, const e0_token_info *tok);
 
 /* Evaluates the job's prompt into a reset session and keeps each token's
  * entry in j->lp (j->n_prompt_lp of them). */
-static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err) {
+static int prompt_logprobs(srv_engine *E, srv_slot *sl, srv_job *j, double *seconds, char *err) {
     const double t0 = now_s();
     e0_model_info mi;
     e0_engine_info(E->eng, &mi);
     const int32_t V = mi.vocab_size, k = j->req.sample.top_logprobs;
     const size_t n = j->n_ids;
-    e0_session_reset(E->s);
+    e0_session_reset(sl->s);
     const size_t R = n < PROMPT_LP_ROWS ? n : PROMPT_LP_ROWS;
     float *rows = malloc(R * (size_t)V * sizeof *rows);
     if (!rows) {
@@ -432,7 +464,7 @@ static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err
     pthread_mutex_unlock(&j->mu);
     for (size_t at = 0; !rc && at < n; at += PROMPT_LP_ROWS) {
         size_t m = n - at < PROMPT_LP_ROWS ? n - at : PROMPT_LP_ROWS;
-        if ((rc = e0_session_eval(E->s, j->ids + at, m, E0_LOGITS_ALL, rows, err))) break;
+        if ((rc = e0_session_eval(sl->s, j->ids + at, m, E0_LOGITS_ALL, rows, err))) break;
         pthread_mutex_lock(&j->mu);
         for (size_t r = 0; r < m && at + r + 1 < n && !rc; r++) { /* row r: the distribution of id at + r + 1 */
             e0_token_info t;
@@ -455,6 +487,11 @@ static int prompt_logprobs(srv_engine *E, srv_job *j, double *seconds, char *err
 static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t n) {
     gen_ctx *g = user;
     srv_job *j = g->j;
+    if (tok) { /* a token: the time to the first, then between tokens */
+        const double t = now_s();
+        srv_metrics_token(g->E->m, g->t_tok == 0, g->t_tok ? t - g->t_tok : t - j->t0);
+        g->t_tok = t;
+    }
     if (srv_buf_put(&g->raw, s, n)) g->oom = true;
     pthread_mutex_lock(&j->mu);
     if (tok && j->req.sample.logprobs && add_logprob(j, tok)) g->oom = true;
@@ -475,19 +512,19 @@ static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t 
 }
 
 /* After a generation: remember what the session holds for the next request. */
-static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, const gen_ctx *g, int rc) {
-    forget_history(E);
+static void record_history(srv_engine *E, srv_slot *sl, const srv_job *j, size_t n_prompt, const gen_ctx *g, int rc) {
+    forget_history(sl);
     if (rc) {
-        e0_session_reset(E->s); /* a failed evaluation leaves no usable history */
+        e0_session_reset(sl->s); /* a failed evaluation leaves no usable history */
         return;
     }
     size_t hn, len;
-    const int32_t *h = e0_session_history(E->s, &hn);
+    const int32_t *h = e0_session_history(sl->s, &hn);
     char err[E0_ERR_MAX], *text = NULL;
     if (!hn || e0_text_decode(E->text, h, hn, &text, &len, err)) return;
-    E->hist_text = text;
-    E->hist_len = len;
-    E->hist_n = hn;
+    sl->hist_text = text;
+    sl->hist_len = len;
+    sl->hist_n = hn;
     /* A conversation continues only from an answer the client saw whole:
      * the generated ids must decode to exactly the text that was sent. */
     if (j->req.kind != SRV_CHAT || j->prefilled || j->res.finish == E0_FINISH_CANCELLED || g->oom || hn < n_prompt)
@@ -523,12 +560,12 @@ static void record_history(srv_engine *E, const srv_job *j, size_t n_prompt, con
         cJSON_Delete(conv);
         return;
     }
-    if (j->req.tools_json && !(E->conv_tools = strdup(j->req.tools_json))) {
+    if (j->req.tools_json && !(sl->conv_tools = strdup(j->req.tools_json))) {
         cJSON_Delete(conv);
         return;
     }
-    E->conv = conv;
-    E->conv_n = hn;
+    sl->conv = conv;
+    sl->conv_n = hn;
 }
 
 static void finish_job(srv_engine *E, srv_job *j, int status, const char *msg) {
@@ -547,27 +584,95 @@ static void finish_job(srv_engine *E, srv_job *j, int status, const char *msg) {
     pthread_mutex_unlock(&E->mu);
 }
 
-static void run_job(srv_engine *E, srv_job *j) {
+/* ---- slots and the scheduler ---------------------------------------------- */
+
+/* Gives the slot back (its session keeps its history for the next request). */
+static void slot_release(srv_engine *E, srv_slot *sl) {
+    srv_job *j = sl->j;
+    sl->g = NULL;
+    sl->ids = NULL;
+    sl->n = 0;
+    sl->owned = false;
+    sl->decoding = false;
+    memset(&sl->gc, 0, sizeof sl->gc);
+    pthread_mutex_lock(&E->mu);
+    sl->j = NULL;
+    E->active--;
+    pthread_cond_broadcast(&E->cv); /* srv_engine_drain waits for this */
+    pthread_mutex_unlock(&E->mu);
+    srv_job_unref(j);
+}
+
+/* The end of the slot's request: its answer's last state, what the session
+ * now holds, the metrics; then the slot is free. */
+static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const e0_gen_result *gres) {
+    srv_job *j = sl->j;
+    gen_ctx *g = &sl->gc;
+    e0_gen_result res = *gres;
     pthread_mutex_lock(&j->mu);
+    if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g->think, think_out, g) ||
+                                           (g->tc && tc_finish(g->tc, &TC_SINK, g))))
+        g->oom = true;
+    /* the one call parallel_tool_calls=false allows is complete: a normal end */
+    if (!rc && g->tc && tc_full(g->tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
+    if (j->n_prompt_lp) { /* the prompt was evaluated here, not reused */
+        res.reused_tokens = 0;
+        res.prefill_s += sl->echo_s;
+    }
+    j->res = res;
+    j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
+                       : res.finish == E0_FINISH_CANCELLED ? "cancelled"
+                                                           : "length";
+    pthread_mutex_unlock(&j->mu);
+    tc_parser_free(g->tc);
+    record_history(E, sl, j, sl->n, g, rc);
+    if (sl->owned) free(sl->ids);
+    gen_free(sl->g);
+    srv_think_free(&g->think);
+    free(g->raw.p);
+    snapshot_stats(E);
+    pthread_mutex_lock(&E->mu);
+    bool stopping = E->stopping;
+    pthread_mutex_unlock(&E->mu);
+    j->reuse = sl->how;
+    if (stopping && res.finish == E0_FINISH_CANCELLED) finish_job(E, j, 503, "the server is shutting down");
+    else if (rc == E0_ERANGE) finish_job(E, j, 400, err);
+    else if (rc) finish_job(E, j, 500, err);
+    else if (g->oom) finish_job(E, j, 500, "out of memory while collecting the answer");
+    else finish_job(E, j, 200, NULL);
+    srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
+                           res.finish == E0_FINISH_CANCELLED, j->seconds);
+    if (j->req.grammar) srv_metrics_grammar(E->m, &res);
+    slot_release(E, sl);
+}
+
+/* Starts the slot's new request: its prompt (sl->ids, chosen by
+ * pick_slot, or the echo's own evaluation), the splitters, the generation.
+ * A scripted generate function runs the whole request here; the
+ * step-able generator leaves it prefilling for the scheduler. */
+static void slot_start(srv_engine *E, srv_slot *sl) {
+    srv_job *j = sl->j;
+    pthread_mutex_lock(&E->mu);
+    bool stopping = E->stopping; /* srv_engine_stop may have missed a job not yet in a slot */
+    pthread_mutex_unlock(&E->mu);
+    pthread_mutex_lock(&j->mu);
+    if (stopping) j->cancel = true;
     bool cancelled = j->cancel;
     pthread_mutex_unlock(&j->mu);
     if (cancelled) {
         j->res.finish = E0_FINISH_CANCELLED;
         j->finish_reason = "cancelled";
-        finish_job(E, j, 200, NULL);
+        finish_job(E, j, stopping ? 503 : 200, stopping ? "the server is shutting down" : NULL);
         srv_metrics_generation(E->m, 0, 0, 0, 1, now_s() - j->t0);
+        if (sl->owned) free(sl->ids);
+        slot_release(E, sl);
         return;
     }
-    int32_t *ids = j->ids;
-    size_t n = j->n_ids;
-    bool owned = false;
-    const char *how = "prompt";
     char err[E0_ERR_MAX] = "";
     int rc = 0;
-    double echo_s = 0;
+    sl->echo_s = 0;
     bool echo = j->req.kind == SRV_COMPLETION && j->req.echo;
-    if (echo && j->req.sample.logprobs) rc = prompt_logprobs(E, j, &echo_s, err); /* the prompt's own ids */
-    else choose_prompt(E, j, &ids, &n, &owned, &how);
+    if (echo && j->req.sample.logprobs) rc = prompt_logprobs(E, sl, j, &sl->echo_s, err); /* the prompt's own ids */
     if (echo) { /* the text starts with the prompt */
         pthread_mutex_lock(&j->mu);
         if (srv_buf_put(&j->content, j->prompt, j->prompt_len) && !rc) {
@@ -577,15 +682,16 @@ static void run_job(srv_engine *E, srv_job *j) {
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
     }
-    gen_ctx g = {.E = E, .j = j};
+    gen_ctx *g = &sl->gc;
+    *g = (gen_ctx){.E = E, .j = j};
     /* a prompt that opened the think block (Qwen3.5's): the answer starts as reasoning */
     static const char OPENED[] = "<think>\n";
     bool opened = j->req.kind == SRV_CHAT && j->prompt_len >= strlen(OPENED) &&
                   !memcmp(j->prompt + j->prompt_len - strlen(OPENED), OPENED, strlen(OPENED));
     if (opened)
-        srv_think_init_opened(&g.think);
+        srv_think_init_opened(&g->think);
     else
-        srv_think_init(&g.think);
+        srv_think_init(&g->think);
     /* A grammar constrains the answer, not the reasoning: it starts after
      * the think block the prompt opened, or one the model may open itself
      * (Qwen3 with thinking on); the block is closed after a budget. */
@@ -595,109 +701,241 @@ static void run_job(srv_engine *E, srv_job *j) {
                                      ? E0_GRAMMAR_THINK_MAY
                                      : E0_GRAMMAR_PLAIN;
     if (!rc && j->req.kind == SRV_CHAT && j->req.parse_tools)
-        rc = tc_parser_new(&g.tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
+        rc = tc_parser_new(&g->tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
     e0_gen_result res = {0};
-    if (!rc) rc = E->generate(E->s, E->text, ids, n, &j->req.sample, on_piece, &g, &res, err);
-    pthread_mutex_lock(&j->mu);
-    if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g.think, think_out, &g) ||
-                                           (g.tc && tc_finish(g.tc, &TC_SINK, &g))))
-        g.oom = true;
-    /* the one call parallel_tool_calls=false allows is complete: a normal end */
-    if (!rc && g.tc && tc_full(g.tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
-    if (j->n_prompt_lp) { /* the prompt was evaluated here, not reused */
-        res.reused_tokens = 0;
-        res.prefill_s += echo_s;
+    if (!rc && E->generate) { /* a test's stand-in: the whole request, here */
+        rc = E->generate(sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, &res, err);
+        slot_end(E, sl, rc, err, &res);
+        return;
     }
-    j->res = res;
-    j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
-                       : res.finish == E0_FINISH_CANCELLED ? "cancelled"
-                                                           : "length";
+    if (!rc) rc = gen_begin(&sl->g, sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, err);
+    if (rc) {
+        res.prompt_tokens = (int32_t)sl->n;
+        slot_end(E, sl, rc, err, &res);
+    }
+    /* else: prefilling, in the scheduler's steps */
+}
+
+/* After the slot's logits are in: its next token, or its end. */
+static void slot_advance(srv_engine *E, srv_slot *sl) {
+    char err[E0_ERR_MAX] = "";
+    int rc = gen_step(sl->g, &sl->next, err);
+    if (rc == GEN_EVAL) {
+        sl->decoding = true;
+        return;
+    }
+    slot_end(E, sl, rc < 0 ? rc : 0, err, gen_result(sl->g));
+}
+
+/* One prefill chunk (E->prefill_chunk ids) of the request admitted first
+ * among those still prefilling; when its prompt is done, its first token.
+ * A client that left ends it before the chunk. */
+static void prefill_step(srv_engine *E) {
+    srv_slot *sl = NULL;
+    for (int i = 0; i < E->n_slots; i++) {
+        srv_slot *c = &E->slots[i];
+        if (c->j && c->g && !c->decoding && (!sl || c->admitted < sl->admitted)) sl = c;
+    }
+    if (!sl) return;
+    srv_job *j = sl->j;
+    pthread_mutex_lock(&j->mu);
+    if (srv_client_gone(j->fd)) {
+        j->cancel = true;
+        j->fd = -1;
+    }
+    bool cancel = j->cancel;
     pthread_mutex_unlock(&j->mu);
-    tc_parser_free(g.tc);
-    record_history(E, j, n, &g, rc);
-    if (owned) free(ids);
-    srv_think_free(&g.think);
-    free(g.raw.p);
-    snapshot_stats(E);
-    pthread_mutex_lock(&E->mu);
-    bool stopping = E->stopping;
-    pthread_mutex_unlock(&E->mu);
-    j->reuse = how;
-    if (stopping && res.finish == E0_FINISH_CANCELLED) finish_job(E, j, 503, "the server is shutting down");
-    else if (rc == E0_ERANGE) finish_job(E, j, 400, err);
-    else if (rc) finish_job(E, j, 500, err);
-    else if (g.oom) finish_job(E, j, 500, "out of memory while collecting the answer");
-    else finish_job(E, j, 200, NULL);
-    srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
-                           res.finish == E0_FINISH_CANCELLED, j->seconds);
-    if (j->req.grammar) srv_metrics_grammar(E->m, &res);
+    if (cancel) {
+        e0_gen_result res = *gen_result(sl->g);
+        res.finish = E0_FINISH_CANCELLED;
+        slot_end(E, sl, 0, NULL, &res);
+        return;
+    }
+    char err[E0_ERR_MAX] = "";
+    int rc = gen_prefill(sl->g, (size_t)E->prefill_chunk, err);
+    if (rc) slot_end(E, sl, rc, err, gen_result(sl->g));
+    else if (!gen_prefill_left(sl->g)) slot_advance(E, sl);
+}
+
+/* One decode pass: the next id of every decoding slot through
+ * e0_session_eval_batch, then each slot's next token from its row. A
+ * failed pass (expert bytes that cannot be read) has reset every session
+ * in it: each of its requests ends with the error. */
+static void decode_step(srv_engine *E) {
+    int n = 0;
+    for (int i = 0; i < E->n_slots; i++) {
+        srv_slot *sl = &E->slots[i];
+        if (!sl->j || !sl->g || !sl->decoding) continue;
+        E->pass_s[n] = sl->s;
+        E->pass_ids[n] = sl->next;
+        E->pass_slot[n++] = i;
+    }
+    if (!n) return;
+    srv_metrics_batch(E->m, n);
+    char err[E0_ERR_MAX] = "";
+    int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
+    for (int k = 0; k < n; k++) {
+        srv_slot *sl = &E->slots[E->pass_slot[k]];
+        if (rc) {
+            slot_end(E, sl, rc, err, gen_result(sl->g));
+            continue;
+        }
+        memcpy(gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
+        slot_advance(E, sl);
+    }
+}
+
+/* How much of the slot's history a prompt for job j would reuse, and the
+ * ids to run there (*ids owned when *owned). Models with recurrent layers
+ * reuse the whole history or nothing (session_prepare). */
+static size_t slot_reuse(srv_engine *E, srv_slot *sl, const srv_job *j, int32_t **ids, size_t *n, bool *owned,
+                         const char **how) {
+    choose_prompt(E, sl, j, ids, n, owned, how);
+    size_t hn, common = 0;
+    const int32_t *h = e0_session_history(sl->s, &hn);
+    while (common < hn && common < *n && h[common] == (*ids)[common]) common++;
+    return E->recurrent && common < hn ? 0 : common;
+}
+
+/* The free slot for job j: the one whose history is the longest prefix of
+ * its prompt (continuation and prefix reuse keep working per slot), else
+ * the least recently used one. Sets the slot's ids (and j's place in it). */
+static srv_slot *pick_slot(srv_engine *E, srv_job *j) {
+    srv_slot *best = NULL;
+    size_t best_reuse = 0;
+    bool echo_lp = j->req.kind == SRV_COMPLETION && j->req.echo && j->req.sample.logprobs;
+    for (int i = 0; i < E->n_slots; i++) {
+        srv_slot *sl = &E->slots[i];
+        if (sl->j) continue;
+        int32_t *ids = j->ids;
+        size_t n = j->n_ids, reuse = 0;
+        bool owned = false;
+        const char *how = "prompt";
+        if (!echo_lp) reuse = slot_reuse(E, sl, j, &ids, &n, &owned, &how);
+        bool better = !best || reuse > best_reuse || (reuse == best_reuse && sl->admitted < best->admitted);
+        if (!better) {
+            if (owned) free(ids);
+            continue;
+        }
+        if (best) { /* no longer the choice */
+            if (best->owned) free(best->ids);
+            best->ids = NULL;
+            best->owned = false;
+        }
+        best = sl;
+        best_reuse = reuse;
+        sl->ids = ids;
+        sl->n = n;
+        sl->owned = owned;
+        sl->how = how;
+    }
+    return best;
 }
 
 static void *engine_main(void *arg) {
     srv_engine *E = arg;
     for (;;) {
+        srv_job *take[E0_BATCH_MAX_SLOTS], *refuse = NULL;
+        int n_take = 0;
         pthread_mutex_lock(&E->mu);
-        while (!E->head && !E->stopping) pthread_cond_wait(&E->cv, &E->mu);
-        srv_job *j = E->head;
-        if (j) {
+        while (!E->active && !E->head && !E->stopping) pthread_cond_wait(&E->cv, &E->mu);
+        if (E->stopping && !E->active && !E->head) {
+            pthread_mutex_unlock(&E->mu);
+            break;
+        }
+        /* admit queued jobs into free slots between steps; while stopping, refuse them */
+        while (E->head && (E->stopping || E->draining || E->active < E->n_slots)) {
+            srv_job *j = E->head;
             E->head = j->next;
             if (!E->head) E->tail = NULL;
             E->depth--;
+            if (E->stopping || E->draining) {
+                j->next = refuse;
+                refuse = j;
+            } else {
+                E->active++;
+                take[n_take++] = j;
+            }
         }
-        bool stopping = E->stopping || E->draining;
-        E->running = stopping ? NULL : j;
         pthread_mutex_unlock(&E->mu);
-        if (!j) break;
-        if (stopping) finish_job(E, j, 503, "the server is shutting down");
-        else run_job(E, j);
-        pthread_mutex_lock(&E->mu);
-        E->running = NULL;
-        pthread_cond_broadcast(&E->cv); /* srv_engine_drain waits for this */
-        pthread_mutex_unlock(&E->mu);
-        srv_job_unref(j);
+        while (refuse) {
+            srv_job *j = refuse;
+            refuse = j->next;
+            finish_job(E, j, 503, "the server is shutting down");
+            srv_job_unref(j);
+        }
+        for (int t = 0; t < n_take; t++) {
+            srv_slot *sl = pick_slot(E, take[t]);
+            pthread_mutex_lock(&E->mu);
+            sl->j = take[t];
+            pthread_mutex_unlock(&E->mu);
+            sl->admitted = ++E->clock;
+            slot_start(E, sl);
+        }
+        prefill_step(E);
+        decode_step(E);
     }
     return NULL;
 }
 
-int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, srv_generate_fn generate, char *err) {
+int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m, char *err) {
     *out = NULL;
     srv_engine *E = calloc(1, sizeof *E);
     if (!E) {
         snprintf(err, E0_ERR_MAX, "out of memory");
         return E0_ENOMEM;
     }
-    E->eng = eng;
-    E->text = text;
-    E->n_ctx = n_ctx;
+    E->eng = o->engine;
+    E->text = o->text;
+    E->n_ctx = o->n_ctx;
     E->m = m;
-    E->generate = generate ? generate : e0_generate_tokens;
+    E->generate = o->generate;
+    /* a scripted stand-in runs a whole request at once: one slot */
+    E->n_slots = o->generate || o->parallel < 1 ? 1 : o->parallel > E0_BATCH_MAX_SLOTS ? E0_BATCH_MAX_SLOTS : o->parallel;
+    E->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : SRV_PREFILL_CHUNK;
+    e0_model_info mi;
+    e0_engine_info(E->eng, &mi);
+    E->vocab = mi.vocab_size;
+    E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     E->id_state = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
-    E->capacity = max_queue;
+    E->capacity = o->max_queue;
+    const size_t N = (size_t)E->n_slots;
+    E->slots = calloc(N, sizeof *E->slots);
+    E->logits = malloc(N * (size_t)E->vocab * sizeof *E->logits);
+    E->pass_s = calloc(N, sizeof *E->pass_s);
+    E->pass_ids = calloc(N, sizeof *E->pass_ids);
+    E->pass_slot = calloc(N, sizeof *E->pass_slot);
+    int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot ? E0_ENOMEM : 0;
+    if (rc) snprintf(err, E0_ERR_MAX, "out of memory for %d slots", E->n_slots);
     e0_session_opts so;
     e0_session_opts_default(&so);
-    so.n_ctx = n_ctx;
-    int rc = e0_session_new(eng, &so, &E->s, err);
-    if (rc) {
-        free(E);
-        return rc;
+    so.n_ctx = o->n_ctx;
+    for (int i = 0; !rc && i < E->n_slots; i++) {
+        if ((rc = e0_session_new(E->eng, &so, &E->slots[i].s, err)))
+            e0_wrap(err, rc, "slot %d of %d (each a session of %d positions; try a smaller --parallel or --ctx)", i + 1,
+                    E->n_slots, (int)o->n_ctx);
     }
     pthread_mutex_init(&E->mu, NULL);
     pthread_cond_init(&E->cv, NULL);
-    snapshot_stats(E);
-    if ((rc = pthread_create(&E->th, NULL, engine_main, E))) {
-        snprintf(err, E0_ERR_MAX, "cannot start the engine thread: %s", strerror(rc));
-        pthread_cond_destroy(&E->cv);
-        pthread_mutex_destroy(&E->mu);
-        e0_session_free(E->s);
-        free(E);
-        return E0_ENOMEM;
+    if (!rc) {
+        srv_metrics_slots(m, E->n_slots);
+        snapshot_stats(E);
+        if ((rc = pthread_create(&E->th, NULL, engine_main, E))) {
+            snprintf(err, E0_ERR_MAX, "cannot start the engine thread: %s", strerror(rc));
+            rc = E0_ENOMEM;
+        }
+    }
+    if (rc) {
+        srv_engine_free(E);
+        return rc;
     }
     *out = E;
     return 0;
 }
+
+int srv_engine_slots(const srv_engine *E) { return E->n_slots; }
 
 int srv_engine_submit(srv_engine *E, srv_job *j) {
     pthread_mutex_lock(&E->mu);
@@ -718,14 +956,15 @@ int srv_engine_submit(srv_engine *E, srv_job *j) {
 void srv_engine_queue_info(srv_engine *E, int *depth, int *running, int *capacity) {
     pthread_mutex_lock(&E->mu);
     *depth = E->depth;
-    *running = E->running != NULL;
+    *running = E->active;
     *capacity = E->capacity;
     pthread_mutex_unlock(&E->mu);
 }
 
 int srv_engine_retry_after(srv_engine *E) {
     pthread_mutex_lock(&E->mu);
-    double s = E->avg_s * (E->depth + 1) / 2;
+    /* the queue drains n_slots requests at a time */
+    double s = E->avg_s * (E->depth + 1) / 2 / E->n_slots;
     pthread_mutex_unlock(&E->mu);
     return s < 1 ? 1 : s > 600 ? 600 : (int)(s + 0.5);
 }
@@ -739,7 +978,7 @@ void srv_engine_drain(srv_engine *E, double grace_s) {
     pthread_mutex_lock(&E->mu);
     E->draining = true;
     pthread_cond_broadcast(&E->cv);
-    while ((E->running || E->head) && !E->stopping)
+    while ((E->active || E->head) && !E->stopping)
         if (pthread_cond_timedwait(&E->cv, &E->mu, &until) == ETIMEDOUT) break;
     pthread_mutex_unlock(&E->mu);
 }
@@ -751,7 +990,8 @@ void srv_engine_stop(srv_engine *E) {
         return;
     }
     E->stopping = true;
-    if (E->running) srv_job_cancel(E->running);
+    for (int i = 0; i < E->n_slots; i++)
+        if (E->slots[i].j) srv_job_cancel(E->slots[i].j);
     pthread_cond_broadcast(&E->cv);
     pthread_mutex_unlock(&E->mu);
     pthread_join(E->th, NULL);
@@ -759,8 +999,15 @@ void srv_engine_stop(srv_engine *E) {
 
 void srv_engine_free(srv_engine *E) {
     if (!E) return;
-    forget_history(E);
-    e0_session_free(E->s);
+    for (int i = 0; E->slots && i < E->n_slots; i++) {
+        forget_history(&E->slots[i]);
+        e0_session_free(E->slots[i].s);
+    }
+    free(E->slots);
+    free(E->logits);
+    free(E->pass_s);
+    free(E->pass_ids);
+    free(E->pass_slot);
     pthread_cond_destroy(&E->cv);
     pthread_mutex_destroy(&E->mu);
     free(E);

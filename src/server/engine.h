@@ -1,9 +1,24 @@
-/* The one owner of the inference state: a FIFO of jobs and the engine thread
- * that runs them, one at a time, on the server's single e0_session.
+/* The one owner of the inference state: a FIFO of jobs and the scheduler
+ * thread that runs them in N slots (--parallel), each slot one e0_session.
+ *
+ * Continuous batching: the scheduler loops over steps. Between steps it
+ * admits queued jobs into free slots; a step is at most one prefill chunk
+ * (prefill_chunk prompt ids of the request admitted first among those still
+ * prefilling; its first token when the prompt is done) and then one decode
+ * pass in which every decoding slot's next id goes through ONE
+ * e0_session_eval_batch call. Each slot's request is a step-able generation
+ * (text/gen.h) with its own sampler, grammar, stop strings and logprobs;
+ * the batch gives each row bit-identical to decoding alone, and a prompt is
+ * always prefilled in the same chunks, so a greedy answer does not depend
+ * on what else runs. A long prompt costs the running streams one chunk per
+ * token at most (bounded inter-token latency). A failed pass (expert bytes
+ * that cannot be read) resets the sessions in it: each of its requests gets
+ * a 500 naming the error and the server goes on. With a scripted generate
+ * function (tests) there is one slot and a request runs whole at admission.
  *
  * Connection threads build a job (a validated request, its rendered prompt
  * and prompt ids), submit it, and then read the answer as it grows: the
- * engine thread appends reasoning and content text to the job under the
+ * scheduler thread appends reasoning and content text to the job under the
  * job's mutex and signals its condition variable; a streaming connection
  * turns new text into server-sent events, a plain one waits for `done`.
  * The engine never waits for a client, so a slow reader costs memory (its
@@ -21,12 +36,15 @@
  *
  * Cancellation: a job is cancelled when its client leaves. Connection
  * threads notice it while waiting (a hang-up on the socket, or MHD's
- * completion callback); the engine thread also polls the client's socket
- * before every token, so a generation stops within one token of the
- * disconnect. A cancelled job still in the queue is skipped.
+ * completion callback); the scheduler also polls the client's socket
+ * after every token and before every prefill chunk, so a generation stops
+ * and frees its slot within one step of the disconnect. A cancelled job
+ * still in the queue is skipped.
  *
- * Prompt reuse: the session keeps the last
- * conversation's tokens, prompt and answer. A new prompt is turned into ids
+ * Prompt reuse, per slot: each slot's session keeps the last conversation
+ * it ran, tokens, prompt and answer; a job goes to the free slot whose
+ * history is the longest prefix of its prompt (as built below for that
+ * slot), else to the least recently used one. A new prompt is turned into ids
  * in the first of these ways that applies:
  *  1. continuation: a chat request whose messages are the last chat
  *     request's messages, then an assistant message with the answer the
@@ -44,8 +62,10 @@
  *  3. otherwise the prompt's own ids; e0_generate still reuses the longest
  *     common prefix where the model allows it.
  *
- * Locks: srv_engine.mu guards the queue, `running` and `stopping`; each
- * job's mu guards the fields marked so. Never hold a job's mu while taking
+ * Locks: srv_engine.mu guards the queue, the active count, each slot's job
+ * pointer (written by the scheduler, read by srv_engine_stop) and
+ * `stopping`; everything else of the slots is the scheduler thread's own.
+ * Each job's mu guards the fields marked so. Never hold a job's mu while taking
  * the engine's. */
 #ifndef E0_SERVER_ENGINE_H
 #define E0_SERVER_ENGINE_H
@@ -133,26 +153,45 @@ bool srv_client_gone(int fd);
 
 typedef struct srv_engine srv_engine;
 
-/* The generation function: e0_generate_tokens, or a stand-in a test gives
- * to script the model's output (a random tiny model never writes a tool call). */
+/* A closed-loop generation function with e0_generate_tokens's contract:
+ * a stand-in a test gives to script the model's output (a random tiny
+ * model never writes a tool call). */
 typedef int (*srv_generate_fn)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
                                const e0_sample_opts *o, e0_token_fn fn, void *user, e0_gen_result *r, char *err);
 
-/* Creates the session (n_ctx positions) and starts the engine thread. The
- * engine and text must outlive srv_engine_free. */
-int srv_engine_start(srv_engine **out, e0_engine *eng, const e0_text *text, int32_t n_ctx, int max_queue,
-                     srv_metrics *m, srv_generate_fn generate, char *err);
+/* Slots the scheduler runs at most (each one e0_session). */
+#define E0_BATCH_MAX_SLOTS E0_MAX_SEQS
+/* Prompt ids one step prefills by default (--prefill-chunk). A batch's
+ * arithmetic may depend on its length (mat.h), so answers are comparable at
+ * one chunk size; on the fixtures, chunks of 128 give the logits of one
+ * whole prefill (docs/experiments.md 29), so one slot answers as before. */
+#define SRV_PREFILL_CHUNK 128
+
+typedef struct {
+    e0_engine *engine;       /* borrowed, as text; both outlive srv_engine_free */
+    const e0_text *text;
+    int32_t n_ctx;           /* positions of each slot's session */
+    int max_queue;           /* waiting requests before 503 */
+    int parallel;            /* slots (sessions) stepped together; < 1: 1 */
+    int prefill_chunk;       /* prompt ids per step; 0: SRV_PREFILL_CHUNK */
+    srv_generate_fn generate; /* NULL: the step-able generator (text/gen.h); else this, one slot */
+} srv_engine_opts;
+
+/* Creates the slots' sessions and starts the scheduler thread. */
+int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m, char *err);
+/* The slots it runs. */
+int srv_engine_slots(const srv_engine *e);
 /* Queues the job (taking a reference): 0, -1 when the queue is full, -2
  * when the engine is stopping. */
 int srv_engine_submit(srv_engine *e, srv_job *j);
 void srv_engine_queue_info(srv_engine *e, int *depth, int *running, int *capacity);
 /* Seconds a client should wait before trying again, from recent request times. */
 int srv_engine_retry_after(srv_engine *e);
-/* Cancels the running job, fails the queued ones (503), joins the thread.
- * Jobs stay readable until their last reference is dropped. */
 /* Shutting down: new and queued requests get 503; waits up to grace_s
- * seconds for the running one to finish by itself. */
+ * seconds for the running ones to finish by themselves. */
 void srv_engine_drain(srv_engine *E, double grace_s);
+/* Cancels the running jobs, fails the queued ones (503), joins the thread.
+ * Jobs stay readable until their last reference is dropped. */
 void srv_engine_stop(srv_engine *e);
 /* After srv_engine_stop: frees the session and the engine's state. */
 void srv_engine_free(srv_engine *e);

@@ -70,6 +70,8 @@ void srv_opts_default(srv_opts *o) {
     o->port = 8080;
     o->max_queue = 64;
     o->n_ctx = 4096;
+    o->parallel = 1;
+    o->prefill_chunk = SRV_PREFILL_CHUNK;
     o->body_limit = 1 << 20;
     o->shutdown_grace = 10;
     srv_defaults_init(&o->defaults);
@@ -1050,7 +1052,9 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
         snprintf(err, E0_ERR_MAX, "--host %s: %s", o->host, gai_strerror(gai));
         rc = E0_EINVAL;
     }
-    if (!rc) rc = srv_engine_start(&S->E, o->engine, o->text, o->n_ctx, o->max_queue, &S->m, o->generate, err);
+    srv_engine_opts eo = {.engine = o->engine, .text = o->text, .n_ctx = o->n_ctx, .max_queue = o->max_queue,
+                          .parallel = o->parallel, .prefill_chunk = o->prefill_chunk, .generate = o->generate};
+    if (!rc) rc = srv_engine_start(&S->E, &eo, &S->m, err);
     S->starting = true; /* libmicrohttpd's words on a failed start go into our message */
     if (!rc) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |

@@ -11,9 +11,49 @@
 
 static const double BUCKETS[10] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
 
+static const double BATCH_LE[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+static const double TTFT_LE[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
+static const double ITL_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+#define N_LE(a) ((int)(sizeof a / sizeof *a))
+_Static_assert(N_LE(BATCH_LE) <= SRV_HISTO_MAX && N_LE(TTFT_LE) <= SRV_HISTO_MAX && N_LE(ITL_LE) <= SRV_HISTO_MAX,
+               "srv_histo holds SRV_HISTO_MAX buckets");
+
 void srv_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    m->batch = (srv_histo){.le = BATCH_LE, .n = N_LE(BATCH_LE)};
+    m->ttft = (srv_histo){.le = TTFT_LE, .n = N_LE(TTFT_LE)};
+    m->itl = (srv_histo){.le = ITL_LE, .n = N_LE(ITL_LE)};
+}
+
+/* m->mu held */
+static void histo_add(srv_histo *h, double v) {
+    h->total++;
+    h->sum += v;
+    for (int b = 0; b < h->n; b++)
+        if (v <= h->le[b]) {
+            h->count[b]++;
+            break;
+        }
+}
+
+void srv_metrics_slots(srv_metrics *m, int slots) {
+    pthread_mutex_lock(&m->mu);
+    m->slots = slots;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_batch(srv_metrics *m, int batch) {
+    pthread_mutex_lock(&m->mu);
+    m->batch_last = batch;
+    histo_add(&m->batch, batch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_token(srv_metrics *m, int first, double seconds) {
+    pthread_mutex_lock(&m->mu);
+    histo_add(first ? &m->ttft : &m->itl, seconds);
+    pthread_mutex_unlock(&m->mu);
 }
 
 void srv_metrics_free(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -87,6 +127,17 @@ static void put(tbuf *b, const char *fmt, ...) {
     }
 }
 
+static void histo(tbuf *b, const char *name, const char *help, const srv_histo *h) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->count[i];
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->total, name,
+        h->sum, name, (unsigned long long)h->total);
+}
+
 static void metric(tbuf *b, const char *name, const char *type, const char *help, double v) {
     put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
@@ -143,7 +194,15 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_queue_depth", "gauge", "Requests waiting for the engine.", queue_depth);
     metric(&b, "edge0_queue_capacity", "gauge", "Waiting requests the server accepts before answering 503.",
            queue_capacity);
-    metric(&b, "edge0_requests_running", "gauge", "Requests the engine is running (0 or 1).", running);
+    metric(&b, "edge0_requests_running", "gauge", "Requests running in the engine's slots (its active slots).",
+           running);
+    metric(&b, "edge0_slots", "gauge", "Slots (sessions) the scheduler steps together (--parallel).", m->slots);
+    metric(&b, "edge0_batch_size", "gauge", "Sequences in the last decode pass.", m->batch_last);
+    histo(&b, "edge0_batch_size_per_step", "Decode passes by the number of sequences stepped together.", &m->batch);
+    histo(&b, "edge0_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",
+          &m->ttft);
+    histo(&b, "edge0_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
+          &m->itl);
     metric(&b, "edge0_prefill_tokens_total", "counter", "Prompt tokens evaluated.", (double)st->prefill_tokens);
     metric(&b, "edge0_prefill_seconds_total", "counter", "Time spent evaluating prompts.", st->prefill_s);
     metric(&b, "edge0_prefill_tokens_per_second", "gauge", "Prefill speed since start.",

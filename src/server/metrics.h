@@ -14,6 +14,16 @@
 #include <stdint.h>
 
 #define SRV_METRIC_ROWS 96
+#define SRV_HISTO_MAX 16
+
+/* A histogram: counts per bucket (not cumulative; the exposition sums them). */
+typedef struct {
+    const double *le; /* [n] upper bounds, increasing (static) */
+    int n;
+    uint64_t count[SRV_HISTO_MAX]; /* [n] */
+    uint64_t total;
+    double sum;
+} srv_histo;
 
 typedef struct {
     pthread_mutex_t mu;
@@ -31,6 +41,10 @@ typedef struct {
     /* constrained decoding (requests with a grammar) */
     uint64_t grammar_requests, grammar_tokens, grammar_masks;
     double grammar_s, grammar_decode_s; /* time constraining tokens; the decode time of those requests */
+    /* continuous batching (engine.h): decode passes by their batch size,
+     * time to first token and between tokens of each request */
+    int slots, batch_last;
+    srv_histo batch, ttft, itl;
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -43,7 +57,14 @@ void srv_metrics_engine(srv_metrics *m, const e0_stats *st);
 /* A finished request with a grammar: its tokens, full masks, and the time
  * spent constraining them next to its decode time (e0_gen_result). */
 void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r);
-/* The exposition text, malloc'd. queue_depth / running / capacity come from the queue. */
+/* The scheduler's slots (the gauge edge0_slots). */
+void srv_metrics_slots(srv_metrics *m, int slots);
+/* A decode pass of `batch` sequences. */
+void srv_metrics_batch(srv_metrics *m, int batch);
+/* A generated token: first of its request (seconds since arrival: TTFT),
+ * else seconds since the request's previous token (inter-token latency). */
+void srv_metrics_token(srv_metrics *m, int first, double seconds);
+/* The exposition text, malloc'd. queue_depth / running (active slots) / capacity come from the queue. */
 char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len);
 
 #endif

@@ -22,7 +22,7 @@
  *
  * Threads: libmicrohttpd runs one thread per connection; those threads
  * parse, validate, render and tokenize, then queue the request for the one
- * engine thread (engine.h), which owns the session. One log line per request
+ * scheduler thread (engine.h), which owns the sessions of its slots. One log line per request
  * goes to stderr. */
 #ifndef E0_SERVER_SERVER_H
 #define E0_SERVER_SERVER_H
@@ -40,12 +40,15 @@ typedef struct {
     int port;               /* 8080; 0 picks a free port (see srv_port) */
     const char *api_key;    /* NULL: no authentication */
     int max_queue;          /* waiting requests before 503 (64) */
-    int32_t n_ctx;          /* session context (4096) */
+    int32_t n_ctx;          /* context of each slot's session (4096) */
+    int parallel;           /* slots: requests decoded together in one batch (1; engine.h) */
+    int prefill_chunk;      /* prompt ids prefilled per scheduler step (SRV_PREFILL_CHUNK, 128) */
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
     const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */
     double shutdown_grace;  /* seconds srv_stop lets the running request finish (10) */
-    /* e0_generate_tokens unless set: tests script the model's output with it */
+    /* the step-able generator unless set: tests script the model's output with
+     * a closed-loop stand-in (e0_generate_tokens's contract; one slot) */
     int (*generate)(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                     e0_token_fn fn, void *user, e0_gen_result *r, char *err);
 } srv_opts;

@@ -49,7 +49,7 @@ size_t budget_bundle_data(const e0_model *m) {
 }
 
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
-static uint64_t session_bytes(const e0_config *c, int32_t n_ctx) {
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx) {
     uint64_t kv = 0, lin = 0;
     const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim,
                    Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
@@ -67,8 +67,8 @@ static uint64_t session_bytes(const e0_config *c, int32_t n_ctx) {
     return kv + lin + scratch;
 }
 
-int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len,
-                 char *err) {
+int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n_seqs, char *note,
+                 size_t note_len, char *err) {
     e0_layer_opts *lo = &o->layer;
     const e0_config *c = &m->cfg;
     xb_plan p0;
@@ -80,7 +80,7 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
-    const uint64_t sess = session_bytes(c, n_ctx), margin = 64ull << 20;
+    const uint64_t one = budget_session_bytes(c, n_ctx), margin = 64ull << 20;
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;
     int hot = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
@@ -88,15 +88,23 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note
         buffers +=
             (uint64_t)(lo->hot_window ? lo->hot_window : moe_layers) * (uint64_t)hot * bundle;
     if (lo->full_layer_prefill) buffers += 2 * (uint64_t)c->n_experts * bundle;
+    const uint64_t ws_bytes = 2 * (uint64_t)moe_layers * (uint64_t)c->top_k * bundle;
+    if (*n_seqs == E0_SEQS_AUTO) { /* the most sessions that leave two tokens' working set cached */
+        int32_t n = E0_AUTO_SEQS;
+        while (n > 1 && o->mem_budget < weights + (uint64_t)n * one + margin + buffers + ws_bytes) n--;
+        *n_seqs = n;
+    }
+    if (*n_seqs < 1) *n_seqs = 1;
+    const uint64_t sess = (uint64_t)*n_seqs * one;
     const uint64_t fixed = weights + sess + margin + buffers;
     if (o->mem_budget < fixed + bundle) {
         char b0[32], b1[32], b2[32], b3[32], b4[32];
         return e0_fail(err, E0_EINVAL,
-                       "--mem-budget %s is too small: non-expert weights %s + session %s + stream "
+                       "--mem-budget %s is too small: non-expert weights %s + %d session(s) %s + stream "
                        "buffers %s + margin need %s before any expert is cached (try a larger "
                        "budget, --prefill-ondemand, or fewer staged/hot slots)",
                        size_str(b0, sizeof b0, o->mem_budget), size_str(b1, sizeof b1, weights),
-                       size_str(b2, sizeof b2, sess), size_str(b3, sizeof b3, buffers),
+                       (int)*n_seqs, size_str(b2, sizeof b2, sess), size_str(b3, sizeof b3, buffers),
                        size_str(b4, sizeof b4, fixed + bundle));
     }
     uint64_t slots = (o->mem_budget - fixed) / bundle;
@@ -107,11 +115,11 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note
     const int32_t ws = moe_layers * c->top_k;
     snprintf(
         note, note_len,
-        "mem budget %.2f GiB: non-expert weights %.2f GiB, session %.2f GiB, stream buffers %.2f "
+        "mem budget %.2f GiB: non-expert weights %.2f GiB, %d session(s) %.2f GiB, stream buffers %.2f "
         "GiB -> "
         "cache_slots=%d (%.2f GiB in %.2f MiB slots = %.2f MiB bundle + %.1f%% alignment slack for "
         "direct reads; %.1f%% of all experts), prefetch_cap=%d%s",
-        gib(o->mem_budget), gib(weights), gib(sess), gib(buffers), lo->cache_slots,
+        gib(o->mem_budget), gib(weights), (int)*n_seqs, gib(sess), gib(buffers), lo->cache_slots,
         gib((uint64_t)lo->cache_slots * bundle), (double)bundle / (1 << 20),
         (double)p0.data / (1 << 20),
         p0.data ? 100.0 * (double)(bundle - p0.data) / (double)p0.data : 0.0,

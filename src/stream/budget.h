@@ -13,11 +13,17 @@ size_t budget_bundle_bytes(const e0_model *m);
 /* The expert bytes of the largest bundle (what a miss reads). */
 size_t budget_bundle_data(const e0_model *m);
 
+/* KV cache, DeltaNet states and scratch of one session of n_ctx positions
+ * (as e0_session_new sizes them). */
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx);
+
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
- * buffers) so that resident weights + one session of `n_ctx` positions +
- * stream buffers + cache fit in o->mem_budget. Writes what it chose into
- * note. E0_EINVAL when even the resident part does not fit. */
-int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, char *note, size_t note_len,
-                 char *err);
+ * buffers) so that resident weights + *n_seqs sessions of `n_ctx`
+ * positions + stream buffers + cache fit in o->mem_budget. *n_seqs
+ * E0_SEQS_AUTO: the most, up to E0_AUTO_SEQS, that leave the cache two
+ * tokens' working set (at least one). Writes what it chose into note.
+ * E0_EINVAL when even the resident part does not fit. */
+int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n_seqs, char *note,
+                 size_t note_len, char *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
+#include "text/gen.h"
 #include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
@@ -393,20 +394,68 @@ static int constrain(gram_matcher *gm, sampler *sm, float *logits, uint32_t *all
     return rc;
 }
 
-int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                       e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
+/* ---- the generation loop, one step at a time (text/gen.h) --------------------- */
+
+struct e0_gen {
+    e0_session *s;
+    const e0_text *t;
+    const e0_config *c;
+    e0_sample_opts o; /* its strings and grammar borrowed */
+    e0_token_fn fn;
+    void *user;
+    const int32_t *prompt; /* borrowed until the prefill is done */
+    size_t n, done;        /* prompt ids; of them evaluated or reused */
+    sampler *sm;
+    chat_stop *stop;
+    gram_matcher *gm;
+    uint32_t *allowed; /* [vocab / 32] the grammar's mask */
+    think_track think;
+    float *logits; /* [vocab] */
+    char *piece;
+    tok_stream ts;
+    e0_gen_result r;
+    double t0, t1; /* begin, end of the prefill */
+    bool finished;
+};
+
+void gen_free(e0_gen *g) {
+    if (!g) return;
+    gram_matcher_free(g->gm);
+    free(g->allowed);
+    chat_stop_free(g->stop);
+    sampler_free(g->sm);
+    free(g->piece);
+    free(g->logits);
+    free(g);
+}
+
+int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+              const e0_sample_opts *o, e0_token_fn fn, void *user, char *err) {
+    *out = NULL;
     const e0_config *c = &s->m->cfg;
-    e0_sample_opts d;
-    if (!o) {
-        e0_sample_opts_default(&d);
-        o = &d;
+    e0_gen *g = calloc(1, sizeof *g);
+    if (!g) return e0_fail(err, E0_ENOMEM, "out of memory");
+    if (o) g->o = *o;
+    else e0_sample_opts_default(&g->o);
+    o = &g->o;
+    g->s = s;
+    g->t = t;
+    g->c = c;
+    g->fn = fn;
+    g->user = user;
+    g->prompt = prompt;
+    g->n = n;
+    g->r.prompt_tokens = (int32_t)n;
+    g->think = (think_track){.state = 2, .close_id = -1};
+    int rc = 0;
+    if (n == 0) rc = e0_fail(err, E0_EINVAL, "the prompt is empty");
+    else if (n >= (size_t)s->n_ctx)
+        rc = e0_fail(err, E0_ERANGE, "the prompt has %zu tokens but the context holds %d; shorten it or raise the context size",
+                     n, s->n_ctx);
+    if (rc) {
+        gen_free(g);
+        return rc;
     }
-    memset(r, 0, sizeof *r);
-    r->prompt_tokens = (int32_t)n;
-    if (n == 0) return e0_fail(err, E0_EINVAL, "the prompt is empty");
-    if (n >= (size_t)s->n_ctx)
-        return e0_fail(err, E0_ERANGE, "the prompt has %zu tokens but the context holds %d; shorten it or raise the context size",
-                       n, s->n_ctx);
     sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = o->temperature;
@@ -417,16 +466,11 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     sp.presence_penalty = o->presence_penalty;
     sp.frequency_penalty = o->frequency_penalty;
     if (o->seed) sp.seed = o->seed;
-    sampler *sm = NULL;
-    chat_stop *stop = NULL;
-    gram_matcher *gm = NULL;
-    uint32_t *allowed = NULL;
-    think_track think = {.state = 2, .close_id = -1};
-    float *logits = malloc((size_t)c->vocab * sizeof *logits);
-    char *piece = malloc(tok_stream_max(t->tk) + 8);
-    int rc = !logits || !piece ? e0_fail(err, E0_ENOMEM, "out of memory") : 0;
-    if (!rc) rc = sampler_new(&sp, c->vocab, &sm, err);
-    if (!rc) rc = chat_stop_new(&stop, o->stop, o->n_stop, err);
+    g->logits = malloc((size_t)c->vocab * sizeof *g->logits);
+    g->piece = malloc(tok_stream_max(t->tk) + 8);
+    rc = !g->logits || !g->piece ? e0_fail(err, E0_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = sampler_new(&sp, c->vocab, &g->sm, err);
+    if (!rc) rc = chat_stop_new(&g->stop, o->stop, o->n_stop, err);
     if (!rc && o->grammar) {
         const gram_vocab *gv = text_vocab(t, err);
         gram_matcher_opts mo;
@@ -438,41 +482,97 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
             eot[mo.n_eot++] = c->eos[i];
         mo.eot = eot;
         mo.root = o->grammar_root;
-        rc = !gv ? E0_ENOMEM : gram_matcher_new(&gm, o->grammar, gv, &mo, err);
-        if (!rc && !(allowed = calloc(((size_t)c->vocab + 31) / 32, sizeof *allowed)))
+        rc = !gv ? E0_ENOMEM : gram_matcher_new(&g->gm, o->grammar, gv, &mo, err);
+        if (!rc && !(g->allowed = calloc(((size_t)c->vocab + 31) / 32, sizeof *g->allowed)))
             rc = e0_fail(err, E0_ENOMEM, "out of memory");
         if (o->grammar_root != E0_GRAMMAR_PLAIN) {
-            think.state = o->grammar_root == E0_GRAMMAR_THINK_OPEN ? 1 : 0;
-            think.budget = o->max_tokens > 0 ? o->max_tokens / 2 : 4096;
-            think.close_id = tok_token_id(t->tk, "</think>");
+            g->think.state = o->grammar_root == E0_GRAMMAR_THINK_OPEN ? 1 : 0;
+            g->think.budget = o->max_tokens > 0 ? o->max_tokens / 2 : 4096;
+            g->think.close_id = tok_token_id(t->tk, "</think>");
         }
     }
-    if (rc) goto done;
-    const double t0 = now_s();
-    r->reused_tokens = session_prepare(s, prompt, n);
-    rc = e0_session_eval(s, prompt + r->reused_tokens, n - (size_t)r->reused_tokens, E0_LOGITS_LAST, logits, err);
-    if (rc) goto done;
-    r->prefill_s = now_s() - t0;
+    if (rc) {
+        gen_free(g);
+        return rc;
+    }
+    g->t0 = now_s();
+    g->r.reused_tokens = session_prepare(s, prompt, n);
+    g->done = (size_t)g->r.reused_tokens;
     for (size_t i = 0; i < n; i++)
-        if (prompt[i] < c->vocab) sampler_accept(sm, prompt[i]);
-    tok_stream ts;
-    tok_stream_init(&ts, TOK_DECODE_SKIP_SPECIAL);
+        if (prompt[i] < c->vocab) sampler_accept(g->sm, prompt[i]);
+    tok_stream_init(&g->ts, TOK_DECODE_SKIP_SPECIAL);
+    g->r.finish = E0_FINISH_LENGTH;
+    *out = g;
+    return 0;
+}
+
+size_t gen_prefill_left(const e0_gen *g) { return g->n - g->done; }
+
+float *gen_logits(e0_gen *g) { return g->logits; }
+
+e0_session *gen_session(const e0_gen *g) { return g->s; }
+
+const e0_gen_result *gen_result(e0_gen *g) {
+    if (!g->finished) {
+        if (g->done < g->n) g->r.prefill_s = now_s() - g->t0;
+        else g->r.decode_s = now_s() - g->t1;
+    }
+    return &g->r;
+}
+
+int gen_prefill(e0_gen *g, size_t max, char *err) {
+    size_t left = g->n - g->done, m = max && max < left ? max : left;
+    if (!m) return 0;
+    const bool last = m == left;
+    int rc = e0_session_eval(g->s, g->prompt + g->done, m, last ? E0_LOGITS_LAST : E0_LOGITS_NONE,
+                             last ? g->logits : NULL, err);
+    if (rc) return rc;
+    g->done += m;
+    if (last) {
+        g->t1 = now_s();
+        g->r.prefill_s = g->t1 - g->t0;
+        g->prompt = NULL;
+    }
+    return 0;
+}
+
+/* The end: the text still held back, unless the callback cancelled. */
+static void gen_finish(e0_gen *g) {
+    e0_gen_result *r = &g->r;
     chat_emit em;
-    r->finish = E0_FINISH_LENGTH;
-    const double t1 = now_s();
-    for (;;) {
+    if (r->finish != E0_FINISH_CANCELLED) {
+        size_t len = tok_stream_flush(&g->ts, g->piece);
+        if (!chat_stop_feed(g->stop, g->piece, len, &em) && em.len && em.stop < 0 && g->fn)
+            g->fn(g->user, NULL, em.text, em.len);
+        chat_stop_finish(g->stop, &em);
+        if (em.len && em.stop < 0 && g->fn) g->fn(g->user, NULL, em.text, em.len);
+    }
+}
+
+int gen_step(e0_gen *g, int32_t *next, char *err) {
+    if (g->finished) return GEN_DONE;
+    if (g->done < g->n) return e0_fail(err, E0_EINVAL, "gen_step before the prompt's prefill is done");
+    const e0_config *c = g->c;
+    const e0_sample_opts *o = &g->o;
+    const e0_text *t = g->t;
+    e0_gen_result *r = &g->r;
+    float *logits = g->logits;
+    int rc = 0;
+    chat_emit em;
+    bool over = true;
+    do {
         if (o->max_tokens > 0 && r->completion_tokens >= o->max_tokens) break;
-        if (e0_session_pos(s) >= s->n_ctx) {
+        if (e0_session_pos(g->s) >= g->s->n_ctx) {
             r->finish = E0_FINISH_CONTEXT;
             break;
         }
         int32_t id;
-        if (gm && think.state == 1 && think.tokens >= think.budget && think.close_id >= 0 &&
-            gram_matcher_check(gm, think.close_id)) {
-            id = think.close_id; /* the reasoning's budget is spent: close it */
+        if (g->gm && g->think.state == 1 && g->think.tokens >= g->think.budget && g->think.close_id >= 0 &&
+            gram_matcher_check(g->gm, g->think.close_id)) {
+            id = g->think.close_id; /* the reasoning's budget is spent: close it */
         } else {
-            id = sampler_sample(sm, logits);
-            if (gm && (rc = constrain(gm, sm, logits, allowed, c->vocab, &id, r, err))) break;
+            id = sampler_sample(g->sm, logits);
+            if (g->gm && (rc = constrain(g->gm, g->sm, logits, g->allowed, c->vocab, &id, r, err))) break;
             if (id < 0) { /* the grammar allows nothing: it is over */
                 r->finish = E0_FINISH_STOP;
                 break;
@@ -481,15 +581,15 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
         e0_token_info tok = {.id = id};
         if (o->logprobs) {
             int32_t k = o->top_logprobs < 0 ? 0 : o->top_logprobs > E0_MAX_TOP_LOGPROBS ? E0_MAX_TOP_LOGPROBS : o->top_logprobs;
-            tok.n_top = sampler_logprobs(sm, id, &tok.logprob, k, tok.top_ids, tok.top_logprobs);
+            tok.n_top = sampler_logprobs(g->sm, id, &tok.logprob, k, tok.top_ids, tok.top_logprobs);
         }
-        sampler_accept(sm, id);
-        if (gm) {
+        sampler_accept(g->sm, id);
+        if (g->gm) {
             const double a0 = now_s();
             size_t bl = 0;
             const uint8_t *b = id < tok_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
-            if (think.state != 2 && b) think_feed(&think, b, bl);
-            rc = gram_matcher_accept(gm, id);
+            if (g->think.state != 2 && b) think_feed(&g->think, b, bl);
+            rc = gram_matcher_accept(g->gm, id);
             r->mask_s += now_s() - a0;
             if (rc) {
                 rc = e0_fail(err, rc, "constrained decoding: %s", rc == E0_ENOMEM ? "out of memory (grammar states)"
@@ -503,11 +603,12 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
         }
         r->completion_tokens++;
         size_t len = 0;
-        if (id < tok_vocab_size(t->tk) && tok_stream_push(t->tk, &ts, id, piece, tok_stream_max(t->tk), &len, err) != 0)
+        if (id < tok_vocab_size(t->tk) &&
+            tok_stream_push(t->tk, &g->ts, id, g->piece, tok_stream_max(t->tk), &len, err) != 0)
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
-        if ((rc = chat_stop_feed(stop, piece, len, &em))) break;
+        if ((rc = chat_stop_feed(g->stop, g->piece, len, &em))) break;
         /* called after every token, text or not, so a cancel lands within one token */
-        if (fn && fn(user, &tok, em.len ? em.text : "", em.len)) {
+        if (g->fn && g->fn(g->user, &tok, em.len ? em.text : "", em.len)) {
             r->finish = E0_FINISH_CANCELLED;
             break;
         }
@@ -516,21 +617,28 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
             r->stop = o->stop[em.stop];
             break;
         }
-        if ((rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err))) break;
-    }
-    if (!rc && r->finish != E0_FINISH_CANCELLED) {
-        size_t len = tok_stream_flush(&ts, piece);
-        if (!(rc = chat_stop_feed(stop, piece, len, &em)) && em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
-        chat_stop_finish(stop, &em);
-        if (em.len && em.stop < 0 && fn) fn(user, NULL, em.text, em.len);
-    }
-    r->decode_s = now_s() - t1;
-done:
-    gram_matcher_free(gm);
-    free(allowed);
-    chat_stop_free(stop);
-    sampler_free(sm);
-    free(piece);
-    free(logits);
+        *next = id;
+        over = false;
+    } while (0);
+    if (!over) return GEN_EVAL;
+    if (!rc) gen_finish(g);
+    r->decode_s = now_s() - g->t1;
+    g->finished = true;
+    return rc ? rc : GEN_DONE;
+}
+
+int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                       e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
+    e0_gen *g;
+    memset(r, 0, sizeof *r);
+    r->prompt_tokens = (int32_t)n;
+    int rc = gen_begin(&g, s, t, prompt, n, o, fn, user, err);
+    if (rc) return rc;
+    rc = gen_prefill(g, 0, err);
+    int32_t id;
+    while (!rc && (rc = gen_step(g, &id, err)) == GEN_EVAL)
+        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, gen_logits(g), err);
+    *r = *gen_result(g);
+    gen_free(g);
     return rc;
 }
