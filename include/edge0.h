@@ -144,6 +144,9 @@ typedef struct {
      * the memory the checkpoint leaves). e0_engine_seqs says the choice. */
     int32_t n_seqs;
     int32_t n_ctx;
+    /* Bytes the caller keeps in memory beside the engine (a server's prefix
+     * cache, --cache-ram): a memory budget leaves room for them. */
+    uint64_t reserve_bytes;
 } e0_engine_opts;
 
 #define E0_SEQS_AUTO (-1)

@@ -244,9 +244,9 @@ static int fam_setup(family *f) {
     assert_int_equal(tu_run(cmd), 0);
     char name[64];
     snprintf(name, sizeof name, "%.4s-par", m + strlen(dir) + 1);
-    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024");
+    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024 --cache-ram 0");
     snprintf(name, sizeof name, "%.4s-one", m + strlen(dir) + 1);
-    su_start(&f->one, dir, m, name, "--parallel 1 --ctx 1024");
+    su_start(&f->one, dir, m, name, "--parallel 1 --ctx 1024 --cache-ram 0");
     return 0;
 }
 
@@ -427,6 +427,91 @@ static void test_slot_reuse(void **state) {
     }
 }
 
+/* The prefix cache (--cache-ram) with one slot on the hybrid model, whose
+ * DeltaNet states cannot be rewound: a conversation of three turns, each
+ * prompt the previous one plus a line of new words, with another
+ * conversation between the turns (it takes the only slot, so only the
+ * cache can resume the first one). Turns 2 and 3 resume from the previous
+ * prompt's snapshot (cached_tokens) and answer exactly as a server without
+ * the cache, which evaluates every turn whole. bf16 weights (qwen35moe/hf):
+ * their prefill gives the same logits however the prompt is split. */
+static char *body_text(const char *prompt, int max_tokens) {
+    char *b = malloc(strlen(prompt) * 2 + 128);
+    int at = sprintf(b, "{\"prompt\":\"");
+    for (const char *p = prompt; *p; p++)
+        at += *p == '\n' ? sprintf(b + at, "\\n") : sprintf(b + at, "%c", *p);
+    sprintf(b + at, "\",\"max_tokens\":%d,\"temperature\":0,\"logprobs\":1}", max_tokens);
+    return b;
+}
+
+static void add_words(char *p, char first, int n) {
+    uint32_t x = (uint32_t)first * 2246822519u;
+    size_t at = strlen(p);
+    at += (size_t)sprintf(p + at, "%s%c", at ? "\n" : "", first);
+    for (int i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        at += (size_t)sprintf(p + at, " %c", 'a' + (int)((x >> 16) % 16));
+    }
+}
+
+static void test_prefix_cache(void **state) {
+    (void)state;
+    char m[PATH_MAX], src[PATH_MAX], cmd[6 * PATH_MAX];
+    snprintf(m, sizeof m, "%s/hybf", dir);
+    assert_non_null(realpath(tu_shared("fixtures/qwen35moe/hf"), src));
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && ln -s %s/config.json %s/model.safetensors %s/ && "
+                              "cp assets/qwen3-tokenizer/tokenizer.json %s/", m, src, src, m, m);
+    assert_int_equal(tu_run(cmd), 0);
+    su_server sv[2];
+    su_start(&sv[0], dir, m, "pc-on", "--parallel 1 --ctx 1024 --cache-ram 256M");
+    su_start(&sv[1], dir, m, "pc-off", "--parallel 1 --ctx 1024 --cache-ram 0");
+    enum { NREQ = 5 };
+    char *ans[2][NREQ];
+    int cached[2][NREQ], ptok[2][NREQ];
+    for (int k = 0; k < 2; k++) {
+        char conv[4096] = "", other[1024] = "";
+        for (int i = 0; i < NREQ; i++) {
+            const char *p;
+            if (i % 2 == 0) { /* the conversation: 50 words, then 20 more per turn */
+                add_words(conv, (char)('p' + i / 2), i ? 20 : 50);
+                p = conv;
+            } else { /* another one between its turns */
+                other[0] = 0;
+                add_words(other, (char)('x' + i / 2), 40);
+                p = other;
+            }
+            req r;
+            req_start(&r, sv[k].port, body_text(p, 12), 0);
+            req_join(&r);
+            if (r.status != 200) fail_msg("request %d: status %d: %s", i, r.status, r.resp);
+            cJSON *j = su_json(r.resp, "a completion");
+            cached[k][i] = (int)su_num(j, "usage.prompt_tokens_details.cached_tokens");
+            ptok[k][i] = (int)su_num(j, "usage.prompt_tokens");
+            cJSON_Delete(j);
+            ans[k][i] = answer_of(r.resp);
+            req_free(&r);
+        }
+    }
+    for (int i = 0; i < NREQ; i++) {
+        print_message("request %d: %d prompt tokens, cached %d with the prefix cache, %d without\n", i,
+                      ptok[0][i], cached[0][i], cached[1][i]);
+        if (strcmp(ans[0][i], ans[1][i]))
+            fail_msg("request %d with the prefix cache:\n%s\nwithout:\n%s", i, ans[0][i], ans[1][i]);
+        free(ans[0][i]);
+        free(ans[1][i]);
+        assert_int_equal(cached[1][i], 0); /* one slot, another conversation between the turns */
+    }
+    /* turns 2 and 3 resume from the previous turn's prompt: all of it */
+    assert_int_equal(cached[0][2], ptok[0][0]);
+    assert_int_equal(cached[0][4], ptok[0][2]);
+    assert_true(metric(sv[0].port, "edge0_prefix_cache_hits_total") >= 2);
+    assert_true(metric(sv[0].port, "edge0_prefix_cache_bytes") <= 256.0 * 1024 * 1024);
+    assert_true(metric(sv[0].port, "edge0_prefix_cache_entries") >= 3);
+    assert_true(metric(sv[1].port, "edge0_prefix_cache_budget_bytes") == 0);
+    su_stop(&sv[0]);
+    su_stop(&sv[1]);
+}
+
 /* Three requests decode together; the disk fails: each gets a 500 naming
  * the failed evaluation; the disk heals: the next request is served, the
  * answer it gets alone. An in-process server (srv_start) on the hybrid
@@ -482,6 +567,7 @@ int main(void) {
         cmocka_unit_test(test_join_hybrid),       cmocka_unit_test(test_join_attn),
         cmocka_unit_test(test_cancel_hybrid),     cmocka_unit_test(test_cancel_attn),
         cmocka_unit_test(test_slot_reuse),        cmocka_unit_test(test_read_failure),
+        cmocka_unit_test(test_prefix_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -61,6 +61,8 @@ unsigned long long cli_peak_rss(void);
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parses a non-negative integer option value; exits-free: returns -1 on error. */
 long cli_parse_long(const char *opt, const char *val, long lo, long hi);
+/* "8G", "8GiB", "512M", "1.5g", "123456" -> bytes; 0 on error. */
+unsigned long long cli_parse_size(const char *s);
 /* "1,2,3" -> malloc'd ids; -1 (message printed) on a malformed or empty list. */
 int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n);
 /* Seconds on a monotonic clock. */

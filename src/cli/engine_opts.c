@@ -114,7 +114,7 @@ static int sample_arg(cli_engine *c, const char *a, const char *v) {
 }
 
 /* "8G", "8GiB", "512M", "1.5g", "123456" -> bytes; 0 on error. */
-static unsigned long long parse_size(const char *s) {
+unsigned long long cli_parse_size(const char *s) {
     char *end;
     double v = strtod(s, &end);
     if (end == s || !(v > 0)) return 0;
@@ -227,7 +227,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
     } else if (!strcmp(a, "--mem-budget")) {
         c->mem_budget = 0;
         c->budget_off = !strcmp(v, "off");
-        if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = parse_size(v))) {
+        if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = cli_parse_size(v))) {
             cli_error("--mem-budget: '%s' is not a size such as 8G or 512M, auto or off", v);
             return -1;
         }

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "edge0.h"
 #include "server/server.h"
+#include "util/meminfo.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ static const char *HELP =
     "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
     "                         [--body-limit SIZE] [--name NAME] [--no-think] [--cors ORIGIN]\n"
     "                         [--shutdown-grace S] [--parallel N] [--prefill-chunk N]\n"
+    "                         [--cache-ram SIZE|auto|0]\n"
     "\n"
     "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions (tool\n"
     "calls included), POST /v1/completions, GET /v1/models[/ID], POST /tokenize and\n"
@@ -43,6 +45,13 @@ static const char *HELP =
     "                    (default 128): a long prompt delays the running streams by\n"
     "                    one chunk per token; answers may depend on it by rounding\n"
     "                    (the same value gives the same answers)\n"
+    "  --cache-ram SIZE  the prefix cache: snapshots of a slot's state (KV cache and\n"
+    "                    DeltaNet states) at the end of each prompt and each answer,\n"
+    "                    kept within SIZE, least recently used dropped first; a\n"
+    "                    returning conversation or a repeated system prompt resumes\n"
+    "                    from the longest cached prefix (usage cached_tokens).\n"
+    "                    auto (default): 1/8 of the memory available, at most 2G,\n"
+    "                    kept out of the memory budget's expert cache; 0: off\n"
     "  --body-limit SIZE largest request body (default 1M)\n"
     "  --name NAME       the model id clients see (default: the directory name)\n"
     "  --no-think        thinking off unless a request turns it on\n"
@@ -83,6 +92,8 @@ int cmd_serve(int argc, char **argv) {
     cli_engine ce;
     cli_engine_init(&ce);
     int parallel = 0; /* 0: as many slots as the memory budget allows */
+    bool cache_auto = true;
+    uint64_t cache_ram = 0;
     ce.sampling = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -115,6 +126,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--prefill-chunk")) {
             if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
             so.prefill_chunk = (int)n;
+        } else if (!strcmp(a, "--cache-ram")) {
+            cache_auto = !strcmp(v, "auto");
+            cache_ram = 0;
+            if (!cache_auto && strcmp(v, "0") && strcmp(v, "off") && !(cache_ram = cli_parse_size(v))) {
+                cli_error("--cache-ram: '%s' is not a size such as 2G or 512M, auto, or 0", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--body-limit")) {
             if (!(so.body_limit = parse_bytes(v))) {
                 cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
@@ -154,6 +172,13 @@ int cmd_serve(int argc, char **argv) {
     if (cli_engine_finish(&ce) != 0) return 2;
     ce.eo.n_ctx = so.n_ctx; /* the budget keeps room for every slot's session */
     ce.eo.n_seqs = parallel ? parallel : E0_SEQS_AUTO;
+    if (cache_auto) { /* an eighth of what this process may use, at most 2 GiB */
+        const uint64_t cg = mem_cgroup_limit(), host = mem_available();
+        const uint64_t avail = cg && (!host || cg < host) ? cg : host;
+        cache_ram = avail / 8 < (2ull << 30) ? avail / 8 : 2ull << 30;
+    }
+    ce.eo.reserve_bytes = cache_ram; /* a memory budget leaves room for it */
+    so.cache_ram = cache_ram;
     so.defaults.sample = ce.sample;
     char base[256];
     so.model_name = name ? name : base_name(model, base, sizeof base);
@@ -182,10 +207,10 @@ int cmd_serve(int argc, char **argv) {
     e0_engine_info(eng, &info);
     fprintf(stderr,
             "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", %d slot%s%s of %d tokens each "
-            "(continuous batching, prefill chunk %d), chat template %s\n",
+            "(continuous batching, prefill chunk %d), prefix cache %.2f GiB, chat template %s\n",
             model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, so.parallel,
             so.parallel == 1 ? "" : "s", parallel ? "" : " (what memory allows, at most 4; --parallel sets it)", (int)so.n_ctx,
-            so.prefill_chunk,
+            so.prefill_chunk, (double)so.cache_ram / (1u << 30),
             so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
     fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,
             strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");

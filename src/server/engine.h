@@ -175,6 +175,7 @@ typedef struct {
     int parallel;            /* slots (sessions) stepped together; < 1: 1 */
     int prefill_chunk;       /* prompt ids per step; 0: SRV_PREFILL_CHUNK */
     srv_generate_fn generate; /* NULL: the step-able generator (text/gen.h); else this, one slot */
+    uint64_t cache_ram;       /* bytes of session snapshots the prefix cache keeps (prefix.h); 0: none */
 } srv_engine_opts;
 
 /* Creates the slots' sessions and starts the scheduler thread. */

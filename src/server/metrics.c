@@ -37,6 +37,19 @@ static void histo_add(srv_histo *h, double v) {
         }
 }
 
+void srv_metrics_prefix(srv_metrics *m, uint64_t hits, uint64_t misses, uint64_t tokens, uint64_t entries,
+                        uint64_t bytes, uint64_t budget, uint64_t evictions) {
+    pthread_mutex_lock(&m->mu);
+    m->pc_hits = hits;
+    m->pc_misses = misses;
+    m->pc_tokens = tokens;
+    m->pc_entries = entries;
+    m->pc_bytes = bytes;
+    m->pc_budget = budget;
+    m->pc_evictions = evictions;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_slots(srv_metrics *m, int slots) {
     pthread_mutex_lock(&m->mu);
     m->slots = slots;
@@ -197,6 +210,19 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_requests_running", "gauge", "Requests running in the engine's slots (its active slots).",
            running);
     metric(&b, "edge0_slots", "gauge", "Slots (sessions) the scheduler steps together (--parallel).", m->slots);
+    metric(&b, "edge0_prefix_cache_hits_total", "counter",
+           "Prompts that resumed from a cached session snapshot (--cache-ram).", (double)m->pc_hits);
+    metric(&b, "edge0_prefix_cache_misses_total", "counter", "Prompts the prefix cache held no usable prefix of.",
+           (double)m->pc_misses);
+    metric(&b, "edge0_prefix_cache_tokens_total", "counter",
+           "Prompt positions restored from the prefix cache instead of evaluated.", (double)m->pc_tokens);
+    metric(&b, "edge0_prefix_cache_entries", "gauge", "Session snapshots the prefix cache holds.",
+           (double)m->pc_entries);
+    metric(&b, "edge0_prefix_cache_bytes", "gauge", "Bytes of the snapshots held.", (double)m->pc_bytes);
+    metric(&b, "edge0_prefix_cache_budget_bytes", "gauge", "The prefix cache's budget (--cache-ram; 0: off).",
+           (double)m->pc_budget);
+    metric(&b, "edge0_prefix_cache_evictions_total", "counter", "Snapshots dropped to make room.",
+           (double)m->pc_evictions);
     metric(&b, "edge0_batch_size", "gauge", "Sequences in the last decode pass.", m->batch_last);
     histo(&b, "edge0_batch_size_per_step", "Decode passes by the number of sequences stepped together.", &m->batch);
     histo(&b, "edge0_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",

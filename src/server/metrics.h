@@ -45,6 +45,8 @@ typedef struct {
      * time to first token and between tokens of each request */
     int slots, batch_last;
     srv_histo batch, ttft, itl;
+    /* the prefix cache (prefix.h), a snapshot; budget 0: no cache */
+    uint64_t pc_hits, pc_misses, pc_tokens, pc_entries, pc_bytes, pc_budget, pc_evictions;
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -59,6 +61,9 @@ void srv_metrics_engine(srv_metrics *m, const e0_stats *st);
 void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r);
 /* The scheduler's slots (the gauge edge0_slots). */
 void srv_metrics_slots(srv_metrics *m, int slots);
+/* The prefix cache's counters (prefix_counters), as they stand. */
+void srv_metrics_prefix(srv_metrics *m, uint64_t hits, uint64_t misses, uint64_t tokens, uint64_t entries,
+                        uint64_t bytes, uint64_t budget, uint64_t evictions);
 /* A decode pass of `batch` sequences. */
 void srv_metrics_batch(srv_metrics *m, int batch);
 /* A generated token: first of its request (seconds since arrival: TTFT),

@@ -43,6 +43,7 @@ typedef struct {
     int32_t n_ctx;          /* context of each slot's session (4096) */
     int parallel;           /* slots: requests decoded together in one batch (1; engine.h) */
     int prefill_chunk;      /* prompt ids prefilled per scheduler step (SRV_PREFILL_CHUNK, 128) */
+    uint64_t cache_ram;     /* the prefix cache's bytes (prefix.h; 0: off, the default here) */
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
     const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */

@@ -80,7 +80,7 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
-    const uint64_t one = budget_session_bytes(c, n_ctx), margin = 64ull << 20;
+    const uint64_t one = budget_session_bytes(c, n_ctx), margin = (64ull << 20) + o->reserve_bytes;
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;
     int hot = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
