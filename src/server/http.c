@@ -507,6 +507,15 @@ static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
     }
 }
 
+/* The OpenAI error code of a failed job: the engine answers 400 for a prompt
+ * that does not fit the context and for an id outside the vocabulary (both
+ * E0_ERANGE), told apart by the message. */
+static const char *job_error_code(const srv_job *j) {
+    if (j->status == 503) return "unavailable";
+    if (j->status != 400) return "internal_error";
+    return strstr(j->err, "context") ? "context_length_exceeded" : "invalid_value";
+}
+
 /* The end of a stream: the finish chunk (with usage), the usage chunk when
  * asked for (stream_options.include_usage), [DONE]; or an error event. */
 static void chunk_end(stream_ctx *sc) {
@@ -514,7 +523,7 @@ static void chunk_end(stream_ctx *sc) {
     if (j->status != 200) {
         srv_error e;
         srv_fail(&e, j->status, j->status == 503 ? "server_error" : j->status == 400 ? "invalid_request_error" : "server_error",
-                 j->status == 503 ? "unavailable" : j->status == 400 ? "context_length_exceeded" : "internal_error", NULL,
+                 job_error_code(j), NULL,
                  "%s", j->err);
         size_t len;
         char *body = error_json(&e, &len);
@@ -683,7 +692,7 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
     pthread_mutex_unlock(&j->mu);
     if (j->status != 200) {
         srv_fail(&e, j->status, j->status < 500 ? "invalid_request_error" : "server_error",
-                 j->status == 503 ? "unavailable" : j->status == 400 ? "context_length_exceeded" : "internal_error", NULL,
+                 job_error_code(j), NULL,
                  "%s", j->err);
         return send_error(c, cx, &e, NULL, NULL);
     }
