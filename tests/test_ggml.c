@@ -261,7 +261,7 @@ static void test_mat_layout(void **state) {
 
 /* The ggml types with integer-activation kernels. */
 static int int_type(uint32_t type) {
-    return type == GGML_Q4_K || type == GGML_Q6_K;
+    return type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q8_0;
 }
 
 /* The bound of set k on type. */
@@ -384,7 +384,8 @@ static void test_determinism(void **state) {
         if (mat_set_kernels(SETS[s])) continue;
         for (size_t k = 0; k < NTYPES; k++) {
             const ggml_type_info *ti = ggml_info(TYPES[k]);
-            const int64_t rows = 37, cols = ti->blck == 32 ? 640 : 768, T = 17;
+            /* 21 blocks of 32: Q8_0's row kernels and panels end on a lone block */
+            const int64_t rows = 37, cols = ti->blck == 32 ? 672 : 768, T = 17;
             uint8_t *buf;
             const e0_mat m = make_mat(TYPES[k], rows, cols, 3, &buf);
             float *x = malloc((size_t)(T * cols) * sizeof *x);
@@ -406,6 +407,9 @@ static void test_determinism(void **state) {
                 mat_matmul(&m, x + t0 * cols, cols, n, ys + t0 * rows, rows);
             }
             if (!split) assert_memory_equal(ys, y, (size_t)(T * rows) * sizeof *y);
+            /* mat_matmul_decode: the small class's arithmetic at any T */
+            mat_matmul_decode(&m, x, cols, T, y2, rows);
+            assert_memory_equal(y2, ys, (size_t)(T * rows) * sizeof *y);
             /* each token alone, and in batches of 2, 3 and 5 */
             static const int64_t bs[] = {1, 2, 3, 5};
             for (size_t b = 0; b < 4; b++)
