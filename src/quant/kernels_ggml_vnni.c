@@ -1,10 +1,10 @@
-/* AVX-512 VNNI kernels of ggml k-quant weights (Q4_K, Q6_K; quant/ggml.h)
+/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, Q8_0; quant/ggml.h)
  * against integer activations (quant/kernels.h, k_prep_qk): row kernels for
  * calls of fewer than K_PANEL_MIN_T tokens (decode), 16-row panels for
  * larger ones (described at their section below). Each has one arithmetic
  * per (row, token); the two differ.
  *
- * ---- row kernels ----
+ * ---- row kernels (k-quants) ----
  * Activations are quantized per 256 columns, the k-quants' super-block, so
  * one activation scale meets one weight block: d = amax / 127,
  * n = rint(x * (1 / d) * 256^(P-1)) as P = 1..3 signed base-256 digits
@@ -12,14 +12,15 @@
  * plane in natural column order; per 16 columns the sum of the quantized
  * x, xks = dl * (sum n).
  *
- * Weights are used as their unsigned codes u (Q4_K 0..15; Q6_K 0..63, its
- * -32 offset left out), 64 columns per vector in natural order, and the
- * sub-block scales as int16 (Q4_K 6-bit sc per 32 columns, Q6_K int8 per
- * 16). vpmaddubsw forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no
- * saturation); vpdpwssd multiplies that by the pair's sub-block scale and
- * adds pairs into int32 lanes. The mins (Q4_K: dmin m_s) and the offset
- * (Q6_K: 32 d sc_s) meet the sums of the quantized x per 16 columns, in
- * float, once per super-block.
+ * Weights are used as their unsigned codes u (Q4_K 0..15; Q5_K 0..31, the
+ * nibble plus 16 for its bit of qh; Q6_K 0..63, its -32 offset left out),
+ * 64 columns per vector in natural order, and the sub-block scales as int16
+ * (Q4_K / Q5_K 6-bit sc per 32 columns, Q6_K int8 per 16). vpmaddubsw
+ * forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no saturation);
+ * vpdpwssd multiplies that by the pair's sub-block scale and adds pairs
+ * into int32 lanes. The mins (Q4_K / Q5_K: dmin m_s) and the offset (Q6_K:
+ * 32 d sc_s) meet the sums of the quantized x per 16 columns, in float,
+ * once per super-block.
  *
  * Summation order, per (row, token), super-blocks b in order, tot = 0:
  *   I_p = vpdpwssd chain over the block's vectors j = 0..3 (from 0), plane p
@@ -27,14 +28,39 @@
  *       = fma(float(I_1), 256, float(I_2))     (P = 2)
  *       = fma(float(I_1), 65536, fma(float(I_2), 256, float(I_3)))  (P = 3)
  *   tot = fma(f, d_b * dl_b, tot)              (d_b: the block's f16 d)
- *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K
- *                                              dmin m_s, Q6_K 32 d sc_s)
+ *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K /
+ *                                              Q5_K dmin m_s, Q6_K 32 d sc_s)
  *   y = reduce_add(tot)
  * Every int32 lane sum is exact and below 2^24 (Q6_K: 4 vectors x 2 pairs x
- * 16128 x 128 = 16.5M), so float(I_p) is exact too: the only roundings
- * after the activations' are those of the float steps above. A tile of R
- * rows x TT tokens shares weight decoding and activation loads; the order
- * above is the same in every tile, for every T and thread split.
+ * 16128 x 128 = 16.5M; Q5_K: 4 x 2 x 2 x 31 x 128 x 63 = 4.0M), so
+ * float(I_p) is exact too: the only roundings after the activations' are
+ * those of the float steps above. A tile of R rows x TT tokens shares
+ * weight decoding and activation loads; the order above is the same in
+ * every tile, for every T and thread split.
+ *
+ * ---- row kernels (Q8_0) ----
+ * Q8_0 has a weight scale d_b per 32 columns, so a scale per 256 columns on
+ * the activations would save nothing (the float step is per 32 columns
+ * anyway) and rows need only be a multiple of 32 (the tiny fixtures' expert
+ * rows are 128 wide): the activations are the panels' (k_prep_qk with blk =
+ * 32, K_NEED_XK32): dl_b per 32 columns, P planes per block, xks per 16.
+ * Lanes: a vector holds one block (32 columns) of two rows, row 2v in lanes
+ * 0-7 and row 2v + 1 in lanes 8-15 (a lone row: lanes 0-7, the high half's
+ * scale 0), so the activations of a block are one 32-byte broadcast and its
+ * dl one scalar; lane k of a row sums columns 4k .. 4k + 3 of the block.
+ * Weights: u = w + 128 (w ^ 0x80, 0..255: vpdpbusd's unsigned operand);
+ * the offset comes back as 128 xks, like the k-quants' mins.
+ *
+ * Summation order, per (row, token), blocks b in order, tot = 0 (8 lanes):
+ *   I_p = vpdpbusd(0, u, q_p)                  (plane p, one instruction)
+ *   f   = as for the k-quants from the I_p
+ *   g   = fmsub(f, dl_b, c_b)    (c_b: 128 xks of the block's two 16-column
+ *                                halves in lanes 0 and 4, 0 elsewhere)
+ *   tot = fma(g, d_b, tot)
+ *   y = the 8 lanes summed: (l0..3 + l4..7), then halves, then pairs
+ * |I_p| <= 4 x 255 x 128 = 130560 < 2^24: exact in int32 and float. The
+ * order does not depend on which half of a vector the row is in, the tile,
+ * T or the thread split.
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"
@@ -447,13 +473,13 @@ Q8R_KERNEL(3)
  * per sub-block for 16 rows.
  *
  * Activations (k_prep_qk with blk = 32): d per 32 columns, P planes,
- * natural order; xks per 16 columns. Weights: the codes u of 16 rows,
- * transposed so that a vector holds 4 consecutive columns of each of the 16
- * rows (pk[c / 4]): vpdpbusd of it with the 4 activation bytes of those
- * columns, broadcast, adds 4 products to every row, exactly. Scales per
- * sub-block (Q4_K: 32 columns, d sc_s; Q6_K: 16 columns, d sc_s) and the
- * mins / offsets per 16 columns (Q4_K: dmin m_s; Q6_K: 32 d sc_s) as 16-row
- * float vectors.
+ * natural order; xks per 16 columns. Weights: the codes u of 16 rows
+ * (Q8_0: w + 128), transposed so that a vector holds 4 consecutive columns
+ * of each of the 16 rows (pk[c / 4]): vpdpbusd of it with the 4 activation
+ * bytes of those columns, broadcast, adds 4 products to every row, exactly.
+ * Scales per sub-block (Q4_K / Q5_K: 32 columns, d sc_s; Q6_K: 16 columns,
+ * d sc_s; Q8_0: the block, d) and the mins / offsets per 16 columns (Q4_K /
+ * Q5_K: dmin m_s; Q6_K: 32 d sc_s; Q8_0: 128 d) as 16-row float vectors.
  *
  * Per (row, token), over sub-blocks s in order (tot = 0):
  *   P = 1:  B = sum u q1                         f = float(B)
@@ -462,7 +488,8 @@ Q8R_KERNEL(3)
  *   tot = fma(f, sc_s * dl_g, tot)               (g: the 32 columns holding s)
  *   tot = fnmadd(m_k, xks_k, tot) for each 16 columns k of s, in order
  *   y = tot
- * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27). The result
+ * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27; Q8_0:
+ * 32 x 255 x 128 x 257 < 2^29). The result
  * does not depend on which rows or tokens share a tile, on the thread split
  * or on T, as long as T >= K_PANEL_MIN_T. */
 
