@@ -111,7 +111,8 @@ void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, 
  * Q5_K, Q6_K with rows a multiple of 256; Q8_0, a multiple of 32) with 1..3
  * activation planes (K_NEED_XK / _XK2 / _XK3), or NULL: the row kernels for
  * T < panel_t, else the 16-row panel kernels (K_NEED_XK32), whose
- * activations are quantized per 32 columns (Q8_0's row kernels too). */
+ * activations are quantized per 32 columns (Q8_0's row kernels too; with 3
+ * planes Q8_0 has panels only: NULL below panel_t). */
 k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
                                  int *need);
 /* int8-activation kernels of q4 weights, with 1..3 activation planes (else

@@ -60,7 +60,10 @@
  *   y = the 8 lanes summed: (l0..3 + l4..7), then halves, then pairs
  * |I_p| <= 4 x 255 x 128 = 130560 < 2^24: exact in int32 and float. The
  * order does not depend on which half of a vector the row is in, the tile,
- * T or the thread split.
+ * T or the thread split. Built for 1 and 2 planes (avx512-q8, -q16): with
+ * 3 the float steps per 32 columns cost as much as the f32 kernels'
+ * conversion of the int8 weights, so avx512-mixed runs those for Q8_0 rows
+ * and these panels for batches.
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"
@@ -461,9 +464,11 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
         qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
     }
 
+/* No 24-bit twin: at 3 planes these rows run no faster than the f32
+ * kernels (docs/experiments.md section 29), which MIXED keeps for Q8_0
+ * rows (k_avx512_ggml_int_pick). */
 Q8R_KERNEL(1)
 Q8R_KERNEL(2)
-Q8R_KERNEL(3)
 
 /* ---- 16-row panels (batches) ----------------------------------------------
  * For T >= K_PANEL_MIN_T tokens. The row kernels above spend a few float
@@ -841,6 +846,8 @@ k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t
                                  m->gtype != GGML_Q6_K) ||
                                     m->cols % GGML_QK_K != 0)
         return NULL;
+    /* Q8_0 rows with 24-bit activations: the f32 kernels (as fast, exact) */
+    if (m->gtype == GGML_Q8_0 && planes == 3 && !(T >= panel_t && m->cols <= QKP_MAXC)) return NULL;
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
     const int pi = planes - 1;
     if (T >= panel_t && m->cols <= QKP_MAXC) {
@@ -863,7 +870,7 @@ k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t
     static const k_rows_fn q4[3] = {qk_q4_K_1_rows, qk_q4_K_2_rows, qk_q4_K_3_rows};
     static const k_rows_fn q5[3] = {qk_q5_K_1_rows, qk_q5_K_2_rows, qk_q5_K_3_rows};
     static const k_rows_fn q6[3] = {qk_q6_K_1_rows, qk_q6_K_2_rows, qk_q6_K_3_rows};
-    static const k_rows_fn q8[3] = {q8r_1_rows, q8r_2_rows, q8r_3_rows};
+    static const k_rows_fn q8[3] = {q8r_1_rows, q8r_2_rows, NULL}; /* 3: returned above */
     switch (m->gtype) {
     case GGML_Q4_K:
         return q4[pi];
