@@ -14,8 +14,9 @@
  *  - their activation quantizer (AVX-512) is bit-identical to the scalar
  *    k_prep_qk;
  *  - in every set, one (row, token) result does not depend on T, the other
- *    tokens, the rows of the view or the number of threads (bitwise); for
- *    Q4_K / Q6_K under the integer sets, whose calls of fewer than
+ *    tokens, the rows of the view or the number of threads (bitwise), and
+ *    mat_matmul_decode gives the small calls' arithmetic at any T; for
+ *    Q4_K / Q5_K / Q6_K / Q8_0 under the integer sets, whose calls of fewer than
  *    K_PANEL_MIN_T tokens take the row kernels (activations per 256
  *    columns, float steps per block) and larger ones the 16-row panels
  *    (per 32 columns, float steps per sub-block: the panels' sums run down
@@ -244,7 +245,8 @@ static void test_mat_layout(void **state) {
 /* ---- kernels against the reference --------------------------------------------- */
 
 /* NMSE bounds. f32 activations differ from the reference only in summation
- * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q6_K under
+ * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q5_K, Q6_K,
+ * Q8_0 under
  * avx512-q8, -q16 and -mixed: kernels_ggml_vnni.c) add the rounding of the
  * activations, quantized per 256 (row kernels) or 32 columns (panels) to
  * steps of amax / 127 / 256^(P-1): on uniform x in [-1, 1], an error
