@@ -9,12 +9,18 @@
  * each at T = 1 and T = 16, 1 and 2 threads, for every kernel set the CPU
  * runs (E0_BENCH_SETS=avx512,avx512-q16 picks some; lm_head of the
  * reference prints 0: it would take minutes).
- * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q6_K, Q5_0, Q8_0, the
- * Q4_K_M mix) in the same expert shapes, cold (~0.5 GiB of experts) and
- * hot, under avx512 (f32 activations: every set's kernels but ref and the
- * integer ones), avx512-q16 and avx512-mixed (Q4_K / Q6_K with 16- and
+ * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q5_K, Q6_K, Q5_0, Q8_0)
+ * in the same expert shapes, cold (~0.5 GiB of experts) and hot, under
+ * avx512 (f32 activations: every set's kernels but ref and the integer
+ * ones), avx512-q16 and avx512-mixed (Q4_K, Q5_K, Q6_K, Q8_0 with 16- and
  * 24-bit integer activations).
- * E0_BENCH_GGML=only skips the mlx q4 table, =0 the ggml one. */
+ * E0_BENCH_GGML=only skips the mlx q4 table, =0 the ggml one.
+ * E0_BENCH_GGML=ab: one thread, A/B rounds (E0_BENCH_ROUNDS, default 5)
+ * of avx512 (f32 activations) then avx512-mixed on E0_BENCH_TYPES (default
+ * "Q8_0,Q5_K"), T = 1 and 64, shapes up [512 x 2048] and down [2048 x 512]
+ * cold (~256 MiB of experts) and hot, and [2048 x 4096] (cycling over ~256
+ * MiB); one line per cell and round, then the medians and their ratio.
+ * E0_BENCH_B=SET: B is that set (a --kernels name) instead. */
 #include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/num.h"
@@ -118,7 +124,7 @@ static gset gset_new(uint32_t type, int64_t rows, int64_t cols, int64_t n) {
             memcpy(blk + offsetof(ggml_block_q6_K, d), &h, 2);
         } else {
             memcpy(blk, &h, 2);
-            if (type == GGML_Q4_K) memcpy(blk + 2, &h, 2);
+            if (type == GGML_Q4_K || type == GGML_Q5_K) memcpy(blk + 2, &h, 2);
         }
     }
     return g;
@@ -138,7 +144,7 @@ static double run_g(const gset *g, bool cycle, int64_t T, double secs, const flo
 }
 
 static void bench_ggml(double secs, const float *x, float *y, const char *only) {
-    const uint32_t types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_0, GGML_Q8_0};
+    const uint32_t types[] = {GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q5_0, GGML_Q8_0};
     /* f32 activations; the k-quants' integer kernels (16- and 24-bit) */
     const e0_kernels sets[] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_MIXED};
     const char *names[] = {"avx512", "avx512-q16", "avx512-mixed"};
@@ -172,9 +178,90 @@ static void bench_ggml(double secs, const float *x, float *y, const char *only) 
     }
 }
 
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* E0_BENCH_GGML=ab (see the top comment). */
+static void bench_ggml_ab(double secs, const float *x, float *y) {
+    const char *tl = getenv("E0_BENCH_TYPES");
+    const char *rl = getenv("E0_BENCH_ROUNDS");
+    const int rounds = rl && atoi(rl) > 0 ? (atoi(rl) > 64 ? 64 : atoi(rl)) : 5;
+    const uint32_t all[] = {GGML_Q8_0, GGML_Q5_K, GGML_Q4_K, GGML_Q6_K};
+    e0_kernels sets[2] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_MIXED};
+    const char *bn = getenv("E0_BENCH_B"); /* B's set instead of avx512-mixed */
+    if (bn && mat_kernels_parse(bn, &sets[1])) bn = NULL;
+    if (!mat_kernels_supported(sets[1])) {
+        printf("%s: not supported by this CPU\n", bn ? bn : "avx512-mixed");
+        return;
+    }
+    struct {
+        const char *name;
+        int64_t rows, cols;
+        bool cycle;
+    } const shapes[] = {{"up cold", 512, 2048, true},    {"up hot", 512, 2048, false},
+                        {"down cold", 2048, 512, true},  {"down hot", 2048, 512, false},
+                        {"2048x4096", 2048, 4096, true}};
+    enum { NS = sizeof shapes / sizeof *shapes };
+    const int64_t Ts[2] = {1, 64};
+    pool_init(1);
+    printf("GB/s of ggml weights, 1 thread, %.2f s per cell, %d rounds: avx512 (A) / "
+           "%s (B)\n",
+           secs, rounds, bn ? bn : "avx512-mixed");
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
+        const char *tn = ggml_info(all[k])->name;
+        if (tl ? !strstr(tl, tn) : all[k] != GGML_Q8_0 && all[k] != GGML_Q5_K) continue;
+        gset g[NS];
+        for (int si = 0; si < NS; si++) {
+            const int64_t n =
+                shapes[si].cycle
+                    ? (256ll << 20) / (int64_t)((size_t)shapes[si].rows *
+                                                ggml_row_bytes(all[k], (uint64_t)shapes[si].cols))
+                    : 1;
+            g[si] = gset_new(all[k], shapes[si].rows, shapes[si].cols, n < 2 ? 2 : n);
+        }
+        double v[NS][2][2][64];
+        for (int r = 0; r < rounds; r++)
+            for (int si = 0; si < NS; si++)
+                for (int ti = 0; ti < 2; ti++)
+                    for (int a = 0; a < 2; a++) {
+                        mat_set_kernels(sets[a]);
+                        v[si][ti][a][r] = run_g(&g[si], shapes[si].cycle, Ts[ti], secs, x, y);
+                        printf("round %d %-5s %-10s T=%-3lld %s %8.2f\n", r, tn, shapes[si].name,
+                               (long long)Ts[ti], a ? "B" : "A", v[si][ti][a][r]);
+                        fflush(stdout);
+                    }
+        printf("%-5s %-10s %-4s %10s %10s %7s\n", "type", "shape", "T", "A median", "B median",
+               "B/A");
+        for (int si = 0; si < NS; si++)
+            for (int ti = 0; ti < 2; ti++) {
+                const double ma = median(v[si][ti][0], rounds), mb = median(v[si][ti][1], rounds);
+                printf("%-5s %-10s %-4lld %10.2f %10.2f %7.2f\n", tn, shapes[si].name,
+                       (long long)Ts[ti], ma, mb, mb / ma);
+            }
+        for (int si = 0; si < NS; si++)
+            free(g[si].w);
+    }
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
 int main(int argc, char **argv) {
     const double secs = argc > 1 ? atof(argv[1]) : 1.0;
     const char *gg = getenv("E0_BENCH_GGML");
+    if (gg && !strcmp(gg, "ab")) {
+        float *x = malloc((size_t)64 * 4096 * sizeof *x), *y = malloc((size_t)64 * 4096 * sizeof *y);
+        for (int i = 0; i < 64 * 4096; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+        bench_ggml_ab(secs, x, y);
+        free(x);
+        free(y);
+        return 0;
+    }
     if (gg && !strcmp(gg, "only")) {
         float *x = malloc((size_t)16 * 2048 * sizeof *x), *y = malloc((size_t)16 * 2048 * sizeof *y);
         for (int i = 0; i < 16 * 2048; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;

@@ -14,8 +14,9 @@
  *  - their activation quantizer (AVX-512) is bit-identical to the scalar
  *    k_prep_qk;
  *  - in every set, one (row, token) result does not depend on T, the other
- *    tokens, the rows of the view or the number of threads (bitwise); for
- *    Q4_K / Q6_K under the integer sets, whose calls of fewer than
+ *    tokens, the rows of the view or the number of threads (bitwise), and
+ *    mat_matmul_decode gives the small calls' arithmetic at any T; for
+ *    Q4_K / Q5_K / Q6_K / Q8_0 under the integer sets, whose calls of fewer than
  *    K_PANEL_MIN_T tokens take the row kernels (activations per 256
  *    columns, float steps per block) and larger ones the 16-row panels
  *    (per 32 columns, float steps per sub-block: the panels' sums run down
@@ -244,7 +245,8 @@ static void test_mat_layout(void **state) {
 /* ---- kernels against the reference --------------------------------------------- */
 
 /* NMSE bounds. f32 activations differ from the reference only in summation
- * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q6_K under
+ * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q5_K, Q6_K,
+ * Q8_0 under
  * avx512-q8, -q16 and -mixed: kernels_ggml_vnni.c) add the rounding of the
  * activations, quantized per 256 (row kernels) or 32 columns (panels) to
  * steps of amax / 127 / 256^(P-1): on uniform x in [-1, 1], an error
@@ -261,7 +263,7 @@ static void test_mat_layout(void **state) {
 
 /* The ggml types with integer-activation kernels. */
 static int int_type(uint32_t type) {
-    return type == GGML_Q4_K || type == GGML_Q6_K;
+    return type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q8_0;
 }
 
 /* The bound of set k on type. */
@@ -384,7 +386,8 @@ static void test_determinism(void **state) {
         if (mat_set_kernels(SETS[s])) continue;
         for (size_t k = 0; k < NTYPES; k++) {
             const ggml_type_info *ti = ggml_info(TYPES[k]);
-            const int64_t rows = 37, cols = ti->blck == 32 ? 640 : 768, T = 17;
+            /* 21 blocks of 32: Q8_0's row kernels and panels end on a lone block */
+            const int64_t rows = 37, cols = ti->blck == 32 ? 672 : 768, T = 17;
             uint8_t *buf;
             const e0_mat m = make_mat(TYPES[k], rows, cols, 3, &buf);
             float *x = malloc((size_t)(T * cols) * sizeof *x);
@@ -406,6 +409,9 @@ static void test_determinism(void **state) {
                 mat_matmul(&m, x + t0 * cols, cols, n, ys + t0 * rows, rows);
             }
             if (!split) assert_memory_equal(ys, y, (size_t)(T * rows) * sizeof *y);
+            /* mat_matmul_decode: the small class's arithmetic at any T */
+            mat_matmul_decode(&m, x, cols, T, y2, rows);
+            assert_memory_equal(y2, ys, (size_t)(T * rows) * sizeof *y);
             /* each token alone, and in batches of 2, 3 and 5 */
             static const int64_t bs[] = {1, 2, 3, 5};
             for (size_t b = 0; b < 4; b++)

@@ -18,8 +18,9 @@
  * weights): activations quantized per 32 values to one, two or three int8
  * planes (NMSE per dot ~1e-5, ~1e-10, ~1e-14: Q24 is as close to the
  * reference as the f32 kernels), products summed exactly in int32 by VNNI.
- * The ggml k-quants (Q4_K, Q6_K) have their own (kernels_ggml_vnni.c,
- * activations per 256 or 32 values) under Q8, Q16 and MIXED (24-bit).
+ * The ggml k-quants (Q4_K, Q5_K, Q6_K) and Q8_0 have their own
+ * (kernels_ggml_vnni.c, activations per 256 or 32 values) under Q8, Q16
+ * and MIXED (24-bit).
  * Router logits never use reduced-precision activations (mat_matmul_f32).
  */
 #ifndef E0_QUANT_KERNELS_H
@@ -106,10 +107,12 @@ void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb)
  * run it over rows they dequantized. */
 void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                        int64_t ldy);
-/* Integer-activation kernels of ggml k-quant weights (kernels_ggml_vnni.c:
- * Q4_K, Q6_K) with 1..3 activation planes (K_NEED_XK / _XK2 / _XK3), or
- * NULL: the row kernels for T < panel_t, else the 16-row panel kernels
- * (K_NEED_XK32), whose activations are quantized per 32 columns. */
+/* Integer-activation kernels of ggml weights (kernels_ggml_vnni.c: Q4_K,
+ * Q5_K, Q6_K with rows a multiple of 256; Q8_0, a multiple of 32) with 1..3
+ * activation planes (K_NEED_XK / _XK2 / _XK3), or NULL: the row kernels for
+ * T < panel_t, else the 16-row panel kernels (K_NEED_XK32), whose
+ * activations are quantized per 32 columns (Q8_0's row kernels too; with 3
+ * planes Q8_0 has panels only: NULL below panel_t). */
 k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
                                  int *need);
 /* int8-activation kernels of q4 weights, with 1..3 activation planes (else

@@ -1,10 +1,10 @@
-/* AVX-512 VNNI kernels of ggml k-quant weights (Q4_K, Q6_K; quant/ggml.h)
+/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, Q8_0; quant/ggml.h)
  * against integer activations (quant/kernels.h, k_prep_qk): row kernels for
  * calls of fewer than K_PANEL_MIN_T tokens (decode), 16-row panels for
  * larger ones (described at their section below). Each has one arithmetic
  * per (row, token); the two differ.
  *
- * ---- row kernels ----
+ * ---- row kernels (k-quants) ----
  * Activations are quantized per 256 columns, the k-quants' super-block, so
  * one activation scale meets one weight block: d = amax / 127,
  * n = rint(x * (1 / d) * 256^(P-1)) as P = 1..3 signed base-256 digits
@@ -12,14 +12,15 @@
  * plane in natural column order; per 16 columns the sum of the quantized
  * x, xks = dl * (sum n).
  *
- * Weights are used as their unsigned codes u (Q4_K 0..15; Q6_K 0..63, its
- * -32 offset left out), 64 columns per vector in natural order, and the
- * sub-block scales as int16 (Q4_K 6-bit sc per 32 columns, Q6_K int8 per
- * 16). vpmaddubsw forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no
- * saturation); vpdpwssd multiplies that by the pair's sub-block scale and
- * adds pairs into int32 lanes. The mins (Q4_K: dmin m_s) and the offset
- * (Q6_K: 32 d sc_s) meet the sums of the quantized x per 16 columns, in
- * float, once per super-block.
+ * Weights are used as their unsigned codes u (Q4_K 0..15; Q5_K 0..31, the
+ * nibble plus 16 for its bit of qh; Q6_K 0..63, its -32 offset left out),
+ * 64 columns per vector in natural order, and the sub-block scales as int16
+ * (Q4_K / Q5_K 6-bit sc per 32 columns, Q6_K int8 per 16). vpmaddubsw
+ * forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no saturation);
+ * vpdpwssd multiplies that by the pair's sub-block scale and adds pairs
+ * into int32 lanes. The mins (Q4_K / Q5_K: dmin m_s) and the offset (Q6_K:
+ * 32 d sc_s) meet the sums of the quantized x per 16 columns, in float,
+ * once per super-block.
  *
  * Summation order, per (row, token), super-blocks b in order, tot = 0:
  *   I_p = vpdpwssd chain over the block's vectors j = 0..3 (from 0), plane p
@@ -27,14 +28,42 @@
  *       = fma(float(I_1), 256, float(I_2))     (P = 2)
  *       = fma(float(I_1), 65536, fma(float(I_2), 256, float(I_3)))  (P = 3)
  *   tot = fma(f, d_b * dl_b, tot)              (d_b: the block's f16 d)
- *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K
- *                                              dmin m_s, Q6_K 32 d sc_s)
+ *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K /
+ *                                              Q5_K dmin m_s, Q6_K 32 d sc_s)
  *   y = reduce_add(tot)
  * Every int32 lane sum is exact and below 2^24 (Q6_K: 4 vectors x 2 pairs x
- * 16128 x 128 = 16.5M), so float(I_p) is exact too: the only roundings
- * after the activations' are those of the float steps above. A tile of R
- * rows x TT tokens shares weight decoding and activation loads; the order
- * above is the same in every tile, for every T and thread split.
+ * 16128 x 128 = 16.5M; Q5_K: 4 x 2 x 2 x 31 x 128 x 63 = 4.0M), so
+ * float(I_p) is exact too: the only roundings after the activations' are
+ * those of the float steps above. A tile of R rows x TT tokens shares
+ * weight decoding and activation loads; the order above is the same in
+ * every tile, for every T and thread split.
+ *
+ * ---- row kernels (Q8_0) ----
+ * Q8_0 has a weight scale d_b per 32 columns, so a scale per 256 columns on
+ * the activations would save nothing (the float step is per 32 columns
+ * anyway) and rows need only be a multiple of 32 (the tiny fixtures' expert
+ * rows are 128 wide): the activations are the panels' (k_prep_qk with blk =
+ * 32, K_NEED_XK32): dl_b per 32 columns, P planes per block, xks per 16.
+ * Lanes: a vector holds one block (32 columns) of two rows, row 2v in lanes
+ * 0-7 and row 2v + 1 in lanes 8-15 (a lone row: lanes 0-7, the high half's
+ * scale 0), so the activations of a block are one 32-byte broadcast and its
+ * dl one scalar; lane k of a row sums columns 4k .. 4k + 3 of the block.
+ * Weights: u = w + 128 (w ^ 0x80, 0..255: vpdpbusd's unsigned operand);
+ * the offset comes back as 128 xks, like the k-quants' mins.
+ *
+ * Summation order, per (row, token), blocks b in order, tot = 0 (8 lanes):
+ *   I_p = vpdpbusd(0, u, q_p)                  (plane p, one instruction)
+ *   f   = as for the k-quants from the I_p
+ *   g   = fmsub(f, dl_b, c_b)    (c_b: 128 xks of the block's two 16-column
+ *                                halves in lanes 0 and 4, 0 elsewhere)
+ *   tot = fma(g, d_b, tot)
+ *   y = the 8 lanes summed: (l0..3 + l4..7), then halves, then pairs
+ * |I_p| <= 4 x 255 x 128 = 130560 < 2^24: exact in int32 and float. The
+ * order does not depend on which half of a vector the row is in, the tile,
+ * T or the thread split. Built for 1 and 2 planes (avx512-q8, -q16): with
+ * 3 the float steps per 32 columns cost as much as the f32 kernels'
+ * conversion of the int8 weights, so avx512-mixed runs those for Q8_0 rows
+ * and these panels for batches.
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"
@@ -57,6 +86,17 @@
  * every token tile passes over them. */
 #define QK_RB 16
 
+/* Q4_K and Q5_K share their d, dmin and packed scales (same offsets). */
+#define QK_IS45(type) ((type) == GGML_Q4_K || (type) == GGML_Q5_K)
+
+/* Bytes of a block of type. */
+INLV int qk_bsize(const int type) {
+    return type == GGML_Q4_K   ? (int)sizeof(ggml_block_q4_K)
+           : type == GGML_Q5_K ? (int)sizeof(ggml_block_q5_K)
+           : type == GGML_Q6_K ? (int)sizeof(ggml_block_q6_K)
+                               : (int)sizeof(ggml_block_q8_0);
+}
+
 /* An f16 field, exactly. */
 INLV float qk_half(const uint8_t *b, size_t off) {
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(e0_ld16(b + off, 0))));
@@ -65,13 +105,16 @@ INLV float qk_half(const uint8_t *b, size_t off) {
 /* What a tile needs of one weight block: the integer scales S (int16, by
  * sub-block), d, and the per-16-column mins / offsets m. */
 typedef struct {
-    __m512i S;  /* Q4_K: sc0..7 as int16; Q6_K: sc0..15 */
-    __m512i S8; /* Q4_K: sc0..7 then m0..7 as int16 (panels) */
+    __m512i S;  /* Q4_K / Q5_K: sc0..7 as int16; Q6_K: sc0..15 */
+    __m512i S8; /* Q4_K / Q5_K: sc0..7 then m0..7 as int16 (panels) */
     __m512 d, dmin, m;
 } qk_blk;
 
 INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
-    if (type == GGML_Q4_K) {
+    _Static_assert(offsetof(ggml_block_q4_K, scales) == offsetof(ggml_block_q5_K, scales) &&
+                       offsetof(ggml_block_q4_K, dmin) == offsetof(ggml_block_q5_K, dmin),
+                   "q4_K / q5_K heads");
+    if (QK_IS45(type)) {
         /* The 12 scale bytes, as 32-bit words w0 w1 w2, into sc0..3, sc4..7,
          * m0..3, m4..7 (6 bits each):
          *   w0 & 0x3f.., (w2 & 0x0f..) | (w0 >> 6 & 3..) << 4,
@@ -116,6 +159,20 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
             (const __m256i *)(const void *)(b + offsetof(ggml_block_q4_K, qs) + 32 * j)));
         return _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4), lo4);
     }
+    if (type == GGML_Q5_K) {
+        /* Q4_K's nibbles from qs[32j ..], plus 16 where bit s of qh[l] is set
+         * (s = 2j for the low 32 columns, 2j + 1 for the high ones) */
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+            (const __m256i *)(const void *)(b + offsetof(ggml_block_q5_K, qs) + 32 * j)));
+        const __m512i qh = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(ggml_block_q5_K, qh))));
+        const __m512i nib =
+            _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4), lo4);
+        const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))),
+                                               _mm256_set1_epi8((char)(2 << (2 * j))), 1);
+        return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib,
+                                    _mm512_set1_epi8(16));
+    }
     /* Q6_K, half h: ql[64h ..] low nibbles are its columns 0..63, high
      * nibbles 64..127; qh[32h + l] bits 2k, 2k + 1 are the high bits of
      * column 32k + l. */
@@ -136,14 +193,13 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
 INLV __m512i qk_sidx(const int type, const int j) {
     int16_t ix[32];
     for (int e = 0; e < 32; e++)
-        ix[e] = (int16_t)(type == GGML_Q4_K ? 2 * j + e / 16 : 4 * j + e / 8);
+        ix[e] = (int16_t)(QK_IS45(type) ? 2 * j + e / 16 : 4 * j + e / 8);
     return _mm512_loadu_si512(ix);
 }
 
 INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
                   const int type, const int P, float *y, int64_t ldy) {
-    const int bsize =
-        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+    const int bsize = qk_bsize(type);
     const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
     const uint8_t *w[4];
     const int8_t *xq[4];
@@ -275,6 +331,144 @@ QK_KERNEL(q6_K, GGML_Q6_K, 1)
 QK_KERNEL(q6_K, GGML_Q6_K, 2)
 QK_KERNEL(q4_K, GGML_Q4_K, 3)
 QK_KERNEL(q6_K, GGML_Q6_K, 3)
+QK_KERNEL(q5_K, GGML_Q5_K, 1)
+QK_KERNEL(q5_K, GGML_Q5_K, 2)
+QK_KERNEL(q5_K, GGML_Q5_K, 3)
+
+/* ---- Q8_0 row kernels (described in the header comment) ---- */
+
+/* The sum of 8 lanes, in one fixed order. */
+INLV float q8r_red8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0,
+                   const int TT, const int P, float *y, int64_t ldy) {
+    const int NP = (R + 1) / 2; /* vectors: rows 2v (low lanes) and 2v + 1 (high) */
+    const int64_t bs = (int64_t)sizeof(ggml_block_q8_0), nb = m->cols / 32, rb = nb * bs;
+    const uint8_t *w[4];
+    const int8_t *xq[4];
+    const float *xd[4], *xs[4];
+    UNROLL
+    for (int i = 0; i < R; i++)
+        w[i] = (const uint8_t *)m->w + (r + i) * rb;
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        xq[t] = a->xk + (t0 + t) * a->ldxk;
+        xd[t] = a->xkd + (t0 + t) * a->ldxkd;
+        xs[t] = a->xks + (t0 + t) * a->ldxks;
+    }
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    const __m512i cidx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+    __m512 tot[2][4];
+    UNROLL
+    for (int v = 0; v < NP; v++)
+        UNROLL
+    for (int t = 0; t < TT; t++)
+        tot[v][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i u[2];
+        __m512 dw[2];
+        UNROLL
+        for (int v = 0; v < NP; v++) {
+            const uint8_t *p0 = w[2 * v] + b * bs;
+            const __m256i lo = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(p0 + offsetof(ggml_block_q8_0, qs)));
+            __m256i hi, dh;
+            if (2 * v + 1 < R) {
+                const uint8_t *p1 = w[2 * v + 1] + b * bs;
+                hi = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(p1 + offsetof(ggml_block_q8_0, qs)));
+                dh = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)e0_ld16(p0, 0)),
+                                            (__mmask16)0xFF00, (short)e0_ld16(p1, 0));
+            } else {
+                hi = _mm256_setzero_si256();
+                dh = _mm256_maskz_set1_epi16((__mmask16)0x00FF, (short)e0_ld16(p0, 0));
+            }
+            if (!(b & 1)) {
+                const char *pf = (const char *)(p0 + R * rb);
+                _mm_prefetch(pf, _MM_HINT_T0);
+                _mm_prefetch(pf + 64, _MM_HINT_T0);
+                if (2 * v + 1 < R) {
+                    _mm_prefetch(pf + rb, _MM_HINT_T0);
+                    _mm_prefetch(pf + rb + 64, _MM_HINT_T0);
+                }
+            }
+            u[v] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), x80);
+            dw[v] = _mm512_cvtph_ps(dh);
+        }
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+            const int8_t *xb = xq[t] + b * P * 32;
+            const __m512 dl = _mm512_set1_ps(xd[t][b]);
+            /* 128 xks of the block's two 16-column halves, lanes 0 and 4 of each row */
+            const __m512 c = _mm512_mul_ps(
+                _mm512_set1_ps(128.0f),
+                _mm512_maskz_permutexvar_ps(
+                    (__mmask16)0x1111, cidx,
+                    _mm512_castps128_ps512(_mm_castsi128_ps(
+                        _mm_loadl_epi64((const __m128i *)(const void *)(xs[t] + 2 * b))))));
+            __m512i x[3];
+            UNROLL
+            for (int p = 0; p < P; p++)
+                x[p] = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32 * p)));
+            UNROLL
+            for (int v = 0; v < NP; v++) {
+                __m512i I[3];
+                UNROLL
+                for (int p = 0; p < P; p++)
+                    I[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[v], x[p]);
+                __m512 f = _mm512_cvtepi32_ps(I[P - 1]);
+                if (P == 3)
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[1]), _mm512_set1_ps(256.0f), f);
+                if (P >= 2)
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[0]),
+                                        _mm512_set1_ps(P == 3 ? 65536.0f : 256.0f), f);
+                tot[v][t] = _mm512_fmadd_ps(_mm512_fmsub_ps(f, dl, c), dw[v], tot[v][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int v = 0; v < NP; v++)
+        UNROLL
+    for (int t = 0; t < TT; t++) {
+        y[(t0 + t) * ldy + r + 2 * v] = q8r_red8(_mm512_castps512_ps256(tot[v][t]));
+        if (2 * v + 1 < R)
+            y[(t0 + t) * ldy + r + 2 * v + 1] = q8r_red8(_mm512_extractf32x8_ps(tot[v][t], 1));
+    }
+}
+
+#define Q8R_TILE(P, R, TT)                                                                         \
+    TGTV static void q8r_##P##_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,  \
+                                          float *y, int64_t ldy) {                                 \
+        q8r_tile(m, a, r, R, t0, TT, P, y, ldy);                                                   \
+    }
+#define Q8R_KERNEL(P)                                                                              \
+    Q8R_TILE(P, 4, 1)                                                                              \
+    Q8R_TILE(P, 2, 2)                                                                              \
+    Q8R_TILE(P, 2, 3)                                                                              \
+    Q8R_TILE(P, 2, 4)                                                                              \
+    Q8R_TILE(P, 1, 1)                                                                              \
+    Q8R_TILE(P, 1, 2)                                                                              \
+    Q8R_TILE(P, 1, 3)                                                                              \
+    Q8R_TILE(P, 1, 4)                                                                              \
+    TGTV static void q8r_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,       \
+                                    float *y, int64_t ldy) {                                       \
+        static const qk_tile_fn t[8] = {q8r_##P##_4x1, q8r_##P##_2x2, q8r_##P##_2x3,               \
+                                        q8r_##P##_2x4, q8r_##P##_1x1, q8r_##P##_1x2,               \
+                                        q8r_##P##_1x3, q8r_##P##_1x4};                             \
+        qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
+    }
+
+/* No 24-bit twin: at 3 planes these rows run no faster than the f32
+ * kernels (docs/experiments.md section 30), which MIXED keeps for Q8_0
+ * rows (k_avx512_ggml_int_pick). */
+Q8R_KERNEL(1)
+Q8R_KERNEL(2)
 
 /* ---- 16-row panels (batches) ----------------------------------------------
  * For T >= K_PANEL_MIN_T tokens. The row kernels above spend a few float
@@ -284,13 +478,13 @@ QK_KERNEL(q6_K, GGML_Q6_K, 3)
  * per sub-block for 16 rows.
  *
  * Activations (k_prep_qk with blk = 32): d per 32 columns, P planes,
- * natural order; xks per 16 columns. Weights: the codes u of 16 rows,
- * transposed so that a vector holds 4 consecutive columns of each of the 16
- * rows (pk[c / 4]): vpdpbusd of it with the 4 activation bytes of those
- * columns, broadcast, adds 4 products to every row, exactly. Scales per
- * sub-block (Q4_K: 32 columns, d sc_s; Q6_K: 16 columns, d sc_s) and the
- * mins / offsets per 16 columns (Q4_K: dmin m_s; Q6_K: 32 d sc_s) as 16-row
- * float vectors.
+ * natural order; xks per 16 columns. Weights: the codes u of 16 rows
+ * (Q8_0: w + 128), transposed so that a vector holds 4 consecutive columns
+ * of each of the 16 rows (pk[c / 4]): vpdpbusd of it with the 4 activation
+ * bytes of those columns, broadcast, adds 4 products to every row, exactly.
+ * Scales per sub-block (Q4_K / Q5_K: 32 columns, d sc_s; Q6_K: 16 columns,
+ * d sc_s; Q8_0: the block, d) and the mins / offsets per 16 columns (Q4_K /
+ * Q5_K: dmin m_s; Q6_K: 32 d sc_s; Q8_0: 128 d) as 16-row float vectors.
  *
  * Per (row, token), over sub-blocks s in order (tot = 0):
  *   P = 1:  B = sum u q1                         f = float(B)
@@ -299,7 +493,8 @@ QK_KERNEL(q6_K, GGML_Q6_K, 3)
  *   tot = fma(f, sc_s * dl_g, tot)               (g: the 32 columns holding s)
  *   tot = fnmadd(m_k, xks_k, tot) for each 16 columns k of s, in order
  *   y = tot
- * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27). The result
+ * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27; Q8_0:
+ * 32 x 255 x 128 x 257 < 2^29). The result
  * does not depend on which rows or tokens share a tile, on the thread split
  * or on T, as long as T >= K_PANEL_MIN_T. */
 
@@ -312,16 +507,59 @@ QK_KERNEL(q6_K, GGML_Q6_K, 3)
 static _Thread_local __m512i qkp_pk[QKP_MAXC / 4];
 static _Thread_local __m512 qkp_sc[QKP_MAXC / 16], qkp_mn[QKP_MAXC / 16];
 
+/* Q8_0 rows r..r+nr (nr <= 16; the others zero) into the panel: per block,
+ * u = w + 128 (w ^ 0x80) of 16 rows, 4 columns a vector; sc = d, mn = 128 d
+ * for its two 16-column halves. */
+INLV void qkp_pack_q8_0(const e0_mat *m, int64_t r, int nr) {
+    const int64_t nb = m->cols / 32, rb = nb * (int64_t)sizeof(ggml_block_q8_0);
+    const uint8_t *w = (const uint8_t *)m->w + r * rb;
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        __m512i v[16];
+        for (int i = 0; i < 16; i++) {
+            if (i >= nr) {
+                v[i] = _mm512_setzero_si512();
+                continue;
+            }
+            const uint8_t *blk = w + i * rb + b * (int64_t)sizeof(ggml_block_q8_0);
+            const __m256i lo = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(blk + offsetof(ggml_block_q8_0, qs)));
+            const __m256i hi =
+                two ? _mm256_loadu_si256((const __m256i *)(const void *)(blk + sizeof(ggml_block_q8_0) +
+                                                                         offsetof(ggml_block_q8_0, qs)))
+                    : _mm256_setzero_si256();
+            v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+        k_tr16(v); /* v[c]: columns 4c .. 4c + 3 of blocks b (c < 8), b + 1 of the 16 rows */
+        for (int c = 0; c < (two ? 16 : 8); c++)
+            qkp_pk[8 * b + c] = _mm512_xor_si512(v[c], x80);
+        for (int k = 0; k <= two; k++) {
+            float d[16];
+            for (int i = 0; i < 16; i++)
+                d[i] = i < nr ? qk_half(w + i * rb + (b + k) * (int64_t)sizeof(ggml_block_q8_0),
+                                        offsetof(ggml_block_q8_0, d))
+                              : 0.0f;
+            const __m512 dv = _mm512_loadu_ps(d);
+            qkp_sc[b + k] = dv;
+            qkp_mn[2 * (b + k)] = qkp_mn[2 * (b + k) + 1] = _mm512_mul_ps(_mm512_set1_ps(128.0f), dv);
+        }
+    }
+}
+
 /* Rows r..r+nr of m (nr <= 16; the others zero) into the panel. */
 INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
-    const int bsize =
-        type == GGML_Q4_K ? (int)sizeof(ggml_block_q4_K) : (int)sizeof(ggml_block_q6_K);
+    if (type == GGML_Q8_0) {
+        qkp_pack_q8_0(m, r, nr);
+        return;
+    }
+    const int bsize = qk_bsize(type);
     const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
     const uint8_t *w = (const uint8_t *)m->w + r * rb;
     const __m512i lo4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
         __m512i v[16];
-        /* per row, 16 floats: Q4_K d sc_0..7 then dmin m_0..7; Q6_K d sc_0..15 */
+        /* per row, 16 floats: Q4_K / Q5_K d sc_0..7 then dmin m_0..7; Q6_K d sc_0..15 */
         for (int i = 0; i < 16; i++) {
             if (i >= nr) {
                 v[i] = _mm512_setzero_si512();
@@ -330,7 +568,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             qk_blk k;
             qk_begin(type, w + i * rb + b * bsize, &k);
             v[i] = _mm512_castps_si512(
-                type == GGML_Q4_K
+                QK_IS45(type)
                     ? _mm512_mul_ps(
                           _mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin),
                           _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k.S8))))
@@ -338,7 +576,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                                              _mm512_cvtepi16_epi32(_mm512_castsi512_si256(k.S)))));
         }
         k_tr16(v);
-        if (type == GGML_Q4_K)
+        if (QK_IS45(type))
             for (int s = 0; s < 8; s++) {
                 qkp_sc[b * 8 + s] = _mm512_castsi512_ps(v[s]);
                 qkp_mn[b * 16 + 2 * s] = qkp_mn[b * 16 + 2 * s + 1] = _mm512_castsi512_ps(v[8 + s]);
@@ -350,19 +588,44 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                     _mm512_mul_ps(_mm512_set1_ps(32.0f), _mm512_castsi512_ps(v[s]));
             }
         __m512i *pk = qkp_pk + b * 64;
-        if (type == GGML_Q4_K) {
+        if (QK_IS45(type)) {
             /* qs[64h ..]: word c < 8 holds columns 4c.. of sub-blocks 4h (low
-             * nibbles) and 4h + 1 (high); word 8 + c those of 4h + 2, 4h + 3 */
+             * nibbles) and 4h + 1 (high); word 8 + c those of 4h + 2, 4h + 3.
+             * Q5_K: qh word c holds the fifth bits of columns 4c.. of every
+             * sub-block s (bit s of each byte), moved to bit 4 (32-bit
+             * shifts: bit 4 of a byte comes from bit s of the same byte). */
+            const size_t qs_off = type == GGML_Q4_K ? offsetof(ggml_block_q4_K, qs)
+                                                    : offsetof(ggml_block_q5_K, qs);
+            __m512i qh[16];
+            if (type == GGML_Q5_K) {
+                /* 64 bytes from qh: qh[0..31] then qs[0..31] (unused) */
+                for (int i = 0; i < 16; i++)
+                    qh[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
+                                                        offsetof(ggml_block_q5_K, qh))
+                                   : _mm512_setzero_si512();
+                k_tr16(qh);
+            }
+            const __m512i m10 = _mm512_set1_epi8(0x10);
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < 16; i++)
-                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
-                                                       offsetof(ggml_block_q4_K, qs) + 64 * h)
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize + qs_off + 64 * h)
                                   : _mm512_setzero_si512();
                 k_tr16(v);
                 for (int c = 0; c < 16; c++) {
                     const int s = 4 * h + (c >= 8 ? 2 : 0);
-                    pk[8 * s + c % 8] = _mm512_and_si512(v[c], lo4);
-                    pk[8 * (s + 1) + c % 8] = _mm512_and_si512(_mm512_srli_epi32(v[c], 4), lo4);
+                    __m512i lo = _mm512_and_si512(v[c], lo4);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v[c], 4), lo4);
+                    if (type == GGML_Q5_K) {
+                        const __m512i q = qh[c % 8];
+                        const __m512i b0 =
+                            s <= 4 ? _mm512_slli_epi32(q, 4 - s) : _mm512_srli_epi32(q, s - 4);
+                        const __m512i b1 = s + 1 <= 4 ? _mm512_slli_epi32(q, 4 - s - 1)
+                                                      : _mm512_srli_epi32(q, s + 1 - 4);
+                        lo = _mm512_ternarylogic_epi32(lo, b0, m10, 0xF8);
+                        hi = _mm512_ternarylogic_epi32(hi, b1, m10, 0xF8);
+                    }
+                    pk[8 * s + c % 8] = lo;
+                    pk[8 * (s + 1) + c % 8] = hi;
                 }
             }
         } else {
@@ -418,7 +681,7 @@ INLV void qkp_plane(__m512i acc[8], const __m512i *pk, const int nv, const int8_
 
 INLV void qkp_tile(const int type, int64_t cols, const k_act *a, int64_t t0, const int TT,
                    const int P, float *y, int64_t ldy, __mmask16 rmask) {
-    const int CS = type == GGML_Q4_K ? 32 : 16, NV = CS / 4; /* columns per sub-block */
+    const int CS = type == GGML_Q6_K ? 16 : 32, NV = CS / 4; /* columns per sub-block */
     const int8_t *xt[8];
     const float *xd[8], *xs[8];
     __m512 tot[8];
@@ -480,8 +743,7 @@ INLV void qkp_tile(const int type, int64_t cols, const k_act *a, int64_t t0, con
 
 /* The next panel's bytes into L2 while this one computes. */
 INLV void qkp_prefetch(const int type, const e0_mat *m, int64_t r, int64_t nr) {
-    const size_t bsize = type == GGML_Q4_K ? sizeof(ggml_block_q4_K) : sizeof(ggml_block_q6_K);
-    const size_t rb = (size_t)(m->cols / GGML_QK_K) * bsize;
+    const size_t rb = (size_t)ggml_row_bytes((uint32_t)type, (uint64_t)m->cols);
     const char *w = (const char *)m->w + (size_t)r * rb;
     for (size_t o = 0; o < (size_t)nr * rb; o += 64)
         _mm_prefetch(w + o, _MM_HINT_T1);
@@ -534,6 +796,12 @@ QKP_KERNEL(q4_K, GGML_Q4_K, 3)
 QKP_KERNEL(q6_K, GGML_Q6_K, 1)
 QKP_KERNEL(q6_K, GGML_Q6_K, 2)
 QKP_KERNEL(q6_K, GGML_Q6_K, 3)
+QKP_KERNEL(q5_K, GGML_Q5_K, 1)
+QKP_KERNEL(q5_K, GGML_Q5_K, 2)
+QKP_KERNEL(q5_K, GGML_Q5_K, 3)
+QKP_KERNEL(q8_0, GGML_Q8_0, 1)
+QKP_KERNEL(q8_0, GGML_Q8_0, 2)
+QKP_KERNEL(q8_0, GGML_Q8_0, 3)
 
 /* k_prep_qk (mat.c) vectorized; bit-identical to it. */
 TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk,
@@ -572,22 +840,47 @@ TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, in
 
 k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
                                  int *need) {
-    if (m->type != E0_W_GGML || m->cols % GGML_QK_K || planes < 1 || planes > 3) return NULL;
-    if (m->gtype != GGML_Q4_K && m->gtype != GGML_Q6_K) return NULL;
+    if (m->type != E0_W_GGML || planes < 1 || planes > 3) return NULL;
+    if (m->gtype == GGML_Q8_0 ? m->cols % 32 != 0
+                              : (m->gtype != GGML_Q4_K && m->gtype != GGML_Q5_K &&
+                                 m->gtype != GGML_Q6_K) ||
+                                    m->cols % GGML_QK_K != 0)
+        return NULL;
+    /* Q8_0 rows with 24-bit activations: the f32 kernels (as fast, exact) */
+    if (m->gtype == GGML_Q8_0 && planes == 3 && !(T >= panel_t && m->cols <= QKP_MAXC)) return NULL;
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
+    const int pi = planes - 1;
     if (T >= panel_t && m->cols <= QKP_MAXC) {
+        static const k_rows_fn q4[3] = {qkp_q4_K_1_rows, qkp_q4_K_2_rows, qkp_q4_K_3_rows};
+        static const k_rows_fn q5[3] = {qkp_q5_K_1_rows, qkp_q5_K_2_rows, qkp_q5_K_3_rows};
+        static const k_rows_fn q6[3] = {qkp_q6_K_1_rows, qkp_q6_K_2_rows, qkp_q6_K_3_rows};
+        static const k_rows_fn q8[3] = {qkp_q8_0_1_rows, qkp_q8_0_2_rows, qkp_q8_0_3_rows};
         *need |= K_NEED_XK32;
-        if (m->gtype == GGML_Q4_K)
-            return planes == 3 ? qkp_q4_K_3_rows : planes == 2 ? qkp_q4_K_2_rows : qkp_q4_K_1_rows;
-        return planes == 3 ? qkp_q6_K_3_rows : planes == 2 ? qkp_q6_K_2_rows : qkp_q6_K_1_rows;
+        switch (m->gtype) {
+        case GGML_Q4_K:
+            return q4[pi];
+        case GGML_Q5_K:
+            return q5[pi];
+        case GGML_Q6_K:
+            return q6[pi];
+        default:
+            return q8[pi];
+        }
     }
+    static const k_rows_fn q4[3] = {qk_q4_K_1_rows, qk_q4_K_2_rows, qk_q4_K_3_rows};
+    static const k_rows_fn q5[3] = {qk_q5_K_1_rows, qk_q5_K_2_rows, qk_q5_K_3_rows};
+    static const k_rows_fn q6[3] = {qk_q6_K_1_rows, qk_q6_K_2_rows, qk_q6_K_3_rows};
+    static const k_rows_fn q8[3] = {q8r_1_rows, q8r_2_rows, NULL}; /* 3: returned above */
     switch (m->gtype) {
     case GGML_Q4_K:
-        return planes == 3 ? qk_q4_K_3_rows : planes == 2 ? qk_q4_K_2_rows : qk_q4_K_1_rows;
+        return q4[pi];
+    case GGML_Q5_K:
+        return q5[pi];
     case GGML_Q6_K:
-        return planes == 3 ? qk_q6_K_3_rows : planes == 2 ? qk_q6_K_2_rows : qk_q6_K_1_rows;
-    default:
-        return NULL;
+        return q6[pi];
+    default: /* Q8_0: activations per 32 columns in the row kernels too */
+        *need |= K_NEED_XK32;
+        return q8[pi];
     }
 }
 

@@ -553,7 +553,7 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 /* Below this many activations a call prepares them in the caller's thread. */
 #define PAR_MIN_PREP (1 << 15)
 
-/* Activations of the ggml k-quant kernels (k_avx512_prep_qk) of tokens [t0, t1). */
+/* Activations of the ggml integer kernels (k_avx512_prep_qk) of tokens [t0, t1). */
 typedef struct {
     const float *x;
     int64_t ldx, cols;
@@ -580,10 +580,11 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int *need,
                       int *lanes) {
     const int64_t panel_t = decode ? INT64_MAX : K_PANEL_MIN_T;
-    /* ggml k-quants: integer activations in Q8 (8-bit), Q16 (16-bit) and
+    /* ggml k-quants and Q8_0: integer activations in Q8 (8-bit), Q16 (16-bit) and
      * MIXED (24-bit: 16-bit panels flipped a route of ../shared/gguf's
      * tiny-qwen35moe Q4_K_M, docs/experiments.md section 23); row kernels
-     * below K_PANEL_MIN_T tokens, panels above. Q24, which EXACT resolves
+     * below K_PANEL_MIN_T tokens, panels above (MIXED's Q8_0 rows: the f32
+     * kernels, as fast as 24-bit ones there). Q24, which EXACT resolves
      * to, keeps their f32 kernels. */
     if (m->type == E0_W_GGML &&
         (k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_MIXED)) {
@@ -652,7 +653,7 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
                 pool_for(T, 1, prep_rows, &pj);
         }
     } else if (fn && (need & (K_NEED_XK | K_NEED_XK2 | K_NEED_XK3))) {
-        /* ggml k-quants: int8 planes per block of 256 or 32 columns;
+        /* ggml integer kernels: int8 planes per block of 256 or 32 columns;
          * scratch: xkd | xks, then xk */
         const int planes = need & K_NEED_XK3 ? 3 : need & K_NEED_XK2 ? 2 : 1;
         const int blk = need & K_NEED_XK32 ? 32 : GGML_QK_K;
