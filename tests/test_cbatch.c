@@ -244,7 +244,9 @@ static int fam_setup(family *f) {
     assert_int_equal(tu_run(cmd), 0);
     char name[64];
     snprintf(name, sizeof name, "%.4s-par", m + strlen(dir) + 1);
-    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024 --cache-ram 0");
+    /* one layer per step while others decode: every prefill that overlaps a
+     * decode pauses between layers, and the answers must not change */
+    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024 --cache-ram 0 --prefill-layers 1");
     snprintf(name, sizeof name, "%.4s-one", m + strlen(dir) + 1);
     su_start(&f->one, dir, m, name, "--parallel 1 --ctx 1024 --cache-ram 0");
     return 0;

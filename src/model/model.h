@@ -156,6 +156,9 @@ struct e0_session {
      * highest weight first; only for models with route stickiness (moe.c) */
     uint16_t *route_hist;
     e0_scratch s;
+    /* a prefill pass paused between layers (session_eval_part): the next
+     * layer to run, or -1 when none is in progress; its number of ids */
+    int32_t part_layer, part_T;
 };
 
 /* ---- Forward passes over one or several sequences ----------------------
@@ -230,6 +233,18 @@ void mlp_forward_batch(const e0_batch *b, int layer, const float *in, float *out
  * whole history or nothing (their states cannot be rewound). Returns the
  * number of positions kept. */
 int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n);
+
+/* One pass of n <= n_batch ids (a prefill chunk) cut between layers, so
+ * that a scheduler can run other sessions' decode passes in between: the
+ * first call starts the pass and every call runs at most max_layers more
+ * layers (0: all that are left), the same ids passed each time. When the
+ * last layer is done, *done is set, the positions move on, and the logits
+ * of the last id go to `logits` (may be NULL). The arithmetic is that of
+ * e0_session_eval of the same n ids however the layers are cut. Until
+ * done, the session takes no other evaluation (E0_EINVAL), and a failure
+ * resets it. */
+int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
+                      bool *done, char *err);
 
 /* The same over one session's batch of T tokens at positions
  * pos..pos+T-1 (batch_one). */

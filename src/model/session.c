@@ -350,6 +350,7 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     e0_session *s = calloc(1, sizeof *s);
     if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
     s->eng = e;
+    s->part_layer = -1;
     s->m = m;
     s->n_ctx = o->n_ctx ? o->n_ctx : d.n_ctx;
     s->n_batch = o->n_batch ? o->n_batch : d.n_batch;
@@ -445,6 +446,7 @@ void e0_session_reset(e0_session *s) {
                    (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float));
         }
     s->pos = 0; /* the KV cache past pos is never read */
+    s->part_layer = -1;
 }
 
 int32_t e0_session_pos(const e0_session *s) {
@@ -487,7 +489,12 @@ e0_batch batch_one(e0_session *s, int T, e0_run *run) {
 /* The batch's tokens (ids: [T], one per token in run order) through every
  * layer; leaves the final residual stream in S->x and advances each
  * session's position. Fails only when expert bytes cannot be read. */
-static int forward(const e0_batch *b, const int32_t *ids, char *err) {
+/* A forward pass in three parts, so that one can pause between layers
+ * (session_eval_part): the embeddings, layers [l0, l1), then the positions
+ * moved on. The pass's state between the parts is the scratch's x and the
+ * layers' KV rows and states already written; the arithmetic is the same
+ * however the layers are cut. */
+static void forward_begin(const e0_batch *b, const int32_t *ids) {
     const e0_model *m = b->run[0].s->m;
     const e0_config *c = &m->cfg;
     e0_scratch *S = b->S;
@@ -498,9 +505,16 @@ static int forward(const e0_batch *b, const int32_t *ids, char *err) {
         e0_session *s = b->run[r].s;
         memcpy(s->hist + s->pos, ids + b->run[r].t0, (size_t)b->run[r].n * sizeof *ids);
     }
+}
+
+static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
+    const e0_model *m = b->run[0].s->m;
+    const e0_config *c = &m->cfg;
+    e0_scratch *S = b->S;
+    const int H = c->hidden, T = b->T;
     const bool ahead = T >= MODEL_ADVISE_MIN_T; /* read resident weights a layer ahead */
-    if (ahead) model_advise_layer(m, 0);
-    for (int li = 0; li < c->n_layers; li++) {
+    if (ahead && l0 == 0) model_advise_layer(m, 0);
+    for (int li = l0; li < l1; li++) {
         const e0_layer *ly = &m->layers[li];
         if (ahead) model_advise_layer(m, li + 1);
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
@@ -520,8 +534,81 @@ static int forward(const e0_batch *b, const int32_t *ids, char *err) {
         for (size_t i = 0; i < (size_t)T * H; i++)
             S->x[i] += S->y[i];
     }
+    return 0;
+}
+
+static void forward_end(const e0_batch *b) {
     for (int r = 0; r < b->nrun; r++)
         b->run[r].s->pos += b->run[r].n;
+}
+
+static int forward(const e0_batch *b, const int32_t *ids, char *err) {
+    forward_begin(b, ids);
+    int rc = forward_layers(b, 0, b->run[0].s->m->cfg.n_layers, err);
+    if (!rc) forward_end(b);
+    return rc;
+}
+
+/* The checks of an evaluation of n ids at the session's next positions. */
+static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *err) {
+    const int vocab = s->m->cfg.vocab;
+    if (n == 0) return e0_fail(err, E0_EINVAL, "no ids to evaluate");
+    if (s->part_layer >= 0)
+        return e0_fail(err, E0_EINVAL, "a prefill pass paused between layers is in progress");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return e0_fail(err, E0_ERANGE,
+                           "token id %d at index %zu is outside the vocabulary [0, %d)", ids[i], i,
+                           vocab);
+    if (n > (size_t)(s->n_ctx - s->pos))
+        return e0_fail(err, E0_ERANGE,
+                       "%zu more positions do not fit: %d of the context's %d are used", n, s->pos,
+                       s->n_ctx);
+    return 0;
+}
+
+int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
+                      bool *done, char *err) {
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    *done = false;
+    const double t0 = now_s();
+    if (s->part_layer < 0) { /* a new pass */
+        int rc = check_ids(s, ids, n, err);
+        if (rc) return rc;
+        if (n > (size_t)s->n_batch)
+            return e0_fail(err, E0_EINVAL, "%zu ids are more than one pass of %d", n, s->n_batch);
+        e0_run run;
+        const e0_batch b = batch_one(s, (int)n, &run);
+        forward_begin(&b, ids);
+        s->part_layer = 0;
+        s->part_T = (int32_t)n;
+    }
+    e0_run run;
+    const e0_batch b = batch_one(s, s->part_T, &run);
+    const int l1 = max_layers > 0 && s->part_layer + max_layers < c->n_layers ? s->part_layer + max_layers
+                                                                                : c->n_layers;
+    int rc = forward_layers(&b, s->part_layer, l1, err);
+    if (!rc) rc = st_set_fault(m->st, err);
+    if (rc) {
+        s->part_layer = -1;
+        e0_session_reset(s);
+        return e0_wrap(err, rc, "evaluation failed; the session was reset");
+    }
+    s->part_layer = l1;
+    if (l1 == c->n_layers) {
+        forward_end(&b);
+        const int H = c->hidden, T = s->part_T;
+        if (logits) {
+            rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
+            mat_matmul(&m->lm_head, s->s.h, H, 1, logits, c->vocab);
+        }
+        s->part_layer = -1;
+        *done = true;
+    }
+    e0_engine *e = s->eng;
+    if (*done) e->prefill_tokens += (uint64_t)s->part_T;
+    e->prefill_s += now_s() - t0;
     return 0;
 }
 
@@ -529,17 +616,9 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
                     char *err) {
     const e0_model *m = s->m;
     const e0_config *c = &m->cfg;
-    if (n == 0) return e0_fail(err, E0_EINVAL, "no ids to evaluate");
     if (mode != E0_LOGITS_NONE && !logits) return e0_fail(err, E0_EINVAL, "logits buffer is NULL");
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab)
-            return e0_fail(err, E0_ERANGE,
-                           "token id %d at index %zu is outside the vocabulary [0, %d)", ids[i], i,
-                           c->vocab);
-    if (n > (size_t)(s->n_ctx - s->pos))
-        return e0_fail(err, E0_ERANGE,
-                       "%zu more positions do not fit: %d of the context's %d are used", n, s->pos,
-                       s->n_ctx);
+    int crc = check_ids(s, ids, n, err);
+    if (crc) return crc;
     const int H = c->hidden, V = c->vocab;
     const double t0 = now_s();
     for (size_t done = 0; done < n;) {
@@ -594,6 +673,8 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
             return e0_fail(err, E0_ERANGE,
                            "token id %d of session %zu is outside the vocabulary [0, %d)", ids[i],
                            i, vocab);
+        if (ss[i]->part_layer >= 0)
+            return e0_fail(err, E0_EINVAL, "session %zu has a prefill pass paused between layers", i);
         if (ss[i]->pos >= ss[i]->n_ctx)
             return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,
                            ss[i]->n_ctx);

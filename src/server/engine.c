@@ -176,6 +176,10 @@ struct srv_engine {
     int32_t *pass_ids;        /* [n_slots] */
     int *pass_slot;           /* [n_slots] */
     uint64_t clock;           /* admissions so far */
+    /* Pacing a prefill against running streams: moving averages of a decode
+     * pass's time and of a prefill chunk's time per layer (seconds). */
+    double decode_pass_s, chunk_layer_s;
+    int n_layers, prefill_layers;
     double stats_t;           /* last metrics snapshot */
     uint64_t id_state;        /* tool-call ids */
     srv_generate_fn generate; /* a test's stand-in, or NULL: the step-able generator */
@@ -769,9 +773,11 @@ static void slot_advance(srv_engine *E, srv_slot *sl) {
  * A client that left ends it before the chunk. */
 static void prefill_step(srv_engine *E) {
     srv_slot *sl = NULL;
+    bool decoding = false;
     for (int i = 0; i < E->n_slots; i++) {
         srv_slot *c = &E->slots[i];
         if (c->j && c->g && !c->decoding && (!sl || c->admitted < sl->admitted)) sl = c;
+        if (c->j && c->g && c->decoding) decoding = true;
     }
     if (!sl) return;
     srv_job *j = sl->j;
@@ -788,8 +794,29 @@ static void prefill_step(srv_engine *E) {
         slot_end(E, sl, 0, NULL, &res);
         return;
     }
+    /* With streams decoding, the chunk's forward pass advances by as many
+     * layers as fit in about one decode pass, then the decode pass runs: a
+     * running stream waits at most about two passes per token while a
+     * prompt prefills. Only the pauses depend on the timing, never the
+     * arithmetic (gen_prefill_layers). */
+    int layers = 0;
+    if (decoding && E->prefill_layers > 0) {
+        layers = E->prefill_layers;
+    } else if (decoding && E->decode_pass_s > 0 && E->chunk_layer_s > 0) {
+        layers = (int)(E->decode_pass_s / E->chunk_layer_s);
+        if (layers < 1) layers = 1;
+    }
     char err[E0_ERR_MAX] = "";
-    int rc = gen_prefill(sl->g, (size_t)E->prefill_chunk, err);
+    const double t0 = now_s();
+    const size_t left0 = gen_prefill_left(sl->g);
+    int rc = gen_prefill_layers(sl->g, (size_t)E->prefill_chunk, layers, err);
+    if (!rc && layers > 0) {
+        const double per = (now_s() - t0) / layers;
+        E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
+    } else if (!rc && gen_prefill_left(sl->g) < left0) { /* a whole pass: calibrate */
+        const double per = (now_s() - t0) / E->n_layers;
+        E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
+    }
     if (rc) {
         slot_end(E, sl, rc, err, gen_result(sl->g));
     } else if (!gen_prefill_left(sl->g)) {
@@ -814,7 +841,10 @@ static void decode_step(srv_engine *E) {
     if (!n) return;
     srv_metrics_batch(E->m, n);
     char err[E0_ERR_MAX] = "";
+    const double t0 = now_s();
     int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
+    const double dt = now_s() - t0;
+    E->decode_pass_s = E->decode_pass_s ? 0.7 * E->decode_pass_s + 0.3 * dt : dt;
     for (int k = 0; k < n; k++) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
@@ -945,6 +975,8 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_model_info mi;
     e0_engine_info(E->eng, &mi);
     E->vocab = mi.vocab_size;
+    E->n_layers = mi.n_layers;
+    E->prefill_layers = o->prefill_layers;
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -176,6 +176,8 @@ typedef struct {
     int prefill_chunk;       /* prompt ids per step; 0: SRV_PREFILL_CHUNK */
     srv_generate_fn generate; /* NULL: the step-able generator (text/gen.h); else this, one slot */
     uint64_t cache_ram;       /* bytes of session snapshots the prefix cache keeps (prefix.h); 0: none */
+    int prefill_layers;       /* layers of a prefill chunk per step while others decode; 0: as many as
+                                 take about one decode pass (measured) */
 } srv_engine_opts;
 
 /* Creates the slots' sessions and starts the scheduler thread. */

@@ -405,6 +405,7 @@ struct e0_gen {
     void *user;
     const int32_t *prompt; /* borrowed until the prefill is done */
     size_t n, done;        /* prompt ids; of them evaluated or reused */
+    size_t part_n;         /* ids of a prefill pass paused between layers (0: none) */
     sampler *sm;
     chat_stop *stop;
     gram_matcher *gm;
@@ -420,6 +421,7 @@ struct e0_gen {
 
 void gen_free(e0_gen *g) {
     if (!g) return;
+    if (g->part_n) e0_session_reset(g->s); /* a pass stopped between layers: its states are half-updated */
     gram_matcher_free(g->gm);
     free(g->allowed);
     chat_stop_free(g->stop);
@@ -521,18 +523,33 @@ const e0_gen_result *gen_result(e0_gen *g) {
 }
 
 int gen_prefill(e0_gen *g, size_t max, char *err) {
-    size_t left = g->n - g->done, m = max && max < left ? max : left;
+    return gen_prefill_layers(g, max, 0, err);
+}
+
+int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, char *err) {
+    size_t left = g->n - g->done, m = g->part_n ? g->part_n : max && max < left ? max : left;
     if (!m) return 0;
     const bool last = m == left;
-    int rc = e0_session_eval(g->s, g->prompt + g->done, m, last ? E0_LOGITS_LAST : E0_LOGITS_NONE,
+    int rc;
+    bool done = true;
+    if (max_layers > 0 || g->part_n) { /* a pass that may pause between layers */
+        if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
+        const bool fin = m == left;
+        rc = session_eval_part(g->s, g->prompt + g->done, m, max_layers, fin ? g->logits : NULL, &done, err);
+        g->part_n = rc || done ? 0 : m;
+        if (rc || !done) return rc;
+        g->done += m;
+        if (!fin) return 0;
+    } else {
+        rc = e0_session_eval(g->s, g->prompt + g->done, m, last ? E0_LOGITS_LAST : E0_LOGITS_NONE,
                              last ? g->logits : NULL, err);
-    if (rc) return rc;
-    g->done += m;
-    if (last) {
-        g->t1 = now_s();
-        g->r.prefill_s = g->t1 - g->t0;
-        g->prompt = NULL;
+        if (rc) return rc;
+        g->done += m;
+        if (!last) return 0;
     }
+    g->t1 = now_s();
+    g->r.prefill_s = g->t1 - g->t0;
+    g->prompt = NULL;
     return 0;
 }
 
