@@ -19,7 +19,7 @@ static const char *HELP =
     "usage: edge0 serve MODEL [--host H] [--port P] [--api-key KEY] [--max-queue N] [--ctx N]\n"
     "                         [--body-limit SIZE] [--name NAME] [--no-think] [--cors ORIGIN]\n"
     "                         [--shutdown-grace S] [--parallel N] [--prefill-chunk N]\n"
-    "                         [--cache-ram SIZE|auto|0] [--prefill-layers N]\n"
+    "                         [--cache-ram SIZE|auto|0] [--prefill-layers N|all]\n"
     "\n"
     "Serves MODEL over HTTP with the OpenAI API: POST /v1/chat/completions (tool\n"
     "calls included), POST /v1/completions, GET /v1/models[/ID], POST /tokenize and\n"
@@ -49,7 +49,10 @@ static const char *HELP =
     "                    advances N layers per step and pauses for their decode\n"
     "                    pass (the answers do not depend on N); default 0: as many\n"
     "                    layers as take about one decode pass, so running streams\n"
-    "                    slow to about half speed while a prompt prefills\n"
+    "                    slow to about half speed while a prompt prefills (and the\n"
+    "                    prompt's first token comes later); all: never pause (the\n"
+    "                    best time to first token and throughput under load, the\n"
+    "                    streams wait a whole chunk per token)\n"
     "  --cache-ram SIZE  the prefix cache: snapshots of a slot's state (KV cache and\n"
     "                    DeltaNet states) at the end of each prompt and each answer,\n"
     "                    kept within SIZE, least recently used dropped first; a\n"
@@ -132,8 +135,12 @@ int cmd_serve(int argc, char **argv) {
             if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
             so.prefill_chunk = (int)n;
         } else if (!strcmp(a, "--prefill-layers")) {
-            if ((n = cli_parse_long(a, v, 0, 1 << 20)) < 0) return 2;
-            so.prefill_layers = (int)n;
+            if (!strcmp(v, "all")) {
+                so.prefill_layers = -1;
+            } else {
+                if ((n = cli_parse_long(a, v, 0, 1 << 20)) < 0) return 2;
+                so.prefill_layers = (int)n;
+            }
         } else if (!strcmp(a, "--cache-ram")) {
             cache_auto = !strcmp(v, "auto");
             cache_ram = 0;

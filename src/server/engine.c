@@ -800,7 +800,8 @@ static void prefill_step(srv_engine *E) {
      * prompt prefills. Only the pauses depend on the timing, never the
      * arithmetic (gen_prefill_layers). */
     int layers = 0;
-    if (decoding && E->prefill_layers > 0) {
+    if (E->prefill_layers < 0) { /* never pause */
+    } else if (decoding && E->prefill_layers > 0) {
         layers = E->prefill_layers;
     } else if (decoding && E->decode_pass_s > 0 && E->chunk_layer_s > 0) {
         layers = (int)(E->decode_pass_s / E->chunk_layer_s);

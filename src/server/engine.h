@@ -177,7 +177,7 @@ typedef struct {
     srv_generate_fn generate; /* NULL: the step-able generator (text/gen.h); else this, one slot */
     uint64_t cache_ram;       /* bytes of session snapshots the prefix cache keeps (prefix.h); 0: none */
     int prefill_layers;       /* layers of a prefill chunk per step while others decode; 0: as many as
-                                 take about one decode pass (measured) */
+                                 take about one decode pass (measured); -1: never pause */
 } srv_engine_opts;
 
 /* Creates the slots' sessions and starts the scheduler thread. */
