@@ -138,8 +138,13 @@ int cmd_serve(int argc, char **argv) {
             if (!strcmp(v, "all")) {
                 so.prefill_layers = -1;
             } else {
-                if ((n = cli_parse_long(a, v, 0, 1 << 20)) < 0) return 2;
-                so.prefill_layers = (int)n;
+                char *end;
+                const long k = strtol(v, &end, 10);
+                if (end == v || *end || k < 0 || k > 1 << 20) {
+                    cli_error("--prefill-layers: '%s' is not a number of layers (0: paced by time) or all", v);
+                    return 2;
+                }
+                so.prefill_layers = (int)k;
             }
         } else if (!strcmp(a, "--cache-ram")) {
             cache_auto = !strcmp(v, "auto");

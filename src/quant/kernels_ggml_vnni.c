@@ -197,13 +197,10 @@ INLV __m512i qk_sidx(const int type, const int j) {
     return _mm512_loadu_si512(ix);
 }
 
-INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
-                  const int type, const int P, float *y, int64_t ldy) {
-    const int bsize = qk_bsize(type);
-    const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
-    const uint8_t *w[4];
-    const int8_t *xq[4];
-    const float *xd[4], *xs[4];
+/* A tile's row pointers (rows r.. of rb bytes each) and its tokens'
+ * activation planes, scales and sums (quant/kernels.h, k_act). */
+INLV void tile_rows(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                    int64_t rb, const uint8_t **w, const int8_t **xq, const float **xd, const float **xs) {
     UNROLL
     for (int i = 0; i < R; i++)
         w[i] = (const uint8_t *)m->w + (r + i) * rb;
@@ -213,6 +210,16 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
         xd[t] = a->xkd + (t0 + t) * a->ldxkd;
         xs[t] = a->xks + (t0 + t) * a->ldxks;
     }
+}
+
+INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
+                  const int type, const int P, float *y, int64_t ldy) {
+    const int bsize = qk_bsize(type);
+    const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
+    const uint8_t *w[4];
+    const int8_t *xq[4];
+    const float *xd[4], *xs[4];
+    tile_rows(m, a, r, R, t0, TT, rb, w, xq, xd, xs);
     __m512i sidx[4];
     UNROLL
     for (int j = 0; j < 4; j++)
@@ -352,15 +359,7 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
-    UNROLL
-    for (int i = 0; i < R; i++)
-        w[i] = (const uint8_t *)m->w + (r + i) * rb;
-    UNROLL
-    for (int t = 0; t < TT; t++) {
-        xq[t] = a->xk + (t0 + t) * a->ldxk;
-        xd[t] = a->xkd + (t0 + t) * a->ldxkd;
-        xs[t] = a->xks + (t0 + t) * a->ldxks;
-    }
+    tile_rows(m, a, r, R, t0, TT, rb, w, xq, xd, xs);
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     const __m512i cidx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     __m512 tot[2][4];
