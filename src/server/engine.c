@@ -179,7 +179,7 @@ struct srv_engine {
     /* Pacing a prefill against running streams: moving averages of a decode
      * pass's time and of a prefill chunk's time per layer (seconds). */
     double decode_pass_s, chunk_layer_s;
-    int n_layers, prefill_layers;
+    int prefill_layers;
     double stats_t;           /* last metrics snapshot */
     uint64_t id_state;        /* tool-call ids */
     srv_generate_fn generate; /* a test's stand-in, or NULL: the step-able generator */
@@ -664,7 +664,7 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     pthread_mutex_unlock(&j->mu);
     tc_parser_free(g->tc);
     /* the answer's end: the conversation's next turn resumes here */
-    if (!rc && sl->g && res.finish != E0_FINISH_CANCELLED && !g->oom) cache_put(E, sl);
+    if (!rc && res.finish != E0_FINISH_CANCELLED && !g->oom) cache_put(E, sl);
     record_history(E, sl, j, sl->n, g, rc);
     if (sl->owned) free(sl->ids);
     gen_free(sl->g);
@@ -809,13 +809,10 @@ static void prefill_step(srv_engine *E) {
     }
     char err[E0_ERR_MAX] = "";
     const double t0 = now_s();
-    const size_t left0 = gen_prefill_left(sl->g);
-    int rc = gen_prefill_layers(sl->g, (size_t)E->prefill_chunk, layers, err);
-    if (!rc && layers > 0) {
-        const double per = (now_s() - t0) / layers;
-        E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
-    } else if (!rc && gen_prefill_left(sl->g) < left0) { /* a whole pass: calibrate */
-        const double per = (now_s() - t0) / E->n_layers;
+    int ran = 0;
+    int rc = gen_prefill_layers(sl->g, (size_t)E->prefill_chunk, layers, &ran, err);
+    if (!rc && ran) {
+        const double per = (now_s() - t0) / ran;
         E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
     }
     if (rc) {
@@ -976,7 +973,6 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_model_info mi;
     e0_engine_info(E->eng, &mi);
     E->vocab = mi.vocab_size;
-    E->n_layers = mi.n_layers;
     E->prefill_layers = o->prefill_layers;
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
     struct timespec ts;

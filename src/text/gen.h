@@ -62,9 +62,10 @@ int gen_step(e0_gen *g, int32_t *next, char *err);
 /* gen_prefill with the chunk's forward pass cut between layers: at most
  * max_layers layers per call (0: the whole pass), so that a scheduler can
  * run decode passes of other requests in between; the pass in progress is
- * finished before another chunk starts. The logits are those of
+ * finished before another chunk starts. *ran gets the layers this call
+ * evaluated (whole passes count every layer). The logits are those of
  * gen_prefill with the same chunks (only the pauses differ). */
-int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, char *err);
+int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err);
 
 /* [vocab] floats: where the logits of the next evaluated id go. */
 float *gen_logits(e0_gen *g);

@@ -523,11 +523,14 @@ const e0_gen_result *gen_result(e0_gen *g) {
 }
 
 int gen_prefill(e0_gen *g, size_t max, char *err) {
-    return gen_prefill_layers(g, max, 0, err);
+    int ran;
+    return gen_prefill_layers(g, max, 0, &ran, err);
 }
 
-int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, char *err) {
+int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err) {
+    const int L = g->c->n_layers;
     size_t left = g->n - g->done, m = g->part_n ? g->part_n : max && max < left ? max : left;
+    *ran = 0;
     if (!m) return 0;
     const bool last = m == left;
     int rc;
@@ -535,15 +538,19 @@ int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, char *err) {
     if (max_layers > 0 || g->part_n) { /* a pass that may pause between layers */
         if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
         const bool fin = m == left;
+        const int from = g->part_n ? g->s->part_layer : 0;
         rc = session_eval_part(g->s, g->prompt + g->done, m, max_layers, fin ? g->logits : NULL, &done, err);
         g->part_n = rc || done ? 0 : m;
-        if (rc || !done) return rc;
+        if (rc) return rc;
+        *ran = (done ? L : g->s->part_layer) - from;
+        if (!done) return 0;
         g->done += m;
         if (!fin) return 0;
     } else {
         rc = e0_session_eval(g->s, g->prompt + g->done, m, last ? E0_LOGITS_LAST : E0_LOGITS_NONE,
                              last ? g->logits : NULL, err);
         if (rc) return rc;
+        *ran = L * (int)((m + (size_t)g->s->n_batch - 1) / (size_t)g->s->n_batch); /* whole passes */
         g->done += m;
         if (!last) return 0;
     }
