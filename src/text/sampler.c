@@ -26,6 +26,7 @@
  */
 #include "text/sampler.h"
 
+#include "quant/mat.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -282,8 +283,8 @@ __attribute__((target("avx512f"))) static size_t above_avx512(const float *x, si
 }
 
 static bool have_avx512(void) {
-    static int have = -1; /* a benign race: every thread computes the same value */
-    if (have < 0) have = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    static int have = -1; /* the kernels' CPU check, once; a benign race: every thread finds the same */
+    if (have < 0) have = mat_kernels_supported(E0_KERNELS_AVX512) ? 1 : 0;
     return have;
 }
 #else
