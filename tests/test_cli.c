@@ -93,6 +93,27 @@ static void test_sizes_and_threads(void **state) {
     says("--threads 999", "--threads 999 is more than this machine's");
 }
 
+/* bench --batch: each level's batched decode reported; a bad list refused
+ * before the model is read. (That a sequence decoded in a batch gets the
+ * logits it gets alone is test_batch's.) */
+static void test_bench_batch(void **state) {
+    (void)state;
+    char args[4400];
+    snprintf(args, sizeof args, "bench %s/missing --batch 4,2", dir);
+    assert_int_equal(run(args), 2);
+    says("--batch 4,2", "--batch: '4,2' is not an ascending list of sequence counts in [1, 256]");
+    assert_int_equal(run("bench x --batch 0"), 2);
+    says("--batch 0", "not an ascending list");
+    snprintf(args, sizeof args,
+             "bench %s --skip-cold --skip-warm --batch 1,3 --prefill 5 --decode 3 --threads 1",
+             tu_shared("fixtures/qwen35moe/mlx"));
+    assert_int_equal(run(args), 0);
+    says("bench --batch", "batched decode (5-id prompt per sequence, then 3 steps):");
+    says("bench --batch", "\n     1 ");
+    says("bench --batch", "\n     3 ");
+    says("bench --batch", "1.00x\n");
+}
+
 static void test_help_and_version(void **state) {
     (void)state;
     assert_int_equal(run("--version"), 0);
@@ -169,7 +190,8 @@ int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
-        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_help_and_version),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch),
+        cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,7 +29,7 @@
 
 static const char *HELP =
     "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
-    "                         [--stats] [--trace FILE]\n"
+    "                         [--stats] [--trace FILE] [--batch LIST]\n"
     "\n"
     "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
     "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
@@ -42,6 +42,13 @@ static const char *HELP =
     "(Belady) at 10%, 30% and 50% of all experts, the prefill warming each.\n"
     "--trace FILE writes the last phase's requests: a '# layers L experts E\n"
     "decode_from F' line, then 'layer expert' per request.\n"
+    "\n"
+    "--batch LIST (e.g. 1,2,4,8) adds batched decode, the server's continuous\n"
+    "batching without the server: for each N, N sequences each prefill their\n"
+    "own --prefill ids, then decode --decode tokens together, one forward pass\n"
+    "(e0_session_eval_batch) per step; reported as generated tokens/s of all N\n"
+    "(llama-batched-bench's S_TG, for scripts/peer_batched.sh) and against N = 1.\n"
+    "With only --batch wanted, add --skip-cold --skip-warm.\n"
     "\n";
 
 /* ---- DRAM bandwidth ---------------------------------------------------- */
@@ -356,10 +363,115 @@ static int write_trace(e0_engine *e, const char *path, size_t decode_from, char 
     return 0;
 }
 
+/* ---- batched decode (--batch) ------------------------------------------ */
+
+enum { BATCH_LEVELS = 16, BATCH_SEQS_MAX = 256 };
+
+/* N sequences, each prefilled with its own n_prefill pseudo-random ids (one
+ * e0_session_eval each), then n_decode greedy steps of all N in one
+ * e0_session_eval_batch pass each: the prefill and decode times. */
+static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double *prefill_s,
+                       double *decode_s, char *err) {
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = n_prefill + n_decode + 1;
+    e0_session **ss = calloc((size_t)N, sizeof *ss);
+    int32_t *ids = malloc((size_t)(n_prefill > N ? n_prefill : N) * sizeof *ids);
+    float *logits = malloc((size_t)N * (size_t)info.vocab_size * sizeof *logits);
+    int rc = 0;
+    if (!ss || !ids || !logits) {
+        rc = E0_ENOMEM;
+        snprintf(err, E0_ERR_MAX, "out of memory for %d sequences", N);
+        goto out;
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    *prefill_s = 0;
+    for (int i = 0; i < N; i++) {
+        if ((rc = e0_session_new(e, &so, &ss[i], err))) goto out;
+        for (int k = 0; k < n_prefill; k++) { /* each sequence its own prompt */
+            h ^= h >> 31, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+            ids[k] = (int32_t)(h % (uint64_t)info.vocab_size);
+        }
+        const double t0 = cli_now();
+        rc = e0_session_eval(ss[i], ids, (size_t)n_prefill, E0_LOGITS_LAST,
+                             logits + (size_t)i * (size_t)info.vocab_size, err);
+        *prefill_s += cli_now() - t0;
+        if (rc) goto out;
+    }
+    const double t0 = cli_now();
+    for (int k = 0; k < n_decode; k++) {
+        for (int i = 0; i < N; i++) /* greedy */
+            ids[i] = (int32_t)sampler_argmax(logits + (size_t)i * (size_t)info.vocab_size,
+                                             (size_t)info.vocab_size);
+        if ((rc = e0_session_eval_batch(ss, ids, (size_t)N, logits, err))) goto out;
+        if (isatty(2))
+            fprintf(stderr, "\r  batch %d: decode %d/%d, %.2f tok/s ", N, k + 1, n_decode,
+                    (double)N * (k + 1) / (cli_now() - t0));
+    }
+    if (isatty(2)) fprintf(stderr, "\r\033[K");
+    *decode_s = cli_now() - t0;
+out:
+    for (int i = 0; ss && i < N; i++) e0_session_free(ss[i]);
+    free(ss);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+/* --batch's list: 1..BATCH_LEVELS values in [1, BATCH_SEQS_MAX], ascending. */
+static int parse_batch_list(const char *v, int *lv, int *n) {
+    int32_t *ids;
+    size_t k;
+    if (cli_parse_ids("--batch", v, &ids, &k)) return -1;
+    int rc = 0;
+    if (k > BATCH_LEVELS) {
+        cli_error("--batch: at most %d levels", BATCH_LEVELS);
+        rc = -1;
+    }
+    for (size_t i = 0; !rc && i < k; i++) {
+        if (ids[i] < 1 || ids[i] > BATCH_SEQS_MAX || (i && ids[i] <= ids[i - 1])) {
+            cli_error("--batch: '%s' is not an ascending list of sequence counts in [1, %d]", v,
+                      BATCH_SEQS_MAX);
+            rc = -1;
+        }
+        lv[i] = ids[i];
+    }
+    *n = (int)k;
+    free(ids);
+    return rc;
+}
+
+static void report_batched(const int *lv, int nl, const double *pp, const double *tg,
+                           int n_prefill, int n_decode, bool json, cJSON *root) {
+    cJSON *a = json ? cJSON_AddArrayToObject(root, "batched") : NULL;
+    if (!json)
+        printf("batched decode (%d-id prompt per sequence, then %d steps):\n"
+               "  seqs  prefill tok/s  decode agg tok/s  step ms  x N=1\n",
+               n_prefill, n_decode);
+    for (int i = 0; i < nl; i++) {
+        const double agg = (double)lv[i] * n_decode / tg[i], base = (double)lv[0] * n_decode / tg[0];
+        const double ptok = (double)lv[i] * n_prefill / pp[i];
+        if (json) {
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddNumberToObject(r, "seqs", lv[i]);
+            cJSON_AddNumberToObject(r, "prefill_tok_s", ptok);
+            cJSON_AddNumberToObject(r, "decode_agg_tok_s", agg);
+            cJSON_AddNumberToObject(r, "step_ms", 1e3 * tg[i] / n_decode);
+            cJSON_AddItemToArray(a, r);
+        } else {
+            printf("  %4d  %13.2f  %16.2f  %7.1f  %5.2fx%s\n", lv[i], ptok, agg,
+                   1e3 * tg[i] / n_decode, agg / base, lv[0] == 1 ? "" : " (of the first level)");
+        }
+    }
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *trace_path = NULL;
     long n_prefill = 512, n_decode = 64;
     bool json = false, skip_cold = false, skip_warm = false;
+    int levels[BATCH_LEVELS], n_levels = 0;
     cli_engine ce;
     cli_engine_init(&ce);
     for (int i = 1; i < argc; i++) {
@@ -377,6 +489,9 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             trace_path = v, i++;
+        } else if (!strcmp(a, "--batch")) {
+            if (parse_batch_list(v, levels, &n_levels)) return 2;
+            i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--skip-cold")) {
@@ -396,6 +511,10 @@ int cmd_bench(int argc, char **argv) {
     if (!model) {
         cli_error("bench needs MODEL (see edge0 bench --help)");
         return 2;
+    }
+    if (n_levels) { /* a budget keeps room for the largest batch's sessions */
+        if (ce.eo.n_seqs < levels[n_levels - 1]) ce.eo.n_seqs = levels[n_levels - 1];
+        if (!ce.eo.n_ctx) ce.eo.n_ctx = (int32_t)(n_prefill + n_decode + 1);
     }
     if (cli_engine_finish(&ce) != 0) return 2;
     char err[E0_ERR_MAX];
@@ -475,6 +594,19 @@ int cmd_bench(int argc, char **argv) {
         if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
         report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
+    }
+    if (n_levels) {
+        if (skip_warm && !loaded) { /* as the warm run: the checkpoint in the page cache */
+            fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
+            e0_engine_warm_cache(e);
+        }
+        double pp[BATCH_LEVELS], tg[BATCH_LEVELS];
+        for (int i = 0; i < n_levels; i++) {
+            fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
+            if (run_batched(e, levels[i], (int)n_prefill, (int)n_decode, &pp[i], &tg[i], err))
+                goto fail;
+        }
+        report_batched(levels, n_levels, pp, tg, (int)n_prefill, (int)n_decode, json, root);
     }
     if (json) {
         char *s = cJSON_Print(root);
