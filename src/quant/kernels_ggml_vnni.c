@@ -1,4 +1,5 @@
-/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, Q8_0; quant/ggml.h)
+/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, IQ4_XS; Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: quant/ggml.h)
  * against integer activations (quant/kernels.h, k_prep_qk): row kernels for
  * calls of fewer than K_PANEL_MIN_T tokens (decode), 16-row panels for
  * larger ones (described at their section below). Each has one arithmetic
@@ -38,7 +39,18 @@
  * weight decoding and activation loads; the order above is the same in
  * every tile, for every T and thread split.
  *
- * ---- row kernels (Q8_0) ----
+ * IQ4_XS rows are Q4_K's super-block, one scale per 32 columns (sc_s = ls_s
+ * - 32, -32..31), codes through ggml_iq4nl_values: u = k[q] + 128 (1..241,
+ * vpshufb of a 16-byte table). u_c q_c + u_{c+1} q_{c+1} can reach 2 x 241
+ * x 128 = 61696 and would saturate vpmaddubsw, so vpdpbusd forms the 4
+ * products of each int32 lane (lanes 0-7 sub-block 2j, 8-15 sub-block 2j
+ * + 1) and vpmulld multiplies them by the lane's sc_s:
+ *   I_p = sum over j = 0..3 in order of vpmulld(vpdpbusd(0, u_j, q_p), s_j)
+ * then f and tot as above, with m per 16 columns = 128 d sc_s (the +128 of
+ * the codes meets xks). |I_p| <= 4 x (4 x 241 x 128) x 32 = 15.8M < 2^24:
+ * exact in int32 and in float.
+ *
+ * ---- row kernels (Q8_0 and the other 32-column types) ----
  * Q8_0 has a weight scale d_b per 32 columns, so a scale per 256 columns on
  * the activations would save nothing (the float step is per 32 columns
  * anyway) and rows need only be a multiple of 32 (the tiny fixtures' expert
@@ -49,21 +61,31 @@
  * scale 0), so the activations of a block are one 32-byte broadcast and its
  * dl one scalar; lane k of a row sums columns 4k .. 4k + 3 of the block.
  * Weights: u = w + 128 (w ^ 0x80, 0..255: vpdpbusd's unsigned operand);
- * the offset comes back as 128 xks, like the k-quants' mins.
+ * the offset comes back as 128 xks, like the k-quants' mins. The other
+ * 32-column types (q32_codes) are the same kernel with their codes as u
+ * and their own offset o: Q4_0 the nibble (o = 8), Q5_0 the nibble plus 16
+ * for its bit of qh (o = 16), IQ4_NL k[q] + 128 (o = 128); Q4_1 / Q5_1 the
+ * unsigned code (o = 0) and the min m_b, added per block.
  *
  * Summation order, per (row, token), blocks b in order, tot = 0 (8 lanes):
  *   I_p = vpdpbusd(0, u, q_p)                  (plane p, one instruction)
  *   f   = as for the k-quants from the I_p
- *   g   = fmsub(f, dl_b, c_b)    (c_b: 128 xks of the block's two 16-column
- *                                halves in lanes 0 and 4, 0 elsewhere)
+ *   (x_b: xks of the block's two 16-column halves in lanes 0 and 4, 0
+ *   elsewhere; c_b = o x_b)
+ *   g   = fmsub(f, dl_b, c_b)                  (Q4_1 / Q5_1: g = f dl_b)
  *   tot = fma(g, d_b, tot)
+ *   tot = fma(m_b, x_b, tot)                   (Q4_1 / Q5_1 only)
  *   y = the 8 lanes summed: (l0..3 + l4..7), then halves, then pairs
  * |I_p| <= 4 x 255 x 128 = 130560 < 2^24: exact in int32 and float. The
  * order does not depend on which half of a vector the row is in, the tile,
- * T or the thread split. Built for 1 and 2 planes (avx512-q8, -q16): with
- * 3 the float steps per 32 columns cost as much as the f32 kernels'
- * conversion of the int8 weights, so avx512-mixed runs those for Q8_0 rows
- * and these panels for batches.
+ * T or the thread split. Q8_0 is built for 1 and 2 planes (avx512-q8,
+ * -q16): with 3 the float steps per 32 columns cost as much as the f32
+ * kernels' conversion of the int8 weights, so avx512-mixed runs those for
+ * Q8_0 rows and these panels for batches; the same holds, measured, for
+ * Q4_1 and IQ4_NL, whose f32 kernels look each block's 16 values up in a
+ * table (docs/experiments.md section 32). 24-bit rows are built for Q4_0
+ * (faster with weights streamed from memory, slower from L2), Q5_0 and
+ * Q5_1 (faster in both: their f32 kernels need a 32-entry table).
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"
@@ -578,20 +600,18 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
         qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
     }
 
-/* No 24-bit twin: at 3 planes these rows run no faster than the f32
- * kernels (docs/experiments.md section 30), which MIXED keeps for Q8_0
- * rows (k_avx512_ggml_int_pick). */
+/* No 24-bit twin for Q8_0, IQ4_NL and Q4_1: at 3 planes these rows run
+ * no faster than the f32 kernels (docs/experiments.md sections 30 and 32),
+ * which MIXED keeps for their rows (qk_table). */
 Q8R_KERNEL(q8_0, GGML_Q8_0, 1)
 Q8R_KERNEL(q8_0, GGML_Q8_0, 2)
 Q8R_KERNEL(iq4_nl, GGML_IQ4_NL, 1)
 Q8R_KERNEL(iq4_nl, GGML_IQ4_NL, 2)
-Q8R_KERNEL(iq4_nl, GGML_IQ4_NL, 3)
 Q8R_KERNEL(q4_0, GGML_Q4_0, 1)
 Q8R_KERNEL(q4_0, GGML_Q4_0, 2)
 Q8R_KERNEL(q4_0, GGML_Q4_0, 3)
 Q8R_KERNEL(q4_1, GGML_Q4_1, 1)
 Q8R_KERNEL(q4_1, GGML_Q4_1, 2)
-Q8R_KERNEL(q4_1, GGML_Q4_1, 3)
 Q8R_KERNEL(q5_0, GGML_Q5_0, 1)
 Q8R_KERNEL(q5_0, GGML_Q5_0, 2)
 Q8R_KERNEL(q5_0, GGML_Q5_0, 3)
@@ -608,12 +628,16 @@ Q8R_KERNEL(q5_1, GGML_Q5_1, 3)
  *
  * Activations (k_prep_qk with blk = 32): d per 32 columns, P planes,
  * natural order; xks per 16 columns. Weights: the codes u of 16 rows
- * (Q8_0: w + 128), transposed so that a vector holds 4 consecutive columns
+ * (Q8_0: w + 128; IQ4_XS / IQ4_NL: k[q] + 128; the other 32-column types:
+ * q32_codes), transposed so that a vector holds 4 consecutive columns
  * of each of the 16 rows (pk[c / 4]): vpdpbusd of it with the 4 activation
  * bytes of those columns, broadcast, adds 4 products to every row, exactly.
  * Scales per sub-block (Q4_K / Q5_K: 32 columns, d sc_s; Q6_K: 16 columns,
- * d sc_s; Q8_0: the block, d) and the mins / offsets per 16 columns (Q4_K /
- * Q5_K: dmin m_s; Q6_K: 32 d sc_s; Q8_0: 128 d) as 16-row float vectors.
+ * d sc_s; IQ4_XS: 32 columns, d (ls_s - 32); the 32-column types: the
+ * block, d) and the mins / offsets per 16 columns (Q4_K / Q5_K: dmin m_s;
+ * Q6_K: 32 d sc_s; IQ4_XS: 128 d (ls_s - 32); the 32-column types: o d, o
+ * the codes' offset above; Q4_1 / Q5_1: -m, so that the fnmadd below adds
+ * m xks) as 16-row float vectors.
  *
  * Per (row, token), over sub-blocks s in order (tot = 0):
  *   P = 1:  B = sum u q1                         f = float(B)
@@ -623,7 +647,8 @@ Q8R_KERNEL(q5_1, GGML_Q5_1, 3)
  *   tot = fnmadd(m_k, xks_k, tot) for each 16 columns k of s, in order
  *   y = tot
  * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27; Q8_0:
- * 32 x 255 x 128 x 257 < 2^29). The result
+ * 32 x 255 x 128 x 257 < 2^29; IQ4_XS / IQ4_NL: 32 x 241 x 128 x 257 <
+ * 2^28). The result
  * does not depend on which rows or tokens share a tile, on the thread split
  * or on T, as long as T >= K_PANEL_MIN_T. */
 
@@ -1021,9 +1046,10 @@ static const qk_kernels qk_table[] = {
     {GGML_IQ4_XS, QK_ROWS(iq4_xs, qkp), QK_ROWS(iq4_xs, qk)},
     /* Q8_0: no 24-bit rows (the f32 kernels, as fast, exact) */
     {GGML_Q8_0, QK_ROWS(q8_0, qkp), {q8r_q8_0_1_rows, q8r_q8_0_2_rows, NULL}},
-    {GGML_IQ4_NL, QK_ROWS(iq4_nl, qkp), QK_ROWS(iq4_nl, q8r)},
+    /* IQ4_NL, Q4_1: no 24-bit rows either (measured no faster, section 32) */
+    {GGML_IQ4_NL, QK_ROWS(iq4_nl, qkp), {q8r_iq4_nl_1_rows, q8r_iq4_nl_2_rows, NULL}},
     {GGML_Q4_0, QK_ROWS(q4_0, qkp), QK_ROWS(q4_0, q8r)},
-    {GGML_Q4_1, QK_ROWS(q4_1, qkp), QK_ROWS(q4_1, q8r)},
+    {GGML_Q4_1, QK_ROWS(q4_1, qkp), {q8r_q4_1_1_rows, q8r_q4_1_2_rows, NULL}},
     {GGML_Q5_0, QK_ROWS(q5_0, qkp), QK_ROWS(q5_0, q8r)},
     {GGML_Q5_1, QK_ROWS(q5_1, qkp), QK_ROWS(q5_1, q8r)},
 };
