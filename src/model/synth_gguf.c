@@ -24,6 +24,12 @@
  *   - everything else (token_embd included, since output is not tied): Q4_K;
  *   - a row length that is not a multiple of 256 falls back: Q4_K -> Q5_0,
  *     Q6_K -> Q8_0 (tensor_type_fallback; the tiny shapes' experts).
+ * Other mixes (synth_opts.gguf_mix, the same rules for those ftypes, no
+ * imatrix): Q8_0: every matrix Q8_0 (output too); Q4_0: Q4_0, output Q6_K;
+ * IQ4_XS: IQ4_XS, output Q6_K, Q5_K for the attn_v-like tensors when heads
+ * >= 4 x kv heads and for ffn_down in the first eighth of the layers;
+ * fallbacks IQ4_XS -> IQ4_NL, Q5_K -> Q5_0 (llama.cpp: Q5_1, which has no
+ * generator here). IQ4 blocks are only near zero-mean (iq4_codes).
  *
  * Random blocks: random codes, f16 scales sized so every tensor has the std
  * the safetensors formats give it (model/synth_int.h, synth.h: activations
@@ -35,7 +41,8 @@
  * make_gguf.py does for Q4_0, leave each row a random non-zero mean).
  *
  * Metadata: general.*, the ARCH.* keys config_gguf.c reads (and llama.cpp
- * needs), general.file_type 15 (MOSTLY_Q4_K_M), quantization_version 2,
+ * needs), general.file_type 15 (MOSTLY_Q4_K_M; the other mixes 7, 30, 2),
+ * quantization_version 2,
  * tokenizer.ggml.* and tokenizer.chat_template from a tokenizer.json (the
  * Qwen3 one in assets/; its vocabulary is padded with [PADn] tokens up to
  * the shape's vocab size, as the converter pads). --route-skew is refused:
