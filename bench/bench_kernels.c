@@ -9,15 +9,17 @@
  * each at T = 1 and T = 16, 1 and 2 threads, for every kernel set the CPU
  * runs (E0_BENCH_SETS=avx512,avx512-q16 picks some; lm_head of the
  * reference prints 0: it would take minutes).
- * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q5_K, Q6_K, Q5_0, Q8_0)
+ * Then ggml block types (GGUF, E0_W_GGML: Q4_K, Q5_K, Q6_K, Q5_0, Q8_0,
+ * Q4_0, IQ4_XS, IQ4_NL)
  * in the same expert shapes, cold (~0.5 GiB of experts) and hot, under
  * avx512 (f32 activations: every set's kernels but ref and the integer
- * ones), avx512-q16 and avx512-mixed (Q4_K, Q5_K, Q6_K, Q8_0 with 16- and
+ * ones), avx512-q16 and avx512-mixed (every one of these types with 16- and
  * 24-bit integer activations).
  * E0_BENCH_GGML=only skips the mlx q4 table, =0 the ggml one.
  * E0_BENCH_GGML=ab: one thread, A/B rounds (E0_BENCH_ROUNDS, default 5)
- * of avx512 (f32 activations) then avx512-mixed on E0_BENCH_TYPES (default
- * "Q8_0,Q5_K"), T = 1 and 64, shapes up [512 x 2048] and down [2048 x 512]
+ * of avx512 (f32 activations) then avx512-mixed on E0_BENCH_TYPES (a comma
+ * list of Q8_0, Q5_K, Q4_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1;
+ * default "Q8_0,Q5_K"), T = 1 and 64, shapes up [512 x 2048] and down [2048 x 512]
  * cold (~256 MiB of experts) and hot, and [2048 x 4096] (cycling over ~256
  * MiB); one line per cell and round, then the medians and their ratio.
  * E0_BENCH_B=SET: B is that set (a --kernels name) instead. */
@@ -116,7 +118,7 @@ static gset gset_new(uint32_t type, int64_t rows, int64_t cols, int64_t n) {
         const uint64_t r = rnd();
         memcpy(g.w + i, &r, 8);
     }
-    /* the f16 fields: d (and dmin) at the start of the block, Q6_K's d at its end */
+    /* the f16 fields: d (and dmin, Q4_1 / Q5_1 m) at the start of the block, Q6_K's d at its end */
     const uint16_t h = 0x211f; /* f16 0.01 */
     for (size_t b = 0; b < total / (size_t)ti->size; b++) {
         uint8_t *blk = g.w + b * (size_t)ti->size;
@@ -124,7 +126,8 @@ static gset gset_new(uint32_t type, int64_t rows, int64_t cols, int64_t n) {
             memcpy(blk + offsetof(ggml_block_q6_K, d), &h, 2);
         } else {
             memcpy(blk, &h, 2);
-            if (type == GGML_Q4_K || type == GGML_Q5_K) memcpy(blk + 2, &h, 2);
+            if (type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q4_1 || type == GGML_Q5_1)
+                memcpy(blk + 2, &h, 2);
         }
     }
     return g;
@@ -144,7 +147,8 @@ static double run_g(const gset *g, bool cycle, int64_t T, double secs, const flo
 }
 
 static void bench_ggml(double secs, const float *x, float *y, const char *only) {
-    const uint32_t types[] = {GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q5_0, GGML_Q8_0};
+    const uint32_t types[] = {GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,   GGML_Q5_0,
+                              GGML_Q8_0, GGML_Q4_0, GGML_IQ4_XS, GGML_IQ4_NL};
     /* f32 activations; the k-quants' integer kernels (16- and 24-bit) */
     const e0_kernels sets[] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_MIXED};
     const char *names[] = {"avx512", "avx512-q16", "avx512-mixed"};
@@ -188,12 +192,23 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Whether type name tn is in the comma-separated list tl (whole names:
+ * "Q4_0" does not select IQ4_NL's neighbours); no list: Q8_0 and Q5_K. */
+static bool type_listed(const char *tl, const char *tn, uint32_t type) {
+    if (!tl) return type == GGML_Q8_0 || type == GGML_Q5_K;
+    const size_t n = strlen(tn);
+    for (const char *p = tl; (p = strstr(p, tn)); p += n)
+        if ((p == tl || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return true;
+    return false;
+}
+
 /* E0_BENCH_GGML=ab (see the top comment). */
 static void bench_ggml_ab(double secs, const float *x, float *y) {
     const char *tl = getenv("E0_BENCH_TYPES");
     const char *rl = getenv("E0_BENCH_ROUNDS");
     const int rounds = rl && atoi(rl) > 0 ? (atoi(rl) > 64 ? 64 : atoi(rl)) : 5;
-    const uint32_t all[] = {GGML_Q8_0, GGML_Q5_K, GGML_Q4_K, GGML_Q6_K};
+    const uint32_t all[] = {GGML_Q8_0, GGML_Q5_K,  GGML_Q4_K,   GGML_Q6_K, GGML_IQ4_XS,
+                            GGML_IQ4_NL, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1};
     e0_kernels sets[2] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_MIXED};
     const char *bn = getenv("E0_BENCH_B"); /* B's set instead of avx512-mixed */
     if (bn && mat_kernels_parse(bn, &sets[1])) bn = NULL;
@@ -216,7 +231,7 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
            secs, rounds, bn ? bn : "avx512-mixed");
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
         const char *tn = ggml_info(all[k])->name;
-        if (tl ? !strstr(tl, tn) : all[k] != GGML_Q8_0 && all[k] != GGML_Q5_K) continue;
+        if (!type_listed(tl, tn, all[k])) continue;
         gset g[NS];
         for (int si = 0; si < NS; si++) {
             const int64_t n =

@@ -9,16 +9,18 @@
  *  - every kernel set's mat_matmul on every type matches mat_matmul_ref on
  *    random shapes (rows not a multiple of a tile, rows only byte-aligned,
  *    T = 1, 2, 3, 5, 17, 64, rows wider than the prefill buffer) within an
- *    NMSE bound (f32 activations: summation order only; the k-quants'
- *    integer-activation kernels: their activations' rounding as well);
+ *    NMSE bound (f32 activations: summation order only; the
+ *    integer-activation kernels: their activations' rounding as well, and
+ *    under avx512-q8 that rounding must show: those kernels ran);
  *  - their activation quantizer (AVX-512) is bit-identical to the scalar
  *    k_prep_qk;
  *  - in every set, one (row, token) result does not depend on T, the other
  *    tokens, the rows of the view or the number of threads (bitwise), and
  *    mat_matmul_decode gives the small calls' arithmetic at any T; for
- *    Q4_K / Q5_K / Q6_K / Q8_0 under the integer sets, whose calls of fewer than
- *    K_PANEL_MIN_T tokens take the row kernels (activations per 256
- *    columns, float steps per block) and larger ones the 16-row panels
+ *    the types with integer kernels (all but Q2_K, Q3_K) under the integer
+ *    sets, whose calls of fewer than K_PANEL_MIN_T tokens take the row
+ *    kernels (activations per 256 columns, or 32 for the 32-column types,
+ *    float steps per block) and larger ones the 16-row panels
  *    (per 32 columns, float steps per sub-block: the panels' sums run down
  *    the rows, so they cannot share the row kernels' order), within each of
  *    those two classes of calls, as test_kernels states for the mlx q4
@@ -245,8 +247,8 @@ static void test_mat_layout(void **state) {
 /* ---- kernels against the reference --------------------------------------------- */
 
 /* NMSE bounds. f32 activations differ from the reference only in summation
- * order (~1e-13 seen). The integer-activation kernels (Q4_K, Q5_K, Q6_K,
- * Q8_0 under
+ * order (~1e-13 seen). The integer-activation kernels (every type but Q2_K
+ * and Q3_K, under
  * avx512-q8, -q16 and -mixed: kernels_ggml_vnni.c) add the rounding of the
  * activations, quantized per 256 (row kernels) or 32 columns (panels) to
  * steps of amax / 127 / 256^(P-1): on uniform x in [-1, 1], an error
@@ -261,9 +263,9 @@ static void test_mat_layout(void **state) {
 #define NMSE_Q8  1e-4
 #define NMSE_Q16 1e-8
 
-/* The ggml types with integer-activation kernels. */
+/* The ggml types with integer-activation kernels (all but Q2_K, Q3_K). */
 static int int_type(uint32_t type) {
-    return type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q8_0;
+    return type != GGML_Q2_K && type != GGML_Q3_K;
 }
 
 /* The bound of set k on type. */
@@ -323,6 +325,10 @@ static void test_kernels_vs_ref(void **state) {
                 free(buf);
             }
             printf("  %-12s %-7s worst NMSE %.2e\n", SET_NAMES[s], ti->name, worst);
+            /* 8-bit activations leave their mark: the integer kernels ran */
+            if (SETS[s] == E0_KERNELS_AVX512_Q8 && int_type(TYPES[k]) && !(worst > NMSE_Q16))
+                fail_msg("avx512-q8 %s: NMSE %.3g, the f32 kernels' (no integer kernel?)",
+                         ti->name, worst);
             ran++;
         }
     }

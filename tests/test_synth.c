@@ -727,30 +727,57 @@ static void gguf_opts(synth_opts *o) {
     o->no_sync = 1;
 }
 
-/* llama-quantize's Q4_K_M type for a tensor (llama-quant.cpp, restated
- * from its source rather than from synth_gguf.c). */
-static uint32_t q4km_type(const char *name, uint32_t n_dims, uint64_t ne0, int n_layers) {
+/* llama-quantize's type for a tensor under a mix's ftype (llama-quant.cpp,
+ * restated from its source rather than from synth_gguf.c; no imatrix;
+ * synth's Q5_K fallback is Q5_0 where llama.cpp's is Q5_1). */
+static uint32_t mix_type(synth_gguf_mix mix, const char *name, uint32_t n_dims, uint64_t ne0,
+                         const synth_shape *sh) {
     if (n_dims < 2 || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight") ||
         strstr(name, "ssm_conv1d") || !strstr(name, "weight"))
         return GGML_F32;
-    uint32_t t = GGML_Q4_K;
+    const int n_layers = sh->n_layers;
     int L = -1;
     sscanf(name, "blk.%d.", &L);
-    const bool more = L >= 0 && (L < n_layers / 8 || L >= 7 * n_layers / 8 ||
-                                 (L - n_layers / 8) % 3 == 2);
-    if (!strcmp(name, "output.weight"))
-        t = ne0 % 256 ? GGML_Q8_0 : GGML_Q6_K;
-    else if ((strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") ||
-              strstr(name, "ffn_down")) &&
-             more)
-        t = GGML_Q6_K;
-    if (ne0 % 256) t = t == GGML_Q4_K ? GGML_Q5_0 : t == GGML_Q6_K ? GGML_Q8_0 : t;
+    const bool out = !strcmp(name, "output.weight");
+    const bool vlike = strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight");
+    const bool down = strstr(name, "ffn_down") != NULL;
+    uint32_t t = GGML_Q4_K;
+    switch (mix) {
+    case SYNTH_MIX_Q4_K_M: {
+        const bool more = L >= 0 && (L < n_layers / 8 || L >= 7 * n_layers / 8 ||
+                                     (L - n_layers / 8) % 3 == 2);
+        if (out)
+            t = ne0 % 256 ? GGML_Q8_0 : GGML_Q6_K;
+        else if ((vlike || down) && more)
+            t = GGML_Q6_K;
+        break;
+    }
+    case SYNTH_MIX_Q8_0:
+        t = GGML_Q8_0;
+        break;
+    case SYNTH_MIX_Q4_0:
+        t = out ? GGML_Q6_K : GGML_Q4_0;
+        break;
+    case SYNTH_MIX_IQ4_XS:
+        t = out ? GGML_Q6_K
+            : (vlike && sh->n_heads / sh->n_kv_heads >= 4) || (down && L < n_layers / 8)
+                ? GGML_Q5_K
+                : GGML_IQ4_XS;
+        break;
+    }
+    if (ne0 % 256)
+        t = t == GGML_Q4_K || t == GGML_Q5_K ? GGML_Q5_0
+            : t == GGML_Q6_K                 ? GGML_Q8_0
+            : t == GGML_IQ4_XS               ? GGML_IQ4_NL
+                                             : t;
     return t;
 }
 
-/* Every tensor has its Q4_K_M type; every quantized block has a mean of 0
- * and a finite non-zero spread; ssm_a is a decay (-16 < a < -1). */
-static void check_gguf_tensors(const char *path, int n_layers) {
+/* Every tensor has its type under the mix; every quantized block has a
+ * mean of 0 (IQ4 types: within 1% of the rms, their codes' sums are only
+ * near 0) and a finite non-zero spread; ssm_a is a decay (-16 < a < -1). */
+static void check_gguf_tensors(const char *path, const synth_shape *sh, synth_gguf_mix mix) {
+    static const uint32_t ftypes[] = {15, 7, 30, 2};
     st_set *st;
     char err[E0_ERR_MAX];
     if (st_set_open_gguf(&st, path, err)) fail_msg("%s", err);
@@ -758,18 +785,20 @@ static void check_gguf_tensors(const char *path, int n_layers) {
     const char *s;
     uint32_t ft;
     assert_int_equal(gguf_get_u32(g, "general.file_type", &ft, err), 0);
-    assert_int_equal(ft, 15);
+    assert_int_equal(ft, ftypes[mix]);
     assert_int_equal(gguf_get_str(g, "tokenizer.ggml.model", &s, err), 0);
     assert_string_equal(s, "gpt2");
     assert_int_equal(gguf_get_str(g, "tokenizer.chat_template", &s, err), 0);
     assert_non_null(strstr(s, "<|im_start|>"));
     size_t n_q = 0;
+    bool types_seen[GGML_NTYPES] = {0};
     for (size_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor_info *t = gguf_tensor_at(g, i);
-        const uint32_t want = q4km_type(t->name, t->n_dims, t->ne[0], n_layers);
+        const uint32_t want = mix_type(mix, t->name, t->n_dims, t->ne[0], sh);
         if (t->type != want)
-            fail_msg("%s: %s is %s, Q4_K_M gives %s", path, t->name, ggml_info(t->type)->name,
+            fail_msg("%s: %s is %s, the mix gives %s", path, t->name, ggml_info(t->type)->name,
                      ggml_info(want)->name);
+        if (want != GGML_F32) types_seen[want] = true;
         const st_tensor *x = st_get(st, t->name);
         assert_non_null(x);
         if (strstr(t->name, "ssm_a") && !strstr(t->name, "ssm_alpha"))
@@ -795,13 +824,19 @@ static void check_gguf_tensors(const char *path, int n_layers) {
             double sum = 0;
             for (int k = 0; k < 32; k++)
                 sum += y[b0 + (uint64_t)k];
-            if (fabs(sum / 32) > 1e-3 * rms)
+            const bool iq4 = t->type == GGML_IQ4_XS || t->type == GGML_IQ4_NL;
+            if (fabs(sum / 32) > (iq4 ? 1e-2 : 1e-3) * rms)
                 fail_msg("%s: %s row 0 values %llu..: mean %g, rms %g", path, t->name,
                          (unsigned long long)b0, sum / 32, rms);
         }
         free(y);
     }
     assert_true(n_q > 10);
+    /* the mix's main type is there */
+    static const uint32_t main_type[] = {GGML_Q4_K, GGML_Q8_0, GGML_IQ4_XS, GGML_Q4_0};
+    if (!types_seen[main_type[mix]] && !(mix == SYNTH_MIX_IQ4_XS && types_seen[GGML_IQ4_NL]) &&
+        !(mix == SYNTH_MIX_Q4_K_M && types_seen[GGML_Q5_0]))
+        fail_msg("%s: no %s tensor", path, ggml_info(main_type[mix])->name);
     st_set_free(st);
 }
 
@@ -825,7 +860,7 @@ static void test_gguf_tiny(void **state) {
         write_ok(cases[c].shape, &o, dst);
         assert_int_equal(count_entries(root), 1); /* no PATH.tmp left */
         const synth_shape *s = synth_find(cases[c].shape);
-        check_gguf_tensors(dst, s->n_layers);
+        check_gguf_tensors(dst, s, SYNTH_MIX_Q4_K_M);
         e0_engine *eng;
         char err[E0_ERR_MAX];
         if (e0_engine_open(&eng, dst, NULL, err)) fail_msg("%s: %s", cases[c].shape, err);
@@ -855,6 +890,54 @@ static void test_gguf_tiny(void **state) {
         tu_rmtree(root);
         free(root);
         free(dst);
+    }
+}
+
+/* --gguf-mix q8_0 / iq4_xs / q4_0 on the tiny shapes: every tensor has the
+ * mix's type, the engine opens the file, and routing stays near uniform
+ * (the new generators keep blocks zero-mean); the plan of the 35B shape
+ * holds the main type of each mix. */
+static void test_gguf_mixes(void **state) {
+    (void)state;
+    static const synth_gguf_mix mixes[] = {SYNTH_MIX_Q8_0, SYNTH_MIX_IQ4_XS, SYNTH_MIX_Q4_0};
+    static const char *const shapes[] = {"tiny", "tiny-qwen3moe"};
+    for (size_t m = 0; m < 3; m++)
+        for (size_t c = 0; c < 2; c++) {
+            char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
+            synth_opts o;
+            gguf_opts(&o);
+            o.gguf_mix = mixes[m];
+            write_ok(shapes[c], &o, dst);
+            const synth_shape *s = synth_find(shapes[c]);
+            check_gguf_tensors(dst, s, mixes[m]);
+            e0_engine *eng;
+            char err[E0_ERR_MAX];
+            if (e0_engine_open(&eng, dst, NULL, err)) fail_msg("%s: %s", shapes[c], err);
+            e0_engine_free(eng);
+            route_result r = measure_routing(dst, 32, 8, false, 8, false);
+            const double want = uniform_distinct(s->n_experts, s->top_k, 32);
+            printf("  %-15s gguf mix %d: 32 tokens: %.1f distinct experts per layer (uniform "
+                   "%.1f); residual RMS %.2f..%.2f\n",
+                   shapes[c], (int)mixes[m], r.total_mean, want, r.rms_lo, r.rms_hi);
+            assert_true(r.total_mean >= 0.9 * want && r.total_mean > 4 * s->top_k);
+            assert_true(r.rms_lo > 0.3 && r.rms_hi < 4.0);
+            tu_rmtree(root);
+            free(root);
+            free(dst);
+        }
+    /* the real shape: the plan's bytes are mostly the mix's main type */
+    static const uint32_t main_type[] = {GGML_Q8_0, GGML_IQ4_XS, GGML_Q4_0};
+    for (size_t m = 0; m < 3; m++) {
+        synth_opts o;
+        gguf_opts(&o);
+        o.gguf_mix = mixes[m];
+        synth_info in;
+        char err[E0_ERR_MAX];
+        if (synth_plan_info(synth_find("qwen3.6-35b-a3b"), &o, &in, err)) fail_msg("%s", err);
+        printf("  qwen3.6-35b-a3b gguf mix %d: %.2f GB, %.0f%% %s\n", (int)mixes[m],
+               (double)in.bytes / 1e9, 100.0 * (double)in.type_bytes[main_type[m]] / (double)in.bytes,
+               ggml_info(main_type[m])->name);
+        assert_true((double)in.type_bytes[main_type[m]] > 0.8 * (double)in.bytes);
     }
 }
 
@@ -993,6 +1076,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_sharded),
         cmocka_unit_test(test_atomic),        cmocka_unit_test(test_routing_uniform),
         cmocka_unit_test(test_route_skew),    cmocka_unit_test(test_gguf_tiny),
+        cmocka_unit_test(test_gguf_mixes),
         cmocka_unit_test(test_gguf_plan),     cmocka_unit_test(test_gguf_split_atomic),
         cmocka_unit_test(test_gguf_deterministic), cmocka_unit_test(test_gguf_cli),
         cmocka_unit_test(test_sparse),

@@ -26,10 +26,18 @@ static void help(FILE *f) {
                "  --format FMT       mlx: mlx affine 4-bit, group 64, routers and shared-expert\n"
                "                     gates 8-bit (default); hf: bf16 in the released\n"
                "                     Hugging Face layout; gguf: one GGUF file DST with\n"
-               "                     llama.cpp's names, metadata and the Q4_K_M type mix of\n"
-               "                     llama-quantize (Q4_K, Q6_K for output and the attn_v /\n"
-               "                     ffn_down of its more-bits layers, F32 norms and routers),\n"
-               "                     random blocks, the tokenizer embedded\n"
+               "                     llama.cpp's names, metadata and a type mix of\n"
+               "                     llama-quantize (--gguf-mix), random blocks, the\n"
+               "                     tokenizer embedded\n"
+               "  --gguf-mix MIX     gguf: the type mix, approximately llama-quantize's for\n"
+               "                     that ftype without an imatrix (F32 norms and routers):\n"
+               "                     q4_k_m (default): Q4_K, Q6_K for output and the attn_v /\n"
+               "                     ffn_down of its more-bits layers; q8_0: Q8_0 throughout;\n"
+               "                     iq4_xs: IQ4_XS, Q6_K output, Q5_K for attn_v / attn_qkv\n"
+               "                     (heads >= 4 x kv heads) and the first eighth of the\n"
+               "                     layers' ffn_down; q4_0: Q4_0, Q6_K output. Rows not a\n"
+               "                     multiple of 256 fall back as llama-quantize does (Q4_K,\n"
+               "                     Q5_K -> Q5_0, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL)\n"
                "  --tokenizer FILE   gguf: the tokenizer.json to embed (default: the Qwen3\n"
                "                     tokenizer in assets/; tokenizer_config.json beside it\n"
                "                     gives the chat template)\n"
@@ -100,6 +108,7 @@ static void on_progress(void *ctx, const synth_progress *p) {
 
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *dst = NULL, *fmt = "mlx", *tok = NULL;
+    int mix_given = 0;
     synth_opts o;
     synth_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
@@ -121,6 +130,16 @@ int cmd_synth(int argc, char **argv) {
                 return 2;
             }
             fmt = v, i++;
+        } else if (!strcmp(a, "--gguf-mix")) {
+            static const char *const mixes[] = {"q4_k_m", "q8_0", "iq4_xs", "q4_0"};
+            int k = -1;
+            for (int j = 0; v && j < 4; j++)
+                if (!strcmp(v, mixes[j])) k = j;
+            if (k < 0) {
+                cli_error("--gguf-mix must be q4_k_m, q8_0, iq4_xs or q4_0");
+                return 2;
+            }
+            o.gguf_mix = (synth_gguf_mix)k, mix_given = 1, i++;
         } else if (!strcmp(a, "--tokenizer")) {
             if (!v) {
                 cli_error("--tokenizer needs a tokenizer.json path");
@@ -191,8 +210,16 @@ int cmd_synth(int argc, char **argv) {
     } else if (tok) {
         cli_error("synth: --tokenizer is for --format gguf");
         return 2;
+    } else if (mix_given) {
+        cli_error("synth: --gguf-mix is for --format gguf");
+        return 2;
     }
     char err[E0_ERR_MAX];
+    static const char *const gguf_mix_desc[] = {
+        "GGUF, llama.cpp names, Q4_K_M type mix (general.file_type 15)",
+        "GGUF, llama.cpp names, Q8_0 type mix (general.file_type 7)",
+        "GGUF, llama.cpp names, IQ4_XS type mix (general.file_type 30)",
+        "GGUF, llama.cpp names, Q4_0 type mix (general.file_type 2)"};
     synth_info info;
     if (synth_plan_info(s, &o, &info, err) != 0) {
         cli_error("%s", err);
@@ -200,9 +227,9 @@ int cmd_synth(int argc, char **argv) {
     }
     printf("edge0 synth: %s%s%s%s, %s, seed %llu\n", s->name, s->released[0] ? " (shape of " : "",
            s->released, s->released[0] ? ")" : "",
-           o.format == SYNTH_MLX    ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
+           o.format == SYNTH_MLX  ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
            : o.format == SYNTH_HF ? "bf16, Hugging Face layout"
-                                  : "GGUF, llama.cpp names, Q4_K_M type mix (general.file_type 15)",
+                                  : gguf_mix_desc[o.gguf_mix],
            (unsigned long long)o.seed);
     if (o.route_skew > 0)
         printf("routing: Zipf-like expert popularity, route skew %g (a random expert ranking per "

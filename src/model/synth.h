@@ -89,6 +89,10 @@ const synth_shape *synth_at(size_t i);
  * random blocks (synth_gguf.c explains the mix and the block scaling). */
 typedef enum { SYNTH_MLX, SYNTH_HF, SYNTH_GGUF } synth_format;
 
+/* SYNTH_GGUF's type mix, as llama-quantize's ftype of that name gives it
+ * (approximately: synth_gguf.c). */
+typedef enum { SYNTH_MIX_Q4_K_M, SYNTH_MIX_Q8_0, SYNTH_MIX_IQ4_XS, SYNTH_MIX_Q4_0 } synth_gguf_mix;
+
 typedef enum { SYNTH_WRITING, SYNTH_SYNCING, SYNTH_DONE } synth_phase;
 
 typedef struct {
@@ -105,6 +109,7 @@ typedef struct {
     int n_threads;        /* generator threads; 0: one per core, at most 8 */
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
                              one file, else a split set NAME-0000K-of-0000N.gguf */
+    synth_gguf_mix gguf_mix; /* gguf: the type mix (0: Q4_K_M) */
     const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
                               template, from tokenizer_config.json beside it) are embedded */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */

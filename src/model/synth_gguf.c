@@ -24,6 +24,12 @@
  *   - everything else (token_embd included, since output is not tied): Q4_K;
  *   - a row length that is not a multiple of 256 falls back: Q4_K -> Q5_0,
  *     Q6_K -> Q8_0 (tensor_type_fallback; the tiny shapes' experts).
+ * Other mixes (synth_opts.gguf_mix, the same rules for those ftypes, no
+ * imatrix): Q8_0: every matrix Q8_0 (output too); Q4_0: Q4_0, output Q6_K;
+ * IQ4_XS: IQ4_XS, output Q6_K, Q5_K for the attn_v-like tensors when heads
+ * >= 4 x kv heads and for ffn_down in the first eighth of the layers;
+ * fallbacks IQ4_XS -> IQ4_NL, Q5_K -> Q5_0 (llama.cpp: Q5_1, which has no
+ * generator here). IQ4 blocks are only near zero-mean (iq4_codes).
  *
  * Random blocks: random codes, f16 scales sized so every tensor has the std
  * the safetensors formats give it (model/synth_int.h, synth.h: activations
@@ -35,7 +41,8 @@
  * make_gguf.py does for Q4_0, leave each row a random non-zero mean).
  *
  * Metadata: general.*, the ARCH.* keys config_gguf.c reads (and llama.cpp
- * needs), general.file_type 15 (MOSTLY_Q4_K_M), quantization_version 2,
+ * needs), general.file_type 15 (MOSTLY_Q4_K_M; the other mixes 7, 30, 2),
+ * quantization_version 2,
  * tokenizer.ggml.* and tokenizer.chat_template from a tokenizer.json (the
  * Qwen3 one in assets/; its vocabulary is padded with [PADn] tokens up to
  * the shape's vocab size, as the converter pads). --route-skew is refused:
@@ -135,21 +142,45 @@ static bool more_bits(int i, int n) {
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
-/* tensor_type_fallback: k-quants need rows of whole 256-value super-blocks. */
+/* tensor_type_fallback: k-quants need rows of whole 256-value super-blocks.
+ * (llama.cpp's Q5_K -> Q5_1 is Q5_0 here: no Q5_1 generator.) */
 static uint32_t fallback(uint32_t type, uint64_t ne0) {
-    if (ne0 % QK_K == 0 || (type != GGML_Q4_K && type != GGML_Q6_K)) return type;
-    return ne0 % 32 ? GGML_F16 : type == GGML_Q4_K ? GGML_Q5_0 : GGML_Q8_0;
+    if (ne0 % QK_K == 0 || (type != GGML_Q4_K && type != GGML_Q5_K && type != GGML_Q6_K &&
+                            type != GGML_IQ4_XS))
+        return type;
+    return ne0 % 32                ? GGML_F16
+           : type == GGML_Q6_K     ? GGML_Q8_0
+           : type == GGML_IQ4_XS   ? GGML_IQ4_NL
+                                   : GGML_Q5_0;
 }
 
-typedef enum { Q_PLAIN, Q_MORE_BITS, Q_OUTPUT } qrule;
+/* Tensor classes the mixes treat apart: attn_v-like (attn_v, attn_qkv),
+ * ffn_down (experts and shared expert), the output matrix, the rest. */
+typedef enum { Q_PLAIN, Q_MORE_V, Q_MORE_DOWN, Q_OUTPUT } qrule;
 
-/* A quantized matrix ne = [cols, rows(, lead)], its type by the Q4_K_M
+/* A quantized matrix ne = [cols, rows(, lead)], its type by the mix's
  * rules for the tensor's class and layer. */
 static void add_q(gplan *p, const char *name, qrule rule, int layer, float std, int n_dims,
                   uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+    const int n = p->s->n_layers;
     uint32_t type = GGML_Q4_K;
-    if (rule == Q_OUTPUT) type = ne0 % QK_K ? GGML_Q8_0 : GGML_Q6_K;
-    if (rule == Q_MORE_BITS && more_bits(layer, p->s->n_layers)) type = GGML_Q6_K;
+    switch (p->o.gguf_mix) {
+    case SYNTH_MIX_Q4_K_M:
+        if (rule == Q_OUTPUT) type = ne0 % QK_K ? GGML_Q8_0 : GGML_Q6_K;
+        if ((rule == Q_MORE_V || rule == Q_MORE_DOWN) && more_bits(layer, n)) type = GGML_Q6_K;
+        break;
+    case SYNTH_MIX_Q8_0:
+        type = GGML_Q8_0;
+        break;
+    case SYNTH_MIX_Q4_0:
+        type = rule == Q_OUTPUT ? GGML_Q6_K : GGML_Q4_0;
+        break;
+    case SYNTH_MIX_IQ4_XS: /* without an imatrix */
+        type = rule == Q_OUTPUT ? GGML_Q6_K : GGML_IQ4_XS;
+        if (rule == Q_MORE_V && p->s->n_heads >= 4 * p->s->n_kv_heads) type = GGML_Q5_K;
+        if (rule == Q_MORE_DOWN && layer < n / 8) type = GGML_Q5_K;
+        break;
+    }
     const uint64_t ne[3] = {ne0, ne1, ne2};
     gtensor *t = add_t(p, name, G_QUANT, fallback(type, ne0), n_dims, ne);
     if (t) t->std = std;
@@ -180,7 +211,7 @@ static void plan_layer(gplan *p, int L) {
         const uint64_t Kd = (uint64_t)s->lin_k_heads * s->lin_k_dim;
         const uint64_t Vd = (uint64_t)s->lin_v_heads * s->lin_v_dim, Hv = (uint64_t)s->lin_v_heads;
         const uint64_t C = 2 * Kd + Vd, K = (uint64_t)s->conv_kernel;
-        add_q(p, NM("blk.%d.attn_qkv.weight", L), Q_MORE_BITS, L, g->in, 2, H, C, 0);
+        add_q(p, NM("blk.%d.attn_qkv.weight", L), Q_MORE_V, L, g->in, 2, H, C, 0);
         add_q(p, NM("blk.%d.attn_gate.weight", L), Q_PLAIN, L, g->in, 2, H, Vd, 0);
         if (s->family == SYNTH_QWEN3_NEXT) {
             add_q(p, NM("blk.%d.ssm_ba.weight", L), Q_PLAIN, L, g->in, 2, H, 2 * Hv, 0);
@@ -205,7 +236,7 @@ static void plan_layer(gplan *p, int L) {
         const uint64_t nq = (uint64_t)s->n_heads * hd, nkv = (uint64_t)s->n_kv_heads * hd;
         add_q(p, NM("blk.%d.attn_q.weight", L), Q_PLAIN, L, g->in, 2, H, nq * (hybrid ? 2 : 1), 0);
         add_q(p, NM("blk.%d.attn_k.weight", L), Q_PLAIN, L, g->in, 2, H, nkv, 0);
-        add_q(p, NM("blk.%d.attn_v.weight", L), Q_MORE_BITS, L, g->in, 2, H, nkv, 0);
+        add_q(p, NM("blk.%d.attn_v.weight", L), Q_MORE_V, L, g->in, 2, H, nkv, 0);
         add_q(p, NM("blk.%d.attn_output.weight", L), Q_PLAIN, L, g->o_proj, 2, nq, H, 0);
         add_vec(p, NM("blk.%d.attn_q_norm.weight", L), SYNTH_V_NORM, 1.0f, hd);
         add_vec(p, NM("blk.%d.attn_k_norm.weight", L), SYNTH_V_NORM, 1.0f, hd);
@@ -215,13 +246,13 @@ static void plan_layer(gplan *p, int L) {
     if (rt) rt->std = g->router;
     add_q(p, NM("blk.%d.ffn_gate_exps.weight", L), Q_PLAIN, L, g->in, 3, H, I, E);
     add_q(p, NM("blk.%d.ffn_up_exps.weight", L), Q_PLAIN, L, g->in, 3, H, I, E);
-    add_q(p, NM("blk.%d.ffn_down_exps.weight", L), Q_MORE_BITS, L, g->down, 3, I, H, E);
+    add_q(p, NM("blk.%d.ffn_down_exps.weight", L), Q_MORE_DOWN, L, g->down, 3, I, H, E);
     if (!hybrid) return;
     gtensor *sg = add_t(p, NM("blk.%d.ffn_gate_inp_shexp.weight", L), G_F32MAT, GGML_F32, 1, &H);
     if (sg) sg->std = g->in;
     add_q(p, NM("blk.%d.ffn_gate_shexp.weight", L), Q_PLAIN, L, g->in, 2, H, Is, 0);
     add_q(p, NM("blk.%d.ffn_up_shexp.weight", L), Q_PLAIN, L, g->in, 2, H, Is, 0);
-    add_q(p, NM("blk.%d.ffn_down_shexp.weight", L), Q_MORE_BITS, L, g->sh_down, 2, Is, H, 0);
+    add_q(p, NM("blk.%d.ffn_down_shexp.weight", L), Q_MORE_DOWN, L, g->sh_down, 2, Is, H, 0);
 }
 
 static int cmp_name(const void *a, const void *b) {
@@ -457,7 +488,9 @@ static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
     if (!rc && k->chat_template)
         rc = gguf_writer_add_str(w, "tokenizer.chat_template", k->chat_template, err);
     U32("general.quantization_version", 2);
-    U32("general.file_type", 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
+    /* LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q8_0, _IQ4_XS, _Q4_0 */
+    static const uint32_t ftype[] = {15, 7, 30, 2};
+    U32("general.file_type", ftype[p->o.gguf_mix]);
 #undef KEY
 #undef U32
 #undef F32
@@ -679,6 +712,110 @@ static void gen_q8_0(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
     }
 }
 
+/* Q5_K: v = d sc q - dmin m with sc = 4, m = 62, dmin = d for every
+ * sub-block, so v = 2 d (2q - 31); each sub-block's 32 codes are moved to
+ * add up to 496 (mean exactly 0). std = 36.95 d. */
+static void gen_q5_K(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
+    static const uint8_t sc[12] = {4, 4, 4, 4, 0xfe, 0xfe, 0xfe, 0xfe, 0xe4, 0xe4, 0xe4, 0xe4};
+    for (int64_t i = 0; i < nb; i++, b += sizeof(ggml_block_q5_K)) {
+        memcpy(b + offsetof(ggml_block_q5_K, d), &d, 2);
+        memcpy(b + offsetof(ggml_block_q5_K, dmin), &d, 2);
+        memcpy(b + offsetof(ggml_block_q5_K, scales), sc, 12);
+        uint8_t *qs = b + offsetof(ggml_block_q5_K, qs), *qh = b + offsetof(ggml_block_q5_K, qh);
+        memset(qs, 0, 128);
+        memset(qh, 0, 32);
+        for (int s = 0; s < 8; s++) { /* sub-block s: nibble s % 2 of qs[32 (s / 2) + l], bit s of qh[l] */
+            uint8_t q[32];
+            uint64_t w[4];
+            for (int k = 0; k < 4; k++)
+                w[k] = xr_next(r) & 0x1f1f1f1f1f1f1f1full;
+            memcpy(q, w, sizeof q);
+            fix_sum(q, 32, 31, 496, q[0]);
+            for (int l = 0; l < 32; l++) {
+                qs[32 * (s / 2) + l] |= (uint8_t)((q[l] & 15) << (4 * (s % 2)));
+                qh[l] |= (uint8_t)((q[l] >> 4) << s);
+            }
+        }
+    }
+}
+
+/* Q4_0: v = d (q - 8), codes moved to add up to 256. std = 4.61 d. */
+static void gen_q4_0(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
+    for (int64_t i = 0; i < nb; i++, b += sizeof(ggml_block_q4_0)) {
+        uint8_t q[32];
+        uint64_t w[4];
+        for (int k = 0; k < 4; k++)
+            w[k] = xr_next(r) & 0x0f0f0f0f0f0f0f0full;
+        memcpy(q, w, sizeof q);
+        fix_sum(q, 32, 15, 256, q[0]);
+        uint8_t *qs = b + offsetof(ggml_block_q4_0, qs);
+        for (int j = 0; j < 16; j++)
+            qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        memcpy(b + offsetof(ggml_block_q4_0, d), &d, 2);
+    }
+}
+
+/* 32 random IQ4 codes (table indices) whose values add up to within half
+ * the table's widest step (12) of 0: codes are stepped towards the sign
+ * that brings the sum back, one at a time, while a step shrinks |sum|. */
+static void iq4_codes(xrng *r, uint8_t q[32]) {
+    const int8_t *k = ggml_iq4nl_values;
+    int s = 0;
+    for (int k4 = 0; k4 < 4; k4++) {
+        const uint64_t x = xr_next(r);
+        for (int j = 0; j < 8; j++)
+            q[8 * k4 + j] = (uint8_t)(x >> (8 * j) & 15);
+    }
+    for (int j = 0; j < 32; j++)
+        s += k[q[j]];
+    for (int it = 0, j = q[0] % 32; it < 32 * 16 && s; it++, j = (j + 1) % 32) {
+        const int up = s < 0; /* raise a code when the sum is negative */
+        if (up ? q[j] == 15 : q[j] == 0) continue;
+        const int ns = s + (up ? k[q[j] + 1] - k[q[j]] : k[q[j] - 1] - k[q[j]]);
+        if (abs(ns) >= abs(s)) break;
+        q[j] = (uint8_t)(q[j] + (up ? 1 : -1));
+        s = ns;
+    }
+}
+
+/* IQ4_NL: v = d k[q] (near-zero mean per block, iq4_codes). */
+static void gen_iq4_nl(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
+    for (int64_t i = 0; i < nb; i++, b += sizeof(ggml_block_iq4_nl)) {
+        uint8_t q[32];
+        iq4_codes(r, q);
+        uint8_t *qs = b + offsetof(ggml_block_iq4_nl, qs);
+        for (int j = 0; j < 16; j++)
+            qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        memcpy(b + offsetof(ggml_block_iq4_nl, d), &d, 2);
+    }
+}
+
+/* IQ4_XS: every sub-block scale ls = 48 (scales_l 0, scales_h all 3s:
+ * ls - 32 = 16), so v = 16 d k[q]; codes as IQ4_NL's per sub-block. */
+static void gen_iq4_xs(xrng *r, uint8_t *b, int64_t nb, uint16_t d) {
+    for (int64_t i = 0; i < nb; i++, b += sizeof(ggml_block_iq4_xs)) {
+        const uint16_t sh = 0xffff;
+        memcpy(b + offsetof(ggml_block_iq4_xs, d), &d, 2);
+        memcpy(b + offsetof(ggml_block_iq4_xs, scales_h), &sh, 2);
+        memset(b + offsetof(ggml_block_iq4_xs, scales_l), 0, 4);
+        uint8_t *qs = b + offsetof(ggml_block_iq4_xs, qs);
+        for (int s = 0; s < 8; s++) {
+            uint8_t q[32];
+            iq4_codes(r, q);
+            for (int j = 0; j < 16; j++)
+                qs[16 * s + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+    }
+}
+
+/* The std of ggml_iq4nl_values over uniform codes. */
+static double iq4_std(void) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 16; i++)
+        s += ggml_iq4nl_values[i], s2 += (double)ggml_iq4nl_values[i] * ggml_iq4nl_values[i];
+    return sqrt(s2 / 16 - (s / 16) * (s / 16));
+}
+
 /* The std of a type's dequantized values per unit of d. */
 static double type_unit_std(uint32_t type) {
     switch (type) {
@@ -690,6 +827,14 @@ static double type_unit_std(uint32_t type) {
         return sqrt(1023.0 / 12.0);
     case GGML_Q8_0:
         return sqrt((255.0 * 255.0 - 1.0) / 12.0);
+    case GGML_Q5_K:
+        return 4.0 * sqrt(1023.0 / 12.0); /* 2 (2q - 31), q uniform in [0, 31] */
+    case GGML_Q4_0:
+        return sqrt(255.0 / 12.0);
+    case GGML_IQ4_NL:
+        return iq4_std();
+    case GGML_IQ4_XS:
+        return 16.0 * iq4_std();
     default:
         return 1.0;
     }
@@ -711,6 +856,18 @@ static void gen_quant(const gtensor *t, xrng *r, int64_t n, uint8_t *out) {
         break;
     case GGML_Q8_0:
         gen_q8_0(r, out, nb, d);
+        break;
+    case GGML_Q5_K:
+        gen_q5_K(r, out, nb, d);
+        break;
+    case GGML_Q4_0:
+        gen_q4_0(r, out, nb, d);
+        break;
+    case GGML_IQ4_NL:
+        gen_iq4_nl(r, out, nb, d);
+        break;
+    case GGML_IQ4_XS:
+        gen_iq4_xs(r, out, nb, d);
         break;
     default:
         break; /* F16 fallbacks need rows not a multiple of 32: no shape has them */

@@ -1,4 +1,5 @@
-/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, Q8_0; quant/ggml.h)
+/* AVX-512 VNNI kernels of ggml weights (Q4_K, Q5_K, Q6_K, IQ4_XS; Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: quant/ggml.h)
  * against integer activations (quant/kernels.h, k_prep_qk): row kernels for
  * calls of fewer than K_PANEL_MIN_T tokens (decode), 16-row panels for
  * larger ones (described at their section below). Each has one arithmetic
@@ -38,7 +39,18 @@
  * weight decoding and activation loads; the order above is the same in
  * every tile, for every T and thread split.
  *
- * ---- row kernels (Q8_0) ----
+ * IQ4_XS rows are Q4_K's super-block, one scale per 32 columns (sc_s = ls_s
+ * - 32, -32..31), codes through ggml_iq4nl_values: u = k[q] + 128 (1..241,
+ * vpshufb of a 16-byte table). u_c q_c + u_{c+1} q_{c+1} can reach 2 x 241
+ * x 128 = 61696 and would saturate vpmaddubsw, so vpdpbusd forms the 4
+ * products of each int32 lane (lanes 0-7 sub-block 2j, 8-15 sub-block 2j
+ * + 1) and vpmulld multiplies them by the lane's sc_s:
+ *   I_p = sum over j = 0..3 in order of vpmulld(vpdpbusd(0, u_j, q_p), s_j)
+ * then f and tot as above, with m per 16 columns = 128 d sc_s (the +128 of
+ * the codes meets xks). |I_p| <= 4 x (4 x 241 x 128) x 32 = 15.8M < 2^24:
+ * exact in int32 and in float.
+ *
+ * ---- row kernels (Q8_0 and the other 32-column types) ----
  * Q8_0 has a weight scale d_b per 32 columns, so a scale per 256 columns on
  * the activations would save nothing (the float step is per 32 columns
  * anyway) and rows need only be a multiple of 32 (the tiny fixtures' expert
@@ -49,21 +61,31 @@
  * scale 0), so the activations of a block are one 32-byte broadcast and its
  * dl one scalar; lane k of a row sums columns 4k .. 4k + 3 of the block.
  * Weights: u = w + 128 (w ^ 0x80, 0..255: vpdpbusd's unsigned operand);
- * the offset comes back as 128 xks, like the k-quants' mins.
+ * the offset comes back as 128 xks, like the k-quants' mins. The other
+ * 32-column types (q32_codes) are the same kernel with their codes as u
+ * and their own offset o: Q4_0 the nibble (o = 8), Q5_0 the nibble plus 16
+ * for its bit of qh (o = 16), IQ4_NL k[q] + 128 (o = 128); Q4_1 / Q5_1 the
+ * unsigned code (o = 0) and the min m_b, added per block.
  *
  * Summation order, per (row, token), blocks b in order, tot = 0 (8 lanes):
  *   I_p = vpdpbusd(0, u, q_p)                  (plane p, one instruction)
  *   f   = as for the k-quants from the I_p
- *   g   = fmsub(f, dl_b, c_b)    (c_b: 128 xks of the block's two 16-column
- *                                halves in lanes 0 and 4, 0 elsewhere)
+ *   (x_b: xks of the block's two 16-column halves in lanes 0 and 4, 0
+ *   elsewhere; c_b = o x_b)
+ *   g   = fmsub(f, dl_b, c_b)                  (Q4_1 / Q5_1: g = f dl_b)
  *   tot = fma(g, d_b, tot)
+ *   tot = fma(m_b, x_b, tot)                   (Q4_1 / Q5_1 only)
  *   y = the 8 lanes summed: (l0..3 + l4..7), then halves, then pairs
  * |I_p| <= 4 x 255 x 128 = 130560 < 2^24: exact in int32 and float. The
  * order does not depend on which half of a vector the row is in, the tile,
- * T or the thread split. Built for 1 and 2 planes (avx512-q8, -q16): with
- * 3 the float steps per 32 columns cost as much as the f32 kernels'
- * conversion of the int8 weights, so avx512-mixed runs those for Q8_0 rows
- * and these panels for batches.
+ * T or the thread split. Q8_0 is built for 1 and 2 planes (avx512-q8,
+ * -q16): with 3 the float steps per 32 columns cost as much as the f32
+ * kernels' conversion of the int8 weights, so avx512-mixed runs those for
+ * Q8_0 rows and these panels for batches; the same holds, measured, for
+ * Q4_1 and IQ4_NL, whose f32 kernels look each block's 16 values up in a
+ * table (docs/experiments.md section 32). 24-bit rows are built for Q4_0
+ * (faster with weights streamed from memory, slower from L2), Q5_0 and
+ * Q5_1 (faster in both: their f32 kernels need a 32-entry table).
  */
 #include "quant/ggml.h"
 #include "quant/kernels.h"
@@ -87,14 +109,28 @@
 #define QK_RB 16
 
 /* Q4_K and Q5_K share their d, dmin and packed scales (same offsets). */
+/* Types of 32-column blocks with one scale each (weights as unsigned
+ * bytes u per block; q32_codes). */
+#define QK_IS32(type)                                                                              \
+    ((type) == GGML_Q8_0 || (type) == GGML_Q4_0 || (type) == GGML_Q4_1 || (type) == GGML_Q5_0 ||   \
+     (type) == GGML_Q5_1 || (type) == GGML_IQ4_NL)
 #define QK_IS45(type) ((type) == GGML_Q4_K || (type) == GGML_Q5_K)
 
 /* Bytes of a block of type. */
 INLV int qk_bsize(const int type) {
     return type == GGML_Q4_K   ? (int)sizeof(ggml_block_q4_K)
            : type == GGML_Q5_K ? (int)sizeof(ggml_block_q5_K)
-           : type == GGML_Q6_K ? (int)sizeof(ggml_block_q6_K)
-                               : (int)sizeof(ggml_block_q8_0);
+           : type == GGML_Q6_K   ? (int)sizeof(ggml_block_q6_K)
+           : type == GGML_IQ4_XS ? (int)sizeof(ggml_block_iq4_xs)
+                                 : (int)sizeof(ggml_block_q8_0);
+}
+
+/* ggml_iq4nl_values + 128 (1..241), the unsigned codes of IQ4_NL / IQ4_XS,
+ * in every 128-bit lane (vpshufb's table). */
+INLV __m512i iq4_table(void) {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129,
+                                                (char)141, (char)153, (char)166, (char)181,
+                                                (char)197, (char)217, (char)241));
 }
 
 /* An f16 field, exactly. */
@@ -105,7 +141,7 @@ INLV float qk_half(const uint8_t *b, size_t off) {
 /* What a tile needs of one weight block: the integer scales S (int16, by
  * sub-block), d, and the per-16-column mins / offsets m. */
 typedef struct {
-    __m512i S;  /* Q4_K / Q5_K: sc0..7 as int16; Q6_K: sc0..15 */
+    __m512i S;  /* Q4_K / Q5_K: sc0..7 as int16; Q6_K: sc0..15; IQ4_XS: ls0..7 - 32 as int32 */
     __m512i S8; /* Q4_K / Q5_K: sc0..7 then m0..7 as int16 (panels) */
     __m512 d, dmin, m;
 } qk_blk;
@@ -139,6 +175,28 @@ INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
             k->dmin,
             _mm512_permutexvar_ps(
                 _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), mf));
+    } else if (type == GGML_IQ4_XS) {
+        /* ls_s = (scales_l as u32 >> 4s) & 15 | ((scales_h >> 2s) & 3) << 4 */
+        const __m256i lo = _mm256_and_si256(
+            _mm256_srlv_epi32(
+                _mm256_set1_epi32((int)e0_ld32(b + offsetof(ggml_block_iq4_xs, scales_l), 0)),
+                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+            _mm256_set1_epi32(15));
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srlv_epi32(
+                _mm256_set1_epi32((int)e0_ld16(b + offsetof(ggml_block_iq4_xs, scales_h), 0)),
+                _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+            _mm256_set1_epi32(3));
+        const __m256i sc =
+            _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        const float d = qk_half(b, offsetof(ggml_block_iq4_xs, d));
+        k->S = _mm512_zextsi256_si512(sc);
+        k->d = _mm512_set1_ps(d);
+        /* 128 d sc_s for the 16-column chunks 2s, 2s + 1 (the codes' +128) */
+        k->m = _mm512_mul_ps(
+            _mm512_set1_ps(128.0f * d),
+            _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), k->S)));
     } else { /* Q6_K */
         const __m128i sc =
             _mm_loadu_si128((const __m128i *)(const void *)(b + offsetof(ggml_block_q6_K, scales)));
@@ -173,6 +231,17 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
         return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib,
                                     _mm512_set1_epi8(16));
     }
+    if (type == GGML_IQ4_XS) {
+        /* qs[32j ..] is sub-blocks 2j, 2j + 1, 16 bytes each: low nibbles
+         * their first 16 columns, high nibbles the next 16; 128-bit lanes
+         * [Q0 Q0 Q1 Q1], high nibbles in lanes 1 and 3, through the table */
+        const __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256(
+            (const __m256i *)(const void *)(b + offsetof(ggml_block_iq4_xs, qs) + 32 * j)));
+        const __m512i q2 = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(1, 1, 0, 0));
+        const __m512i nib =
+            _mm512_and_si512(_mm512_mask_srli_epi16(q2, (__mmask32)0xFF00FF00u, q2, 4), lo4);
+        return _mm512_shuffle_epi8(iq4_table(), nib);
+    }
     /* Q6_K, half h: ql[64h ..] low nibbles are its columns 0..63, high
      * nibbles 64..127; qh[32h + l] bits 2k, 2k + 1 are the high bits of
      * column 32k + l. */
@@ -189,8 +258,11 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
     return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x30), 0xF8); /* nib | (hb & 0x30) */
 }
 
-/* vpermw index of vector j: the sub-block of each pair of columns. */
+/* vpermw index of vector j: the sub-block of each pair of columns
+ * (IQ4_XS: vpermd index, the sub-block of each 4 columns). */
 INLV __m512i qk_sidx(const int type, const int j) {
+    if (type == GGML_IQ4_XS)
+        return _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
     int16_t ix[32];
     for (int e = 0; e < 32; e++)
         ix[e] = (int16_t)(QK_IS45(type) ? 2 * j + e / 16 : 4 * j + e / 8);
@@ -249,15 +321,22 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
             UNROLL
             for (int i = 0; i < R; i++) {
                 const __m512i u = qk_codes(type, blk[i], j);
-                const __m512i s = _mm512_permutexvar_epi16(sidx[j], k[i].S);
+                const __m512i s = type == GGML_IQ4_XS ? _mm512_permutexvar_epi32(sidx[j], k[i].S)
+                                                      : _mm512_permutexvar_epi16(sidx[j], k[i].S);
                 UNROLL
                 for (int t = 0; t < TT; t++)
                     UNROLL
                 for (int p = 0; p < P; p++) {
                     const __m512i x = _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                    const __m512i pr = _mm512_maddubs_epi16(u, x);
-                    I[i][t][p] =
-                        _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
+                    if (type == GGML_IQ4_XS) { /* codes up to 241: vpdpbusd, then the scale */
+                        const __m512i pr = _mm512_mullo_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
+                        I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
+                    } else {
+                        const __m512i pr = _mm512_maddubs_epi16(u, x);
+                        I[i][t][p] =
+                            _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
+                    }
                 }
             }
         }
@@ -341,8 +420,57 @@ QK_KERNEL(q6_K, GGML_Q6_K, 3)
 QK_KERNEL(q5_K, GGML_Q5_K, 1)
 QK_KERNEL(q5_K, GGML_Q5_K, 2)
 QK_KERNEL(q5_K, GGML_Q5_K, 3)
+QK_KERNEL(iq4_xs, GGML_IQ4_XS, 1)
+QK_KERNEL(iq4_xs, GGML_IQ4_XS, 2)
+QK_KERNEL(iq4_xs, GGML_IQ4_XS, 3)
 
-/* ---- Q8_0 row kernels (described in the header comment) ---- */
+/* ---- row kernels of the 32-column types (described in the header comment) ---- */
+
+/* Bytes of a 32-column block, its unsigned codes' offset (u = w + off) and
+ * whether it has a min (Q4_1 / Q5_1: v = d q + m). */
+INLV int q32_bsize(const int type) {
+    return type == GGML_Q4_0   ? (int)sizeof(ggml_block_q4_0)
+           : type == GGML_Q4_1 ? (int)sizeof(ggml_block_q4_1)
+           : type == GGML_Q5_0 ? (int)sizeof(ggml_block_q5_0)
+           : type == GGML_Q5_1 ? (int)sizeof(ggml_block_q5_1)
+           : type == GGML_IQ4_NL ? (int)sizeof(ggml_block_iq4_nl)
+                                 : (int)sizeof(ggml_block_q8_0);
+}
+INLV float q32_off(const int type) {
+    return type == GGML_Q4_0 ? 8.0f : type == GGML_Q5_0 ? 16.0f : type == GGML_Q4_1 || type == GGML_Q5_1 ? 0.0f : 128.0f;
+}
+#define Q32_MIN(type) ((type) == GGML_Q4_1 || (type) == GGML_Q5_1)
+
+/* The unsigned codes u of the block at b, columns 0..31 in order: Q8_0 w
+ * ^ 0x80; Q4_0 / Q4_1 the nibbles (qs[j] low: column j, high: j + 16);
+ * Q5_0 / Q5_1 plus 16 where bit j of qh is set; IQ4_NL the table + 128. */
+INLV __m256i q32_codes(const int type, const uint8_t *b) {
+    _Static_assert(offsetof(ggml_block_q4_0, d) == 0 && offsetof(ggml_block_q4_1, d) == 0 &&
+                       offsetof(ggml_block_q5_0, d) == 0 && offsetof(ggml_block_q5_1, d) == 0 &&
+                       offsetof(ggml_block_q8_0, d) == 0 && offsetof(ggml_block_iq4_nl, d) == 0 &&
+                       offsetof(ggml_block_q4_1, m) == 2 && offsetof(ggml_block_q5_1, m) == 2,
+                   "32-column heads");
+    if (type == GGML_Q8_0)
+        return _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(ggml_block_q8_0, qs))),
+            _mm256_set1_epi8((char)0x80));
+    const size_t qs = type == GGML_Q4_0   ? offsetof(ggml_block_q4_0, qs)
+                      : type == GGML_Q4_1 ? offsetof(ggml_block_q4_1, qs)
+                      : type == GGML_Q5_0 ? offsetof(ggml_block_q5_0, qs)
+                      : type == GGML_Q5_1 ? offsetof(ggml_block_q5_1, qs)
+                                          : offsetof(ggml_block_iq4_nl, qs);
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + qs));
+    __m256i n = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+        _mm256_set1_epi8(0x0f));
+    if (type == GGML_IQ4_NL) return _mm256_shuffle_epi8(_mm512_castsi512_si256(iq4_table()), n);
+    if (type == GGML_Q5_0 || type == GGML_Q5_1) {
+        const size_t qh = type == GGML_Q5_0 ? offsetof(ggml_block_q5_0, qh)
+                                            : offsetof(ggml_block_q5_1, qh);
+        n = _mm256_mask_add_epi8(n, (__mmask32)e0_ld32(b + qh, 0), n, _mm256_set1_epi8(16));
+    }
+    return n;
+}
 
 /* The sum of 8 lanes, in one fixed order. */
 INLV float q8r_red8(__m256 v) {
@@ -353,14 +481,16 @@ INLV float q8r_red8(__m256 v) {
 }
 
 INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0,
-                   const int TT, const int P, float *y, int64_t ldy) {
+                   const int TT, const int type, const int P, float *y, int64_t ldy) {
     const int NP = (R + 1) / 2; /* vectors: rows 2v (low lanes) and 2v + 1 (high) */
-    const int64_t bs = (int64_t)sizeof(ggml_block_q8_0), nb = m->cols / 32, rb = nb * bs;
+    const int64_t bs = q32_bsize(type), nb = m->cols / 32, rb = nb * bs;
+    /* blocks per prefetch of 128 bytes of each row */
+    const int64_t pfm = bs > 32 ? 1 : 3;
+    const float off = q32_off(type);
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
     tile_rows(m, a, r, R, t0, TT, rb, w, xq, xd, xs);
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
     const __m512i cidx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     __m512 tot[2][4];
     UNROLL
@@ -370,24 +500,25 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
         tot[v][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i u[2];
-        __m512 dw[2];
+        __m512 dw[2], mw[2];
         UNROLL
         for (int v = 0; v < NP; v++) {
             const uint8_t *p0 = w[2 * v] + b * bs;
-            const __m256i lo = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(p0 + offsetof(ggml_block_q8_0, qs)));
-            __m256i hi, dh;
+            const __m256i lo = q32_codes(type, p0);
+            __m256i hi, dh, mh;
             if (2 * v + 1 < R) {
                 const uint8_t *p1 = w[2 * v + 1] + b * bs;
-                hi = _mm256_loadu_si256(
-                    (const __m256i *)(const void *)(p1 + offsetof(ggml_block_q8_0, qs)));
+                hi = q32_codes(type, p1);
                 dh = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)e0_ld16(p0, 0)),
                                             (__mmask16)0xFF00, (short)e0_ld16(p1, 0));
+                mh = _mm256_mask_set1_epi16(_mm256_set1_epi16((short)e0_ld16(p0, 1)),
+                                            (__mmask16)0xFF00, (short)e0_ld16(p1, 1));
             } else {
                 hi = _mm256_setzero_si256();
                 dh = _mm256_maskz_set1_epi16((__mmask16)0x00FF, (short)e0_ld16(p0, 0));
+                mh = _mm256_maskz_set1_epi16((__mmask16)0x00FF, (short)e0_ld16(p0, 1));
             }
-            if (!(b & 1)) {
+            if (!(b & pfm)) {
                 const char *pf = (const char *)(p0 + R * rb);
                 _mm_prefetch(pf, _MM_HINT_T0);
                 _mm_prefetch(pf + 64, _MM_HINT_T0);
@@ -396,20 +527,20 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
                     _mm_prefetch(pf + rb + 64, _MM_HINT_T0);
                 }
             }
-            u[v] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), x80);
+            u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             dw[v] = _mm512_cvtph_ps(dh);
+            if (Q32_MIN(type)) mw[v] = _mm512_cvtph_ps(mh);
         }
         UNROLL
         for (int t = 0; t < TT; t++) {
             const int8_t *xb = xq[t] + b * P * 32;
             const __m512 dl = _mm512_set1_ps(xd[t][b]);
-            /* 128 xks of the block's two 16-column halves, lanes 0 and 4 of each row */
-            const __m512 c = _mm512_mul_ps(
-                _mm512_set1_ps(128.0f),
-                _mm512_maskz_permutexvar_ps(
-                    (__mmask16)0x1111, cidx,
-                    _mm512_castps128_ps512(_mm_castsi128_ps(
-                        _mm_loadl_epi64((const __m128i *)(const void *)(xs[t] + 2 * b))))));
+            /* xks of the block's two 16-column halves, lanes 0 and 4 of each row */
+            const __m512 cx = _mm512_maskz_permutexvar_ps(
+                (__mmask16)0x1111, cidx,
+                _mm512_castps128_ps512(_mm_castsi128_ps(
+                    _mm_loadl_epi64((const __m128i *)(const void *)(xs[t] + 2 * b)))));
+            const __m512 c = _mm512_mul_ps(_mm512_set1_ps(off), cx);
             __m512i x[3];
             UNROLL
             for (int p = 0; p < P; p++)
@@ -427,7 +558,12 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
                 if (P >= 2)
                     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[0]),
                                         _mm512_set1_ps(P == 3 ? 65536.0f : 256.0f), f);
-                tot[v][t] = _mm512_fmadd_ps(_mm512_fmsub_ps(f, dl, c), dw[v], tot[v][t]);
+                if (Q32_MIN(type)) {
+                    tot[v][t] = _mm512_fmadd_ps(_mm512_mul_ps(f, dl), dw[v], tot[v][t]);
+                    tot[v][t] = _mm512_fmadd_ps(mw[v], cx, tot[v][t]);
+                } else {
+                    tot[v][t] = _mm512_fmadd_ps(_mm512_fmsub_ps(f, dl, c), dw[v], tot[v][t]);
+                }
             }
         }
     }
@@ -441,33 +577,47 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
     }
 }
 
-#define Q8R_TILE(P, R, TT)                                                                         \
-    TGTV static void q8r_##P##_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r, int64_t t0,  \
-                                          float *y, int64_t ldy) {                                 \
-        q8r_tile(m, a, r, R, t0, TT, P, y, ldy);                                                   \
+#define Q8R_TILE(NAME, TYPE, P, R, TT)                                                             \
+    TGTV static void q8r_##NAME##_##P##_##R##x##TT(const e0_mat *m, const k_act *a, int64_t r,     \
+                                                   int64_t t0, float *y, int64_t ldy) {            \
+        q8r_tile(m, a, r, R, t0, TT, TYPE, P, y, ldy);                                             \
     }
-#define Q8R_KERNEL(P)                                                                              \
-    Q8R_TILE(P, 4, 1)                                                                              \
-    Q8R_TILE(P, 2, 2)                                                                              \
-    Q8R_TILE(P, 2, 3)                                                                              \
-    Q8R_TILE(P, 2, 4)                                                                              \
-    Q8R_TILE(P, 1, 1)                                                                              \
-    Q8R_TILE(P, 1, 2)                                                                              \
-    Q8R_TILE(P, 1, 3)                                                                              \
-    Q8R_TILE(P, 1, 4)                                                                              \
-    TGTV static void q8r_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1,       \
-                                    float *y, int64_t ldy) {                                       \
-        static const qk_tile_fn t[8] = {q8r_##P##_4x1, q8r_##P##_2x2, q8r_##P##_2x3,               \
-                                        q8r_##P##_2x4, q8r_##P##_1x1, q8r_##P##_1x2,               \
-                                        q8r_##P##_1x3, q8r_##P##_1x4};                             \
+#define Q8R_KERNEL(NAME, TYPE, P)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 4, 1)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 2, 2)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 2, 3)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 2, 4)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 1, 1)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 1, 2)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 1, 3)                                                                  \
+    Q8R_TILE(NAME, TYPE, P, 1, 4)                                                                  \
+    TGTV static void q8r_##NAME##_##P##_rows(const e0_mat *m, const k_act *a, int64_t r0,          \
+                                             int64_t r1, float *y, int64_t ldy) {                  \
+        static const qk_tile_fn t[8] = {                                                           \
+            q8r_##NAME##_##P##_4x1, q8r_##NAME##_##P##_2x2, q8r_##NAME##_##P##_2x3,                \
+            q8r_##NAME##_##P##_2x4, q8r_##NAME##_##P##_1x1, q8r_##NAME##_##P##_1x2,                \
+            q8r_##NAME##_##P##_1x3, q8r_##NAME##_##P##_1x4};                                       \
         qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
     }
 
-/* No 24-bit twin: at 3 planes these rows run no faster than the f32
- * kernels (docs/experiments.md section 30), which MIXED keeps for Q8_0
- * rows (k_avx512_ggml_int_pick). */
-Q8R_KERNEL(1)
-Q8R_KERNEL(2)
+/* No 24-bit twin for Q8_0, IQ4_NL and Q4_1: at 3 planes these rows run
+ * no faster than the f32 kernels (docs/experiments.md sections 30 and 32),
+ * which MIXED keeps for their rows (qk_table). */
+Q8R_KERNEL(q8_0, GGML_Q8_0, 1)
+Q8R_KERNEL(q8_0, GGML_Q8_0, 2)
+Q8R_KERNEL(iq4_nl, GGML_IQ4_NL, 1)
+Q8R_KERNEL(iq4_nl, GGML_IQ4_NL, 2)
+Q8R_KERNEL(q4_0, GGML_Q4_0, 1)
+Q8R_KERNEL(q4_0, GGML_Q4_0, 2)
+Q8R_KERNEL(q4_0, GGML_Q4_0, 3)
+Q8R_KERNEL(q4_1, GGML_Q4_1, 1)
+Q8R_KERNEL(q4_1, GGML_Q4_1, 2)
+Q8R_KERNEL(q5_0, GGML_Q5_0, 1)
+Q8R_KERNEL(q5_0, GGML_Q5_0, 2)
+Q8R_KERNEL(q5_0, GGML_Q5_0, 3)
+Q8R_KERNEL(q5_1, GGML_Q5_1, 1)
+Q8R_KERNEL(q5_1, GGML_Q5_1, 2)
+Q8R_KERNEL(q5_1, GGML_Q5_1, 3)
 
 /* ---- 16-row panels (batches) ----------------------------------------------
  * For T >= K_PANEL_MIN_T tokens. The row kernels above spend a few float
@@ -478,12 +628,16 @@ Q8R_KERNEL(2)
  *
  * Activations (k_prep_qk with blk = 32): d per 32 columns, P planes,
  * natural order; xks per 16 columns. Weights: the codes u of 16 rows
- * (Q8_0: w + 128), transposed so that a vector holds 4 consecutive columns
+ * (Q8_0: w + 128; IQ4_XS / IQ4_NL: k[q] + 128; the other 32-column types:
+ * q32_codes), transposed so that a vector holds 4 consecutive columns
  * of each of the 16 rows (pk[c / 4]): vpdpbusd of it with the 4 activation
  * bytes of those columns, broadcast, adds 4 products to every row, exactly.
  * Scales per sub-block (Q4_K / Q5_K: 32 columns, d sc_s; Q6_K: 16 columns,
- * d sc_s; Q8_0: the block, d) and the mins / offsets per 16 columns (Q4_K /
- * Q5_K: dmin m_s; Q6_K: 32 d sc_s; Q8_0: 128 d) as 16-row float vectors.
+ * d sc_s; IQ4_XS: 32 columns, d (ls_s - 32); the 32-column types: the
+ * block, d) and the mins / offsets per 16 columns (Q4_K / Q5_K: dmin m_s;
+ * Q6_K: 32 d sc_s; IQ4_XS: 128 d (ls_s - 32); the 32-column types: o d, o
+ * the codes' offset above; Q4_1 / Q5_1: -m, so that the fnmadd below adds
+ * m xks) as 16-row float vectors.
  *
  * Per (row, token), over sub-blocks s in order (tot = 0):
  *   P = 1:  B = sum u q1                         f = float(B)
@@ -493,7 +647,8 @@ Q8R_KERNEL(2)
  *   tot = fnmadd(m_k, xks_k, tot) for each 16 columns k of s, in order
  *   y = tot
  * The sums are exact in int32 (|B| <= 32 x 63 x 128 x 257 < 2^27; Q8_0:
- * 32 x 255 x 128 x 257 < 2^29). The result
+ * 32 x 255 x 128 x 257 < 2^29; IQ4_XS / IQ4_NL: 32 x 241 x 128 x 257 <
+ * 2^28). The result
  * does not depend on which rows or tokens share a tile, on the thread split
  * or on T, as long as T >= K_PANEL_MIN_T. */
 
@@ -506,13 +661,14 @@ Q8R_KERNEL(2)
 static _Thread_local __m512i qkp_pk[QKP_MAXC / 4];
 static _Thread_local __m512 qkp_sc[QKP_MAXC / 16], qkp_mn[QKP_MAXC / 16];
 
-/* Q8_0 rows r..r+nr (nr <= 16; the others zero) into the panel: per block,
- * u = w + 128 (w ^ 0x80) of 16 rows, 4 columns a vector; sc = d, mn = 128 d
- * for its two 16-column halves. */
-INLV void qkp_pack_q8_0(const e0_mat *m, int64_t r, int nr) {
-    const int64_t nb = m->cols / 32, rb = nb * (int64_t)sizeof(ggml_block_q8_0);
+/* Rows r..r+nr (nr <= 16; the others zero) of a 32-column type into the
+ * panel: per block, the codes u of 16 rows (q32_codes), 4 columns a
+ * vector; sc = d and, for its two 16-column halves, mn = off d (the
+ * codes' offset) or -m (Q4_1 / Q5_1: the min is added). */
+INLV void qkp_pack_q32(const int type, const e0_mat *m, int64_t r, int nr) {
+    const int64_t bs = q32_bsize(type), nb = m->cols / 32, rb = nb * bs;
     const uint8_t *w = (const uint8_t *)m->w + r * rb;
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    const float off = q32_off(type);
     for (int64_t b = 0; b < nb; b += 2) {
         const int two = b + 1 < nb;
         __m512i v[16];
@@ -521,35 +677,31 @@ INLV void qkp_pack_q8_0(const e0_mat *m, int64_t r, int nr) {
                 v[i] = _mm512_setzero_si512();
                 continue;
             }
-            const uint8_t *blk = w + i * rb + b * (int64_t)sizeof(ggml_block_q8_0);
-            const __m256i lo = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(blk + offsetof(ggml_block_q8_0, qs)));
-            const __m256i hi =
-                two ? _mm256_loadu_si256((const __m256i *)(const void *)(blk + sizeof(ggml_block_q8_0) +
-                                                                         offsetof(ggml_block_q8_0, qs)))
-                    : _mm256_setzero_si256();
+            const uint8_t *blk = w + i * rb + b * bs;
+            const __m256i lo = q32_codes(type, blk);
+            const __m256i hi = two ? q32_codes(type, blk + bs) : _mm256_setzero_si256();
             v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         }
         k_tr16(v); /* v[c]: columns 4c .. 4c + 3 of blocks b (c < 8), b + 1 of the 16 rows */
         for (int c = 0; c < (two ? 16 : 8); c++)
-            qkp_pk[8 * b + c] = _mm512_xor_si512(v[c], x80);
+            qkp_pk[8 * b + c] = v[c];
         for (int k = 0; k <= two; k++) {
-            float d[16];
-            for (int i = 0; i < 16; i++)
-                d[i] = i < nr ? qk_half(w + i * rb + (b + k) * (int64_t)sizeof(ggml_block_q8_0),
-                                        offsetof(ggml_block_q8_0, d))
-                              : 0.0f;
-            const __m512 dv = _mm512_loadu_ps(d);
-            qkp_sc[b + k] = dv;
-            qkp_mn[2 * (b + k)] = qkp_mn[2 * (b + k) + 1] = _mm512_mul_ps(_mm512_set1_ps(128.0f), dv);
+            float d[16], mn[16];
+            for (int i = 0; i < 16; i++) {
+                const uint8_t *blk = w + i * rb + (b + k) * bs;
+                d[i] = i < nr ? qk_half(blk, 0) : 0.0f;
+                mn[i] = i >= nr ? 0.0f : Q32_MIN(type) ? -qk_half(blk, 2) : off * d[i];
+            }
+            qkp_sc[b + k] = _mm512_loadu_ps(d);
+            qkp_mn[2 * (b + k)] = qkp_mn[2 * (b + k) + 1] = _mm512_loadu_ps(mn);
         }
     }
 }
 
 /* Rows r..r+nr of m (nr <= 16; the others zero) into the panel. */
 INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
-    if (type == GGML_Q8_0) {
-        qkp_pack_q8_0(m, r, nr);
+    if (QK_IS32(type)) {
+        qkp_pack_q32(type, m, r, nr);
         return;
     }
     const int bsize = qk_bsize(type);
@@ -558,7 +710,8 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
         __m512i v[16];
-        /* per row, 16 floats: Q4_K / Q5_K d sc_0..7 then dmin m_0..7; Q6_K d sc_0..15 */
+        /* per row, 16 floats: Q4_K / Q5_K d sc_0..7 then dmin m_0..7; Q6_K d sc_0..15;
+         * IQ4_XS d sc_0..7 (then zeros) */
         for (int i = 0; i < 16; i++) {
             if (i >= nr) {
                 v[i] = _mm512_setzero_si512();
@@ -567,7 +720,8 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             qk_blk k;
             qk_begin(type, w + i * rb + b * bsize, &k);
             v[i] = _mm512_castps_si512(
-                QK_IS45(type)
+                type == GGML_IQ4_XS ? _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(k.S))
+                : QK_IS45(type)
                     ? _mm512_mul_ps(
                           _mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin),
                           _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k.S8))))
@@ -580,6 +734,12 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                 qkp_sc[b * 8 + s] = _mm512_castsi512_ps(v[s]);
                 qkp_mn[b * 16 + 2 * s] = qkp_mn[b * 16 + 2 * s + 1] = _mm512_castsi512_ps(v[8 + s]);
             }
+        else if (type == GGML_IQ4_XS)
+            for (int s = 0; s < 8; s++) { /* the offset of the codes (+128): 128 d sc_s */
+                qkp_sc[b * 8 + s] = _mm512_castsi512_ps(v[s]);
+                qkp_mn[b * 16 + 2 * s] = qkp_mn[b * 16 + 2 * s + 1] =
+                    _mm512_mul_ps(_mm512_set1_ps(128.0f), _mm512_castsi512_ps(v[s]));
+            }
         else
             for (int s = 0; s < 16; s++) {
                 qkp_sc[b * 16 + s] = _mm512_castsi512_ps(v[s]);
@@ -587,7 +747,24 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                     _mm512_mul_ps(_mm512_set1_ps(32.0f), _mm512_castsi512_ps(v[s]));
             }
         __m512i *pk = qkp_pk + b * 64;
-        if (QK_IS45(type)) {
+        if (type == GGML_IQ4_XS) {
+            /* qs[64h ..]: word c holds bytes 4c.. of sub-block s = 4h + c / 4:
+             * low nibbles its columns 4 (c % 4).., high nibbles 16 + 4 (c % 4).. */
+            const __m512i tbl = iq4_table();
+            for (int h = 0; h < 2; h++) {
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
+                                                       offsetof(ggml_block_iq4_xs, qs) + 64 * h)
+                                  : _mm512_setzero_si512();
+                k_tr16(v);
+                for (int c = 0; c < 16; c++) {
+                    const int s = 4 * h + c / 4;
+                    pk[8 * s + c % 4] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v[c], lo4));
+                    pk[8 * s + 4 + c % 4] = _mm512_shuffle_epi8(
+                        tbl, _mm512_and_si512(_mm512_srli_epi32(v[c], 4), lo4));
+                }
+            }
+        } else if (QK_IS45(type)) {
             /* qs[64h ..]: word c < 8 holds columns 4c.. of sub-blocks 4h (low
              * nibbles) and 4h + 1 (high); word 8 + c those of 4h + 2, 4h + 3.
              * Q5_K: qh word c holds the fifth bits of columns 4c.. of every
@@ -801,6 +978,24 @@ QKP_KERNEL(q5_K, GGML_Q5_K, 3)
 QKP_KERNEL(q8_0, GGML_Q8_0, 1)
 QKP_KERNEL(q8_0, GGML_Q8_0, 2)
 QKP_KERNEL(q8_0, GGML_Q8_0, 3)
+QKP_KERNEL(iq4_xs, GGML_IQ4_XS, 1)
+QKP_KERNEL(iq4_xs, GGML_IQ4_XS, 2)
+QKP_KERNEL(iq4_xs, GGML_IQ4_XS, 3)
+QKP_KERNEL(iq4_nl, GGML_IQ4_NL, 1)
+QKP_KERNEL(iq4_nl, GGML_IQ4_NL, 2)
+QKP_KERNEL(iq4_nl, GGML_IQ4_NL, 3)
+QKP_KERNEL(q4_0, GGML_Q4_0, 1)
+QKP_KERNEL(q4_0, GGML_Q4_0, 2)
+QKP_KERNEL(q4_0, GGML_Q4_0, 3)
+QKP_KERNEL(q4_1, GGML_Q4_1, 1)
+QKP_KERNEL(q4_1, GGML_Q4_1, 2)
+QKP_KERNEL(q4_1, GGML_Q4_1, 3)
+QKP_KERNEL(q5_0, GGML_Q5_0, 1)
+QKP_KERNEL(q5_0, GGML_Q5_0, 2)
+QKP_KERNEL(q5_0, GGML_Q5_0, 3)
+QKP_KERNEL(q5_1, GGML_Q5_1, 1)
+QKP_KERNEL(q5_1, GGML_Q5_1, 2)
+QKP_KERNEL(q5_1, GGML_Q5_1, 3)
 
 /* k_prep_qk (mat.c) vectorized; bit-identical to it. */
 TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk,
@@ -837,50 +1032,42 @@ TGTV void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, in
     }
 }
 
+/* Kernels per type: panels, then rows, for 1..3 planes (NULL: none). */
+typedef struct {
+    uint32_t type;
+    k_rows_fn panel[3], rows[3];
+} qk_kernels;
+
+#define QK_ROWS(N, K) {K##_##N##_1_rows, K##_##N##_2_rows, K##_##N##_3_rows}
+static const qk_kernels qk_table[] = {
+    {GGML_Q4_K, QK_ROWS(q4_K, qkp), QK_ROWS(q4_K, qk)},
+    {GGML_Q5_K, QK_ROWS(q5_K, qkp), QK_ROWS(q5_K, qk)},
+    {GGML_Q6_K, QK_ROWS(q6_K, qkp), QK_ROWS(q6_K, qk)},
+    {GGML_IQ4_XS, QK_ROWS(iq4_xs, qkp), QK_ROWS(iq4_xs, qk)},
+    /* Q8_0: no 24-bit rows (the f32 kernels, as fast, exact) */
+    {GGML_Q8_0, QK_ROWS(q8_0, qkp), {q8r_q8_0_1_rows, q8r_q8_0_2_rows, NULL}},
+    /* IQ4_NL, Q4_1: no 24-bit rows either (measured no faster, section 32) */
+    {GGML_IQ4_NL, QK_ROWS(iq4_nl, qkp), {q8r_iq4_nl_1_rows, q8r_iq4_nl_2_rows, NULL}},
+    {GGML_Q4_0, QK_ROWS(q4_0, qkp), QK_ROWS(q4_0, q8r)},
+    {GGML_Q4_1, QK_ROWS(q4_1, qkp), {q8r_q4_1_1_rows, q8r_q4_1_2_rows, NULL}},
+    {GGML_Q5_0, QK_ROWS(q5_0, qkp), QK_ROWS(q5_0, q8r)},
+    {GGML_Q5_1, QK_ROWS(q5_1, qkp), QK_ROWS(q5_1, q8r)},
+};
+
 k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t panel_t,
                                  int *need) {
     if (m->type != E0_W_GGML || planes < 1 || planes > 3) return NULL;
-    if (m->gtype == GGML_Q8_0 ? m->cols % 32 != 0
-                              : (m->gtype != GGML_Q4_K && m->gtype != GGML_Q5_K &&
-                                 m->gtype != GGML_Q6_K) ||
-                                    m->cols % GGML_QK_K != 0)
-        return NULL;
-    /* Q8_0 rows with 24-bit activations: the f32 kernels (as fast, exact) */
-    if (m->gtype == GGML_Q8_0 && planes == 3 && !(T >= panel_t && m->cols <= QKP_MAXC)) return NULL;
+    const qk_kernels *k = NULL;
+    for (size_t i = 0; i < sizeof qk_table / sizeof *qk_table; i++)
+        if (qk_table[i].type == m->gtype) k = &qk_table[i];
+    if (!k || m->cols % (QK_IS32(m->gtype) ? 32 : GGML_QK_K) != 0) return NULL;
+    const bool panel = T >= panel_t && m->cols <= QKP_MAXC;
+    const k_rows_fn fn = panel ? k->panel[planes - 1] : k->rows[planes - 1];
+    if (!fn) return NULL;
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
-    const int pi = planes - 1;
-    if (T >= panel_t && m->cols <= QKP_MAXC) {
-        static const k_rows_fn q4[3] = {qkp_q4_K_1_rows, qkp_q4_K_2_rows, qkp_q4_K_3_rows};
-        static const k_rows_fn q5[3] = {qkp_q5_K_1_rows, qkp_q5_K_2_rows, qkp_q5_K_3_rows};
-        static const k_rows_fn q6[3] = {qkp_q6_K_1_rows, qkp_q6_K_2_rows, qkp_q6_K_3_rows};
-        static const k_rows_fn q8[3] = {qkp_q8_0_1_rows, qkp_q8_0_2_rows, qkp_q8_0_3_rows};
-        *need |= K_NEED_XK32;
-        switch (m->gtype) {
-        case GGML_Q4_K:
-            return q4[pi];
-        case GGML_Q5_K:
-            return q5[pi];
-        case GGML_Q6_K:
-            return q6[pi];
-        default:
-            return q8[pi];
-        }
-    }
-    static const k_rows_fn q4[3] = {qk_q4_K_1_rows, qk_q4_K_2_rows, qk_q4_K_3_rows};
-    static const k_rows_fn q5[3] = {qk_q5_K_1_rows, qk_q5_K_2_rows, qk_q5_K_3_rows};
-    static const k_rows_fn q6[3] = {qk_q6_K_1_rows, qk_q6_K_2_rows, qk_q6_K_3_rows};
-    static const k_rows_fn q8[3] = {q8r_1_rows, q8r_2_rows, NULL}; /* 3: returned above */
-    switch (m->gtype) {
-    case GGML_Q4_K:
-        return q4[pi];
-    case GGML_Q5_K:
-        return q5[pi];
-    case GGML_Q6_K:
-        return q6[pi];
-    default: /* Q8_0: activations per 32 columns in the row kernels too */
-        *need |= K_NEED_XK32;
-        return q8[pi];
-    }
+    /* activations per 32 columns in the panels and the 32-column types' rows */
+    if (panel || QK_IS32(m->gtype)) *need |= K_NEED_XK32;
+    return fn;
 }
 
 #else

@@ -580,12 +580,13 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int *need,
                       int *lanes) {
     const int64_t panel_t = decode ? INT64_MAX : K_PANEL_MIN_T;
-    /* ggml k-quants and Q8_0: integer activations in Q8 (8-bit), Q16 (16-bit) and
-     * MIXED (24-bit: 16-bit panels flipped a route of ../shared/gguf's
-     * tiny-qwen35moe Q4_K_M, docs/experiments.md section 23); row kernels
-     * below K_PANEL_MIN_T tokens, panels above (MIXED's Q8_0 rows: the f32
-     * kernels, as fast as 24-bit ones there). Q24, which EXACT resolves
-     * to, keeps their f32 kernels. */
+    /* ggml types but Q2_K / Q3_K: integer activations in Q8 (8-bit), Q16
+     * (16-bit) and MIXED (24-bit: 16-bit panels flipped a route of
+     * ../shared/gguf's tiny-qwen35moe Q4_K_M, docs/experiments.md section
+     * 23); row kernels below K_PANEL_MIN_T tokens, panels above (MIXED's
+     * Q8_0, Q4_1 and IQ4_NL rows: the f32 kernels, as fast as 24-bit ones
+     * there, sections 30 and 32). Q24, which EXACT resolves to, keeps their
+     * f32 kernels. */
     if (m->type == E0_W_GGML &&
         (k == E0_KERNELS_AVX512_Q8 || k == E0_KERNELS_AVX512_Q16 || k == E0_KERNELS_AVX512_MIXED)) {
         const int planes = k == E0_KERNELS_AVX512_Q8 ? 1 : k == E0_KERNELS_AVX512_Q16 ? 2 : 3;
