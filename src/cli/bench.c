@@ -601,6 +601,9 @@ int cmd_bench(int argc, char **argv) {
             e0_engine_warm_cache(e);
         }
         double pp[BATCH_LEVELS], tg[BATCH_LEVELS];
+        /* untimed: the first passes' page faults (scratch, KV cache) and caches */
+        fprintf(stderr, "edge0 bench: batched decode, warming up...\n");
+        if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], err)) goto fail;
         for (int i = 0; i < n_levels; i++) {
             fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
             if (run_batched(e, levels[i], (int)n_prefill, (int)n_decode, &pp[i], &tg[i], err))
