@@ -22,9 +22,7 @@
 
 #include "edge0.h"
 #include "model/model.h"
-#include "model/synth.h"
 #include "quant/mat.h"
-#include "util/file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,13 +321,8 @@ static void test_batch_other_kernels(void **state) {
 /* Route stickiness keeps each sequence's own previous experts. */
 static void test_batch_sticky(void **state) {
     (void)state;
-    char *root = tu_tmpdir(), *dir = e0_path_join(root, "sticky");
-    synth_opts so;
-    synth_opts_default(&so);
-    so.no_sync = 1;
-    so.route_stickiness = 0.5;
+    char *root = tu_tmpdir(), *dir = tu_synth_sticky(root, "sticky", 0.5);
     char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s", err);
     e0_engine_opts o;
     e0_engine_opts_default(&o);
     o.n_threads = 2;

@@ -26,9 +26,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
 #include "server/prefix.h"
-#include "util/file.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -297,13 +295,7 @@ static void test_conversation_qwen3moe(void **state) {
 static void test_conversation_sticky(void **state) {
     (void)state;
     if (TSAN) skip();
-    char *root = tu_tmpdir(), *dir = e0_path_join(root, "sticky");
-    synth_opts so;
-    synth_opts_default(&so);
-    so.no_sync = 1;
-    so.route_stickiness = 0.5;
-    char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s", err);
+    char *root = tu_tmpdir(), *dir = tu_synth_sticky(root, "sticky", 0.5);
     e0_engine *e = open_dir(dir);
     run_conversations(e, "tiny synth, route stickiness 0.5");
     e0_engine_free(e);

@@ -1,5 +1,9 @@
 #include "testutil.h"
 
+#include "edge0.h"
+#include "model/synth.h"
+#include "util/file.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,4 +122,15 @@ double tu_matmul_nmse(const e0_mat *m, int64_t T, int64_t ldx, int64_t ldy, floa
     free(y);
     free(yr);
     return den > 0 ? num / den : num;
+}
+
+char *tu_synth_sticky(const char *root, const char *name, double P) {
+    char *dir = e0_path_join(root, name);
+    synth_opts so;
+    synth_opts_default(&so);
+    so.no_sync = 1;
+    so.route_stickiness = P;
+    char err[E0_ERR_MAX];
+    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
+    return dir;
 }

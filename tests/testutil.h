@@ -45,6 +45,10 @@ double tu_matmul_nmse(const e0_mat *m, int64_t T, int64_t ldx, int64_t ldy, floa
 /* Writes `len` bytes to dir/name; returns the malloc'd path. */
 char *tu_write(const char *dir, const char *name, const void *data, size_t len);
 
+/* The tiny synthetic model with route stickiness P written into the new
+ * directory root/NAME (fails the test on error); returns its malloc'd path. */
+char *tu_synth_sticky(const char *root, const char *name, double P);
+
 /* Runs a shell command line; returns its exit status (-1 if it did not exit). */
 int tu_run(const char *cmd);
 
