@@ -7,7 +7,8 @@
 # /health, /v1/models, /metrics. Then the server is stopped with SIGTERM.
 #
 # Report: requests served, answers by status, p50/p99 latency, the server's
-# RSS after the warm-up and at the end (must stay within 5%), its exit
+# RSS after the warm-up and at the end, less the prefix cache's snapshots
+# (they fill up to --cache-ram by design; must stay within 5%), its exit
 # status and any sanitizer report. Exit 0 when: the server ran to the end,
 # exited 0, reported nothing, answered no 500, and the RSS stayed flat
 # (with --hog: it fell by at least half of what the other process took, and
@@ -112,6 +113,9 @@ done
 if [ -z "$PORT" ]; then echo "soak: the server did not start:" >&2; cat "$OUT/server.log" >&2; exit 1; fi
 URL=http://127.0.0.1:$PORT
 rss() { awk '/^VmRSS:/ {printf "%.0f\n", $2 * 1024}' /proc/$SRV/status 2>/dev/null; }
+# Bytes of session snapshots the prefix cache holds (--cache-ram): they grow up to its budget by
+# design, so the RSS that must stay flat is the RSS less these.
+pcache() { curl -s --max-time 5 "$URL/metrics" 2>/dev/null | awk '/^edge0_prefix_cache_bytes / {c = $2} END {printf "%.0f\n", c}'; }
 echo "soak: $BIN serve on $URL (pid $SRV), $CLIENTS clients for $MINUTES min, warm-up ${WARMUP}s, logs in $OUT"
 
 # One client: requests until the deadline, one line per request:
@@ -177,8 +181,8 @@ START=$(date +%s)
 END=$((START + DURATION))
 for i in $(seq 1 "$CLIENTS"); do client "$i" "$END" & done
 sleep "$WARMUP"
-RSS0=$(rss)
-echo "soak: RSS after the ${WARMUP}s warm-up: $((RSS0 / 1048576)) MiB"
+RSS0=$(rss) PC0=$(pcache)
+echo "soak: RSS after the ${WARMUP}s warm-up: $((RSS0 / 1048576)) MiB (prefix cache $((PC0 / 1048576)) MiB of it)"
 : >"$OUT/rss.tsv"
 HOGPID=
 while [ "$(date +%s)" -lt "$END" ] && kill -0 $SRV 2>/dev/null; do
@@ -195,7 +199,7 @@ while [ "$(date +%s)" -lt "$END" ] && kill -0 $SRV 2>/dev/null; do
     sleep 10
 done
 [ -n "$HOGPID" ] && { kill -0 "$HOGPID" 2>/dev/null && HOGALIVE=yes || HOGALIVE=NO; kill "$HOGPID" 2>/dev/null; }
-RSS1=$(rss) # at the deadline, still under load (as the start figure was)
+RSS1=$(rss) PC1=$(pcache) # at the deadline, still under load (as the start figure was)
 wait_clients() { for p in $(jobs -p); do [ "$p" != "$SRV" ] && wait "$p"; done; }
 wait_clients 2>/dev/null
 ALIVE=0; kill -0 $SRV 2>/dev/null && ALIVE=1
@@ -233,9 +237,11 @@ SERVED=$(awk '/^edge0: .* POST .* 200 /' "$OUT/server.log" | wc -l)
 CANCEL=$(awk '/ 499 .*finish=cancelled/' "$OUT/server.log" | wc -l)
 echo "server log: $SERVED generation requests served (200), $CANCEL cancelled by clients that left"
 echo "prefix reuse: $(awk '/^edge0_cached_prompt_tokens_total / {c = $2} /^edge0_prompt_tokens_total / {p = $2} END {printf "%d of %d prompt tokens cached", c, p}' "$OUT/metrics.txt")"
-DRIFT=$(awk -v a="$RSS0" -v b="$RSS1" 'BEGIN {printf "%.2f", a ? 100 * (b - a) / a : 999}')
+DRIFT=$(awk -v a="$RSS0" -v b="$RSS1" -v c0="${PC0:-0}" -v c1="${PC1:-0}" \
+    'BEGIN {a -= c0; b -= c1; printf "%.2f", (a > 0 ? 100 * (b - a) / a : 999)}')
 MAXRSS=$(awk -F'\t' 'BEGIN {m = 0} $2 > m {m = $2} END {print m}' "$OUT/rss.tsv")
-echo "RSS under load: $((RSS0 / 1048576)) MiB after the warm-up, $((${RSS1:-0} / 1048576)) MiB at the end (${DRIFT}%), max $((MAXRSS / 1048576)) MiB; idle after the run: $((${RSS2:-0} / 1048576)) MiB"
+echo "RSS under load: $((RSS0 / 1048576)) MiB after the warm-up, $((${RSS1:-0} / 1048576)) MiB at the end, max $((MAXRSS / 1048576)) MiB; idle after the run: $((${RSS2:-0} / 1048576)) MiB"
+echo "prefix cache (--cache-ram): $((${PC0:-0} / 1048576)) MiB after the warm-up, $((${PC1:-0} / 1048576)) MiB at the end; RSS less the cache: $(((RSS0 - ${PC0:-0}) / 1048576)) -> $(((${RSS1:-0} - ${PC1:-0}) / 1048576)) MiB (${DRIFT}%, must stay within 5%)"
 echo "RSS each minute (s:MiB): $(awk -F'\t' '$1 % 60 < 10 {printf "%d:%d ", $1, $2 / 1048576}' "$OUT/rss.tsv")"
 SAN=$(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' "$OUT/server.log")
 echo "server: ran to the end: $([ $ALIVE = 1 ] && echo yes || echo NO), exit status $EXIT, sanitizer reports: $SAN"
@@ -247,9 +253,14 @@ if [ -n "$CG" ]; then
     grep -m3 'io \|mem budget' "$OUT/server.log" | sed 's/^/plan: /'
     echo "$PRESSURE"
 fi
+PCB=$(awk '/^edge0_prefix_cache_budget_bytes / {printf "%.0f", $2}' "$OUT/metrics.txt")
+PCMAX=$(awk '/^edge0_prefix_cache_bytes / {printf "%.0f", $2}' "$OUT/metrics.txt")
+PCOK=1
+[ -n "$PCB" ] && [ "${PCB:-0}" -gt 0 ] && [ "${PCMAX:-0}" -gt "$PCB" ] && PCOK=0
+[ -n "$PCB" ] && echo "prefix cache at the end: $((${PCMAX:-0} / 1048576)) MiB of its $((PCB / 1048576)) MiB budget$([ $PCOK = 0 ] && echo ": OVER")"
 FIVE=$(awk -F'\t' '$2 ~ /^5/ && $2 != 503' "$OUT/requests.tsv" | wc -l)
 OK=1
-[ $ALIVE = 1 ] && [ $EXIT = 0 ] && [ "$SAN" = 0 ] && [ "$FIVE" = 0 ] && [ "${OOMS:-0}" = 0 ] || OK=0
+[ $ALIVE = 1 ] && [ $EXIT = 0 ] && [ "$SAN" = 0 ] && [ "$FIVE" = 0 ] && [ "${OOMS:-0}" = 0 ] && [ $PCOK = 1 ] || OK=0
 [ -n "$CG" ] && rmdir "$CG" 2>/dev/null
 if [ -n "$HOG" ]; then
     # the cache must have given memory back to the other process (at least
