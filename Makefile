@@ -58,7 +58,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 # servers are $(E0_BIN) processes; its in-process server (the scheduler thread
 # and the connection threads over one engine) is what TSan sees (~20 s).
 TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch \
-              build-tsan/tests/test_prefix build-tsan/tests/test_cbatch
+              build-tsan/tests/test_prefix build-tsan/tests/test_cbatch build-tsan/tests/test_mprefill
 
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)

@@ -16,6 +16,9 @@
  *    change, the request is counted cancelled and its slot comes free;
  *  - prompt reuse per slot: a prompt that extends an earlier one finds it
  *    in its slot although another request ran in between;
+ *  - prompt chunks of several requests prefilled in one merged pass
+ *    (/metrics: a prefill pass of two sequences or more) give the same
+ *    answers: each chunk's arithmetic is that of its pass alone;
  *  - /metrics: decode passes of more than one sequence, the TTFT and
  *    inter-token latency histograms, the slot gauges;
  *  - a disk that fails mid-batch (this program's own pread, which the
@@ -294,6 +297,13 @@ static void concurrent(family *f) {
     const double ones = metric(f->par.port, "edge0_batch_size_per_step_bucket{le=\"1\"}"),
                  all = metric(f->par.port, "edge0_batch_size_per_step_count");
     if (!(all > ones)) fail_msg("%s: no decode pass of more than one sequence (%g passes, %g of one)", f->fixture, all, ones);
+    /* and prompts arriving together were prefilled in merged passes */
+    const double p1 = metric(f->par.port, "edge0_prefill_seqs_per_pass_bucket{le=\"1\"}"),
+                 pall = metric(f->par.port, "edge0_prefill_seqs_per_pass_count");
+    if (!(pall > p1)) fail_msg("%s: no prefill pass of more than one sequence (%g passes, %g of one)", f->fixture, pall, p1);
+    assert_true(metric(f->one.port, "edge0_prefill_seqs_per_pass_count") ==
+                metric(f->one.port, "edge0_prefill_seqs_per_pass_bucket{le=\"1\"}"));
+    assert_true(metric(f->one.port, "edge0_prefill_seqs_per_pass_count") >= 4);
     assert_true(metric(f->par.port, "edge0_slots") == 4);
     assert_true(metric(f->one.port, "edge0_slots") == 1);
     /* one pass per step: the --parallel 1 server never batched */

@@ -21,6 +21,7 @@
 #include "edge0.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "quant/kernels.h"
 #include "quant/mat.h"
 
 #include <math.h>
@@ -156,28 +157,36 @@ struct e0_session {
      * highest weight first; only for models with route stickiness (moe.c) */
     uint16_t *route_hist;
     e0_scratch s;
-    /* a prefill pass paused between layers (session_eval_part): the next
-     * layer to run, or -1 when none is in progress; its number of ids */
-    int32_t part_layer, part_T;
+    /* a prefill pass paused between layers (session_eval_part, pass_begin):
+     * the next layer to run, or -1 when none is in progress; the pass */
+    int32_t part_layer;
+    struct e0_pass *pass; /* NULL, &own (session_eval_part's) or a caller's merged pass */
+    struct e0_pass *own;  /* session_eval_part's pass, allocated on first use */
 };
 
 /* ---- Forward passes over one or several sequences ----------------------
  * A forward pass runs T tokens in runs: run r is tokens [t0, t0 + n) of the
  * batch, the next n positions of session s (s->pos .. s->pos + n - 1). One
  * session's prefill or decode step is one run; a batched decode step
- * (e0_session_eval_batch) is one run of one token per session. The dense
- * matmuls (projections, shared expert, lm_head) run once over all T tokens,
- * so each weight is read once per pass; attention, the DeltaNet conv and
- * recurrence run per run against that session's KV cache and states; the
- * MoE layer computes each routed expert once over every token routed to it
- * (stream/switchglu.h).
+ * (e0_session_eval_batch) is one run of one token per session; a merged
+ * prefill pass (pass_begin) is one run per session, of any lengths. The
+ * dense matmuls (projections, shared expert, lm_head) run once over all T
+ * tokens, so each weight is read once per pass; attention, the DeltaNet
+ * conv and recurrence run per run against that session's KV cache and
+ * states; the MoE layer computes each routed expert once over every token
+ * routed to it (stream/switchglu.h).
  *
- * Per token, the arithmetic is the one a pass of that run alone gives it:
- * matmul kernels compute every (row, token) alike whatever the other
- * tokens (mat.h), except that some kernel sets change arithmetic with T;
- * `decode` batches therefore use mat_matmul_decode (each token as a
- * one-token call), so a sequence decoded in a batch gets logits
- * bit-identical to its decode alone. */
+ * Per token, the arithmetic is the one a pass of that run alone gives it.
+ * The matmul kernels compute every (row, token) alike whatever the other
+ * tokens (mat.h), except that some kernel sets change arithmetic when a
+ * call reaches K_PANEL_MIN_T tokens ("panel" arithmetic; below it "row"
+ * arithmetic, which mat_matmul_decode gives at any T). So the tokens of
+ * runs of K_PANEL_MIN_T or more come first in a pass (tokens [0, Tp)) and
+ * the dense matmuls run them in one mat_matmul call, the tokens of shorter
+ * runs (decode tokens among them) in one mat_matmul_decode call; in the
+ * MoE, each expert's tokens split the same way by how many tokens of their
+ * own run route to that expert (switchglu.c). A sequence batched with
+ * others therefore gets logits bit-identical to its pass alone. */
 typedef struct {
     e0_session *s;
     int t0, n;
@@ -188,9 +197,11 @@ enum { E0_BATCH_MAX = 256 };
 
 typedef struct {
     e0_scratch *S;     /* buffers for the T tokens (a session's scratch, n_batch >= T) */
-    const e0_run *run; /* [nrun], in token order, each session at most once */
+    const e0_run *run; /* [nrun], in token order, each session at most once; runs of
+                          K_PANEL_MIN_T tokens or more first */
     int nrun, T;
-    bool decode; /* every run is one decode token: one-token arithmetic (mat_matmul_decode) */
+    int Tp;      /* tokens [0, Tp) are those of runs of K_PANEL_MIN_T or more (panel arithmetic) */
+    bool decode; /* every run is one decode token: the decode expert paths (switchglu.h) */
 } e0_batch;
 
 /* The batch of one session's T tokens at its next positions (run: its one
@@ -210,15 +221,56 @@ static inline int batch_run_of(const e0_batch *b, int t) {
     return lo;
 }
 
-/* y = W x for the batch's T tokens (x: [T, ldx], y: [T, ldy]), in the
- * batch's arithmetic (mat_matmul, or mat_matmul_decode for decode batches). */
+/* y = W x for the batch's T tokens (x: [T, ldx], y: [T, ldy]), each token
+ * in its run's arithmetic: mat_matmul over tokens [0, Tp), mat_matmul_decode
+ * over [Tp, T). */
 static inline void batch_matmul(const e0_batch *b, const e0_mat *m, const float *x, int64_t ldx,
                                 float *y, int64_t ldy) {
-    if (b->decode)
-        mat_matmul_decode(m, x, ldx, b->T, y, ldy);
-    else
-        mat_matmul(m, x, ldx, b->T, y, ldy);
+    if (b->Tp > 0) mat_matmul(m, x, ldx, b->Tp, y, ldy);
+    if (b->T > b->Tp)
+        mat_matmul_decode(m, x + (size_t)b->Tp * (size_t)ldx, ldx, b->T - b->Tp,
+                          y + (size_t)b->Tp * (size_t)ldy, ldy);
 }
+
+/* ---- A merged prefill pass ------------------------------------------------
+ * One forward pass over the next ids of several sessions (one run each),
+ * cut between layers like session_eval_part, so that a scheduler prefills
+ * the prompt chunks of many requests with one read of the weights (and,
+ * under a memory cap, one read of each routed expert from the disk):
+ *
+ *     e0_pass p;                                       // the caller's, until done
+ *     pass_begin(&p, ss, ids, n, ns, err);             // embeds; ids need not outlive it
+ *     do pass_step(&p, max_layers, logits, &done, err); while (!done);
+ *
+ * Each session gets the logits, KV rows and states its own pass of the same
+ * ids gives (bit for bit, model.h above), however the layers are cut. The
+ * pass's tokens (the sum of n) must fit the first session's n_batch (its
+ * scratch carries the pass), each n its own session's n_batch, and at most
+ * E0_PASS_MAX sessions. Until done, every session of the pass refuses other
+ * evaluations and snapshots (E0_EINVAL); a session of a paused pass must
+ * not be reset, restored or freed. A failed step resets every session of
+ * the pass. session_eval_part is the one-session case. */
+enum { E0_PASS_MAX = 64 };
+
+typedef struct e0_pass {
+    e0_run run[E0_PASS_MAX]; /* in token order (runs of K_PANEL_MIN_T ids or more first) */
+    int at[E0_PASS_MAX];     /* the run of the caller's session i */
+    e0_batch b;
+    int ns;    /* sessions */
+    int layer; /* the next layer to run; -1: no pass in progress */
+} e0_pass;
+
+/* Starts the pass: checks every session (same engine, distinct, no pass in
+ * progress, ids in the vocabulary and the context, the limits above; an
+ * error changes nothing), embeds the ids and appends them to each history.
+ * ids[i]: n[i] >= 1 ids of session ss[i]. */
+int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n, int ns,
+               char *err);
+/* Runs at most max_layers more layers (0: all that are left). When the last
+ * is done, *done is set, the positions move on, and logits[i] (an array of
+ * ns pointers, or NULL; each NULL or [vocab]) gets the logits of session i's
+ * last id. A failure resets every session of the pass (and ends it). */
+int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err);
 
 /* Layer pieces over a batch. in: [T, H] normed input, out: [T, H]. */
 void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *out);

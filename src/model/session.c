@@ -292,6 +292,7 @@ void e0_session_free(e0_session *s) {
     free(s->rec);
     free(s->hist);
     free(s->route_hist);
+    free(s->own);
     float **bufs[] = {&s->s.x,   &s->s.h,      &s->s.y,    &s->s.q,       &s->s.k,    &s->s.v,
                       &s->s.att, &s->s.scores, &s->s.proj, &s->s.mix,     &s->s.hist, &s->s.zz,
                       &s->s.bb,  &s->s.aa,     &s->s.o,    &s->s.rlogits, &s->s.rw,   &s->s.xs,
@@ -447,6 +448,7 @@ void e0_session_reset(e0_session *s) {
         }
     s->pos = 0; /* the KV cache past pos is never read */
     s->part_layer = -1;
+    s->pass = NULL;
 }
 
 int32_t e0_session_pos(const e0_session *s) {
@@ -483,7 +485,8 @@ int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
 
 e0_batch batch_one(e0_session *s, int T, e0_run *run) {
     *run = (e0_run){s, 0, T};
-    return (e0_batch){.S = &s->s, .run = run, .nrun = 1, .T = T, .decode = T == 1};
+    return (e0_batch){
+        .S = &s->s, .run = run, .nrun = 1, .T = T, .Tp = T >= K_PANEL_MIN_T ? T : 0, .decode = T == 1};
 }
 
 /* The batch's tokens (ids: [T], one per token in run order) through every
@@ -494,17 +497,20 @@ e0_batch batch_one(e0_session *s, int T, e0_run *run) {
  * moved on. The pass's state between the parts is the scratch's x and the
  * layers' KV rows and states already written; the arithmetic is the same
  * however the layers are cut. */
-static void forward_begin(const e0_batch *b, const int32_t *ids) {
+/* Run r's ids (its n) embedded into its rows of S->x and appended to its
+ * session's history. */
+static void embed_run(const e0_batch *b, int r, const int32_t *ids) {
     const e0_model *m = b->run[0].s->m;
-    const e0_config *c = &m->cfg;
-    e0_scratch *S = b->S;
-    const int H = c->hidden, T = b->T;
-    for (int t = 0; t < T; t++)
-        mat_dequant(&m->embed, ids[t], 0, H, S->x + (size_t)t * H);
-    for (int r = 0; r < b->nrun; r++) {
-        e0_session *s = b->run[r].s;
-        memcpy(s->hist + s->pos, ids + b->run[r].t0, (size_t)b->run[r].n * sizeof *ids);
-    }
+    const int H = m->cfg.hidden;
+    const e0_run *ru = &b->run[r];
+    for (int i = 0; i < ru->n; i++)
+        mat_dequant(&m->embed, ids[i], 0, H, b->S->x + (size_t)(ru->t0 + i) * H);
+    memcpy(ru->s->hist + ru->s->pos, ids, (size_t)ru->n * sizeof *ids);
+}
+
+static void forward_begin(const e0_batch *b, const int32_t *ids) {
+    for (int r = 0; r < b->nrun; r++)
+        embed_run(b, r, ids + b->run[r].t0);
 }
 
 static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
@@ -567,49 +573,136 @@ static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *er
     return 0;
 }
 
-int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
-                      bool *done, char *err) {
-    const e0_model *m = s->m;
-    const e0_config *c = &m->cfg;
-    *done = false;
-    const double t0 = now_s();
-    if (s->part_layer < 0) { /* a new pass */
-        int rc = check_ids(s, ids, n, err);
-        if (rc) return rc;
-        if (n > (size_t)s->n_batch)
-            return e0_fail(err, E0_EINVAL, "%zu ids are more than one pass of %d", n, s->n_batch);
-        e0_run run;
-        const e0_batch b = batch_one(s, (int)n, &run);
-        forward_begin(&b, ids);
-        s->part_layer = 0;
-        s->part_T = (int32_t)n;
+int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n, int ns,
+               char *err) {
+    if (!p || !ss || !ids || !n) return e0_fail(err, E0_EINVAL, "pass, sessions, ids or counts are NULL");
+    if (ns < 1 || ns > E0_PASS_MAX)
+        return e0_fail(err, E0_EINVAL, "%d sessions: a pass takes 1 to %d", ns, E0_PASS_MAX);
+    size_t T = 0;
+    for (int i = 0; i < ns; i++) {
+        if (!ss[i] || !ids[i]) return e0_fail(err, E0_EINVAL, "session %d or its ids are NULL", i);
+        if (ss[i]->eng != ss[0]->eng)
+            return e0_fail(err, E0_EINVAL, "session %d belongs to another engine than session 0", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i])
+                return e0_fail(err, E0_EINVAL, "sessions %d and %d are the same session", j, i);
+        int rc = check_ids(ss[i], ids[i], n[i], err);
+        if (rc) return e0_wrap(err, rc, "session %d", i);
+        if (n[i] > (size_t)ss[i]->n_batch)
+            return e0_fail(err, E0_EINVAL, "session %d: %zu ids are more than one pass of %d", i,
+                           n[i], ss[i]->n_batch);
+        T += n[i];
     }
-    e0_run run;
-    const e0_batch b = batch_one(s, s->part_T, &run);
-    const int l1 = max_layers > 0 && s->part_layer + max_layers < c->n_layers ? s->part_layer + max_layers
-                                                                                : c->n_layers;
-    int rc = forward_layers(&b, s->part_layer, l1, err);
-    if (!rc) rc = st_set_fault(m->st, err);
-    if (rc) {
-        s->part_layer = -1;
-        e0_session_reset(s);
-        return e0_wrap(err, rc, "evaluation failed; the session was reset");
-    }
-    s->part_layer = l1;
-    if (l1 == c->n_layers) {
-        forward_end(&b);
-        const int H = c->hidden, T = s->part_T;
-        if (logits) {
-            rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
-            mat_matmul(&m->lm_head, s->s.h, H, 1, logits, c->vocab);
+    if (T > (size_t)ss[0]->n_batch)
+        return e0_fail(err, E0_EINVAL,
+                       "the pass's %zu ids are more than session 0's scratch takes (n_batch %d)", T,
+                       ss[0]->n_batch);
+    /* runs of K_PANEL_MIN_T ids or more first (panel arithmetic), then the
+     * shorter ones, each class in the caller's order */
+    int r = 0, t = 0, Tp = 0;
+    for (int cls = 0; cls < 2; cls++)
+        for (int i = 0; i < ns; i++) {
+            if ((n[i] >= K_PANEL_MIN_T) != (cls == 0)) continue;
+            p->run[r] = (e0_run){ss[i], t, (int)n[i]};
+            p->at[i] = r++;
+            t += (int)n[i];
+            if (cls == 0) Tp = t;
         }
-        s->part_layer = -1;
-        *done = true;
+    bool ones = true; /* runs of one id each: a decode batch's expert paths, as alone */
+    for (int i = 0; i < ns; i++)
+        ones &= n[i] == 1;
+    p->b = (e0_batch){.S = &ss[0]->s, .run = p->run, .nrun = ns, .T = t, .Tp = Tp, .decode = ones};
+    p->ns = ns;
+    p->layer = 0;
+    for (int i = 0; i < ns; i++) {
+        embed_run(&p->b, p->at[i], ids[i]);
+        ss[i]->part_layer = 0;
+        ss[i]->pass = p;
     }
-    e0_engine *e = s->eng;
-    if (*done) e->prefill_tokens += (uint64_t)s->part_T;
+    return 0;
+}
+
+/* The logits of the pass's sessions' last ids: their final rows gathered
+ * into S->h and run as independent tokens (mat_matmul_decode: each gets the
+ * one-token arithmetic of e0_session_eval's last row); one read of lm_head
+ * for all of them. */
+static void pass_logits(const e0_pass *p, float *const *logits) {
+    const e0_model *m = p->run[0].s->m;
+    const e0_config *c = &m->cfg;
+    e0_scratch *S = p->b.S;
+    const int H = c->hidden, V = c->vocab;
+    int who[E0_PASS_MAX], nw = 0;
+    for (int i = 0; i < p->ns; i++) {
+        if (!logits[i]) continue;
+        const e0_run *ru = &p->run[p->at[i]];
+        /* S->h's rows are free now, and row nw <= the last row of run at[i] is not read again */
+        rmsnorm(S->x + (size_t)(ru->t0 + ru->n - 1) * H, m->final_norm, H, 1, c->rms_eps,
+                S->h + (size_t)nw * H);
+        who[nw++] = i;
+    }
+    if (!nw) return;
+    float *y = nw == 1 ? logits[who[0]] : malloc((size_t)nw * (size_t)V * sizeof *y);
+    if (!y) { /* out of memory: one call per session */
+        for (int w = 0; w < nw; w++)
+            mat_matmul_decode(&m->lm_head, S->h + (size_t)w * H, H, 1, logits[who[w]], V);
+        return;
+    }
+    mat_matmul_decode(&m->lm_head, S->h, H, nw, y, V);
+    if (nw == 1) return;
+    for (int w = 0; w < nw; w++)
+        memcpy(logits[who[w]], y + (size_t)w * V, (size_t)V * sizeof *y);
+    free(y);
+}
+
+int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err) {
+    *done = false;
+    if (!p || p->layer < 0) return e0_fail(err, E0_EINVAL, "no pass in progress");
+    const e0_model *m = p->run[0].s->m;
+    const int L = m->cfg.n_layers;
+    const double t0 = now_s();
+    p->b.run = p->run;
+    const int l1 = max_layers > 0 && p->layer + max_layers < L ? p->layer + max_layers : L;
+    int rc = forward_layers(&p->b, p->layer, l1, err);
+    if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
+    e0_engine *e = p->run[0].s->eng;
+    if (rc) { /* the states are partly updated: every session of the pass starts over */
+        for (int r = 0; r < p->ns; r++)
+            e0_session_reset(p->run[r].s);
+        p->layer = -1;
+        e->prefill_s += now_s() - t0;
+        return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
+                          : e0_wrap(err, rc, "evaluation failed; the %d sessions were reset", p->ns);
+    }
+    p->layer = l1;
+    for (int r = 0; r < p->ns; r++)
+        p->run[r].s->part_layer = l1;
+    if (l1 == L) {
+        forward_end(&p->b);
+        if (logits) pass_logits(p, logits);
+        for (int r = 0; r < p->ns; r++) {
+            p->run[r].s->part_layer = -1;
+            p->run[r].s->pass = NULL;
+        }
+        p->layer = -1;
+        *done = true;
+        e->prefill_tokens += (uint64_t)p->b.T;
+    }
     e->prefill_s += now_s() - t0;
     return 0;
+}
+
+int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
+                      bool *done, char *err) {
+    *done = false;
+    if (s->pass && s->pass != s->own)
+        return e0_fail(err, E0_EINVAL, "the session is in a merged prefill pass (pass_begin)");
+    if (!s->pass) { /* a new pass */
+        if (!s->own && !(s->own = malloc(sizeof *s->own)))
+            return e0_fail(err, E0_ENOMEM, "out of memory");
+        int rc = pass_begin(s->own, &s, &ids, &n, 1, err);
+        if (rc) return rc;
+    }
+    return pass_step(s->own, max_layers, &logits, done, err);
 }
 
 int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,

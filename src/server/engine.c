@@ -1,5 +1,6 @@
 /* The scheduler thread, its slots and its queue (engine.h). */
 #include "server/engine.h"
+#include "model/model.h"
 
 #include "server/prefix.h"
 #include "server/think.h"
@@ -179,7 +180,15 @@ struct srv_engine {
     /* Pacing a prefill against running streams: moving averages of a decode
      * pass's time and of a prefill chunk's time per layer (seconds). */
     double decode_pass_s, chunk_layer_s;
-    int prefill_layers;
+    int prefill_layers, n_layers;
+    /* The prefill pass in progress: the next chunk of each of pass_n slots
+     * in one forward pass (pass_begin), possibly paused between layers;
+     * pass_n 0 when none. */
+    e0_pass pass;
+    int pass_n;
+    srv_slot *pass_sl[E0_PASS_MAX];
+    size_t pass_m[E0_PASS_MAX];
+    bool pass_last[E0_PASS_MAX]; /* the chunk ends the slot's prompt: its logits are wanted */
     double stats_t;           /* last metrics snapshot */
     uint64_t id_state;        /* tool-call ids */
     srv_generate_fn generate; /* a test's stand-in, or NULL: the step-able generator */
@@ -768,18 +777,8 @@ static void slot_advance(srv_engine *E, srv_slot *sl) {
     slot_end(E, sl, rc < 0 ? rc : 0, err, gen_result(sl->g));
 }
 
-/* One prefill chunk (E->prefill_chunk ids) of the request admitted first
- * among those still prefilling; when its prompt is done, its first token.
- * A client that left ends it before the chunk. */
-static void prefill_step(srv_engine *E) {
-    srv_slot *sl = NULL;
-    bool decoding = false;
-    for (int i = 0; i < E->n_slots; i++) {
-        srv_slot *c = &E->slots[i];
-        if (c->j && c->g && !c->decoding && (!sl || c->admitted < sl->admitted)) sl = c;
-        if (c->j && c->g && c->decoding) decoding = true;
-    }
-    if (!sl) return;
+/* A client that left, or a request cancelled: whether the slot's job is to end. */
+static bool slot_cancelled(srv_slot *sl) {
     srv_job *j = sl->j;
     pthread_mutex_lock(&j->mu);
     if (srv_client_gone(j->fd)) {
@@ -788,17 +787,80 @@ static void prefill_step(srv_engine *E) {
     }
     bool cancel = j->cancel;
     pthread_mutex_unlock(&j->mu);
-    if (cancel) {
-        e0_gen_result res = *gen_result(sl->g);
-        res.finish = E0_FINISH_CANCELLED;
-        slot_end(E, sl, 0, NULL, &res);
-        return;
+    return cancel;
+}
+
+/* Starts a prefill pass over the next chunk (E->prefill_chunk ids) of every
+ * slot still prefilling, oldest admitted first, as many as the first one's
+ * scratch takes (n_batch ids in all, E0_PASS_MAX slots): one read of the
+ * weights (and of each routed expert) for all of them. Each chunk's
+ * arithmetic is that of its pass alone (model.h), so answers do not depend
+ * on which chunks share a pass. A cancelled request ends here, before its
+ * next chunk; one cancelled while its pass is paused is ended after that
+ * pass, when the next one is formed. Returns whether a pass started. */
+static bool prefill_begin(srv_engine *E) {
+    srv_slot *cand[E0_BATCH_MAX_SLOTS];
+    int nc = 0;
+    for (int i = 0; i < E->n_slots; i++) {
+        srv_slot *c = &E->slots[i];
+        if (!c->j || !c->g || c->decoding) continue;
+        if (slot_cancelled(c)) {
+            e0_gen_result res = *gen_result(c->g);
+            res.finish = E0_FINISH_CANCELLED;
+            slot_end(E, c, 0, NULL, &res);
+            continue;
+        }
+        int k = nc++;
+        for (; k > 0 && cand[k - 1]->admitted > c->admitted; k--) /* admission order */
+            cand[k] = cand[k - 1];
+        cand[k] = c;
     }
-    /* With streams decoding, the chunk's forward pass advances by as many
-     * layers as fit in about one decode pass, then the decode pass runs: a
-     * running stream waits at most about two passes per token while a
-     * prompt prefills. Only the pauses depend on the timing, never the
-     * arithmetic (gen_prefill_layers). */
+    if (!nc) return false;
+    e0_session *ss[E0_PASS_MAX];
+    const int32_t *ids[E0_PASS_MAX];
+    int n = 0;
+    size_t total = 0;
+    for (int i = 0; i < nc && n < E0_PASS_MAX; i++) {
+        const int32_t *id;
+        bool last;
+        const size_t m = gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
+        if (!m) continue;
+        if (n && total + m > (size_t)ss[0]->n_batch) break;
+        ss[n] = cand[i]->s;
+        ids[n] = id;
+        E->pass_sl[n] = cand[i];
+        E->pass_m[n] = m;
+        E->pass_last[n++] = last;
+        total += m;
+    }
+    if (!n) return false;
+    char err[E0_ERR_MAX] = "";
+    int rc = pass_begin(&E->pass, ss, ids, E->pass_m, n, err);
+    if (rc && n > 1) /* gen_begin checked each prompt: should a check still fail, the first alone says which */
+        rc = pass_begin(&E->pass, ss, ids, E->pass_m, n = 1, err);
+    if (rc) {
+        slot_end(E, E->pass_sl[0], rc, err, gen_result(E->pass_sl[0]->g));
+        return false;
+    }
+    E->pass_n = n;
+    srv_metrics_prefill_pass(E->m, n);
+    return true;
+}
+
+/* The prefill pass (a new one over the next chunks of the slots
+ * prefilling, or the one paused); each slot whose prompt it finished takes
+ * its first token. */
+static void prefill_step(srv_engine *E) {
+    bool decoding = false;
+    for (int i = 0; i < E->n_slots; i++) {
+        srv_slot *c = &E->slots[i];
+        if (c->j && c->g && c->decoding) decoding = true;
+    }
+    if (!E->pass_n && !prefill_begin(E)) return;
+    /* With streams decoding, the pass advances by as many layers as fit in
+     * about one decode pass, then the decode pass runs: a running stream
+     * waits at most about two passes per token while prompts prefill. Only
+     * the pauses depend on the timing, never the arithmetic (pass_step). */
     int layers = 0;
     if (E->prefill_layers < 0) { /* never pause */
     } else if (decoding && E->prefill_layers > 0) {
@@ -808,18 +870,32 @@ static void prefill_step(srv_engine *E) {
         if (layers < 1) layers = 1;
     }
     char err[E0_ERR_MAX] = "";
+    float *lg[E0_PASS_MAX];
+    for (int i = 0; i < E->pass_n; i++)
+        lg[i] = E->pass_last[i] ? gen_logits(E->pass_sl[i]->g) : NULL;
     const double t0 = now_s();
-    int ran = 0;
-    int rc = gen_prefill_layers(sl->g, (size_t)E->prefill_chunk, layers, &ran, err);
-    if (!rc && ran) {
+    const int from = E->pass.layer;
+    bool done = false;
+    int rc = pass_step(&E->pass, layers, lg, &done, err);
+    const int ran = rc ? 0 : (done ? E->n_layers : E->pass.layer) - from;
+    if (ran) {
         const double per = (now_s() - t0) / ran;
         E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
     }
-    if (rc) {
-        slot_end(E, sl, rc, err, gen_result(sl->g));
-    } else if (!gen_prefill_left(sl->g)) {
-        cache_put(E, sl); /* the prompt's end: a retry or a branch resumes here */
-        slot_advance(E, sl);
+    if (!rc && !done) return;
+    const int n = E->pass_n;
+    E->pass_n = 0;
+    for (int i = 0; i < n; i++) {
+        srv_slot *sl = E->pass_sl[i];
+        if (rc) { /* the pass reset every session in it */
+            slot_end(E, sl, rc, err, gen_result(sl->g));
+            continue;
+        }
+        gen_prefill_done(sl->g, E->pass_m[i]);
+        if (!gen_prefill_left(sl->g)) {
+            cache_put(E, sl); /* the prompt's end: a retry or a branch resumes here */
+            slot_advance(E, sl);
+        }
     }
 }
 
@@ -974,6 +1050,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_engine_info(E->eng, &mi);
     E->vocab = mi.vocab_size;
     E->prefill_layers = o->prefill_layers;
+    E->n_layers = mi.n_layers;
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -22,6 +22,7 @@ void srv_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     m->batch = (srv_histo){.le = BATCH_LE, .n = N_LE(BATCH_LE)};
+    m->prefill_seqs = (srv_histo){.le = BATCH_LE, .n = N_LE(BATCH_LE)};
     m->ttft = (srv_histo){.le = TTFT_LE, .n = N_LE(TTFT_LE)};
     m->itl = (srv_histo){.le = ITL_LE, .n = N_LE(ITL_LE)};
 }
@@ -60,6 +61,12 @@ void srv_metrics_batch(srv_metrics *m, int batch) {
     pthread_mutex_lock(&m->mu);
     m->batch_last = batch;
     histo_add(&m->batch, batch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_prefill_pass(srv_metrics *m, int seqs) {
+    pthread_mutex_lock(&m->mu);
+    histo_add(&m->prefill_seqs, seqs);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -225,6 +232,8 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
            (double)m->pc_evictions);
     metric(&b, "edge0_batch_size", "gauge", "Sequences in the last decode pass.", m->batch_last);
     histo(&b, "edge0_batch_size_per_step", "Decode passes by the number of sequences stepped together.", &m->batch);
+    histo(&b, "edge0_prefill_seqs_per_pass", "Prefill passes by the number of sequences whose prompt chunks they carried.",
+          &m->prefill_seqs);
     histo(&b, "edge0_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",
           &m->ttft);
     histo(&b, "edge0_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",

@@ -42,9 +42,10 @@ typedef struct {
     uint64_t grammar_requests, grammar_tokens, grammar_masks;
     double grammar_s, grammar_decode_s; /* time constraining tokens; the decode time of those requests */
     /* continuous batching (engine.h): decode passes by their batch size,
-     * time to first token and between tokens of each request */
+     * prefill passes by the sequences they carried (merged chunks), time to
+     * first token and between tokens of each request */
     int slots, batch_last;
-    srv_histo batch, ttft, itl;
+    srv_histo batch, prefill_seqs, ttft, itl;
     /* the prefix cache (prefix.h), a snapshot; budget 0: no cache */
     uint64_t pc_hits, pc_misses, pc_tokens, pc_entries, pc_bytes, pc_budget, pc_evictions;
 } srv_metrics;
@@ -66,6 +67,8 @@ void srv_metrics_prefix(srv_metrics *m, uint64_t hits, uint64_t misses, uint64_t
                         uint64_t bytes, uint64_t budget, uint64_t evictions);
 /* A decode pass of `batch` sequences. */
 void srv_metrics_batch(srv_metrics *m, int batch);
+/* A prefill pass (one forward pass, however paused) over chunks of `seqs` sequences. */
+void srv_metrics_prefill_pass(srv_metrics *m, int seqs);
 /* A generated token: first of its request (seconds since arrival: TTFT),
  * else seconds since the request's previous token (inter-token latency). */
 void srv_metrics_token(srv_metrics *m, int first, double seconds);

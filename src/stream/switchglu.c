@@ -93,6 +93,8 @@ struct e0_stream {
     bg_job fl_job[2][FL_PARTS];
     atomic_int fl_bad[2]; /* a part of the read into buffer b failed */
     e0_expert *fl_views;  /* [E]: the routed experts' views into a layer buffer */
+    int32_t *npanel;      /* [E]: of the current call's pairs of each expert, how many (listed
+                             first) take the panel arithmetic (stream_experts) */
     size_t fl_bytes;
     /* on-demand load jobs of the current layer */
     struct load_job {
@@ -180,22 +182,30 @@ static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err)
 /* Expert x over the tokens of `pairs` (token * k + slot): gather, gate/up,
  * SwiGLU, down, scatter into eo. Each output row depends only on its own
  * token and the expert's bytes, never on which other tokens share the call:
- * the kernels' arithmetic depends on the number of tokens only in prefill
- * (mat.h), and `decode` calls (independent decode tokens, one per sequence
- * of a batch) compute each token as a one-token call. */
+ * the kernels' arithmetic depends only on whether a call reaches
+ * K_PANEL_MIN_T tokens (mat.h). The first np pairs are those whose run
+ * (model.h) routes K_PANEL_MIN_T tokens or more to this expert, as their
+ * pass alone would call it: one mat_matmul over them; the rest (decode
+ * tokens, runs with fewer tokens here) one mat_matmul_decode, each token as
+ * its run's call of fewer than K_PANEL_MIN_T tokens computes it. */
+static void mm_split(const e0_mat *m, const float *x, int64_t ldx, int n, int np, float *y,
+                     int64_t ldy) {
+    if (np > 0) mat_matmul(m, x, ldx, np, y, ldy);
+    if (n > np)
+        mat_matmul_decode(m, x + (size_t)np * (size_t)ldx, ldx, n - np, y + (size_t)np * (size_t)ldy,
+                          ldy);
+}
+
 static void expert_compute(const e0_expert *x, int H, const float *in, const int32_t *pairs, int n,
-                           int k, bool decode, float *eo, float *xs, float *g, float *u,
-                           float *ys) {
+                           int k, int np, float *eo, float *xs, float *g, float *u, float *ys) {
     const int64_t I = x->gate.rows;
-    void (*mm)(const e0_mat *, const float *, int64_t, int64_t, float *, int64_t) =
-        decode ? mat_matmul_decode : mat_matmul;
     for (int j = 0; j < n; j++)
         memcpy(xs + (size_t)j * H, in + (size_t)(pairs[j] / k) * H, (size_t)H * sizeof(float));
-    mm(&x->gate, xs, H, n, g, I);
-    mm(&x->up, xs, H, n, u, I);
+    mm_split(&x->gate, xs, H, n, np, g, I);
+    mm_split(&x->up, xs, H, n, np, u, I);
     for (int64_t i = 0; i < (int64_t)n * I; i++)
         g[i] = e0_silu(g[i]) * u[i];
-    mm(&x->down, g, I, n, ys, H);
+    mm_split(&x->down, g, I, n, np, ys, H);
     for (int j = 0; j < n; j++)
         memcpy(eo + (size_t)pairs[j] * H, ys + (size_t)j * H, (size_t)H * sizeof(float));
 }
@@ -205,9 +215,9 @@ static uint64_t expert_bytes(const e0_expert *x) {
 }
 
 static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const int32_t *pairs,
-                       int n, int k, bool decode, float *eo, e0_scratch *ws) {
+                       int n, int k, int np, float *eo, e0_scratch *ws) {
     double t0 = now_s();
-    expert_compute(x, s->H, in, pairs, n, k, decode, eo, ws->xs, ws->g, ws->u, ws->ys);
+    expert_compute(x, s->H, in, pairs, n, k, np, eo, ws->xs, ws->g, ws->u, ws->ys);
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls++;
     s->c.bytes_touched += expert_bytes(x);
@@ -226,7 +236,6 @@ typedef struct {
     const int32_t *exps, *start, *pairs;
     const float *in;
     int k;
-    bool decode;
     float *eo;
     size_t per; /* floats per thread in s->tw */
     int64_t maxT, I;
@@ -238,12 +247,13 @@ static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     float *xs = j->s->tw + (size_t)tid * j->per, *g = xs + T * H, *u = g + T * I, *ys = u + T * I;
     for (int64_t i = i0; i < i1; i++)
         expert_compute(&j->experts[j->exps[i]], j->s->H, j->in, j->pairs + j->start[i],
-                       j->start[i + 1] - j->start[i], j->k, j->decode, j->eo, xs, g, u, ys);
+                       j->start[i + 1] - j->start[i], j->k, j->s->npanel[j->exps[i]], j->eo, xs, g,
+                       u, ys);
 }
 
 static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
                              const int32_t *start, int n, const int32_t *pairs, const float *in,
-                             int k, bool decode, float *eo) {
+                             int k, float *eo) {
     const int nt = pool_threads();
     if (n < 2 || nt < 2) return false;
     int64_t maxT = 0, I = 0;
@@ -260,7 +270,7 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
         s->tw_cap = per * (size_t)nt;
     }
     const double t0 = now_s();
-    px_job j = {s, experts, exps, start, pairs, in, k, decode, eo, per, maxT, I};
+    px_job j = {s, experts, exps, start, pairs, in, k, eo, per, maxT, I};
     pool_for_each(n, px_fn, &j);
     s->c.compute_s += now_s() - t0;
     s->c.expert_calls += (uint64_t)n;
@@ -274,11 +284,11 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
  * per-thread buffers cannot be had. */
 static void resident_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
                              const int32_t *start, int n, const int32_t *pairs, const float *in,
-                             int k, bool decode, float *eo, e0_scratch *ws) {
-    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, decode, eo)) return;
+                             int k, float *eo, e0_scratch *ws) {
+    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, eo)) return;
     for (int i = 0; i < n; i++)
-        run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k, decode,
-                   eo, ws);
+        run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k,
+                   s->npanel[exps[i]], eo, ws);
 }
 
 /* ---- exact --------------------------------------------------------------- */
@@ -364,14 +374,14 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
  * the LRU or, when every slot is pinned, the overflow buffer. */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
-                         const int32_t *pairs, const float *in, int k, bool decode, float *eo,
-                         e0_scratch *ws, char *err) {
+                         const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
+                         char *err) {
     const e0_layer *ly = &s->m->layers[layer];
     if (s->o.io == E0_IO_MMAP || s->o.io == E0_IO_LOAD) { /* the mapping (or the loaded copy) is the cache */
         if (s->o.layer.warm_willneed)
             for (int i = 0; i < n; i++)
                 xb_willneed(s->m->st, plan_of(s, layer, exps[i]));
-        resident_experts(s, ly->experts, exps, start, n, pairs, in, k, decode, eo, ws);
+        resident_experts(s, ly->experts, exps, start, n, pairs, in, k, eo, ws);
         return 0;
     }
     xentry **ent = (xentry **)ws->xent;
@@ -406,8 +416,8 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             s->c.io_wait_s += now_s() - t0;
             if (rc == 0) {
                 xb_views(p, xentry_buf(ent[i]), &v);
-                run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, decode, eo,
-                           ws);
+                run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k,
+                           s->npanel[exps[i]], eo, ws);
             }
             xcache_wait(s->xc, ent[i]); /* never release an entry its loader still writes */
             xcache_release(s->xc, ent[i]);
@@ -422,7 +432,8 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             continue;
         }
         xb_views(p, s->overflow, &v);
-        run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, decode, eo, ws);
+        run_expert(s, &v, in, pairs + start[i], start[i + 1] - start[i], k, s->npanel[exps[i]], eo,
+                   ws);
     }
     return rc;
 }
@@ -718,8 +729,10 @@ static int layer_buffer(e0_stream *s, int layer, bool prefill, uint8_t **out, ch
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, const int32_t *idx,
+int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, const int32_t *idx,
                    float *w, int k, float *eo, e0_scratch *ws, char *err) {
+    const int T = b->T;
+    const bool decode = b->decode;
     const e0_layer_opts *lo = &s->o.layer;
     layer_state *L = &s->ls[layer];
     const int E = s->E, P = T * k;
@@ -739,6 +752,34 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, 
     start[n] = off;
     for (int p = 0; p < P; p++)
         order[count[idx[p]]++] = p;
+    /* Each expert's pairs are in token order, so those of one run are
+     * consecutive: a run with K_PANEL_MIN_T pairs or more here is a call its
+     * pass alone makes with the panel arithmetic. Those go first (npanel),
+     * through ws->rpairs (free until the exact path's list below). */
+    for (int i = 0; i < n; i++) {
+        const int e = exps[i], a = start[i], z = start[i + 1];
+        int np = 0;
+        if (!decode && z - a >= K_PANEL_MIN_T) {
+            int *tmp = ws->rpairs, nt = 0;
+            for (int q = a; q < z;) {
+                const int r = batch_run_of(b, order[q] / k);
+                const int end_t = b->run[r].t0 + b->run[r].n;
+                int q1 = q;
+                while (q1 < z && order[q1] / k < end_t)
+                    q1++;
+                if (q1 - q >= K_PANEL_MIN_T) {
+                    for (int x2 = q; x2 < q1; x2++)
+                        order[a + np++] = order[x2]; /* a + np <= x2: never overwrites unread */
+                } else {
+                    for (int x2 = q; x2 < q1; x2++)
+                        tmp[nt++] = order[x2];
+                }
+                q = q1;
+            }
+            memcpy(order + a + np, tmp, (size_t)nt * sizeof *order);
+        }
+        s->npanel[e] = np;
+    }
 
     for (int i = 0; i < n; i++)
         s->touched[(size_t)layer * (size_t)E + (size_t)exps[i]] = 1;
@@ -771,7 +812,7 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, 
         e0_expert *v = s->fl_views;
         for (int i = 0; i < n; i++)
             layer_views(s, layer, exps[i], buf, &v[exps[i]]);
-        resident_experts(s, v, exps, start, n, order, x, k, decode, eo, ws);
+        resident_experts(s, v, exps, start, n, order, x, k, eo, ws);
     } else if (path == E0_PATH_STAGED) {
         if (lo->staged_sync) {
             double t0 = now_s();
@@ -792,7 +833,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, 
                 e0_expert v;
                 xb_views(plan_of(s, layer, exps[i]), L->slot_buf + (size_t)slot * s->bundle_bytes,
                          &v);
-                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, decode, eo, ws);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, s->npanel[exps[i]],
+                           eo, ws);
                 s->c.staged_hits += np;
             } else if (lo->staged_replace) { /* lossy, by request: the expert does not run */
                 for (int q = start[i]; q < start[i + 1]; q++) {
@@ -824,7 +866,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, 
                 e0_expert v;
                 xb_views(plan_of(s, layer, exps[i]), L->hot_buf + (size_t)slot * s->bundle_bytes,
                          &v);
-                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, decode, eo, ws);
+                run_expert(s, &v, x, order + start[i], start[i + 1] - start[i], k, s->npanel[exps[i]],
+                           eo, ws);
                 s->c.hot_hits += (uint64_t)(start[i + 1] - start[i]);
             } else {
                 TO_EXACT(i);
@@ -838,18 +881,21 @@ int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, 
 #undef TO_EXACT
     rstart[nrest] = rp;
     if (nrest)
-        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, decode, eo, ws, err);
+        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, err);
     if (rc) return rc;
     if (decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
         lo->prefetch_threads > 0)
         for (int t = 0; t < T; t++) /* each sequence's guess, while prefetch_cap allows */
             spec_next(s, layer, x + (size_t)t * s->H, k);
 
-    /* remember what the last token routed to (in decode, every sequence's
-     * token: their union, in token order), and stage ahead */
+    /* remember what each run's last token routed to (their union, in run
+     * order: in decode every sequence's token), and stage ahead */
     L->nprev = 0;
-    for (int p = decode ? 0 : (T - 1) * k; p < T * k && L->nprev < 256; p++)
-        if (!in_set(L->prev, L->nprev, idx[p])) L->prev[L->nprev++] = idx[p];
+    for (int r = 0; r < b->nrun; r++) {
+        const int t = b->run[r].t0 + b->run[r].n - 1;
+        for (int p = t * k; p < (t + 1) * k && L->nprev < 256; p++)
+            if (!in_set(L->prev, L->nprev, idx[p])) L->prev[L->nprev++] = idx[p];
+    }
     bool staging = s->o.path == E0_PATH_STAGED ||
                    (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
     if (staging) {
@@ -1012,7 +1058,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     s->ld = calloc((size_t)s->E, sizeof *s->ld);
     s->touched = calloc((size_t)s->n_layers * (size_t)s->E, 1);
     s->spec_pending = calloc((size_t)s->n_layers * (size_t)s->E, 1);
-    if (!s->plans || !s->ls || !s->ld || !s->touched || !s->spec_pending) goto oom;
+    s->npanel = calloc((size_t)s->E, sizeof *s->npanel);
+    if (!s->plans || !s->ls || !s->ld || !s->touched || !s->spec_pending || !s->npanel) goto oom;
     s->hot_cap = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;
     if (s->hot_cap == 0 && o->path == E0_PATH_HOT) s->hot_cap = 8;
     if (s->hot_cap > s->E) s->hot_cap = s->E;
@@ -1116,6 +1163,7 @@ void stream_free(e0_stream *s) {
     free(s->fl_buf[0]);
     free(s->fl_buf[1]);
     free(s->fl_views);
+    free(s->npanel);
     free(s->ld);
     free(s->touched);
     free(s->spec_pending);

@@ -46,17 +46,19 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
 void stream_pressure(const e0_stream *s, int32_t *limit, uint64_t *shrinks, uint64_t *grows);
 void stream_free(e0_stream *s);
 
-/* Routed experts of MoE layer `layer` for T tokens: each routed expert is
- * fetched once and computed once over every token routed to it.
- * x: [T, H] the MoE input; idx: [T, k] routed experts; w: [T, k] their
- * weights (a dropped expert's weight is set to 0); eo: [T*k, H] receives the
- * output of each (token, slot). The scratch `ws` holds T tokens.
- * decode: the tokens are independent decode steps (one sequence's T = 1
- * step, or one token of each sequence of a batched step): the decode paths
- * (staged, hot, speculative loads) and each token computed as a one-token
- * call (mat_matmul_decode), so that each gets the result it gets alone;
- * else a prefill batch of one sequence (full-layer reads, prefill_hot). */
-int stream_experts(e0_stream *s, int layer, const float *x, int T, bool decode, const int32_t *idx,
+/* Routed experts of MoE layer `layer` for the T tokens of batch b
+ * (model.h): each routed expert is fetched once and computed once over
+ * every token routed to it. x: [T, H] the MoE input; idx: [T, k] routed
+ * experts; w: [T, k] their weights (a dropped expert's weight is set to 0);
+ * eo: [T*k, H] receives the output of each (token, slot). The scratch `ws`
+ * holds T tokens. Each token gets the arithmetic its run's pass alone gives
+ * it: a run that routes K_PANEL_MIN_T tokens or more to an expert gets the
+ * panel arithmetic there (mat_matmul), the others the row arithmetic
+ * (mat_matmul_decode, which a one-token call and any call of fewer than
+ * K_PANEL_MIN_T tokens get). b->decode (runs of one token: decode steps)
+ * picks the decode paths (staged, hot, speculative loads), else the prefill
+ * ones (full-layer reads, prefill_hot); the paths are bit-identical. */
+int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, const int32_t *idx,
                    float *w, int k, float *eo, e0_scratch *ws, char *err);
 
 void stream_counters_get(e0_stream *s, stream_counters *c);

@@ -30,6 +30,7 @@
 
 #include "edge0.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,16 @@ int gen_step(e0_gen *g, int32_t *next, char *err);
  * evaluated (whole passes count every layer). The logits are those of
  * gen_prefill with the same chunks (only the pauses differ). */
 int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err);
+
+/* The next chunk as part of a pass the caller runs (pass_begin, model.h,
+ * merging the chunks of several requests): *ids and the returned count, at
+ * most min(max, left, the session's n_batch) (max 0: no limit but those);
+ * *last when it ends the prompt (then the pass's logits for this session go
+ * to gen_logits). 0 while a gen_prefill_layers pass is paused or nothing is
+ * left. After the pass is done, gen_prefill_done(g, m) with that count.
+ * With the same chunks, the same logits as gen_prefill. */
+size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last);
+void gen_prefill_done(e0_gen *g, size_t m);
 
 /* [vocab] floats: where the logits of the next evaluated id go. */
 float *gen_logits(e0_gen *g);

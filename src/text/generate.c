@@ -560,6 +560,23 @@ int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *er
     return 0;
 }
 
+size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last) {
+    size_t left = g->n - g->done, m = max && max < left ? max : left;
+    if (g->part_n) return 0;
+    if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
+    *ids = g->prompt + g->done;
+    *last = m == left;
+    return m;
+}
+
+void gen_prefill_done(e0_gen *g, size_t m) {
+    g->done += m;
+    if (g->done < g->n) return;
+    g->t1 = now_s();
+    g->r.prefill_s = g->t1 - g->t0;
+    g->prompt = NULL;
+}
+
 /* The end: the text still held back, unless the callback cancelled. */
 static void gen_finish(e0_gen *g) {
     e0_gen_result *r = &g->r;
