@@ -189,46 +189,7 @@ static uint64_t run_merged(e0_engine *e, const plan *p, bool paused, const char 
     return st.expert_calls;
 }
 
-/* ---- configurations (as test_batch) -------------------------------------- */
-
-typedef struct {
-    const char *name;
-    e0_path path;
-    e0_io_mode io;
-    int slots;
-    const char *opts;
-} config;
-
-static const config CONFIGS[] = {
-    {"exact, 1-slot LRU", E0_PATH_EXACT, E0_IO_PREAD, 1, ""},
-    {"exact, LRU", E0_PATH_EXACT, E0_IO_PREAD, 4096, ""},
-    {"exact, 3-slot LRU + prefetch", E0_PATH_AUTO, E0_IO_PREAD, 3, "prefetch_threads=2"},
-    {"staged n4", E0_PATH_STAGED, E0_IO_PREAD, 8, "staged=true staged_n=4"},
-    {"hot 4/interval 1", E0_PATH_HOT, E0_IO_PREAD, 8, "hot_per_layer=4 hot_update_interval=1"},
-    {"full", E0_PATH_FULL, E0_IO_PREAD, 8, ""},
-    {"mmap", E0_PATH_AUTO, E0_IO_MMAP, 0, ""},
-    {"load (repacked)", E0_PATH_AUTO, E0_IO_LOAD, 0, ""},
-};
-enum { NCONFIGS = sizeof CONFIGS / sizeof *CONFIGS };
-
-static void apply(e0_engine_opts *o, const config *c, int threads) {
-    char err[E0_ERR_MAX], buf[256];
-    e0_engine_opts_default(o);
-    o->n_threads = threads;
-    o->path = c->path;
-    o->io = c->io;
-    o->budget_mode = E0_BUDGET_OFF;
-    if (c->slots) o->layer.cache_slots = c->slots;
-    o->layer.load_threads = 2;
-    o->layer.prefetch_threads = 0;
-    snprintf(buf, sizeof buf, "%s", c->opts);
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
-        char *eq = strchr(tok, '=');
-        assert_non_null(eq);
-        *eq = 0;
-        if (e0_opts_set(o, tok, eq + 1, err)) fail_msg("%s", err);
-    }
-}
+/* ---- configurations (TU_CONFIGS) ------------------------------------------ */
 
 #if defined(__SANITIZE_THREAD__)
 enum { TSAN = 1 };
@@ -266,13 +227,13 @@ static void matrix(bool all) {
                      "%llu",
                      what, (unsigned long long)merged, (unsigned long long)p.solo_calls);
         e0_engine_free(e);
-        for (int ci = 0; ci < NCONFIGS; ci++) {
+        for (int ci = 0; ci < TU_NCONFIGS; ci++) {
             if (!all && ci % 3 != mi % 3) continue;
             const int threads = 1 + (ci + mi) % 2;
             snprintf(what, sizeof what, "%s/%s %s, kernels %s, %d thread%s", TU_CHECKPOINTS[mi][0],
-                     TU_CHECKPOINTS[mi][1], CONFIGS[ci].name, mat_kernels_name(), threads,
+                     TU_CHECKPOINTS[mi][1], TU_CONFIGS[ci].name, mat_kernels_name(), threads,
                      threads > 1 ? "s" : "");
-            apply(&o, &CONFIGS[ci], threads);
+            tu_apply_config(&o, &TU_CONFIGS[ci], threads);
             e = open_model(mi, &o);
             run_merged(e, &p, (ci + mi) % 2 == 0, what);
             run_merged(e, &p, (ci + mi) % 2 == 1, what);

@@ -134,3 +134,33 @@ char *tu_synth_sticky(const char *root, const char *name, double P) {
     if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
     return dir;
 }
+
+const tu_config TU_CONFIGS[TU_NCONFIGS] = {
+    {"exact, 1-slot LRU", E0_PATH_EXACT, E0_IO_PREAD, 1, ""},
+    {"exact, LRU", E0_PATH_EXACT, E0_IO_PREAD, 4096, ""},
+    {"exact, 3-slot LRU + prefetch", E0_PATH_AUTO, E0_IO_PREAD, 3, "prefetch_threads=2"},
+    {"staged n4", E0_PATH_STAGED, E0_IO_PREAD, 8, "staged=true staged_n=4"},
+    {"hot 4/interval 1", E0_PATH_HOT, E0_IO_PREAD, 8, "hot_per_layer=4 hot_update_interval=1"},
+    {"full", E0_PATH_FULL, E0_IO_PREAD, 8, ""},
+    {"mmap", E0_PATH_AUTO, E0_IO_MMAP, 0, ""},
+    {"load (repacked)", E0_PATH_AUTO, E0_IO_LOAD, 0, ""},
+};
+
+void tu_apply_config(e0_engine_opts *o, const tu_config *c, int threads) {
+    char err[E0_ERR_MAX], buf[256];
+    e0_engine_opts_default(o);
+    o->n_threads = threads;
+    o->path = c->path;
+    o->io = c->io;
+    o->budget_mode = E0_BUDGET_OFF;
+    if (c->slots) o->layer.cache_slots = c->slots;
+    o->layer.load_threads = 2;
+    o->layer.prefetch_threads = 0;
+    snprintf(buf, sizeof buf, "%s", c->opts);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        assert_non_null(eq);
+        *eq = 0;
+        if (e0_opts_set(o, tok, eq + 1, err)) fail_msg("%s", err);
+    }
+}

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "edge0.h"
 #include "io/safetensors.h"
 #include "quant/mat.h"
 
@@ -29,6 +30,21 @@ extern const char *const TU_CHECKPOINTS[TU_NCHECKPOINTS][2];
 int tu_is_gguf(const char *family);
 /* The path (under $E0_SHARED) of checkpoint family/layout, in a static buffer. */
 const char *tu_checkpoint(const char *family, const char *layout);
+
+/* The streaming configurations (expert path, I/O mode, cache slots, further
+ * LayerOptions "field=value ...") the engine-level tests run every model
+ * under, each bit-identical to exact. */
+typedef struct {
+    const char *name;
+    e0_path path;
+    e0_io_mode io;
+    int slots;
+    const char *opts;
+} tu_config;
+enum { TU_NCONFIGS = 8 };
+extern const tu_config TU_CONFIGS[TU_NCONFIGS];
+/* o: the defaults with configuration c, `threads` threads, no memory budget. */
+void tu_apply_config(e0_engine_opts *o, const tu_config *c, int threads);
 
 /* ||a - b|| / ||b|| */
 double tu_rel_l2(const float *a, const float *b, size_t n);
