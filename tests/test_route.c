@@ -9,7 +9,6 @@
 
 #include "edge0.h"
 #include "io/config.h"
-#include "model/synth.h"
 #include "util/file.h"
 
 #include <math.h>
@@ -20,17 +19,6 @@
 
 enum { STEPS = 24, LAYERS = 4, EXPERTS = 32, K = 4 };
 
-/* A tiny model with stickiness p in dir/name; returns its path. */
-static char *make_model(const char *root, const char *name, double p) {
-    char *dst = e0_path_join(root, name);
-    synth_opts o;
-    synth_opts_default(&o);
-    o.no_sync = 1;
-    o.route_stickiness = p;
-    char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dst, &o, err)) fail_msg("%s", err);
-    return dst;
-}
 
 static e0_engine *open_traced(const char *dir) {
     e0_engine_opts eo;
@@ -97,7 +85,7 @@ static void test_sticky_share(void **state) {
     for (int i = 0; i < 3; i++) {
         char name[32];
         snprintf(name, sizeof name, "p%d", i);
-        char *dir = make_model(root, name, ps[i]);
+        char *dir = tu_synth_sticky(root, name, ps[i]);
         char *cfg = NULL;
         size_t len;
         char err[E0_ERR_MAX], *path = e0_path_join(dir, "config.json");
@@ -137,7 +125,7 @@ static void test_sticky_share(void **state) {
 static void test_sticky_zero_is_none(void **state) {
     (void)state;
     char *root = tu_tmpdir();
-    char *dir = make_model(root, "zero", 0.0);
+    char *dir = tu_synth_sticky(root, "zero", 0.0);
     /* the same model without the key: shards linked, config.json edited */
     char *bare = e0_path_join(root, "bare");
     char cmd[4096];
@@ -175,7 +163,7 @@ static void test_sticky_zero_is_none(void **state) {
 static void test_sticky_batch(void **state) {
     (void)state;
     char *root = tu_tmpdir();
-    char *dir = make_model(root, "one", 1.0);
+    char *dir = tu_synth_sticky(root, "one", 1.0);
     e0_engine *e = open_traced(dir);
     e0_model_info in;
     e0_engine_info(e, &in);
