@@ -555,6 +555,17 @@ static int forward(const e0_batch *b, const int32_t *ids, char *err) {
     return rc;
 }
 
+/* Session ss[i] (not NULL) of a pass over several: of session 0's engine
+ * and none of ss[0..i). */
+static int check_distinct(e0_session *const *ss, size_t i, char *err) {
+    if (ss[i]->eng != ss[0]->eng)
+        return e0_fail(err, E0_EINVAL, "session %zu belongs to another engine than session 0", i);
+    for (size_t j = 0; j < i; j++)
+        if (ss[j] == ss[i])
+            return e0_fail(err, E0_EINVAL, "sessions %zu and %zu are the same session", j, i);
+    return 0;
+}
+
 /* The checks of an evaluation of n ids at the session's next positions. */
 static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *err) {
     const int vocab = s->m->cfg.vocab;
@@ -581,12 +592,9 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
     size_t T = 0;
     for (int i = 0; i < ns; i++) {
         if (!ss[i] || !ids[i]) return e0_fail(err, E0_EINVAL, "session %d or its ids are NULL", i);
-        if (ss[i]->eng != ss[0]->eng)
-            return e0_fail(err, E0_EINVAL, "session %d belongs to another engine than session 0", i);
-        for (int j = 0; j < i; j++)
-            if (ss[j] == ss[i])
-                return e0_fail(err, E0_EINVAL, "sessions %d and %d are the same session", j, i);
-        int rc = check_ids(ss[i], ids[i], n[i], err);
+        int rc = check_distinct(ss, (size_t)i, err);
+        if (rc) return rc;
+        rc = check_ids(ss[i], ids[i], n[i], err);
         if (rc) return e0_wrap(err, rc, "session %d", i);
         if (n[i] > (size_t)ss[i]->n_batch)
             return e0_fail(err, E0_EINVAL, "session %d: %zu ids are more than one pass of %d", i,
@@ -755,12 +763,8 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
     const e0_engine *e = ss[0] ? ss[0]->eng : NULL;
     for (size_t i = 0; i < n; i++) {
         if (!ss[i]) return e0_fail(err, E0_EINVAL, "session %zu is NULL", i);
-        if (ss[i]->eng != e)
-            return e0_fail(err, E0_EINVAL, "session %zu belongs to another engine than session 0",
-                           i);
-        for (size_t j = 0; j < i; j++)
-            if (ss[j] == ss[i])
-                return e0_fail(err, E0_EINVAL, "sessions %zu and %zu are the same session", j, i);
+        int rc = check_distinct(ss, i, err);
+        if (rc) return rc;
         const int vocab = e->model.cfg.vocab;
         if (ids[i] < 0 || ids[i] >= vocab)
             return e0_fail(err, E0_ERANGE,
