@@ -8,8 +8,9 @@
  *  - four sessions with chunks of 2, 20, 1 and 9 ids (runs below and above
  *    K_PANEL_MIN_T, given short ones first so that the pass reorders them),
  *    two of them mid-prompt (they already hold ids);
- *  - the pass run whole, or paused after every layer while a fifth session
- *    decodes in between (as the server's streams do);
+ *  - the pass run whole, or paused after every layer or every half layer
+ *    (token mixer, MLP) while a fifth session decodes in between (as the
+ *    server's streams do);
  *  - each routed expert computed once per layer for the whole pass: fewer
  *    expert products than the four passes alone;
  *  - invalid passes (repeated sessions, too many ids, a session of a paused
@@ -119,10 +120,11 @@ static void plan_free(plan *p) {
     free(p->eref);
 }
 
-/* The four chunks in one pass (paused after every layer when `paused`, a
- * fifth session decoding in each pause), then ND batched decode steps;
- * every row against the reference. Returns the pass's expert products. */
-static uint64_t run_merged(e0_engine *e, const plan *p, bool paused, const char *what) {
+/* The four chunks in one pass (`pause` 0: whole; 1: paused after every
+ * layer; 2: after every half layer; a fifth session decoding in each pause),
+ * then ND batched decode steps; every row against the reference. Returns
+ * the pass's expert products. */
+static uint64_t run_merged(e0_engine *e, const plan *p, int pause, const char *what) {
     char err[E0_ERR_MAX];
     const size_t V = p->V;
     e0_session *ss[NS], *es = new_session(e);
@@ -149,7 +151,9 @@ static uint64_t run_merged(e0_engine *e, const plan *p, bool paused, const char 
     bool done = false;
     int steps = 0, ne = 0;
     while (!done) {
-        if (pass_step(&pass, paused ? 1 : 0, rows, &done, err)) fail_msg("%s: %s", what, err);
+        const int rc = pause == 2 ? pass_step_halves(&pass, 1, rows, &done, err)
+                                  : pass_step(&pass, pause, rows, &done, err);
+        if (rc) fail_msg("%s: %s", what, err);
         steps++;
         if (!done && ne < NE) { /* another stream decodes while the pass is paused */
             float *el = lg + (size_t)NS * V;
@@ -163,14 +167,14 @@ static uint64_t run_merged(e0_engine *e, const plan *p, bool paused, const char 
     e0_engine_stats(e, &st);
     e0_model_info info;
     e0_engine_info(e, &info);
-    assert_int_equal(steps, paused ? info.n_layers : 1);
+    assert_int_equal(steps, pause ? pause * info.n_layers : 1);
     for (int i = 0; i < NS; i++) {
         if (memcmp(rows[i], p->ref[i], V * sizeof *lg))
             fail_msg("%s: session %d (chunk of %d after %d ids): merged pass logits differ from its "
                      "pass alone",
                      what, i, CHUNK[i], PRE[i]);
         assert_int_equal(e0_session_pos(ss[i]), PRE[i] + CHUNK[i]);
-        assert_int_equal(ss[i]->part_layer, -1);
+        assert_int_equal(session_part_layer(ss[i]), -1);
         assert_null(ss[i]->pass);
     }
     for (int j = 0; j < ND; j++) {
@@ -221,7 +225,7 @@ static void matrix(bool all) {
         char what[256];
         snprintf(what, sizeof what, "%s/%s mmap exact, kernels %s", TU_CHECKPOINTS[mi][0],
                  TU_CHECKPOINTS[mi][1], mat_kernels_name());
-        const uint64_t merged = run_merged(e, &p, false, what);
+        const uint64_t merged = run_merged(e, &p, 0, what);
         if (merged >= p.solo_calls)
             fail_msg("%s: the merged pass computed %llu expert products, the four passes alone "
                      "%llu",
@@ -235,8 +239,8 @@ static void matrix(bool all) {
                      threads > 1 ? "s" : "");
             tu_apply_config(&o, &TU_CONFIGS[ci], threads);
             e = open_model(mi, &o);
-            run_merged(e, &p, (ci + mi) % 2 == 0, what);
-            run_merged(e, &p, (ci + mi) % 2 == 1, what);
+            run_merged(e, &p, (ci + mi) % 3, what);
+            run_merged(e, &p, (ci + mi + 1) % 3, what);
             e0_engine_free(e);
             runs++;
         }
@@ -293,7 +297,7 @@ static void test_mprefill_invalid(void **state) {
     assert_int_equal(pass_begin(&p, ab, pi, n, 0, err), E0_EINVAL);
     assert_int_equal(e0_session_pos(a), 0); /* nothing changed */
     assert_int_equal(e0_session_pos(b), 0);
-    assert_int_equal(a->part_layer, -1);
+    assert_int_equal(session_part_layer(a), -1);
     /* a paused pass over a and b: every other evaluation of them is refused */
     assert_int_equal(pass_begin(&p, ab, pi, n, 2, err), 0);
     bool done;
@@ -311,6 +315,12 @@ static void test_mprefill_invalid(void **state) {
     assert_int_equal(e0_session_snapshot(a, &snap, err), E0_EINVAL);
     /* c is free: it evaluates while the pass is paused */
     assert_int_equal(e0_session_eval(c, ids, 4, E0_LOGITS_NONE, NULL, err), 0);
+    /* paused inside layer 1 (its mixer run), then a step of one layer ends that layer */
+    assert_int_equal(pass_step_halves(&p, 1, none, &done, err), 0);
+    assert_int_equal(session_part_layer(a), 1);
+    assert_int_equal(p.half, 1);
+    assert_int_equal(pass_step(&p, 1, none, &done, err), 0);
+    assert_true(done || (p.layer == 2 && p.half == 0));
     while (!done)
         assert_int_equal(pass_step(&p, 1, none, &done, err), 0);
     assert_int_equal(pass_step(&p, 1, none, &done, err), E0_EINVAL); /* over */

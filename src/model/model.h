@@ -157,10 +157,10 @@ struct e0_session {
      * highest weight first; only for models with route stickiness (moe.c) */
     uint16_t *route_hist;
     e0_scratch s;
-    /* a prefill pass paused between layers (session_eval_part, pass_begin):
-     * the next layer to run, or -1 when none is in progress; the pass */
-    int32_t part_layer;
-    struct e0_pass *pass; /* NULL, &own (session_eval_part's) or a caller's merged pass */
+    /* the prefill pass paused between layers (session_eval_part, pass_begin):
+     * NULL when none is in progress, &own (session_eval_part's) or a
+     * caller's merged pass; session_part_layer gives its next layer */
+    struct e0_pass *pass;
     struct e0_pass *own;  /* session_eval_part's pass, allocated on first use */
 };
 
@@ -258,12 +258,16 @@ typedef struct e0_pass {
     e0_batch b;
     int ns;    /* sessions */
     int layer; /* the next layer to run; -1: no pass in progress */
+    int half;  /* 1: that layer's token mixer has run, its MLP is next */
 } e0_pass;
 
 /* Starts the pass: checks every session (same engine, distinct, no pass in
  * progress, ids in the vocabulary and the context, the limits above; an
  * error changes nothing), embeds the ids and appends them to each history.
  * ids[i]: n[i] >= 1 ids of session ss[i]. */
+/* The next layer of the session's paused prefill pass, -1 when none. */
+static inline int session_part_layer(const e0_session *s) { return s->pass ? s->pass->layer : -1; }
+
 int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n, int ns,
                char *err);
 /* Runs at most max_layers more layers (0: all that are left). When the last
@@ -271,6 +275,10 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
  * ns pointers, or NULL; each NULL or [vocab]) gets the logits of session i's
  * last id. A failure resets every session of the pass (and ends it). */
 int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err);
+/* The same in halves of a layer (its token mixer, then its MLP): at most
+ * max_halves more (0: all that are left), so that a pass may also pause
+ * inside a layer; the arithmetic does not depend on where it pauses. */
+int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *done, char *err);
 
 /* Layer pieces over a batch. in: [T, H] normed input, out: [T, H]. */
 void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *out);

@@ -351,7 +351,6 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     e0_session *s = calloc(1, sizeof *s);
     if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
     s->eng = e;
-    s->part_layer = -1;
     s->m = m;
     s->n_ctx = o->n_ctx ? o->n_ctx : d.n_ctx;
     s->n_batch = o->n_batch ? o->n_batch : d.n_batch;
@@ -447,7 +446,6 @@ void e0_session_reset(e0_session *s) {
                    (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float));
         }
     s->pos = 0; /* the KV cache past pos is never read */
-    s->part_layer = -1;
     s->pass = NULL;
 }
 
@@ -513,23 +511,26 @@ static void forward_begin(const e0_batch *b, const int32_t *ids) {
         embed_run(b, r, ids + b->run[r].t0);
 }
 
-static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
+/* Half h of layer li on the residual stream S->x: 0 the token mixer
+ * (attention or DeltaNet), 1 the MLP (MoE or dense). Between the halves
+ * only S->x carries the pass (pass_step_halves pauses there). */
+static int forward_half(const e0_batch *b, int li, int h, char *err) {
     const e0_model *m = b->run[0].s->m;
     const e0_config *c = &m->cfg;
     e0_scratch *S = b->S;
     const int H = c->hidden, T = b->T;
-    const bool ahead = T >= MODEL_ADVISE_MIN_T; /* read resident weights a layer ahead */
-    if (ahead && l0 == 0) model_advise_layer(m, 0);
-    for (int li = l0; li < l1; li++) {
-        const e0_layer *ly = &m->layers[li];
-        if (ahead) model_advise_layer(m, li + 1);
+    const e0_layer *ly = &m->layers[li];
+    if (h == 0) {
+        if (T >= MODEL_ADVISE_MIN_T) { /* read resident weights a layer ahead */
+            if (li == 0) model_advise_layer(m, 0);
+            model_advise_layer(m, li + 1);
+        }
         rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
         if (ly->linear)
             deltanet_forward_batch(b, li, S->h, S->y);
         else
             attn_forward_batch(b, li, S->h, S->y);
-        for (size_t i = 0; i < (size_t)T * H; i++)
-            S->x[i] += S->y[i];
+    } else {
         rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
         if (ly->moe) {
             int rc = moe_forward_batch(b, li, S->h, S->y, err);
@@ -537,9 +538,18 @@ static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
         } else {
             mlp_forward_batch(b, li, S->h, S->y);
         }
-        for (size_t i = 0; i < (size_t)T * H; i++)
-            S->x[i] += S->y[i];
     }
+    for (size_t i = 0; i < (size_t)T * H; i++)
+        S->x[i] += S->y[i];
+    return 0;
+}
+
+static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
+    for (int li = l0; li < l1; li++)
+        for (int h = 0; h < 2; h++) {
+            int rc = forward_half(b, li, h, err);
+            if (rc) return rc;
+        }
     return 0;
 }
 
@@ -570,7 +580,7 @@ static int check_distinct(e0_session *const *ss, size_t i, char *err) {
 static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *err) {
     const int vocab = s->m->cfg.vocab;
     if (n == 0) return e0_fail(err, E0_EINVAL, "no ids to evaluate");
-    if (s->part_layer >= 0)
+    if (session_part_layer(s) >= 0)
         return e0_fail(err, E0_EINVAL, "a prefill pass paused between layers is in progress");
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= vocab)
@@ -622,9 +632,9 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
     p->b = (e0_batch){.S = &ss[0]->s, .run = p->run, .nrun = ns, .T = t, .Tp = Tp, .decode = ones};
     p->ns = ns;
     p->layer = 0;
+    p->half = 0;
     for (int i = 0; i < ns; i++) {
         embed_run(&p->b, p->at[i], ids[i]);
-        ss[i]->part_layer = 0;
         ss[i]->pass = p;
     }
     return 0;
@@ -662,41 +672,47 @@ static void pass_logits(const e0_pass *p, float *const *logits) {
     free(y);
 }
 
-int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err) {
+int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *done, char *err) {
     *done = false;
     if (!p || p->layer < 0) return e0_fail(err, E0_EINVAL, "no pass in progress");
     const e0_model *m = p->run[0].s->m;
     const int L = m->cfg.n_layers;
     const double t0 = now_s();
     p->b.run = p->run;
-    const int l1 = max_layers > 0 && p->layer + max_layers < L ? p->layer + max_layers : L;
-    int rc = forward_layers(&p->b, p->layer, l1, err);
+    int at = 2 * p->layer + p->half, rc = 0; /* the next half */
+    const int end = max_halves > 0 && at + max_halves < 2 * L ? at + max_halves : 2 * L;
+    for (; !rc && at < end; at++)
+        rc = forward_half(&p->b, at / 2, at % 2, err);
     if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
     e0_engine *e = p->run[0].s->eng;
     if (rc) { /* the states are partly updated: every session of the pass starts over */
         for (int r = 0; r < p->ns; r++)
             e0_session_reset(p->run[r].s);
         p->layer = -1;
+        p->half = 0;
         e->prefill_s += now_s() - t0;
         return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
                           : e0_wrap(err, rc, "evaluation failed; the %d sessions were reset", p->ns);
     }
-    p->layer = l1;
-    for (int r = 0; r < p->ns; r++)
-        p->run[r].s->part_layer = l1;
-    if (l1 == L) {
+    p->layer = end / 2;
+    p->half = end % 2;
+    if (end == 2 * L) {
         forward_end(&p->b);
         if (logits) pass_logits(p, logits);
-        for (int r = 0; r < p->ns; r++) {
-            p->run[r].s->part_layer = -1;
+        for (int r = 0; r < p->ns; r++)
             p->run[r].s->pass = NULL;
-        }
         p->layer = -1;
+        p->half = 0;
         *done = true;
         e->prefill_tokens += (uint64_t)p->b.T;
     }
     e->prefill_s += now_s() - t0;
     return 0;
+}
+
+int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err) {
+    const int half = p && p->layer >= 0 ? p->half : 0; /* a layer begun counts as one of them */
+    return pass_step_halves(p, max_layers > 0 ? 2 * max_layers - half : 0, logits, done, err);
 }
 
 int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
@@ -770,7 +786,7 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
             return e0_fail(err, E0_ERANGE,
                            "token id %d of session %zu is outside the vocabulary [0, %d)", ids[i],
                            i, vocab);
-        if (ss[i]->part_layer >= 0)
+        if (session_part_layer(ss[i]) >= 0)
             return e0_fail(err, E0_EINVAL, "session %zu has a prefill pass paused between layers", i);
         if (ss[i]->pos >= ss[i]->n_ctx)
             return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,

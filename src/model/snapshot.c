@@ -84,7 +84,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
     if (!out) return e0_fail(err, E0_EINVAL, "snapshot: the output pointer is NULL");
     *out = NULL;
     if (!s) return e0_fail(err, E0_EINVAL, "snapshot: the session is NULL");
-    if (s->part_layer >= 0)
+    if (session_part_layer(s) >= 0)
         return e0_fail(err, E0_EINVAL, "snapshot: a prefill pass is paused between layers");
     const e0_engine *e = s->eng;
     const e0_model *m = s->m;
@@ -122,7 +122,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
 
 int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
     if (!s || !snap) return e0_fail(err, E0_EINVAL, "restore: the session or snapshot is NULL");
-    if (s->part_layer >= 0)
+    if (session_part_layer(s) >= 0)
         return e0_fail(err, E0_EINVAL, "restore: a prefill pass is paused between layers");
     if (snap->eng != s->eng)
         return e0_fail(err, E0_EINVAL,

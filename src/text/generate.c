@@ -538,11 +538,11 @@ int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *er
     if (max_layers > 0 || g->part_n) { /* a pass that may pause between layers */
         if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
         const bool fin = m == left;
-        const int from = g->part_n ? g->s->part_layer : 0;
+        const int from = g->part_n ? session_part_layer(g->s) : 0;
         rc = session_eval_part(g->s, g->prompt + g->done, m, max_layers, fin ? g->logits : NULL, &done, err);
         g->part_n = rc || done ? 0 : m;
         if (rc) return rc;
-        *ran = (done ? L : g->s->part_layer) - from;
+        *ran = (done ? L : session_part_layer(g->s)) - from;
         if (!done) return 0;
         g->done += m;
         if (!fin) return 0;
