@@ -178,8 +178,10 @@ struct srv_engine {
     int *pass_slot;           /* [n_slots] */
     uint64_t clock;           /* admissions so far */
     /* Pacing a prefill against running streams: moving averages of a decode
-     * pass's time and of a prefill chunk's time per layer (seconds). */
-    double decode_pass_s, chunk_layer_s;
+     * pass's time (any batch, and one sequence alone) and, per half layer
+     * (pass_step_halves), of a prefill pass's time per id (seconds; they
+     * differ: attention against DeltaNet, dense against MoE). */
+    double decode_pass_s, solo_pass_s, *half_id_s;
     int prefill_layers, n_layers;
     /* The prefill pass in progress: the next chunk of each of pass_n slots
      * in one forward pass (pass_begin), possibly paused between layers;
@@ -798,7 +800,7 @@ static bool slot_cancelled(srv_slot *sl) {
  * on which chunks share a pass. A cancelled request ends here, before its
  * next chunk; one cancelled while its pass is paused is ended after that
  * pass, when the next one is formed. Returns whether a pass started. */
-static bool prefill_begin(srv_engine *E) {
+static bool prefill_begin(srv_engine *E, size_t cap) {
     srv_slot *cand[E0_BATCH_MAX_SLOTS];
     int nc = 0;
     for (int i = 0; i < E->n_slots; i++) {
@@ -825,7 +827,7 @@ static bool prefill_begin(srv_engine *E) {
         bool last;
         const size_t m = gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
         if (!m) continue;
-        if (n && total + m > (size_t)ss[0]->n_batch) break;
+        if (n && (total + m > (size_t)ss[0]->n_batch || total + m > cap)) break;
         ss[n] = cand[i]->s;
         ids[n] = id;
         E->pass_sl[n] = cand[i];
@@ -847,6 +849,15 @@ static bool prefill_begin(srv_engine *E) {
     return true;
 }
 
+/* The ids a prefill pass may hold while streams decode: as many as keep its
+ * slowest half layer within `budget` seconds (whole chunks, at least one). */
+static size_t pass_cap(const srv_engine *E, double budget) {
+    double worst = 0;
+    for (int h = 0; h < 2 * E->n_layers; h++)
+        if (E->half_id_s[h] > worst) worst = E->half_id_s[h];
+    return worst > 0 ? (size_t)(budget / worst) : SIZE_MAX;
+}
+
 /* The prefill pass (a new one over the next chunks of the slots
  * prefilling, or the one paused); each slot whose prompt it finished takes
  * its first token. */
@@ -856,31 +867,35 @@ static void prefill_step(srv_engine *E) {
         srv_slot *c = &E->slots[i];
         if (c->j && c->g && c->decoding) decoding = true;
     }
-    if (!E->pass_n && !prefill_begin(E)) return;
-    /* With streams decoding, the pass advances by as many layers as fit in
-     * about one decode pass, then the decode pass runs: a running stream
-     * waits at most about two passes per token while prompts prefill. Only
-     * the pauses depend on the timing, never the arithmetic (pass_step). */
-    int layers = 0;
-    if (E->prefill_layers < 0) { /* never pause */
-    } else if (decoding && E->prefill_layers > 0) {
-        layers = E->prefill_layers;
-    } else if (decoding && E->decode_pass_s > 0 && E->chunk_layer_s > 0) {
-        layers = (int)(E->decode_pass_s / E->chunk_layer_s);
-        if (layers < 1) layers = 1;
-    }
+    /* With streams decoding, the pass runs half layer by half layer for
+     * about the time of one sequence's decode pass (each next half's cost
+     * predicted from the times measured per half and id; one at least), then
+     * the decode pass runs: while prompts prefill, a running stream's token
+     * takes its batch's pass plus about one single-sequence pass. Only the
+     * pauses and which chunks share a pass depend on the timing, never the
+     * arithmetic (pass_step, pass_begin). */
+    const bool paced = decoding && E->prefill_layers == 0 && E->decode_pass_s > 0;
+    const double budget = E->solo_pass_s > 0 ? E->solo_pass_s : E->decode_pass_s;
+    if (!E->pass_n && !prefill_begin(E, paced ? pass_cap(E, budget) : SIZE_MAX)) return;
+    int halves = 0; /* the most to run now; 0: all that are left */
+    if (decoding && E->prefill_layers > 0) halves = 2 * E->prefill_layers - E->pass.half;
+    else if (paced) halves = 2 * E->n_layers;
     char err[E0_ERR_MAX] = "";
     float *lg[E0_PASS_MAX];
     for (int i = 0; i < E->pass_n; i++)
         lg[i] = E->pass_last[i] ? gen_logits(E->pass_sl[i]->g) : NULL;
+    const int T = E->pass.b.T;
     const double t0 = now_s();
-    const int from = E->pass.layer;
     bool done = false;
-    int rc = pass_step(&E->pass, layers, lg, &done, err);
-    const int ran = rc ? 0 : (done ? E->n_layers : E->pass.layer) - from;
-    if (ran) {
-        const double per = (now_s() - t0) / ran;
-        E->chunk_layer_s = E->chunk_layer_s ? 0.7 * E->chunk_layer_s + 0.3 * per : per;
+    int rc = 0;
+    for (int ran = 0; !rc && !done && (!halves || ran < halves); ran++) {
+        const int h = 2 * E->pass.layer + E->pass.half;
+        if (paced && ran && now_s() - t0 + E->half_id_s[h] * T > budget) break;
+        const double th = now_s();
+        rc = pass_step_halves(&E->pass, 1, lg, &done, err);
+        if (rc) break;
+        const double per = (now_s() - th) / T;
+        E->half_id_s[h] = E->half_id_s[h] ? 0.7 * E->half_id_s[h] + 0.3 * per : per;
     }
     if (!rc && !done) return;
     const int n = E->pass_n;
@@ -919,6 +934,7 @@ static void decode_step(srv_engine *E) {
     int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
     const double dt = now_s() - t0;
     E->decode_pass_s = E->decode_pass_s ? 0.7 * E->decode_pass_s + 0.3 * dt : dt;
+    if (n == 1) E->solo_pass_s = E->solo_pass_s ? 0.7 * E->solo_pass_s + 0.3 * dt : dt;
     for (int k = 0; k < n; k++) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
@@ -1051,6 +1067,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     E->vocab = mi.vocab_size;
     E->prefill_layers = o->prefill_layers;
     E->n_layers = mi.n_layers;
+    E->half_id_s = calloc(2 * (size_t)mi.n_layers, sizeof *E->half_id_s);
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -1062,7 +1079,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     E->pass_s = calloc(N, sizeof *E->pass_s);
     E->pass_ids = calloc(N, sizeof *E->pass_ids);
     E->pass_slot = calloc(N, sizeof *E->pass_slot);
-    int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot ? E0_ENOMEM : 0;
+    int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot || !E->half_id_s ? E0_ENOMEM : 0;
     if (rc) snprintf(err, E0_ERR_MAX, "out of memory for %d slots", E->n_slots);
     e0_session_opts so;
     e0_session_opts_default(&so);
@@ -1163,6 +1180,7 @@ void srv_engine_free(srv_engine *E) {
     free(E->pass_s);
     free(E->pass_ids);
     free(E->pass_slot);
+    free(E->half_id_s);
     prefix_free(E->pc);
     pthread_cond_destroy(&E->cv);
     pthread_mutex_destroy(&E->mu);
