@@ -18,8 +18,14 @@ table row per level:
   ratio         agg tok/s over the 1-client level's
   e2e tok/s     all generated tokens over the level's wall time
   TTFT          request sent -> first token chunk (ms, p50 and p99)
-  ITL           gaps between successive token chunks of a stream (ms); a
-                chunk may carry more than one token ("tok/chunk" in the JSON)
+  ITL           gaps between successive tokens of a stream (ms). A chunk may
+                carry more than one token ("tok/chunk" in the JSON: a token
+                whose text is held back, an incomplete UTF-8 sequence or, on a
+                synth checkpoint with a smaller tokenizer, an id past its
+                vocabulary, arrives with the next one): with --itl token (the
+                default) the streams ask for logprobs, which list a chunk's
+                tokens, and a chunk of k tokens that came g after the one
+                before counts as k gaps of g/k; --itl chunk: one gap per chunk
   late ITL p99  with --late-prompt N: while the clients decode, one extra
                 request with an N-token prompt arrives; the p99 of the running
                 streams' gaps that overlap its prefill (sent -> its first
@@ -255,6 +261,8 @@ class Target:
             b["prompt"] = prompt
         else:
             b["messages"] = [{"role": "user", "content": prompt}]
+        if stream and self.args.itl == "token":  # the chunks then list their tokens (Record.gaps)
+            b["logprobs"] = 0 if self.args.endpoint == "completions" else True
         if self.ignore_eos:
             b["ignore_eos"] = True
         return b
@@ -323,11 +331,21 @@ class Record:
         self.detail = None  # the error answer or event (start of it)
         self.t_send = self.t_first = self.t_end = None
         self.chunks = []  # arrival time of every chunk that carried generated text
+        self.ntok = []  # the tokens each of those chunks carried (its logprobs), None when it did not say
         self.completion_tokens = self.prompt_tokens = self.cached_tokens = None
         self.finish = None
 
     def tokens(self):
         return self.completion_tokens if self.completion_tokens is not None else len(self.chunks)
+
+    def gaps(self):
+        """(start, end, gap) of each inter-token gap after the first chunk: a chunk of k known tokens
+        counts as k gaps of a k-th of the time since the chunk before."""
+        out = []
+        for a, b, k in zip(self.chunks, self.chunks[1:], self.ntok[1:]):
+            k = k if k and k > 1 else 1
+            out.extend([(a, b, (b - a) / k)] * k)
+        return out
 
     def weight(self):
         """Tokens per chunk of this request (the usage spread over its chunks)."""
@@ -341,6 +359,15 @@ def carries_text(choice):
         return bool(choice.get("text"))
     d = choice.get("delta") or {}
     return bool(d.get("content") or d.get("reasoning_content") or d.get("tool_calls"))
+
+
+def chunk_tokens(choice):
+    """The tokens a chunk carries, from its logprobs (completions: tokens; chat: content); None when absent."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return None
+    t = lp.get("tokens") if "tokens" in lp else lp.get("content")
+    return len(t) if isinstance(t, list) else None
 
 
 def stream_request(target, conn, rec, body, live=None):
@@ -389,6 +416,7 @@ def stream_request(target, conn, rec, body, live=None):
             ch = j.get("choices") or []
             if ch and carries_text(ch[0]):
                 rec.chunks.append(now)
+                rec.ntok.append(chunk_tokens(ch[0]))
                 if rec.t_first is None:
                     rec.t_first = now
                 if live is not None:
@@ -545,8 +573,8 @@ def summarize(n, t0, clients, late, late_how, server):
         win = (late.rec.t_send, late.rec.t_first or late.rec.t_end)
     gaps, late_gaps = [], []
     for r in streamed:
-        for a, b in zip(r.chunks, r.chunks[1:]):
-            (late_gaps if win and b > win[0] and a < win[1] else gaps).append(b - a)
+        for a, b, g in r.gaps():
+            (late_gaps if win and b > win[0] and a < win[1] else gaps).append(g)
 
     # Steady state: every client has its first token .. the first client receives its last.
     per_client = [[r for r in cl.records if r.status == 200 and r.chunks] for cl in clients]
@@ -682,6 +710,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=3600, help="the whole run, server start included (3600)")
     p.add_argument("--late-prompt", type=int, default=0, help="tokens of the extra prompt that arrives mid-level (0: none)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--itl", choices=("token", "chunk"), default="token",
+                   help="inter-token gaps per token (streams ask for logprobs to count a chunk's tokens; default) "
+                   "or per chunk")
     p.add_argument("--vocab-limit", type=int, default=0,
                    help="make prompts only from words whose token ids are below this (synth test shapes with a small vocab)")
     p.add_argument("--warmup", type=int, default=1, help="requests before the first level, not measured (1)")

@@ -7,12 +7,15 @@ word) and non-streaming completions answer 200. Streaming completions, counted f
 the first (load.py's warm-up) streams 8 one-token chunks; after it, MODE decides:
   mixed   even requests 503, odd ones 500
   busy    even requests 503, odd ones stream
+  pairs   every request streams 4 chunks of two tokens each, 200 ms apart (the chunks list
+          their two tokens in logprobs when the request asks for logprobs)
 Exits when its parent closes stdin.
 """
 import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODE, PORTFILE = sys.argv[1], sys.argv[2]
@@ -54,6 +57,17 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        if MODE == "pairs":
+            lp = ',"logprobs":{"tokens":["a","b"],"token_logprobs":[0,0]}' if "logprobs" in body else ""
+            for i in range(4):
+                if i:
+                    time.sleep(0.2)
+                self.wfile.write(('data: {"choices":[{"index":0,"text":"ab"%s,"finish_reason":null}]}\n\n' % lp).encode())
+                self.wfile.flush()
+            self.wfile.write(b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+                             b'"usage":{"prompt_tokens":10,"completion_tokens":8}}\n\ndata: [DONE]\n\n')
+            self.close_connection = True
+            return
         for _ in range(8):
             self.wfile.write(b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n')
         self.wfile.write(b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'

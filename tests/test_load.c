@@ -107,8 +107,8 @@ static int errors(const cJSON *j, int level, const char *status) {
     return v ? (int)v->valuedouble : 0;
 }
 
-/* The stand-in server in MODE; load.py attached to it with --url. */
-static int fake(const char *name, const char *mode, cJSON **out) {
+/* The stand-in server in MODE; load.py attached to it with --url and `more` arguments. */
+static int fake(const char *name, const char *mode, const char *more, cJSON **out) {
     char pf[4300], cmd[9000];
     snprintf(pf, sizeof pf, "%s/%s.port", dir, name);
     snprintf(cmd, sizeof cmd, "python3 tests/load_fake_server.py %s %s", mode, pf);
@@ -122,8 +122,9 @@ static int fake(const char *name, const char *mode, cJSON **out) {
         if (!port) usleep(25000);
     }
     assert_true(port > 0);
-    char args[200];
-    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --clients 1,2 --requests-per-client 2 --seconds 10", port);
+    char args[300];
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --clients 1,2 --requests-per-client 2 --seconds 10 %s", port,
+             more);
     int rc = load(name, args);
     pclose(srv);
     *out = report(name);
@@ -134,7 +135,7 @@ static int fake(const char *name, const char *mode, cJSON **out) {
 static void test_statuses(void **st) {
     (void)st;
     cJSON *j;
-    int rc = fake("mixed", "mixed", &j);
+    int rc = fake("mixed", "mixed", "", &j);
     if (rc != 1) show("mixed");
     assert_int_equal(rc, 1);
     assert_true(cJSON_IsFalse(su_at(j, "ok")));
@@ -148,7 +149,7 @@ static void test_statuses(void **st) {
     free(probs);
     cJSON_Delete(j);
 
-    rc = fake("busy", "busy", &j);
+    rc = fake("busy", "busy", "", &j);
     if (rc != 0) show("busy");
     assert_int_equal(rc, 0);
     assert_true(cJSON_IsTrue(su_at(j, "ok")));
@@ -160,6 +161,31 @@ static void test_statuses(void **st) {
     assert_int_equal((int)su_num(j, "levels.1.generated_tokens"), 16);
     assert_true(su_num(j, "levels.1.tokens_per_chunk") == 1.0);
     cJSON_Delete(j);
+}
+
+/* Inter-token gaps per token: chunks of two tokens 200 ms apart are gaps of
+ * about 100 ms when the chunks list their tokens (--itl token, the default:
+ * the streams ask for logprobs), of about 200 ms counted per chunk. */
+static void test_itl_per_token(void **st) {
+    (void)st;
+    const char *mode[2] = {"", "--itl chunk"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *j;
+        int rc = fake(i ? "pairs-chunk" : "pairs-token", "pairs", mode[i], &j);
+        if (rc) show(i ? "pairs-chunk" : "pairs-token");
+        assert_int_equal(rc, 0);
+        for (int l = 0; l < 2; l++) {
+            char p[64];
+            snprintf(p, sizeof p, "levels.%d.itl_p50_ms", l);
+            const double itl = su_num(j, p);
+            print_message("%s level %d: ITL p50 %.1f ms\n", i ? "per chunk" : "per token", l, itl);
+            if (i) assert_true(itl > 180 && itl < 400);
+            else assert_true(itl > 90 && itl < 180);
+            snprintf(p, sizeof p, "levels.%d.tokens_per_chunk", l);
+            assert_true(su_num(j, p) == 2.0);
+        }
+        cJSON_Delete(j);
+    }
 }
 
 /* Loopback only; a server that refuses the prompt (context too small) fails the run, naming why. */
@@ -186,6 +212,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_levels),
         cmocka_unit_test(test_statuses),
+        cmocka_unit_test(test_itl_per_token),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
