@@ -37,7 +37,10 @@
  * float(I_p) is exact too: the only roundings after the activations' are
  * those of the float steps above. A tile of R rows x TT tokens shares
  * weight decoding and activation loads; the order above is the same in
- * every tile, for every T and thread split.
+ * every tile, for every T and thread split, and in both layouts of the
+ * k-quants (the file's rows, or E0_L_G4: 4-row groups stored block-major,
+ * mat.h, where a 4-row tile reads one stream; only the block addresses
+ * differ, in the row kernels and in the panels' packing).
  *
  * IQ4_XS rows are Q4_K's super-block, one scale per 32 columns (sc_s = ls_s
  * - 32, -32..31), codes through ggml_iq4nl_values: u = k[q] + 128 (1..241,
@@ -127,7 +130,9 @@ INLV int qk_bsize(const int type) {
 
 /* Bytes ahead of the block in use that the row kernels prefetch on the
  * 4-row block-group layout (E0_L_G4: one stream). */
+#ifndef QK_G4_PF
 #define QK_G4_PF 1152
+#endif
 
 /* Offset of row r's block 0 in the E0_L_G4 layout (rb: bytes per row). */
 INLV int64_t qk_g4_off(int64_t r, int64_t rb, int bsize) {
