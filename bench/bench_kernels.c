@@ -22,13 +22,7 @@
  * default "Q8_0,Q5_K"), T = 1 and 64, shapes up [512 x 2048] and down [2048 x 512]
  * cold (~256 MiB of experts) and hot, and [2048 x 4096] (cycling over ~256
  * MiB); one line per cell and round, then the medians and their ratio.
- * E0_BENCH_B=SET: B is that set (a --kernels name) instead.
- * E0_BENCH_GGML=g4: the 4-row block-group layout (E0_L_G4, mat_repack_g4)
- * against the file layout under avx512-mixed, T = 1 (E0_BENCH_T another),
- * on E0_BENCH_TYPES (default "Q4_K,Q6_K"): up / down cold (~256 MiB of
- * experts each) and hot, and the lm_head [248320 x 2048]; 1 and 2 threads,
- * A (file) / B (G4) interleaved for E0_BENCH_ROUNDS rounds (default 5),
- * then the medians and their ratio; checks that both give the same bits. */
+ * E0_BENCH_B=SET: B is that set (a --kernels name) instead. */
 #include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/num.h"
@@ -272,131 +266,9 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
     mat_set_kernels(E0_KERNELS_AUTO);
 }
 
-/* A copy of g, every matrix repacked into E0_L_G4. */
-static gset gset_g4(const gset *g) {
-    gset h = *g;
-    h.w = aligned_alloc(64, (g->bytes * (size_t)g->n + 63) / 64 * 64);
-    void *tmp = malloc(g->bytes);
-    if (!h.w || !tmp) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    memcpy(h.w, g->w, g->bytes * (size_t)g->n);
-    for (int64_t i = 0; i < g->n; i++) {
-        e0_mat m = {.type = E0_W_GGML, .gtype = g->type, .rows = g->rows, .cols = g->cols,
-                    .w = h.w + (size_t)i * g->bytes};
-        if (mat_repack_g4(&m, tmp)) {
-            fprintf(stderr, "mat_repack_g4 refused %lld x %lld\n", (long long)g->rows,
-                    (long long)g->cols);
-            exit(1);
-        }
-    }
-    free(tmp);
-    return h;
-}
-
-static double run_gl(const gset *g, e0_layout lay, bool cycle, int64_t T, double secs,
-                     const float *x, float *y) {
-    double t0 = now_s(), t;
-    int64_t calls = 0;
-    do {
-        const e0_mat m = {.type = E0_W_GGML, .gtype = g->type, .rows = g->rows, .cols = g->cols,
-                          .layout = lay,
-                          .w = g->w + (size_t)(cycle ? calls % g->n : 0) * g->bytes};
-        mat_matmul(&m, x, g->cols, T, y, g->rows);
-        calls++;
-        t = now_s() - t0;
-    } while (t < secs);
-    return (double)g->bytes * (double)calls / t / 1e9;
-}
-
-/* E0_BENCH_GGML=g4 (see the top comment). */
-static void bench_g4(double secs, const float *x, float *y) {
-    const char *tl = getenv("E0_BENCH_TYPES");
-    const char *rl = getenv("E0_BENCH_ROUNDS");
-    const char *tt = getenv("E0_BENCH_T");
-    const int rounds = rl && atoi(rl) > 0 ? (atoi(rl) > 64 ? 64 : atoi(rl)) : 5;
-    const int64_t T = tt && atoi(tt) > 0 && atoi(tt) <= 16 ? atoi(tt) : 1;
-    if (mat_set_kernels(E0_KERNELS_AVX512_MIXED)) {
-        printf("avx512-mixed: not supported by this CPU\n");
-        return;
-    }
-    const uint32_t all[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_K, GGML_IQ4_XS};
-    struct {
-        const char *name;
-        int64_t rows, cols;
-        bool cycle;
-    } const shapes[] = {{"up cold", 512, 2048, true},
-                        {"down cold", 2048, 512, true},
-                        {"up hot", 512, 2048, false},
-                        {"down hot", 2048, 512, false},
-                        {"lm_head", 248320, 2048, false}};
-    enum { NS = sizeof shapes / sizeof *shapes };
-    printf("GB/s of ggml weights, avx512-mixed, T = %lld, %.2f s per cell, %d rounds: "
-           "file layout (A) / E0_L_G4 (B)\n",
-           (long long)T, secs, rounds);
-    for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
-        const char *tn = ggml_info(all[k])->name;
-        if (tl ? !type_listed(tl, tn, all[k]) : !(all[k] == GGML_Q4_K || all[k] == GGML_Q6_K))
-            continue;
-        for (int si = 0; si < NS; si++) {
-            const int64_t rb = (int64_t)ggml_row_bytes(all[k], (uint64_t)shapes[si].cols);
-            const int64_t n = shapes[si].cycle ? (256ll << 20) / (shapes[si].rows * rb) : 1;
-            gset a = gset_new(all[k], shapes[si].rows, shapes[si].cols, n < 2 ? 2 : n);
-            gset b = gset_g4(&a);
-            /* the same bits from both layouts, for every thread count */
-            for (int nt = 1; nt <= 2; nt++) {
-                pool_init(nt);
-                float *ya = malloc((size_t)(T * a.rows) * sizeof *ya);
-                const e0_mat ma = {.type = E0_W_GGML, .gtype = a.type, .rows = a.rows,
-                                   .cols = a.cols, .w = a.w};
-                e0_mat mb = ma;
-                mb.w = b.w, mb.layout = E0_L_G4;
-                mat_matmul(&ma, x, a.cols, T, ya, a.rows);
-                mat_matmul(&mb, x, a.cols, T, y, a.rows);
-                if (memcmp(ya, y, (size_t)(T * a.rows) * sizeof *ya)) {
-                    printf("MISMATCH %s %s threads %d\n", tn, shapes[si].name, nt);
-                    exit(1);
-                }
-                free(ya);
-            }
-            double v[2][2][64];
-            for (int r = 0; r < rounds; r++)
-                for (int nt = 1; nt <= 2; nt++) {
-                    pool_init(nt);
-                    for (int l = 0; l < 2; l++) {
-                        v[nt - 1][l][r] = run_gl(l ? &b : &a, l ? E0_L_G4 : E0_L_ROWS,
-                                                 shapes[si].cycle, T, secs, x, y);
-                        printf("round %d %-6s %-9s thr %d %s %8.2f\n", r, tn, shapes[si].name, nt,
-                               l ? "B" : "A", v[nt - 1][l][r]);
-                        fflush(stdout);
-                    }
-                }
-            for (int nt = 1; nt <= 2; nt++) {
-                const double ma = median(v[nt - 1][0], rounds), mb = median(v[nt - 1][1], rounds);
-                printf("MEDIAN %-6s %-9s thr %d  A %7.2f  B %7.2f  B/A %5.2f\n", tn,
-                       shapes[si].name, nt, ma, mb, mb / ma);
-                fflush(stdout);
-            }
-            free(a.w);
-            free(b.w);
-        }
-    }
-    mat_set_kernels(E0_KERNELS_AUTO);
-}
-
 int main(int argc, char **argv) {
     const double secs = argc > 1 ? atof(argv[1]) : 1.0;
     const char *gg = getenv("E0_BENCH_GGML");
-    if (gg && !strcmp(gg, "g4")) {
-        float *x = malloc((size_t)16 * 2048 * sizeof *x),
-              *y = malloc((size_t)16 * 248320 * sizeof *y);
-        for (int i = 0; i < 16 * 2048; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-        bench_g4(secs, x, y);
-        free(x);
-        free(y);
-        return 0;
-    }
     if (gg && !strcmp(gg, "ab")) {
         float *x = malloc((size_t)64 * 4096 * sizeof *x), *y = malloc((size_t)64 * 4096 * sizeof *y);
         for (int i = 0; i < 64 * 4096; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;

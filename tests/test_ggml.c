@@ -24,13 +24,7 @@
  *    (per 32 columns, float steps per sub-block: the panels' sums run down
  *    the rows, so they cannot share the row kernels' order), within each of
  *    those two classes of calls, as test_kernels states for the mlx q4
- *    kernels;
- *  - the 4-row block-group layout (E0_L_G4, mat_repack_g4) of Q4_K, Q5_K,
- *    Q6_K and IQ4_XS holds the file's blocks (each where
- *    mat_ggml_block_off says), dequantizes to the same values and, under
- *    every kernel set, multiplies to the same bits as the file layout at T
- *    = 1, 2, 3, 4, 16, 64 with 1 and 2 threads, through views too; rows not
- *    a multiple of 4 and the other types stay in the file layout. */
+ *    kernels. */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -459,120 +453,6 @@ static void test_determinism(void **state) {
     mat_set_kernels(E0_KERNELS_AUTO);
 }
 
-/* ---- the 4-row block-group layout (E0_L_G4) ------------------------------------ */
-
-static void test_g4(void **state) {
-    (void)state;
-    static const uint32_t g4t[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_K, GGML_IQ4_XS};
-    static const int64_t Ts[] = {1, 2, 3, 4, 16, 64};
-    static const struct {
-        int64_t rows, cols;
-    } shapes[] = {{64, 512}, {36, 768}, {8, 256}, {100, 256}};
-    int ran = 0, ranv = 0;
-    for (size_t k = 0; k < sizeof g4t / sizeof *g4t; k++)
-        for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
-            const int64_t rows = shapes[sh].rows, cols = shapes[sh].cols;
-            uint8_t *buf;
-            const e0_mat f = make_mat(g4t[k], rows, cols, sh % 3, &buf);
-            const size_t bytes = (size_t)mat_bytes(&f), bs = (size_t)ggml_info(g4t[k])->size;
-            uint8_t *gbuf = malloc(bytes + 1), *tmp = malloc(bytes);
-            memcpy(gbuf + 1, f.w, bytes); /* only byte-aligned, like a file's rows */
-            e0_mat g = f;
-            g.w = gbuf + 1;
-            assert_true(mat_g4_ok(&g));
-            assert_int_equal(mat_repack_g4(&g, tmp), 0);
-            assert_int_equal(g.layout, E0_L_G4);
-            assert_ptr_equal(g.w, gbuf + 1);
-            assert_int_equal(mat_bytes(&g), bytes);
-            assert_false(mat_g4_ok(&g)); /* not twice */
-            /* every block of the file, where the layout says (and moved: block 1 of row 0) */
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t b = 0; b < cols / GGML_QK_K; b++)
-                    assert_memory_equal((const uint8_t *)g.w + mat_ggml_block_off(&g, r, b),
-                                        (const uint8_t *)f.w + mat_ggml_block_off(&f, r, b), bs);
-            if (cols > GGML_QK_K) assert_int_equal(mat_ggml_block_off(&g, 0, 1), 4 * bs);
-            /* dequantization: every row, a random column range */
-            float *d1 = malloc((size_t)cols * sizeof *d1), *d2 = malloc((size_t)cols * sizeof *d2);
-            for (int64_t r = 0; r < rows; r++) {
-                const int64_t c0 = irand(0, cols - 1), n = irand(1, cols - c0);
-                mat_dequant(&f, r, c0, n, d1);
-                mat_dequant(&g, r, c0, n, d2);
-                assert_memory_equal(d1, d2, (size_t)n * sizeof *d1);
-            }
-            free(d1);
-            free(d2);
-            /* products, every set, both layouts, bit for bit */
-            float *x = malloc((size_t)(64 * cols) * sizeof *x);
-            for (int64_t i = 0; i < 64 * cols; i++)
-                x[i] = frand();
-            float *y1 = malloc((size_t)(64 * rows) * sizeof *y1),
-                  *y2 = malloc((size_t)(64 * rows) * sizeof *y2);
-            for (size_t si = 0; si < NSETS; si++) {
-                if (mat_set_kernels(SETS[si]) != 0) continue;
-                for (int nt = 1; nt <= 2; nt++) {
-                    pool_init(nt);
-                    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-                        const int64_t T = Ts[ti];
-                        /* sets without an integer kernel for these types read G4
-                         * through the reference: compare with the file's reference */
-                        if (mat_g4_wanted())
-                            mat_matmul(&f, x, cols, T, y1, rows);
-                        else
-                            mat_matmul_ref(&f, x, cols, T, y1, rows);
-                        mat_matmul(&g, x, cols, T, y2, rows);
-                        assert_memory_equal(y1, y2, (size_t)(T * rows) * sizeof *y1);
-                        if (mat_g4_wanted()) {
-                            mat_matmul_decode(&f, x, cols, T, y1, rows);
-                            mat_matmul_decode(&g, x, cols, T, y2, rows);
-                            assert_memory_equal(y1, y2, (size_t)(T * rows) * sizeof *y1);
-                        }
-                        ran++;
-                    }
-                    /* a view of whole groups (an expert's rows) */
-                    if (rows >= 12 && mat_g4_wanted()) {
-                        const e0_mat vf = mat_rows(&f, 4, rows - 8), vg = mat_rows(&g, 4, rows - 8);
-                        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-                            mat_matmul(&vf, x, cols, Ts[ti], y1, rows);
-                            mat_matmul(&vg, x, cols, Ts[ti], y2, rows);
-                            for (int64_t t = 0; t < Ts[ti]; t++)
-                                assert_memory_equal(y1 + t * rows, y2 + t * rows,
-                                                    (size_t)(rows - 8) * sizeof *y1);
-                            ranv++;
-                        }
-                    }
-                }
-            }
-            mat_set_kernels(E0_KERNELS_AUTO);
-            free(x);
-            free(y1);
-            free(y2);
-            free(gbuf);
-            free(tmp);
-            free(buf);
-        }
-    /* what stays in the file layout: rows not a multiple of 4, other types */
-    static const struct {
-        uint32_t type;
-        int64_t rows, cols;
-    } no[] = {{GGML_Q4_K, 6, 256}, {GGML_Q6_K, 3, 512}, {GGML_Q8_0, 8, 256}, {GGML_Q4_0, 8, 256},
-              {GGML_Q3_K, 8, 256}};
-    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
-        uint8_t *buf;
-        e0_mat m = make_mat(no[i].type, no[i].rows, no[i].cols, 0, &buf);
-        uint8_t *copy = malloc((size_t)mat_bytes(&m)), *tmp = malloc((size_t)mat_bytes(&m));
-        memcpy(copy, m.w, (size_t)mat_bytes(&m));
-        assert_false(mat_g4_ok(&m));
-        assert_int_equal(mat_repack_g4(&m, tmp), E0_EINVAL);
-        assert_int_equal(m.layout, E0_L_ROWS);
-        assert_memory_equal(copy, m.w, (size_t)mat_bytes(&m));
-        free(copy);
-        free(tmp);
-        free(buf);
-    }
-    printf("  %d G4 products and %d of views bit-identical to the file layout's\n", ran, ranv);
-    pool_init(0);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_matches_ggufpy),
@@ -580,7 +460,6 @@ int main(void) {
         cmocka_unit_test(test_kernels_vs_ref),
         cmocka_unit_test(test_prep_qk),
         cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_g4),
     };
     return cmocka_run_group_tests_name("ggml", tests, NULL, NULL);
 }

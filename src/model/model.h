@@ -82,19 +82,16 @@ typedef struct {
 } e0_model;
 
 int model_load(e0_model *m, const char *dir, char *err);
-/* After st_set_load: rewrites the loaded copy's matrices that the compute
- * paths read with mat_matmul (not routers, not the embedding) into the
- * decode kernels' layouts (mat.h), in place, and points their views at
- * them: mlx 4-bit ones into 16-row panels (E0_L_P16), GGUF Q4_K / Q5_K /
- * Q6_K / IQ4_XS into 4-row block groups (E0_L_G4). Matrices that do not
- * qualify (mat_p16_ok / mat_g4_ok; parts not contiguous) keep the file
- * layout: the kernels compute the same results on both. Extra memory
+/* After st_set_load: rewrites the loaded copy's 4-bit matrices that the
+ * compute paths read with mat_matmul (not routers, not the embedding) into
+ * the 16-row panel layout (mat.h), in place, and points their views at it.
+ * Matrices that do not qualify (mat_p16_ok; parts not contiguous) keep the
+ * file layout: the kernels compute the same results on both. Extra memory
  * while it runs: one tensor's bytes. Returns the number of matrices
- * repacked (stacked experts count once), *n_g4 (may be NULL) those in
- * E0_L_G4; never fails (without memory for the scratch, nothing is
- * repacked). `progress` (may be NULL) is told the bytes repacked so far
- * and the total after each matrix. */
-int model_repack(e0_model *m, st_load_fn progress, void *ctx, int *n_g4);
+ * repacked (stacked experts count once); never fails (without memory for
+ * the scratch, nothing is repacked). `progress` (may be NULL) is told the
+ * bytes repacked so far and the total after each matrix. */
+int model_repack(e0_model *m, st_load_fn progress, void *ctx);
 void model_free(e0_model *m);
 /* Everything but the routed experts copied out of the file mappings
  * (st_set_pin): with pread I/O, a checkpoint truncated while running then

@@ -168,16 +168,11 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     if (!rc && e->opts.io == E0_IO_LOAD && mat_p16_wanted()) {
         /* the loaded copy is ours: the decode kernels' layout (mat.h) */
         const double t0 = now_s();
-        int n_g4 = 0;
-        const int n =
-            model_repack(&e->model, e->opts.repack_progress, e->opts.load_ctx, &n_g4);
+        const int n = model_repack(&e->model, e->opts.repack_progress, e->opts.load_ctx);
         const size_t used = strlen(e->io_note);
         if (n && used < sizeof e->io_note)
             snprintf(e->io_note + used, sizeof e->io_note - used,
-                     "; %d matrices in %s in %.1f s", n,
-                     n_g4 == n ? "4-row block groups" : n_g4 ? "16-row panels or 4-row block groups"
-                                                             : "16-row panels",
-                     now_s() - t0);
+                     "; %d matrices in 16-row panels in %.1f s", n, now_s() - t0);
     }
     if (!rc) {
         const double t0 = now_s();

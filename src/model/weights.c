@@ -689,24 +689,22 @@ int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
     return rc;
 }
 
-/* ---- the decode layouts (16-row panels, 4-row block groups), made once at load (mat.h) */
+/* ---- the 16-row panel layout, made once at load (mat.h) ------------------- */
 
 typedef struct {
     uint8_t *tmp; /* scratch of the largest matrix so far */
     size_t cap;
     bool oom;
     int n;        /* matrices repacked */
-    int n_g4;     /* of which into E0_L_G4 */
     bool dry;     /* only count the bytes that would be repacked */
     uint64_t done, total;
     st_load_fn progress;
     void *ctx;
 } repacker;
 
-/* x repacked in place when it qualifies; true if it now is E0_L_P16 (mlx
- * 4-bit) or E0_L_G4 (GGUF k-quants). */
+/* x repacked in place when it qualifies; true if it now is E0_L_P16. */
 static bool repack_mat(repacker *R, e0_mat *x) {
-    if (R->oom || !(mat_p16_ok(x) || mat_g4_ok(x))) return false;
+    if (R->oom || !mat_p16_ok(x)) return false;
     const size_t need = (size_t)mat_bytes(x);
     if (R->dry) {
         R->total += need;
@@ -721,10 +719,8 @@ static bool repack_mat(repacker *R, e0_mat *x) {
         }
         R->cap = need;
     }
-    if ((x->type == E0_W_GGML ? mat_repack_g4(x, R->tmp) : mat_repack_p16(x, R->tmp)) != 0)
-        return false;
+    if (mat_repack_p16(x, R->tmp) != 0) return false;
     R->n++;
-    R->n_g4 += x->type == E0_W_GGML;
     R->done += need;
     if (R->progress) R->progress(R->ctx, R->done, R->total);
     return true;
@@ -735,18 +731,14 @@ static bool repack_mat(repacker *R, e0_mat *x) {
 static bool stacked_of(const e0_expert *xs, int64_t E, size_t part, int64_t r0, int64_t stride,
                        e0_mat *whole) {
     const e0_mat *v0 = (const e0_mat *)((const uint8_t *)&xs[0] + part);
-    /* views must start and end on a panel (QAFF: 16 rows) or group (GGML: 4) */
-    const int64_t h = v0->type == E0_W_QAFF ? 16 : 4;
-    if ((v0->type != E0_W_QAFF && v0->type != E0_W_GGML) || v0->layout != E0_L_ROWS || r0 % h ||
-        stride % h || v0->rows % h)
+    if (v0->type != E0_W_QAFF || v0->layout != E0_L_ROWS || r0 % 16 || stride % 16 ||
+        v0->rows % 16)
         return false;
     /* row 0 of the stack: r0 rows before expert 0's view */
     *whole = *v0;
     whole->w = (const uint8_t *)v0->w - (size_t)r0 * mat_row_bytes(v0);
-    if (v0->type == E0_W_QAFF) {
-        whole->scales = (const uint8_t *)v0->scales - (size_t)r0 * mat_srow_bytes(v0);
-        whole->biases = (const uint8_t *)v0->biases - (size_t)r0 * mat_srow_bytes(v0);
-    }
+    whole->scales = (const uint8_t *)v0->scales - (size_t)r0 * mat_srow_bytes(v0);
+    whole->biases = (const uint8_t *)v0->biases - (size_t)r0 * mat_srow_bytes(v0);
     whole->rows = E * stride;
     for (int64_t e = 0; e < E; e++) {
         const e0_mat *v = (const e0_mat *)((const uint8_t *)&xs[e] + part);
@@ -821,7 +813,7 @@ static void repack_all(repacker *R, e0_model *m) {
     }
 }
 
-int model_repack(e0_model *m, st_load_fn progress, void *ctx, int *n_g4) {
+int model_repack(e0_model *m, st_load_fn progress, void *ctx) {
     if (st_set_writable(m->st, true) != 0) {
         st_set_writable(m->st, false);
         return 0;
@@ -832,7 +824,6 @@ int model_repack(e0_model *m, st_load_fn progress, void *ctx, int *n_g4) {
     repack_all(&R, m);
     free(R.tmp);
     st_set_writable(m->st, false);
-    if (n_g4) *n_g4 = R.n_g4;
     return R.n;
 }
 

@@ -108,9 +108,8 @@ void k_avx512_ggml_dequant(uint32_t type, const void *src, float *y, int64_t nb)
 void k_avx512_f32_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y,
                        int64_t ldy);
 /* Integer-activation kernels of ggml weights (kernels_ggml_vnni.c: Q4_K,
- * Q5_K, Q6_K, IQ4_XS with rows a multiple of 256, in the file layout or
- * E0_L_G4 (mat.h); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, a multiple of 32,
- * the file layout only) with 1..3 activation planes (K_NEED_XK /
+ * Q5_K, Q6_K, IQ4_XS with rows a multiple of 256; Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, a multiple of 32) with 1..3 activation planes (K_NEED_XK /
  * _XK2 / _XK3), or NULL: the row kernels for T < panel_t, else the 16-row
  * panel kernels (K_NEED_XK32), whose activations are quantized per 32
  * columns (the 32-column types' row kernels too; with 3 planes Q8_0, Q4_1

@@ -37,10 +37,7 @@
  * float(I_p) is exact too: the only roundings after the activations' are
  * those of the float steps above. A tile of R rows x TT tokens shares
  * weight decoding and activation loads; the order above is the same in
- * every tile, for every T and thread split, and in both layouts of the
- * k-quants (the file's rows, or E0_L_G4: 4-row groups stored block-major,
- * mat.h, where a 4-row tile reads one stream; only the block addresses
- * differ, in the row kernels and in the panels' packing).
+ * every tile, for every T and thread split.
  *
  * IQ4_XS rows are Q4_K's super-block, one scale per 32 columns (sc_s = ls_s
  * - 32, -32..31), codes through ggml_iq4nl_values: u = k[q] + 128 (1..241,
@@ -126,17 +123,6 @@ INLV int qk_bsize(const int type) {
            : type == GGML_Q6_K   ? (int)sizeof(ggml_block_q6_K)
            : type == GGML_IQ4_XS ? (int)sizeof(ggml_block_iq4_xs)
                                  : (int)sizeof(ggml_block_q8_0);
-}
-
-/* Bytes ahead of the block in use that the row kernels prefetch on the
- * 4-row block-group layout (E0_L_G4: one stream). */
-#ifndef QK_G4_PF
-#define QK_G4_PF 1152
-#endif
-
-/* Offset of row r's block 0 in the E0_L_G4 layout (rb: bytes per row). */
-INLV int64_t qk_g4_off(int64_t r, int64_t rb, int bsize) {
-    return (r - r % 4) * rb + (r % 4) * bsize;
 }
 
 /* ggml_iq4nl_values + 128 (1..241), the unsigned codes of IQ4_NL / IQ4_XS,
@@ -306,15 +292,6 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
     tile_rows(m, a, r, R, t0, TT, rb, w, xq, xd, xs);
-    /* E0_L_G4: block b of row r at its group's start + (4b + r % 4) blocks;
-     * the next bytes of the one stream are QK_G4_PF ahead */
-    const bool g4 = m->layout == E0_L_G4;
-    const int64_t bst = g4 ? 4 * bsize : bsize;
-    if (g4)
-        UNROLL
-    for (int i = 0; i < R; i++)
-        w[i] = (const uint8_t *)m->w + qk_g4_off(r + i, rb, bsize);
-    const int64_t pfd = g4 ? QK_G4_PF : R * rb;
     __m512i sidx[4];
     UNROLL
     for (int j = 0; j < 4; j++)
@@ -330,8 +307,8 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
         const uint8_t *blk[4];
         UNROLL
         for (int i = 0; i < R; i++) {
-            blk[i] = w[i] + b * bst;
-            const char *pf = (const char *)(blk[i] + pfd);
+            blk[i] = w[i] + b * bsize;
+            const char *pf = (const char *)(blk[i] + R * rb);
             _mm_prefetch(pf, _MM_HINT_T0);
             _mm_prefetch(pf + 64, _MM_HINT_T0);
             _mm_prefetch(pf + 128, _MM_HINT_T0);
@@ -729,13 +706,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
     }
     const int bsize = qk_bsize(type);
     const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
-    const uint8_t *w = (const uint8_t *)m->w + r * rb; /* r: a multiple of 16 */
-    /* row i's block b at w + ro[i] + b * bst, in either layout */
-    const bool g4 = m->layout == E0_L_G4;
-    const int64_t bst = g4 ? 4 * bsize : bsize;
-    int64_t ro[16];
-    for (int i = 0; i < 16; i++)
-        ro[i] = g4 ? qk_g4_off(i, rb, bsize) : i * rb;
+    const uint8_t *w = (const uint8_t *)m->w + r * rb;
     const __m512i lo4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
         __m512i v[16];
@@ -747,7 +718,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
                 continue;
             }
             qk_blk k;
-            qk_begin(type, w + ro[i] + b * bst, &k);
+            qk_begin(type, w + i * rb + b * bsize, &k);
             v[i] = _mm512_castps_si512(
                 type == GGML_IQ4_XS ? _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(k.S))
                 : QK_IS45(type)
@@ -782,7 +753,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             const __m512i tbl = iq4_table();
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < 16; i++)
-                    v[i] = i < nr ? _mm512_loadu_si512(w + ro[i] + b * bst +
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
                                                        offsetof(ggml_block_iq4_xs, qs) + 64 * h)
                                   : _mm512_setzero_si512();
                 k_tr16(v);
@@ -805,7 +776,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             if (type == GGML_Q5_K) {
                 /* 64 bytes from qh: qh[0..31] then qs[0..31] (unused) */
                 for (int i = 0; i < 16; i++)
-                    qh[i] = i < nr ? _mm512_loadu_si512(w + ro[i] + b * bst +
+                    qh[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
                                                         offsetof(ggml_block_q5_K, qh))
                                    : _mm512_setzero_si512();
                 k_tr16(qh);
@@ -813,7 +784,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             const __m512i m10 = _mm512_set1_epi8(0x10);
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < 16; i++)
-                    v[i] = i < nr ? _mm512_loadu_si512(w + ro[i] + b * bst + qs_off + 64 * h)
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize + qs_off + 64 * h)
                                   : _mm512_setzero_si512();
                 k_tr16(v);
                 for (int c = 0; c < 16; c++) {
@@ -841,12 +812,12 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             for (int i = 0; i < 16; i++)
                 qh[i] =
                     i < nr
-                        ? _mm512_loadu_si512(w + ro[i] + b * bst + offsetof(ggml_block_q6_K, qh))
+                        ? _mm512_loadu_si512(w + i * rb + b * bsize + offsetof(ggml_block_q6_K, qh))
                         : _mm512_setzero_si512();
             k_tr16(qh);
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < 16; i++)
-                    v[i] = i < nr ? _mm512_loadu_si512(w + ro[i] + b * bst +
+                    v[i] = i < nr ? _mm512_loadu_si512(w + i * rb + b * bsize +
                                                        offsetof(ggml_block_q6_K, ql) + 64 * h)
                                   : _mm512_setzero_si512();
                 k_tr16(v);

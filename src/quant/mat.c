@@ -53,8 +53,6 @@ e0_mat mat_rows(const e0_mat *m, int64_t r0, int64_t n) {
     v.w = (const uint8_t *)m->w + (size_t)r0 * mat_row_bytes(m);
     if (m->type == E0_W_QAFF && m->layout == E0_L_P16) {
         assert(r0 % 16 == 0); /* views start on a panel */
-    } else if (m->layout == E0_L_G4) {
-        assert(r0 % 4 == 0 && n % 4 == 0); /* views are whole groups */
     } else if (m->type == E0_W_QAFF) {
         v.scales = (const uint8_t *)m->scales + (size_t)r0 * mat_srow_bytes(m);
         v.biases = (const uint8_t *)m->biases + (size_t)r0 * mat_srow_bytes(m);
@@ -128,60 +126,6 @@ static void p16_pack(void *ctx, int64_t p0, int64_t p1, int tid) {
     }
 }
 
-/* ---- the 4-row block-group layout of ggml k-quants (mat.h) ---------------- */
-
-static bool g4_type(uint32_t t) {
-    return t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K || t == GGML_IQ4_XS;
-}
-
-bool mat_g4_ok(const e0_mat *m) {
-    return m->type == E0_W_GGML && m->layout == E0_L_ROWS && g4_type(m->gtype) &&
-           m->cols > 0 && m->cols % GGML_QK_K == 0 && m->rows > 0 && m->rows % 4 == 0;
-}
-
-size_t mat_ggml_block_off(const e0_mat *m, int64_t r, int64_t b) {
-    const size_t bs = (size_t)ggml_info(m->gtype)->size;
-    if (m->layout != E0_L_G4) return (size_t)r * mat_row_bytes(m) + (size_t)b * bs;
-    return (size_t)(r - r % 4) * mat_row_bytes(m) + ((size_t)b * 4 + (size_t)(r % 4)) * bs;
-}
-
-typedef struct {
-    const uint8_t *src; /* the file layout */
-    uint8_t *dst;
-    int64_t nb;   /* blocks per row */
-    size_t bs;    /* bytes per block */
-} g4_job;
-
-static void g4_pack(void *ctx, int64_t g0, int64_t g1, int tid) {
-    (void)tid;
-    const g4_job *j = ctx;
-    const size_t rb = (size_t)j->nb * j->bs;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *s = j->src + (size_t)g * 4 * rb;
-        uint8_t *o = j->dst + (size_t)g * 4 * rb;
-        for (int64_t b = 0; b < j->nb; b++)
-            for (int i = 0; i < 4; i++, o += j->bs)
-                memcpy(o, s + (size_t)i * rb + (size_t)b * j->bs, j->bs);
-    }
-}
-
-int mat_repack_g4(e0_mat *m, void *tmp) {
-    if (!mat_g4_ok(m)) return E0_EINVAL;
-    const size_t bytes = (size_t)mat_bytes(m);
-    memcpy(tmp, m->w, bytes);
-    g4_job j = {tmp, (uint8_t *)(uintptr_t)m->w, m->cols / ggml_info(m->gtype)->blck,
-                (size_t)ggml_info(m->gtype)->size};
-    pool_for(m->rows / 4, 1, g4_pack, &j);
-    m->layout = E0_L_G4;
-    return 0;
-}
-
-bool mat_g4_wanted(void) {
-    const e0_kernels k = mat_kernels();
-    return k == E0_KERNELS_AVX512_MIXED || k == E0_KERNELS_AVX512_Q8 ||
-           k == E0_KERNELS_AVX512_Q16;
-}
-
 int mat_repack_p16(e0_mat *m, void *tmp) {
     if (!mat_p16_ok(m)) return E0_EINVAL;
     const size_t wb = (size_t)m->rows * mat_row_bytes(m), sb = (size_t)m->rows * mat_srow_bytes(m);
@@ -251,7 +195,7 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out) 
         for (int64_t c = c0; c < c0 + n;) {
             const int64_t b = c / bk, off = c - b * bk;
             const int64_t k = bk - off < c0 + n - c ? bk - off : c0 + n - c;
-            ggml_dequant(m->gtype, (const uint8_t *)m->w + mat_ggml_block_off(m, r, b), tmp, 1);
+            ggml_dequant(m->gtype, row + (size_t)b * (size_t)ti->size, tmp, 1);
             memcpy(out + (c - c0), tmp + off, (size_t)k * sizeof *tmp);
             c += k;
         }
@@ -649,7 +593,6 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int
         const k_rows_fn fn = k_avx512_ggml_int_pick(m, planes, T, panel_t, need);
         if (fn) return fn;
     }
-    if (m->type == E0_W_GGML && m->layout != E0_L_ROWS) return NULL; /* the f32 kernels read rows */
     switch (k) {
     case E0_KERNELS_AVX512_Q8:
         return k_avx512_q8_pick(m, 1, T, panel_t, need, lanes);

@@ -24,10 +24,9 @@
 
 typedef enum { E0_W_F32, E0_W_BF16, E0_W_F16, E0_W_QAFF, E0_W_GGML } e0_wtype;
 typedef enum { E0_S_BF16, E0_S_F16, E0_S_F32 } e0_stype;
-/* How a matrix's bytes are laid out: as in the file (QAFF: rows of words,
- * separate scales and biases; GGML: rows of blocks), in 16-row panels
- * (QAFF, mat_repack_p16) or in 4-row block groups (GGML, mat_repack_g4). */
-typedef enum { E0_L_ROWS, E0_L_P16, E0_L_G4 } e0_layout;
+/* How a QAFF matrix's bytes are laid out: as in the file (rows of words,
+ * separate scales and biases), or in 16-row panels (mat_repack_p16). */
+typedef enum { E0_L_ROWS, E0_L_P16 } e0_layout;
 
 typedef struct {
     e0_wtype type;
@@ -39,8 +38,7 @@ typedef struct {
                            GGML: [rows, cols / blck] blocks */
     const void *scales; /* [rows, cols/group] */
     const void *biases; /* [rows, cols/group] */
-    e0_layout layout;   /* QAFF: ROWS or P16 (scales and biases inline, both NULL);
-                           GGML: ROWS or G4 */
+    e0_layout layout;   /* E0_W_QAFF; E0_L_P16: scales and biases inline, both NULL */
 } e0_mat;
 
 /* The 16-row panel layout (E0_L_P16) of 4-bit weights, for the int8 panel
@@ -63,29 +61,6 @@ bool mat_p16_ok(const e0_mat *m);
  * panels across the compute pool. 0, or E0_EINVAL (m unchanged) when m is
  * not mat_p16_ok or its parts are not contiguous. */
 int mat_repack_p16(e0_mat *m, void *tmp);
-/* The 4-row block-group layout (E0_L_G4) of ggml k-quant weights (Q4_K,
- * Q5_K, Q6_K, IQ4_XS), for the integer row kernels' 4-row tile
- * (kernels_ggml_vnni.c), made once at load (model_repack). Rows 4g..4g+3
- * are 4 * mat_row_bytes(m) bytes at w + 4g * mat_row_bytes(m), as in the
- * file, but block-major: block b of row 4g + i is at block index 4b + i of
- * the group. A decode step over 4 rows reads one stream instead of four;
- * the blocks are the file's bytes (same size, scales inline), so every
- * kernel computes the same bits on both layouts. Rows a multiple of 4
- * (mat_g4_ok); views (mat_rows) start and end on a group. The kernel sets
- * without an integer kernel for these types (f32 ones, Q24 / exact) read
- * G4 through mat_dequant (the reference): correct, slow; the loader
- * repacks only where mat_g4_wanted. */
-bool mat_g4_ok(const e0_mat *m);
-/* Rewrites m (file layout, rows of blocks at m->w) into E0_L_G4 in place.
- * tmp: mat_bytes(m) bytes of scratch. Splits the groups across the compute
- * pool. 0, or E0_EINVAL (m unchanged) when m is not mat_g4_ok. */
-int mat_repack_g4(e0_mat *m, void *tmp);
-/* Whether the kernel set in force has integer row and panel kernels that
- * read E0_L_G4 (AVX512_MIXED, the default; Q8 / Q16 too). */
-bool mat_g4_wanted(void);
-/* Byte offset from m->w of block b of row r, in m's layout (GGML). */
-size_t mat_ggml_block_off(const e0_mat *m, int64_t r, int64_t b);
-
 /* Whether the kernel set in force computes 4-bit matrices of fewer than
  * K_PANEL_MIN_T tokens with the panel arithmetic too, so that E0_L_P16 is
  * faster for it (AVX512_MIXED, the default). */
