@@ -111,7 +111,8 @@ static void test_bench_batch(void **state) {
     says("bench --batch", "batched decode (5-id prompt per sequence, then 3 steps):");
     says("bench --batch", "\n     1 ");
     says("bench --batch", "\n     3 ");
-    says("bench --batch", "1.00x\n");
+    says("bench --batch", "x N=1  MiB read/token\n");
+    says("bench --batch", "1.00x  ");
 }
 
 static void test_help_and_version(void **state) {

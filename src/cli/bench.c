@@ -47,7 +47,9 @@ static const char *HELP =
     "batching without the server: for each N, N sequences each prefill their\n"
     "own --prefill ids, then decode --decode tokens together, one forward pass\n"
     "(e0_session_eval_batch) per step; reported as generated tokens/s of all N\n"
-    "(llama-batched-bench's S_TG, for scripts/peer_batched.sh) and against N = 1.\n"
+    "(llama-batched-bench's S_TG, for scripts/peer_batched.sh) and against N = 1,\n"
+    "with the expert bytes read from the checkpoint per generated token (under a\n"
+    "memory budget: what one read serving several sequences saves).\n"
     "With only --batch wanted, add --skip-cold --skip-warm.\n"
     "\n";
 
@@ -378,7 +380,7 @@ enum { BATCH_LEVELS = 16, BATCH_SEQS_MAX = 256 };
  * e0_session_eval each), then n_decode greedy steps of all N in one
  * e0_session_eval_batch pass each: the prefill and decode times. */
 static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double *prefill_s,
-                       double *decode_s, char *err) {
+                       double *decode_s, double *read, char *err) {
     e0_model_info info;
     e0_engine_info(e, &info);
     e0_session_opts so;
@@ -404,6 +406,7 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
         *prefill_s += cli_now() - t0;
         if (rc) goto out;
     }
+    e0_engine_stats_reset(e);
     const double t0 = cli_now();
     for (int k = 0; k < n_decode; k++) {
         for (int i = 0; i < N; i++) /* greedy */
@@ -416,6 +419,9 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
     *decode_s = cli_now() - t0;
+    e0_stats st;
+    e0_engine_stats(e, &st);
+    *read = (double)st.bytes_read / ((double)N * n_decode); /* expert bytes per generated token */
 out:
     for (int i = 0; ss && i < N; i++) e0_session_free(ss[i]);
     free(ss);
@@ -447,12 +453,12 @@ static int parse_batch_list(const char *v, int *lv, int *n) {
     return rc;
 }
 
-static void report_batched(const int *lv, int nl, const double *pp, const double *tg,
+static void report_batched(const int *lv, int nl, const double *pp, const double *tg, const double *rd,
                            int n_prefill, int n_decode, bool json, cJSON *root) {
     cJSON *a = json ? cJSON_AddArrayToObject(root, "batched") : NULL;
     if (!json)
         printf("batched decode (%d-id prompt per sequence, then %d steps):\n"
-               "  seqs  prefill tok/s  decode agg tok/s  step ms  x N=1\n",
+               "  seqs  prefill tok/s  decode agg tok/s  step ms  x N=1  MiB read/token\n",
                n_prefill, n_decode);
     for (int i = 0; i < nl; i++) {
         const double agg = (double)lv[i] * n_decode / tg[i], base = (double)lv[0] * n_decode / tg[0];
@@ -463,10 +469,12 @@ static void report_batched(const int *lv, int nl, const double *pp, const double
             cJSON_AddNumberToObject(r, "prefill_tok_s", ptok);
             cJSON_AddNumberToObject(r, "decode_agg_tok_s", agg);
             cJSON_AddNumberToObject(r, "step_ms", 1e3 * tg[i] / n_decode);
+            cJSON_AddNumberToObject(r, "decode_bytes_read_per_token", rd[i]);
             cJSON_AddItemToArray(a, r);
         } else {
-            printf("  %4d  %13.2f  %16.2f  %7.1f  %5.2fx%s\n", lv[i], ptok, agg,
-                   1e3 * tg[i] / n_decode, agg / base, lv[0] == 1 ? "" : " (of the first level)");
+            printf("  %4d  %13.2f  %16.2f  %7.1f  %5.2fx  %14.1f%s\n", lv[i], ptok, agg,
+                   1e3 * tg[i] / n_decode, agg / base, rd[i] / (1 << 20),
+                   lv[0] == 1 ? "" : " (x: of the first level)");
         }
     }
 }
@@ -604,16 +612,16 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
             e0_engine_warm_cache(e);
         }
-        double pp[BATCH_LEVELS], tg[BATCH_LEVELS];
+        double pp[BATCH_LEVELS], tg[BATCH_LEVELS], rd[BATCH_LEVELS];
         /* untimed: the first passes' page faults (scratch, KV cache) and caches */
         fprintf(stderr, "edge0 bench: batched decode, warming up...\n");
-        if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], err)) goto fail;
+        if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], &rd[0], err)) goto fail;
         for (int i = 0; i < n_levels; i++) {
             fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
-            if (run_batched(e, levels[i], (int)n_prefill, (int)n_decode, &pp[i], &tg[i], err))
+            if (run_batched(e, levels[i], (int)n_prefill, (int)n_decode, &pp[i], &tg[i], &rd[i], err))
                 goto fail;
         }
-        report_batched(levels, n_levels, pp, tg, (int)n_prefill, (int)n_decode, json, root);
+        report_batched(levels, n_levels, pp, tg, rd, (int)n_prefill, (int)n_decode, json, root);
     }
     if (json) {
         char *s = cJSON_Print(root);
