@@ -8,7 +8,9 @@
 #
 # Report: requests served, answers by status, p50/p99 latency, the server's
 # RSS after the warm-up and at the end, less the prefix cache's snapshots
-# (they fill up to --cache-ram by design; must stay within 5%), its exit
+# (they fill up to --cache-ram by design; must not grow by more than 5%: a
+# fall is no leak, and the cache's bytes partly reuse memory that RSS already
+# counted after the warm-up, so the difference can fall while RSS holds), its exit
 # status and any sanitizer report. Exit 0 when: the server ran to the end,
 # exited 0, reported nothing, answered no 500, and the RSS stayed flat
 # (with --hog: it fell by at least half of what the other process took, and
@@ -241,7 +243,7 @@ DRIFT=$(awk -v a="$RSS0" -v b="$RSS1" -v c0="${PC0:-0}" -v c1="${PC1:-0}" \
     'BEGIN {a -= c0; b -= c1; printf "%.2f", (a > 0 ? 100 * (b - a) / a : 999)}')
 MAXRSS=$(awk -F'\t' 'BEGIN {m = 0} $2 > m {m = $2} END {print m}' "$OUT/rss.tsv")
 echo "RSS under load: $((RSS0 / 1048576)) MiB after the warm-up, $((${RSS1:-0} / 1048576)) MiB at the end, max $((MAXRSS / 1048576)) MiB; idle after the run: $((${RSS2:-0} / 1048576)) MiB"
-echo "prefix cache (--cache-ram): $((${PC0:-0} / 1048576)) MiB after the warm-up, $((${PC1:-0} / 1048576)) MiB at the end; RSS less the cache: $(((RSS0 - ${PC0:-0}) / 1048576)) -> $(((${RSS1:-0} - ${PC1:-0}) / 1048576)) MiB (${DRIFT}%, must stay within 5%)"
+echo "prefix cache (--cache-ram): $((${PC0:-0} / 1048576)) MiB after the warm-up, $((${PC1:-0} / 1048576)) MiB at the end; RSS less the cache: $(((RSS0 - ${PC0:-0}) / 1048576)) -> $(((${RSS1:-0} - ${PC1:-0}) / 1048576)) MiB (${DRIFT}%, must not grow by more than 5%)"
 echo "RSS each minute (s:MiB): $(awk -F'\t' '$1 % 60 < 10 {printf "%d:%d ", $1, $2 / 1048576}' "$OUT/rss.tsv")"
 SAN=$(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' "$OUT/server.log")
 echo "server: ran to the end: $([ $ALIVE = 1 ] && echo yes || echo NO), exit status $EXIT, sanitizer reports: $SAN"
@@ -269,7 +271,7 @@ if [ -n "$HOG" ]; then
     echo "the server gave memory back to the ${HOG%@*} process: $SHRANK ($(((RSS0 - ${RSS1:-0}) / 1048576)) MiB)"
     [ "$SHRANK" = yes ] && [ "${HOGALIVE:-NO}" = yes ] || OK=0
 else
-    awk -v d="$DRIFT" 'BEGIN {exit !(d <= 5 && d >= -5)}' || OK=0
+    awk -v d="$DRIFT" 'BEGIN {exit !(d <= 5)}' || OK=0
 fi
 if [ $OK = 1 ]; then
     echo "soak: PASS"
