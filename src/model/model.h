@@ -261,13 +261,13 @@ typedef struct e0_pass {
     int half;  /* 1: that layer's token mixer has run, its MLP is next */
 } e0_pass;
 
+/* The next layer of the session's paused prefill pass, -1 when none. */
+static inline int session_part_layer(const e0_session *s) { return s->pass ? s->pass->layer : -1; }
+
 /* Starts the pass: checks every session (same engine, distinct, no pass in
  * progress, ids in the vocabulary and the context, the limits above; an
  * error changes nothing), embeds the ids and appends them to each history.
  * ids[i]: n[i] >= 1 ids of session ss[i]. */
-/* The next layer of the session's paused prefill pass, -1 when none. */
-static inline int session_part_layer(const e0_session *s) { return s->pass ? s->pass->layer : -1; }
-
 int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n, int ns,
                char *err);
 /* Runs at most max_layers more layers (0: all that are left). When the last
@@ -279,6 +279,11 @@ int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char
  * max_halves more (0: all that are left), so that a pass may also pause
  * inside a layer; the arithmetic does not depend on where it pauses. */
 int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *done, char *err);
+/* The halves that `layers` more layers of a pass in progress are (a layer
+ * begun counts as one of them): pass_step's count in pass_step_halves'. */
+static inline int pass_layer_halves(const e0_pass *p, int layers) {
+    return 2 * layers - (p->layer >= 0 ? p->half : 0);
+}
 
 /* Layer pieces over a batch. in: [T, H] normed input, out: [T, H]. */
 void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *out);

@@ -711,8 +711,8 @@ int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *don
 }
 
 int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err) {
-    const int half = p && p->layer >= 0 ? p->half : 0; /* a layer begun counts as one of them */
-    return pass_step_halves(p, max_layers > 0 ? 2 * max_layers - half : 0, logits, done, err);
+    const int halves = p && max_layers > 0 ? pass_layer_halves(p, max_layers) : 0;
+    return pass_step_halves(p, halves, logits, done, err);
 }
 
 int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,

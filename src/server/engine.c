@@ -849,6 +849,9 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
     return true;
 }
 
+/* The pacing's moving average: the first sample, then 30% of each new one. */
+static void ema(double *avg, double sample) { *avg = *avg ? 0.7 * *avg + 0.3 * sample : sample; }
+
 /* The ids a prefill pass may hold while streams decode: as many as keep its
  * slowest half layer within `budget` seconds (whole chunks, at least one). */
 static size_t pass_cap(const srv_engine *E, double budget) {
@@ -878,7 +881,7 @@ static void prefill_step(srv_engine *E) {
     const double budget = E->solo_pass_s > 0 ? E->solo_pass_s : E->decode_pass_s;
     if (!E->pass_n && !prefill_begin(E, paced ? pass_cap(E, budget) : SIZE_MAX)) return;
     int halves = 0; /* the most to run now; 0: all that are left */
-    if (decoding && E->prefill_layers > 0) halves = 2 * E->prefill_layers - E->pass.half;
+    if (decoding && E->prefill_layers > 0) halves = pass_layer_halves(&E->pass, E->prefill_layers);
     else if (paced) halves = 2 * E->n_layers;
     char err[E0_ERR_MAX] = "";
     float *lg[E0_PASS_MAX];
@@ -895,7 +898,7 @@ static void prefill_step(srv_engine *E) {
         rc = pass_step_halves(&E->pass, 1, lg, &done, err);
         if (rc) break;
         const double per = (now_s() - th) / T;
-        E->half_id_s[h] = E->half_id_s[h] ? 0.7 * E->half_id_s[h] + 0.3 * per : per;
+        ema(&E->half_id_s[h], per);
     }
     if (!rc && !done) return;
     const int n = E->pass_n;
@@ -933,8 +936,8 @@ static void decode_step(srv_engine *E) {
     const double t0 = now_s();
     int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
     const double dt = now_s() - t0;
-    E->decode_pass_s = E->decode_pass_s ? 0.7 * E->decode_pass_s + 0.3 * dt : dt;
-    if (n == 1) E->solo_pass_s = E->solo_pass_s ? 0.7 * E->solo_pass_s + 0.3 * dt : dt;
+    ema(&E->decode_pass_s, dt);
+    if (n == 1) ema(&E->solo_pass_s, dt);
     for (int k = 0; k < n; k++) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
