@@ -19,7 +19,6 @@
 
 enum { STEPS = 24, LAYERS = 4, EXPERTS = 32, K = 4 };
 
-
 static e0_engine *open_traced(const char *dir) {
     e0_engine_opts eo;
     e0_engine_opts_default(&eo);

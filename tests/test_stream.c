@@ -197,31 +197,31 @@ static void test_paths_bit_identical(void **state) {
  * are read from the loaded copy, their bundles from the file) likewise. */
 static void test_paths_loaded(void **state) {
     (void)state;
-    const char *mlx[][2] = {{"qwen3moe", "mlx"},
-                            {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"},
-                            {"qwen3next", "mlx"},
-                            {"qwen35moe", "mlx"},
-                            {"qwen35moe", "mlx-fused"},
-                            {"gguf/tiny-qwen35moe", "model-Q6_K.gguf"},
-                            {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"},
-                            {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"}};
+    const char *models[][2] = {{"qwen3moe", "mlx"},
+                               {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"},
+                               {"qwen3next", "mlx"},
+                               {"qwen35moe", "mlx"},
+                               {"qwen35moe", "mlx-fused"},
+                               {"gguf/tiny-qwen35moe", "model-Q6_K.gguf"},
+                               {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"},
+                               {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"}};
     const int cfgs[] = {0, 1, 4, 6, 7};
     long runs = 0;
-    for (size_t li = 0; li < (TSAN ? 1 : sizeof mlx / sizeof *mlx); li++) {
-        seq q = load_seq(mlx[li][0], mlx[li][1]);
-        float *ref = baseline(mlx[li][0], mlx[li][1], &q);
+    for (size_t li = 0; li < (TSAN ? 1 : sizeof models / sizeof *models); li++) {
+        seq q = load_seq(models[li][0], models[li][1]);
+        float *ref = baseline(models[li][0], models[li][1], &q);
         for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
             e0_engine_opts o;
             apply(&o, &CONFIGS[cfgs[c]], 4096, 1);
             o.io = E0_IO_LOAD;
-            e0_engine *e = open_with(mlx[li][0], mlx[li][1], &o);
-            if (mat_p16_wanted() && !tu_is_gguf(mlx[li][0]))
+            e0_engine *e = open_with(models[li][0], models[li][1], &o);
+            if (mat_p16_wanted() && !tu_is_gguf(models[li][0]))
                 assert_non_null(strstr(e0_engine_io_note(e), "16-row panels"));
             e0_model_info info;
             e0_engine_info(e, &info);
             float *lg = run_seq(e, &q);
             if (memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) != 0)
-                fail_msg("%s/%s %s, io load: logits differ from exact", mlx[li][0], mlx[li][1],
+                fail_msg("%s/%s %s, io load: logits differ from exact", models[li][0], models[li][1],
                          CONFIGS[cfgs[c]].name);
             runs++;
             free(lg);
