@@ -752,7 +752,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
             batch_matmul(&b, &m->lm_head, s->s.h, H, logits + done * V, V);
         } else if (mode == E0_LOGITS_LAST && done + (size_t)T == n) {
             rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
-            mat_matmul(&m->lm_head, s->s.h, H, 1, logits, V);
+            mat_matmul_decode(&m->lm_head, s->s.h, H, 1, logits, V); /* as pass_logits */
         }
         done += (size_t)T;
     }

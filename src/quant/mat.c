@@ -572,11 +572,12 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 }
 
 /* The kernel of set k for m and a call of T tokens. `decode`: the kernel
- * whose arithmetic a call of one token gets, whatever T (mat_matmul_decode):
- * the row kernels of the Q sets and of the ggml integer kernels (their
- * panels quantize activations differently), MIXED's 24-bit panels (the
- * panel kernels at T >= K_PANEL_MIN_T and the file-layout ones below it
- * compute alike, kernels_avx512.c); the f32 kernels do not depend on T. */
+ * of a decode token's arithmetic, whatever T (mat_matmul_decode): the row
+ * kernels of the Q sets and of the ggml integer kernels (their panels
+ * quantize activations differently), MIXED's 24-bit panels; the f32 kernels
+ * do not depend on T. MIXED computes every other call with 16-bit panels,
+ * whatever T (the panel kernels at T >= K_PANEL_MIN_T and the file-layout
+ * ones below it compute alike, kernels_avx512.c), but on ggml types. */
 static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int *need,
                       int *lanes) {
     const int64_t panel_t = decode ? INT64_MAX : K_PANEL_MIN_T;
@@ -601,7 +602,7 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int
     case E0_KERNELS_AVX512_Q24:
         return k_avx512_q8_pick(m, 3, T, panel_t, need, lanes);
     case E0_KERNELS_AVX512_MIXED: /* the panel arithmetic at every T (mat_p16_wanted) */
-        return k_avx512_q8_pick(m, T >= K_PANEL_MIN_T && !decode ? 2 : 3, T, 1, need, lanes);
+        return k_avx512_q8_pick(m, decode ? 3 : 2, T, 1, need, lanes);
     case E0_KERNELS_AVX512:
         if (m->layout == E0_L_P16) return NULL; /* the f32 kernels read rows: the reference */
         return k_avx512_pick(m, need, lanes);
@@ -726,6 +727,10 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
         mm_rows(&j, 0, m->rows, 0);
     else
         pool_for(m->rows, ROW_ALIGN, mm_rows, &j);
+}
+
+bool mat_matmul_t_free(const e0_mat *m) {
+    return mat_kernels() == E0_KERNELS_AVX512_MIXED && m->type != E0_W_GGML;
 }
 
 bool mat_p16_wanted(void) {

@@ -91,20 +91,26 @@ void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * (mat_set_kernels), rows split across the compute pool (util/pool.h).
  * For each (row, token) the result depends only on the kernel set, the row,
  * that token's activations and whether T reaches K_PANEL_MIN_T (the sets
- * that quantize activations change arithmetic there, see below): not on the
- * other tokens or the number of threads. */
+ * that quantize activations change arithmetic there, see below, unless
+ * mat_matmul_t_free): not on the other tokens or the number of threads. */
 void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
 /* As mat_matmul for T independent decode tokens (the sequences of a batched
- * decode step): every token's result is bit-identical to the one a call of
- * that token alone (T = 1) gets, whatever T. The kernel sets whose
- * arithmetic changes with T (MIXED: 16-bit activations from K_PANEL_MIN_T
- * tokens; the Q sets and the ggml integer kernels: panels from
+ * decode step): every token's result is bit-identical to the one this
+ * call of that token alone (T = 1) gets, whatever T. The kernel sets whose
+ * arithmetic changes with T (MIXED: 24-bit activations here, 16-bit in
+ * mat_matmul; the Q sets and the ggml integer kernels: panels from
  * K_PANEL_MIN_T) keep their one-token arithmetic, still run over several
  * tokens per pass over the weights: the weight bytes are read once per
  * call, not once per token. */
 void mat_matmul_decode(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
                        int64_t ldy);
+
+/* Whether mat_matmul computes m with one arithmetic at every T (MIXED on
+ * all but ggml types: 16-bit panels), so that a caller may give a token of
+ * a prefill run the panel arithmetic in a call of fewer than K_PANEL_MIN_T
+ * tokens (switchglu.c: an expert few tokens of a long run route to). */
+bool mat_matmul_t_free(const e0_mat *m);
 
 /* As mat_matmul, but never with quantized activations: the f32 kernel of
  * the set in force. For router logits, whose near-ties decide routing. */
@@ -116,14 +122,16 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * where the CPU has VNNI, else the same f32 set: as close to the Hugging
  * Face fixtures as the scalar reference (NMSE ~1e-12 per dot, logits within
  * 5e-5 at every position). The lossy sets keep every fixture's routing:
- * MIXED, 24-bit activations for calls of fewer than 4 tokens (decode, where
- * the weights' memory traffic is the bound) and 16-bit for larger batches
- * (prefill, where the multiply-adds are), keeps logits within 9e-4 over 160
+ * MIXED, 24-bit activations for decode tokens and the runs of fewer than 4
+ * (where the weights' memory traffic is the bound) and 16-bit for prefill
+ * (where the multiply-adds are), keeps logits within 9e-4 over 160
  * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures.
  * MIXED computes 4-bit matrices with the panel kernels' arithmetic
  * (activations quantized per weight group) at every T, so that the loaded
- * copy can be repacked for them (E0_L_P16); the Q sets use it from
- * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below).
+ * copy can be repacked for them (E0_L_P16): 24-bit for decode
+ * (mat_matmul_decode), 16-bit for every mat_matmul call, whatever its T;
+ * the Q sets use it from K_PANEL_MIN_T tokens (the row kernels' per-32
+ * quantization below).
  * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
  * which runs them with 24-bit activations for every T (16-bit batches
  * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
@@ -136,7 +144,7 @@ typedef enum {
     E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
     E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
     E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_AVX512_MIXED, /* 24-bit for T < 4 tokens, 16-bit for T >= 4: panel arithmetic */
+    E0_KERNELS_AVX512_MIXED, /* 24-bit for decode, 16-bit for prefill: panel arithmetic */
     E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
     E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
 } e0_kernels;

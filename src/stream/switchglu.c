@@ -185,7 +185,8 @@ static int fetch_bundle(e0_stream *s, int layer, int e, uint8_t *buf, char *err)
  * the kernels' arithmetic depends only on whether a call reaches
  * K_PANEL_MIN_T tokens (mat.h). The first np pairs are those whose run
  * (model.h) routes K_PANEL_MIN_T tokens or more to this expert, as their
- * pass alone would call it: one mat_matmul over them; the rest (decode
+ * pass alone would call it (every pair of a run of K_PANEL_MIN_T tokens or
+ * more where mat_matmul_t_free): one mat_matmul over them; the rest (decode
  * tokens, runs with fewer tokens here) one mat_matmul_decode, each token as
  * its run's call of fewer than K_PANEL_MIN_T tokens computes it. */
 static void mm_split(const e0_mat *m, const float *x, int64_t ldx, int n, int np, float *y,
@@ -755,11 +756,20 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     /* Each expert's pairs are in token order, so those of one run are
      * consecutive: a run with K_PANEL_MIN_T pairs or more here is a call its
      * pass alone makes with the panel arithmetic. Those go first (npanel),
-     * through ws->rpairs (free until the exact path's list below). */
+     * through ws->rpairs (free until the exact path's list below). Where
+     * the experts' arithmetic does not depend on T (mat_matmul_t_free),
+     * every pair of a run of K_PANEL_MIN_T tokens or more takes it: the
+     * tokens [0, Tp), a prefix of each expert's list. */
+    const e0_expert *x0 = &s->m->layers[layer].experts[0];
+    const bool t_free = !decode && mat_matmul_t_free(&x0->gate) && mat_matmul_t_free(&x0->up) &&
+                        mat_matmul_t_free(&x0->down);
     for (int i = 0; i < n; i++) {
         const int e = exps[i], a = start[i], z = start[i + 1];
         int np = 0;
-        if (!decode && z - a >= K_PANEL_MIN_T) {
+        if (t_free) {
+            while (a + np < z && order[a + np] / k < b->Tp)
+                np++;
+        } else if (!decode && z - a >= K_PANEL_MIN_T) {
             int *tmp = ws->rpairs, nt = 0;
             for (int q = a; q < z;) {
                 const int r = batch_run_of(b, order[q] / k);
