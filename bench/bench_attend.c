@@ -54,8 +54,8 @@ int main(int argc, char **argv) {
             for (int l = 0; l < layers; l++)
                 for (int h = 0; h < nkv; h++)
                     mat_attend_heads(q, (size_t)2 * hd, g, kc[l] + (size_t)h * hd,
-                                     vc[l] + (size_t)h * hd, stride, n, hd, 0.0883883f, sc, o,
-                                     (size_t)hd);
+                                     vc[l] + (size_t)h * hd, false, stride, n, hd, 0.0883883f, sc,
+                                     o, (size_t)hd);
         const double dt = (cpu_s() - t0) / it;
         printf("  %.2f ms of CPU per token, %.2f GB/s of K and V\n", dt * 1e3,
                (double)layers * (double)cache * 8.0 / dt / 1e9);

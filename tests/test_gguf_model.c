@@ -61,13 +61,6 @@ static float *run(e0_engine *e, const int32_t *ids, size_t n, size_t prefill, si
     return lg;
 }
 
-static size_t argmax(const float *v, size_t n) {
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 /* Every file and sequence in kernel set k: the worst position within
  * `bound`, and (same_argmax) no position's argmax differs. */
 static void check_all(e0_kernels k, double bound, bool same_argmax) {
@@ -93,7 +86,7 @@ static void check_all(e0_kernels k, double bound, bool same_argmax) {
             for (size_t t = 0; t < n; t++) {
                 double r = tu_rel_l2(lg + t * V, ref + t * V, V);
                 if (r > worst) worst = r, at = t;
-                differ += argmax(lg + t * V, V) != argmax(ref + t * V, V);
+                differ += tu_argmax(lg + t * V, V) != tu_argmax(ref + t * V, V);
             }
             printf("  %s %s %zu ids (%s): worst position %zu rel L2 %.3g, argmax differs at %zu\n",
                    FILES[i][0], FILES[i][1], n, mat_kernels_name(), at, worst, differ);

@@ -125,8 +125,9 @@ static void test_figures(void **state) {
     }
 }
 
-/* The command: JSON figures equal to the library's plan, text for people,
- * and a clear error for a path that is not a model. */
+/* The command: JSON figures equal to the library's plan (--kv-type f16
+ * halving the KV bytes), text for people, and clear errors for a path that
+ * is not a model and an unknown cache type. */
 static void test_cli(void **state) {
     (void)state;
     char *dir = tu_tmpdir(), cmd[16384], out[4200], err[E0_ERR_MAX];
@@ -145,7 +146,20 @@ static void test_cli(void **state) {
     assert_true(num(j, "params") == (double)p.params);
     assert_true(num(j, "kv_bytes_per_1k_tokens") == (double)p.kv_bytes_per_1k);
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "io")->valuestring, "pread");
+    const double kv32 = num(j, "kv_bytes_per_1k_tokens");
     cJSON_Delete(j);
+    /* --kv-type f16 reaches the plan: half the KV bytes; a bad type is refused */
+    snprintf(cmd, sizeof cmd, "%s info %s --kv-type f16 --json > %s", tu_bin(), m, out);
+    assert_int_equal(tu_run(cmd), 0);
+    j = read_json(out);
+    assert_non_null(j);
+    assert_true(kv32 > 0 && num(j, "kv_bytes_per_1k_tokens") * 2 == kv32);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "kv_type")->valuestring, "f16");
+    cJSON_Delete(j);
+    snprintf(cmd, sizeof cmd, "%s info %s --kv-type q8 2> %s", tu_bin(), m, out);
+    assert_int_equal(tu_run(cmd), 2);
+    snprintf(cmd, sizeof cmd, "grep -q -- \"--kv-type: 'q8' is not f32 or f16\" %s", out);
+    assert_int_equal(tu_run(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s info %s > %s", tu_bin(), m, out);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(cmd, sizeof cmd, "grep -q '^plan: io load' %s && grep -q '^expert cache: none' %s",

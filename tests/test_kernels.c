@@ -559,7 +559,8 @@ static void test_delta_step(void **state) {
 /* mat_attend under every set against mat_attend_ref: head sizes 16..256,
  * 1..300 positions with a stride wider than the head (GQA rows), scores
  * spread enough that the softmax is neither flat nor one-hot; and
- * mat_attend_heads, several query heads at once, against mat_attend. */
+ * mat_attend_heads, several query heads at once, against mat_attend, on an
+ * f32 and on an f16 cache. */
 static void test_attend(void **state) {
     (void)state;
     const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q24};
@@ -599,14 +600,41 @@ static void test_attend(void **state) {
                       *sg = malloc((size_t)G * n * sizeof *sg);
                 for (int i = 0; i < G * 2 * hd; i++)
                     qg[i] = 2.0f * frand();
-                mat_attend_heads(qg, (size_t)2 * hd, G, kc, vc, stride, n, hd, scale, sg, og,
-                                 (size_t)hd);
+                mat_attend_heads(qg, (size_t)2 * hd, G, kc, vc, false, stride, n, hd, scale, sg,
+                                 og, (size_t)hd);
                 for (int h = 0; h < G; h++) {
                     mat_attend(qg + (size_t)h * 2 * hd, kc, vc, stride, n, hd, scale, sc, o1);
                     if (memcmp(o1, og + (size_t)h * hd, (size_t)hd * sizeof *o1))
                         fail_msg("%s attend hd %d n %d: head %d of %d differs from one head alone",
                                  set_name(sets[si]), hd, n, h, G);
                 }
+                /* an f16 cache (--kv-type f16): bit for bit the f32 kernel on
+                 * the widened values, and within the f32 bound of the
+                 * reference on the same cache */
+                uint16_t *kh = malloc((size_t)n * stride * sizeof *kh),
+                         *vh = malloc((size_t)n * stride * sizeof *vh);
+                for (size_t i = 0; i < (size_t)n * stride; i++) {
+                    kh[i] = e0_f32_to_f16(kc[i]), vh[i] = e0_f32_to_f16(vc[i]);
+                    kc[i] = e0_f16_to_f32(kh[i]), vc[i] = e0_f16_to_f32(vh[i]);
+                }
+                mat_attend_heads(qg, (size_t)2 * hd, G, kh, vh, true, stride, n, hd, scale, sg, og,
+                                 (size_t)hd);
+                for (int h = 0; h < G; h++) {
+                    const float *qh = qg + (size_t)h * 2 * hd, *oh = og + (size_t)h * hd;
+                    mat_attend(qh, kc, vc, stride, n, hd, scale, sc, o1);
+                    if (memcmp(o1, oh, (size_t)hd * sizeof *o1))
+                        fail_msg("%s attend hd %d n %d: head %d on the f16 cache differs from the "
+                                 "f32 kernel on its values",
+                                 set_name(sets[si]), hd, n, h);
+                    mat_attend_ref_f16(qh, kh, vh, stride, n, hd, scale, sc, o2);
+                    double nf = 0, df = 0;
+                    for (int i = 0; i < hd; i++)
+                        nf += (oh[i] - o2[i]) * (oh[i] - o2[i]), df += o2[i] * o2[i];
+                    if (!(nf / df <= NMSE_F32))
+                        fail_msg("%s attend f16 hd %d n %d: NMSE %.3g", set_name(sets[si]), hd, n,
+                                 nf / df);
+                }
+                free(kh), free(vh);
                 free(qg), free(og), free(sg);
                 free(kc), free(vc), free(q), free(sc), free(o1), free(o2);
             }

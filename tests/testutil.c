@@ -65,6 +65,13 @@ double tu_rel_l2(const float *a, const float *b, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+size_t tu_argmax(const float *v, size_t n) {
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
 const float *tu_f32(const st_set *s, const char *name, size_t numel) {
     const st_tensor *t = st_get(s, name);
     if (!t) fail_msg("tensor %s missing", name);

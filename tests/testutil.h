@@ -48,6 +48,8 @@ void tu_apply_config(e0_engine_opts *o, const tu_config *c, int threads);
 
 /* ||a - b|| / ||b|| */
 double tu_rel_l2(const float *a, const float *b, size_t n);
+/* The index of v's largest value (the first of equals). */
+size_t tu_argmax(const float *v, size_t n);
 
 /* An F32 / I32 tensor of an opened set; fails the test if missing or mistyped. */
 const float *tu_f32(const st_set *s, const char *name, size_t numel);

@@ -1,6 +1,6 @@
 /* Engine options shared by every command that runs a model, and the
  * --stats report. Applied in a fixed order whatever the argument order:
- * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--threads. */
+ * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--kv-type/--threads. */
 #include "cli/cli.h"
 #include "quant/mat.h"
 #include "util/pool.h"
@@ -27,6 +27,10 @@ const char *CLI_ENGINE_HELP =
     "                       checkpoint fits in 80% of available memory and no budget is set,\n"
     "                       else pread\n"
     "  --threads N          compute threads (default: one per core)\n"
+    "  --kv-type f32|f16    the KV cache's values: f32 (default, exact attention) or f16\n"
+    "                       (llama.cpp's default: half the cache's memory and of what decode\n"
+    "                       reads from it; logits within 7.4e-3 of the reference on the\n"
+    "                       fixtures, same argmax)\n"
     "  --kernels SET        auto (default): avx512-mixed where the CPU has VNNI (24-bit\n"
     "                       activations in decode, 16-bit in prefill: ~20% faster prefill,\n"
     "                       logits within 9e-4 of the reference on the fixtures), else avx512\n"
@@ -161,6 +165,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
                                    "--path",
                                    "--mem-budget",
                                    "--io",
+                                   "--kv-type",
                                    "--threads",
                                    "--kernels",
                                    "--temp",
@@ -224,6 +229,15 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         }
         c->io = (e0_io_mode)k;
         c->io_set = true;
+    } else if (!strcmp(a, "--kv-type")) {
+        if (!strcmp(v, e0_kv_name(E0_KV_F32))) {
+            c->kv_type = E0_KV_F32;
+        } else if (!strcmp(v, e0_kv_name(E0_KV_F16))) {
+            c->kv_type = E0_KV_F16;
+        } else {
+            cli_error("--kv-type: '%s' is not f32 or f16", v);
+            return -1;
+        }
     } else if (!strcmp(a, "--mem-budget")) {
         c->mem_budget = 0;
         c->budget_off = !strcmp(v, "off");
@@ -325,6 +339,7 @@ int cli_engine_finish(cli_engine *c) {
     if (c->ondemand) c->eo.layer.full_layer_prefill = 0;
     if (c->path_set) c->eo.path = c->path;
     if (c->io_set) c->eo.io = c->io;
+    c->eo.kv_type = c->kv_type;
     c->eo.n_threads = c->threads;
     if (c->threads > pool_cores() && pool_cores() > 0)
         fprintf(stderr,

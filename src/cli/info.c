@@ -81,6 +81,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "expert_bytes", (double)in->expert_bytes);
         cJSON_AddNumberToObject(o, "non_expert_bytes", (double)(in->weight_bytes - in->expert_bytes));
         cJSON_AddNumberToObject(o, "kv_bytes_per_1k_tokens", (double)p.kv_bytes_per_1k);
+        cJSON_AddStringToObject(o, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(o, "state_bytes", (double)p.state_bytes);
         cJSON_AddStringToObject(o, "io", e0_io_name(p.io));
         cJSON_AddNumberToObject(o, "mem_budget", (double)p.mem_budget);
@@ -106,8 +107,10 @@ int cmd_info(int argc, char **argv) {
     printf("weights: %.2f MiB = experts %.2f MiB + the rest %.2f MiB (resident)\n",
            (double)in->weight_bytes / (1 << 20), (double)in->expert_bytes / (1 << 20),
            (double)(in->weight_bytes - in->expert_bytes) / (1 << 20));
-    printf("per sequence: KV cache %.1f MiB per 1000 tokens of context; DeltaNet state %.1f MiB\n",
-           (double)p.kv_bytes_per_1k / (1 << 20), (double)p.state_bytes / (1 << 20));
+    printf("per sequence: KV cache (%s) %.1f MiB per 1000 tokens of context; DeltaNet state %.1f "
+           "MiB\n",
+           e0_kv_name(ce.eo.kv_type), (double)p.kv_bytes_per_1k / (1 << 20),
+           (double)p.state_bytes / (1 << 20));
     printf("plan: %s\n", p.io_note);
     if (p.cache_slots)
         printf("expert cache: %d slots of %.2f MiB = %.1f%% of the %llu experts; at uniform "

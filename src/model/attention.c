@@ -2,6 +2,7 @@
  * sigmoid output gate (Qwen3-Next / 3.5), over the session's KV cache. */
 #include "model/model.h"
 #include "quant/mat.h"
+#include "util/num.h"
 #include "util/pool.h"
 
 #include <string.h>
@@ -39,6 +40,17 @@ static void rope_table(float *cs, int half, const float *inv_freq, int pos) {
     }
 }
 
+/* Row at element `at` of a cache: n floats copied, or rounded to f16. */
+static void kv_store(void *c, size_t at, const float *x, int n, bool f16) {
+    if (!f16) {
+        memcpy((float *)c + at, x, (size_t)n * sizeof *x);
+        return;
+    }
+    uint16_t *h = (uint16_t *)c + at;
+    for (int i = 0; i < n; i++)
+        h[i] = e0_f32_to_f16(x[i]);
+}
+
 typedef struct {
     const e0_batch *b;
     int layer;
@@ -59,7 +71,8 @@ static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     const float scale = 1.0f / sqrtf((float)hd);
     for (int r = 0; r < b->nrun; r++) {
         const e0_session *s = b->run[r].s;
-        const float *kc = s->kc[j->layer], *vc = s->vc[j->layer];
+        const void *kc = s->kc[j->layer], *vc = s->vc[j->layer];
+        const size_t es = s->kv_f16 ? 2 : 4;
         float *scores = s->s.scores + (size_t)tid * E0_ATTN_GROUP * (size_t)s->n_ctx;
         for (int i = 0; i < b->run[r].n; i++) {
             const int t = b->run[r].t0 + i, n = s->pos + i + 1; /* causal: positions 0..pos+i */
@@ -71,7 +84,8 @@ static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
                 const float *q = S->q + (size_t)t * qrows + (size_t)h * per;
                 const size_t kh = (size_t)kv * (size_t)hd;
                 float *o = S->att + (size_t)t * nh * hd + (size_t)h * hd;
-                mat_attend_heads(q, (size_t)per, g, kc + kh, vc + kh, (size_t)kvd, n, hd, scale,
+                mat_attend_heads(q, (size_t)per, g, (const char *)kc + kh * es,
+                                 (const char *)vc + kh * es, s->kv_f16, (size_t)kvd, n, hd, scale,
                                  scores, o, (size_t)hd);
                 if (c->attn_gated)
                     for (int x = 0; x < g * hd; x++) /* each head's gate half */
@@ -96,7 +110,8 @@ void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *ou
     int nscores = S->nscores; /* score rows per session: the fewest threads any was made for */
     for (int r = 0; r < b->nrun; r++) {
         const e0_run *ru = &b->run[r];
-        float *kc = ru->s->kc[layer], *vc = ru->s->vc[layer];
+        void *kc = ru->s->kc[layer], *vc = ru->s->vc[layer];
+        const bool f16 = ru->s->kv_f16;
         if (ru->s->s.nscores < nscores) nscores = ru->s->s.nscores;
         for (int i = 0; i < ru->n; i++) {
             const int t = ru->t0 + i, pos = ru->s->pos + i;
@@ -111,8 +126,8 @@ void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *ou
                 rmsnorm(k, ly->k_norm, hd, 1, c->rms_eps, k);
                 rope(k, half, S->rope_cs);
             }
-            memcpy(kc + (size_t)pos * kvd, S->k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-            memcpy(vc + (size_t)pos * kvd, S->v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
+            kv_store(kc, (size_t)pos * kvd, S->k + (size_t)t * kvd, kvd, f16);
+            kv_store(vc, (size_t)pos * kvd, S->v + (size_t)t * kvd, kvd, f16);
         }
     }
     attn_job job = {b, layer};

@@ -24,6 +24,10 @@ const char *e0_io_name(e0_io_mode io) {
     return (unsigned)io < E0_IO_MODES ? names[io] : "?";
 }
 
+const char *e0_kv_name(e0_kv_type t) {
+    return t == E0_KV_F32 ? "f32" : t == E0_KV_F16 ? "f16" : "?";
+}
+
 static uint64_t auto_headroom(uint64_t avail) {
     return (256ull << 20) + avail / 32;
 }
@@ -111,6 +115,9 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
     if (e->top_k > c->n_experts)
         rc = e0_fail(err, E0_EINVAL, "top_k %d exceeds the model's %d experts", e->top_k,
                      c->n_experts);
+    if (!rc && e->opts.kv_type != E0_KV_F32 && e->opts.kv_type != E0_KV_F16)
+        rc = e0_fail(err, E0_EINVAL, "kv_type %d is not E0_KV_F32 or E0_KV_F16",
+                     (int)e->opts.kv_type);
     const bool budget_given = e->opts.mem_budget != 0;
     if (!rc) rc = choose_io(e, err);
     const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
@@ -120,7 +127,8 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
         const uint64_t cg = mem_cgroup_limit(), host = mem_available();
         const uint64_t avail = cg && (!host || cg < host) ? cg : host;
         const uint64_t w = e->opts.io == E0_IO_PREAD ? 0 : e->model.weight_bytes;
-        const uint64_t room = avail > w ? (avail - w) / 2 : 0, one = budget_session_bytes(c, n_ctx);
+        const uint64_t room = avail > w ? (avail - w) / 2 : 0,
+                       one = budget_session_bytes(c, n_ctx, budget_kv_elem_bytes(e->opts.kv_type));
         int32_t n = E0_AUTO_SEQS;
         while (n > 1 && (uint64_t)n * one > room) n--;
         e->n_seqs = n;
@@ -233,12 +241,14 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
                                         (uint64_t)c->lin_v_heads * c->lin_v_dim) +
                                    (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
         else
-            p->kv_bytes_per_1k += 2 * 4 * 1000 * (uint64_t)c->n_kv_heads * c->head_dim;
+            p->kv_bytes_per_1k += 2 * budget_kv_elem_bytes(e->opts.kv_type) * 1000 *
+                                  (uint64_t)c->n_kv_heads * c->head_dim;
     p->io = e->opts.io;
     p->mem_budget = e->opts.mem_budget;
     p->auto_budget = e->auto_budget;
     p->n_seqs = e->n_seqs;
-    p->session_bytes = budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096);
+    p->session_bytes = budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096,
+                                            budget_kv_elem_bytes(e->opts.kv_type));
     p->cache_slots = e->opts.mem_budget || e->opts.io == E0_IO_PREAD ? e->opts.layer.cache_slots : 0;
     p->bundle_bytes = budget_bundle_data(m);
     p->slot_bytes = budget_bundle_bytes(m);
@@ -322,16 +332,16 @@ static float *fbuf(size_t n, int *bad) {
     return p;
 }
 
-/* A KV cache buffer of n floats on transparent huge pages: decode reads one
- * row (a few hundred bytes per KV head) of every cached position of every
- * layer, ~100 MB per token on Qwen3-30B-A3B at 576 positions, and with
- * 4 KiB pages nearly every row is a TLB miss (bench/bench_attend: 9.2 ->
+/* A KV cache buffer of n values of es bytes on transparent huge pages:
+ * decode reads one row (a few hundred bytes per KV head) of every cached
+ * position of every layer, ~100 MB per token on Qwen3-30B-A3B at 576
+ * positions in f32, and with 4 KiB pages nearly every row is a TLB miss (bench/bench_attend: 9.2 ->
  * 6.9 ms of CPU per token with huge pages). Pages are committed as
  * positions are written, 2 MiB at a time; rows past the session's
  * position are never read, so the buffer is not cleared. Free with free(). */
-static float *kv_buf(size_t n, int *bad) {
-    const size_t huge = (size_t)2 << 20, bytes = (n * sizeof(float) + huge - 1) & ~(huge - 1);
-    float *p = aligned_alloc(huge, bytes ? bytes : huge);
+static void *kv_buf(size_t n, size_t es, int *bad) {
+    const size_t huge = (size_t)2 << 20, bytes = (n * es + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, bytes ? bytes : huge);
     *bad |= !p;
 #ifdef MADV_HUGEPAGE
     if (p) madvise(p, bytes, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages */
@@ -363,6 +373,7 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     const size_t inter =
         imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
     int bad = 0;
+    s->kv_f16 = e->opts.kv_type == E0_KV_F16;
     s->kc = calloc(L, sizeof *s->kc);
     s->vc = calloc(L, sizeof *s->vc);
     s->conv = calloc(L, sizeof *s->conv);
@@ -383,8 +394,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
             s->conv[i] = fbuf((K - 1) * C, &bad);
             s->rec[i] = fbuf((size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim, &bad);
         } else {
-            s->kc[i] = kv_buf((size_t)s->n_ctx * kvd, &bad);
-            s->vc[i] = kv_buf((size_t)s->n_ctx * kvd, &bad);
+            s->kc[i] = kv_buf((size_t)s->n_ctx * kvd, budget_kv_elem_bytes(e->opts.kv_type), &bad);
+            s->vc[i] = kv_buf((size_t)s->n_ctx * kvd, budget_kv_elem_bytes(e->opts.kv_type), &bad);
         }
     }
     e0_scratch *S = &s->s;

@@ -22,6 +22,7 @@
  * that was snapshotted continuing itself. */
 #include "model/model.h"
 
+#include "stream/budget.h"
 #include "util/err.h"
 
 #include <stdlib.h>
@@ -34,20 +35,23 @@ struct e0_snapshot {
     size_t bytes;         /* the whole allocation */
     int32_t *ids;         /* [pos] */
     uint16_t *route;      /* [pos, n_layers, top_k] or NULL (no route stickiness) */
-    float *data;          /* per layer in order: attention K [pos, kvd], V [pos, kvd];
-                             DeltaNet conv [K-1, C], rec [Hv, Dk, Dv] */
+    char *data;           /* per layer in order: attention K [pos, kvd], V [pos, kvd] (the
+                             cache's type); DeltaNet conv [K-1, C], rec [Hv, Dk, Dv] (floats) */
 };
 
-/* Floats of one layer's state in a snapshot of `pos` positions. */
-static size_t layer_floats(const e0_model *m, int li, size_t pos) {
-    const e0_config *c = &m->cfg;
-    if (m->layers[li].linear) {
-        const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim,
-                     Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
-        return (size_t)(c->conv_kernel - 1) * (2 * Kd + Vd) +
-               (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    }
-    return 2 * pos * (size_t)c->n_kv_heads * c->head_dim;
+/* Bytes of a DeltaNet layer's conv state (the rest is the recurrent state). */
+static size_t conv_bytes(const e0_config *c) {
+    return sizeof(float) * (size_t)(c->conv_kernel - 1) *
+           (2 * (size_t)c->lin_k_heads * c->lin_k_dim + (size_t)c->lin_v_heads * c->lin_v_dim);
+}
+
+/* Bytes of one layer's state in a snapshot of `pos` positions. */
+static size_t layer_bytes(const e0_engine *e, int li, size_t pos) {
+    const e0_config *c = &e->model.cfg;
+    if (e->model.layers[li].linear)
+        return conv_bytes(c) +
+               sizeof(float) * (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    return 2 * pos * (size_t)c->n_kv_heads * c->head_dim * budget_kv_elem_bytes(e->opts.kv_type);
 }
 
 /* uint16 route entries per position (0 without route stickiness). */
@@ -69,10 +73,10 @@ static snap_layout layout_of(const e0_engine *e, size_t pos) {
     l.ids = align16(sizeof(struct e0_snapshot));
     l.route = align16(l.ids + pos * sizeof(int32_t));
     l.data = align16(l.route + pos * route_per_pos(e) * sizeof(uint16_t));
-    size_t floats = 0;
+    size_t bytes = 0;
     for (int li = 0; li < e->model.cfg.n_layers; li++)
-        floats += layer_floats(&e->model, li, pos);
-    l.total = l.data + floats * sizeof(float);
+        bytes += layer_bytes(e, li, pos);
+    l.total = l.data + bytes;
     return l;
 }
 
@@ -98,21 +102,20 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
     *snap = (e0_snapshot){.eng = e, .pos = s->pos, .n_ctx = s->n_ctx, .bytes = l.total};
     snap->ids = (int32_t *)(blk + l.ids);
     snap->route = route_per_pos(e) ? (uint16_t *)(blk + l.route) : NULL;
-    snap->data = (float *)(blk + l.data);
+    snap->data = blk + l.data;
     if (pos) memcpy(snap->ids, s->hist, pos * sizeof *snap->ids);
     if (snap->route && pos)
         memcpy(snap->route, s->route_hist, pos * route_per_pos(e) * sizeof *snap->route);
-    float *d = snap->data;
+    char *d = snap->data;
     for (int li = 0; li < m->cfg.n_layers; li++) {
-        const size_t n = layer_floats(m, li, pos);
+        const size_t n = layer_bytes(e, li, pos);
         if (m->layers[li].linear) {
-            const size_t nconv = layer_floats(m, li, 0) -
-                                 (size_t)m->cfg.lin_v_heads * m->cfg.lin_k_dim * m->cfg.lin_v_dim;
-            memcpy(d, s->conv[li], nconv * sizeof *d);
-            memcpy(d + nconv, s->rec[li], (n - nconv) * sizeof *d);
+            const size_t nconv = conv_bytes(&m->cfg);
+            memcpy(d, s->conv[li], nconv);
+            memcpy(d + nconv, s->rec[li], n - nconv);
         } else if (n) {
-            memcpy(d, s->kc[li], n / 2 * sizeof *d);
-            memcpy(d + n / 2, s->vc[li], n / 2 * sizeof *d);
+            memcpy(d, s->kc[li], n / 2);
+            memcpy(d + n / 2, s->vc[li], n / 2);
         }
         d += n;
     }
@@ -137,17 +140,16 @@ int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
     if (pos) memcpy(s->hist, snap->ids, pos * sizeof *snap->ids);
     if (snap->route && pos)
         memcpy(s->route_hist, snap->route, pos * route_per_pos(s->eng) * sizeof *snap->route);
-    const float *d = snap->data;
+    const char *d = snap->data;
     for (int li = 0; li < m->cfg.n_layers; li++) {
-        const size_t n = layer_floats(m, li, pos);
+        const size_t n = layer_bytes(s->eng, li, pos);
         if (m->layers[li].linear) {
-            const size_t nconv = layer_floats(m, li, 0) -
-                                 (size_t)m->cfg.lin_v_heads * m->cfg.lin_k_dim * m->cfg.lin_v_dim;
-            memcpy(s->conv[li], d, nconv * sizeof *d);
-            memcpy(s->rec[li], d + nconv, (n - nconv) * sizeof *d);
+            const size_t nconv = conv_bytes(&m->cfg);
+            memcpy(s->conv[li], d, nconv);
+            memcpy(s->rec[li], d + nconv, n - nconv);
         } else if (n) {
-            memcpy(s->kc[li], d, n / 2 * sizeof *d);
-            memcpy(s->vc[li], d + n / 2, n / 2 * sizeof *d);
+            memcpy(s->kc[li], d, n / 2);
+            memcpy(s->vc[li], d + n / 2, n / 2);
         }
         d += n;
     }

@@ -130,9 +130,9 @@ void k_avx2_delta_step(float *St, const float *k, const float *q, const float *v
                        float decay, int Dk, int Dv, float *o);
 
 /* mat_attend_heads with AVX-512 (hd a multiple of 16; kernels_attn_avx512.c). */
-void k_avx512_attend_heads(const float *q, size_t qstride, int g, const float *kc,
-                           const float *vc, size_t stride, int n, int hd, float scale,
-                           float *scores, float *o, size_t ostride);
+void k_avx512_attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                           bool f16, size_t stride, int n, int hd, float scale, float *scores,
+                           float *o, size_t ostride);
 
 /* Preparation of f32 activations (scalar; a few percent of a call). */
 void k_prep_q4(const float *x, int64_t cols, int lanes, float *xp, int64_t nblk);

@@ -16,6 +16,8 @@
  *        reduced; exp_ps is within 2 ulp of expf (its comment says how).
  *   o   = sum_j p_j v_j in order of j, one accumulator per 16 columns
  *        (two heads share each load of v_j, each with its own accumulators).
+ * An f16 cache (`--kv-type f16`) is widened to f32 as it is loaded
+ * (vcvtph2ps, exact); the arithmetic after the loads is the same.
  */
 #include "quant/kernels.h"
 
@@ -79,13 +81,20 @@ INL __m512 exp_ps(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* Rows j0 .. j1 - 1 of a cache (hd floats each, `stride` apart) towards L1:
- * the rows are 2 KiB or more apart, which the hardware prefetchers follow
+/* 16 cached values from element i of c: floats, or f16 widened exactly. */
+INL __m512 ld16(const void *c, size_t i, const bool f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)c + i)));
+    return _mm512_loadu_ps((const float *)c + i);
+}
+
+/* Rows j0 .. j1 - 1 of a cache (hd values each, `stride` apart) towards L1:
+ * the rows are 1 KiB or more apart, which the hardware prefetchers follow
  * too slowly for the one pass decode makes over them. */
-INL void prefetch_rows(const float *c, size_t stride, int j0, int j1, int hd) {
+INL void prefetch_rows(const void *c, size_t stride, int j0, int j1, int hd, const bool f16) {
+    const size_t es = f16 ? 2 : 4;
     for (int j = j0; j < j1; j++)
-        for (int i = 0; i < hd; i += 16)
-            _mm_prefetch((const char *)(c + (size_t)j * stride + i), _MM_HINT_T0);
+        for (size_t i = 0; i < (size_t)hd * es; i += 64)
+            _mm_prefetch((const char *)c + ((size_t)j * stride) * es + i, _MM_HINT_T0);
 }
 
 INL __mmask16 first(int m) {
@@ -93,8 +102,8 @@ INL __mmask16 first(int m) {
 }
 
 /* Scores of heads [0, g) for positions j0 .. j0 + m - 1 (m <= 16). */
-INL void scores16(const float *q, size_t qstride, int g, const float *kc, size_t stride, int j0,
-                  int m, int nb, float scale, float *scores, int n) {
+INL void scores16(const float *q, size_t qstride, int g, const void *kc, size_t stride, int j0,
+                  int m, int nb, float scale, float *scores, int n, const bool f16) {
     for (int h = 0; h < g; h++) {
         const float *qh = q + (size_t)h * qstride;
         __m512 acc[16];
@@ -109,18 +118,18 @@ INL void scores16(const float *q, size_t qstride, int g, const float *kc, size_t
                     qv[u] = _mm512_loadu_ps(qh + 16 * (b0 + u));
                 UNROLL
                 for (int i = 0; i < 16; i++) {
-                    const float *k = kc + (size_t)(j0 + i) * stride + 16 * b0;
+                    const size_t k = (size_t)(j0 + i) * stride + 16 * (size_t)b0;
                     UNROLL
                     for (int u = 0; u < 8; u++)
-                        acc[i] = _mm512_fmadd_ps(qv[u], _mm512_loadu_ps(k + 16 * u), acc[i]);
+                        acc[i] = _mm512_fmadd_ps(qv[u], ld16(kc, k + 16 * (size_t)u, f16), acc[i]);
                 }
             }
         } else {
             for (int i = 0; i < m; i++) {
-                const float *k = kc + (size_t)(j0 + i) * stride;
+                const size_t k = (size_t)(j0 + i) * stride;
                 for (int b = 0; b < nb; b++)
                     acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * b),
-                                             _mm512_loadu_ps(k + 16 * b), acc[i]);
+                                             ld16(kc, k + 16 * (size_t)b, f16), acc[i]);
             }
         }
         const __m512 s = _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(scale));
@@ -148,14 +157,15 @@ INL void softmax(float *s, int n) {
     }
 }
 
-TGT void k_avx512_attend_heads(const float *q, size_t qstride, int g, const float *kc,
-                               const float *vc, size_t stride, int n, int hd, float scale,
-                               float *scores, float *o, size_t ostride) {
+INL void attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                      size_t stride, int n, int hd, float scale, float *scores, float *o,
+                      size_t ostride, const bool f16) {
     const int nb = hd / 16;
-    prefetch_rows(kc, stride, 0, n < 16 ? n : 16, hd);
+    prefetch_rows(kc, stride, 0, n < 16 ? n : 16, hd, f16);
     for (int j0 = 0; j0 < n; j0 += 16) {
-        prefetch_rows(kc, stride, j0 + 16, n - j0 < 32 ? n : j0 + 32, hd);
-        scores16(q, qstride, g, kc, stride, j0, n - j0 < 16 ? n - j0 : 16, nb, scale, scores, n);
+        prefetch_rows(kc, stride, j0 + 16, n - j0 < 32 ? n : j0 + 32, hd, f16);
+        scores16(q, qstride, g, kc, stride, j0, n - j0 < 16 ? n - j0 : 16, nb, scale, scores, n,
+                 f16);
     }
     for (int h = 0; h < g; h++)
         softmax(scores + (size_t)h * (size_t)n, n);
@@ -163,10 +173,10 @@ TGT void k_avx512_attend_heads(const float *q, size_t qstride, int g, const floa
      * head of the group while they are in L1, two heads at a time (one load
      * of a value vector, two products); each head's accumulators go through
      * o between blocks, which leaves the order of j unchanged. */
-    prefetch_rows(vc, stride, 0, n < VB ? n : VB, hd);
+    prefetch_rows(vc, stride, 0, n < VB ? n : VB, hd, f16);
     for (int j0 = 0; j0 < n; j0 += VB) {
         const int j1 = n - j0 < VB ? n : j0 + VB;
-        prefetch_rows(vc, stride, j1, n - j1 < VB ? n : j1 + VB, hd);
+        prefetch_rows(vc, stride, j1, n - j1 < VB ? n : j1 + VB, hd, f16);
         for (int h = 0; h < g; h += 2) {
             const bool two = h + 1 < g;
             const float *p0 = scores + (size_t)h * (size_t)n, *p1 = p0 + (two ? n : 0);
@@ -180,21 +190,21 @@ TGT void k_avx512_attend_heads(const float *q, size_t qstride, int g, const floa
                 }
                 if (nv == 8) {
                     for (int j = j0; j < j1; j++) {
-                        const float *v = vc + (size_t)j * stride + 16 * c;
+                        const size_t v = (size_t)j * stride + 16 * (size_t)c;
                         const __m512 q0 = _mm512_set1_ps(p0[j]), q1 = _mm512_set1_ps(p1[j]);
                         UNROLL
                         for (int u = 0; u < 8; u++) {
-                            const __m512 x = _mm512_loadu_ps(v + 16 * u);
+                            const __m512 x = ld16(vc, v + 16 * (size_t)u, f16);
                             a0[u] = _mm512_fmadd_ps(q0, x, a0[u]);
                             a1[u] = _mm512_fmadd_ps(q1, x, a1[u]);
                         }
                     }
                 } else {
                     for (int j = j0; j < j1; j++) {
-                        const float *v = vc + (size_t)j * stride + 16 * c;
+                        const size_t v = (size_t)j * stride + 16 * (size_t)c;
                         const __m512 q0 = _mm512_set1_ps(p0[j]), q1 = _mm512_set1_ps(p1[j]);
                         for (int u = 0; u < nv; u++) {
-                            const __m512 x = _mm512_loadu_ps(v + 16 * u);
+                            const __m512 x = ld16(vc, v + 16 * (size_t)u, f16);
                             a0[u] = _mm512_fmadd_ps(q0, x, a0[u]);
                             a1[u] = _mm512_fmadd_ps(q1, x, a1[u]);
                         }
@@ -209,14 +219,39 @@ TGT void k_avx512_attend_heads(const float *q, size_t qstride, int g, const floa
     }
 }
 
+/* One instance per cache type: the loads are the only difference. */
+TGT static void attend_heads_f32(const float *q, size_t qstride, int g, const void *kc,
+                                 const void *vc, size_t stride, int n, int hd, float scale,
+                                 float *scores, float *o, size_t ostride) {
+    attend_heads(q, qstride, g, kc, vc, stride, n, hd, scale, scores, o, ostride, false);
+}
+
+TGT static void attend_heads_f16(const float *q, size_t qstride, int g, const void *kc,
+                                 const void *vc, size_t stride, int n, int hd, float scale,
+                                 float *scores, float *o, size_t ostride) {
+    attend_heads(q, qstride, g, kc, vc, stride, n, hd, scale, scores, o, ostride, true);
+}
+
+void k_avx512_attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                           bool f16, size_t stride, int n, int hd, float scale, float *scores,
+                           float *o, size_t ostride) {
+    (f16 ? attend_heads_f16 : attend_heads_f32)(q, qstride, g, kc, vc, stride, n, hd, scale,
+                                                scores, o, ostride);
+}
+
 #else
 
-void k_avx512_attend_heads(const float *q, size_t qstride, int g, const float *kc,
-                           const float *vc, size_t stride, int n, int hd, float scale,
-                           float *scores, float *o, size_t ostride) {
-    for (int h = 0; h < g; h++)
-        mat_attend_ref(q + (size_t)h * qstride, kc, vc, stride, n, hd, scale, scores,
-                       o + (size_t)h * ostride);
+void k_avx512_attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                           bool f16, size_t stride, int n, int hd, float scale, float *scores,
+                           float *o, size_t ostride) {
+    for (int h = 0; h < g; h++) {
+        if (f16)
+            mat_attend_ref_f16(q + (size_t)h * qstride, kc, vc, stride, n, hd, scale, scores,
+                               o + (size_t)h * ostride);
+        else
+            mat_attend_ref(q + (size_t)h * qstride, kc, vc, stride, n, hd, scale, scores,
+                           o + (size_t)h * ostride);
+    }
 }
 
 #endif

@@ -788,14 +788,18 @@ void mat_delta_step(float *St, const float *k, const float *q, const float *v, f
 
 /* ---- attention of one head ------------------------------------------------------ */
 
-void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
-                    float scale, float *scores, float *o) {
+/* Element i of a cache of f32 or f16 values. */
+static inline float kv_at(const void *c, size_t i, bool f16) {
+    return f16 ? e0_f16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+}
+
+static void attend_ref(const float *q, const void *kc, const void *vc, bool f16, size_t stride,
+                       int n, int hd, float scale, float *scores, float *o) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) {
-        const float *k = kc + (size_t)j * stride;
         float d = 0.0f;
         for (int i = 0; i < hd; i++)
-            d += q[i] * k[i];
+            d += q[i] * kv_at(kc, (size_t)j * stride + (size_t)i, f16);
         scores[j] = d * scale;
         if (scores[j] > mx) mx = scores[j];
     }
@@ -805,25 +809,35 @@ void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t str
     memset(o, 0, (size_t)hd * sizeof *o);
     for (int j = 0; j < n; j++) {
         const float p = scores[j] / sum;
-        const float *v = vc + (size_t)j * stride;
         for (int i = 0; i < hd; i++)
-            o[i] += p * v[i];
+            o[i] += p * kv_at(vc, (size_t)j * stride + (size_t)i, f16);
     }
+}
+
+void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
+                    float scale, float *scores, float *o) {
+    attend_ref(q, kc, vc, false, stride, n, hd, scale, scores, o);
+}
+
+void mat_attend_ref_f16(const float *q, const uint16_t *kc, const uint16_t *vc, size_t stride,
+                        int n, int hd, float scale, float *scores, float *o) {
+    attend_ref(q, kc, vc, true, stride, n, hd, scale, scores, o);
 }
 
 void mat_attend(const float *q, const float *kc, const float *vc, size_t stride, int n, int hd,
                 float scale, float *scores, float *o) {
-    mat_attend_heads(q, 0, 1, kc, vc, stride, n, hd, scale, scores, o, 0);
+    mat_attend_heads(q, 0, 1, kc, vc, false, stride, n, hd, scale, scores, o, 0);
 }
 
-void mat_attend_heads(const float *q, size_t qstride, int g, const float *kc, const float *vc,
-                      size_t stride, int n, int hd, float scale, float *scores, float *o,
-                      size_t ostride) {
+void mat_attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                      bool f16, size_t stride, int n, int hd, float scale, float *scores,
+                      float *o, size_t ostride) {
     if (f32_of(mat_kernels()) == E0_KERNELS_AVX512 && hd % 16 == 0) {
-        k_avx512_attend_heads(q, qstride, g, kc, vc, stride, n, hd, scale, scores, o, ostride);
+        k_avx512_attend_heads(q, qstride, g, kc, vc, f16, stride, n, hd, scale, scores, o,
+                              ostride);
         return;
     }
     for (int h = 0; h < g; h++)
-        mat_attend_ref(q + (size_t)h * qstride, kc, vc, stride, n, hd, scale, scores,
-                       o + (size_t)h * ostride);
+        attend_ref(q + (size_t)h * qstride, kc, vc, f16, stride, n, hd, scale, scores,
+                   o + (size_t)h * ostride);
 }

@@ -183,9 +183,14 @@ void mat_attend_ref(const float *q, const float *kc, const float *vc, size_t str
                     float scale, float *scores, float *o);
 /* mat_attend of g query heads that share the KV head (GQA): head h's query
  * at q + h * qstride, its output at o + h * ostride; scores: g * n floats.
- * Each head's result is the one mat_attend gives it, whatever g. */
-void mat_attend_heads(const float *q, size_t qstride, int g, const float *kc, const float *vc,
-                      size_t stride, int n, int hd, float scale, float *scores, float *o,
-                      size_t ostride);
+ * Each head's result is the one mat_attend gives it, whatever g. f16: the
+ * cache holds f16 values (uint16_t, `stride` elements apart), each widened
+ * to f32 exactly as it is read; else floats. */
+void mat_attend_heads(const float *q, size_t qstride, int g, const void *kc, const void *vc,
+                      bool f16, size_t stride, int n, int hd, float scale, float *scores,
+                      float *o, size_t ostride);
+/* mat_attend_ref on an f16 cache. */
+void mat_attend_ref_f16(const float *q, const uint16_t *kc, const uint16_t *vc, size_t stride,
+                        int n, int hd, float scale, float *scores, float *o);
 
 #endif

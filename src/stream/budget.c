@@ -49,7 +49,7 @@ size_t budget_bundle_data(const e0_model *m) {
 }
 
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx) {
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, uint32_t kv_es) {
     uint64_t kv = 0, lin = 0;
     const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim,
                    Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
@@ -58,7 +58,7 @@ uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx) {
             lin += 4 * ((uint64_t)(c->conv_kernel - 1) * (2 * Kd + Vd) +
                         (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
         else
-            kv += 2 * 4 * (uint64_t)n_ctx * (uint64_t)c->n_kv_heads * c->head_dim;
+            kv += 2 * (uint64_t)kv_es * (uint64_t)n_ctx * (uint64_t)c->n_kv_heads * c->head_dim;
     }
     const uint64_t B = 512, H = (uint64_t)c->hidden, k = (uint64_t)c->top_k;
     uint64_t scratch =
@@ -80,7 +80,7 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
-    const uint64_t one = budget_session_bytes(c, n_ctx), margin = (64ull << 20) + o->reserve_bytes;
+    const uint64_t one = budget_session_bytes(c, n_ctx, budget_kv_elem_bytes(o->kv_type)), margin = (64ull << 20) + o->reserve_bytes;
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;
     int hot = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;

@@ -13,9 +13,14 @@ size_t budget_bundle_bytes(const e0_model *m);
 /* The expert bytes of the largest bundle (what a miss reads). */
 size_t budget_bundle_data(const e0_model *m);
 
-/* KV cache, DeltaNet states and scratch of one session of n_ctx positions
- * (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx);
+/* Bytes of one cached K or V value of a KV cache of type t. */
+static inline uint32_t budget_kv_elem_bytes(e0_kv_type t) {
+    return t == E0_KV_F16 ? 2 : 4;
+}
+
+/* KV cache (kv_es bytes per value), DeltaNet states and scratch of one
+ * session of n_ctx positions (as e0_session_new sizes them). */
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, uint32_t kv_es);
 
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
  * buffers) so that resident weights + *n_seqs sessions of `n_ctx`
