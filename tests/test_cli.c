@@ -93,8 +93,9 @@ static void test_sizes_and_threads(void **state) {
     says("--threads 999", "--threads 999 is more than this machine's");
 }
 
-/* bench --batch: each level's batched decode reported; a bad list refused
- * before the model is read. (That a sequence decoded in a batch gets the
+/* bench --batch: each level's batched decode reported (on an f16 KV cache,
+ * which the machine line names); a bad list refused before the model is
+ * read. (That a sequence decoded in a batch gets the
  * logits it gets alone is test_batch's.) */
 static void test_bench_batch(void **state) {
     (void)state;
@@ -105,9 +106,12 @@ static void test_bench_batch(void **state) {
     assert_int_equal(run("bench x --batch 0"), 2);
     says("--batch 0", "not an ascending list");
     snprintf(args, sizeof args,
-             "bench %s --skip-cold --skip-warm --batch 1,3 --prefill 5 --decode 3 --threads 1",
+             "bench %s --skip-cold --skip-warm --batch 1,3 --prefill 5 --decode 3 --threads 1 "
+             "--kv-type f16",
              tu_shared("fixtures/qwen35moe/mlx"));
     assert_int_equal(run(args), 0);
+    says("bench --batch", "; kernels ");
+    says("bench --batch", ", KV cache f16\n");
     says("bench --batch", "batched decode (5-id prompt per sequence, then 3 steps):");
     says("bench --batch", "\n     1 ");
     says("bench --batch", "\n     3 ");

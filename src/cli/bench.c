@@ -557,6 +557,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
         cJSON_AddNumberToObject(root, "threads", threads);
         cJSON_AddStringToObject(root, "kernels", mat_kernels_name());
+        cJSON_AddStringToObject(root, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(root, "dram_bw", dram);
         cJSON_AddNumberToObject(root, "disk_bw", disk);
     } else {
@@ -564,8 +565,8 @@ int cmd_bench(int argc, char **argv) {
                info.family, info.layout, (double)info.weight_bytes / (1u << 30),
                (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
         printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s; "
-               "kernels %s\n",
-               dram / 1e9, threads, disk / 1e9, mat_kernels_name());
+               "kernels %s, KV cache %s\n",
+               dram / 1e9, threads, disk / 1e9, mat_kernels_name(), e0_kv_name(ce.eo.kv_type));
     }
     int status = 0;
     phase ph;
