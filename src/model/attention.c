@@ -2,6 +2,7 @@
  * sigmoid output gate (Qwen3-Next / 3.5), over the session's KV cache. */
 #include "model/model.h"
 #include "quant/mat.h"
+#include "stream/budget.h"
 #include "util/num.h"
 #include "util/pool.h"
 
@@ -72,7 +73,8 @@ static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     for (int r = 0; r < b->nrun; r++) {
         const e0_session *s = b->run[r].s;
         const void *kc = s->kc[j->layer], *vc = s->vc[j->layer];
-        const size_t es = s->kv_f16 ? 2 : 4;
+        const bool f16 = s->eng->opts.kv_type == E0_KV_F16;
+        const size_t es = budget_kv_elem_bytes(s->eng->opts.kv_type);
         float *scores = s->s.scores + (size_t)tid * E0_ATTN_GROUP * (size_t)s->n_ctx;
         for (int i = 0; i < b->run[r].n; i++) {
             const int t = b->run[r].t0 + i, n = s->pos + i + 1; /* causal: positions 0..pos+i */
@@ -85,7 +87,7 @@ static void attn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
                 const size_t kh = (size_t)kv * (size_t)hd;
                 float *o = S->att + (size_t)t * nh * hd + (size_t)h * hd;
                 mat_attend_heads(q, (size_t)per, g, (const char *)kc + kh * es,
-                                 (const char *)vc + kh * es, s->kv_f16, (size_t)kvd, n, hd, scale,
+                                 (const char *)vc + kh * es, f16, (size_t)kvd, n, hd, scale,
                                  scores, o, (size_t)hd);
                 if (c->attn_gated)
                     for (int x = 0; x < g * hd; x++) /* each head's gate half */
@@ -111,7 +113,7 @@ void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *ou
     for (int r = 0; r < b->nrun; r++) {
         const e0_run *ru = &b->run[r];
         void *kc = ru->s->kc[layer], *vc = ru->s->vc[layer];
-        const bool f16 = ru->s->kv_f16;
+        const bool f16 = ru->s->eng->opts.kv_type == E0_KV_F16;
         if (ru->s->s.nscores < nscores) nscores = ru->s->s.nscores;
         for (int i = 0; i < ru->n; i++) {
             const int t = ru->t0 + i, pos = ru->s->pos + i;

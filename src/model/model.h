@@ -149,8 +149,7 @@ struct e0_session {
     e0_engine *eng;
     const e0_model *m;
     int32_t n_ctx, n_batch, pos;
-    void **kc, **vc;  /* per attention layer: [n_ctx, nkv*hd] of floats, or of f16 (kv_f16) */
-    bool kv_f16;      /* the engine's kv_type is E0_KV_F16 */
+    void **kc, **vc;  /* per attention layer: [n_ctx, nkv*hd] of the engine's kv_type */
     float **conv;     /* per DeltaNet layer: [K-1, conv_dim] */
     float **rec;      /* per DeltaNet layer: [Hv, Dk, Dv] */
     int32_t *hist;    /* [n_ctx]: the ids at positions 0..pos */

@@ -128,7 +128,7 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
         const uint64_t avail = cg && (!host || cg < host) ? cg : host;
         const uint64_t w = e->opts.io == E0_IO_PREAD ? 0 : e->model.weight_bytes;
         const uint64_t room = avail > w ? (avail - w) / 2 : 0,
-                       one = budget_session_bytes(c, n_ctx, budget_kv_elem_bytes(e->opts.kv_type));
+                       one = budget_session_bytes(c, n_ctx, e->opts.kv_type);
         int32_t n = E0_AUTO_SEQS;
         while (n > 1 && (uint64_t)n * one > room) n--;
         e->n_seqs = n;
@@ -236,19 +236,15 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     p->active_params += dense - mat_params(&m->embed); /* one embedding row per token */
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_linear && c->layer_linear[l])
-            p->state_bytes += 4 * ((uint64_t)(c->conv_kernel - 1) *
-                                       (2 * (uint64_t)c->lin_k_heads * c->lin_k_dim +
-                                        (uint64_t)c->lin_v_heads * c->lin_v_dim) +
-                                   (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+            p->state_bytes += budget_conv_bytes(c) + budget_rec_bytes(c);
         else
-            p->kv_bytes_per_1k += 2 * budget_kv_elem_bytes(e->opts.kv_type) * 1000 *
-                                  (uint64_t)c->n_kv_heads * c->head_dim;
+            p->kv_bytes_per_1k += budget_kv_layer_bytes(c, 1000, e->opts.kv_type);
     p->io = e->opts.io;
     p->mem_budget = e->opts.mem_budget;
     p->auto_budget = e->auto_budget;
     p->n_seqs = e->n_seqs;
-    p->session_bytes = budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096,
-                                            budget_kv_elem_bytes(e->opts.kv_type));
+    p->session_bytes =
+        budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096, e->opts.kv_type);
     p->cache_slots = e->opts.mem_budget || e->opts.io == E0_IO_PREAD ? e->opts.layer.cache_slots : 0;
     p->bundle_bytes = budget_bundle_data(m);
     p->slot_bytes = budget_bundle_bytes(m);
@@ -335,8 +331,8 @@ static float *fbuf(size_t n, int *bad) {
 /* A KV cache buffer of n values of es bytes on transparent huge pages:
  * decode reads one row (a few hundred bytes per KV head) of every cached
  * position of every layer, ~100 MB per token on Qwen3-30B-A3B at 576
- * positions in f32, and with 4 KiB pages nearly every row is a TLB miss (bench/bench_attend: 9.2 ->
- * 6.9 ms of CPU per token with huge pages). Pages are committed as
+ * positions in f32, and with 4 KiB pages nearly every row is a TLB miss
+ * (bench/bench_attend: 9.2 -> 6.9 ms of CPU per token with huge pages). Pages are committed as
  * positions are written, 2 MiB at a time; rows past the session's
  * position are never read, so the buffer is not cleared. Free with free(). */
 static void *kv_buf(size_t n, size_t es, int *bad) {
@@ -373,7 +369,7 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     const size_t inter =
         imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
     int bad = 0;
-    s->kv_f16 = e->opts.kv_type == E0_KV_F16;
+    const size_t kv_es = budget_kv_elem_bytes(e->opts.kv_type);
     s->kc = calloc(L, sizeof *s->kc);
     s->vc = calloc(L, sizeof *s->vc);
     s->conv = calloc(L, sizeof *s->conv);
@@ -394,8 +390,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
             s->conv[i] = fbuf((K - 1) * C, &bad);
             s->rec[i] = fbuf((size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim, &bad);
         } else {
-            s->kc[i] = kv_buf((size_t)s->n_ctx * kvd, budget_kv_elem_bytes(e->opts.kv_type), &bad);
-            s->vc[i] = kv_buf((size_t)s->n_ctx * kvd, budget_kv_elem_bytes(e->opts.kv_type), &bad);
+            s->kc[i] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
+            s->vc[i] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
         }
     }
     e0_scratch *S = &s->s;

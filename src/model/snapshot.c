@@ -39,19 +39,11 @@ struct e0_snapshot {
                              cache's type); DeltaNet conv [K-1, C], rec [Hv, Dk, Dv] (floats) */
 };
 
-/* Bytes of a DeltaNet layer's conv state (the rest is the recurrent state). */
-static size_t conv_bytes(const e0_config *c) {
-    return sizeof(float) * (size_t)(c->conv_kernel - 1) *
-           (2 * (size_t)c->lin_k_heads * c->lin_k_dim + (size_t)c->lin_v_heads * c->lin_v_dim);
-}
-
 /* Bytes of one layer's state in a snapshot of `pos` positions. */
 static size_t layer_bytes(const e0_engine *e, int li, size_t pos) {
     const e0_config *c = &e->model.cfg;
-    if (e->model.layers[li].linear)
-        return conv_bytes(c) +
-               sizeof(float) * (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    return 2 * pos * (size_t)c->n_kv_heads * c->head_dim * budget_kv_elem_bytes(e->opts.kv_type);
+    if (e->model.layers[li].linear) return budget_conv_bytes(c) + budget_rec_bytes(c);
+    return budget_kv_layer_bytes(c, pos, e->opts.kv_type);
 }
 
 /* uint16 route entries per position (0 without route stickiness). */
@@ -110,7 +102,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
     for (int li = 0; li < m->cfg.n_layers; li++) {
         const size_t n = layer_bytes(e, li, pos);
         if (m->layers[li].linear) {
-            const size_t nconv = conv_bytes(&m->cfg);
+            const size_t nconv = budget_conv_bytes(&m->cfg);
             memcpy(d, s->conv[li], nconv);
             memcpy(d + nconv, s->rec[li], n - nconv);
         } else if (n) {
@@ -144,7 +136,7 @@ int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
     for (int li = 0; li < m->cfg.n_layers; li++) {
         const size_t n = layer_bytes(s->eng, li, pos);
         if (m->layers[li].linear) {
-            const size_t nconv = conv_bytes(&m->cfg);
+            const size_t nconv = budget_conv_bytes(&m->cfg);
             memcpy(s->conv[li], d, nconv);
             memcpy(s->rec[li], d + nconv, n - nconv);
         } else if (n) {

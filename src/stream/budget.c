@@ -48,17 +48,29 @@ size_t budget_bundle_data(const e0_model *m) {
     return largest_plan(m, &p) == 0 ? p.data : 0;
 }
 
+uint64_t budget_kv_layer_bytes(const e0_config *c, uint64_t n, e0_kv_type t) {
+    return 2 * n * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * budget_kv_elem_bytes(t);
+}
+
+uint64_t budget_conv_bytes(const e0_config *c) {
+    return sizeof(float) * (uint64_t)(c->conv_kernel - 1) *
+           (2 * (uint64_t)c->lin_k_heads * c->lin_k_dim + (uint64_t)c->lin_v_heads * c->lin_v_dim);
+}
+
+uint64_t budget_rec_bytes(const e0_config *c) {
+    return sizeof(float) * (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+}
+
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, uint32_t kv_es) {
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv_type) {
     uint64_t kv = 0, lin = 0;
     const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim,
                    Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_linear[l])
-            lin += 4 * ((uint64_t)(c->conv_kernel - 1) * (2 * Kd + Vd) +
-                        (uint64_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+            lin += budget_conv_bytes(c) + budget_rec_bytes(c);
         else
-            kv += 2 * (uint64_t)kv_es * (uint64_t)n_ctx * (uint64_t)c->n_kv_heads * c->head_dim;
+            kv += budget_kv_layer_bytes(c, (uint64_t)n_ctx, kv_type);
     }
     const uint64_t B = 512, H = (uint64_t)c->hidden, k = (uint64_t)c->top_k;
     uint64_t scratch =
@@ -80,7 +92,8 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
-    const uint64_t one = budget_session_bytes(c, n_ctx, budget_kv_elem_bytes(o->kv_type)), margin = (64ull << 20) + o->reserve_bytes;
+    const uint64_t one = budget_session_bytes(c, n_ctx, o->kv_type);
+    const uint64_t margin = (64ull << 20) + o->reserve_bytes;
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;
     int hot = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;

@@ -18,9 +18,15 @@ static inline uint32_t budget_kv_elem_bytes(e0_kv_type t) {
     return t == E0_KV_F16 ? 2 : 4;
 }
 
-/* KV cache (kv_es bytes per value), DeltaNet states and scratch of one
- * session of n_ctx positions (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, uint32_t kv_es);
+/* One attention layer's K and V for n positions, in values of type t. */
+uint64_t budget_kv_layer_bytes(const e0_config *c, uint64_t n, e0_kv_type t);
+/* One DeltaNet layer's conv state and recurrent state (floats). */
+uint64_t budget_conv_bytes(const e0_config *c);
+uint64_t budget_rec_bytes(const e0_config *c);
+
+/* KV cache (values of type kv), DeltaNet states and scratch of one session
+ * of n_ctx positions (as e0_session_new sizes them). */
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv);
 
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
  * buffers) so that resident weights + *n_seqs sessions of `n_ctx`
