@@ -800,8 +800,12 @@ TGTV static void qp_rows_3(const e0_mat *m, const k_act *a, int64_t r0, int64_t 
  * which is qp_tile's float work in qp_tile's order: results are
  * bit-identical to the panel kernels on the file layout, at every T. */
 
+/* Prefetch distance in bytes (14 groups of 64 columns). A decode matvec
+ * streams panels at ~20 GB/s per core against a miss latency of several
+ * hundred ns on these VMs, so about 8 KiB must be in flight; at 1 KiB the
+ * software prefetch did nothing the hardware's did not (experiments 49). */
 #ifndef P16_PF
-#define P16_PF 1024 /* prefetch distance in bytes (about two groups of 64) */
+#define P16_PF 8192
 #endif
 
 /* 16 scales or biases (BF16 or F16) as f32. */
