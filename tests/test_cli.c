@@ -119,6 +119,22 @@ static void test_bench_batch(void **state) {
     says("bench --batch", "1.00x  ");
 }
 
+/* bench's warm run under --io load: an untimed warm-up pass in the session
+ * first (HELP), then the timed pass alone in the figures: one decode token
+ * touches exactly top-k = 4 of the fixture's 32 experts per layer (the
+ * warm-up's routes, other ids, would add to that were they counted). */
+static void test_bench_warm(void **state) {
+    (void)state;
+    char args[4400];
+    snprintf(args, sizeof args,
+             "bench %s --io load --skip-cold --prefill 3 --decode 1 --threads 1 --json",
+             tu_shared("fixtures/qwen35moe/mlx"));
+    assert_int_equal(run(args), 0);
+    says("bench warm", "\"warm\":");
+    says("bench warm", "\"prefill_tokens\":\t3,");
+    says("bench warm", "\"decode_distinct_experts_per_layer\":\t4,");
+}
+
 static void test_help_and_version(void **state) {
     (void)state;
     assert_int_equal(run("--version"), 0);
@@ -195,7 +211,7 @@ int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
-        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_warm),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
     };

@@ -34,7 +34,11 @@ static const char *HELP =
     "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
     "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
     "(checkpoint in the page cache), and reports every speed as a ratio to the\n"
-    "bandwidth measured in the same run.\n"
+    "bandwidth measured in the same run. Where the experts are in memory (--io\n"
+    "load or mmap), the warm run first makes one untimed pass of the same lengths\n"
+    "in its session and resets it, as llama-bench warms up: a process's and a\n"
+    "session's first pass pay allocations and page faults that a running server\n"
+    "does not. The cold run and runs through the expert cache have no warm-up.\n"
     "\n"
     "With --stats (and the expert cache, i.e. pread I/O as under --mem-budget),\n"
     "each phase records its (layer, expert) cache requests and replays the\n"
@@ -191,21 +195,28 @@ static void random_ids(uint64_t *h, int32_t *ids, int n, int32_t vocab) {
     }
 }
 
-static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, phase *out,
-                     char *err) {
+/* One untimed pass of n_prefill ids (other than the timed ones) and up to
+ * two decode steps in s, then s reset: what the timed pass then finds is a
+ * running server's slot (bench's HELP). */
+static int warm_up(e0_session *s, int32_t *ids, int n_prefill, int n_decode, float *logits,
+                   int32_t vocab, char *err) {
+    uint64_t h = ~BENCH_SEED;
+    random_ids(&h, ids, n_prefill, vocab);
+    int rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err);
+    for (int k = 0; k < 2 && k < n_decode && !rc; k++) {
+        const int32_t id = (int32_t)sampler_argmax(logits, (size_t)vocab);
+        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err);
+    }
+    if (!rc) e0_session_reset(s);
+    return rc;
+}
+
+static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool warm,
+                     phase *out, char *err) {
     e0_model_info info;
     e0_engine_info(e, &info);
     out->traced = false;
     out->policy = e0_engine_cache_policy(e);
-    if (trace) { /* at most every token's top-k in every layer */
-        const size_t cap = (size_t)(n_prefill + n_decode) * (size_t)info.n_layers * (size_t)info.top_k;
-        int rc = e0_engine_trace_start(e, cap, err);
-        if (rc == E0_EUNSUPPORTED)
-            fprintf(stderr, "edge0 bench: no cache policy study: %s\n", err);
-        else if (rc)
-            return rc;
-        out->traced = rc == 0;
-    }
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = n_prefill + n_decode + 1;
@@ -218,6 +229,17 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, phas
         rc = E0_ENOMEM;
         snprintf(err, E0_ERR_MAX, "out of memory");
         goto out;
+    }
+    if (warm && (rc = warm_up(s, ids, n_prefill, n_decode, logits, info.vocab_size, err))) goto out;
+    if (trace) { /* at most every token's top-k in every layer */
+        const size_t cap = (size_t)(n_prefill + n_decode) * (size_t)info.n_layers * (size_t)info.top_k;
+        rc = e0_engine_trace_start(e, cap, err);
+        if (rc == E0_EUNSUPPORTED)
+            fprintf(stderr, "edge0 bench: no cache policy study: %s\n", err);
+        else if (rc)
+            goto out;
+        out->traced = rc == 0;
+        rc = 0;
     }
     uint64_t h = BENCH_SEED;
     random_ids(&h, ids, n_prefill, info.vocab_size);
@@ -583,7 +605,7 @@ int cmd_bench(int argc, char **argv) {
             if (!json) printf("cold: %s\n", e0_engine_io_note(e));
         }
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, false, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
         report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
@@ -603,7 +625,7 @@ int cmd_bench(int argc, char **argv) {
             }
         }
         fprintf(stderr, "edge0 bench: warm run...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, mmap_io, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
         report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
