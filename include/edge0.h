@@ -112,6 +112,9 @@ typedef struct {
     int32_t prefetch_cap;        /* prefetches in flight (48) */
     int32_t load_threads;        /* on-demand I/O threads (8) */
     int32_t prefetch_threads;    /* prefetch I/O threads (4) */
+    int32_t prefetch_k;          /* next-layer experts a decode token loads on a guess: N = the next
+                                    router's first N, 0 = its first k/2, and the rest of its top-k
+                                    while at least half of those are routed to (0) */
     int32_t full_layer_prefill;  /* whole-layer prefill (false) */
     int32_t prefill_full_layers; /* leading layers that use it, 0 = all (0) */
     int32_t hot_window;          /* layers whose hot stacks stay resident, 0 = all (0) */

@@ -527,6 +527,55 @@ static void test_direct_reads(void **state) {
     assert_true(spec_loads > 0 && spec_used > 0);
 }
 
+/* prefetch_k: how many of the next layer's experts a decode token loads on
+ * a guess. A fixed N never loads more than N per (token, layer) and leaves
+ * the logits as exact's; the default (0: k/2, and the rest of the top-k
+ * while they pay, which they do here) loads more than N = k/2 does. The
+ * cache holds 12 of the 64 bundles, so that guesses load. */
+static void test_prefetch_k(void **state) {
+    (void)state;
+    seq q = load_seq("qwen35moe", "mlx");
+    float *ref = baseline("qwen35moe", "mlx", &q);
+    e0_model_info info;
+    uint64_t loads[4] = {0};
+    const int32_t ks[] = {1, 2, 4, 0};
+    enum { SLOTS = 12 };
+    for (int i = 0; i < 4; i++) {
+        char err[E0_ERR_MAX], v[16];
+        e0_engine_opts o;
+        apply(&o, &CONFIGS[0], SLOTS, 1); /* exact */
+        snprintf(v, sizeof v, "%d", ks[i]);
+        if (e0_opts_set(&o, "prefetch_k", v, err)) fail_msg("%s", err);
+        e0_engine *e = open_with("qwen35moe", "mlx", &o);
+        e0_engine_info(e, &info);
+        float *lg = run_seq(e, &q);
+        if (memcmp(lg, ref, q.n * (size_t)info.vocab_size * sizeof(float)) != 0)
+            fail_msg("prefetch_k=%d: logits differ from exact", ks[i]);
+        stream_counters sc;
+        stream_counters_get(e->stream, &sc);
+        loads[i] = sc.spec_loads;
+        printf("  prefetch_k=%d: %llu speculative loads, %llu used\n", ks[i],
+               (unsigned long long)sc.spec_loads, (unsigned long long)sc.spec_used);
+        /* guesses are made after each MoE layer but the last, per decode token */
+        const uint64_t calls = (uint64_t)(q.n - (size_t)q.prompt) * (uint64_t)(info.n_layers - 1);
+        if (ks[i]) assert_true(sc.spec_loads <= calls * (uint64_t)ks[i]);
+        free(lg);
+        e0_engine_free(e);
+    }
+    assert_true(info.top_k == 4);
+    /* (which guesses find their bundle already loading moves with the I/O
+     * threads' timing, so only the bounds are exact) */
+    assert_true(loads[0] > 0 && loads[0] < loads[1] && loads[1] < loads[2]);
+    assert_true(loads[3] > loads[1]); /* the rest of the top-k, while they pay */
+    char err[E0_ERR_MAX];
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    assert_int_equal(o.layer.prefetch_k, 0);
+    assert_int_not_equal(e0_opts_set(&o, "prefetch_k", "-1", err), 0);
+    assert_non_null(strstr(err, "prefetch_k"));
+    free(ref);
+}
+
 /* Options: presets hold the documented values; bad fields and values fail. */
 static void test_options(void **state) {
     (void)state;
@@ -643,6 +692,7 @@ int main(void) {
         cmocka_unit_test(test_gate_first_order),
         cmocka_unit_test(test_staged_replace),
         cmocka_unit_test(test_direct_reads),
+        cmocka_unit_test(test_prefetch_k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,8 +111,12 @@ struct e0_stream {
         atomic_int busy; /* set by the engine thread, cleared by the job when done */
         iopool_job node;
     } spec[SPEC_MAX];
-    uint8_t *spec_pending; /* [n_layers * E]: loaded speculatively, not routed to since (engine
-                              thread) */
+    uint8_t *spec_pending; /* [n_layers * E]: loaded speculatively for this layer's next step,
+                              1 + the guess's rank (at most 255); engine thread */
+    /* prefetch_k 0: whether the guesses past the first k/2 are made, from
+     * how many of the last window's were routed to (spec_next) */
+    bool spec_hi;
+    uint32_t spec_hi_loads, spec_hi_used, spec_calls;
     uint8_t *touched;      /* [n_layers * E]: experts routed to since the last reset */
     /* counters: atomics, as I/O threads add bytes */
     atomic_uint_fast64_t bytes_read;
@@ -308,12 +312,18 @@ static void load_job_fn(void *arg) {
  * (attention or DeltaNet, shared expert, router) computes: the next layer's
  * experts are known only after its router runs. The next MoE layer's router
  * applied to this layer's MoE input ranks them well ahead of time (the
- * residual stream changes little in one layer): the first half of its
- * top-k start loading into the LRU, on the prefetch pool, as soon as this
- * layer's experts have run. On the Qwen3.6-35B-A3B shape 98% of those turn
- * out routed (docs/experiments.md, issue 4). A wrong guess costs one bundle
- * of disk time and an LRU slot, never the result: routing is untouched and
- * the bytes are the same whoever loads them. */
+ * residual stream changes little in one layer): its first experts start
+ * loading into the LRU, on the prefetch pool, as soon as this layer's own
+ * loads are queued, so that the disk has both layers' reads in flight (it
+ * gives more to a deeper queue). How many: prefetch_k, or by default the
+ * first k/2 always (98% of them routed on the Qwen3.6-35B-A3B shape,
+ * docs/experiments.md, issue 4) and the rest of the top-k while at least
+ * half of those turn out routed over a window of SPEC_WINDOW guesses (one
+ * call in SPEC_PROBE makes them anyway, to keep measuring); section 51. A
+ * wrong guess costs one bundle of disk time and an LRU slot, never the
+ * result: routing is untouched and the bytes are the same whoever loads
+ * them. */
+enum { SPEC_WINDOW = 128, SPEC_PROBE = 8 };
 
 static void spec_job_fn(void *arg) {
     struct spec_job *j = arg;
@@ -325,9 +335,8 @@ static void spec_job_fn(void *arg) {
     atomic_store_explicit(&j->busy, 0, memory_order_release);
 }
 
-/* Starts loading the k/2 experts the next MoE layer's router ranks first
- * on x ([H], the last token's MoE input of `layer`), at most prefetch_cap
- * in flight. */
+/* Starts loading the experts the next MoE layer's router ranks first on x
+ * ([H], a token's MoE input of `layer`), at most prefetch_cap in flight. */
 static void spec_next(e0_stream *s, int layer, const float *x, int k) {
     int next = -1;
     for (int l = layer + 1; l < s->n_layers && next < 0; l++)
@@ -337,9 +346,13 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
     float logits[4096];
     mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
     const int cap = s->o.layer.prefetch_cap < SPEC_MAX ? s->o.layer.prefetch_cap : SPEC_MAX;
+    const int pk = s->o.layer.prefetch_k;
+    const int want = pk > 0                                           ? (pk < k ? pk : k)
+                     : s->spec_hi || s->spec_calls++ % SPEC_PROBE == 0 ? k
+                                                                       : k / 2;
     int32_t chosen[SPEC_MAX / 2];
     int n = 0;
-    for (; n < k / 2 && n < SPEC_MAX / 2 && n < s->E; n++) {
+    for (; n < want && n < SPEC_MAX / 2 && n < s->E; n++) {
         int best = -1;
         for (int e = 0; e < s->E; e++)
             if (!in_set(chosen, n, e) && (best < 0 || logits[e] > logits[best])) best = e;
@@ -366,17 +379,22 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
         sj->plan = plan_of(s, next, chosen[c]);
         sj->e = e;
         atomic_store_explicit(&sj->busy, 1, memory_order_relaxed);
-        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] = 1;
+        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] =
+            (uint8_t)(c < 254 ? c + 1 : 255);
         s->c.spec_loads++;
+        s->spec_hi_loads += pk == 0 && c >= k / 2;
         iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
     }
 }
 
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
  * the LRU or, when every slot is pinned, the overflow buffer. */
+/* spec_T > 0: a decode step of spec_T tokens (in: their MoE inputs), whose
+ * guesses at the next layer's experts start once this layer's loads are
+ * queued (spec_next). */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
                          const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
-                         char *err) {
+                         int spec_T, char *err) {
     const e0_layer *ly = &s->m->layers[layer];
     if (s->o.io == E0_IO_MMAP || s->o.io == E0_IO_LOAD) { /* the mapping (or the loaded copy) is the cache */
         if (s->o.layer.warm_willneed)
@@ -394,7 +412,9 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         ent[i] = xcache_acquire(s->xc, layer, exps[i], true, &need);
         uint8_t *pending = &s->spec_pending[(size_t)layer * (size_t)s->E + (size_t)exps[i]];
         if (*pending) { /* a speculative load: still present (a hit), or evicted since */
-            s->c.spec_used += ent[i] && !need;
+            const bool used = ent[i] && !need;
+            s->c.spec_used += used;
+            s->spec_hi_used += used && *pending > k / 2;
             *pending = 0;
         }
         if (ent[i] && need) {
@@ -403,6 +423,15 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             submitted++;
         }
     }
+    if (s->xc) { /* the guesses at this layer that were not routed to were wrong */
+        memset(s->spec_pending + (size_t)layer * (size_t)s->E, 0, (size_t)s->E);
+        if (s->spec_hi_loads >= SPEC_WINDOW) {
+            s->spec_hi = 2 * s->spec_hi_used >= s->spec_hi_loads;
+            s->spec_hi_loads = s->spec_hi_used = 0;
+        }
+    }
+    for (int t = 0; t < spec_T; t++)
+        spec_next(s, layer, in + (size_t)t * s->H, k);
     int rc = 0;
     for (int i = 0; i < n; i++) {
         const xb_plan *p = plan_of(s, layer, exps[i]);
@@ -890,13 +919,16 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     }
 #undef TO_EXACT
     rstart[nrest] = rp;
+    /* in decode, each sequence's guesses at the next layer, while
+     * prefetch_cap allows */
+    const bool spec = decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
+                      lo->prefetch_threads > 0;
     if (nrest)
-        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, err);
-    if (rc) return rc;
-    if (decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
-        lo->prefetch_threads > 0)
-        for (int t = 0; t < T; t++) /* each sequence's guess, while prefetch_cap allows */
+        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, spec ? T : 0, err);
+    else if (spec)
+        for (int t = 0; t < T; t++)
             spec_next(s, layer, x + (size_t)t * s->H, k);
+    if (rc) return rc;
 
     /* remember what each run's last token routed to (their union, in run
      * order: in decode every sequence's token), and stage ahead */
@@ -1068,6 +1100,7 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     s->ld = calloc((size_t)s->E, sizeof *s->ld);
     s->touched = calloc((size_t)s->n_layers * (size_t)s->E, 1);
     s->spec_pending = calloc((size_t)s->n_layers * (size_t)s->E, 1);
+    s->spec_hi = true; /* until a window says otherwise */
     s->npanel = calloc((size_t)s->E, sizeof *s->npanel);
     if (!s->plans || !s->ls || !s->ld || !s->touched || !s->spec_pending || !s->npanel) goto oom;
     s->hot_cap = lo->hot_per_layer > lo->prefill_hot ? lo->hot_per_layer : lo->prefill_hot;

@@ -36,7 +36,8 @@ typedef struct {
     uint64_t overflow_reads; /* bundles read outside the LRU (every slot pinned or cache_slots 0) */
     uint64_t
         spec_loads; /* bundles loaded speculatively for the next layer (counted in bytes_read) */
-    uint64_t spec_used; /* of those, routed to while still in the LRU (counted as LRU hits) */
+    uint64_t spec_used; /* of those, routed to by the next step of their layer, while still in the
+                           LRU (counted as LRU hits) */
     double io_wait_s, compute_s;
 } stream_counters;
 
