@@ -556,7 +556,7 @@ static void test_prefetch_k(void **state) {
         loads[i] = sc.spec_loads;
         printf("  prefetch_k=%d: %llu speculative loads, %llu used\n", ks[i],
                (unsigned long long)sc.spec_loads, (unsigned long long)sc.spec_used);
-        /* guesses are made after each MoE layer but the last, per decode token */
+        /* guesses are made at each MoE layer but the last, per decode token */
         const uint64_t calls = (uint64_t)(q.n - (size_t)q.prompt) * (uint64_t)(info.n_layers - 1);
         if (ks[i]) assert_true(sc.spec_loads <= calls * (uint64_t)ks[i]);
         free(lg);

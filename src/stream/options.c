@@ -28,8 +28,9 @@ static const struct {
     B(asm_cache), B(incr_stack), B(incr_writeback), I(hot_per_layer, 0, 65536),
     I(hot_update_interval, 1, 1 << 20), R(hot_decay, 0, 1), R(pin_bonus, 0, 1e6),
     I(cache_slots, 0, 1 << 24), I(prefetch_cap, 0, 1 << 20), I(load_threads, 1, 256),
-    I(prefetch_threads, 0, 256), I(prefetch_k, 0, 1024), B(full_layer_prefill), I(prefill_full_layers, 0, 1 << 16),
-    I(hot_window, 0, 1 << 16), I(prefill_hot, 0, 65536), B(warm_willneed), I(top_k, 0, 1024),
+    I(prefetch_threads, 0, 256), I(prefetch_k, 0, 1024), B(full_layer_prefill),
+    I(prefill_full_layers, 0, 1 << 16), I(hot_window, 0, 1 << 16), I(prefill_hot, 0, 65536),
+    B(warm_willneed), I(top_k, 0, 1024),
     {"cache_policy", F_POLICY, offsetof(e0_layer_opts, cache_policy), 0, 1},
     R(cache_half_life, 0.01, 1e6),
 #undef B

@@ -111,8 +111,9 @@ struct e0_stream {
         atomic_int busy; /* set by the engine thread, cleared by the job when done */
         iopool_job node;
     } spec[SPEC_MAX];
-    uint8_t *spec_pending; /* [n_layers * E]: loaded speculatively for this layer's next step,
-                              1 + the guess's rank (at most 255); engine thread */
+    uint8_t *spec_pending; /* [n_layers * E]: loaded speculatively for this layer's next step:
+                              SPEC_LO, or SPEC_HI for a guess past the first k/2 that prefetch_k
+                              0 made; engine thread */
     /* prefetch_k 0: whether the guesses past the first k/2 are made, from
      * how many of the last window's were routed to (spec_next) */
     bool spec_hi;
@@ -323,7 +324,7 @@ static void load_job_fn(void *arg) {
  * wrong guess costs one bundle of disk time and an LRU slot, never the
  * result: routing is untouched and the bytes are the same whoever loads
  * them. */
-enum { SPEC_WINDOW = 128, SPEC_PROBE = 8 };
+enum { SPEC_WINDOW = 128, SPEC_PROBE = 8, SPEC_LO = 1, SPEC_HI = 2 };
 
 static void spec_job_fn(void *arg) {
     struct spec_job *j = arg;
@@ -347,7 +348,7 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
     mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
     const int cap = s->o.layer.prefetch_cap < SPEC_MAX ? s->o.layer.prefetch_cap : SPEC_MAX;
     const int pk = s->o.layer.prefetch_k;
-    const int want = pk > 0                                           ? (pk < k ? pk : k)
+    const int want = pk > 0                                            ? (pk < k ? pk : k)
                      : s->spec_hi || s->spec_calls++ % SPEC_PROBE == 0 ? k
                                                                        : k / 2;
     int32_t chosen[SPEC_MAX / 2];
@@ -379,19 +380,19 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
         sj->plan = plan_of(s, next, chosen[c]);
         sj->e = e;
         atomic_store_explicit(&sj->busy, 1, memory_order_relaxed);
-        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] =
-            (uint8_t)(c < 254 ? c + 1 : 255);
+        const bool hi = pk == 0 && c >= k / 2;
+        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] = hi ? SPEC_HI : SPEC_LO;
         s->c.spec_loads++;
-        s->spec_hi_loads += pk == 0 && c >= k / 2;
+        s->spec_hi_loads += hi;
         iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
     }
 }
 
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
- * the LRU or, when every slot is pinned, the overflow buffer. */
-/* spec_T > 0: a decode step of spec_T tokens (in: their MoE inputs), whose
- * guesses at the next layer's experts start once this layer's loads are
- * queued (spec_next). */
+ * the LRU or, when every slot is pinned, the overflow buffer. spec_T > 0: a
+ * decode step of spec_T tokens (in: their MoE inputs), whose guesses at the
+ * next layer's experts start once this layer's loads are queued
+ * (spec_next). */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
                          const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
                          int spec_T, char *err) {
@@ -414,7 +415,7 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         if (*pending) { /* a speculative load: still present (a hit), or evicted since */
             const bool used = ent[i] && !need;
             s->c.spec_used += used;
-            s->spec_hi_used += used && *pending > k / 2;
+            s->spec_hi_used += used && *pending == SPEC_HI;
             *pending = 0;
         }
         if (ent[i] && need) {
@@ -920,14 +921,12 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
 #undef TO_EXACT
     rstart[nrest] = rp;
     /* in decode, each sequence's guesses at the next layer, while
-     * prefetch_cap allows */
+     * prefetch_cap allows (on the exact path every routed expert is in
+     * rest, so exact_experts runs) */
     const bool spec = decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
                       lo->prefetch_threads > 0;
     if (nrest)
         rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, spec ? T : 0, err);
-    else if (spec)
-        for (int t = 0; t < T; t++)
-            spec_next(s, layer, x + (size_t)t * s->H, k);
     if (rc) return rc;
 
     /* remember what each run's last token routed to (their union, in run
