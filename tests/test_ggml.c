@@ -385,66 +385,77 @@ static void test_prep_qk(void **state) {
 /* ---- determinism -------------------------------------------------------------------
  * T = 17 against batches of 1, 2, 3 and 5, row views and one thread. */
 
+/* One type, set and width (determinism below). */
+static void determinism_case(e0_kernels set, uint32_t type, int64_t cols) {
+    const int64_t rows = 37, T = 17;
+    uint8_t *buf;
+    const e0_mat m = make_mat(type, rows, cols, 3, &buf);
+    float *x = malloc((size_t)(T * cols) * sizeof *x);
+    float *y = malloc((size_t)(T * rows) * sizeof *y);
+    float *y2 = malloc((size_t)(T * rows) * sizeof *y2);
+    for (int64_t i = 0; i < T * cols; i++)
+        x[i] = frand();
+    pool_init(2);
+    mat_matmul(&m, x, cols, T, y, rows);
+    /* the k-quants' integer kernels are row kernels below
+     * K_PANEL_MIN_T tokens and panels above: two classes of calls,
+     * each with one arithmetic; ys holds the small class */
+    const int split = int_type(type) && (set == E0_KERNELS_AVX512_Q8 ||
+                                         set == E0_KERNELS_AVX512_Q16 ||
+                                         set == E0_KERNELS_AVX512_MIXED);
+    float *ys = malloc((size_t)(T * rows) * sizeof *ys);
+    for (int64_t t0 = 0; t0 < T; t0 += K_PANEL_MIN_T - 1) {
+        const int64_t n = T - t0 < K_PANEL_MIN_T - 1 ? T - t0 : K_PANEL_MIN_T - 1;
+        mat_matmul(&m, x + t0 * cols, cols, n, ys + t0 * rows, rows);
+    }
+    if (!split) assert_memory_equal(ys, y, (size_t)(T * rows) * sizeof *y);
+    /* mat_matmul_decode: the small class's arithmetic at any T */
+    mat_matmul_decode(&m, x, cols, T, y2, rows);
+    assert_memory_equal(y2, ys, (size_t)(T * rows) * sizeof *y);
+    /* each token alone, and in batches of 2, 3 and 5 */
+    static const int64_t bs[] = {1, 2, 3, 5};
+    for (size_t b = 0; b < 4; b++)
+        for (int64_t t0 = 0; t0 < T; t0 += bs[b]) {
+            const int64_t n = T - t0 < bs[b] ? T - t0 : bs[b];
+            mat_matmul(&m, x + t0 * cols, cols, n, y2 + t0 * rows, rows);
+            const float *want = (n < K_PANEL_MIN_T ? ys : y) + t0 * rows;
+            assert_memory_equal(y2 + t0 * rows, want, (size_t)(n * rows) * sizeof *y);
+        }
+    free(ys);
+    /* row views of odd sizes */
+    for (int64_t r0 = 0; r0 < rows;) {
+        int64_t n = irand(1, 7);
+        if (n > rows - r0) n = rows - r0;
+        const e0_mat v = mat_rows(&m, r0, n);
+        mat_matmul(&v, x, cols, T, y2 + r0, rows);
+        r0 += n;
+    }
+    assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
+    /* one thread */
+    pool_init(1);
+    mat_matmul(&m, x, cols, T, y2, rows);
+    assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
+    free(x);
+    free(y);
+    free(y2);
+    free(buf);
+}
+
 static void test_determinism(void **state) {
     (void)state;
     int ran = 0;
     for (size_t s = 0; s < NSETS; s++) {
         if (mat_set_kernels(SETS[s])) continue;
         for (size_t k = 0; k < NTYPES; k++) {
-            const ggml_type_info *ti = ggml_info(TYPES[k]);
-            /* 21 blocks of 32: Q8_0's row kernels and panels end on a lone block */
-            const int64_t rows = 37, cols = ti->blck == 32 ? 672 : 768, T = 17;
-            uint8_t *buf;
-            const e0_mat m = make_mat(TYPES[k], rows, cols, 3, &buf);
-            float *x = malloc((size_t)(T * cols) * sizeof *x);
-            float *y = malloc((size_t)(T * rows) * sizeof *y);
-            float *y2 = malloc((size_t)(T * rows) * sizeof *y2);
-            for (int64_t i = 0; i < T * cols; i++)
-                x[i] = frand();
-            pool_init(2);
-            mat_matmul(&m, x, cols, T, y, rows);
-            /* the k-quants' integer kernels are row kernels below
-             * K_PANEL_MIN_T tokens and panels above: two classes of calls,
-             * each with one arithmetic; ys holds the small class */
-            const int split = int_type(TYPES[k]) && (SETS[s] == E0_KERNELS_AVX512_Q8 ||
-                                                     SETS[s] == E0_KERNELS_AVX512_Q16 ||
-                                                     SETS[s] == E0_KERNELS_AVX512_MIXED);
-            float *ys = malloc((size_t)(T * rows) * sizeof *ys);
-            for (int64_t t0 = 0; t0 < T; t0 += K_PANEL_MIN_T - 1) {
-                const int64_t n = T - t0 < K_PANEL_MIN_T - 1 ? T - t0 : K_PANEL_MIN_T - 1;
-                mat_matmul(&m, x + t0 * cols, cols, n, ys + t0 * rows, rows);
+            /* 21 blocks of 32: Q8_0's row kernels and panels end on a lone
+             * block; 3 and 5 blocks of 256: the k-quants' decode rows in
+             * 4-row tiles and in single-row ones (QK_SEQ_NB) */
+            if (ggml_info(TYPES[k])->blck == 32) {
+                determinism_case(SETS[s], TYPES[k], 672);
+            } else {
+                determinism_case(SETS[s], TYPES[k], 768);
+                determinism_case(SETS[s], TYPES[k], 1280);
             }
-            if (!split) assert_memory_equal(ys, y, (size_t)(T * rows) * sizeof *y);
-            /* mat_matmul_decode: the small class's arithmetic at any T */
-            mat_matmul_decode(&m, x, cols, T, y2, rows);
-            assert_memory_equal(y2, ys, (size_t)(T * rows) * sizeof *y);
-            /* each token alone, and in batches of 2, 3 and 5 */
-            static const int64_t bs[] = {1, 2, 3, 5};
-            for (size_t b = 0; b < 4; b++)
-                for (int64_t t0 = 0; t0 < T; t0 += bs[b]) {
-                    const int64_t n = T - t0 < bs[b] ? T - t0 : bs[b];
-                    mat_matmul(&m, x + t0 * cols, cols, n, y2 + t0 * rows, rows);
-                    const float *want = (n < K_PANEL_MIN_T ? ys : y) + t0 * rows;
-                    assert_memory_equal(y2 + t0 * rows, want, (size_t)(n * rows) * sizeof *y);
-                }
-            free(ys);
-            /* row views of odd sizes */
-            for (int64_t r0 = 0; r0 < rows;) {
-                int64_t n = irand(1, 7);
-                if (n > rows - r0) n = rows - r0;
-                const e0_mat v = mat_rows(&m, r0, n);
-                mat_matmul(&v, x, cols, T, y2 + r0, rows);
-                r0 += n;
-            }
-            assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
-            /* one thread */
-            pool_init(1);
-            mat_matmul(&m, x, cols, T, y2, rows);
-            assert_memory_equal(y2, y, (size_t)(T * rows) * sizeof *y);
-            free(x);
-            free(y);
-            free(y2);
-            free(buf);
             ran++;
         }
     }

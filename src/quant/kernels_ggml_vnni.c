@@ -391,18 +391,25 @@ typedef void (*qk_tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, floa
         qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
     }
 
+/* Rows of at least this many blocks run one token alone through
+ * single-row tiles: the weights are then read as one sequential stream,
+ * which the hardware prefetchers follow at about twice the rate of a 4-row
+ * tile's four interleaved streams (docs/experiments.md section 53). */
+#define QK_SEQ_NB 4
+
 /* tiles: [TT - 1] the multi-row tile for TT tokens (4 rows for TT = 1, else
  * 2), [4 + TT - 1] its single-row twin. */
 INLV void qk_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
                   const qk_tile_fn tiles[8]) {
+    const bool seq = m->cols >= QK_SEQ_NB * GGML_QK_K;
     for (int64_t rb = r0; rb < r1; rb += QK_RB) {
         const int64_t re = rb + QK_RB < r1 ? rb + QK_RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
             const int64_t left = a->T - t0;
             const int TT = left >= 4 ? 4 : (int)left;
-            const int R = TT == 1 ? 4 : 2;
+            const int R = TT > 1 ? 2 : seq ? 1 : 4;
             int64_t r = rb;
-            for (; r + R <= re; r += R)
+            for (; R > 1 && r + R <= re; r += R)
                 tiles[TT - 1](m, a, r, t0, y, ldy);
             for (; r < re; r++)
                 tiles[4 + TT - 1](m, a, r, t0, y, ldy);
