@@ -388,20 +388,21 @@ typedef void (*qk_tile_fn)(const e0_mat *, const k_act *, int64_t, int64_t, floa
                                         qk_##NAME##_##P##_2x3, qk_##NAME##_##P##_2x4,              \
                                         qk_##NAME##_##P##_1x1, qk_##NAME##_##P##_1x2,              \
                                         qk_##NAME##_##P##_1x3, qk_##NAME##_##P##_1x4};             \
-        qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
+        qk_rows(m, a, r0, r1, y, ldy, t, m->cols >= QK_SEQ_NB * GGML_QK_K);                        \
     }
 
-/* Rows of at least this many blocks run one token alone through
- * single-row tiles: the weights are then read as one sequential stream,
- * which the hardware prefetchers follow at about twice the rate of a 4-row
- * tile's four interleaved streams (docs/experiments.md section 53). */
+/* k-quant rows of at least this many blocks run one token alone through
+ * single-row tiles (qk_rows' seq): the weights are then read as one
+ * sequential stream, which the hardware prefetchers follow at about twice
+ * the rate of a 4-row tile's four interleaved streams (docs/experiments.md
+ * section 53). Not the 32-column types: their vectors hold two rows, so a
+ * single row halves the work per instruction (measured: half the speed). */
 #define QK_SEQ_NB 4
 
 /* tiles: [TT - 1] the multi-row tile for TT tokens (4 rows for TT = 1, else
- * 2), [4 + TT - 1] its single-row twin. */
+ * 2), [4 + TT - 1] its single-row twin; seq: single rows for TT = 1. */
 INLV void qk_rows(const e0_mat *m, const k_act *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
-                  const qk_tile_fn tiles[8]) {
-    const bool seq = m->cols >= QK_SEQ_NB * GGML_QK_K;
+                  const qk_tile_fn tiles[8], const bool seq) {
     for (int64_t rb = r0; rb < r1; rb += QK_RB) {
         const int64_t re = rb + QK_RB < r1 ? rb + QK_RB : r1;
         for (int64_t t0 = 0; t0 < a->T;) {
@@ -604,7 +605,7 @@ INLV void q8r_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int6
             q8r_##NAME##_##P##_4x1, q8r_##NAME##_##P##_2x2, q8r_##NAME##_##P##_2x3,                \
             q8r_##NAME##_##P##_2x4, q8r_##NAME##_##P##_1x1, q8r_##NAME##_##P##_1x2,                \
             q8r_##NAME##_##P##_1x3, q8r_##NAME##_##P##_1x4};                                       \
-        qk_rows(m, a, r0, r1, y, ldy, t);                                                          \
+        qk_rows(m, a, r0, r1, y, ldy, t, false);                                                   \
     }
 
 /* No 24-bit twin for Q8_0, IQ4_NL and Q4_1: at 3 planes these rows run
