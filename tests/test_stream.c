@@ -576,6 +576,61 @@ static void test_prefetch_k(void **state) {
     free(ref);
 }
 
+/* A prefill pass with the LRU holding several layers: the next MoE layer's
+ * experts that its router ranks in any prompt token's top-k load during
+ * this layer (spec_prefill), whole experts run one per thread as their
+ * loads land; the prompt's logits equal those with no guesses at all
+ * (prefetch_cap 0) and the mapping's. A cache of fewer than four layers'
+ * experts makes no prefill guesses. */
+static void test_prefill_spec(void **state) {
+    (void)state;
+    seq q = load_seq("qwen35moe", "mlx");
+    float *ref = baseline("qwen35moe", "mlx", &q);
+    e0_model_info info;
+    const struct {
+        int slots;
+        const char *cap;
+    } runs[] = {{4096, "48"}, {4096, "0"}, {12, "48"}};
+    for (int i = 0; i < 3; i++) {
+        char err[E0_ERR_MAX];
+        e0_engine_opts o;
+        apply(&o, &CONFIGS[0], runs[i].slots, 1); /* exact, 8 load and 4 prefetch threads */
+        if (e0_opts_set(&o, "prefetch_cap", runs[i].cap, err)) fail_msg("%s", err);
+        e0_engine *e = open_with("qwen35moe", "mlx", &o);
+        e0_engine_info(e, &info);
+        const size_t V = (size_t)info.vocab_size;
+        e0_session_opts so;
+        e0_session_opts_default(&so);
+        so.n_ctx = (int32_t)q.n;
+        e0_session *s;
+        if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+        float *lg = malloc((size_t)q.prompt * V * sizeof *lg);
+        assert_non_null(lg);
+        if (e0_session_eval(s, q.ids, (size_t)q.prompt, E0_LOGITS_ALL, lg, err))
+            fail_msg("%s", err);
+        if (memcmp(lg, ref, (size_t)q.prompt * V * sizeof(float)) != 0)
+            fail_msg("slots %d prefetch_cap %s: prompt logits differ from the mapping's",
+                     runs[i].slots, runs[i].cap);
+        stream_counters sc;
+        stream_counters_get(e->stream, &sc);
+        printf("  slots %d prefetch_cap %s: %llu speculative loads in a prefill of %d ids, "
+               "%llu used\n",
+               runs[i].slots, runs[i].cap, (unsigned long long)sc.spec_loads, q.prompt,
+               (unsigned long long)sc.spec_used);
+        if (i == 0) {
+            assert_true(sc.spec_loads > 0);
+            assert_true(sc.spec_used > 0 && sc.spec_used <= sc.spec_loads);
+        } else {
+            assert_true(sc.spec_loads == 0);
+        }
+        free(lg);
+        e0_session_free(s);
+        e0_engine_free(e);
+    }
+    assert_true(4 * info.n_experts > 12); /* the small cache is below four layers' experts */
+    free(ref);
+}
+
 /* Options: presets hold the documented values; bad fields and values fail. */
 static void test_options(void **state) {
     (void)state;
@@ -693,6 +748,7 @@ int main(void) {
         cmocka_unit_test(test_staged_replace),
         cmocka_unit_test(test_direct_reads),
         cmocka_unit_test(test_prefetch_k),
+        cmocka_unit_test(test_prefill_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

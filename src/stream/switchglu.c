@@ -20,7 +20,7 @@
 
 typedef struct e0_stream e0_stream;
 
-enum { SPEC_MAX = 64 }; /* speculative loads in flight, at most */
+enum { SPEC_MAX = 256 }; /* speculative loads in flight, at most */
 /* Reads in flight per whole-layer load, each over its own part of every
  * tensor: the disk gives more to several streams than to one
  * (docs/experiments.md section 12). */
@@ -229,44 +229,77 @@ static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const 
     s->c.bytes_touched += expert_bytes(x);
 }
 
-/* Experts exps[0..n) of a resident layer on the compute pool, one whole
- * expert per thread at a time (its matmuls then run serially in that
- * thread): no synchronisation per matmul, and each thread packs and
- * prefetches whole matrices. Results are those of run_expert (the kernels'
- * arithmetic does not depend on the row split). Each thread has its own
- * gather / gate / up / output buffers in s->tw. Returns false (nothing
- * done) when those cannot be allocated. */
+/* Experts exps[0..n) on the compute pool, one whole expert per thread at a
+ * time (its matmuls then run serially in that thread): no synchronisation
+ * per matmul, and each thread packs and prefetches whole matrices. Results
+ * are those of run_expert (the kernels' arithmetic does not depend on the
+ * row split). Each thread has its own gather / gate / up / output buffers
+ * in s->tw. The experts are those of a resident layer (experts[], indexed
+ * by expert id) or LRU entries (ent[i], waited for by whichever thread
+ * takes expert i, then released; ent[i] NULL: left to the caller). Returns
+ * false (nothing done) when those buffers cannot be allocated. */
+enum { PX_MAX_THREADS = 64 };
+
+/* Expert i's matrices: experts[exps[i]], or views into its LRU entry. */
+static e0_expert px_expert(e0_stream *s, const e0_expert *experts, xentry *const *ent, int layer,
+                           const int32_t *exps, int i) {
+    e0_expert v;
+    if (!ent) return experts[exps[i]];
+    xb_views(plan_of(s, layer, exps[i]), xentry_buf(ent[i]), &v);
+    return v;
+}
+
 typedef struct {
-    const e0_stream *s;
+    e0_stream *s;
     const e0_expert *experts;
+    xentry *const *ent;
+    int layer;
     const int32_t *exps, *start, *pairs;
     const float *in;
     int k;
     float *eo;
     size_t per; /* floats per thread in s->tw */
     int64_t maxT, I;
+    atomic_int rc;         /* ent: the first failed load's (E0_EIO), its message in s->io_err */
+    double wait_s[PX_MAX_THREADS]; /* ent: time waited on loads, per thread */
 } px_job;
 
 static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
-    const px_job *j = ctx;
-    const size_t H = (size_t)j->s->H, T = (size_t)j->maxT, I = (size_t)j->I;
-    float *xs = j->s->tw + (size_t)tid * j->per, *g = xs + T * H, *u = g + T * I, *ys = u + T * I;
-    for (int64_t i = i0; i < i1; i++)
-        expert_compute(&j->experts[j->exps[i]], j->s->H, j->in, j->pairs + j->start[i],
-                       j->start[i + 1] - j->start[i], j->k, j->s->npanel[j->exps[i]], j->eo, xs, g,
-                       u, ys);
+    px_job *j = ctx;
+    e0_stream *s = j->s;
+    const size_t H = (size_t)s->H, T = (size_t)j->maxT, I = (size_t)j->I;
+    float *xs = s->tw + (size_t)tid * j->per, *g = xs + T * H, *u = g + T * I, *ys = u + T * I;
+    for (int64_t i = i0; i < i1; i++) {
+        if (j->ent && !j->ent[i]) continue;
+        if (j->ent) {
+            const double t0 = now_s();
+            const int bad = xcache_wait(s->xc, j->ent[i]);
+            if (tid < PX_MAX_THREADS) j->wait_s[tid] += now_s() - t0;
+            if (bad || atomic_load(&j->rc)) {
+                if (bad) atomic_store(&j->rc, E0_EIO);
+                xcache_release(s->xc, j->ent[i]);
+                continue;
+            }
+        }
+        const e0_expert v = px_expert(s, j->experts, j->ent, j->layer, j->exps, (int)i);
+        expert_compute(&v, s->H, j->in, j->pairs + j->start[i], j->start[i + 1] - j->start[i],
+                       j->k, s->npanel[j->exps[i]], j->eo, xs, g, u, ys);
+        if (j->ent) xcache_release(s->xc, j->ent[i]);
+    }
 }
 
-static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
-                             const int32_t *start, int n, const int32_t *pairs, const float *in,
-                             int k, float *eo) {
+static bool parallel_experts(e0_stream *s, const e0_expert *experts, xentry *const *ent,
+                             int layer, const int32_t *exps, const int32_t *start, int n,
+                             const int32_t *pairs, const float *in, int k, float *eo, int *rc) {
     const int nt = pool_threads();
-    if (n < 2 || nt < 2) return false;
+    if (n < 2 || nt < 2 || nt > PX_MAX_THREADS) return false;
     int64_t maxT = 0, I = 0;
     for (int i = 0; i < n; i++) {
         const int64_t t = start[i + 1] - start[i];
+        if (ent && !ent[i]) continue;
         maxT = t > maxT ? t : maxT;
-        I = experts[exps[i]].gate.rows > I ? experts[exps[i]].gate.rows : I;
+        const e0_expert x = px_expert(s, experts, ent, layer, exps, i);
+        I = x.gate.rows > I ? x.gate.rows : I;
     }
     const size_t per = (size_t)maxT * (2 * (size_t)s->H + 2 * (size_t)I);
     if (per * (size_t)nt > s->tw_cap) {
@@ -276,12 +309,23 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
         s->tw_cap = per * (size_t)nt;
     }
     const double t0 = now_s();
-    px_job j = {s, experts, exps, start, pairs, in, k, eo, per, maxT, I};
+    px_job j = {.s = s, .experts = experts, .ent = ent, .layer = layer, .exps = exps,
+                .start = start, .pairs = pairs, .in = in, .k = k, .eo = eo, .per = per,
+                .maxT = maxT, .I = I};
+    atomic_init(&j.rc, 0);
     pool_for_each(n, px_fn, &j);
-    s->c.compute_s += now_s() - t0;
-    s->c.expert_calls += (uint64_t)n;
+    double wait = 0.0; /* the threads wait side by side: their mean is the pass's */
+    for (int t = 0; t < nt; t++)
+        wait += j.wait_s[t] / nt;
+    s->c.io_wait_s += wait;
+    s->c.compute_s += now_s() - t0 - wait;
     for (int i = 0; i < n; i++)
-        s->c.bytes_touched += expert_bytes(&experts[exps[i]]);
+        if (!ent || ent[i]) {
+            const e0_expert x = px_expert(s, experts, ent, layer, exps, i);
+            s->c.expert_calls++;
+            s->c.bytes_touched += expert_bytes(&x);
+        }
+    *rc = atomic_load(&j.rc);
     return true;
 }
 
@@ -291,7 +335,8 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, const int32
 static void resident_experts(e0_stream *s, const e0_expert *experts, const int32_t *exps,
                              const int32_t *start, int n, const int32_t *pairs, const float *in,
                              int k, float *eo, e0_scratch *ws) {
-    if (parallel_experts(s, experts, exps, start, n, pairs, in, k, eo)) return;
+    int rc;
+    if (parallel_experts(s, experts, NULL, -1, exps, start, n, pairs, in, k, eo, &rc)) return;
     for (int i = 0; i < n; i++)
         run_expert(s, &experts[exps[i]], in, pairs + start[i], start[i + 1] - start[i], k,
                    s->npanel[exps[i]], eo, ws);
@@ -336,12 +381,47 @@ static void spec_job_fn(void *arg) {
     atomic_store_explicit(&j->busy, 0, memory_order_release);
 }
 
+/* The next MoE layer after `layer`, or -1. */
+static int next_moe(const e0_stream *s, int layer) {
+    for (int l = layer + 1; l < s->n_layers; l++)
+        if (s->m->layers[l].moe) return l;
+    return -1;
+}
+
+/* Starts loading expert e of `next` into the LRU on the prefetch pool
+ * unless it is there or loading, with at most `cap` speculative loads in
+ * flight; false when that cap or a cache with every slot pinned stops it. */
+static bool spec_load(e0_stream *s, int next, int32_t e, int cap, uint8_t mark) {
+    int busy = 0, j = -1; /* jobs in flight, and a free one */
+    for (int i = 0; i < SPEC_MAX; i++) {
+        if (atomic_load_explicit(&s->spec[i].busy, memory_order_acquire))
+            busy++;
+        else if (j < 0)
+            j = i;
+    }
+    if (busy >= cap || j < 0) return false;
+    bool need;
+    xentry *x = xcache_acquire(s->xc, next, e, false, &need);
+    if (!x) return false; /* every slot pinned */
+    if (!need) {          /* present or loading already */
+        xcache_release(s->xc, x);
+        return true;
+    }
+    struct spec_job *sj = &s->spec[j];
+    sj->s = s;
+    sj->plan = plan_of(s, next, e);
+    sj->e = x;
+    atomic_store_explicit(&sj->busy, 1, memory_order_relaxed);
+    s->spec_pending[(size_t)next * (size_t)s->E + (size_t)e] = mark;
+    s->c.spec_loads++;
+    iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
+    return true;
+}
+
 /* Starts loading the experts the next MoE layer's router ranks first on x
  * ([H], a token's MoE input of `layer`), at most prefetch_cap in flight. */
 static void spec_next(e0_stream *s, int layer, const float *x, int k) {
-    int next = -1;
-    for (int l = layer + 1; l < s->n_layers && next < 0; l++)
-        if (s->m->layers[l].moe) next = l;
+    const int next = next_moe(s, layer);
     const e0_mat *r = next >= 0 ? &s->m->layers[next].router : NULL;
     if (!r || r->rows > 4096) return;
     float logits[4096];
@@ -360,42 +440,67 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
         chosen[n] = best;
     }
     for (int c = 0; c < n; c++) {
-        int busy = 0, j = -1; /* jobs in flight, and a free one */
-        for (int i = 0; i < SPEC_MAX; i++) {
-            if (atomic_load_explicit(&s->spec[i].busy, memory_order_acquire))
-                busy++;
-            else if (j < 0)
-                j = i;
-        }
-        if (busy >= cap || j < 0) return;
-        bool need;
-        xentry *e = xcache_acquire(s->xc, next, chosen[c], false, &need);
-        if (!e) return; /* every slot pinned */
-        if (!need) {    /* present or loading already */
-            xcache_release(s->xc, e);
-            continue;
-        }
-        struct spec_job *sj = &s->spec[j];
-        sj->s = s;
-        sj->plan = plan_of(s, next, chosen[c]);
-        sj->e = e;
-        atomic_store_explicit(&sj->busy, 1, memory_order_relaxed);
         const bool hi = pk == 0 && c >= k / 2;
-        s->spec_pending[(size_t)next * (size_t)s->E + (size_t)chosen[c]] = hi ? SPEC_HI : SPEC_LO;
-        s->c.spec_loads++;
-        s->spec_hi_loads += hi;
-        iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
+        const uint64_t before = s->c.spec_loads;
+        if (!spec_load(s, next, chosen[c], cap, hi ? SPEC_HI : SPEC_LO)) return;
+        s->spec_hi_loads += hi && s->c.spec_loads != before;
     }
 }
 
+/* A prefill pass: the experts of the next MoE layer that its router ranks
+ * in the top k of any of the pass's T tokens (x: their MoE inputs of
+ * `layer`), most tokens first, start loading as soon as this layer's own
+ * loads are queued. A pass of a few hundred ids routes to nearly every
+ * expert of every layer, so without these the disk would wait on the dense
+ * part of each layer and each layer's first experts on a queue of only
+ * load_threads reads (docs/experiments.md section 54). Only while the LRU
+ * holds four layers' experts: a guess evicted before its layer runs is a
+ * read wasted. */
+static void spec_prefill(e0_stream *s, int layer, const float *x, int T, int k) {
+    const int next = next_moe(s, layer);
+    const e0_mat *r = next >= 0 ? &s->m->layers[next].router : NULL;
+    if (!r || r->rows > 4096 || r->rows != s->E || k <= 0 || k > s->E ||
+        xcache_limit(s->xc) < 4 * s->E)
+        return;
+    float *lg = malloc((size_t)T * (size_t)s->E * sizeof *lg);
+    if (!lg) return; /* a guess only */
+    mat_matmul_f32(r, x, s->H, T, lg, s->E); /* as routing itself: f32 */
+    int32_t cnt[4096] = {0}, order[4096];
+    for (int t = 0; t < T; t++) {
+        float *l = lg + (size_t)t * (size_t)s->E;
+        for (int c = 0; c < k; c++) { /* the top k, each marked -inf once taken */
+            int best = 0;
+            for (int e = 1; e < s->E; e++)
+                if (l[e] > l[best]) best = e;
+            cnt[best]++;
+            l[best] = -INFINITY;
+        }
+    }
+    free(lg);
+    int n = 0;
+    for (int e = 0; e < s->E; e++)
+        if (cnt[e]) order[n++] = e;
+    for (int i = 1; i < n; i++) { /* most tokens first (insertion sort: n <= E) */
+        const int32_t v = order[i];
+        int j = i;
+        for (; j > 0 && cnt[order[j - 1]] < cnt[v]; j--)
+            order[j] = order[j - 1];
+        order[j] = v;
+    }
+    for (int i = 0; i < n; i++)
+        if (!spec_load(s, next, order[i], SPEC_MAX, SPEC_LO)) return;
+}
+
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
- * the LRU or, when every slot is pinned, the overflow buffer. spec_T > 0: a
- * decode step of spec_T tokens (in: their MoE inputs), whose guesses at the
- * next layer's experts start once this layer's loads are queued
- * (spec_next). */
+ * the LRU or, when every slot is pinned, the overflow buffer, for a pass
+ * of T tokens (in: their MoE inputs). spec: guesses at the next layer's
+ * experts start loading once this layer's loads are queued, each token's
+ * in decode (spec_next), their union in prefill (spec_prefill). In prefill
+ * the experts run one whole expert per thread as their loads complete
+ * (parallel_experts), in decode each split by rows, in order. */
 static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int32_t *start, int n,
                          const int32_t *pairs, const float *in, int k, float *eo, e0_scratch *ws,
-                         int spec_T, char *err) {
+                         int T, bool decode, bool spec, char *err) {
     const e0_layer *ly = &s->m->layers[layer];
     if (s->o.io == E0_IO_MMAP || s->o.io == E0_IO_LOAD) { /* the mapping (or the loaded copy) is the cache */
         if (s->o.layer.warm_willneed)
@@ -431,10 +536,20 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             s->spec_hi_loads = s->spec_hi_used = 0;
         }
     }
-    for (int t = 0; t < spec_T; t++)
-        spec_next(s, layer, in + (size_t)t * s->H, k);
+    if (spec && decode)
+        for (int t = 0; t < T; t++)
+            spec_next(s, layer, in + (size_t)t * s->H, k);
+    if (spec && !decode) spec_prefill(s, layer, in, T, k);
     int rc = 0;
+    const bool par = !decode && s->xc &&
+                     parallel_experts(s, NULL, ent, layer, exps, start, n, pairs, in, k, eo, &rc);
+    if (rc) {
+        pthread_mutex_lock(&s->err_mu);
+        rc = e0_fail(err, E0_EIO, "layer %d: %s", layer, s->io_err);
+        pthread_mutex_unlock(&s->err_mu);
+    }
     for (int i = 0; i < n; i++) {
+        if (par && ent[i]) continue; /* computed and released there */
         const xb_plan *p = plan_of(s, layer, exps[i]);
         e0_expert v;
         double t0 = now_s();
@@ -923,10 +1038,11 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     /* in decode, each sequence's guesses at the next layer, while
      * prefetch_cap allows (on the exact path every routed expert is in
      * rest, so exact_experts runs) */
-    const bool spec = decode && path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
+    const bool spec = path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
                       lo->prefetch_threads > 0;
     if (nrest)
-        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, spec ? T : 0, err);
+        rc = exact_experts(s, layer, rest, rstart, nrest, rpairs, x, k, eo, ws, T, decode, spec,
+                           err);
     if (rc) return rc;
 
     /* remember what each run's last token routed to (their union, in run
