@@ -144,6 +144,19 @@ static bool in_set(const int32_t *set, int n, int32_t e) {
     return false;
 }
 
+/* out[0..n): the n experts (n <= E <= 4096) with the largest logits, best
+ * first, the lower id among equals. */
+static void best_of(const float *logits, int E, int n, int32_t *out) {
+    bool taken[4096] = {false};
+    for (int c = 0; c < n; c++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
+        taken[best] = true;
+        out[c] = best;
+    }
+}
+
 static void note_io_error(e0_stream *s, const char *msg) {
     pthread_mutex_lock(&s->err_mu);
     if (!s->io_err[0]) snprintf(s->io_err, sizeof s->io_err, "%s", msg);
@@ -238,8 +251,6 @@ static void run_expert(e0_stream *s, const e0_expert *x, const float *in, const 
  * by expert id) or LRU entries (ent[i], waited for by whichever thread
  * takes expert i, then released; ent[i] NULL: left to the caller). Returns
  * false (nothing done) when those buffers cannot be allocated. */
-enum { PX_MAX_THREADS = 64 };
-
 /* Expert i's matrices: experts[exps[i]], or views into its LRU entry. */
 static e0_expert px_expert(e0_stream *s, const e0_expert *experts, xentry *const *ent, int layer,
                            const int32_t *exps, int i) {
@@ -260,8 +271,8 @@ typedef struct {
     float *eo;
     size_t per; /* floats per thread in s->tw */
     int64_t maxT, I;
-    atomic_int rc;         /* ent: the first failed load's (E0_EIO), its message in s->io_err */
-    double wait_s[PX_MAX_THREADS]; /* ent: time waited on loads, per thread */
+    atomic_int rc;          /* ent: the first failed load's (E0_EIO), its message in s->io_err */
+    atomic_llong wait_ns;   /* ent: time waited on loads, all threads */
 } px_job;
 
 static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
@@ -274,7 +285,7 @@ static void px_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
         if (j->ent) {
             const double t0 = now_s();
             const int bad = xcache_wait(s->xc, j->ent[i]);
-            if (tid < PX_MAX_THREADS) j->wait_s[tid] += now_s() - t0;
+            atomic_fetch_add(&j->wait_ns, (long long)((now_s() - t0) * 1e9));
             if (bad || atomic_load(&j->rc)) {
                 if (bad) atomic_store(&j->rc, E0_EIO);
                 xcache_release(s->xc, j->ent[i]);
@@ -292,14 +303,17 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, xentry *con
                              int layer, const int32_t *exps, const int32_t *start, int n,
                              const int32_t *pairs, const float *in, int k, float *eo, int *rc) {
     const int nt = pool_threads();
-    if (n < 2 || nt < 2 || nt > PX_MAX_THREADS) return false;
-    int64_t maxT = 0, I = 0;
+    if (n < 2 || nt < 2) return false;
+    int64_t maxT = 0, I = 0, calls = 0;
+    uint64_t bytes = 0;
     for (int i = 0; i < n; i++) {
         const int64_t t = start[i + 1] - start[i];
         if (ent && !ent[i]) continue;
         maxT = t > maxT ? t : maxT;
         const e0_expert x = px_expert(s, experts, ent, layer, exps, i);
         I = x.gate.rows > I ? x.gate.rows : I;
+        calls++;
+        bytes += expert_bytes(&x);
     }
     const size_t per = (size_t)maxT * (2 * (size_t)s->H + 2 * (size_t)I);
     if (per * (size_t)nt > s->tw_cap) {
@@ -313,18 +327,14 @@ static bool parallel_experts(e0_stream *s, const e0_expert *experts, xentry *con
                 .start = start, .pairs = pairs, .in = in, .k = k, .eo = eo, .per = per,
                 .maxT = maxT, .I = I};
     atomic_init(&j.rc, 0);
+    atomic_init(&j.wait_ns, 0);
     pool_for_each(n, px_fn, &j);
-    double wait = 0.0; /* the threads wait side by side: their mean is the pass's */
-    for (int t = 0; t < nt; t++)
-        wait += j.wait_s[t] / nt;
+    /* the threads wait side by side: their mean is the pass's */
+    const double wait = (double)atomic_load(&j.wait_ns) * 1e-9 / nt;
     s->c.io_wait_s += wait;
     s->c.compute_s += now_s() - t0 - wait;
-    for (int i = 0; i < n; i++)
-        if (!ent || ent[i]) {
-            const e0_expert x = px_expert(s, experts, ent, layer, exps, i);
-            s->c.expert_calls++;
-            s->c.bytes_touched += expert_bytes(&x);
-        }
+    s->c.expert_calls += (uint64_t)calls;
+    s->c.bytes_touched += bytes;
     *rc = atomic_load(&j.rc);
     return true;
 }
@@ -390,8 +400,9 @@ static int next_moe(const e0_stream *s, int layer) {
 
 /* Starts loading expert e of `next` into the LRU on the prefetch pool
  * unless it is there or loading, with at most `cap` speculative loads in
- * flight; false when that cap or a cache with every slot pinned stops it. */
-static bool spec_load(e0_stream *s, int next, int32_t e, int cap, uint8_t mark) {
+ * flight: 1 started, 0 there or loading already, -1 stopped by that cap or
+ * by a cache with every slot pinned. */
+static int spec_load(e0_stream *s, int next, int32_t e, int cap, uint8_t mark) {
     int busy = 0, j = -1; /* jobs in flight, and a free one */
     for (int i = 0; i < SPEC_MAX; i++) {
         if (atomic_load_explicit(&s->spec[i].busy, memory_order_acquire))
@@ -399,13 +410,13 @@ static bool spec_load(e0_stream *s, int next, int32_t e, int cap, uint8_t mark) 
         else if (j < 0)
             j = i;
     }
-    if (busy >= cap || j < 0) return false;
+    if (busy >= cap || j < 0) return -1;
     bool need;
     xentry *x = xcache_acquire(s->xc, next, e, false, &need);
-    if (!x) return false; /* every slot pinned */
-    if (!need) {          /* present or loading already */
+    if (!x) return -1; /* every slot pinned */
+    if (!need) {       /* present or loading already */
         xcache_release(s->xc, x);
-        return true;
+        return 0;
     }
     struct spec_job *sj = &s->spec[j];
     sj->s = s;
@@ -415,7 +426,7 @@ static bool spec_load(e0_stream *s, int next, int32_t e, int cap, uint8_t mark) 
     s->spec_pending[(size_t)next * (size_t)s->E + (size_t)e] = mark;
     s->c.spec_loads++;
     iopool_submit(s->pre, &sj->node, spec_job_fn, sj);
-    return true;
+    return 1;
 }
 
 /* Starts loading the experts the next MoE layer's router ranks first on x
@@ -432,18 +443,14 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
                      : s->spec_hi || s->spec_calls++ % SPEC_PROBE == 0 ? k
                                                                        : k / 2;
     int32_t chosen[SPEC_MAX / 2];
-    int n = 0;
-    for (; n < want && n < SPEC_MAX / 2 && n < s->E; n++) {
-        int best = -1;
-        for (int e = 0; e < s->E; e++)
-            if (!in_set(chosen, n, e) && (best < 0 || logits[e] > logits[best])) best = e;
-        chosen[n] = best;
-    }
+    int n = want < s->E ? want : s->E;
+    if (n > SPEC_MAX / 2) n = SPEC_MAX / 2;
+    best_of(logits, s->E, n, chosen);
     for (int c = 0; c < n; c++) {
         const bool hi = pk == 0 && c >= k / 2;
-        const uint64_t before = s->c.spec_loads;
-        if (!spec_load(s, next, chosen[c], cap, hi ? SPEC_HI : SPEC_LO)) return;
-        s->spec_hi_loads += hi && s->c.spec_loads != before;
+        const int started = spec_load(s, next, chosen[c], cap, hi ? SPEC_HI : SPEC_LO);
+        if (started < 0) return;
+        s->spec_hi_loads += hi && started;
     }
 }
 
@@ -465,16 +472,11 @@ static void spec_prefill(e0_stream *s, int layer, const float *x, int T, int k) 
     float *lg = malloc((size_t)T * (size_t)s->E * sizeof *lg);
     if (!lg) return; /* a guess only */
     mat_matmul_f32(r, x, s->H, T, lg, s->E); /* as routing itself: f32 */
-    int32_t cnt[4096] = {0}, order[4096];
+    int32_t cnt[4096] = {0}, top[4096], order[4096];
     for (int t = 0; t < T; t++) {
-        float *l = lg + (size_t)t * (size_t)s->E;
-        for (int c = 0; c < k; c++) { /* the top k, each marked -inf once taken */
-            int best = 0;
-            for (int e = 1; e < s->E; e++)
-                if (l[e] > l[best]) best = e;
-            cnt[best]++;
-            l[best] = -INFINITY;
-        }
+        best_of(lg + (size_t)t * (size_t)s->E, s->E, k, top);
+        for (int c = 0; c < k; c++)
+            cnt[top[c]]++;
     }
     free(lg);
     int n = 0;
@@ -488,7 +490,7 @@ static void spec_prefill(e0_stream *s, int layer, const float *x, int T, int k) 
         order[j] = v;
     }
     for (int i = 0; i < n; i++)
-        if (!spec_load(s, next, order[i], SPEC_MAX, SPEC_LO)) return;
+        if (spec_load(s, next, order[i], SPEC_MAX, SPEC_LO) < 0) return;
 }
 
 /* Experts exps[0..n) (pair lists at pairs + start[i] .. start[i+1]) through
@@ -673,13 +675,8 @@ static void predict(e0_stream *s, int layer, const float *x) {
         const e0_mat *r = &s->m->layers[layer].router;
         if (r->rows <= 4096) {
             mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
-            while (L->npred < n && L->npred < s->E) {
-                int best = -1;
-                for (int e = 0; e < s->E; e++)
-                    if (!in_set(L->pred, L->npred, e) && (best < 0 || logits[e] > logits[best]))
-                        best = e;
-                L->pred[L->npred++] = best;
-            }
+            L->npred = n < s->E ? n : s->E;
+            best_of(logits, s->E, L->npred, L->pred);
         }
     }
     for (int i = 0; i < L->nprev && L->npred < n; i++)
@@ -1035,9 +1032,9 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     }
 #undef TO_EXACT
     rstart[nrest] = rp;
-    /* in decode, each sequence's guesses at the next layer, while
-     * prefetch_cap allows (on the exact path every routed expert is in
-     * rest, so exact_experts runs) */
+    /* guesses at the next layer's experts (decode: each sequence's; prefill:
+     * the pass's union), while prefetch_cap allows (on the exact path every
+     * routed expert is in rest, so exact_experts runs) */
     const bool spec = path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
                       lo->prefetch_threads > 0;
     if (nrest)
