@@ -19,7 +19,8 @@
  * E0_BENCH_GGML=ab: one thread, A/B rounds (E0_BENCH_ROUNDS, default 5)
  * of avx512 (f32 activations) then avx512-mixed on E0_BENCH_TYPES (a comma
  * list of Q8_0, Q5_K, Q4_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1;
- * default "Q8_0,Q5_K"), T = 1 and 64, shapes up [512 x 2048] and down [2048 x 512]
+ * default "Q8_0,Q5_K"), T = 1 and 64 (E0_BENCH_TS: a comma list of up to 8
+ * token counts of 1..64 instead), shapes up [512 x 2048] and down [2048 x 512]
  * cold (~256 MiB of experts) and hot, and [2048 x 4096] (cycling over ~256
  * MiB); one line per cell and round, then the medians and their ratio.
  * E0_BENCH_B=SET: B is that set (a --kernels name) instead. */
@@ -133,13 +134,20 @@ static gset gset_new(uint32_t type, int64_t rows, int64_t cols, int64_t n) {
     return g;
 }
 
+/* E0_BENCH_ROWS=1: the ggml cells call mat_matmul_decode (the row kernels
+ * at every T) instead of mat_matmul (panels from K_PANEL_MIN_T tokens). */
+static bool g_rows;
+
 static double run_g(const gset *g, bool cycle, int64_t T, double secs, const float *x, float *y) {
     double t0 = now_s(), t;
     int64_t calls = 0;
     do {
         const e0_mat m = {.type = E0_W_GGML, .gtype = g->type, .rows = g->rows, .cols = g->cols,
                           .w = g->w + (size_t)(cycle ? calls % g->n : 0) * g->bytes};
-        mat_matmul(&m, x, g->cols, T, y, g->rows);
+        if (g_rows)
+            mat_matmul_decode(&m, x, g->cols, T, y, g->rows);
+        else
+            mat_matmul(&m, x, g->cols, T, y, g->rows);
         calls++;
         t = now_s() - t0;
     } while (t < secs);
@@ -224,7 +232,17 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
                         {"down cold", 2048, 512, true},  {"down hot", 2048, 512, false},
                         {"2048x4096", 2048, 4096, true}};
     enum { NS = sizeof shapes / sizeof *shapes };
-    const int64_t Ts[2] = {1, 64};
+    int64_t Ts[8] = {1, 64};
+    int nts = 2;
+    const char *tsl = getenv("E0_BENCH_TS"); /* e.g. "1,2,3" */
+    if (tsl && *tsl) {
+        nts = 0;
+        for (const char *p = tsl; *p && nts < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+            const long t = atol(p);
+            if (t >= 1 && t <= 64) Ts[nts++] = t;
+        }
+        if (!nts) Ts[nts++] = 1;
+    }
     pool_init(1);
     printf("GB/s of ggml weights, 1 thread, %.2f s per cell, %d rounds: avx512 (A) / "
            "%s (B)\n",
@@ -241,10 +259,10 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
                     : 1;
             g[si] = gset_new(all[k], shapes[si].rows, shapes[si].cols, n < 2 ? 2 : n);
         }
-        double v[NS][2][2][64];
+        double v[NS][8][2][64];
         for (int r = 0; r < rounds; r++)
             for (int si = 0; si < NS; si++)
-                for (int ti = 0; ti < 2; ti++)
+                for (int ti = 0; ti < nts; ti++)
                     for (int a = 0; a < 2; a++) {
                         mat_set_kernels(sets[a]);
                         v[si][ti][a][r] = run_g(&g[si], shapes[si].cycle, Ts[ti], secs, x, y);
@@ -255,7 +273,7 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
         printf("%-5s %-10s %-4s %10s %10s %7s\n", "type", "shape", "T", "A median", "B median",
                "B/A");
         for (int si = 0; si < NS; si++)
-            for (int ti = 0; ti < 2; ti++) {
+            for (int ti = 0; ti < nts; ti++) {
                 const double ma = median(v[si][ti][0], rounds), mb = median(v[si][ti][1], rounds);
                 printf("%-5s %-10s %-4lld %10.2f %10.2f %7.2f\n", tn, shapes[si].name,
                        (long long)Ts[ti], ma, mb, mb / ma);
@@ -269,6 +287,7 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
 int main(int argc, char **argv) {
     const double secs = argc > 1 ? atof(argv[1]) : 1.0;
     const char *gg = getenv("E0_BENCH_GGML");
+    g_rows = getenv("E0_BENCH_ROWS") && atoi(getenv("E0_BENCH_ROWS")) == 1;
     if (gg && !strcmp(gg, "ab")) {
         float *x = malloc((size_t)64 * 4096 * sizeof *x), *y = malloc((size_t)64 * 4096 * sizeof *y);
         for (int i = 0; i < 64 * 4096; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;

@@ -82,7 +82,8 @@ enum {
     K_NEED_XK = 256,
     K_NEED_XK2 = 512,
     K_NEED_XK3 = 1024,
-    K_NEED_XK32 = 2048 /* with XK*: blocks of 32 columns, not 256 */
+    K_NEED_XK32 = 2048, /* with XK*: blocks of 32 columns, not 256 */
+    K_NEED_XK45 = 4096  /* with XK*: each plane in the Q4_K / Q5_K rows' order (k_order_qk45) */
 };
 
 /* Calls with at least this many tokens use the int8 panel kernels (one
@@ -169,6 +170,10 @@ void k_avx512_prep_qg(const float *x, int64_t cols, int group, int planes, int8_
  * n over columns c .. c + 15, c a multiple of 16). */
 void k_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
                float *xks);
+/* k_prep_qk's planes (blocks of 256) reordered in place for the Q4_K /
+ * Q5_K row kernels (kernels_ggml_vnni.c): in each 256-byte plane, the 8
+ * bytes at 64j + 8q come from 64q + 8j (q < 4) or 64(q - 4) + 32 + 8j. */
+void k_order_qk45(int8_t *xk, int64_t cols, int planes);
 /* The same, vectorized (AVX-512 VNNI), bit-identical. */
 void k_avx512_prep_qk(const float *x, int64_t cols, int blk, int planes, int8_t *xk, float *xkd,
                       float *xks);

@@ -10,34 +10,52 @@
  * one activation scale meets one weight block: d = amax / 127,
  * n = rint(x * (1 / d) * 256^(P-1)) as P = 1..3 signed base-256 digits
  * q1 q2 q3 (~8, 16 or 24 bits; x ~ dl n with dl = d / 256^(P-1)), each
- * plane in natural column order; per 16 columns the sum of the quantized
- * x, xks = dl * (sum n).
+ * plane in natural column order (Q4_K / Q5_K: reordered, below); per 16
+ * columns the sum of the quantized x, xks = dl * (sum n).
  *
  * Weights are used as their unsigned codes u (Q4_K 0..15; Q5_K 0..31, the
  * nibble plus 16 for its bit of qh; Q6_K 0..63, its -32 offset left out),
- * 64 columns per vector in natural order, and the sub-block scales as int16
- * (Q4_K / Q5_K 6-bit sc per 32 columns, Q6_K int8 per 16). vpmaddubsw
- * forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no saturation);
- * vpdpwssd multiplies that by the pair's sub-block scale and adds pairs
- * into int32 lanes. The mins (Q4_K / Q5_K: dmin m_s) and the offset (Q6_K:
- * 32 d sc_s) meet the sums of the quantized x per 16 columns, in float,
- * once per super-block.
+ * 64 columns per vector. The mins (Q4_K / Q5_K: dmin m_s) and the offset
+ * (Q6_K: 32 d sc_s) meet the sums of the quantized x per 16 columns, in
+ * float, once per super-block.
  *
- * Summation order, per (row, token), super-blocks b in order, tot = 0:
+ * Q4_K / Q5_K: vpdpbusd adds u_c q_c over 4 columns into each int32 lane,
+ * and the vectors take their columns so that every lane keeps one
+ * sub-block through the block: vector j holds, in its 8-byte groups g = 0..3,
+ * columns 64g + 8j .. + 7 (sub-block 2g) and in g = 4..7 columns 64(g - 4)
+ * + 32 + 8j .. + 7 (sub-block 2(g - 4) + 1), which are the low and high
+ * nibbles of 8 bytes of qs each (qk_codes45); the activations are stored
+ * in the same order (K_NEED_XK45, k_order_qk45). So the sub-block scales
+ * wait for the end of the block, one float multiply per lane, and the
+ * planes are summed in int32:
+ *   I_p = vpdpbusd chain over the vectors of a half h (plane p; Q4_K one
+ *         half, j = 0..3; Q5_K two, j = 0, 1 and 2, 3)
+ *   C_h = I_1 256^(P-1) + ... + I_P            (int32, shifts and adds)
+ *   f   = float(C_0) (+ float(C_1), Q5_K), times the lane's sc_s
+ * C_h is sum u n over its lane's 16 (Q5_K: 8) columns, n the activation's
+ * integer: |C_h| <= 16 x 15 x 127 x 65536 (Q5_K: 8 x 31 x ..) < 2^31, so
+ * it is exact (the shifts may wrap on the way; the sum fits); float(C_h)
+ * rounds to 24 bits, the one rounding these steps add.
+ *
+ * Q6_K: vpmaddubsw forms u_c q_c + u_{c+1} q_{c+1} (|.| <= 2 * 63 * 128, no
+ * saturation) in natural column order; vpdpwssd multiplies that by the
+ * pair's sub-block scale (int16) and adds pairs into int32 lanes:
  *   I_p = vpdpwssd chain over the block's vectors j = 0..3 (from 0), plane p
  *   f   = float(I_1)                           (P = 1)
  *       = fma(float(I_1), 256, float(I_2))     (P = 2)
  *       = fma(float(I_1), 65536, fma(float(I_2), 256, float(I_3)))  (P = 3)
+ * Every int32 lane sum is exact and below 2^24 (4 vectors x 2 pairs x
+ * 16128 x 128 = 16.5M), so float(I_p) is exact too.
+ *
+ * Then, per (row, token), super-blocks b in order, tot = 0:
  *   tot = fma(f, d_b * dl_b, tot)              (d_b: the block's f16 d)
  *   tot = fnmadd(m_b, xks_b, tot)              (m_b per 16 columns: Q4_K /
  *                                              Q5_K dmin m_s, Q6_K 32 d sc_s)
  *   y = reduce_add(tot)
- * Every int32 lane sum is exact and below 2^24 (Q6_K: 4 vectors x 2 pairs x
- * 16128 x 128 = 16.5M; Q5_K: 4 x 2 x 2 x 31 x 128 x 63 = 4.0M), so
- * float(I_p) is exact too: the only roundings after the activations' are
- * those of the float steps above. A tile of R rows x TT tokens shares
- * weight decoding and activation loads; the order above is the same in
- * every tile, for every T and thread split.
+ * The only roundings after the activations' are those of the float steps
+ * above. A tile of R rows x TT tokens shares weight decoding and activation
+ * loads; the order above is the same in every tile, for every T and thread
+ * split.
  *
  * IQ4_XS rows are Q4_K's super-block, one scale per 32 columns (sc_s = ls_s
  * - 32, -32..31), codes through ggml_iq4nl_values: u = k[q] + 128 (1..241,
@@ -96,6 +114,16 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+
+void k_order_qk45(int8_t *xk, int64_t cols, int planes) {
+    for (int64_t b = 0; b < cols / GGML_QK_K * planes; b++) {
+        int8_t *v = xk + b * GGML_QK_K, tmp[GGML_QK_K];
+        memcpy(tmp, v, sizeof tmp);
+        for (int j = 0; j < 4; j++)
+            for (int q = 0; q < 8; q++)
+                memcpy(v + 64 * j + 8 * q, tmp + (q < 4 ? 64 * q : 64 * (q - 4) + 32) + 8 * j, 8);
+    }
+}
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -208,29 +236,34 @@ INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
     }
 }
 
-/* The codes of columns 64j .. 64j + 63 of the block, as bytes. */
+/* Q4_K / Q5_K: the codes of vector j of the block in the rows' lane order
+ * (header comment): qwords q = 0..3 the low nibbles of qs[32q + 8j ..
+ * 32q + 8j + 7] (columns 64q + 8j ..), q = 4..7 the high nibbles of the
+ * same bytes of segment q - 4 (columns 64(q - 4) + 32 + 8j ..). So lanes
+ * 2q, 2q + 1 hold sub-block 2q (q < 4) or 2(q - 4) + 1 in every vector.
+ * Q5_K adds 16 where the column's bit of qh[8j + b] is set (bit 2q, or
+ * 2(q - 4) + 1). */
+INLV __m512i qk_codes45(const int type, const uint8_t *b, const int j) {
+    const uint8_t *qs =
+        b + (type == GGML_Q4_K ? offsetof(ggml_block_q4_K, qs) : offsetof(ggml_block_q5_K, qs));
+    const __m512i q = _mm512_permutex2var_epi64(
+        _mm512_loadu_si512(qs), _mm512_setr_epi64(j, 4 + j, 8 + j, 12 + j, j, 4 + j, 8 + j, 12 + j),
+        _mm512_loadu_si512(qs + 64));
+    const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4),
+                                         _mm512_set1_epi8(0x0f));
+    if (type == GGML_Q4_K) return nib;
+    const __m512i qh = _mm512_set1_epi64((long long)e0_ld64(b + offsetof(ggml_block_q5_K, qh), (size_t)j));
+    const __m512i sel = _mm512_setr_epi64(0x0101010101010101ll, 0x0404040404040404ll,
+                                          0x1010101010101010ll, 0x4040404040404040ll,
+                                          0x0202020202020202ll, 0x0808080808080808ll,
+                                          0x2020202020202020ll, (long long)0x8080808080808080ull);
+    return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib, _mm512_set1_epi8(16));
+}
+
+/* Q6_K and IQ4_XS: the codes of columns 64j .. 64j + 63 of the block, as
+ * bytes, in natural order. */
 INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    if (type == GGML_Q4_K) {
-        /* qs[32j ..]: low nibbles columns 64j.., high nibbles 64j + 32.. */
-        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-            (const __m256i *)(const void *)(b + offsetof(ggml_block_q4_K, qs) + 32 * j)));
-        return _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4), lo4);
-    }
-    if (type == GGML_Q5_K) {
-        /* Q4_K's nibbles from qs[32j ..], plus 16 where bit s of qh[l] is set
-         * (s = 2j for the low 32 columns, 2j + 1 for the high ones) */
-        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-            (const __m256i *)(const void *)(b + offsetof(ggml_block_q5_K, qs) + 32 * j)));
-        const __m512i qh = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(ggml_block_q5_K, qh))));
-        const __m512i nib =
-            _mm512_and_si512(_mm512_mask_srli_epi16(q, (__mmask32)0xFFFF0000u, q, 4), lo4);
-        const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))),
-                                               _mm256_set1_epi8((char)(2 << (2 * j))), 1);
-        return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib,
-                                    _mm512_set1_epi8(16));
-    }
     if (type == GGML_IQ4_XS) {
         /* qs[32j ..] is sub-blocks 2j, 2j + 1, 16 bytes each: low nibbles
          * their first 16 columns, high nibbles the next 16; 128-bit lanes
@@ -258,14 +291,14 @@ INLV __m512i qk_codes(const int type, const uint8_t *b, const int j) {
     return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x30), 0xF8); /* nib | (hb & 0x30) */
 }
 
-/* vpermw index of vector j: the sub-block of each pair of columns
- * (IQ4_XS: vpermd index, the sub-block of each 4 columns). */
+/* Q6_K: the vpermw index of vector j, the sub-block of each pair of
+ * columns; IQ4_XS: the vpermd index, the sub-block of each 4 columns. */
 INLV __m512i qk_sidx(const int type, const int j) {
     if (type == GGML_IQ4_XS)
         return _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
     int16_t ix[32];
     for (int e = 0; e < 32; e++)
-        ix[e] = (int16_t)(QK_IS45(type) ? 2 * j + e / 16 : 4 * j + e / 8);
+        ix[e] = (int16_t)(4 * j + e / 8);
     return _mm512_loadu_si512(ix);
 }
 
@@ -284,6 +317,26 @@ INLV void tile_rows(const e0_mat *m, const k_act *a, int64_t r, const int R, int
     }
 }
 
+/* The planes' sums of one lane group combined: I_1 256^(P-1) + ... + I_P
+ * (wrapping int32 steps; the result fits, header comment). */
+INLV __m512i qk_horner(const __m512i *I, const int P) {
+    __m512i c = I[0];
+    UNROLL
+    for (int p = 1; p < P; p++)
+        c = _mm512_add_epi32(_mm512_slli_epi32(c, 8), I[p]);
+    return c;
+}
+
+/* The planes' sums in float: float(I_P) + 256 float(I_{P-1}) + ... (fma,
+ * from the lowest plane; each I_p exact in float). */
+INLV __m512 qk_planes(const __m512i *I, const int P) {
+    __m512 v = _mm512_cvtepi32_ps(I[P - 1]);
+    if (P == 3) v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[1]), _mm512_set1_ps(256.0f), v);
+    if (P >= 2)
+        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[0]), _mm512_set1_ps(P == 3 ? 65536.0f : 256.0f), v);
+    return v;
+}
+
 INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
                   const int type, const int P, float *y, int64_t ldy) {
     const int bsize = qk_bsize(type);
@@ -295,7 +348,7 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
     __m512i sidx[4];
     UNROLL
     for (int j = 0; j < 4; j++)
-        sidx[j] = qk_sidx(type, j);
+        sidx[j] = QK_IS45(type) ? _mm512_setzero_si512() : qk_sidx(type, j);
     __m512 tot[4][4];
     UNROLL
     for (int i = 0; i < R; i++)
@@ -315,30 +368,95 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
             if (bsize > 192) _mm_prefetch(pf + 192, _MM_HINT_T0);
             qk_begin(type, blk[i], &k[i]);
         }
-        __m512i I[4][4][3];
-        UNROLL
-        for (int j = 0; j < 4; j++) {
+        /* the float value of each lane of (row, token) before d dl */
+        __m512 f[4][4];
+        if (QK_IS45(type)) {
+            /* I[h][p]: plane p's vpdpbusd sums over the vectors of half h
+             * (Q4_K: one half, all four vectors; Q5_K: two, j = 2h, 2h + 1) */
+            enum { H45 = 2 };
+            const int nh = type == GGML_Q4_K ? 1 : 2;
+            __m512i I[4][4][H45][3];
             UNROLL
-            for (int i = 0; i < R; i++) {
-                const __m512i u = qk_codes(type, blk[i], j);
-                const __m512i s = type == GGML_IQ4_XS ? _mm512_permutexvar_epi32(sidx[j], k[i].S)
-                                                      : _mm512_permutexvar_epi16(sidx[j], k[i].S);
+            for (int j = 0; j < 4; j++) {
+                const int h = nh == 1 ? 0 : j / 2, first = nh == 1 ? j == 0 : j % 2 == 0;
                 UNROLL
-                for (int t = 0; t < TT; t++)
+                for (int i = 0; i < R; i++) {
+                    const __m512i u = qk_codes45(type, blk[i], j);
                     UNROLL
-                for (int p = 0; p < P; p++) {
-                    const __m512i x = _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                    if (type == GGML_IQ4_XS) { /* codes up to 241: vpdpbusd, then the scale */
-                        const __m512i pr = _mm512_mullo_epi32(
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
-                        I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
-                    } else {
-                        const __m512i pr = _mm512_maddubs_epi16(u, x);
-                        I[i][t][p] =
-                            _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(), pr, s);
+                    for (int t = 0; t < TT; t++)
+                        UNROLL
+                    for (int p = 0; p < P; p++) {
+                        const __m512i x =
+                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                        I[i][t][h][p] = _mm512_dpbusd_epi32(
+                            first ? _mm512_setzero_si512() : I[i][t][h][p], u, x);
                     }
                 }
             }
+            /* the lanes' sub-blocks: 0 0 2 2 4 4 6 6 1 1 3 3 5 5 7 7 */
+            const __m512i lidx = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7);
+            UNROLL
+            for (int i = 0; i < R; i++) {
+                const __m512 s = _mm512_permutexvar_ps(
+                    lidx, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k[i].S))));
+                UNROLL
+                for (int t = 0; t < TT; t++) {
+                    __m512 v = _mm512_cvtepi32_ps(qk_horner(I[i][t][0], P));
+                    if (nh == 2) v = _mm512_add_ps(v, _mm512_cvtepi32_ps(qk_horner(I[i][t][1], P)));
+                    f[i][t] = _mm512_mul_ps(v, s);
+                }
+            }
+        } else if (type == GGML_Q6_K) {
+            /* vpmaddubsw pairs, vpdpwssd by the pair's sub-block scale,
+             * per plane over the block's vectors */
+            __m512i I[4][4][3];
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                    const __m512i u = qk_codes(type, blk[i], j);
+                    const __m512i s = _mm512_permutexvar_epi16(sidx[j], k[i].S);
+                    UNROLL
+                    for (int t = 0; t < TT; t++)
+                        UNROLL
+                    for (int p = 0; p < P; p++) {
+                        const __m512i x =
+                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                        I[i][t][p] = _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(),
+                                                         _mm512_maddubs_epi16(u, x), s);
+                    }
+                }
+            }
+            UNROLL
+            for (int i = 0; i < R; i++)
+                UNROLL
+            for (int t = 0; t < TT; t++)
+                f[i][t] = qk_planes(I[i][t], P);
+        } else { /* IQ4_XS: codes up to 241, vpdpbusd per plane, then the scale */
+            __m512i I[4][4][3];
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                UNROLL
+                for (int i = 0; i < R; i++) {
+                    const __m512i u = qk_codes(type, blk[i], j);
+                    const __m512i s = _mm512_permutexvar_epi32(sidx[j], k[i].S);
+                    UNROLL
+                    for (int t = 0; t < TT; t++)
+                        UNROLL
+                    for (int p = 0; p < P; p++) {
+                        const __m512i x =
+                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                        const __m512i pr = _mm512_mullo_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
+                        I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
+                    }
+                }
+            }
+            UNROLL
+            for (int i = 0; i < R; i++)
+                UNROLL
+            for (int t = 0; t < TT; t++)
+                f[i][t] = qk_planes(I[i][t], P);
         }
         UNROLL
         for (int t = 0; t < TT; t++) {
@@ -346,13 +464,7 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
             const __m512 xsv = _mm512_loadu_ps(xs[t] + 16 * b);
             UNROLL
             for (int i = 0; i < R; i++) {
-                __m512 f = _mm512_cvtepi32_ps(I[i][t][P - 1]);
-                if (P == 3)
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i][t][1]), _mm512_set1_ps(256.0f), f);
-                if (P >= 2)
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i][t][0]),
-                                        _mm512_set1_ps(P == 3 ? 65536.0f : 256.0f), f);
-                tot[i][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(k[i].d, dl), tot[i][t]);
+                tot[i][t] = _mm512_fmadd_ps(f[i][t], _mm512_mul_ps(k[i].d, dl), tot[i][t]);
                 tot[i][t] = _mm512_fnmadd_ps(k[i].m, xsv, tot[i][t]);
             }
         }
@@ -1075,6 +1187,7 @@ k_rows_fn k_avx512_ggml_int_pick(const e0_mat *m, int planes, int64_t T, int64_t
     *need = planes == 3 ? K_NEED_XK3 : planes == 2 ? K_NEED_XK2 : K_NEED_XK;
     /* activations per 32 columns in the panels and the 32-column types' rows */
     if (panel || QK_IS32(m->gtype)) *need |= K_NEED_XK32;
+    else if (QK_IS45(m->gtype)) *need |= K_NEED_XK45;
     return fn;
 }
 

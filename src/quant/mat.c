@@ -558,6 +558,7 @@ typedef struct {
     const float *x;
     int64_t ldx, cols;
     int blk, planes;
+    bool order45; /* K_NEED_XK45 */
     k_act *a;
 } prep_qk_job;
 
@@ -565,10 +566,12 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const prep_qk_job *j = ctx;
     const k_act *a = j->a;
-    for (int64_t t = t0; t < t1; t++)
+    for (int64_t t = t0; t < t1; t++) {
         k_avx512_prep_qk(j->x + t * j->ldx, j->cols, j->blk, j->planes,
                          (int8_t *)a->xk + t * a->ldxk, (float *)a->xkd + t * a->ldxkd,
                          (float *)a->xks + t * a->ldxks);
+        if (j->order45) k_order_qk45((int8_t *)a->xk + t * a->ldxk, j->cols, j->planes);
+    }
 }
 
 /* The kernel of set k for m and a call of T tokens. `decode`: the kernel
@@ -671,8 +674,13 @@ static void matmul_with(e0_kernels k, const e0_mat *m, const float *x, int64_t l
             a.ldxks = ns;
             a.xk = (const int8_t *)(buf + T * (nb + ns));
             a.ldxk = m->cols * planes;
-            prep_qk_job pj = {
-                .x = x, .ldx = ldx, .cols = m->cols, .blk = blk, .planes = planes, .a = &a};
+            prep_qk_job pj = {.x = x,
+                              .ldx = ldx,
+                              .cols = m->cols,
+                              .blk = blk,
+                              .planes = planes,
+                              .order45 = need & K_NEED_XK45,
+                              .a = &a};
             if ((double)T * (double)m->cols < PAR_MIN_PREP)
                 prep_qk_rows(&pj, 0, T, 0);
             else

@@ -19,6 +19,11 @@ static inline uint32_t e0_ld32(const void *p, size_t i) {
     memcpy(&v, (const uint8_t *)p + 4 * i, sizeof v);
     return v;
 }
+static inline uint64_t e0_ld64(const void *p, size_t i) {
+    uint64_t v;
+    memcpy(&v, (const uint8_t *)p + 8 * i, sizeof v);
+    return v;
+}
 static inline float e0_ldf32(const void *p, size_t i) {
     float v;
     memcpy(&v, (const uint8_t *)p + 4 * i, sizeof v);
