@@ -406,49 +406,32 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
                     f[i][t] = _mm512_mul_ps(v, s);
                 }
             }
-        } else if (type == GGML_Q6_K) {
-            /* vpmaddubsw pairs, vpdpwssd by the pair's sub-block scale,
-             * per plane over the block's vectors */
+        } else {
+            /* Q6_K: vpmaddubsw pairs, vpdpwssd by the pair's sub-block
+             * scale; IQ4_XS (codes up to 241): vpdpbusd, then vpmulld by
+             * the lane's scale; per plane over the block's vectors */
             __m512i I[4][4][3];
             UNROLL
             for (int j = 0; j < 4; j++) {
                 UNROLL
                 for (int i = 0; i < R; i++) {
                     const __m512i u = qk_codes(type, blk[i], j);
-                    const __m512i s = _mm512_permutexvar_epi16(sidx[j], k[i].S);
+                    const __m512i s = type == GGML_IQ4_XS ? _mm512_permutexvar_epi32(sidx[j], k[i].S)
+                                                          : _mm512_permutexvar_epi16(sidx[j], k[i].S);
                     UNROLL
                     for (int t = 0; t < TT; t++)
                         UNROLL
                     for (int p = 0; p < P; p++) {
                         const __m512i x =
                             _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                        I[i][t][p] = _mm512_dpwssd_epi32(j ? I[i][t][p] : _mm512_setzero_si512(),
-                                                         _mm512_maddubs_epi16(u, x), s);
-                    }
-                }
-            }
-            UNROLL
-            for (int i = 0; i < R; i++)
-                UNROLL
-            for (int t = 0; t < TT; t++)
-                f[i][t] = qk_planes(I[i][t], P);
-        } else { /* IQ4_XS: codes up to 241, vpdpbusd per plane, then the scale */
-            __m512i I[4][4][3];
-            UNROLL
-            for (int j = 0; j < 4; j++) {
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                    const __m512i u = qk_codes(type, blk[i], j);
-                    const __m512i s = _mm512_permutexvar_epi32(sidx[j], k[i].S);
-                    UNROLL
-                    for (int t = 0; t < TT; t++)
-                        UNROLL
-                    for (int p = 0; p < P; p++) {
-                        const __m512i x =
-                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                        const __m512i pr = _mm512_mullo_epi32(
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
-                        I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
+                        if (type == GGML_IQ4_XS) {
+                            const __m512i pr = _mm512_mullo_epi32(
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
+                            I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
+                        } else {
+                            I[i][t][p] = _mm512_dpwssd_epi32(
+                                j ? I[i][t][p] : _mm512_setzero_si512(), _mm512_maddubs_epi16(u, x), s);
+                        }
                     }
                 }
             }
