@@ -169,8 +169,8 @@ INLV float qk_half(const uint8_t *b, size_t off) {
 /* What a tile needs of one weight block: the integer scales S (int16, by
  * sub-block), d, and the per-16-column mins / offsets m. */
 typedef struct {
-    __m512i S;  /* Q4_K / Q5_K: sc0..7 as int16; Q6_K: sc0..15; IQ4_XS: ls0..7 - 32 as int32 */
-    __m512i S8; /* Q4_K / Q5_K: sc0..7 then m0..7 as int16 (panels) */
+    __m512i S;  /* Q6_K: sc0..15 as int16; IQ4_XS: ls0..7 - 32 as int32 */
+    __m512 sm;  /* Q4_K / Q5_K: sc0..7 then m0..7 as float */
     __m512 d, dmin, m;
 } qk_blk;
 
@@ -193,16 +193,14 @@ INLV void qk_begin(const int type, const uint8_t *b, qk_blk *k) {
             _mm_and_si128(A, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
         const __m128i v = _mm_ternarylogic_epi32(
             lo, B, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030), 0xF8); /* lo | (B & mask) */
-        k->S = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(v));
-        k->S8 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(v));
         k->d = _mm512_set1_ps(qk_half(b, offsetof(ggml_block_q4_K, d)));
         k->dmin = _mm512_set1_ps(qk_half(b, offsetof(ggml_block_q4_K, dmin)));
         /* dmin m_s for the 16-column chunks 2s, 2s + 1 */
-        const __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+        k->sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
         k->m = _mm512_mul_ps(
             k->dmin,
             _mm512_permutexvar_ps(
-                _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), mf));
+                _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), k->sm));
     } else if (type == GGML_IQ4_XS) {
         /* ls_s = (scales_l as u32 >> 4s) & 15 | ((scales_h >> 2s) & 3) << 4 */
         const __m256i lo = _mm256_and_si256(
@@ -337,10 +335,112 @@ INLV __m512 qk_planes(const __m512i *I, const int P) {
     return v;
 }
 
+/* One super-block b of a tile's rows: adds its terms to tot (the steps
+ * of the header comment). */
+INLV void qk_tile_block(const int type, const int P, const int R, const int TT, const int64_t b,
+                        const int64_t rb, const uint8_t *const w[4], const int8_t *const xq[4],
+                        const float *const xd[4], const float *const xs[4], const __m512i sidx[4],
+                        __m512 tot[4][4]) {
+    const int bsize = qk_bsize(type);
+    qk_blk k[4];
+    const uint8_t *blk[4];
+    UNROLL
+    for (int i = 0; i < R; i++) {
+        blk[i] = w[i] + b * bsize;
+        const char *pf = (const char *)(blk[i] + R * rb);
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + 128, _MM_HINT_T0);
+        if (bsize > 192) _mm_prefetch(pf + 192, _MM_HINT_T0);
+        qk_begin(type, blk[i], &k[i]);
+    }
+    /* the float value of each lane of (row, token) before d dl */
+    __m512 f[4][4];
+    if (QK_IS45(type)) {
+        /* I[h][p]: plane p's vpdpbusd sums over the vectors of half h
+         * (Q4_K: one half, all four vectors; Q5_K: two, j = 2h, 2h + 1) */
+        enum { H45 = 2 };
+        const int nh = type == GGML_Q4_K ? 1 : 2;
+        __m512i I[4][4][H45][3];
+        UNROLL
+        for (int j = 0; j < 4; j++) {
+            const int h = nh == 1 ? 0 : j / 2, first = nh == 1 ? j == 0 : j % 2 == 0;
+            UNROLL
+            for (int i = 0; i < R; i++) {
+                const __m512i u = qk_codes45(type, blk[i], j);
+                UNROLL
+                for (int t = 0; t < TT; t++)
+                    UNROLL
+                for (int p = 0; p < P; p++) {
+                    const __m512i x =
+                        _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                    I[i][t][h][p] = _mm512_dpbusd_epi32(
+                        first ? _mm512_setzero_si512() : I[i][t][h][p], u, x);
+                }
+            }
+        }
+        /* the lanes' sub-blocks: 0 0 2 2 4 4 6 6 1 1 3 3 5 5 7 7 */
+        const __m512i lidx = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7);
+        UNROLL
+        for (int i = 0; i < R; i++) {
+            const __m512 s = _mm512_permutexvar_ps(lidx, k[i].sm);
+            UNROLL
+            for (int t = 0; t < TT; t++) {
+                __m512 v = _mm512_cvtepi32_ps(qk_horner(I[i][t][0], P));
+                if (nh == 2) v = _mm512_add_ps(v, _mm512_cvtepi32_ps(qk_horner(I[i][t][1], P)));
+                f[i][t] = _mm512_mul_ps(v, s);
+            }
+        }
+    } else {
+        /* Q6_K: vpmaddubsw pairs, vpdpwssd by the pair's sub-block
+         * scale; IQ4_XS (codes up to 241): vpdpbusd, then vpmulld by
+         * the lane's scale; per plane over the block's vectors */
+        __m512i I[4][4][3];
+        UNROLL
+        for (int j = 0; j < 4; j++) {
+            UNROLL
+            for (int i = 0; i < R; i++) {
+                const __m512i u = qk_codes(type, blk[i], j);
+                const __m512i s = type == GGML_IQ4_XS ? _mm512_permutexvar_epi32(sidx[j], k[i].S)
+                                                      : _mm512_permutexvar_epi16(sidx[j], k[i].S);
+                UNROLL
+                for (int t = 0; t < TT; t++)
+                    UNROLL
+                for (int p = 0; p < P; p++) {
+                    const __m512i x =
+                        _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
+                    if (type == GGML_IQ4_XS) {
+                        const __m512i pr = _mm512_mullo_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
+                        I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
+                    } else {
+                        I[i][t][p] = _mm512_dpwssd_epi32(
+                            j ? I[i][t][p] : _mm512_setzero_si512(), _mm512_maddubs_epi16(u, x), s);
+                    }
+                }
+            }
+        }
+        UNROLL
+        for (int i = 0; i < R; i++)
+            UNROLL
+        for (int t = 0; t < TT; t++)
+            f[i][t] = qk_planes(I[i][t], P);
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+        const __m512 dl = _mm512_set1_ps(xd[t][b]);
+        const __m512 xsv = _mm512_loadu_ps(xs[t] + 16 * b);
+        UNROLL
+        for (int i = 0; i < R; i++) {
+            tot[i][t] = _mm512_fmadd_ps(f[i][t], _mm512_mul_ps(k[i].d, dl), tot[i][t]);
+            tot[i][t] = _mm512_fnmadd_ps(k[i].m, xsv, tot[i][t]);
+        }
+    }
+}
+
 INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64_t t0, const int TT,
                   const int type, const int P, float *y, int64_t ldy) {
-    const int bsize = qk_bsize(type);
-    const int64_t nb = m->cols / GGML_QK_K, rb = nb * bsize;
+    const int64_t nb = m->cols / GGML_QK_K, rb = nb * qk_bsize(type);
     const uint8_t *w[4];
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
@@ -355,102 +455,16 @@ INLV void qk_tile(const e0_mat *m, const k_act *a, int64_t r, const int R, int64
         UNROLL
     for (int t = 0; t < TT; t++)
         tot[i][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        qk_blk k[4];
-        const uint8_t *blk[4];
-        UNROLL
-        for (int i = 0; i < R; i++) {
-            blk[i] = w[i] + b * bsize;
-            const char *pf = (const char *)(blk[i] + R * rb);
-            _mm_prefetch(pf, _MM_HINT_T0);
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-            _mm_prefetch(pf + 128, _MM_HINT_T0);
-            if (bsize > 192) _mm_prefetch(pf + 192, _MM_HINT_T0);
-            qk_begin(type, blk[i], &k[i]);
-        }
-        /* the float value of each lane of (row, token) before d dl */
-        __m512 f[4][4];
-        if (QK_IS45(type)) {
-            /* I[h][p]: plane p's vpdpbusd sums over the vectors of half h
-             * (Q4_K: one half, all four vectors; Q5_K: two, j = 2h, 2h + 1) */
-            enum { H45 = 2 };
-            const int nh = type == GGML_Q4_K ? 1 : 2;
-            __m512i I[4][4][H45][3];
-            UNROLL
-            for (int j = 0; j < 4; j++) {
-                const int h = nh == 1 ? 0 : j / 2, first = nh == 1 ? j == 0 : j % 2 == 0;
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                    const __m512i u = qk_codes45(type, blk[i], j);
-                    UNROLL
-                    for (int t = 0; t < TT; t++)
-                        UNROLL
-                    for (int p = 0; p < P; p++) {
-                        const __m512i x =
-                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                        I[i][t][h][p] = _mm512_dpbusd_epi32(
-                            first ? _mm512_setzero_si512() : I[i][t][h][p], u, x);
-                    }
-                }
-            }
-            /* the lanes' sub-blocks: 0 0 2 2 4 4 6 6 1 1 3 3 5 5 7 7 */
-            const __m512i lidx = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7);
-            UNROLL
-            for (int i = 0; i < R; i++) {
-                const __m512 s = _mm512_permutexvar_ps(
-                    lidx, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k[i].S))));
-                UNROLL
-                for (int t = 0; t < TT; t++) {
-                    __m512 v = _mm512_cvtepi32_ps(qk_horner(I[i][t][0], P));
-                    if (nh == 2) v = _mm512_add_ps(v, _mm512_cvtepi32_ps(qk_horner(I[i][t][1], P)));
-                    f[i][t] = _mm512_mul_ps(v, s);
-                }
-            }
-        } else {
-            /* Q6_K: vpmaddubsw pairs, vpdpwssd by the pair's sub-block
-             * scale; IQ4_XS (codes up to 241): vpdpbusd, then vpmulld by
-             * the lane's scale; per plane over the block's vectors */
-            __m512i I[4][4][3];
-            UNROLL
-            for (int j = 0; j < 4; j++) {
-                UNROLL
-                for (int i = 0; i < R; i++) {
-                    const __m512i u = qk_codes(type, blk[i], j);
-                    const __m512i s = type == GGML_IQ4_XS ? _mm512_permutexvar_epi32(sidx[j], k[i].S)
-                                                          : _mm512_permutexvar_epi16(sidx[j], k[i].S);
-                    UNROLL
-                    for (int t = 0; t < TT; t++)
-                        UNROLL
-                    for (int p = 0; p < P; p++) {
-                        const __m512i x =
-                            _mm512_loadu_si512(xq[t] + (b * P + p) * GGML_QK_K + 64 * j);
-                        if (type == GGML_IQ4_XS) {
-                            const __m512i pr = _mm512_mullo_epi32(
-                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x), s);
-                            I[i][t][p] = j ? _mm512_add_epi32(I[i][t][p], pr) : pr;
-                        } else {
-                            I[i][t][p] = _mm512_dpwssd_epi32(
-                                j ? I[i][t][p] : _mm512_setzero_si512(), _mm512_maddubs_epi16(u, x), s);
-                        }
-                    }
-                }
-            }
-            UNROLL
-            for (int i = 0; i < R; i++)
-                UNROLL
-            for (int t = 0; t < TT; t++)
-                f[i][t] = qk_planes(I[i][t], P);
-        }
-        UNROLL
-        for (int t = 0; t < TT; t++) {
-            const __m512 dl = _mm512_set1_ps(xd[t][b]);
-            const __m512 xsv = _mm512_loadu_ps(xs[t] + 16 * b);
-            UNROLL
-            for (int i = 0; i < R; i++) {
-                tot[i][t] = _mm512_fmadd_ps(f[i][t], _mm512_mul_ps(k[i].d, dl), tot[i][t]);
-                tot[i][t] = _mm512_fnmadd_ps(k[i].m, xsv, tot[i][t]);
-            }
-        }
+    if (QK_IS45(type) && nb == 2) {
+        /* Q4_K / Q5_K rows of two blocks (the experts' down projections):
+         * straight code, so that the two blocks' independent work
+         * interleaves (+12-30% at 1-3 tokens; Q6_K mixed: docs/experiments.md
+         * section 60) */
+        qk_tile_block(type, P, R, TT, 0, rb, w, xq, xd, xs, sidx, tot);
+        qk_tile_block(type, P, R, TT, 1, rb, w, xq, xd, xs, sidx, tot);
+    } else {
+        for (int64_t b = 0; b < nb; b++)
+            qk_tile_block(type, P, R, TT, b, rb, w, xq, xd, xs, sidx, tot);
     }
     UNROLL
     for (int i = 0; i < R; i++)
@@ -825,9 +839,7 @@ INLV void qkp_pack(const int type, const e0_mat *m, int64_t r, int nr) {
             v[i] = _mm512_castps_si512(
                 type == GGML_IQ4_XS ? _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(k.S))
                 : QK_IS45(type)
-                    ? _mm512_mul_ps(
-                          _mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin),
-                          _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(k.S8))))
+                    ? _mm512_mul_ps(_mm512_mask_blend_ps((__mmask16)0xFF00, k.d, k.dmin), k.sm)
                     : _mm512_mul_ps(k.d, _mm512_cvtepi32_ps(
                                              _mm512_cvtepi16_epi32(_mm512_castsi512_si256(k.S)))));
         }
