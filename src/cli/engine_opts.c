@@ -31,9 +31,9 @@ const char *CLI_ENGINE_HELP =
     "                       (llama.cpp's default: half the cache's memory and of what decode\n"
     "                       reads from it; logits within 7.4e-3 of the reference on the\n"
     "                       fixtures, same argmax)\n"
-    "  --kernels SET        auto (default): avx512-mixed where the CPU has VNNI (24-bit\n"
-    "                       activations in decode, 16-bit in prefill: ~20% faster prefill,\n"
-    "                       logits within 9e-4 of the reference on the fixtures), else avx512\n"
+    "  --kernels SET        auto (default): avx512-mixed where the CPU has VNNI (16-bit\n"
+    "                       activations for 4-bit mlx weights, 24-bit for GGUF k-quants:\n"
+    "                       logits within 1.7e-3 of the reference on the fixtures), else avx512\n"
     "                       or avx2; exact: avx512-q24 (as exact as f32) or the f32 set;\n"
     "                       avx512-q16 (16-bit everywhere, within 3e-3), avx512, avx2, ref\n"
     "  --stats              print tokens/s, bytes read, cache and path statistics at the end\n";

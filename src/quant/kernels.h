@@ -20,7 +20,7 @@
  * reference as the f32 kernels), products summed exactly in int32 by VNNI.
  * The ggml k-quants (Q4_K, Q5_K, Q6_K) and Q8_0 have their own
  * (kernels_ggml_vnni.c, activations per 256 or 32 values) under Q8, Q16
- * and MIXED (24-bit).
+ * and MIXED (24-bit for those).
  * Router logits never use reduced-precision activations (mat_matmul_f32).
  */
 #ifndef E0_QUANT_KERNELS_H

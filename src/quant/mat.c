@@ -577,7 +577,7 @@ static void prep_qk_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
 /* The kernel of set k for m and a call of T tokens. `decode`: the kernel
  * of a decode token's arithmetic, whatever T (mat_matmul_decode): the row
  * kernels of the Q sets and of the ggml integer kernels (their panels
- * quantize activations differently), MIXED's 24-bit panels; the f32 kernels
+ * quantize activations differently); MIXED's 16-bit panels; the f32 kernels
  * do not depend on T. MIXED computes every other call with 16-bit panels,
  * whatever T (the panel kernels at T >= K_PANEL_MIN_T and the file-layout
  * ones below it compute alike, kernels_avx512.c), but on ggml types. */
@@ -604,8 +604,9 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int
         return k_avx512_q8_pick(m, 2, T, panel_t, need, lanes);
     case E0_KERNELS_AVX512_Q24:
         return k_avx512_q8_pick(m, 3, T, panel_t, need, lanes);
-    case E0_KERNELS_AVX512_MIXED: /* the panel arithmetic at every T (mat_p16_wanted) */
-        return k_avx512_q8_pick(m, decode ? 3 : 2, T, 1, need, lanes);
+    case E0_KERNELS_AVX512_MIXED: /* the 16-bit panel arithmetic at every T, decode included
+                                     (mat_p16_wanted; docs/experiments.md section 61) */
+        return k_avx512_q8_pick(m, 2, T, 1, need, lanes);
     case E0_KERNELS_AVX512:
         if (m->layout == E0_L_P16) return NULL; /* the f32 kernels read rows: the reference */
         return k_avx512_pick(m, need, lanes);

@@ -98,9 +98,8 @@ void mat_matmul(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *
 /* As mat_matmul for T independent decode tokens (the sequences of a batched
  * decode step): every token's result is bit-identical to the one this
  * call of that token alone (T = 1) gets, whatever T. The kernel sets whose
- * arithmetic changes with T (MIXED: 24-bit activations here, 16-bit in
- * mat_matmul; the Q sets and the ggml integer kernels: panels from
- * K_PANEL_MIN_T) keep their one-token arithmetic, still run over several
+ * arithmetic changes with T (the Q sets and the ggml integer kernels:
+ * panels from K_PANEL_MIN_T) keep their one-token arithmetic, still run over several
  * tokens per pass over the weights: the weight bytes are read once per
  * call, not once per token. */
 void mat_matmul_decode(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y,
@@ -122,16 +121,14 @@ void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, flo
  * where the CPU has VNNI, else the same f32 set: as close to the Hugging
  * Face fixtures as the scalar reference (NMSE ~1e-12 per dot, logits within
  * 5e-5 at every position). The lossy sets keep every fixture's routing:
- * MIXED, 24-bit activations for decode tokens and the runs of fewer than 4
- * (where the weights' memory traffic is the bound) and 16-bit for prefill
- * (where the multiply-adds are), keeps logits within 9e-4 over 160
- * positions; Q16 within 3e-3. Q8 changes routing on the mlx fixtures.
- * MIXED computes 4-bit matrices with the panel kernels' arithmetic
- * (activations quantized per weight group) at every T, so that the loaded
- * copy can be repacked for them (E0_L_P16): 24-bit for decode
- * (mat_matmul_decode), 16-bit for every mat_matmul call, whatever its T;
- * the Q sets use it from K_PANEL_MIN_T tokens (the row kernels' per-32
- * quantization below).
+ * MIXED keeps logits within 1.7e-3 over 160 positions, Q16 within 3e-3.
+ * Q8 changes routing on the mlx fixtures. MIXED computes 4-bit matrices
+ * with the 16-bit panel kernels' arithmetic (activations quantized per
+ * weight group) at every T, decode tokens included, so that the loaded copy
+ * can be repacked for them (E0_L_P16) and a batched decode step's tokens
+ * cost two multiplies per 4 columns, not three (24-bit decode until
+ * docs/experiments.md section 61: 9e-4); the Q sets use it from
+ * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below).
  * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
  * which runs them with 24-bit activations for every T (16-bit batches
  * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
@@ -144,7 +141,7 @@ typedef enum {
     E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
     E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
     E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_AVX512_MIXED, /* 24-bit for decode, 16-bit for prefill: panel arithmetic */
+    E0_KERNELS_AVX512_MIXED, /* 16-bit panel arithmetic; GGUF k-quants 24-bit */
     E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
     E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
 } e0_kernels;
