@@ -119,6 +119,50 @@ static void test_bench_batch(void **state) {
     says("bench --batch", "1.00x  ");
 }
 
+/* The size of one session in the memory plan that dir/out.txt shows ("N
+ * session(s) SIZE"), in MiB; *n gets N. */
+static double plan_sessions(int *n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char *p = strstr(buf, " session(s) ");
+    if (!p) fail_msg("no memory plan in:\n%s", buf);
+    while (p > buf && p[-1] != ' ') p--;
+    double v;
+    char unit[4];
+    if (sscanf(p, "%d session(s) %lf %3s", n, &v, unit) != 3) fail_msg("bad plan in:\n%s", buf);
+    return v * (!strcmp(unit, "GiB") ? 1024.0 : !strcmp(unit, "KiB") ? 1.0 / 1024 : 1.0) / *n;
+}
+
+/* bench under --mem-budget plans for the sessions it opens: --batch's
+ * largest count of them, each of --prefill + --decode + 1 positions, not
+ * one session of chat's 4096 (which is what `info` plans for). */
+static void test_bench_budget(void **state) {
+    (void)state;
+    char args[4400];
+    const char *m = tu_shared("fixtures/qwen35moe/mlx");
+    int n;
+    snprintf(args, sizeof args, "info %s --mem-budget 128M", m);
+    assert_int_equal(run(args), 0);
+    const double chat_one = plan_sessions(&n);
+    assert_int_equal(n, 1);
+    snprintf(args, sizeof args,
+             "bench %s --skip-cold --skip-warm --batch 1,3 --prefill 5 --decode 3 --threads 1 "
+             "--mem-budget 128M",
+             m);
+    assert_int_equal(run(args), 0);
+    const double bench_one = plan_sessions(&n);
+    assert_int_equal(n, 3);
+    printf("  one session in the plan: info %.2f MiB, bench (9 positions) %.2f MiB\n", chat_one,
+           bench_one);
+    assert_true(bench_one < chat_one);
+}
+
 /* bench's warm run under --io load: an untimed warm-up pass in the session
  * first (HELP), then the timed pass alone in the figures: one decode token
  * touches exactly top-k = 4 of the fixture's 32 experts per layer (the
@@ -211,7 +255,7 @@ int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
-        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_warm),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
     };

@@ -39,6 +39,9 @@ static const char *HELP =
     "in its session and resets it, as llama-bench warms up: a process's and a\n"
     "session's first pass pay allocations and page faults that a running server\n"
     "does not. The cold run and runs through the expert cache have no warm-up.\n"
+    "Its sessions hold --prefill + --decode + 1 positions, as llama-bench sizes\n"
+    "its context, and a --mem-budget plans for sessions of that size, not for\n"
+    "the 4096 positions of chat's default.\n"
     "\n"
     "With --stats (and the expert cache, i.e. pread I/O as under --mem-budget),\n"
     "each phase records its (layer, expert) cache requests and replays the\n"
@@ -546,11 +549,13 @@ int cmd_bench(int argc, char **argv) {
         cli_error("bench needs MODEL (see edge0 bench --help)");
         return 2;
     }
-    if (n_levels) { /* a budget keeps room for the largest batch's sessions */
-        if (ce.eo.n_seqs < levels[n_levels - 1]) ce.eo.n_seqs = levels[n_levels - 1];
-        if (!ce.eo.n_ctx) ce.eo.n_ctx = (int32_t)(n_prefill + n_decode + 1);
-    }
     if (cli_engine_finish(&ce) != 0) return 2;
+    /* a budget keeps room for the sessions bench opens (the largest batch's, each of
+     * n_prefill + n_decode + 1 positions, as llama-bench sizes its context), not for
+     * one default 4096-position session (after cli_engine_finish, which starts the
+     * options from their defaults) */
+    if (n_levels) ce.eo.n_seqs = levels[n_levels - 1];
+    ce.eo.n_ctx = (int32_t)(n_prefill + n_decode + 1);
     char err[E0_ERR_MAX];
     e0_engine *e = NULL;
     if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {

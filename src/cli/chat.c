@@ -155,6 +155,7 @@ int cmd_chat(int argc, char **argv) {
         free(first_msg);
         return 2;
     }
+    ce.eo.n_ctx = (int32_t)ctx; /* a budget keeps room for this session's KV cache */
     char err[E0_ERR_MAX];
     e0_engine *eng = NULL;
     e0_session *s = NULL;
