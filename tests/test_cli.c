@@ -17,8 +17,8 @@ static int run(const char *args) {
     return tu_run(cmd);
 }
 
-/* dir/out.txt holds `text`, or the test fails showing it. */
-static void says(const char *what, const char *text) {
+/* dir/out.txt, the last run's output (up to 64 KiB). */
+static const char *out_txt(void) {
     char path[4200];
     snprintf(path, sizeof path, "%s/out.txt", dir);
     FILE *f = fopen(path, "rb");
@@ -27,6 +27,12 @@ static void says(const char *what, const char *text) {
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
+    return buf;
+}
+
+/* dir/out.txt holds `text`, or the test fails showing it. */
+static void says(const char *what, const char *text) {
+    const char *buf = out_txt();
     if (!strstr(buf, text)) fail_msg("%s: expected '%s' in:\n%s", what, text, buf);
 }
 
@@ -122,14 +128,7 @@ static void test_bench_batch(void **state) {
 /* The size of one session in the memory plan that dir/out.txt shows ("N
  * session(s) SIZE"), in MiB; *n gets N. */
 static double plan_sessions(int *n) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = 0;
+    const char *buf = out_txt();
     const char *p = strstr(buf, " session(s) ");
     if (!p) fail_msg("no memory plan in:\n%s", buf);
     while (p > buf && p[-1] != ' ') p--;
