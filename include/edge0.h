@@ -121,15 +121,16 @@ typedef struct {
     int32_t prefill_hot;         /* hot stack size during prefill (0) */
     int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
     int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
-    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU or E0_CACHE_LFU (LRU) */
+    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU or _ROUTER (LRU) */
     float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
+    float router_half_life;      /* ROUTER: summed probabilities halve every this many steps (64) */
 } e0_layer_opts;
 
 /* e0_engine_opts.budget_mode */
 enum { E0_BUDGET_AUTO = 0, E0_BUDGET_OFF = 1 };
 
 /* Eviction policies of the shared expert cache (stream/xcache.h). */
-enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1 };
+enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1, E0_CACHE_ROUTER = 2 };
 
 typedef struct {
     int n_threads;       /* compute threads; 0 = one per core */
@@ -244,13 +245,15 @@ void e0_engine_stats(e0_engine *e, e0_stats *st);
  * against the offline optimum"). e0_engine_trace_start records every
  * demand request of the shared expert cache, (layer, expert) in order, up
  * to `cap` requests (0 stops); it needs the cache (pread I/O, cache_slots
- * > 0). e0_engine_cache_study replays the trace through each policy with
+ * > 0), and the router logits of up to `tokens` tokens through every layer
+ * (the router policy's replay needs them). e0_engine_cache_study replays the trace through each policy with
  * `slots` slots: requests before `from` only warm the caches (e.g. the
  * prefill before a decode), the rest are counted. */
 typedef enum {
     E0_POLICY_LRU,    /* least recently used (the shared cache's policy) */
     E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
+    E0_POLICY_ROUTER, /* router probabilities + recent requests, router_half_life steps */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES
 } e0_policy;
@@ -259,11 +262,12 @@ typedef struct {
     uint64_t requests;              /* counted requests */
     uint64_t hits[E0_POLICIES];     /* of them, hits per policy */
     uint64_t dropped;               /* requests past the trace's cap (not replayed) */
+    bool router_replayed;           /* false: too many router logits to keep (hits[ROUTER] 0) */
 } e0_cache_study;
 const char *e0_policy_name(e0_policy p);
-/* The shared cache's own eviction policy in force (E0_CACHE_LRU / _LFU). */
+/* The shared cache's own eviction policy in force (E0_CACHE_LRU / _LFU / _ROUTER). */
 int e0_engine_cache_policy(const e0_engine *e);
-int e0_engine_trace_start(e0_engine *e, size_t cap, char *err);
+int e0_engine_trace_start(e0_engine *e, size_t cap, size_t tokens, char *err);
 /* Requests recorded so far; *keys (may be NULL) gets them as
  * layer * n_experts + expert, valid until the next trace_start or free. */
 size_t e0_engine_trace(e0_engine *e, const uint32_t **keys);

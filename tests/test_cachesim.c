@@ -9,11 +9,34 @@
 
 #include <stdlib.h>
 
+/* Router logits for the traces below: 16 keys are 2 layers x 8 experts;
+ * one observation of one token before every request, of the requested
+ * key's layer, its logits from a fixed pseudo-random stream. */
+enum { OBS_MAX = 3000, OBS_E = 8 };
+static size_t obs_at[OBS_MAX];
+static int32_t obs_layer[OBS_MAX], obs_tokens[OBS_MAX];
+static float obs_logits[OBS_MAX * OBS_E];
+
+static cachesim_obs make_obs(const uint32_t *k, size_t n) {
+    uint64_t r = 7;
+    for (size_t i = 0; i < n && i < OBS_MAX; i++) {
+        obs_at[i] = i;
+        obs_layer[i] = (int32_t)(k[i] / OBS_E);
+        obs_tokens[i] = 1;
+        for (int e = 0; e < OBS_E; e++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            obs_logits[i * OBS_E + (size_t)e] = (float)((r >> 40) % 1000) / 250.0f;
+        }
+    }
+    return (cachesim_obs){n, obs_at, obs_layer, obs_tokens, obs_logits, 2, OBS_E, 0};
+}
+
 static uint64_t run(cachesim_policy p, const uint32_t *k, size_t n, size_t from, int32_t cap,
                     double half_life) {
     char err[E0_ERR_MAX];
     uint64_t h = 0;
-    if (cachesim_run(p, k, n, from, 16, cap, half_life, &h, err)) fail_msg("%s", err);
+    const cachesim_obs o = make_obs(k, n);
+    if (cachesim_run(p, k, n, from, 16, cap, half_life, &o, &h, err)) fail_msg("%s", err);
     return h;
 }
 
@@ -71,6 +94,41 @@ static void test_lfu_decay(void **state) {
     assert_int_equal(run(CACHESIM_LFU, k, n, 13, 3, 1), 1);
 }
 
+/* The router policy by hand: 1 layer of 4 experts, 2 slots, requests
+ * 0 1 2 0, one step each, every step's logits [10 0 0 0] (expert 0 at
+ * probability ~1). At request 2, key 0 scores ~3 (its probabilities) +
+ * 1/4 (its request two steps ago), key 1 ~0 + 1/2: key 1 goes and the last
+ * request of 0 hits; LRU evicts 0 and misses it. With all logits equal the
+ * probabilities tie and recency decides as LRU does: 0 goes, 0 misses. */
+static void test_router(void **state) {
+    (void)state;
+    const uint32_t k[] = {0, 1, 2, 0};
+    size_t at[4] = {0, 1, 2, 3};
+    int32_t layer[4] = {0}, tokens[4] = {1, 1, 1, 1};
+    float lg[16] = {0};
+    cachesim_obs o = {4, at, layer, tokens, lg, 1, 4, 0};
+    char err[E0_ERR_MAX];
+    uint64_t h;
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 0);
+    for (int i = 0; i < 4; i++)
+        lg[i * 4] = 10.0f;
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 1);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 0);
+    /* one call of 4 tokens before the first request counts the same evidence */
+    o = (cachesim_obs){1, at, layer, (int32_t[]){4}, lg, 1, 4, 0};
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 1);
+    /* without logits, or logits that do not fit the keys, it cannot run */
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, NULL, &h, err), E0_EINVAL);
+    o = (cachesim_obs){1, at, layer, tokens, lg, 2, 4, 0};
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), E0_EINVAL);
+    o = (cachesim_obs){2, (size_t[]){3, 1}, layer, tokens, lg, 1, 4, 0};
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), E0_EINVAL);
+}
+
 /* Random traces: Belady is never beaten, a cache as large as the key set
  * misses only the first request of each key, and cap 1 hits only repeats. */
 static void test_properties(void **state) {
@@ -109,14 +167,15 @@ static void test_bad_input(void **state) {
     const uint32_t k[] = {1, 99};
     char err[E0_ERR_MAX];
     uint64_t h;
-    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 2, 0, 16, 4, 0, &h, err), E0_EINVAL);
-    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 1, 0, 16, 0, 0, &h, err), E0_EINVAL);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 2, 0, 16, 4, 0, NULL, &h, err), E0_EINVAL);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 1, 0, 16, 0, 0, NULL, &h, err), E0_EINVAL);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_textbook),  cmocka_unit_test(test_scan_resistance),
-        cmocka_unit_test(test_lfu_decay), cmocka_unit_test(test_properties),
+        cmocka_unit_test(test_lfu_decay), cmocka_unit_test(test_router),
+        cmocka_unit_test(test_properties),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

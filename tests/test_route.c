@@ -19,12 +19,14 @@
 
 enum { STEPS = 24, LAYERS = 4, EXPERTS = 32, K = 4 };
 
-static e0_engine *open_traced(const char *dir) {
+static e0_engine *open_with(const char *dir, int policy, int32_t slots) {
     e0_engine_opts eo;
     e0_engine_opts_default(&eo);
     eo.n_threads = 2;
     eo.io = E0_IO_PREAD; /* the trace is the shared cache's */
-    eo.layer.cache_slots = 64;
+    eo.layer.cache_slots = slots;
+    eo.layer.cache_policy = policy;
+    eo.layer.prefetch_cap = 0; /* no speculative loads: every request is the router's */
     e0_engine *e;
     char err[E0_ERR_MAX];
     if (e0_engine_open(&e, dir, &eo, err)) fail_msg("%s", err);
@@ -33,8 +35,12 @@ static e0_engine *open_traced(const char *dir) {
     assert_int_equal(in.n_layers, LAYERS);
     assert_int_equal(in.n_experts, EXPERTS);
     assert_int_equal(in.top_k, K);
-    if (e0_engine_trace_start(e, 1 << 16, err)) fail_msg("%s", err);
+    if (e0_engine_trace_start(e, 1 << 16, STEPS, err)) fail_msg("%s", err);
     return e;
+}
+
+static e0_engine *open_traced(const char *dir) {
+    return open_with(dir, E0_CACHE_LRU, 64);
 }
 
 /* Greedy decode of STEPS one-token steps from id 7; logits of every step
@@ -227,12 +233,60 @@ static void test_sticky_cli_config(void **state) {
     free(root);
 }
 
+/* The cache's router policy (stream/routecount.h) on a sticky model, 40
+ * slots for 128 (layer, expert) keys: eviction changes where bytes come
+ * from, never the logits; each policy's hits are its simulation's exactly
+ * (the router policy's replayed from the router logits the trace
+ * recorded; the simulation knows no pins, and here no victim it picks is
+ * pinned: one token's experts are the last requested), and the router
+ * policy's differ from LRU's. */
+static void test_router_policy(void **state) {
+    (void)state;
+    char *root = tu_tmpdir();
+    char *dir = tu_synth_sticky(root, "half", 0.5);
+    e0_engine *a = open_with(dir, E0_CACHE_ROUTER, 40), *b = open_with(dir, E0_CACHE_LRU, 40);
+    e0_model_info in;
+    e0_engine_info(a, &in);
+    float *la = malloc((size_t)STEPS * in.vocab_size * sizeof *la);
+    float *lb = malloc((size_t)STEPS * in.vocab_size * sizeof *lb);
+    decode(a, la);
+    decode(b, lb);
+    assert_memory_equal(la, lb, (size_t)STEPS * in.vocab_size * sizeof *la);
+    e0_stats sa, sb;
+    e0_engine_stats(a, &sa);
+    e0_engine_stats(b, &sb);
+    e0_cache_study ca, cb;
+    char err[E0_ERR_MAX];
+    assert_int_equal(e0_engine_cache_study(a, 40, 0, &ca, err), 0);
+    assert_int_equal(e0_engine_cache_study(b, 40, 0, &cb, err), 0);
+    assert_true(ca.router_replayed && cb.router_replayed);
+    assert_int_equal(ca.requests, (uint64_t)STEPS * LAYERS * K);
+    assert_int_equal(sa.lru_hits + sa.lru_misses, ca.requests);
+    printf("  %llu requests, 40 slots: LRU %llu hits (simulated %llu), router %llu (simulated "
+           "%llu), Belady %llu\n",
+           (unsigned long long)ca.requests, (unsigned long long)sb.lru_hits,
+           (unsigned long long)cb.hits[E0_POLICY_LRU], (unsigned long long)sa.lru_hits,
+           (unsigned long long)ca.hits[E0_POLICY_ROUTER],
+           (unsigned long long)ca.hits[E0_POLICY_BELADY]);
+    assert_int_equal(sb.lru_hits, cb.hits[E0_POLICY_LRU]);
+    assert_int_equal(sa.lru_hits, ca.hits[E0_POLICY_ROUTER]);
+    assert_true(ca.hits[E0_POLICY_ROUTER] != ca.hits[E0_POLICY_LRU]);
+    free(la);
+    free(lb);
+    e0_engine_free(a);
+    e0_engine_free(b);
+    free(dir);
+    tu_rmtree(root);
+    free(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sticky_share),
         cmocka_unit_test(test_sticky_zero_is_none),
         cmocka_unit_test(test_sticky_batch),
         cmocka_unit_test(test_sticky_cli_config),
+        cmocka_unit_test(test_router_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,6 +211,51 @@ static void test_lfu(void **state) {
     xcache_free(c);
 }
 
+/* One step's router logits for layer l: expert `fav` far ahead of the
+ * others (probability ~1), or all equal (fav < 0: 1/16 each). */
+static void observe(xcache *c, int l, int fav) {
+    float lg[EXPERTS] = {0};
+    if (fav >= 0) lg[fav] = 30.0f;
+    xcache_observe(c, l, lg, 1);
+}
+
+/* Router policy (routecount.h): score = summed probabilities + requests
+ * halving every step; the lowest goes. A popular expert survives being
+ * the least recent; among equally popular ones recency decides; a
+ * prefetch counts as a request. */
+static void test_router(void **state) {
+    (void)state;
+    xcache *c = make(3);
+    char err[512];
+    assert_int_equal(xcache_set_policy(c, E0_CACHE_ROUTER, 0, err), E0_EINVAL);
+    assert_int_equal(xcache_set_policy(c, E0_CACHE_ROUTER, 1e9, err), 0); /* ~no decay */
+    observe(c, 0, 5), touch(c, 0, 5); /* step 1 */
+    observe(c, 0, 5), touch(c, 0, 1); /* step 2 */
+    observe(c, 0, 5), touch(c, 0, 2); /* step 3 */
+    observe(c, 0, 5), touch(c, 0, 3); /* step 4: 0.5 is the least recent, but its
+                                       * probabilities sum to ~4: 0.1 (0 + 1/4) goes */
+    assert_true(present(c, 0, 5) && present(c, 0, 2) && present(c, 0, 3));
+    assert_false(present(c, 0, 1));
+    observe(c, 0, -1), touch(c, 0, 4); /* step 5, all 1/16: 0.2 (requested 2 steps ago:
+                                        * 1/4) goes before 0.3 (1/2) */
+    assert_true(present(c, 0, 5) && present(c, 0, 3) && present(c, 0, 4));
+    assert_false(present(c, 0, 2));
+    /* same step: a prefetch of 0.9 evicts 0.3 (1/16 + 1/2) */
+    bool need;
+    xentry *q = xcache_acquire(c, 0, 9, false, &need);
+    assert_true(need);
+    xcache_loaded(c, q, true);
+    xcache_release(c, q);
+    assert_false(present(c, 0, 3));
+    /* 0.9 counts one request, as 0.4 does this step, and their probabilities
+     * are the same: a tie (1/16 + 1 each), and the least recently released
+     * (0.4) goes, not the prefetched entry */
+    touch(c, 2, 10);
+    assert_true(present(c, 0, 9) && present(c, 0, 5) && present(c, 2, 10));
+    assert_false(present(c, 0, 4));
+    xcache_free(c);
+}
+
 /* Many threads: every acquired bundle carries its own key's stamp (no entry
  * is reused while pinned), every acquire is matched by a release. */
 typedef struct {
@@ -235,6 +280,7 @@ static void *worker(void *p) {
             memset(xentry_buf(x), l * EXPERTS + e, BUNDLE);
             xcache_loaded(a->c, x, (r & 63) != 0); /* some loads fail */
         }
+        if ((r & 7) == 0) observe(a->c, l, e); /* the router policy's counts */
         if (xcache_wait(a->c, x) == 0) {
             const uint8_t *b = xentry_buf(x);
             for (int k = 0; k < BUNDLE; k += 37)
@@ -247,7 +293,7 @@ static void *worker(void *p) {
 
 static void test_concurrent(void **state) {
     (void)state;
-    for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_LFU; policy++) {
+    for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_ROUTER; policy++) {
         xcache *c = make(12);
         char err[512];
         assert_int_equal(xcache_set_policy(c, policy, 50, err), 0);
@@ -302,7 +348,7 @@ int main(void) {
         cmocka_unit_test(test_failed_load),    cmocka_unit_test(test_capacity_random),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_concurrent),     cmocka_unit_test(test_iopool),
-        cmocka_unit_test(test_lfu),
+        cmocka_unit_test(test_lfu), cmocka_unit_test(test_router),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,7 +236,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     if (warm && (rc = warm_up(s, ids, n_prefill, n_decode, logits, info.vocab_size, err))) goto out;
     if (trace) { /* at most every token's top-k in every layer */
         const size_t cap = (size_t)(n_prefill + n_decode) * (size_t)info.n_layers * (size_t)info.top_k;
-        rc = e0_engine_trace_start(e, cap, err);
+        rc = e0_engine_trace_start(e, cap, (size_t)(n_prefill + n_decode), err);
         if (rc == E0_EUNSUPPORTED)
             fprintf(stderr, "edge0 bench: no cache policy study: %s\n", err);
         else if (rc)
@@ -286,6 +286,10 @@ out:
     return rc;
 }
 
+static const char *cache_policy_name(int policy) {
+    return policy == E0_CACHE_LFU ? "lfu" : policy == E0_CACHE_ROUTER ? "router" : "lru";
+}
+
 static double per_tok(uint64_t bytes, uint64_t tokens) {
     return tokens ? (double)bytes / (double)tokens : 0;
 }
@@ -318,7 +322,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
         cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
         if (ph->traced) {
-            cJSON_AddStringToObject(o, "cache_policy", ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
+            cJSON_AddStringToObject(o, "cache_policy", cache_policy_name(ph->policy));
             cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
             for (int i = 0; i < 3; i++) {
                 const e0_cache_study *cs = &ph->study[i];
@@ -327,8 +331,10 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                 cJSON_AddNumberToObject(r, "slots", cs->slots);
                 cJSON_AddNumberToObject(r, "requests", (double)cs->requests);
                 for (int p = 0; p < E0_POLICIES; p++)
-                    cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
-                                            cs->requests ? (double)cs->hits[p] / (double)cs->requests : 0);
+                    if (p != E0_POLICY_ROUTER || cs->router_replayed)
+                        cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
+                                                cs->requests ? (double)cs->hits[p] / (double)cs->requests
+                                                             : 0);
                 cJSON_AddItemToArray(a, r);
             }
         }
@@ -359,14 +365,16 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
     if (ph->traced) {
         printf("    cache policies on this decode's %llu requests (simulated, the prefill warms each; "
                "hit rates; this run's cache: %s):\n",
-               (unsigned long long)ph->study[0].requests,
-               ph->policy == E0_CACHE_LFU ? "lfu" : "lru");
+               (unsigned long long)ph->study[0].requests, cache_policy_name(ph->policy));
         for (int i = 0; i < 3; i++) {
             const e0_cache_study *cs = &ph->study[i];
             printf("      %2.0f%% of experts (%5d slots):", 100 * STUDY_SHARES[i], cs->slots);
             for (int p = 0; p < E0_POLICIES; p++)
-                printf(" %s %5.1f%%", e0_policy_name((e0_policy)p),
-                       cs->requests ? 100.0 * (double)cs->hits[p] / (double)cs->requests : 0.0);
+                if (p != E0_POLICY_ROUTER || cs->router_replayed)
+                    printf(" %s %5.1f%%", e0_policy_name((e0_policy)p),
+                           cs->requests ? 100.0 * (double)cs->hits[p] / (double)cs->requests : 0.0);
+                else
+                    printf(" %s n/a", e0_policy_name((e0_policy)p));
             printf("\n");
         }
         if (ph->study[0].dropped)

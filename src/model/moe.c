@@ -187,6 +187,7 @@ int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out,
     route_job rj = {S, E, k, c->norm_topk};
     pool_for(T, 1, route_tokens, &rj);
     if (s0->route_hist) sticky_tokens(b, layer, E, k, c->norm_topk);
+    stream_observe(s0->eng->stream, layer, S->rlogits, T);
     int rc = stream_experts(s0->eng->stream, layer, in, b, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;
     const int Is = c->shared_inter;

@@ -939,8 +939,12 @@ int e0_engine_cache_policy(const e0_engine *e) {
     return e->opts.layer.cache_policy;
 }
 
-int e0_engine_trace_start(e0_engine *e, size_t cap, char *err) {
-    return stream_trace_start(e->stream, cap, err);
+int e0_engine_trace_start(e0_engine *e, size_t cap, size_t tokens, char *err) {
+    const e0_config *c = &e->model.cfg;
+    const size_t max_floats = (size_t)256 << 20 >> 2; /* 256 MiB of logits at most */
+    size_t floats = (size_t)c->n_layers * (size_t)c->n_experts;
+    floats = tokens > max_floats / (floats ? floats : 1) ? max_floats : tokens * floats;
+    return stream_trace_start(e->stream, cap, floats, err);
 }
 
 size_t e0_engine_trace(e0_engine *e, const uint32_t **keys) {
@@ -962,9 +966,15 @@ int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_stu
     out->requests = n - from;
     const e0_config *c = &e->model.cfg;
     const uint32_t keys = (uint32_t)c->n_layers * (uint32_t)c->n_experts;
+    cachesim_obs obs;
+    stream_trace_obs(e->stream, &obs);
+    out->router_replayed = obs.n > 0;
     for (int p = 0; p < E0_POLICIES; p++) {
-        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots,
-                              (double)e->opts.layer.cache_half_life * slots, &out->hits[p], err);
+        if (p == E0_POLICY_ROUTER && !out->router_replayed) continue;
+        const double h = p == E0_POLICY_ROUTER ? (double)e->opts.layer.router_half_life
+                                               : (double)e->opts.layer.cache_half_life * slots;
+        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots, h, &obs, &out->hits[p],
+                              err);
         if (rc) return rc;
     }
     return 0;

@@ -1,4 +1,5 @@
 #include "stream/cachesim.h"
+#include "stream/routecount.h"
 
 #include "edge0.h"
 #include "util/err.h"
@@ -8,7 +9,7 @@
 #include <stdlib.h>
 
 const char *cachesim_name(cachesim_policy p) {
-    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "belady"};
+    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "belady"};
     return p >= 0 && p < CACHESIM_N ? names[p] : "?";
 }
 
@@ -110,6 +111,64 @@ static uint64_t run_lfu(const uint32_t *keys, size_t n, size_t from, uint32_t n_
     return hits;
 }
 
+/* The router policy: observations replayed before the request they
+ * preceded, the lowest score evicted (least recent on ties). */
+static uint64_t run_router(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
+                           int32_t cap, const cachesim_obs *o, routecount *rc, int32_t *slot_of,
+                           int32_t *slots, size_t *last) {
+    for (uint32_t x = 0; x < n_keys; x++)
+        slot_of[x] = NIL;
+    const float *lg = o->logits;
+    size_t j = 0;
+    int32_t used = 0;
+    uint64_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (; j < o->n && o->at[j] <= i; j++) {
+            routecount_observe(rc, o->layer[j], lg, o->tokens[j]);
+            lg += (size_t)o->tokens[j] * (size_t)o->n_experts;
+        }
+        const int32_t x = (int32_t)keys[i];
+        routecount_request(rc, (uint32_t)x);
+        last[x] = i;
+        if (slot_of[x] != NIL) {
+            hits += i >= from;
+            continue;
+        }
+        int32_t s = used;
+        if (used < cap) {
+            used++;
+        } else {
+            s = 0;
+            double best = routecount_score(rc, (uint32_t)slots[0]);
+            for (int32_t q = 1; q < cap; q++) {
+                const double v = routecount_score(rc, (uint32_t)slots[q]);
+                if (v < best || (v == best && last[slots[q]] < last[slots[s]])) best = v, s = q;
+            }
+            slot_of[slots[s]] = NIL;
+        }
+        slots[s] = x;
+        slot_of[x] = s;
+    }
+    return hits;
+}
+
+/* Observations fit the keys: layers x experts = n_keys, each call's layer
+ * and tokens in range, in request order. */
+static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err) {
+    if (!o || !o->n)
+        return e0_fail(err, E0_EINVAL, "the router policy needs the trace's router logits");
+    if (o->n_layers < 1 || o->n_experts < 1 ||
+        (uint64_t)o->n_layers * (uint64_t)o->n_experts != n_keys || !o->logits)
+        return e0_fail(err, E0_EINVAL, "router logits of %d layers x %d experts for %u keys",
+                       o->n_layers, o->n_experts, n_keys);
+    for (size_t j = 0; j < o->n; j++)
+        if (o->layer[j] < 0 || o->layer[j] >= o->n_layers || o->tokens[j] < 1 || o->at[j] > n ||
+            (j && o->at[j] < o->at[j - 1]))
+            return e0_fail(err, E0_EINVAL, "router observation %zu (layer %d, %d tokens, at %zu) "
+                           "is out of range or order", j, o->layer[j], o->tokens[j], o->at[j]);
+    return 0;
+}
+
 enum { L_T1 = 1, L_T2, L_B1, L_B2 };
 
 static uint64_t run_arc(const uint32_t *keys, size_t n, size_t from, klinks *k, int32_t cap) {
@@ -199,7 +258,8 @@ static uint64_t run_belady(const uint32_t *keys, size_t n, size_t from, uint32_t
 }
 
 int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
-                 int32_t cap, double half_life, uint64_t *hits, char *err) {
+                 int32_t cap, double half_life, const cachesim_obs *obs, uint64_t *hits,
+                 char *err) {
     *hits = 0;
     if (p < 0 || p >= CACHESIM_N) return e0_fail(err, E0_EINVAL, "unknown cache policy %d", p);
     if (cap < 1 || n_keys < 1 || n_keys > INT32_MAX)
@@ -208,6 +268,14 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
         if (keys[i] >= n_keys)
             return e0_fail(err, E0_EINVAL, "trace key %u at %zu is not below %u", keys[i], i,
                            n_keys);
+    routecount counts = {0};
+    if (p == CACHESIM_ROUTER) {
+        int rc0 = check_obs(obs, n, n_keys, err);
+        if (!rc0)
+            rc0 = routecount_init(&counts, obs->n_layers, obs->n_experts,
+                                  half_life > 0 ? half_life : INFINITY, err);
+        if (rc0) return rc0;
+    }
     klinks k = {malloc(n_keys * sizeof(int32_t)), malloc(n_keys * sizeof(int32_t)),
                 calloc(n_keys, 1)};
     int32_t *slots = malloc((size_t)cap * sizeof *slots);
@@ -230,6 +298,9 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
     case CACHESIM_LFU:
         *hits = run_lfu(keys, n, from, n_keys, cap, half_life, k.prev, slots, a, score);
         break;
+    case CACHESIM_ROUTER:
+        *hits = run_router(keys, n, from, n_keys, cap, obs, &counts, k.prev, slots, a);
+        break;
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
         break;
@@ -244,5 +315,6 @@ out:
     free(a);
     free(b);
     free(score);
+    routecount_free(&counts);
     return rc;
 }

@@ -18,6 +18,10 @@
  *    key that comes back is judged by its whole (decayed) history.
  *  - ARC (Megiddo & Modha, FAST 2003): recency list T1 and frequency list
  *    T2 with ghost lists B1/B2 steering the split between them.
+ *  - Router (stream/routecount.h, the xcache's E0_CACHE_ROUTER): evict the
+ *    cached key with the lowest score of summed router probabilities plus
+ *    recent requests (least recent on ties); needs the trace's router
+ *    logits (`obs`), replayed before the request they preceded.
  *  - Belady (offline optimal for demand paging): on a miss with a full
  *    cache, evict the cached key whose next request is furthest ahead
  *    (never requested again counts as infinitely far).
@@ -32,23 +36,39 @@ typedef enum {
     CACHESIM_LRU,
     CACHESIM_LFU,
     CACHESIM_ARC,
+    CACHESIM_ROUTER,
     CACHESIM_BELADY,
     CACHESIM_N,
 } cachesim_policy;
+
+/* The router logits seen with a trace: n MoE layer calls, call i before
+ * request at[i] (nondecreasing), of tokens[i] tokens of layer[i], whose
+ * [tokens, n_experts] logits follow the previous call's in `logits`. */
+typedef struct {
+    size_t n;
+    const size_t *at;
+    const int32_t *layer, *tokens;
+    const float *logits;
+    int32_t n_layers, n_experts;
+    uint64_t dropped; /* calls past the recording's capacity (then n is 0) */
+} cachesim_obs;
 
 /* log2(2^a + 2^b), a or b may be -INFINITY. Decayed counts are kept as
  * log2(sum over requests of 2^(t / half_life)): a request at time t adds
  * 2^(t / half_life), so older ones weigh less without ever rescaling. */
 double cachesim_log2_add(double a, double b);
 
-/* "lru", "lfu", "arc", "belady" */
+/* "lru", "lfu", "arc", "router", "belady" */
 const char *cachesim_name(cachesim_policy p);
 
 /* Hits of policy `p` with `cap` slots over keys[from..n), after keys[0..from)
  * warmed it. Keys must be < n_keys. half_life: LFU's decay, in requests
- * (ignored by the others; <= 0: no decay). Returns 0, or E0_EINVAL /
- * E0_ENOMEM with a message in err. */
+ * (<= 0: no decay), and the router policy's popularity half-life, in steps
+ * (<= 0: none); ignored by the others. obs: the router policy's
+ * observations (others ignore it; NULL or none: E0_EINVAL for router).
+ * Returns 0, or E0_EINVAL / E0_ENOMEM with a message in err. */
 int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
-                 int32_t cap, double half_life, uint64_t *hits, char *err);
+                 int32_t cap, double half_life, const cachesim_obs *obs, uint64_t *hits,
+                 char *err);
 
 #endif

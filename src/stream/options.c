@@ -13,7 +13,8 @@
 
 typedef enum { F_BOOL, F_INT, F_FLOAT, F_POLICY } ftype;
 
-static const char *const POLICY_NAMES[] = {"lru", "lfu"}; /* E0_CACHE_* */
+static const char *const POLICY_NAMES[] = {"lru", "lfu", "router"}; /* E0_CACHE_* */
+enum { NPOLICIES = sizeof POLICY_NAMES / sizeof *POLICY_NAMES };
 
 static const struct {
     const char *name;
@@ -31,8 +32,8 @@ static const struct {
     I(prefetch_threads, 0, 256), I(prefetch_k, 0, 1024), B(full_layer_prefill),
     I(prefill_full_layers, 0, 1 << 16), I(hot_window, 0, 1 << 16), I(prefill_hot, 0, 65536),
     B(warm_willneed), I(top_k, 0, 1024),
-    {"cache_policy", F_POLICY, offsetof(e0_layer_opts, cache_policy), 0, 1},
-    R(cache_half_life, 0.01, 1e6),
+    {"cache_policy", F_POLICY, offsetof(e0_layer_opts, cache_policy), 0, NPOLICIES - 1},
+    R(cache_half_life, 0.01, 1e6), R(router_half_life, 0.01, 1e9),
 #undef B
 #undef I
 #undef R
@@ -55,6 +56,7 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->prefetch_threads = 4;
     l->cache_policy = E0_CACHE_LRU;
     l->cache_half_life = 1.0f;
+    l->router_half_life = 64.0f;
     o->path = E0_PATH_AUTO;
     o->io = E0_IO_AUTO;
 }
@@ -99,12 +101,13 @@ int e0_opts_set(e0_engine_opts *o, const char *field, const char *value, char *e
             return 0;
         }
         if (FIELDS[i].type == F_POLICY) {
-            for (int32_t v = 0; v < (int32_t)(sizeof POLICY_NAMES / sizeof *POLICY_NAMES); v++)
+            for (int32_t v = 0; v < NPOLICIES; v++)
                 if (!strcmp(value, POLICY_NAMES[v])) {
                     memcpy(p, &v, sizeof v);
                     return 0;
                 }
-            return e0_fail(err, E0_EINVAL, "option %s: '%s' is not lru or lfu", field, value);
+            return e0_fail(err, E0_EINVAL, "option %s: '%s' is not lru, lfu or router", field,
+                           value);
         }
         double d = strtod(value, &end);
         if (errno || end == value || *end || !(d >= FIELDS[i].lo && d <= FIELDS[i].hi) ||
@@ -139,7 +142,7 @@ int e0_opts_format(const e0_engine_opts *o, char *buf, size_t len) {
         } else {
             int32_t v;
             memcpy(&v, p, sizeof v);
-            if (FIELDS[i].type == F_POLICY) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, POLICY_NAMES[v == E0_CACHE_LFU]);
+            if (FIELDS[i].type == F_POLICY) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, POLICY_NAMES[v >= 0 && v < NPOLICIES ? v : 0]);
             else if (FIELDS[i].type == F_BOOL) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, v ? "true" : "false");
             else w = snprintf(buf + n, n < len ? len - n : 0, "%s=%d\n", FIELDS[i].name, v);
         }

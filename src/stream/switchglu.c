@@ -1273,7 +1273,10 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
         ((rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0 ||
          (rc = xcache_set_policy(s->xc, lo->cache_policy,
-                                 (double)lo->cache_half_life * lo->cache_slots, err)) != 0))
+                                 lo->cache_policy == E0_CACHE_ROUTER
+                                     ? (double)lo->router_half_life
+                                     : (double)lo->cache_half_life * lo->cache_slots,
+                                 err)) != 0))
         goto fail;
     if ((rc = iopool_new(&s->load, lo->load_threads, err)) != 0 ||
         (rc = iopool_new(&s->pre, lo->prefetch_threads, err)) != 0)
@@ -1353,12 +1356,21 @@ void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misse
 int32_t stream_cache_slots(const e0_stream *s) {
     return s->xc ? xcache_slots(s->xc) : 0;
 }
-int stream_trace_start(e0_stream *s, size_t cap, char *err) {
+int stream_trace_start(e0_stream *s, size_t cap, size_t obs_floats, char *err) {
     if (!s->xc)
         return e0_fail(err, E0_EUNSUPPORTED,
                        "no expert cache to trace: it needs pread I/O (--io pread or --mem-budget) "
                        "and cache_slots > 0");
-    return xcache_trace_start(s->xc, cap, err);
+    return xcache_trace_start(s->xc, cap, obs_floats, err);
+}
+
+void stream_trace_obs(e0_stream *s, cachesim_obs *out) {
+    memset(out, 0, sizeof *out);
+    if (s->xc) xcache_trace_obs(s->xc, out);
+}
+
+void stream_observe(e0_stream *s, int layer, const float *logits, int T) {
+    if (s->xc && xcache_observing(s->xc)) xcache_observe(s->xc, layer, logits, T);
 }
 
 const uint32_t *stream_trace(e0_stream *s, size_t *n, uint64_t *dropped) {

@@ -19,6 +19,7 @@
 #include "edge0.h"
 #include "model/model.h"
 #include "stream/bundle.h"
+#include "stream/cachesim.h"
 
 typedef struct e0_stream e0_stream;
 
@@ -70,8 +71,14 @@ int stream_distinct_experts(const e0_stream *s, int layer);
 int32_t stream_cache_slots(const e0_stream *s);
 /* The shared cache's demand-request trace (xcache_trace_start); fails with
  * E0_EUNSUPPORTED when there is no cache (mapped I/O or cache_slots 0). */
-int stream_trace_start(e0_stream *s, size_t cap, char *err);
+int stream_trace_start(e0_stream *s, size_t cap, size_t obs_floats, char *err);
 const uint32_t *stream_trace(e0_stream *s, size_t *n, uint64_t *dropped);
+/* The router logits recorded with the trace (none without a cache). */
+void stream_trace_obs(e0_stream *s, cachesim_obs *out);
+/* MoE layer `layer`'s router logits for the T tokens about to call
+ * stream_experts(), [T, n_experts]: the cache's router policy and the
+ * trace take them (xcache_observe); a no-op when neither is on. */
+void stream_observe(e0_stream *s, int layer, const float *logits, int T);
 size_t stream_bundle_bytes(const e0_stream *s);
 
 /* Tests: from now on the staged prediction of `layer` is this set (staged now). */

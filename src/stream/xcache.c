@@ -1,6 +1,7 @@
 #include "stream/xcache.h"
 
 #include "stream/cachesim.h"
+#include "stream/routecount.h"
 
 #include "util/bigbuf.h"
 
@@ -38,13 +39,21 @@ struct xcache {
     int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
-    int policy;              /* E0_CACHE_LRU / E0_CACHE_LFU */
+    int policy;              /* E0_CACHE_LRU / _LFU / _ROUTER */
     double half_life;        /* LFU: in demand requests */
     double *score;           /* LFU: [n_layers * n_experts] log2 of the decayed count */
     uint64_t clock;          /* LFU: demand requests so far */
+    routecount rc;           /* ROUTER: the router's probabilities and recent requests */
     uint32_t *trace;         /* [trace_cap] demand requests, in order */
     size_t trace_cap, trace_n;
     uint64_t trace_dropped;
+    /* the router logits observed while tracing (cachesim_obs): obs_n layer
+     * calls, their logits in obs_logits[0, obs_used) of obs_cap floats */
+    size_t *obs_at;
+    int32_t *obs_layer, *obs_tokens;
+    float *obs_logits;
+    size_t obs_n, obs_calls, obs_used, obs_cap;
+    uint64_t obs_dropped;
 };
 
 static void lru_unlink(xcache *c, xentry *e) {
@@ -119,19 +128,28 @@ void xcache_free(xcache *c) {
     free(c->hits);
     free(c->misses);
     free(c->trace);
+    free(c->obs_at);
+    free(c->obs_layer);
+    free(c->obs_tokens);
+    free(c->obs_logits);
     free(c->score);
+    routecount_free(&c->rc);
     free(c);
 }
 
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
-    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU)
+    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER)
         return e0_fail(err, E0_EINVAL, "unknown cache policy %d", policy);
-    if (policy == E0_CACHE_LFU && !(half_life > 0))
-        return e0_fail(err, E0_EINVAL, "LFU half-life %g must be positive", half_life);
+    if (policy != E0_CACHE_LRU && !(half_life > 0))
+        return e0_fail(err, E0_EINVAL, "cache half-life %g must be positive", half_life);
     free(c->score);
     c->score = NULL;
+    routecount_free(&c->rc);
     const size_t n = (size_t)c->n_layers * (size_t)c->n_experts;
-    if (policy == E0_CACHE_LFU) {
+    if (policy == E0_CACHE_ROUTER) {
+        const int rc = routecount_init(&c->rc, c->n_layers, c->n_experts, half_life, err);
+        if (rc) return rc;
+    } else if (policy == E0_CACHE_LFU) {
         if (!(c->score = malloc((n ? n : 1) * sizeof *c->score)))
             return e0_fail(err, E0_ENOMEM, "out of memory for the cache's request counts");
         for (size_t i = 0; i < n; i++)
@@ -157,6 +175,19 @@ static xentry *lfu_victim(xcache *c) {
     return v;
 }
 
+/* ROUTER: the lowest router score (routecount.h), least recently released
+ * on ties; the same scan as LFU's. */
+static xentry *router_victim(xcache *c) {
+    xentry *v = c->lru_head;
+    double best = INFINITY;
+    for (xentry *e = c->lru_head; e; e = e->next) {
+        const double s = routecount_score(
+            &c->rc, (uint32_t)((size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert));
+        if (s < best) best = s, v = e;
+    }
+    return v;
+}
+
 /* A FREE slot, else an unpinned READY one, evicted by the policy. */
 static xentry *take_slot(xcache *c) {
     if (c->n_free > 0)
@@ -168,7 +199,9 @@ static xentry *take_slot(xcache *c) {
                 return &c->e[i];
             }
         }
-    xentry *v = c->policy == E0_CACHE_LFU ? lfu_victim(c) : c->lru_head;
+    xentry *v = c->policy == E0_CACHE_LFU      ? lfu_victim(c)
+                : c->policy == E0_CACHE_ROUTER ? router_victim(c)
+                                               : c->lru_head;
     if (!v) return NULL;
     lru_unlink(c, v);
     c->table[(size_t)v->layer * (size_t)c->n_experts + (size_t)v->expert] = -1;
@@ -182,6 +215,7 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
     xentry *e = NULL;
     if (demand && c->score)
         c->score[key] = cachesim_log2_add(c->score[key], (double)c->clock++ / c->half_life);
+    if (demand && c->rc.pop) routecount_request(&c->rc, (uint32_t)key);
     if (demand && c->trace) {
         if (c->trace_n < c->trace_cap)
             c->trace[c->trace_n++] = (uint32_t)key;
@@ -201,6 +235,7 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
              * count in the cache and be the next victim before its demand arrives */
             if (!demand && c->score)
                 c->score[key] = cachesim_log2_add(c->score[key], (double)c->clock / c->half_life);
+            if (!demand && c->rc.pop) routecount_request(&c->rc, (uint32_t)key); /* likewise */
             e->layer = layer;
             e->expert = expert;
             e->state = ST_LOADING;
@@ -339,19 +374,88 @@ void xcache_reset_stats(xcache *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int xcache_trace_start(xcache *c, size_t cap, char *err) {
+int xcache_trace_start(xcache *c, size_t cap, size_t obs_floats, char *err) {
+    const size_t E = (size_t)(c->n_experts > 0 ? c->n_experts : 1), calls = obs_floats / E;
     uint32_t *t = NULL;
+    size_t *at = NULL;
+    int32_t *layer = NULL, *tokens = NULL;
+    float *logits = NULL;
     if (cap && !(t = malloc(cap * sizeof *t)))
         return e0_fail(err, E0_ENOMEM, "out of memory for a trace of %zu requests", cap);
+    if (calls && (!(at = malloc(calls * sizeof *at)) || !(layer = malloc(calls * sizeof *layer)) ||
+                  !(tokens = malloc(calls * sizeof *tokens)) ||
+                  !(logits = malloc(calls * E * sizeof *logits)))) {
+        free(t);
+        free(at);
+        free(layer);
+        free(tokens);
+        return e0_fail(err, E0_ENOMEM, "out of memory for a trace of %zu router logits",
+                       obs_floats);
+    }
     pthread_mutex_lock(&c->mu);
     uint32_t *old = c->trace;
+    size_t *old_at = c->obs_at;
+    int32_t *old_layer = c->obs_layer, *old_tokens = c->obs_tokens;
+    float *old_logits = c->obs_logits;
     c->trace = t;
     c->trace_cap = cap;
     c->trace_n = 0;
     c->trace_dropped = 0;
+    c->obs_at = at;
+    c->obs_layer = layer;
+    c->obs_tokens = tokens;
+    c->obs_logits = logits;
+    c->obs_calls = calls;
+    c->obs_cap = calls * E;
+    c->obs_n = c->obs_used = 0;
+    c->obs_dropped = 0;
     pthread_mutex_unlock(&c->mu);
     free(old);
+    free(old_at);
+    free(old_layer);
+    free(old_tokens);
+    free(old_logits);
     return 0;
+}
+
+void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T) {
+    if (layer < 0 || layer >= c->n_layers || T < 1) return;
+    pthread_mutex_lock(&c->mu);
+    if (c->rc.pop) routecount_observe(&c->rc, layer, logits, T);
+    if (c->trace) {
+        const size_t f = (size_t)T * (size_t)c->n_experts;
+        if (c->obs_n < c->obs_calls && f <= c->obs_cap - c->obs_used) {
+            c->obs_at[c->obs_n] = c->trace_n;
+            c->obs_layer[c->obs_n] = layer;
+            c->obs_tokens[c->obs_n] = T;
+            memcpy(c->obs_logits + c->obs_used, logits, f * sizeof *logits);
+            c->obs_n++;
+            c->obs_used += f;
+        } else {
+            c->obs_dropped++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool xcache_observing(xcache *c) {
+    pthread_mutex_lock(&c->mu);
+    const bool on = c->rc.pop || c->obs_calls;
+    pthread_mutex_unlock(&c->mu);
+    return on;
+}
+
+void xcache_trace_obs(xcache *c, cachesim_obs *out) {
+    pthread_mutex_lock(&c->mu);
+    out->n = c->obs_dropped ? 0 : c->obs_n; /* an incomplete stream replays nothing */
+    out->at = c->obs_at;
+    out->layer = c->obs_layer;
+    out->tokens = c->obs_tokens;
+    out->logits = c->obs_logits;
+    out->n_layers = c->n_layers;
+    out->n_experts = c->n_experts;
+    out->dropped = c->obs_dropped;
+    pthread_mutex_unlock(&c->mu);
 }
 
 const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped) {

@@ -12,7 +12,9 @@
  * xcache_set_policy(E0_CACHE_LFU) the one with the lowest decayed count of
  * demand requests (least recently released on ties); the counts are kept
  * per (layer, expert) whether cached or not, so a bundle that comes back
- * is judged by its history (docs/experiments.md, cache policy study).
+ * is judged by its history (docs/experiments.md, cache policy study). With
+ * E0_CACHE_ROUTER the lowest score of the router's probabilities plus
+ * recent requests (stream/routecount.h), fed by xcache_observe().
  *
  * Loading: acquiring a key that is absent takes a free or evictable slot,
  * marks it LOADING and sets *need_load; that caller (or an I/O thread it
@@ -33,14 +35,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stream/cachesim.h"
+
 typedef struct xcache xcache;
 typedef struct xentry xentry;
 
 int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
                int32_t n_experts, char *err);
 void xcache_free(xcache *c);
-/* Eviction policy (E0_CACHE_LRU / E0_CACHE_LFU); LFU counts halve every
- * `half_life` demand requests. Call before the first acquire. */
+/* Eviction policy (E0_CACHE_LRU / _LFU / _ROUTER); LFU counts halve every
+ * `half_life` demand requests, ROUTER's popularity every `half_life` steps
+ * (routecount.h). Call before the first acquire. */
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err);
 
 /* Pins the entry for (layer, expert), creating it (LOADING, *need_load = 1)
@@ -75,10 +80,21 @@ void xcache_reset_stats(xcache *c);
 /* Request trace, for replaying policies offline (stream/cachesim.h): from
  * now on every demand acquire appends layer * n_experts + expert, in the
  * order the cache saw them, until `cap` are recorded (later ones are
- * counted as dropped). The buffer is allocated here, never on the decode
- * path; cap 0 stops recording and frees it. Guarded by `mu`. */
-int xcache_trace_start(xcache *c, size_t cap, char *err);
+ * counted as dropped), and every xcache_observe() its router logits, up to
+ * `obs_floats` of them (the router policy's replay needs them all: a
+ * stream with drops replays as none). The buffers are allocated here,
+ * never on the decode path; cap 0 stops recording and frees them.
+ * Guarded by `mu`. */
+int xcache_trace_start(xcache *c, size_t cap, size_t obs_floats, char *err);
 /* The requests so far (valid until the next xcache_trace_start or free). */
 const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped);
+/* The router logits so far, as cachesim_run's observations (valid as long). */
+void xcache_trace_obs(xcache *c, cachesim_obs *out);
+
+/* One MoE layer call's router logits, [T, n_experts], before its acquires:
+ * the router policy's counts (routecount.h) and the trace take them. */
+void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T);
+/* Whether xcache_observe() has a use now (router policy or a trace). */
+bool xcache_observing(xcache *c);
 
 #endif
