@@ -121,9 +121,9 @@ typedef struct {
     int32_t prefill_hot;         /* hot stack size during prefill (0) */
     int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
     int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
-    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU or _ROUTER (LRU) */
+    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU or _ROUTER (ROUTER) */
     float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
-    float router_half_life;      /* ROUTER: summed probabilities halve every this many steps (64) */
+    float router_half_life;      /* ROUTER: summed probabilities halve every this many steps (256) */
 } e0_layer_opts;
 
 /* e0_engine_opts.budget_mode */
@@ -250,10 +250,10 @@ void e0_engine_stats(e0_engine *e, e0_stats *st);
  * `slots` slots: requests before `from` only warm the caches (e.g. the
  * prefill before a decode), the rest are counted. */
 typedef enum {
-    E0_POLICY_LRU,    /* least recently used (the shared cache's policy) */
+    E0_POLICY_LRU,    /* least recently used */
     E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
-    E0_POLICY_ROUTER, /* router probabilities + recent requests, router_half_life steps */
+    E0_POLICY_ROUTER, /* router probabilities + recent requests (the shared cache's default) */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES
 } e0_policy;

@@ -162,9 +162,15 @@ static void run_schedule(e0_engine *e, const plan *p, const char *what) {
 }
 
 /* Five copies of sequence 3 together: five copies of its logits, each
- * routed expert computed (and read) once per step, as for one alone. */
-static void run_copies(int mi, const e0_engine_opts *o, const plan *p, const char *what) {
+ * routed expert computed (and read) once per step, as for one alone. The
+ * cache evicts by LRU here: the router policy (the default) sums every
+ * token's probabilities, so five copies weigh popularity five times
+ * against recency and may rightly keep other bundles than one alone. */
+static void run_copies(int mi, const e0_engine_opts *opts, const plan *p, const char *what) {
     char err[E0_ERR_MAX];
+    e0_engine_opts lru = *opts;
+    lru.layer.cache_policy = E0_CACHE_LRU;
+    const e0_engine_opts *o = &lru;
     const size_t V = p->V;
     const int q = 3;
     uint64_t calls[2], misses[2];

@@ -118,7 +118,7 @@ static void test_chat_in_tmux(void **state) {
     assert_true(atoi(second + strlen("new prompt tokens (")) > 10); /* turn 1 was not evaluated again */
     free(s);
     keys("-t a /stats Enter");
-    wait_for("a", "LRU hit rate per layer", 1);
+    wait_for("a", "expert cache hit rate per layer", 1);
     keys("-t a '/think off' Enter");
     wait_for("a", "(thinking off)", 1);
     keys("-t a /reset Enter");

@@ -356,7 +356,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         printf(
             "    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n",
             read / (1 << 20), read * dtok / 1e9, 100 * cold_ratio);
-    printf("    LRU hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
+    printf("    cache hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
            lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
     if (ph->d.spec_loads)
         printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",

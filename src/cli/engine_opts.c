@@ -430,7 +430,7 @@ void cli_print_stats(e0_engine *e, FILE *f) {
     fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s,
             st.compute_s);
     if (st.lru_hits + st.lru_misses) {
-        fprintf(f, "  LRU hit rate per layer:");
+        fprintf(f, "  expert cache hit rate per layer:");
         for (int l = 0; l < info.n_layers; l++) {
             uint64_t h, m;
             e0_engine_layer_stats(e, l, &h, &m);
