@@ -66,6 +66,19 @@ static size_t decode(e0_engine *e, float *lg) {
     return e0_engine_trace(e, NULL);
 }
 
+/* The same greedy decode on two engines of one model: identical logits. */
+static void decode_same(e0_engine *a, e0_engine *b) {
+    e0_model_info in;
+    e0_engine_info(a, &in);
+    float *la = malloc((size_t)STEPS * in.vocab_size * sizeof *la);
+    float *lb = malloc((size_t)STEPS * in.vocab_size * sizeof *lb);
+    decode(a, la);
+    decode(b, lb);
+    assert_memory_equal(la, lb, (size_t)STEPS * in.vocab_size * sizeof *la);
+    free(la);
+    free(lb);
+}
+
 /* Shared experts of consecutive tokens, per (step >= 1, layer): [STEPS-1][LAYERS]. */
 static void overlaps(e0_engine *e, int ov[STEPS - 1][LAYERS]) {
     const uint32_t *keys;
@@ -142,19 +155,11 @@ static void test_sticky_zero_is_none(void **state) {
              bare, dir, bare, dir, bare, bare);
     assert_int_equal(tu_run(cmd), 0);
     e0_engine *a = open_traced(dir), *b = open_traced(bare);
-    e0_model_info in;
-    e0_engine_info(a, &in);
-    float *la = malloc((size_t)STEPS * in.vocab_size * sizeof *la);
-    float *lb = malloc((size_t)STEPS * in.vocab_size * sizeof *lb);
-    decode(a, la);
-    decode(b, lb);
-    assert_memory_equal(la, lb, (size_t)STEPS * in.vocab_size * sizeof *la);
+    decode_same(a, b);
     const uint32_t *ka, *kb;
     const size_t na = e0_engine_trace(a, &ka), nb = e0_engine_trace(b, &kb);
     assert_int_equal(na, nb);
     assert_memory_equal(ka, kb, na * sizeof *ka);
-    free(la);
-    free(lb);
     e0_engine_free(a);
     e0_engine_free(b);
     free(dir);
@@ -253,13 +258,7 @@ static void test_router_policy(void **state) {
     char err[E0_ERR_MAX];
     if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
     e0_engine *a = open_with(dir, E0_CACHE_ROUTER, 40), *b = open_with(dir, E0_CACHE_LRU, 40);
-    e0_model_info in;
-    e0_engine_info(a, &in);
-    float *la = malloc((size_t)STEPS * in.vocab_size * sizeof *la);
-    float *lb = malloc((size_t)STEPS * in.vocab_size * sizeof *lb);
-    decode(a, la);
-    decode(b, lb);
-    assert_memory_equal(la, lb, (size_t)STEPS * in.vocab_size * sizeof *la);
+    decode_same(a, b);
     e0_stats sa, sb;
     e0_engine_stats(a, &sa);
     e0_engine_stats(b, &sb);
@@ -278,8 +277,6 @@ static void test_router_policy(void **state) {
     assert_int_equal(sb.lru_hits, cb.hits[E0_POLICY_LRU]);
     assert_int_equal(sa.lru_hits, ca.hits[E0_POLICY_ROUTER]);
     assert_true(ca.hits[E0_POLICY_ROUTER] > ca.hits[E0_POLICY_LRU]);
-    free(la);
-    free(lb);
     e0_engine_free(a);
     e0_engine_free(b);
     free(dir);

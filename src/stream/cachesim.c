@@ -77,58 +77,25 @@ double cachesim_log2_add(double a, double b) {
     return hi + log2(1.0 + exp2(lo - hi));
 }
 
-static uint64_t run_lfu(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys, int32_t cap,
-                        double half_life, int32_t *slot_of, int32_t *slots, size_t *last,
-                        double *score) {
-    for (uint32_t x = 0; x < n_keys; x++) {
-        slot_of[x] = NIL;
-        score[x] = -INFINITY;
-    }
-    int32_t used = 0;
-    uint64_t hits = 0;
-    for (size_t i = 0; i < n; i++) {
-        const int32_t x = (int32_t)keys[i];
-        score[x] = cachesim_log2_add(score[x], half_life > 0 ? (double)i / half_life : 0.0);
-        last[x] = i;
-        if (slot_of[x] != NIL) {
-            hits += i >= from;
-            continue;
-        }
-        int32_t s = used;
-        if (used < cap) {
-            used++;
-        } else { /* the lowest decayed count, least recent on ties */
-            s = 0;
-            for (int32_t j = 1; j < cap; j++) {
-                const int32_t a = slots[j], b = slots[s];
-                if (score[a] < score[b] || (score[a] == score[b] && last[a] < last[b])) s = j;
-            }
-            slot_of[slots[s]] = NIL;
-        }
-        slots[s] = x;
-        slot_of[x] = s;
-    }
-    return hits;
-}
+/* A policy that evicts the cached key of lowest score (least recent on
+ * ties): LFU's decayed counts and the router policy's scores. request()
+ * counts request i of key x before it is looked up. */
+typedef struct scorer scorer;
+struct scorer {
+    void (*request)(scorer *, size_t i, uint32_t x);
+    double (*score)(const scorer *, uint32_t x);
+};
 
-/* The router policy: observations replayed before the request they
- * preceded, the lowest score evicted (least recent on ties). */
-static uint64_t run_router(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
-                           int32_t cap, const cachesim_obs *o, routecount *rc, int32_t *slot_of,
-                           int32_t *slots, size_t *last) {
+static uint64_t run_scored(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
+                           int32_t cap, scorer *sc, int32_t *slot_of, int32_t *slots,
+                           size_t *last) {
     for (uint32_t x = 0; x < n_keys; x++)
         slot_of[x] = NIL;
-    const float *lg = o->logits;
-    size_t j = 0;
     int32_t used = 0;
     uint64_t hits = 0;
     for (size_t i = 0; i < n; i++) {
-        for (; j < o->n && o->at[j] <= i; j++) {
-            routecount_observe(rc, o->layer[j], lg, o->tokens[j]);
-            lg += (size_t)o->tokens[j] * (size_t)o->n_experts;
-        }
         const int32_t x = (int32_t)keys[i];
-        routecount_request(rc, (uint32_t)x);
+        sc->request(sc, i, (uint32_t)x);
         last[x] = i;
         if (slot_of[x] != NIL) {
             hits += i >= from;
@@ -139,9 +106,9 @@ static uint64_t run_router(const uint32_t *keys, size_t n, size_t from, uint32_t
             used++;
         } else {
             s = 0;
-            double best = routecount_score(rc, (uint32_t)slots[0]);
+            double best = sc->score(sc, (uint32_t)slots[0]);
             for (int32_t q = 1; q < cap; q++) {
-                const double v = routecount_score(rc, (uint32_t)slots[q]);
+                const double v = sc->score(sc, (uint32_t)slots[q]);
                 if (v < best || (v == best && last[slots[q]] < last[slots[s]])) best = v, s = q;
             }
             slot_of[slots[s]] = NIL;
@@ -150,6 +117,44 @@ static uint64_t run_router(const uint32_t *keys, size_t n, size_t from, uint32_t
         slot_of[x] = s;
     }
     return hits;
+}
+
+/* LFU: log2 of each key's decayed count (cachesim_log2_add). */
+typedef struct {
+    scorer base;
+    double *score, half_life;
+} lfu_scorer;
+
+static void lfu_request(scorer *sc, size_t i, uint32_t x) {
+    lfu_scorer *l = (lfu_scorer *)sc;
+    l->score[x] = cachesim_log2_add(l->score[x], l->half_life > 0 ? (double)i / l->half_life : 0.0);
+}
+
+static double lfu_score(const scorer *sc, uint32_t x) {
+    return ((const lfu_scorer *)sc)->score[x];
+}
+
+/* The router policy: observations replayed before the request they preceded. */
+typedef struct {
+    scorer base;
+    routecount *rc;
+    const cachesim_obs *o;
+    const float *lg; /* the next observation's logits */
+    size_t j;        /* the next observation */
+} router_scorer;
+
+static void router_request(scorer *sc, size_t i, uint32_t x) {
+    router_scorer *r = (router_scorer *)sc;
+    const cachesim_obs *o = r->o;
+    for (; r->j < o->n && o->at[r->j] <= i; r->j++) {
+        routecount_observe(r->rc, o->layer[r->j], r->lg, o->tokens[r->j]);
+        r->lg += (size_t)o->tokens[r->j] * (size_t)o->n_experts;
+    }
+    routecount_request(r->rc, x);
+}
+
+static double router_score(const scorer *sc, uint32_t x) {
+    return routecount_score(((const router_scorer *)sc)->rc, x);
 }
 
 /* Observations fit the keys: layers x experts = n_keys, each call's layer
@@ -295,12 +300,18 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
     case CACHESIM_ARC:
         *hits = run_arc(keys, n, from, &k, cap);
         break;
-    case CACHESIM_LFU:
-        *hits = run_lfu(keys, n, from, n_keys, cap, half_life, k.prev, slots, a, score);
+    case CACHESIM_LFU: {
+        for (uint32_t x = 0; x < n_keys; x++)
+            score[x] = -INFINITY;
+        lfu_scorer l = {{lfu_request, lfu_score}, score, half_life};
+        *hits = run_scored(keys, n, from, n_keys, cap, &l.base, k.prev, slots, a);
         break;
-    case CACHESIM_ROUTER:
-        *hits = run_router(keys, n, from, n_keys, cap, obs, &counts, k.prev, slots, a);
+    }
+    case CACHESIM_ROUTER: {
+        router_scorer r = {{router_request, router_score}, &counts, obs, obs->logits, 0};
+        *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
         break;
+    }
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
         break;
