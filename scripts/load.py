@@ -16,6 +16,13 @@ table row per level:
                 request per client), the level's whole wall time is used and
                 the row says "e2e".
   ratio         agg tok/s over the 1-client level's
+  decode tok/s  the server's decode throughput over the level: tokens its
+                decode passes produced / the time spent in them, from the
+                edge0_decode_tokens_total and edge0_decode_seconds_total
+                counters of /metrics before and after (prompt prefill, which
+                the agg figure shares its window with, left out); "dec
+                ratio" is it over the 1-client level's. "-" for a server
+                without those counters
   e2e tok/s     all generated tokens over the level's wall time
   TTFT          request sent -> first token chunk (ms, p50 and p99)
   ITL           gaps between successive tokens of a stream (ms). A chunk may
@@ -280,6 +287,31 @@ class Target:
         if st == 400 and not self.ignore_eos:
             raise Fatal("probe request refused: %s" % json.dumps(j)[:300])
 
+    def decode_counters(self):
+        """(tokens, seconds) of the server's decode passes so far (/metrics), or None."""
+        c = self.conn(30)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            text = r.read().decode("utf-8", "replace")
+            if r.status != 200:
+                return None
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            c.close()
+        got = {}
+        for line in text.splitlines():
+            f = line.split()
+            if len(f) == 2 and f[0] in ("edge0_decode_tokens_total", "edge0_decode_seconds_total"):
+                try:
+                    got[f[0]] = float(f[1])
+                except ValueError:
+                    return None
+        if len(got) != 2:
+            return None
+        return got["edge0_decode_tokens_total"], got["edge0_decode_seconds_total"]
+
     def tokenize(self, text):
         st, j = self.call("POST", "/tokenize", {"content": text})
         if st != 200 or not isinstance(j, dict) or not isinstance(j.get("tokens"), list):
@@ -513,6 +545,7 @@ def run_level(target, server, args, n, deadline_all):
         text, got = target.make_prompt(rng, args.late_prompt)
         late = Late(target, text, got, rng.randrange(1, 1 << 31))
 
+    dec0 = target.decode_counters()
     t0 = time.monotonic()
     stop_new_at = t0 + args.seconds
     hard_at = min(stop_new_at + args.drain, deadline_all)
@@ -551,7 +584,13 @@ def run_level(target, server, args, n, deadline_all):
         late.join(5)
     if fatal:
         raise Fatal(fatal)
-    return summarize(n, t0, clients, late if late_sent else None, late_how, server)
+    dec1 = target.decode_counters()
+    row = summarize(n, t0, clients, late if late_sent else None, late_how, server)
+    row["decode_tok_s"] = None
+    if dec0 and dec1 and dec1[1] > dec0[1]:
+        row["decode_tokens"] = dec1[0] - dec0[0]
+        row["decode_tok_s"] = (dec1[0] - dec0[0]) / (dec1[1] - dec0[1])
+    return row
 
 
 def summarize(n, t0, clients, late, late_how, server):
@@ -634,9 +673,9 @@ def ms(s):
 
 # ---- output ---------------------------------------------------------------------------
 
-HEAD = "%-6s %10s %7s %10s %9s %9s %8s %8s %12s %10s %6s  %s" % (
-    "level", "agg tok/s", "ratio", "e2e tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "late ITL p99",
-    "late TTFT", "reqs", "errors")
+HEAD = "%-6s %10s %7s %10s %9s %10s %9s %9s %8s %8s %12s %10s %6s  %s" % (
+    "level", "agg tok/s", "ratio", "e2e tok/s", "dec tok/s", "dec ratio", "TTFT p50", "TTFT p99", "ITL p50",
+    "ITL p99", "late ITL p99", "late TTFT", "reqs", "errors")
 
 
 def fmt(v, f="%.1f"):
@@ -646,6 +685,7 @@ def fmt(v, f="%.1f"):
 def table(levels, peer=None):
     out = [HEAD + ("   x llama.cpp" if peer else "")]
     base = levels[0]["agg_tok_s"] if levels and levels[0]["clients"] == 1 else None
+    dbase = levels[0].get("decode_tok_s") if levels and levels[0]["clients"] == 1 else None
     for L in levels:
         late = L.get("late") or {}
         err = ",".join("%s:%d" % kv for kv in sorted(L["errors"].items())) or "0"
@@ -653,9 +693,12 @@ def table(levels, peer=None):
             err += " (aborted %d)" % L["aborted"]
         ratio = L["agg_tok_s"] / base if base and L["agg_tok_s"] else None
         L["ratio"] = ratio
-        line = "%-6d %10s %7s %10s %9s %9s %8s %8s %12s %10s %6d  %s" % (
+        dec = L.get("decode_tok_s")
+        L["decode_ratio"] = dec / dbase if dbase and dec else None
+        line = "%-6d %10s %7s %10s %9s %10s %9s %9s %8s %8s %12s %10s %6d  %s" % (
             L["clients"], fmt(L["agg_tok_s"], "%.2f") + ("*" if L["agg_method"] == "e2e" else ""),
-            fmt(ratio, "%.2fx"), fmt(L["e2e_tok_s"], "%.2f"), fmt(L["ttft_p50_ms"], "%.0f"),
+            fmt(ratio, "%.2fx"), fmt(L["e2e_tok_s"], "%.2f"), fmt(dec, "%.2f"), fmt(L["decode_ratio"], "%.2fx"),
+            fmt(L["ttft_p50_ms"], "%.0f"),
             fmt(L["ttft_p99_ms"], "%.0f"), fmt(L["itl_p50_ms"]), fmt(L["itl_p99_ms"]), fmt(late.get("itl_p99_ms")),
             fmt(late.get("ttft_ms"), "%.0f"), L["requests"], err)
         if peer:

@@ -86,6 +86,17 @@ static void test_tiny_levels(void **st) {
         assert_int_equal((int)su_num(j, p), 0);
         snprintf(p, sizeof p, "levels.%d.agg_tok_s", i);
         assert_true(su_num(j, p) > 0);
+        /* /metrics' decode counters over the level: every generated token after a
+         * request's first (which its prefill gives) came from a decode pass (the
+         * late prompt's answer decodes in the level too, uncounted in gen) */
+        snprintf(p, sizeof p, "levels.%d.decode_tok_s", i);
+        assert_true(su_num(j, p) > 0);
+        snprintf(p, sizeof p, "levels.%d.decode_tokens", i);
+        const double dec = su_num(j, p);
+        snprintf(p, sizeof p, "levels.%d.generated_tokens", i);
+        const double gen = su_num(j, p);
+        print_message("  %d clients: %.0f tokens generated, %.0f decoded one at a time\n", n, gen, dec);
+        assert_true(dec >= gen - 3 * n);
         snprintf(p, sizeof p, "levels.%d.ttft_p50_ms", i);
         assert_true(su_num(j, p) > 0);
         /* the chat template adds nothing on /v1/completions: the server counted what /tokenize did */
