@@ -28,7 +28,7 @@ static cachesim_obs make_obs(const uint32_t *k, size_t n) {
             obs_logits[i * OBS_E + (size_t)e] = (float)((r >> 40) % 1000) / 250.0f;
         }
     }
-    return (cachesim_obs){n, obs_at, obs_layer, obs_tokens, obs_logits, 2, OBS_E, 0};
+    return (cachesim_obs){n, obs_at, obs_layer, obs_tokens, obs_logits, 2, OBS_E};
 }
 
 static uint64_t run(cachesim_policy p, const uint32_t *k, size_t n, size_t from, int32_t cap,
@@ -106,7 +106,7 @@ static void test_router(void **state) {
     size_t at[4] = {0, 1, 2, 3};
     int32_t layer[4] = {0}, tokens[4] = {1, 1, 1, 1};
     float lg[16] = {0};
-    cachesim_obs o = {4, at, layer, tokens, lg, 1, 4, 0};
+    cachesim_obs o = {4, at, layer, tokens, lg, 1, 4};
     char err[E0_ERR_MAX];
     uint64_t h;
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
@@ -118,14 +118,14 @@ static void test_router(void **state) {
     assert_int_equal(cachesim_run(CACHESIM_LRU, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
     assert_int_equal(h, 0);
     /* one call of 4 tokens before the first request counts the same evidence */
-    o = (cachesim_obs){1, at, layer, (int32_t[]){4}, lg, 1, 4, 0};
+    o = (cachesim_obs){1, at, layer, (int32_t[]){4}, lg, 1, 4};
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
     assert_int_equal(h, 1);
     /* without logits, or logits that do not fit the keys, it cannot run */
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, NULL, &h, err), E0_EINVAL);
-    o = (cachesim_obs){1, at, layer, tokens, lg, 2, 4, 0};
+    o = (cachesim_obs){1, at, layer, tokens, lg, 2, 4};
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), E0_EINVAL);
-    o = (cachesim_obs){2, (size_t[]){3, 1}, layer, tokens, lg, 1, 4, 0};
+    o = (cachesim_obs){2, (size_t[]){3, 1}, layer, tokens, lg, 1, 4};
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), E0_EINVAL);
 }
 

@@ -50,7 +50,6 @@ typedef struct {
     const int32_t *layer, *tokens;
     const float *logits;
     int32_t n_layers, n_experts;
-    uint64_t dropped; /* calls past the recording's capacity (then n is 0) */
 } cachesim_obs;
 
 /* log2(2^a + 2^b), a or b may be -INFINITY. Decayed counts are kept as

@@ -49,7 +49,6 @@ static void fold(double *v, size_t n, double *unit, double *inv) {
 
 static void step(routecount *r) {
     const size_t n = (size_t)r->n_layers * (size_t)r->n_experts;
-    r->steps++;
     r->up *= r->pop_grow;
     r->ur *= 2.0;
     r->inv_up = 1.0 / r->up;

@@ -32,7 +32,6 @@ typedef struct {
     double inv_up, inv_ur; /* 1 / up, 1 / ur */
     double pop_grow;       /* 2^(1 / pop_half_life) */
     int32_t last_layer;    /* of the last observation; a step starts at or below it */
-    uint64_t steps;
     float *prob; /* [n_experts] scratch */
 } routecount;
 

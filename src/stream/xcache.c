@@ -161,28 +161,21 @@ int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
     return 0;
 }
 
-/* The unpinned READY entry LFU evicts: the lowest decayed count, the least
- * recently released (earliest in the list) on ties. O(evictable) under
- * `mu`: ~1k-5k entries, a few microseconds per miss against a bundle read
- * of about a millisecond. */
-static xentry *lfu_victim(xcache *c) {
-    xentry *v = c->lru_head;
-    double best = INFINITY;
-    for (xentry *e = c->lru_head; e; e = e->next) {
-        const double s = c->score[(size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert];
-        if (s < best) best = s, v = e;
-    }
-    return v;
+/* A key's score under a scoring policy: LFU's log2 decayed count, or the
+ * router policy's score (routecount.h). */
+static double key_score(const xcache *c, size_t key) {
+    return c->score ? c->score[key] : routecount_score(&c->rc, (uint32_t)key);
 }
 
-/* ROUTER: the lowest router score (routecount.h), least recently released
- * on ties; the same scan as LFU's. */
-static xentry *router_victim(xcache *c) {
+/* The unpinned READY entry LFU or ROUTER evicts: the lowest score, the
+ * least recently released (earliest in the list) on ties. O(evictable)
+ * under `mu`: ~1k-5k entries, a few microseconds per miss against a
+ * bundle read of about a millisecond. */
+static xentry *lowest_victim(xcache *c) {
     xentry *v = c->lru_head;
     double best = INFINITY;
     for (xentry *e = c->lru_head; e; e = e->next) {
-        const double s = routecount_score(
-            &c->rc, (uint32_t)((size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert));
+        const double s = key_score(c, (size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert);
         if (s < best) best = s, v = e;
     }
     return v;
@@ -199,9 +192,7 @@ static xentry *take_slot(xcache *c) {
                 return &c->e[i];
             }
         }
-    xentry *v = c->policy == E0_CACHE_LFU      ? lfu_victim(c)
-                : c->policy == E0_CACHE_ROUTER ? router_victim(c)
-                                               : c->lru_head;
+    xentry *v = c->policy == E0_CACHE_LRU ? c->lru_head : lowest_victim(c);
     if (!v) return NULL;
     lru_unlink(c, v);
     c->table[(size_t)v->layer * (size_t)c->n_experts + (size_t)v->expert] = -1;
@@ -422,7 +413,7 @@ void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T) {
     if (layer < 0 || layer >= c->n_layers || T < 1) return;
     pthread_mutex_lock(&c->mu);
     if (c->rc.pop) routecount_observe(&c->rc, layer, logits, T);
-    if (c->trace) {
+    if (c->obs_calls) {
         const size_t f = (size_t)T * (size_t)c->n_experts;
         if (c->obs_n < c->obs_calls && f <= c->obs_cap - c->obs_used) {
             c->obs_at[c->obs_n] = c->trace_n;
@@ -438,13 +429,6 @@ void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T) {
     pthread_mutex_unlock(&c->mu);
 }
 
-bool xcache_observing(xcache *c) {
-    pthread_mutex_lock(&c->mu);
-    const bool on = c->rc.pop || c->obs_calls;
-    pthread_mutex_unlock(&c->mu);
-    return on;
-}
-
 void xcache_trace_obs(xcache *c, cachesim_obs *out) {
     pthread_mutex_lock(&c->mu);
     out->n = c->obs_dropped ? 0 : c->obs_n; /* an incomplete stream replays nothing */
@@ -454,7 +438,6 @@ void xcache_trace_obs(xcache *c, cachesim_obs *out) {
     out->logits = c->obs_logits;
     out->n_layers = c->n_layers;
     out->n_experts = c->n_experts;
-    out->dropped = c->obs_dropped;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -92,9 +92,8 @@ const uint32_t *xcache_trace(xcache *c, size_t *n, uint64_t *dropped);
 void xcache_trace_obs(xcache *c, cachesim_obs *out);
 
 /* One MoE layer call's router logits, [T, n_experts], before its acquires:
- * the router policy's counts (routecount.h) and the trace take them. */
+ * the router policy's counts (routecount.h) and a trace recording logits
+ * take them; nothing else does. */
 void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T);
-/* Whether xcache_observe() has a use now (router policy or a trace). */
-bool xcache_observing(xcache *c);
 
 #endif
