@@ -23,6 +23,14 @@ table row per level:
                 the agg figure shares its window with, left out); "dec
                 ratio" is it over the 1-client level's. "-" for a server
                 without those counters
+  full tok/s    the same over only the decode passes that stepped all N
+                sequences of an N-client level together
+                (edge0_decode_passes_total / edge0_decode_pass_seconds_total
+                {batch="N"}): the batched decode's throughput apart from the
+                passes that ran short while other clients' prompts
+                prefilled, which is what llama-batched-bench and `edge0 bench
+                --batch` measure; "full ratio" is it over the 1-client
+                level's, "full %" the share of the decode time in those passes
   e2e tok/s     all generated tokens over the level's wall time
   TTFT          request sent -> first token chunk (ms, p50 and p99)
   ITL           gaps between successive tokens of a stream (ms). A chunk may
@@ -288,7 +296,8 @@ class Target:
             raise Fatal("probe request refused: %s" % json.dumps(j)[:300])
 
     def decode_counters(self):
-        """(tokens, seconds) of the server's decode passes so far (/metrics), or None."""
+        """The server's decode counters so far (/metrics): {"tokens", "seconds", "passes": {N: (passes, seconds)}},
+        or None."""
         c = self.conn(30)
         try:
             c.request("GET", "/metrics")
@@ -300,17 +309,23 @@ class Target:
             return None
         finally:
             c.close()
-        got = {}
+        got, by = {}, {}
         for line in text.splitlines():
             f = line.split()
-            if len(f) == 2 and f[0] in ("edge0_decode_tokens_total", "edge0_decode_seconds_total"):
-                try:
+            if len(f) != 2:
+                continue
+            m = re.fullmatch(r'edge0_decode_pass(es|_seconds)_total\{batch="(\d+)"\}', f[0])
+            try:
+                if f[0] in ("edge0_decode_tokens_total", "edge0_decode_seconds_total"):
                     got[f[0]] = float(f[1])
-                except ValueError:
-                    return None
+                elif m:
+                    by.setdefault(int(m.group(2)), [0.0, 0.0])[0 if m.group(1) == "es" else 1] = float(f[1])
+            except ValueError:
+                return None
         if len(got) != 2:
             return None
-        return got["edge0_decode_tokens_total"], got["edge0_decode_seconds_total"]
+        return {"tokens": got["edge0_decode_tokens_total"], "seconds": got["edge0_decode_seconds_total"],
+                "passes": {n: tuple(v) for n, v in by.items()}}
 
     def tokenize(self, text):
         st, j = self.call("POST", "/tokenize", {"content": text})
@@ -586,10 +601,17 @@ def run_level(target, server, args, n, deadline_all):
         raise Fatal(fatal)
     dec1 = target.decode_counters()
     row = summarize(n, t0, clients, late if late_sent else None, late_how, server)
-    row["decode_tok_s"] = None
-    if dec0 and dec1 and dec1[1] > dec0[1]:
-        row["decode_tokens"] = dec1[0] - dec0[0]
-        row["decode_tok_s"] = (dec1[0] - dec0[0]) / (dec1[1] - dec0[1])
+    row["decode_tok_s"] = row["full_tok_s"] = row["full_share"] = None
+    if dec0 and dec1 and dec1["seconds"] > dec0["seconds"]:
+        row["decode_tokens"] = dec1["tokens"] - dec0["tokens"]
+        row["decode_tok_s"] = row["decode_tokens"] / (dec1["seconds"] - dec0["seconds"])
+        k0, s0 = dec0["passes"].get(n, (0.0, 0.0))
+        k1, s1 = dec1["passes"].get(n, (0.0, 0.0))
+        if k1 > k0 and s1 > s0:
+            row["full_passes"] = k1 - k0
+            row["full_tok_s"] = n * (k1 - k0) / (s1 - s0)
+            all_s = sum(v[1] for v in dec1["passes"].values()) - sum(v[1] for v in dec0["passes"].values())
+            row["full_share"] = (s1 - s0) / all_s
     return row
 
 
@@ -673,9 +695,9 @@ def ms(s):
 
 # ---- output ---------------------------------------------------------------------------
 
-HEAD = "%-6s %10s %7s %10s %9s %10s %9s %9s %8s %8s %12s %10s %6s  %s" % (
-    "level", "agg tok/s", "ratio", "e2e tok/s", "dec tok/s", "dec ratio", "TTFT p50", "TTFT p99", "ITL p50",
-    "ITL p99", "late ITL p99", "late TTFT", "reqs", "errors")
+HEAD = "%-6s %10s %7s %10s %9s %10s %10s %10s %6s %9s %9s %8s %8s %12s %10s %6s  %s" % (
+    "level", "agg tok/s", "ratio", "e2e tok/s", "dec tok/s", "dec ratio", "full tok/s", "full ratio", "full %",
+    "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "late ITL p99", "late TTFT", "reqs", "errors")
 
 
 def fmt(v, f="%.1f"):
@@ -686,6 +708,7 @@ def table(levels, peer=None):
     out = [HEAD + ("   x llama.cpp" if peer else "")]
     base = levels[0]["agg_tok_s"] if levels and levels[0]["clients"] == 1 else None
     dbase = levels[0].get("decode_tok_s") if levels and levels[0]["clients"] == 1 else None
+    fbase = levels[0].get("full_tok_s") if levels and levels[0]["clients"] == 1 else None
     for L in levels:
         late = L.get("late") or {}
         err = ",".join("%s:%d" % kv for kv in sorted(L["errors"].items())) or "0"
@@ -695,9 +718,13 @@ def table(levels, peer=None):
         L["ratio"] = ratio
         dec = L.get("decode_tok_s")
         L["decode_ratio"] = dec / dbase if dbase and dec else None
-        line = "%-6d %10s %7s %10s %9s %10s %9s %9s %8s %8s %12s %10s %6d  %s" % (
+        full = L.get("full_tok_s")
+        L["full_ratio"] = full / fbase if fbase and full else None
+        share = L.get("full_share")
+        line = "%-6d %10s %7s %10s %9s %10s %10s %10s %6s %9s %9s %8s %8s %12s %10s %6d  %s" % (
             L["clients"], fmt(L["agg_tok_s"], "%.2f") + ("*" if L["agg_method"] == "e2e" else ""),
             fmt(ratio, "%.2fx"), fmt(L["e2e_tok_s"], "%.2f"), fmt(dec, "%.2f"), fmt(L["decode_ratio"], "%.2fx"),
+            fmt(full, "%.2f"), fmt(L["full_ratio"], "%.2fx"), fmt(None if share is None else 100 * share, "%.0f"),
             fmt(L["ttft_p50_ms"], "%.0f"),
             fmt(L["ttft_p99_ms"], "%.0f"), fmt(L["itl_p50_ms"]), fmt(L["itl_p99_ms"]), fmt(late.get("itl_p99_ms")),
             fmt(late.get("ttft_ms"), "%.0f"), L["requests"], err)

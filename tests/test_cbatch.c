@@ -214,17 +214,20 @@ static char *alone(int port, char first, int len, int max_tokens) {
     return a;
 }
 
-static double metric(int port, const char *name) {
+/* A sample of /metrics; absent: a failure, or `absent` when `optional`. */
+static double metric_of(int port, const char *name, bool optional, double absent) {
     char *out = NULL;
     assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, NULL, &out), 200);
     char key[160];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *at = strstr(out, key);
-    if (!at) fail_msg("no %s in /metrics:\n%s", name, out);
-    double v = atof(at + strlen(key));
+    if (!at && !optional) fail_msg("no %s in /metrics:\n%s", name, out);
+    double v = at ? atof(at + strlen(key)) : absent;
     free(out);
     return v;
 }
+
+static double metric(int port, const char *name) { return metric_of(port, name, false, 0); }
 
 /* ---- the fixture model with a tokenizer ------------------------------------------ */
 
@@ -297,6 +300,18 @@ static void concurrent(family *f) {
     const double ones = metric(f->par.port, "edge0_batch_size_per_step_bucket{le=\"1\"}"),
                  all = metric(f->par.port, "edge0_batch_size_per_step_count");
     if (!(all > ones)) fail_msg("%s: no decode pass of more than one sequence (%g passes, %g of one)", f->fixture, all, ones);
+    /* the passes by batch size agree with the histogram, each with its time */
+    double by_size = 0;
+    for (int n = 1; n <= 4; n++) {
+        char name[96], secs[96];
+        snprintf(name, sizeof name, "edge0_decode_passes_total{batch=\"%d\"}", n);
+        snprintf(secs, sizeof secs, "edge0_decode_pass_seconds_total{batch=\"%d\"}", n);
+        const double k = metric_of(f->par.port, name, true, 0), t = metric_of(f->par.port, secs, true, 0);
+        if ((k > 0) != (t > 0)) fail_msg("%s: %g passes of %d sequences in %g s", f->fixture, k, n, t);
+        by_size += k;
+    }
+    if (by_size != all) fail_msg("%s: %g passes by batch size, %g in the histogram", f->fixture, by_size, all);
+    assert_true(metric_of(f->par.port, "edge0_decode_passes_total{batch=\"1\"}", true, 0) == ones);
     /* and prompts arriving together were prefilled in merged passes */
     const double p1 = metric(f->par.port, "edge0_prefill_seqs_per_pass_bucket{le=\"1\"}"),
                  pall = metric(f->par.port, "edge0_prefill_seqs_per_pass_count");

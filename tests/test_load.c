@@ -97,6 +97,19 @@ static void test_tiny_levels(void **st) {
         const double gen = su_num(j, p);
         print_message("  %d clients: %.0f tokens generated, %.0f decoded one at a time\n", n, gen, dec);
         assert_true(dec >= gen - 3 * n);
+        /* the passes that stepped all n streams together: present at one client
+         * (every pass there holds its stream, the late prompt's answer aside),
+         * a share of the decode time when present */
+        snprintf(p, sizeof p, "levels.%d.full_passes", i);
+        const cJSON *fp = su_at(j, p);
+        if (n == 1) assert_true(cJSON_IsNumber(fp));
+        if (cJSON_IsNumber(fp)) {
+            assert_true(fp->valuedouble >= 1 && fp->valuedouble * n <= dec);
+            snprintf(p, sizeof p, "levels.%d.full_share", i);
+            assert_true(su_num(j, p) > 0 && su_num(j, p) <= 1.0 + 1e-9);
+            snprintf(p, sizeof p, "levels.%d.full_tok_s", i);
+            assert_true(su_num(j, p) > 0);
+        }
         snprintf(p, sizeof p, "levels.%d.ttft_p50_ms", i);
         assert_true(su_num(j, p) > 0);
         /* the chat template adds nothing on /v1/completions: the server counted what /tokenize did */

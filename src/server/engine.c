@@ -931,11 +931,11 @@ static void decode_step(srv_engine *E) {
         E->pass_slot[n++] = i;
     }
     if (!n) return;
-    srv_metrics_batch(E->m, n);
     char err[E0_ERR_MAX] = "";
     const double t0 = now_s();
     int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
     const double dt = now_s() - t0;
+    srv_metrics_batch(E->m, n, dt);
     ema(&E->decode_pass_s, dt);
     if (n == 1) ema(&E->solo_pass_s, dt);
     for (int k = 0; k < n; k++) {

@@ -57,10 +57,14 @@ void srv_metrics_slots(srv_metrics *m, int slots) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_batch(srv_metrics *m, int batch) {
+void srv_metrics_batch(srv_metrics *m, int batch, double seconds) {
     pthread_mutex_lock(&m->mu);
     m->batch_last = batch;
     histo_add(&m->batch, batch);
+    if (batch >= 1 && batch <= E0_MAX_SEQS) {
+        m->batch_passes[batch]++;
+        m->batch_s[batch] += seconds;
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -232,6 +236,15 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
            (double)m->pc_evictions);
     metric(&b, "edge0_batch_size", "gauge", "Sequences in the last decode pass.", m->batch_last);
     histo(&b, "edge0_batch_size_per_step", "Decode passes by the number of sequences stepped together.", &m->batch);
+    put(&b, "# HELP edge0_decode_passes_total Decode passes by the number of sequences stepped together.\n"
+            "# TYPE edge0_decode_passes_total counter\n");
+    for (int n = 1; n <= E0_MAX_SEQS; n++)
+        if (m->batch_passes[n])
+            put(&b, "edge0_decode_passes_total{batch=\"%d\"} %llu\n", n, (unsigned long long)m->batch_passes[n]);
+    put(&b, "# HELP edge0_decode_pass_seconds_total Time in decode passes by the number of sequences stepped together.\n"
+            "# TYPE edge0_decode_pass_seconds_total counter\n");
+    for (int n = 1; n <= E0_MAX_SEQS; n++)
+        if (m->batch_passes[n]) put(&b, "edge0_decode_pass_seconds_total{batch=\"%d\"} %.6f\n", n, m->batch_s[n]);
     histo(&b, "edge0_prefill_seqs_per_pass", "Prefill passes by the number of sequences whose prompt chunks they carried.",
           &m->prefill_seqs);
     histo(&b, "edge0_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",

@@ -46,6 +46,11 @@ typedef struct {
      * first token and between tokens of each request */
     int slots, batch_last;
     srv_histo batch, prefill_seqs, ttft, itl;
+    /* decode passes and their time by batch size [1, E0_MAX_SEQS]: the
+     * throughput of N sequences stepped together, apart from the passes a
+     * prompt's prefill left short of N */
+    uint64_t batch_passes[E0_MAX_SEQS + 1];
+    double batch_s[E0_MAX_SEQS + 1];
     /* the prefix cache (prefix.h), a snapshot; budget 0: no cache */
     uint64_t pc_hits, pc_misses, pc_tokens, pc_entries, pc_bytes, pc_budget, pc_evictions;
 } srv_metrics;
@@ -65,8 +70,8 @@ void srv_metrics_slots(srv_metrics *m, int slots);
 /* The prefix cache's counters (prefix_counters), as they stand. */
 void srv_metrics_prefix(srv_metrics *m, uint64_t hits, uint64_t misses, uint64_t tokens, uint64_t entries,
                         uint64_t bytes, uint64_t budget, uint64_t evictions);
-/* A decode pass of `batch` sequences. */
-void srv_metrics_batch(srv_metrics *m, int batch);
+/* A decode pass of `batch` sequences that took `seconds`. */
+void srv_metrics_batch(srv_metrics *m, int batch, double seconds);
 /* A prefill pass (one forward pass, however paused) over chunks of `seqs` sequences. */
 void srv_metrics_prefill_pass(srv_metrics *m, int seqs);
 /* A generated token: first of its request (seconds since arrival: TTFT),
