@@ -853,18 +853,12 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
 static void ema(double *avg, double sample) { *avg = *avg ? 0.7 * *avg + 0.3 * sample : sample; }
 
 /* The ids a prefill pass may hold while streams decode: as many as keep its
- * slowest half layer within `budget` seconds (whole chunks, at least one),
- * and never fewer than one chunk's worth: a pass of one full chunk runs
- * anyway, and short prompts arriving together share its weight reads
- * instead of prefilling one after another. (The time per id is measured
- * on whatever passes ran, and a half layer's cost is mostly its weights,
- * not its ids: measured on short prompts alone, it would keep them apart.) */
+ * slowest half layer within `budget` seconds (whole chunks, at least one). */
 static size_t pass_cap(const srv_engine *E, double budget) {
     double worst = 0;
     for (int h = 0; h < 2 * E->n_layers; h++)
         if (E->half_id_s[h] > worst) worst = E->half_id_s[h];
-    const size_t cap = worst > 0 ? (size_t)(budget / worst) : SIZE_MAX;
-    return cap > (size_t)E->prefill_chunk ? cap : (size_t)E->prefill_chunk;
+    return worst > 0 ? (size_t)(budget / worst) : SIZE_MAX;
 }
 
 /* The prefill pass (a new one over the next chunks of the slots
