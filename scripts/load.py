@@ -51,6 +51,12 @@ table row per level:
                 inside a stream); "aborted" counts requests cut at the level's
                 hard deadline (--seconds + --drain), which are not errors.
 
+With --rounds R the levels run R times in turn (each round's prompts its
+own), each ratio is taken against the same round's 1-client level, and per
+level the median of the rounds' ratios is printed (and kept in the JSON
+under "rounds"): levels measured minutes apart on a shared machine see
+different neighbours, and alternating rounds are what a ratio can rest on.
+
 p50/p99 interpolate linearly between the sorted samples (so with fewer than
 100 samples p99 lies close to the largest).
 
@@ -537,7 +543,7 @@ class Late(threading.Thread):
     abort = Client.abort
 
 
-def run_level(target, server, args, n, deadline_all):
+def run_level(target, server, args, n, deadline_all, rnd=0):
     rpc = args.requests_per_client
     lo, hi = args.prompt_range
     prompts = []
@@ -545,7 +551,9 @@ def run_level(target, server, args, n, deadline_all):
     for c in range(n):
         ps = []
         for i in range(rpc):
-            rng = random.Random("%d:%d:%d:%d" % (args.seed, n, c, i))
+            # round 0 keeps the seeds of a run without --rounds; later rounds get prompts of their own (a
+            # prefix cache would otherwise answer a repeated prompt from memory)
+            rng = random.Random("%d:%d:%d:%d" % (args.seed, n, c, i) + (":r%d" % rnd if rnd else ""))
             for _ in range(50):  # a different start from every other prompt (short prompts may run out)
                 text, got = target.make_prompt(rng, rng.randint(lo, hi))
                 key = tuple(text.split()[:6])
@@ -556,7 +564,7 @@ def run_level(target, server, args, n, deadline_all):
         prompts.append(ps)
     late = None
     if args.late_prompt:
-        rng = random.Random("%d:%d:late" % (args.seed, n))
+        rng = random.Random("%d:%d:late" % (args.seed, n) + (":r%d" % rnd if rnd else ""))
         text, got = target.make_prompt(rng, args.late_prompt)
         late = Late(target, text, got, rng.randrange(1, 1 << 31))
 
@@ -706,10 +714,14 @@ def fmt(v, f="%.1f"):
 
 def table(levels, peer=None):
     out = [HEAD + ("   x llama.cpp" if peer else "")]
-    base = levels[0]["agg_tok_s"] if levels and levels[0]["clients"] == 1 else None
-    dbase = levels[0].get("decode_tok_s") if levels and levels[0]["clients"] == 1 else None
-    fbase = levels[0].get("full_tok_s") if levels and levels[0]["clients"] == 1 else None
+    rounds = max(L.get("round", 1) for L in levels) if levels else 1
+    shown = None
     for L in levels:
+        one = one_client(levels, L)
+        base, dbase, fbase = (one["agg_tok_s"], one.get("decode_tok_s"), one.get("full_tok_s")) if one else (None,) * 3
+        if rounds > 1 and L.get("round") != shown:
+            shown = L.get("round")
+            out.append("round %d" % shown)
         late = L.get("late") or {}
         err = ",".join("%s:%d" % kv for kv in sorted(L["errors"].items())) or "0"
         if L["aborted"]:
@@ -734,6 +746,56 @@ def table(levels, peer=None):
         out.append(line)
     out.append("(times in ms; * = e2e: no steady window with all streams running, the whole level's wall time)")
     return "\n".join(out)
+
+
+def one_client(levels, L):
+    """The 1-client level of L's round (its ratios' base), or None."""
+    for o in levels:
+        if o["clients"] == 1 and o.get("round", 1) == L.get("round", 1):
+            return o
+    return None
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def rounds_summary(levels):
+    """Per level with more than one client: the median over rounds of each ratio to the same round's 1-client
+    level (agg, decode, full), and of the late prompt's ITL p99 over the 1-client ITL p99. Measured minutes
+    apart, two levels see different neighbours on a shared machine; rounds that alternate them and the median
+    of their ratios are what a claim can rest on."""
+    out = {}
+    for n in sorted({L["clients"] for L in levels if L["clients"] != 1}):
+        rows = {"agg": [], "decode": [], "full": [], "late_itl": []}
+        for L in levels:
+            one = one_client(levels, L)
+            if L["clients"] != n or not one:
+                continue
+            for key, field in (("agg", "agg_tok_s"), ("decode", "decode_tok_s"), ("full", "full_tok_s")):
+                rows[key].append(L[field] / one[field] if L.get(field) and one.get(field) else None)
+            late = (L.get("late") or {}).get("itl_p99_ms")
+            rows["late_itl"].append(late / one["itl_p99_ms"] if late and one.get("itl_p99_ms") else None)
+        out[str(n)] = {k: {"per_round": v, "median": median(v)} for k, v in rows.items()}
+    return out
+
+
+def rounds_lines(summary, rounds):
+    lines = []
+    for n, r in summary.items():
+        what = "median of %d rounds" % rounds if rounds > 1 else "one round"
+        lines.append("%s clients / 1 (%s): agg %s, dec %s, full %s" % (
+            n, what, fmt(r["agg"]["median"], "%.2fx"), fmt(r["decode"]["median"], "%.2fx"),
+            fmt(r["full"]["median"], "%.2fx")) + (
+            "; per round full %s" % " ".join(fmt(x, "%.2fx") for x in r["full"]["per_round"]) if rounds > 1 else ""))
+        if n == "4" and r["late_itl"]["median"] is not None:
+            lines.append("late-prompt ITL p99 at 4 clients / 1-client ITL p99 = %.2f (%s; issue 16 asks <= 2)" % (
+                r["late_itl"]["median"], what))
+    return lines
 
 
 def load_peer(path):
@@ -785,6 +847,9 @@ def parse_args(argv):
                    "or per chunk")
     p.add_argument("--vocab-limit", type=int, default=0,
                    help="make prompts only from words whose token ids are below this (synth test shapes with a small vocab)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the --clients levels this many times in turn; each ratio is against the same round's "
+                        "1-client level, and the medians of the rounds' ratios are printed (1)")
     p.add_argument("--warmup", type=int, default=1, help="requests before the first level, not measured (1)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="write the results here")
@@ -808,6 +873,8 @@ def parse_args(argv):
         p.error("--max-tokens and --requests-per-client must be >= 1, --seconds and --timeout > 0, --drain >= 0")
     if a.late_prompt < 0:
         p.error("--late-prompt must be >= 0")
+    if not 1 <= a.rounds <= 100:
+        p.error("--rounds: from 1 to 100")
     if bool(a.url) == bool(a.model):
         p.error("give MODEL (the script starts the server) or --url (attach), not both")
     if a.url and (a.memcap or a.server_args):
@@ -872,11 +939,13 @@ def main(argv):
                 raise Fatal("the warm-up request failed (%s, HTTP %s): %s" % (rec.error, rec.status, rec.detail))
             sys.stderr.write("load: warm-up %d: %d prompt tokens, %d generated in %.1f s\n" % (
                 i + 1, rec.prompt_tokens or n, rec.tokens(), rec.t_end - rec.t_send))
-        for n in a.levels:
-            L = run_level(target, server, a, n, deadline_all)
+        for n, rnd in [(n, r) for r in range(a.rounds) for n in a.levels]:
+            L = run_level(target, server, a, n, deadline_all, rnd)
+            L["round"] = rnd + 1
             result["levels"].append(L)
-            sys.stderr.write("load: %d clients: %d requests, agg %s tok/s (%s), errors %s\n" % (
-                n, L["requests"], fmt(L["agg_tok_s"], "%.2f"), L["agg_method"], L["errors"] or 0))
+            sys.stderr.write("load: %s%d clients: %d requests, agg %s tok/s (%s), errors %s\n" % (
+                "round %d, " % (rnd + 1) if a.rounds > 1 else "", n, L["requests"], fmt(L["agg_tok_s"], "%.2f"),
+                L["agg_method"], L["errors"] or 0))
             if not L["requests"]:
                 problems.append("%d clients: no request completed" % n)
             bad = {k: v for k, v in L["errors"].items() if k not in ("503", "stream:503")}
@@ -907,10 +976,9 @@ def main(argv):
         if server.memcap:
             print("memcap: limit %s, peak %s, oom kills %d" % (server.memcap["limit"], server.memcap["peak"],
                                                               server.memcap["oom_kills"]))
-        by = {L["clients"]: L for L in result["levels"]}
-        if 1 in by and 4 in by and by[1]["itl_p99_ms"] and (by[4].get("late") or {}).get("itl_p99_ms"):
-            print("late-prompt ITL p99 at 4 clients / 1-client ITL p99 = %.2f (issue 16 asks <= 2)" % (
-                by[4]["late"]["itl_p99_ms"] / by[1]["itl_p99_ms"]))
+        result["rounds"] = rounds_summary(result["levels"])
+        for line in rounds_lines(result["rounds"], a.rounds):
+            print(line)
     result["problems"] = problems
     result["ok"] = not problems
     if a.json:

@@ -6,6 +6,7 @@
  * non-loopback URL and fails when the server refuses the prompt. */
 #include "srvutil.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -190,6 +191,45 @@ static void test_statuses(void **st) {
 /* Inter-token gaps per token: chunks of two tokens 200 ms apart are gaps of
  * about 100 ms when the chunks list their tokens (--itl token, the default:
  * the streams ask for logprobs), of about 200 ms counted per chunk. */
+/* --rounds 2: the levels run twice in turn, each row says its round, and
+ * the summary holds each round's ratio to its own 1-client level and their
+ * median (the mean of two). */
+static void test_rounds(void **st) {
+    (void)st;
+    cJSON *j;
+    int rc = fake("rounds", "pairs", "--rounds 2", &j);
+    if (rc) show("rounds");
+    assert_int_equal(rc, 0);
+    assert_int_equal(cJSON_GetArraySize(su_at(j, "levels")), 4);
+    static const int clients[4] = {1, 2, 1, 2}, round_of[4] = {1, 1, 2, 2};
+    double ratio[2];
+    for (int l = 0; l < 4; l++) {
+        char p[64];
+        snprintf(p, sizeof p, "levels.%d.clients", l);
+        assert_int_equal((int)su_num(j, p), clients[l]);
+        snprintf(p, sizeof p, "levels.%d.round", l);
+        assert_int_equal((int)su_num(j, p), round_of[l]);
+        if (clients[l] == 2) {
+            char q[64];
+            snprintf(p, sizeof p, "levels.%d.agg_tok_s", l);
+            snprintf(q, sizeof q, "levels.%d.agg_tok_s", l - 1);
+            ratio[l / 2] = su_num(j, p) / su_num(j, q);
+        }
+    }
+    /* rounds["2"] (su_at would read the key 2 as an array index) */
+    const cJSON *two = cJSON_GetObjectItemCaseSensitive(su_at(j, "rounds"), "2");
+    assert_non_null(two);
+    for (int r = 0; r < 2; r++) {
+        char p[64];
+        snprintf(p, sizeof p, "agg.per_round.%d", r);
+        assert_true(fabs(su_num(two, p) - ratio[r]) < 1e-9);
+    }
+    assert_true(fabs(su_num(two, "agg.median") - (ratio[0] + ratio[1]) / 2) < 1e-9);
+    /* the stand-in has no decode counters: no decode ratios */
+    assert_true(cJSON_IsNull(su_at(two, "decode.median")));
+    cJSON_Delete(j);
+}
+
 static void test_itl_per_token(void **st) {
     (void)st;
     const char *mode[2] = {"", "--itl chunk"};
@@ -236,6 +276,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_levels),
         cmocka_unit_test(test_statuses),
+        cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_itl_per_token),
         cmocka_unit_test(test_refusals),
     };
