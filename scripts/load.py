@@ -548,12 +548,13 @@ def run_level(target, server, args, n, deadline_all, rnd=0):
     lo, hi = args.prompt_range
     prompts = []
     seen = set()
+    # round 0 keeps the seeds of a run without --rounds; later rounds get prompts of their own (a prefix cache
+    # would otherwise answer a repeated prompt from memory)
+    tag = ":r%d" % rnd if rnd else ""
     for c in range(n):
         ps = []
         for i in range(rpc):
-            # round 0 keeps the seeds of a run without --rounds; later rounds get prompts of their own (a
-            # prefix cache would otherwise answer a repeated prompt from memory)
-            rng = random.Random("%d:%d:%d:%d" % (args.seed, n, c, i) + (":r%d" % rnd if rnd else ""))
+            rng = random.Random("%d:%d:%d:%d" % (args.seed, n, c, i) + tag)
             for _ in range(50):  # a different start from every other prompt (short prompts may run out)
                 text, got = target.make_prompt(rng, rng.randint(lo, hi))
                 key = tuple(text.split()[:6])
@@ -564,7 +565,7 @@ def run_level(target, server, args, n, deadline_all, rnd=0):
         prompts.append(ps)
     late = None
     if args.late_prompt:
-        rng = random.Random("%d:%d:late" % (args.seed, n) + (":r%d" % rnd if rnd else ""))
+        rng = random.Random("%d:%d:late" % (args.seed, n) + tag)
         text, got = target.make_prompt(rng, args.late_prompt)
         late = Late(target, text, got, rng.randrange(1, 1 << 31))
 
@@ -712,13 +713,26 @@ def fmt(v, f="%.1f"):
     return "-" if v is None else f % v
 
 
+RATIOS = (("ratio", "agg_tok_s"), ("decode_ratio", "decode_tok_s"), ("full_ratio", "full_tok_s"))
+
+
+def set_ratios(levels):
+    """Each level's ratios to the 1-client level of its round (None without one): the throughputs of RATIOS,
+    and late_itl_ratio, the late prompt's ITL p99 over that level's ITL p99."""
+    for L in levels:
+        one = one_client(levels, L) or {}
+        for key, field in RATIOS:
+            L[key] = L[field] / one[field] if L.get(field) and one.get(field) else None
+        late = (L.get("late") or {}).get("itl_p99_ms")
+        L["late_itl_ratio"] = late / one["itl_p99_ms"] if late and one.get("itl_p99_ms") else None
+
+
 def table(levels, peer=None):
+    """The table of levels (set_ratios first)."""
     out = [HEAD + ("   x llama.cpp" if peer else "")]
     rounds = max(L.get("round", 1) for L in levels) if levels else 1
     shown = None
     for L in levels:
-        one = one_client(levels, L)
-        base, dbase, fbase = (one["agg_tok_s"], one.get("decode_tok_s"), one.get("full_tok_s")) if one else (None,) * 3
         if rounds > 1 and L.get("round") != shown:
             shown = L.get("round")
             out.append("round %d" % shown)
@@ -726,13 +740,7 @@ def table(levels, peer=None):
         err = ",".join("%s:%d" % kv for kv in sorted(L["errors"].items())) or "0"
         if L["aborted"]:
             err += " (aborted %d)" % L["aborted"]
-        ratio = L["agg_tok_s"] / base if base and L["agg_tok_s"] else None
-        L["ratio"] = ratio
-        dec = L.get("decode_tok_s")
-        L["decode_ratio"] = dec / dbase if dbase and dec else None
-        full = L.get("full_tok_s")
-        L["full_ratio"] = full / fbase if fbase and full else None
-        share = L.get("full_share")
+        ratio, dec, full, share = L["ratio"], L.get("decode_tok_s"), L.get("full_tok_s"), L.get("full_share")
         line = "%-6d %10s %7s %10s %9s %10s %10s %10s %6s %9s %9s %8s %8s %12s %10s %6d  %s" % (
             L["clients"], fmt(L["agg_tok_s"], "%.2f") + ("*" if L["agg_method"] == "e2e" else ""),
             fmt(ratio, "%.2fx"), fmt(L["e2e_tok_s"], "%.2f"), fmt(dec, "%.2f"), fmt(L["decode_ratio"], "%.2fx"),
@@ -770,17 +778,11 @@ def rounds_summary(levels):
     apart, two levels see different neighbours on a shared machine; rounds that alternate them and the median
     of their ratios are what a claim can rest on."""
     out = {}
+    names = (("agg", "ratio"), ("decode", "decode_ratio"), ("full", "full_ratio"), ("late_itl", "late_itl_ratio"))
     for n in sorted({L["clients"] for L in levels if L["clients"] != 1}):
-        rows = {"agg": [], "decode": [], "full": [], "late_itl": []}
-        for L in levels:
-            one = one_client(levels, L)
-            if L["clients"] != n or not one:
-                continue
-            for key, field in (("agg", "agg_tok_s"), ("decode", "decode_tok_s"), ("full", "full_tok_s")):
-                rows[key].append(L[field] / one[field] if L.get(field) and one.get(field) else None)
-            late = (L.get("late") or {}).get("itl_p99_ms")
-            rows["late_itl"].append(late / one["itl_p99_ms"] if late and one.get("itl_p99_ms") else None)
-        out[str(n)] = {k: {"per_round": v, "median": median(v)} for k, v in rows.items()}
+        mine = [L for L in levels if L["clients"] == n and one_client(levels, L)]
+        out[str(n)] = {name: {"per_round": [L[key] for L in mine], "median": median([L[key] for L in mine])}
+                       for name, key in names}
     return out
 
 
@@ -972,6 +974,7 @@ def main(argv):
             "" if result.get("ignore_eos") else " (no ignore_eos: answers may end early)", a.requests_per_client,
             a.seconds, ", late prompt %d" % a.late_prompt if a.late_prompt else "",
             ", memcap %s" % a.memcap if a.memcap else ""))
+        set_ratios(result["levels"])
         print(table(result["levels"], peer))
         if server.memcap:
             print("memcap: limit %s, peak %s, oom kills %d" % (server.memcap["limit"], server.memcap["peak"],

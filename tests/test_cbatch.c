@@ -214,20 +214,20 @@ static char *alone(int port, char first, int len, int max_tokens) {
     return a;
 }
 
-/* A sample of /metrics; absent: a failure, or `absent` when `optional`. */
-static double metric_of(int port, const char *name, bool optional, double absent) {
+/* A sample of /metrics; absent: a failure, or 0 when `optional`. */
+static double metric_of(int port, const char *name, bool optional) {
     char *out = NULL;
     assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, NULL, &out), 200);
     char key[160];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *at = strstr(out, key);
     if (!at && !optional) fail_msg("no %s in /metrics:\n%s", name, out);
-    double v = at ? atof(at + strlen(key)) : absent;
+    double v = at ? atof(at + strlen(key)) : 0;
     free(out);
     return v;
 }
 
-static double metric(int port, const char *name) { return metric_of(port, name, false, 0); }
+static double metric(int port, const char *name) { return metric_of(port, name, false); }
 
 /* ---- the fixture model with a tokenizer ------------------------------------------ */
 
@@ -306,12 +306,12 @@ static void concurrent(family *f) {
         char name[96], secs[96];
         snprintf(name, sizeof name, "edge0_decode_passes_total{batch=\"%d\"}", n);
         snprintf(secs, sizeof secs, "edge0_decode_pass_seconds_total{batch=\"%d\"}", n);
-        const double k = metric_of(f->par.port, name, true, 0), t = metric_of(f->par.port, secs, true, 0);
+        const double k = metric_of(f->par.port, name, true), t = metric_of(f->par.port, secs, true);
         if ((k > 0) != (t > 0)) fail_msg("%s: %g passes of %d sequences in %g s", f->fixture, k, n, t);
         by_size += k;
     }
     if (by_size != all) fail_msg("%s: %g passes by batch size, %g in the histogram", f->fixture, by_size, all);
-    assert_true(metric_of(f->par.port, "edge0_decode_passes_total{batch=\"1\"}", true, 0) == ones);
+    assert_true(metric_of(f->par.port, "edge0_decode_passes_total{batch=\"1\"}", true) == ones);
     /* and prompts arriving together were prefilled in merged passes */
     const double p1 = metric(f->par.port, "edge0_prefill_seqs_per_pass_bucket{le=\"1\"}"),
                  pall = metric(f->par.port, "edge0_prefill_seqs_per_pass_count");

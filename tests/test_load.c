@@ -188,9 +188,6 @@ static void test_statuses(void **st) {
     cJSON_Delete(j);
 }
 
-/* Inter-token gaps per token: chunks of two tokens 200 ms apart are gaps of
- * about 100 ms when the chunks list their tokens (--itl token, the default:
- * the streams ask for logprobs), of about 200 ms counted per chunk. */
 /* --rounds 2: the levels run twice in turn, each row says its round, and
  * the summary holds each round's ratio to its own 1-client level and their
  * median (the mean of two). */
@@ -230,6 +227,9 @@ static void test_rounds(void **st) {
     cJSON_Delete(j);
 }
 
+/* Inter-token gaps per token: chunks of two tokens 200 ms apart are gaps of
+ * about 100 ms when the chunks list their tokens (--itl token, the default:
+ * the streams ask for logprobs), of about 200 ms counted per chunk. */
 static void test_itl_per_token(void **st) {
     (void)st;
     const char *mode[2] = {"", "--itl chunk"};
