@@ -12,7 +12,7 @@ SAN     ?=
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wvla
 CFLAGS  = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -ledit -lm -lpthread
+LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -ledit -luring -lm -lpthread
 LDFLAGS = $(SAN) -pthread
 
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))

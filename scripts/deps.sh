@@ -8,7 +8,7 @@
 # npm only when something is absent.
 set -eu
 pkgs="gcc make pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
-      libmicrohttpd-dev libedit-dev clang libclang-rt-14-dev curl tmux"
+      libmicrohttpd-dev libedit-dev liburing-dev clang libclang-rt-14-dev curl tmux"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -16,6 +16,7 @@
  * per token / disk bandwidth; whole-layer reads / expert bytes of the
  * layers loaded. */
 #include "cli/cli.h"
+#include "io/safetensors.h"
 #include "quant/mat.h"
 #include "text/sampler.h"
 
@@ -602,13 +603,15 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(root, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(root, "dram_bw", dram);
         cJSON_AddNumberToObject(root, "disk_bw", disk);
+        cJSON_AddStringToObject(root, "expert_reads", st_uring_on() ? "io_uring" : "pread");
     } else {
         printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model,
                info.family, info.layout, (double)info.weight_bytes / (1u << 30),
                (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
-        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s; "
-               "kernels %s, KV cache %s\n",
-               dram / 1e9, threads, disk / 1e9, mat_kernels_name(), e0_kv_name(ce.eo.kv_type));
+        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s "
+               "(expert reads: %s); kernels %s, KV cache %s\n",
+               dram / 1e9, threads, disk / 1e9, st_uring_on() ? "io_uring" : "pread",
+               mat_kernels_name(), e0_kv_name(ce.eo.kv_type));
     }
     int status = 0;
     phase ph;

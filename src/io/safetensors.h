@@ -180,6 +180,25 @@ int st_pread(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *d
  * NULL. Thread-safe. */
 int st_pread_direct(const st_set *s, uint32_t file, uint64_t off, uint64_t len, void *dst,
                     bool *direct, char *err);
+/* One range of st_pread_direct_many: [off, off + len) of shard `file` so
+ * that byte `off` lands at dst. */
+typedef struct {
+    uint32_t file;
+    uint64_t off, len;
+    void *dst;
+} st_read;
+
+/* st_pread_direct of each of rd[0..n), the whole direct reads among them
+ * submitted together through io_uring where the kernel offers it (io/uring.c);
+ * *all_direct: every range was read direct. The same bytes, the same
+ * fallbacks and errors as reading them one by one. Thread-safe. */
+int st_pread_direct_many(const st_set *s, const st_read *rd, int n, bool *all_direct, char *err);
+/* Whether this thread can submit reads through io_uring. */
+bool st_uring_on(void);
+/* Ranges read through io_uring so far, all threads. */
+uint64_t st_uring_reads(void);
+/* Tests: false makes st_pread_direct_many read one range at a time. */
+void st_debug_uring(bool on);
 /* Whether direct reads of shard `file` are on. */
 bool st_direct_on(const st_set *s, uint32_t file);
 /* Tests: the next direct read of each shard fails with EINVAL. */

@@ -57,16 +57,10 @@ int xb_read(const st_set *st, const xb_plan *p, uint8_t *buf, char *err) {
 }
 
 int xb_read_direct(const st_set *st, const xb_plan *p, uint8_t *buf, bool *all_direct, char *err) {
-    bool all = true;
-    for (int i = 0; i < p->nr; i++) {
-        const xb_range *r = &p->r[i];
-        bool d;
-        int rc = st_pread_direct(st, r->file, r->off, r->len, buf + r->at, &d, err);
-        if (rc) return rc;
-        all &= d;
-    }
-    if (all_direct) *all_direct = all;
-    return 0;
+    st_read rd[XB_MAX_RANGES];
+    for (int i = 0; i < p->nr; i++)
+        rd[i] = (st_read){p->r[i].file, p->r[i].off, p->r[i].len, buf + p->r[i].at};
+    return st_pread_direct_many(st, rd, p->nr, all_direct, err);
 }
 
 static e0_mat view(const e0_mat *t, const uint8_t *buf, const xb_range *r) {

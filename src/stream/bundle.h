@@ -58,7 +58,8 @@ int xb_plan_expert(const e0_model *m, int layer, int e, xb_order order, xb_plan 
 int xb_read(const st_set *st, const xb_plan *p, uint8_t *buf, char *err);
 /* The same with O_DIRECT where the shard allows it; buf XB_ALIGN-aligned.
  * *all_direct (may be NULL) says whether every range went direct (else some
- * went through the page cache: io/safetensors.h st_pread_direct). */
+ * went through the page cache: io/safetensors.h st_pread_direct). The
+ * ranges are in flight together (st_pread_direct_many). */
 int xb_read_direct(const st_set *st, const xb_plan *p, uint8_t *buf, bool *all_direct, char *err);
 
 /* Views of the bundle in buf, by position (see the order above). */
