@@ -4,10 +4,16 @@
  * the engine's library is static). A failed read ends the evaluation that
  * needed it with an error naming the file and offset; the next evaluation,
  * the disk healthy again, gives the exact logits; a stalled read only
- * costs time. Buffered reads (pread I/O) and direct reads (a budget). */
+ * costs time. Buffered reads (pread I/O) and direct reads (a budget).
+ *
+ * The faults are injected at pread, so direct reads go through pread here,
+ * not io_uring (st_debug_uring(false)): a ring's read that fails or comes
+ * back short is read again through st_pread_direct, the path tested here,
+ * and test_uring tests that hand-over. */
 #include "testutil.h"
 
 #include "edge0.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -102,6 +108,7 @@ static void open_path(e0_engine **e, const char *model, int pi, bool direct) {
 static void test_faults(void **state) {
     (void)state;
     const char *models[] = {"fixtures/qwen35moe/mlx", "gguf/tiny-qwen35moe/model-Q4_K_M.gguf"};
+    st_debug_uring(false);
     for (size_t mi = 0; mi < 2; mi++) {
         char model[4096], err[E0_ERR_MAX];
         snprintf(model, sizeof model, "%s", tu_shared(models[mi]));
@@ -150,7 +157,7 @@ static void test_faults(void **state) {
                     }
                     e0_engine_free(e);
                 }
-        printf("  %s: EIO, EOF, short reads and stalls on %zu paths x buffered/direct\n", models[mi],
+        printf("  %s: EIO, EOF, short reads and stalls on %zu paths x buffered/direct (pread)\n", models[mi],
                sizeof PATHS / sizeof *PATHS);
         free(ref);
         free(lg);

@@ -26,7 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-enum { RING_ENTRIES = 32 };
+enum { RING_ENTRIES = 32, SUBMIT_TRIES = 1000 };
 
 static pthread_key_t ring_key;
 static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
@@ -120,15 +120,22 @@ int st_pread_direct_many(const st_set *s, const st_read *rd, int n, bool *all_di
             want[i] = span;
             queued++;
         }
-        /* Submit everything queued; on an error the ring cannot recover
-         * from, collect what the kernel took and give the ring up. */
-        int submitted = 0;
+        /* Submit everything queued. EINTR, EAGAIN (no memory for the
+         * requests just now) and EBUSY pass, so try again, but not forever:
+         * on any other error, or on SUBMIT_TRIES transient ones in a row,
+         * collect what the kernel took and give the ring up (the rest is
+         * read one range at a time below). */
+        int submitted = 0, tries = 0;
         bool broken = false;
         while (submitted < queued) {
             const int rc = io_uring_submit(ring);
             if (rc > 0) {
                 submitted += rc;
-            } else if (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+                tries = 0;
+                continue;
+            }
+            const bool transient = rc == 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY;
+            if (!transient || ++tries >= SUBMIT_TRIES) {
                 broken = true;
                 submitted = queued - (int)io_uring_sq_ready(ring);
                 break;
