@@ -94,32 +94,40 @@ static void test_lfu_decay(void **state) {
     assert_int_equal(run(CACHESIM_LFU, k, n, 13, 3, 1), 1);
 }
 
-/* The router policy by hand: 1 layer of 4 experts, 2 slots, requests
- * 0 1 2 0, one step each, every step's logits [10 0 0 0] (expert 0 at
- * probability ~1). At request 2, key 0 scores ~3 (its probabilities) +
- * 1/4 (its request two steps ago), key 1 ~0 + 1/2: key 1 goes and the last
- * request of 0 hits; LRU evicts 0 and misses it. With all logits equal the
- * probabilities tie and recency decides as LRU does: 0 goes, 0 misses. */
+/* The router policy by hand: 1 layer of 4 experts, one request per step,
+ * every step's logits [10 0 0 0] (expert 0 at probability ~1). One layer
+ * is always the one under way, so a step holds its own requests and the
+ * step before's. Requests 0 1 2 0 with 2 slots: at request 2 key 1 is held
+ * and 0, popular as it is, goes: no hit. Requests 0 1 2 3 0 with 3 slots:
+ * at request 3, 2 is held and of 0 (~3) and 1 (~0) 1 goes: the last
+ * request of 0 hits, where LRU evicts 0 and misses it. With all logits
+ * equal the probabilities tie and the least recent goes, as in LRU. */
 static void test_router(void **state) {
     (void)state;
-    const uint32_t k[] = {0, 1, 2, 0};
-    size_t at[4] = {0, 1, 2, 3};
-    int32_t layer[4] = {0}, tokens[4] = {1, 1, 1, 1};
-    float lg[16] = {0};
-    cachesim_obs o = {4, at, layer, tokens, lg, 1, 4};
+    const uint32_t k[] = {0, 1, 2, 3, 0};
+    size_t at[5] = {0, 1, 2, 3, 4};
+    int32_t layer[5] = {0}, tokens[5] = {1, 1, 1, 1, 1};
+    float lg[20] = {0};
+    cachesim_obs o = {5, at, layer, tokens, lg, 1, 4};
     char err[E0_ERR_MAX];
     uint64_t h;
-    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 5, 0, 4, 3, 0, &o, &h, err), 0);
     assert_int_equal(h, 0);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         lg[i * 4] = 10.0f;
-    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
-    assert_int_equal(h, 1);
-    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, (const uint32_t[]){0, 1, 2, 0}, 4, 0, 4, 2, 0,
+                                  &o, &h, err),
+                     0);
     assert_int_equal(h, 0);
-    /* one call of 4 tokens before the first request counts the same evidence */
-    o = (cachesim_obs){1, at, layer, (int32_t[]){4}, lg, 1, 4};
-    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 5, 0, 4, 3, 0, &o, &h, err), 0);
+    assert_int_equal(h, 1);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 5, 0, 4, 3, 0, &o, &h, err), 0);
+    assert_int_equal(h, 0);
+    /* one call of 5 tokens before the first request: a single step, every
+     * key held, so the least popular held one goes (1 and 2 tie at ~0,
+     * and 1 was requested first): the same hit */
+    o = (cachesim_obs){1, at, layer, (int32_t[]){5}, lg, 1, 4};
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 5, 0, 4, 3, 0, &o, &h, err), 0);
     assert_int_equal(h, 1);
     /* without logits, or logits that do not fit the keys, it cannot run */
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, NULL, &h, err), E0_EINVAL);

@@ -219,40 +219,49 @@ static void observe(xcache *c, int l, int fav) {
     xcache_observe(c, l, lg, 1);
 }
 
-/* Router policy (routecount.h): score = summed probabilities + requests
- * halving every step; the lowest goes. A popular expert survives being
- * the least recent; among equally popular ones recency decides; a
- * prefetch counts as a request. */
+/* Router policy (routecount.h): the keys a layer requested in its latest
+ * step (and, while that layer's requests are under way, in the step
+ * before) are held; the rest go least popular first (their summed router
+ * probabilities); held keys go last, least popular first, the least
+ * recently released on ties. Two layers; layer 0's router favours expert
+ * 5 (probability ~1 for it, ~0 for the others), layer 1's is uniform. */
+static void prefetch(xcache *c, int l, int e) {
+    bool need;
+    xentry *q = xcache_acquire(c, l, e, false, &need);
+    assert_true(q && need);
+    xcache_loaded(c, q, true);
+    xcache_release(c, q);
+}
+
 static void test_router(void **state) {
     (void)state;
-    xcache *c = make(3);
+    xcache *c = make(4);
     char err[512];
     assert_int_equal(xcache_set_policy(c, E0_CACHE_ROUTER, 0, err), E0_EINVAL);
     assert_int_equal(xcache_set_policy(c, E0_CACHE_ROUTER, 1e9, err), 0); /* ~no decay */
-    observe(c, 0, 5), touch(c, 0, 5); /* step 1 */
-    observe(c, 0, 5), touch(c, 0, 1); /* step 2 */
-    observe(c, 0, 5), touch(c, 0, 2); /* step 3 */
-    observe(c, 0, 5), touch(c, 0, 3); /* step 4: 0.5 is the least recent, but its
-                                       * probabilities sum to ~4: 0.1 (0 + 1/4) goes */
-    assert_true(present(c, 0, 5) && present(c, 0, 2) && present(c, 0, 3));
-    assert_false(present(c, 0, 1));
-    observe(c, 0, -1), touch(c, 0, 4); /* step 5, all 1/16: 0.2 (requested 2 steps ago:
-                                        * 1/4) goes before 0.3 (1/2) */
-    assert_true(present(c, 0, 5) && present(c, 0, 3) && present(c, 0, 4));
+    observe(c, 0, 5), touch(c, 0, 5), observe(c, 1, -1), touch(c, 1, 1); /* step 1 */
+    observe(c, 0, 5), touch(c, 0, 2), observe(c, 1, -1), touch(c, 1, 2); /* step 2: full */
+    observe(c, 0, 5); /* step 3, layer 0 under way: 0.2 (step 2) and 1.2 held */
+    touch(c, 0, 3);   /* of 0.5 (probabilities ~3) and 1.1 (2/16), 1.1 goes, though
+                       * 0.5 is the least recently released */
+    assert_false(present(c, 1, 1));
+    assert_true(present(c, 0, 5) && present(c, 0, 2) && present(c, 1, 2));
+    touch(c, 0, 4); /* held: 0.2 (the previous token's), 0.3, 1.2; 0.5, popular as it is, goes */
+    assert_false(present(c, 0, 5));
+    assert_true(present(c, 0, 2) && present(c, 0, 3) && present(c, 1, 2));
+    observe(c, 1, -1); /* layer 0's requests are over: 0.2 is no longer held */
+    touch(c, 1, 7);
     assert_false(present(c, 0, 2));
-    /* same step: a prefetch of 0.9 evicts 0.3 (1/16 + 1/2) */
-    bool need;
-    xentry *q = xcache_acquire(c, 0, 9, false, &need);
-    assert_true(need);
-    xcache_loaded(c, q, true);
-    xcache_release(c, q);
+    assert_true(present(c, 0, 3) && present(c, 0, 4) && present(c, 1, 2) && present(c, 1, 7));
+    /* a prefetch with every entry held: the least popular held one goes, 0.3
+     * and 0.4 tie at ~0 and 0.3 was released first */
+    prefetch(c, 1, 9);
     assert_false(present(c, 0, 3));
-    /* 0.9 counts one request, as 0.4 does this step, and their probabilities
-     * are the same: a tie (1/16 + 1 each), and the least recently released
-     * (0.4) goes, not the prefetched entry */
-    touch(c, 2, 10);
-    assert_true(present(c, 0, 9) && present(c, 0, 5) && present(c, 2, 10));
-    assert_false(present(c, 0, 4));
+    /* step 4: the prefetched 1.9 is held as layer 1's request of step 3; of
+     * the others only 1.2 (step 2) is not */
+    observe(c, 0, 5), touch(c, 0, 6);
+    assert_false(present(c, 1, 2));
+    assert_true(present(c, 1, 9) && present(c, 1, 7) && present(c, 0, 6));
     xcache_free(c);
 }
 

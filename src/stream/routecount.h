@@ -1,22 +1,27 @@
 /* The expert cache's "router" policy scores (docs/experiments.md, sections
- * 72 and 73): every MoE layer's router gives each token a softmax
+ * 72, 73 and 86): every MoE layer's router gives each token a softmax
  * probability for all E experts, not only the k it routes to, which is E/k
  * times more evidence of an expert's popularity per token than its hits.
  *
- * A key's (layer, expert) score is pop + rec:
- *  - pop: its probabilities summed over every token observed, halving every
- *    `pop_half_life` steps (popularity, kept whether the key is cached or not);
- *  - rec: one per request (a step that fetches the expert, for one token or
- *    many), halving every step, so an expert the last step or two used
- *    outranks a somewhat more popular one: LRU's recency, which sticky
- *    routing needs (section 72: popularity alone loses 20-31 points there).
- * The cache evicts the lowest score. A step begins when a layer at or below
+ * A key (layer, expert) is either
+ *  - held: requested (on demand or as a prefetch) in its layer's latest
+ *    step, or, while that layer's requests are under way (it is the last
+ *    layer observed), in the step before: the experts the next token of a
+ *    sequence may keep (routers repeat a share of the previous token's
+ *    experts; section 86 measured what a wider window costs), and the
+ *    next layer's prefetches before their demand; or
+ *  - ranked by pop: its probabilities summed over every token observed,
+ *    halving every `pop_half_life` steps (popularity, kept whether the key
+ *    is cached or not).
+ * The cache evicts the lowest score: a ranked key before any held one, the
+ * least popular first; among held keys (a cache smaller than one step's
+ * experts) the least popular too. A step begins when a layer at or below
  * the last observed one is observed (the next token's first MoE layer).
  *
- * Values are held in units that grow by 2^(1/H) per step, so a step costs
- * nothing per key: a value added at step t weighs 2^(t/H) units, the
- * score divides by the current unit, and when a unit passes 2^256 it is
- * folded back into the values (once every 256 steps for rec).
+ * pop is held in a unit that grows by 2^(1/H) per step, so a step costs
+ * nothing per key: a value added at step t weighs 2^(t/H) units, the score
+ * divides by the current unit, and when the unit passes 2^256 it is folded
+ * back into the values.
  *
  * Not thread-safe: the owner (xcache, under its mutex; cachesim) serialises.
  */
@@ -27,12 +32,14 @@
 
 typedef struct {
     int32_t n_layers, n_experts;
-    double *pop, *rec;     /* [n_layers * n_experts], in units up, ur */
-    double up, ur;         /* the units now */
-    double inv_up, inv_ur; /* 1 / up, 1 / ur */
-    double pop_grow;       /* 2^(1 / pop_half_life) */
-    int32_t last_layer;    /* of the last observation; a step starts at or below it */
-    float *prob; /* [n_experts] scratch */
+    double *pop;          /* [n_layers * n_experts], in unit up */
+    double up, inv_up;    /* the unit now, and 1 / up */
+    double pop_grow;      /* 2^(1 / pop_half_life) */
+    int64_t step;         /* steps begun */
+    int64_t *last_req;    /* [n_layers * n_experts]: the step of the key's last request */
+    int64_t *layer_step;  /* [n_layers]: the step of the layer's last observation */
+    int32_t last_layer;   /* of the last observation; a step starts at or below it */
+    float *prob;          /* [n_experts] scratch */
 } routecount;
 
 /* pop_half_life in steps (> 0; INFINITY: no decay). */
@@ -41,11 +48,21 @@ int routecount_init(routecount *r, int32_t n_layers, int32_t n_experts, double p
 void routecount_free(routecount *r);
 /* T tokens' router logits of `layer`, [T, n_experts] (f32, as moe.c routes them). */
 void routecount_observe(routecount *r, int32_t layer, const float *logits, int32_t T);
-/* One request of key layer * n_experts + expert. */
+/* One request (a demand or a prefetch) of key layer * n_experts + expert. */
 void routecount_request(routecount *r, uint32_t key);
 
+/* Whether the key is held (above). */
+static inline int routecount_held(const routecount *r, uint32_t key) {
+    const int32_t layer = (int32_t)(key / (uint32_t)r->n_experts);
+    const int64_t since = r->layer_step[layer] - (layer == r->last_layer ? 1 : 0);
+    return r->last_req[key] >= since;
+}
+
+/* Held keys score 2^512 above any ranked one (pop is at most the number of
+ * tokens observed); the popularity orders each group. */
 static inline double routecount_score(const routecount *r, uint32_t key) {
-    return r->pop[key] * r->inv_up + r->rec[key] * r->inv_ur;
+    const double p = r->pop[key] * r->inv_up;
+    return routecount_held(r, key) ? 0x1p512 + p * 0x1p512 : p;
 }
 
 #endif
