@@ -104,7 +104,7 @@ static void test_lfu_decay(void **state) {
  * equal the probabilities tie and the least recent goes, as in LRU. */
 static void test_router(void **state) {
     (void)state;
-    const uint32_t k[] = {0, 1, 2, 3, 0};
+    const uint32_t k[] = {0, 1, 2, 3, 0}, k4[] = {0, 1, 2, 0};
     size_t at[5] = {0, 1, 2, 3, 4};
     int32_t layer[5] = {0}, tokens[5] = {1, 1, 1, 1, 1};
     float lg[20] = {0};
@@ -115,9 +115,7 @@ static void test_router(void **state) {
     assert_int_equal(h, 0);
     for (int i = 0; i < 5; i++)
         lg[i * 4] = 10.0f;
-    assert_int_equal(cachesim_run(CACHESIM_ROUTER, (const uint32_t[]){0, 1, 2, 0}, 4, 0, 4, 2, 0,
-                                  &o, &h, err),
-                     0);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k4, 4, 0, 4, 2, 0, &o, &h, err), 0);
     assert_int_equal(h, 0);
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 5, 0, 4, 3, 0, &o, &h, err), 0);
     assert_int_equal(h, 1);

@@ -19,8 +19,9 @@
  *  - ARC (Megiddo & Modha, FAST 2003): recency list T1 and frequency list
  *    T2 with ghost lists B1/B2 steering the split between them.
  *  - Router (stream/routecount.h, the xcache's E0_CACHE_ROUTER): evict the
- *    cached key with the lowest score of summed router probabilities plus
- *    recent requests (least recent on ties); needs the trace's router
+ *    cached key with the lowest score: the keys of each layer's last step
+ *    held, the rest by summed router probabilities (least recent on ties);
+ *    needs the trace's router
  *    logits (`obs`), replayed before the request they preceded.
  *  - Belady (offline optimal for demand paging): on a miss with a full
  *    cache, evict the cached key whose next request is furthest ahead

@@ -32,14 +32,14 @@
 
 typedef struct {
     int32_t n_layers, n_experts;
-    double *pop;          /* [n_layers * n_experts], in unit up */
-    double up, inv_up;    /* the unit now, and 1 / up */
-    double pop_grow;      /* 2^(1 / pop_half_life) */
-    int64_t step;         /* steps begun */
-    int64_t *last_req;    /* [n_layers * n_experts]: the step of the key's last request */
-    int64_t *layer_step;  /* [n_layers]: the step of the layer's last observation */
-    int32_t last_layer;   /* of the last observation; a step starts at or below it */
-    float *prob;          /* [n_experts] scratch */
+    double *pop;         /* [n_layers * n_experts], in unit up */
+    double up, inv_up;   /* the unit now, and 1 / up */
+    double pop_grow;     /* 2^(1 / pop_half_life) */
+    int64_t step;        /* steps begun */
+    int64_t *last_req;   /* [n_layers * n_experts]: the step of the key's last request */
+    int64_t *layer_step; /* [n_layers]: the step of the layer's last observation */
+    int32_t last_layer;  /* of the last observation; a step starts at or below it */
+    float *prob;         /* [n_experts] scratch */
 } routecount;
 
 /* pop_half_life in steps (> 0; INFINITY: no decay). */

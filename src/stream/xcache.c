@@ -43,7 +43,7 @@ struct xcache {
     double half_life;        /* LFU: in demand requests */
     double *score;           /* LFU: [n_layers * n_experts] log2 of the decayed count */
     uint64_t clock;          /* LFU: demand requests so far */
-    routecount rc;           /* ROUTER: the router's probabilities and recent requests */
+    routecount rc;           /* ROUTER: the router's probabilities and last requests */
     uint32_t *trace;         /* [trace_cap] demand requests, in order */
     size_t trace_cap, trace_n;
     uint64_t trace_dropped;

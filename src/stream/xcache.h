@@ -13,8 +13,8 @@
  * demand requests (least recently released on ties); the counts are kept
  * per (layer, expert) whether cached or not, so a bundle that comes back
  * is judged by its history (docs/experiments.md, cache policy study). With
- * E0_CACHE_ROUTER the lowest score of the router's probabilities plus
- * recent requests (stream/routecount.h), fed by xcache_observe().
+ * E0_CACHE_ROUTER each layer's last-step keys held and the rest ranked by
+ * the router's probabilities (stream/routecount.h), fed by xcache_observe().
  *
  * Loading: acquiring a key that is absent takes a free or evictable slot,
  * marks it LOADING and sets *need_load; that caller (or an I/O thread it
