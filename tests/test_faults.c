@@ -157,8 +157,8 @@ static void test_faults(void **state) {
                     }
                     e0_engine_free(e);
                 }
-        printf("  %s: EIO, EOF, short reads and stalls on %zu paths x buffered/direct (pread)\n", models[mi],
-               sizeof PATHS / sizeof *PATHS);
+        printf("  %s: EIO, EOF, short reads and stalls on %zu paths x buffered/direct (pread)\n",
+               models[mi], sizeof PATHS / sizeof *PATHS);
         free(ref);
         free(lg);
     }

@@ -219,12 +219,7 @@ static void observe(xcache *c, int l, int fav) {
     xcache_observe(c, l, lg, 1);
 }
 
-/* Router policy (routecount.h): the keys a layer requested in its latest
- * step (and, while that layer's requests are under way, in the step
- * before) are held; the rest go least popular first (their summed router
- * probabilities); held keys go last, least popular first, the least
- * recently released on ties. Two layers; layer 0's router favours expert
- * 5 (probability ~1 for it, ~0 for the others), layer 1's is uniform. */
+/* A prefetch that loads (layer l, expert e). */
 static void prefetch(xcache *c, int l, int e) {
     bool need;
     xentry *q = xcache_acquire(c, l, e, false, &need);
@@ -233,6 +228,12 @@ static void prefetch(xcache *c, int l, int e) {
     xcache_release(c, q);
 }
 
+/* Router policy (routecount.h): the keys a layer requested in its latest
+ * step (and, while that layer's requests are under way, in the step
+ * before) are held; the rest go least popular first (their summed router
+ * probabilities); held keys go last, least popular first, the least
+ * recently released on ties. Two layers; layer 0's router favours expert
+ * 5 (probability ~1 for it, ~0 for the others), layer 1's is uniform. */
 static void test_router(void **state) {
     (void)state;
     xcache *c = make(4);

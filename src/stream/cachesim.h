@@ -21,8 +21,8 @@
  *  - Router (stream/routecount.h, the xcache's E0_CACHE_ROUTER): evict the
  *    cached key with the lowest score: the keys of each layer's last step
  *    held, the rest by summed router probabilities (least recent on ties);
- *    needs the trace's router
- *    logits (`obs`), replayed before the request they preceded.
+ *    needs the trace's router logits (`obs`), replayed before the request
+ *    they preceded.
  *  - Belady (offline optimal for demand paging): on a miss with a full
  *    cache, evict the cached key whose next request is furthest ahead
  *    (never requested again counts as infinitely far).

@@ -4,12 +4,12 @@
  * times more evidence of an expert's popularity per token than its hits.
  *
  * A key (layer, expert) is either
- *  - held: requested (on demand or as a prefetch) in its layer's latest
- *    step, or, while that layer's requests are under way (it is the last
- *    layer observed), in the step before: the experts the next token of a
- *    sequence may keep (routers repeat a share of the previous token's
- *    experts; section 86 measured what a wider window costs), and the
- *    next layer's prefetches before their demand; or
+ *  - held: requested (on demand, or by a prefetch that loads it) in its
+ *    layer's latest step, or, while that layer's requests are under way
+ *    (it is the last layer observed), in the step before: the experts the
+ *    next token of a sequence may keep (routers repeat a share of the
+ *    previous token's experts; section 86 measured what a wider window
+ *    costs), and the next layer's prefetched loads before their demand; or
  *  - ranked by pop: its probabilities summed over every token observed,
  *    halving every `pop_half_life` steps (popularity, kept whether the key
  *    is cached or not).
@@ -48,7 +48,8 @@ int routecount_init(routecount *r, int32_t n_layers, int32_t n_experts, double p
 void routecount_free(routecount *r);
 /* T tokens' router logits of `layer`, [T, n_experts] (f32, as moe.c routes them). */
 void routecount_observe(routecount *r, int32_t layer, const float *logits, int32_t T);
-/* One request (a demand or a prefetch) of key layer * n_experts + expert. */
+/* One request of key layer * n_experts + expert: a demand, or a prefetch
+ * that loads it (xcache_acquire). */
 void routecount_request(routecount *r, uint32_t key);
 
 /* Whether the key is held (above). */
@@ -58,8 +59,9 @@ static inline int routecount_held(const routecount *r, uint32_t key) {
     return r->last_req[key] >= since;
 }
 
-/* Held keys score 2^512 above any ranked one (pop is at most the number of
- * tokens observed); the popularity orders each group. */
+/* Held keys score 2^512 x (1 + pop), above any ranked one (pop is at most
+ * the number of tokens observed); the popularity orders each group (among
+ * held keys to the precision of 1 + pop). */
 static inline double routecount_score(const routecount *r, uint32_t key) {
     const double p = r->pop[key] * r->inv_up;
     return routecount_held(r, key) ? 0x1p512 + p * 0x1p512 : p;
