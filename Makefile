@@ -12,13 +12,15 @@ SAN     ?=
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wvla
 CFLAGS  = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -ledit -luring -lm -lpthread
+LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -ledit -luring -lm -lpthread -ldl
 LDFLAGS = $(SAN) -pthread
 
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# the GPU kernels' PTX, embedded by src/gpu/ptx.S (scripts/gpu_ptx.sh makes it)
+LIB_ASM  := $(sort $(wildcard src/*/*.S))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_ASM:%.S=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
@@ -44,6 +46,11 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) -c $< -o $@
+$(BUILD)/src/gpu/ptx.o: src/gpu/kernels.ptx
+
 $(BUILD)/libedge0.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -61,6 +68,7 @@ TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-ts
               build-tsan/tests/test_prefix build-tsan/tests/test_cbatch build-tsan/tests/test_mprefill
 
 test: deps
+	@scripts/gpu_ptx.sh --check
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
@@ -88,11 +96,14 @@ FUZZ_LIB := $(filter-out src/server/%,$(LIB_SRC))
 # on buffers the tested code sized, no input parsing; make asan covers them)
 # are built without instrumentation: with ASan and UBSan clang spends over
 # ten minutes on their intrinsics, with libFuzzer's coverage too over an hour.
-FUZZ_OBJ := $(FUZZ_LIB:%.c=build-fuzz/obj/%.o)
+FUZZ_OBJ := $(FUZZ_LIB:%.c=build-fuzz/obj/%.o) $(LIB_ASM:%.S=build-fuzz/obj/%.o)
 FUZZ_CC := clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -MMD -MP
 build-fuzz/obj/src/quant/kernels%.o: src/quant/kernels%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -c $< -o $@
+build-fuzz/obj/%.o: %.S
+	@mkdir -p $(dir $@)
+	clang -c $< -o $@
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@

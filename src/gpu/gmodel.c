@@ -1,0 +1,503 @@
+/* The all-resident GPU model and its forward pass (gpu/gmodel.h). */
+#include "gpu/gmodel.h"
+
+#include "util/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- weights ------------------------------------------------------------ */
+
+/* Calls fn on every matrix of the model that a forward pass reads (the
+ * experts of layer li as three stacks, separately), with a name for
+ * messages. fn returns 0 to go on. */
+typedef int (*mat_fn)(void *ctx, const e0_mat *m, const char *name, char *err);
+typedef int (*stack_fn)(void *ctx, const e0_mat *const *ms, int n, const char *name, char *err);
+
+static bool present(const e0_mat *m) { return m->w != NULL && m->rows > 0; }
+
+/* The layer's matrices in one fixed order: its slots in gpu_layer. */
+static int layer_mats(const e0_layer *ly, const e0_mat **mats, gpu_mat **slots, gpu_layer *gl) {
+    int n = 0;
+#define M(field)                                 \
+    do {                                         \
+        if (present(&ly->field)) {               \
+            mats[n] = &ly->field;                \
+            slots[n] = gl ? &gl->field : NULL;   \
+            n++;                                 \
+        }                                        \
+    } while (0)
+    M(q); M(k); M(v); M(o);
+    M(qkvz); M(ba); M(qkv); M(z); M(b); M(a); M(out);
+    M(router); M(sh_gate); M(sh_up); M(sh_down); M(sh_router);
+    M(mlp_gate); M(mlp_up); M(mlp_down);
+#undef M
+    return n;
+}
+
+int gpu_model_bytes(const e0_model *m, uint64_t *bytes, char *err) {
+    const e0_config *c = &m->cfg;
+    uint64_t total = gpu_mat_bytes(&m->lm_head);
+    gpu_fmt f;
+    int rc = gpu_fmt_of(&m->lm_head, &f, err);
+    if (rc) return e0_wrap(err, rc, "lm_head");
+    for (int li = 0; li < c->n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        const e0_mat *mats[32];
+        const int n = layer_mats(ly, mats, (gpu_mat *[32]){0}, NULL);
+        for (int i = 0; i < n; i++) {
+            if ((rc = gpu_fmt_of(mats[i], &f, err))) return e0_wrap(err, rc, "layer %d", li);
+            total += gpu_mat_bytes(mats[i]);
+        }
+        if (ly->moe && ly->experts) {
+            const e0_expert *x = &ly->experts[0];
+            if ((rc = gpu_fmt_of(&x->gate, &f, err)) || (rc = gpu_fmt_of(&x->down, &f, err)))
+                return e0_wrap(err, rc, "layer %d experts", li);
+            total += (uint64_t)c->n_experts *
+                     (gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down));
+        }
+        total += 64 * 1024; /* norms, conv, A, dt_bias: far less */
+    }
+    *bytes = total;
+    return 0;
+}
+
+static int put_floats(gpu_dev *d, CUdeviceptr *p, const float *v, size_t n, const char *what,
+                      char *err) {
+    *p = 0;
+    if (!v || !n) return 0;
+    int rc = gpu_alloc(d, p, n * sizeof *v, what, err);
+    if (!rc) rc = gpu_put(d, *p, v, n * sizeof *v, err);
+    return rc;
+}
+
+static int upload_layer(gpu_model *g, int li, char *err) {
+    const e0_model *m = g->m;
+    const e0_config *c = &m->cfg;
+    const e0_layer *ly = &m->layers[li];
+    gpu_layer *gl = &g->L[li];
+    gpu_dev *d = g->d;
+    char what[64];
+    snprintf(what, sizeof what, "layer %d", li);
+    const e0_mat *mats[32];
+    gpu_mat *slots[32];
+    const int n = layer_mats(ly, mats, slots, gl);
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) rc = gpu_mat_upload(d, mats[i], slots[i], what, err);
+    const int H = c->hidden, hd = c->head_dim;
+    if (!rc) rc = put_floats(d, &gl->in_norm, ly->in_norm, (size_t)H, what, err);
+    if (!rc) rc = put_floats(d, &gl->post_norm, ly->post_norm, (size_t)H, what, err);
+    if (!rc && !ly->linear) rc = put_floats(d, &gl->q_norm, ly->q_norm, (size_t)hd, what, err);
+    if (!rc && !ly->linear) rc = put_floats(d, &gl->k_norm, ly->k_norm, (size_t)hd, what, err);
+    if (!rc && ly->linear) {
+        const int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+        rc = put_floats(d, &gl->conv_w, ly->conv_w, (size_t)C * c->conv_kernel, what, err);
+        if (!rc) rc = put_floats(d, &gl->A, ly->A, (size_t)c->lin_v_heads, what, err);
+        if (!rc) rc = put_floats(d, &gl->dt_bias, ly->dt_bias, (size_t)c->lin_v_heads, what, err);
+        if (!rc) rc = put_floats(d, &gl->lin_norm, ly->lin_norm, (size_t)c->lin_v_dim, what, err);
+    }
+    if (!rc && ly->moe && ly->experts) {
+        const int E = c->n_experts;
+        const e0_mat **gs = malloc(3 * (size_t)E * sizeof *gs);
+        if (!gs) return e0_fail(err, E0_ENOMEM, "out of memory");
+        for (int e = 0; e < E; e++) {
+            gs[e] = &ly->experts[e].gate;
+            gs[E + e] = &ly->experts[e].up;
+            gs[2 * E + e] = &ly->experts[e].down;
+        }
+        snprintf(what, sizeof what, "layer %d experts", li);
+        rc = gpu_mat_upload_stack(d, gs, E, &gl->xg, what, err);
+        if (!rc) rc = gpu_mat_upload_stack(d, gs + E, E, &gl->xu, what, err);
+        if (!rc) rc = gpu_mat_upload_stack(d, gs + 2 * E, E, &gl->xd, what, err);
+        free(gs);
+    }
+    return rc;
+}
+
+int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, char *err) {
+    *out = NULL;
+    const e0_config *c = &m->cfg;
+    if (c->route_stickiness > 0)
+        return e0_fail(err, E0_EUNSUPPORTED,
+                       "this synthetic checkpoint's route stickiness is computed on the CPU only");
+    if (c->conv_kernel > 8)
+        return e0_fail(err, E0_EUNSUPPORTED, "a DeltaNet conv kernel of %d (the GPU takes up to 8)",
+                       c->conv_kernel);
+    for (int li = 0; li < c->n_layers; li++)
+        if (m->layers[li].xfile)
+            return e0_fail(err, E0_EUNSUPPORTED,
+                           "the experts were rearranged for the CPU kernels before the GPU was opened");
+    gpu_model *g = calloc(1, sizeof *g);
+    if (!g) return e0_fail(err, E0_ENOMEM, "out of memory");
+    g->d = d;
+    g->m = m;
+    g->top_k = top_k;
+    g->L = calloc((size_t)c->n_layers, sizeof *g->L);
+    const uint64_t held0 = d->held;
+    int rc = g->L ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
+    for (int li = 0; !rc && li < c->n_layers; li++) rc = upload_layer(g, li, err);
+    if (!rc) rc = gpu_mat_upload(d, &m->lm_head, &g->lm_head, "lm_head", err);
+    if (!rc) rc = put_floats(d, &g->final_norm, m->final_norm, (size_t)c->hidden, "final norm", err);
+    if (!rc) rc = put_floats(d, &g->inv_freq, m->rope_inv_freq, (size_t)(c->rotary_dim / 2), "rope", err);
+    if (!rc) rc = gpu_sync(d, err);
+    g->bytes = d->held - held0;
+    if (rc) {
+        gpu_model_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void gpu_model_free(gpu_model *g) {
+    if (!g) return;
+    gpu_dev *d = g->d;
+    const e0_config *c = &g->m->cfg;
+    for (int li = 0; g->L && li < c->n_layers; li++) {
+        gpu_layer *gl = &g->L[li];
+        const e0_mat *mats[32];
+        gpu_mat *slots[32];
+        const int n = layer_mats(&g->m->layers[li], mats, slots, gl);
+        for (int i = 0; i < n; i++) gpu_mat_free(d, slots[i], 1);
+        gpu_mat_free(d, &gl->xg, c->n_experts);
+        gpu_mat_free(d, &gl->xu, c->n_experts);
+        gpu_mat_free(d, &gl->xd, c->n_experts);
+        const int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+        gpu_free(d, gl->in_norm, (size_t)c->hidden * 4);
+        gpu_free(d, gl->post_norm, (size_t)c->hidden * 4);
+        gpu_free(d, gl->q_norm, (size_t)c->head_dim * 4);
+        gpu_free(d, gl->k_norm, (size_t)c->head_dim * 4);
+        gpu_free(d, gl->conv_w, (size_t)C * c->conv_kernel * 4);
+        gpu_free(d, gl->A, (size_t)c->lin_v_heads * 4);
+        gpu_free(d, gl->dt_bias, (size_t)c->lin_v_heads * 4);
+        gpu_free(d, gl->lin_norm, (size_t)c->lin_v_dim * 4);
+    }
+    gpu_mat_free(d, &g->lm_head, 1);
+    gpu_free(d, g->final_norm, (size_t)c->hidden * 4);
+    gpu_free(d, g->inv_freq, (size_t)(c->rotary_dim / 2) * 4);
+    free(g->L);
+    free(g);
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+/* Device buffers of a session, in one table so that sizing, allocation and
+ * freeing walk the same list. */
+enum {
+    B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_SCORES,
+    B_PROJ, B_BA, B_MIX, B_MIXO, B_ZZ, B_BB, B_AA, B_O,
+    B_RL, B_RIDX, B_RW, B_COUNT, B_NACT, B_EXPS, B_START, B_ORDER,
+    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS,
+    B_N
+};
+
+enum { LOGIT_ROWS = 16 }; /* lm_head rows computed at once for all-logits calls */
+
+struct gpu_sess {
+    gpu_model *g;
+    int n_ctx, n_batch;
+    bool f16;
+    CUdeviceptr buf[B_N];
+    size_t size[B_N];
+    CUdeviceptr *kc, *vc, *conv, *rec; /* per layer; 0 where the layer has none */
+    size_t kv_bytes, conv_bytes, rec_bytes;
+    float *xh; /* host: [n_batch, H] embedded rows */
+};
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+static void sess_sizes(const e0_model *m, int k, int n_ctx, int B, size_t *sz, size_t *kv, size_t *cv,
+                       size_t *rec, bool f16) {
+    const e0_config *c = &m->cfg;
+    const size_t H = (size_t)c->hidden, hd = (size_t)c->head_dim, nh = (size_t)c->n_heads;
+    const size_t kvd = (size_t)c->n_kv_heads * hd, E = (size_t)(c->n_experts > 0 ? c->n_experts : 1);
+    size_t qrows = nh * hd * (c->attn_gated ? 2 : 1);
+    const size_t Kd = (size_t)c->lin_k_heads * c->lin_k_dim, Vd = (size_t)c->lin_v_heads * c->lin_v_dim;
+    const size_t C = 2 * Kd + Vd, Hv = (size_t)c->lin_v_heads;
+    size_t P = 2 * Kd + 2 * Vd;
+    const size_t I = max_sz(max_sz((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
+    const size_t Bz = (size_t)B, pairs = Bz * (size_t)(k > 0 ? k : 1);
+    for (int li = 0; li < c->n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        if (!ly->linear && ly->q.rows > 0) qrows = max_sz(qrows, (size_t)ly->q.rows);
+        if (ly->linear && ly->packed) P = max_sz(P, (size_t)ly->qkvz.rows);
+    }
+    const size_t f = sizeof(float), i4 = sizeof(int32_t);
+    sz[B_X] = sz[B_H] = sz[B_Y] = Bz * H * f;
+    sz[B_Q] = Bz * qrows * f;
+    sz[B_K] = sz[B_V] = Bz * kvd * f;
+    sz[B_ATT] = Bz * nh * hd * f;
+    sz[B_SCORES] = Bz * nh * (size_t)n_ctx * f;
+    sz[B_PROJ] = Bz * P * f;
+    sz[B_BA] = Bz * 2 * Hv * f;
+    sz[B_MIX] = sz[B_MIXO] = Bz * C * f;
+    sz[B_ZZ] = sz[B_O] = Bz * Vd * f;
+    sz[B_BB] = sz[B_AA] = Bz * Hv * f;
+    sz[B_RL] = Bz * E * f;
+    sz[B_RIDX] = pairs * i4;
+    sz[B_RW] = pairs * f;
+    sz[B_COUNT] = E * i4;
+    sz[B_NACT] = i4;
+    sz[B_EXPS] = E * i4;
+    sz[B_START] = (E + 1) * i4;
+    sz[B_ORDER] = pairs * i4;
+    sz[B_G] = sz[B_U] = max_sz(pairs, Bz) * I * f;
+    sz[B_EO] = pairs * H * f;
+    sz[B_SHG] = Bz * f;
+    sz[B_YS] = Bz * H * f;
+    sz[B_LOGITS] = (size_t)(B < LOGIT_ROWS ? B : LOGIT_ROWS) * (size_t)c->vocab * f;
+    *kv = (size_t)n_ctx * kvd * (f16 ? 2 : 4);
+    *cv = (size_t)(c->conv_kernel > 1 ? c->conv_kernel - 1 : 0) * C * f;
+    *rec = Hv * (size_t)c->lin_k_dim * (size_t)c->lin_v_dim * f;
+}
+
+uint64_t gpu_sess_bytes(const e0_model *m, int top_k, int n_ctx, int n_batch, bool kv_f16) {
+    size_t sz[B_N], kv, cv, rec;
+    sess_sizes(m, top_k, n_ctx, n_batch, sz, &kv, &cv, &rec, kv_f16);
+    uint64_t total = 0;
+    for (int i = 0; i < B_N; i++) total += sz[i];
+    for (int li = 0; li < m->cfg.n_layers; li++)
+        total += m->layers[li].linear ? cv + rec : 2 * kv;
+    return total;
+}
+
+void gpu_sess_free(gpu_sess *s) {
+    if (!s) return;
+    gpu_dev *d = s->g->d;
+    for (int i = 0; i < B_N; i++) gpu_free(d, s->buf[i], s->size[i]);
+    for (int li = 0; li < s->g->m->cfg.n_layers; li++) {
+        if (s->kc) gpu_free(d, s->kc[li], s->kv_bytes);
+        if (s->vc) gpu_free(d, s->vc[li], s->kv_bytes);
+        if (s->conv) gpu_free(d, s->conv[li], s->conv_bytes);
+        if (s->rec) gpu_free(d, s->rec[li], s->rec_bytes);
+    }
+    free(s->kc);
+    free(s->vc);
+    free(s->conv);
+    free(s->rec);
+    free(s->xh);
+    free(s);
+}
+
+int gpu_sess_reset(gpu_sess *s, char *err) {
+    int rc = 0;
+    for (int li = 0; !rc && li < s->g->m->cfg.n_layers; li++) {
+        if (s->conv[li]) rc = gpu_zero(s->g->d, s->conv[li], s->conv_bytes, err);
+        if (!rc && s->rec[li]) rc = gpu_zero(s->g->d, s->rec[li], s->rec_bytes, err);
+    }
+    return rc;
+}
+
+int gpu_sess_new(gpu_sess **out, gpu_model *g, int n_ctx, int n_batch, bool kv_f16, char *err) {
+    *out = NULL;
+    const e0_model *m = g->m;
+    const int nl = m->cfg.n_layers;
+    gpu_sess *s = calloc(1, sizeof *s);
+    if (!s) return e0_fail(err, E0_ENOMEM, "out of memory");
+    s->g = g;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_batch;
+    s->f16 = kv_f16;
+    sess_sizes(m, g->top_k, n_ctx, n_batch, s->size, &s->kv_bytes, &s->conv_bytes, &s->rec_bytes, kv_f16);
+    s->kc = calloc((size_t)nl, sizeof *s->kc);
+    s->vc = calloc((size_t)nl, sizeof *s->vc);
+    s->conv = calloc((size_t)nl, sizeof *s->conv);
+    s->rec = calloc((size_t)nl, sizeof *s->rec);
+    s->xh = malloc((size_t)n_batch * (size_t)m->cfg.hidden * sizeof *s->xh);
+    int rc = s->kc && s->vc && s->conv && s->rec && s->xh ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < B_N; i++) rc = gpu_alloc(g->d, &s->buf[i], s->size[i], "a session's buffers", err);
+    for (int li = 0; !rc && li < nl; li++) {
+        if (m->layers[li].linear) {
+            rc = gpu_alloc(g->d, &s->conv[li], s->conv_bytes, "DeltaNet states", err);
+            if (!rc) rc = gpu_alloc(g->d, &s->rec[li], s->rec_bytes, "DeltaNet states", err);
+        } else {
+            rc = gpu_alloc(g->d, &s->kc[li], s->kv_bytes, "the KV cache", err);
+            if (!rc) rc = gpu_alloc(g->d, &s->vc[li], s->kv_bytes, "the KV cache", err);
+        }
+    }
+    if (!rc) rc = gpu_sess_reset(s, err);
+    if (!rc) rc = gpu_sync(g->d, err);
+    if (rc) {
+        gpu_sess_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ---- the forward pass ----------------------------------------------------- */
+
+static unsigned up32(int n) { return (unsigned)((n + 31) / 32 * 32); }
+static unsigned blocks(long long n, int per) { return (unsigned)((n + per - 1) / per); }
+
+static int rmsnorm_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, int n, int T, char *err) {
+    float eps = s->g->m->cfg.rms_eps;
+    void *args[] = {&x, &w, &y, &n, &eps};
+    return gpu_launch(s->g->d, s->g->d->k.rmsnorm, (unsigned)T, 1, 1, 256, 0, args, "rmsnorm", err);
+}
+
+static int add_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr y, long long n, char *err) {
+    void *args[] = {&x, &y, &n};
+    return gpu_launch(s->g->d, s->g->d->k.add_inplace, blocks(n, 256), 1, 1, 256, 0, args, "add", err);
+}
+
+static int swiglu_rows(gpu_sess *s, CUdeviceptr gg, CUdeviceptr u, long long n, char *err) {
+    void *args[] = {&gg, &u, &n};
+    return gpu_launch(s->g->d, s->g->d->k.swiglu, blocks(n, 256), 1, 1, 256, 0, args, "swiglu", err);
+}
+
+static int attention(gpu_sess *s, int li, int pos0, int T, char *err) {
+    const e0_config *c = &s->g->m->cfg;
+    const e0_layer *ly = &s->g->m->layers[li];
+    const gpu_layer *gl = &s->g->L[li];
+    gpu_dev *d = s->g->d;
+    int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim, H = c->hidden;
+    int qrows = (int)ly->q.rows, kvd = nkv * hd, half = c->rotary_dim / 2;
+    int per = c->attn_gated ? 2 * hd : hd, gated = c->attn_gated, f16 = s->f16, n_ctx = s->n_ctx;
+    float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V];
+    int rc = gpu_mm(d, &gl->q, h, H, q, qrows, T, err);
+    if (!rc) rc = gpu_mm(d, &gl->k, h, H, k, kvd, T, err);
+    if (!rc) rc = gpu_mm(d, &gl->v, h, H, v, kvd, T, err);
+    CUdeviceptr qn = gl->q_norm, kn = gl->k_norm, inv = s->g->inv_freq;
+    void *a1[] = {&q, &k, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &pos0, &eps};
+    if (!rc) rc = gpu_launch(d, d->k.qk_norm_rope, (unsigned)T, (unsigned)(nh + nkv), 1, up32(hd),
+                             (unsigned)hd * 4, a1, "qk norm / rope", err);
+    CUdeviceptr kc = s->kc[li], vc = s->vc[li];
+    void *a2[] = {&kc, &vc, &k, &v, &kvd, &pos0, &f16};
+    if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)T, 1, 1, 256, 0, a2, "kv store", err);
+    CUdeviceptr sc = s->buf[B_SCORES], att = s->buf[B_ATT];
+    void *a3[] = {&q, &kc, &vc, &sc, &att, &nh, &nkv, &hd, &per, &qrows, &pos0, &n_ctx, &scale, &gated, &f16};
+    if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)T, 1, 128, 0, a3, "attention", err);
+    if (!rc) rc = gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);
+    return rc;
+}
+
+static int deltanet(gpu_sess *s, int li, int T, char *err) {
+    const e0_config *c = &s->g->m->cfg;
+    const e0_layer *ly = &s->g->m->layers[li];
+    const gpu_layer *gl = &s->g->L[li];
+    gpu_dev *d = s->g->d;
+    int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, Dk = c->lin_k_dim, Dv = c->lin_v_dim;
+    int K = c->conv_kernel, r = Hv / Hk, Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
+    int vtiled = ly->vtiled;
+    float eps = c->rms_eps;
+    CUdeviceptr h = s->buf[B_H], mix = s->buf[B_MIX], mixo = s->buf[B_MIXO], zz = s->buf[B_ZZ];
+    CUdeviceptr bb = s->buf[B_BB], aa = s->buf[B_AA], proj = s->buf[B_PROJ], ba = s->buf[B_BA];
+    int rc = 0;
+    if (ly->packed || ly->ba_packed) {
+        int P = ly->packed ? (int)ly->qkvz.rows : 0, ba_only = !ly->packed;
+        if (ly->packed) {
+            rc = gpu_mm(d, &gl->qkvz, h, H, proj, P, T, err);
+        } else {
+            rc = gpu_mm(d, &gl->qkv, h, H, mix, C, T, err);
+            if (!rc) rc = gpu_mm(d, &gl->z, h, H, zz, Vd, T, err);
+        }
+        if (!rc) rc = gpu_mm(d, &gl->ba, h, H, ba, 2 * Hv, T, err);
+        void *a[] = {&proj, &ba, &mix, &zz, &bb, &aa, &Hk, &Dk, &r, &Dv, &P, &ba_only};
+        if (!rc) rc = gpu_launch(d, d->k.dn_unpack, (unsigned)T, 1, 1, 256, 0, a, "DeltaNet unpack", err);
+    } else {
+        rc = gpu_mm(d, &gl->qkv, h, H, mix, C, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->z, h, H, zz, Vd, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->b, h, H, bb, Hv, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->a, h, H, aa, Hv, T, err);
+    }
+    CUdeviceptr st = s->conv[li], w = gl->conv_w;
+    void *a1[] = {&mix, &mixo, &st, &w, &T, &C, &K};
+    if (!rc) rc = gpu_launch(d, d->k.dn_conv, blocks(C, 256), 1, 1, 256, 0, a1, "DeltaNet conv", err);
+    void *a2[] = {&mixo, &C, &Hk, &Dk};
+    if (!rc) rc = gpu_launch(d, d->k.dn_qknorm, (unsigned)T, (unsigned)(2 * Hk), 1, 128, 0, a2,
+                             "DeltaNet q/k norm", err);
+    CUdeviceptr A = gl->A, dtb = gl->dt_bias, nw = gl->lin_norm, rec = s->rec[li], o = s->buf[B_O];
+    void *a3[] = {&mixo, &zz, &bb, &aa, &A, &dtb, &nw, &rec, &o, &T, &Hk, &Hv, &Dk, &Dv, &vtiled, &eps};
+    if (!rc) rc = gpu_launch(d, d->k.dn_rec, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3,
+                             "DeltaNet recurrence", err);
+    if (!rc) rc = gpu_mm(d, &gl->out, o, Vd, s->buf[B_Y], H, T, err);
+    return rc;
+}
+
+static int moe(gpu_sess *s, int li, int T, char *err) {
+    const e0_config *c = &s->g->m->cfg;
+    const e0_layer *ly = &s->g->m->layers[li];
+    const gpu_layer *gl = &s->g->L[li];
+    gpu_dev *d = s->g->d;
+    int H = c->hidden, E = c->n_experts, k = s->g->top_k, I = c->moe_inter, Is = c->shared_inter;
+    int renorm = c->norm_topk, P = T * k, shared = ly->has_shared;
+    CUdeviceptr h = s->buf[B_H], rl = s->buf[B_RL], ridx = s->buf[B_RIDX], rw = s->buf[B_RW];
+    CUdeviceptr cnt = s->buf[B_COUNT], nact = s->buf[B_NACT], exps = s->buf[B_EXPS];
+    CUdeviceptr start = s->buf[B_START], order = s->buf[B_ORDER];
+    CUdeviceptr gg = s->buf[B_G], u = s->buf[B_U], eo = s->buf[B_EO];
+    int rc = gpu_mm(d, &gl->router, h, H, rl, E, T, err);
+    void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
+    if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 64), 1, 1, 64, 0, a1, "routing", err);
+    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
+    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1, 0, a2, "expert grouping", err);
+    const int max_act = P < E ? P : E;
+    if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, err);
+    if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, err);
+    if (!rc) rc = swiglu_rows(s, gg, u, (long long)P * I, err);
+    if (!rc) rc = gpu_mmx(d, &gl->xd, max_act, nact, exps, start, order, k, true, gg, I, eo, H, err);
+    CUdeviceptr shg = s->buf[B_SHG], ys = s->buf[B_YS], y = s->buf[B_Y];
+    if (!rc && shared) { /* the routed experts' hidden rows are done with: reuse g and u */
+        rc = gpu_mm(d, &gl->sh_router, h, H, shg, 1, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->sh_gate, h, H, gg, Is, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->sh_up, h, H, u, Is, T, err);
+        if (!rc) rc = swiglu_rows(s, gg, u, (long long)T * Is, err);
+        if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, Is, ys, H, T, err);
+    }
+    void *a3[] = {&eo, &rw, &shg, &ys, &y, &H, &k, &shared};
+    if (!rc) rc = gpu_launch(d, d->k.moe_combine, (unsigned)T, 1, 1, 256, 0, a3, "expert sum", err);
+    return rc;
+}
+
+static int dense_mlp(gpu_sess *s, int li, int T, char *err) {
+    const e0_config *c = &s->g->m->cfg;
+    const gpu_layer *gl = &s->g->L[li];
+    gpu_dev *d = s->g->d;
+    const int H = c->hidden, I = c->dense_inter;
+    CUdeviceptr h = s->buf[B_H], gg = s->buf[B_G], u = s->buf[B_U];
+    int rc = gpu_mm(d, &gl->mlp_gate, h, H, gg, I, T, err);
+    if (!rc) rc = gpu_mm(d, &gl->mlp_up, h, H, u, I, T, err);
+    if (!rc) rc = swiglu_rows(s, gg, u, (long long)T * I, err);
+    if (!rc) rc = gpu_mm(d, &gl->mlp_down, gg, I, s->buf[B_Y], H, T, err);
+    return rc;
+}
+
+int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, float *logits,
+                  char *err) {
+    const e0_model *m = s->g->m;
+    const e0_config *c = &m->cfg;
+    gpu_dev *d = s->g->d;
+    const int H = c->hidden, V = c->vocab;
+    if (T < 1 || T > s->n_batch || pos < 0 || pos + T > s->n_ctx)
+        return e0_fail(err, E0_EINVAL, "GPU pass of %d ids at position %d (batch %d, context %d)", T, pos,
+                       s->n_batch, s->n_ctx);
+    d->cu->CtxSetCurrent(d->ctx);
+    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
+    CUdeviceptr x = s->buf[B_X], h = s->buf[B_H], y = s->buf[B_Y];
+    int rc = gpu_put(d, x, s->xh, (size_t)T * H * sizeof(float), err);
+    for (int li = 0; !rc && li < c->n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        const gpu_layer *gl = &s->g->L[li];
+        rc = rmsnorm_rows(s, x, gl->in_norm, h, H, T, err);
+        if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, pos, T, err);
+        if (!rc) rc = add_rows(s, x, y, (long long)T * H, err);
+        if (!rc) rc = rmsnorm_rows(s, x, gl->post_norm, h, H, T, err);
+        if (!rc) rc = ly->moe ? moe(s, li, T, err) : dense_mlp(s, li, T, err);
+        if (!rc) rc = add_rows(s, x, y, (long long)T * H, err);
+    }
+    if (!rc && logits) {
+        const int first = all ? 0 : T - 1;
+        for (int t0 = first; !rc && t0 < T; t0 += LOGIT_ROWS) {
+            const int n = T - t0 < LOGIT_ROWS ? T - t0 : LOGIT_ROWS;
+            const CUdeviceptr xr = x + (CUdeviceptr)t0 * H * sizeof(float);
+            rc = rmsnorm_rows(s, xr, s->g->final_norm, h, H, n, err);
+            if (!rc) rc = gpu_mm(d, &s->g->lm_head, h, H, s->buf[B_LOGITS], V, n, err);
+            float *dst = logits + (size_t)(t0 - first) * V;
+            if (!rc) rc = gpu_get(d, dst, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
+        }
+    }
+    if (!rc) rc = gpu_sync(d, err);
+    return rc;
+}

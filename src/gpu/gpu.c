@@ -1,0 +1,335 @@
+/* A GPU device: context, kernels, memory, weight uploads (gpu/gpu.h). */
+#include "gpu/gpu.h"
+
+#include "edge0.h"
+#include "quant/ggml.h"
+#include "util/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* kernels.ptx, embedded by gpu/ptx.S, NUL-terminated */
+extern const char e0_gpu_ptx[];
+
+static int cu_fail(const gpu_dev *d, char *err, int code, const char *what, CUresult r) {
+    char b[200];
+    return e0_fail(err, code, "GPU %d: %s: %s", d ? d->ordinal : 0, what, cu_errstr(r, b, sizeof b));
+}
+
+#define CU(d, call, what)                                                    \
+    do {                                                                     \
+        CUresult r_ = (call);                                                \
+        if (r_ != CU_SUCCESS) return cu_fail((d), err, E0_EIO, (what), r_); \
+    } while (0)
+
+int gpu_count(int *n, char *err) {
+    *n = 0;
+    char why[E0_ERR_MAX];
+    const cu_api *cu = cu_load(why);
+    if (!cu) return e0_fail(err, E0_EUNSUPPORTED, "%s", why);
+    CUresult r = cu->DeviceGetCount(n);
+    if (r != CU_SUCCESS) return cu_fail(NULL, err, E0_EUNSUPPORTED, "cuDeviceGetCount", r);
+    if (*n == 0) return e0_fail(err, E0_EUNSUPPORTED, "the NVIDIA driver sees no GPU");
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *const fmt_names[GPU_F_COUNT] = {
+    "f32", "bf16", "f16", "qa4", "qa8", "q4_0", "q4_1", "q5_0", "q5_1",
+    "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"};
+
+static int load_module(gpu_dev *d, char *err) {
+    char log[4096] = "";
+    int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+    const double t0 = now_s();
+    CUresult r = d->cu->ModuleLoadDataEx(&d->mod, e0_gpu_ptx, 2, opts, vals);
+    d->jit_s = now_s() - t0;
+    if (r != CU_SUCCESS) {
+        char b[200];
+        return e0_fail(err, E0_EUNSUPPORTED, "GPU %d (%s): loading the kernels: %s%s%s", d->ordinal,
+                       d->name, cu_errstr(r, b, sizeof b), *log ? ": " : "", log);
+    }
+    struct {
+        CUfunction *f;
+        const char *name;
+    } fs[] = {
+        {&d->k.rmsnorm, "rmsnorm"},       {&d->k.add_inplace, "add_inplace"},
+        {&d->k.swiglu, "swiglu"},         {&d->k.qk_norm_rope, "qk_norm_rope"},
+        {&d->k.kv_store, "kv_store"},     {&d->k.attend, "attend"},
+        {&d->k.dn_unpack, "dn_unpack"},   {&d->k.dn_conv, "dn_conv"},
+        {&d->k.dn_qknorm, "dn_qknorm"},   {&d->k.dn_rec, "dn_rec"},
+        {&d->k.route, "route"},           {&d->k.moe_sort, "moe_sort"},
+        {&d->k.moe_combine, "moe_combine"},
+    };
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
+    for (int f = 0; f < GPU_F_COUNT; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "mm_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mm[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmx_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmx[f], d->mod, name), name);
+    }
+    return 0;
+}
+
+int gpu_open(gpu_dev **out, int ordinal, char *err) {
+    *out = NULL;
+    int n;
+    int rc = gpu_count(&n, err);
+    if (rc) return rc;
+    if (ordinal < 0 || ordinal >= n)
+        return e0_fail(err, E0_EINVAL, "there is no GPU %d: the driver sees %d (0..%d)", ordinal, n, n - 1);
+    gpu_dev *d = calloc(1, sizeof *d);
+    if (!d) return e0_fail(err, E0_ENOMEM, "out of memory");
+    d->cu = cu_load(NULL);
+    d->ordinal = ordinal;
+    const cu_api *cu = d->cu;
+    CUresult r = cu->DeviceGet(&d->dev, ordinal);
+    if (r == CU_SUCCESS) r = cu->DeviceGetName(d->name, (int)sizeof d->name, d->dev);
+    if (r == CU_SUCCESS) r = cu->DeviceTotalMem(&d->total, d->dev);
+    if (r == CU_SUCCESS) r = cu->DeviceGetAttribute(&d->cc_major, CU_ATTR_COMPUTE_CAPABILITY_MAJOR, d->dev);
+    if (r == CU_SUCCESS) r = cu->DeviceGetAttribute(&d->cc_minor, CU_ATTR_COMPUTE_CAPABILITY_MINOR, d->dev);
+    if (r == CU_SUCCESS) r = cu->DeviceGetAttribute(&d->sms, CU_ATTR_MULTIPROCESSOR_COUNT, d->dev);
+    if (r == CU_SUCCESS) r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+    if (r != CU_SUCCESS) {
+        rc = cu_fail(d, err, E0_EIO, "opening the device", r);
+        free(d);
+        return rc;
+    }
+    r = cu->CtxSetCurrent(d->ctx);
+    size_t total = 0;
+    if (r == CU_SUCCESS) r = cu->MemGetInfo(&d->free_at_open, &total);
+    if (r == CU_SUCCESS) r = cu->StreamCreate(&d->st, CU_STREAM_NON_BLOCKING);
+    if (r != CU_SUCCESS) {
+        rc = cu_fail(d, err, E0_EIO, "creating a context and stream", r);
+        cu->DevicePrimaryCtxRelease(d->dev);
+        free(d);
+        return rc;
+    }
+    if (d->cc_major < 7 || (d->cc_major == 7 && d->cc_minor < 5)) {
+        rc = e0_fail(err, E0_EUNSUPPORTED,
+                     "GPU %d (%s) is compute capability %d.%d; edge0's kernels need 7.5 (Turing) or later",
+                     ordinal, d->name, d->cc_major, d->cc_minor);
+        gpu_close(d);
+        return rc;
+    }
+    rc = load_module(d, err);
+    if (rc) {
+        gpu_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void gpu_close(gpu_dev *d) {
+    if (!d) return;
+    d->cu->CtxSetCurrent(d->ctx);
+    if (d->st) d->cu->StreamDestroy(d->st);
+    if (d->mod) d->cu->ModuleUnload(d->mod);
+    d->cu->DevicePrimaryCtxRelease(d->dev);
+    free(d);
+}
+
+int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *err) {
+    *p = 0;
+    if (!bytes) bytes = 1;
+    CUresult r = d->cu->MemAlloc(p, bytes);
+    if (r == CU_ERROR_OUT_OF_MEMORY) {
+        size_t fr = 0, tot = 0;
+        d->cu->MemGetInfo(&fr, &tot);
+        return e0_fail(err, E0_ENOMEM,
+                       "GPU %d (%s): out of device memory for %s: %.1f MiB asked, %.1f MiB free of %.1f GiB "
+                       "(edge0 holds %.1f MiB)",
+                       d->ordinal, d->name, what, (double)bytes / 1048576.0, (double)fr / 1048576.0,
+                       (double)tot / 1073741824.0, (double)d->held / 1048576.0);
+    }
+    if (r != CU_SUCCESS) return cu_fail(d, err, E0_EIO, what, r);
+    d->held += bytes;
+    return 0;
+}
+
+void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes) {
+    if (!p) return;
+    d->cu->MemFree(p);
+    d->held -= bytes ? bytes : 1;
+}
+
+int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err) {
+    if (!bytes) return 0;
+    /* a pageable source: the driver stages it, so src is free on return */
+    CU(d, d->cu->MemcpyHtoDAsync(dst, src, bytes, d->st), "copy to the device");
+    return 0;
+}
+
+int gpu_get(gpu_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err) {
+    if (!bytes) return 0;
+    CU(d, d->cu->MemcpyDtoHAsync(dst, src, bytes, d->st), "copy from the device");
+    CU(d, d->cu->StreamSynchronize(d->st), "waiting for the device");
+    return 0;
+}
+
+int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err) {
+    if (!bytes) return 0;
+    CU(d, d->cu->MemsetD8Async(p, 0, bytes, d->st), "clearing device memory");
+    return 0;
+}
+
+int gpu_sync(gpu_dev *d, char *err) {
+    CU(d, d->cu->StreamSynchronize(d->st), "waiting for the device");
+    return 0;
+}
+
+int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+               unsigned shmem, void **args, const char *what, char *err) {
+    if (!gx || !gy || !gz) return 0;
+    CU(d, d->cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, shmem, d->st, args, NULL), what);
+    return 0;
+}
+
+/* ---- weight matrices ---------------------------------------------------- */
+
+int gpu_fmt_of(const e0_mat *m, gpu_fmt *f, char *err) {
+    if (m->cols % 32)
+        return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %lld columns (the GPU kernels need a multiple of 32)",
+                       (long long)m->cols);
+    switch (m->type) {
+    case E0_W_F32: *f = GPU_F_F32; return 0;
+    case E0_W_BF16: *f = GPU_F_BF16; return 0;
+    case E0_W_F16: *f = GPU_F_F16; return 0;
+    case E0_W_QAFF:
+        if (m->layout != E0_L_ROWS)
+            return e0_fail(err, E0_EUNSUPPORTED, "a matrix in 16-row panels (the GPU reads the file layout)");
+        if (m->group < 32 || (m->bits != 4 && m->bits != 8))
+            return e0_fail(err, E0_EUNSUPPORTED, "mlx %d-bit group %d (the GPU kernels take 4 and 8 bits, groups of 32 or more)",
+                           m->bits, m->group);
+        *f = m->bits == 4 ? GPU_F_QA4 : GPU_F_QA8;
+        return 0;
+    case E0_W_GGML:
+        switch (m->gtype) {
+        case GGML_F32: *f = GPU_F_F32; return 0;
+        case GGML_F16: *f = GPU_F_F16; return 0;
+        case GGML_BF16: *f = GPU_F_BF16; return 0;
+        case GGML_Q4_0: *f = GPU_F_Q4_0; return 0;
+        case GGML_Q4_1: *f = GPU_F_Q4_1; return 0;
+        case GGML_Q5_0: *f = GPU_F_Q5_0; return 0;
+        case GGML_Q5_1: *f = GPU_F_Q5_1; return 0;
+        case GGML_Q8_0: *f = GPU_F_Q8_0; return 0;
+        case GGML_Q2_K: *f = GPU_F_Q2_K; return 0;
+        case GGML_Q3_K: *f = GPU_F_Q3_K; return 0;
+        case GGML_Q4_K: *f = GPU_F_Q4_K; return 0;
+        case GGML_Q5_K: *f = GPU_F_Q5_K; return 0;
+        case GGML_Q6_K: *f = GPU_F_Q6_K; return 0;
+        case GGML_IQ4_NL: *f = GPU_F_IQ4_NL; return 0;
+        case GGML_IQ4_XS: *f = GPU_F_IQ4_XS; return 0;
+        default: break;
+        }
+        return e0_fail(err, E0_EUNSUPPORTED, "ggml type %u has no GPU kernel", m->gtype);
+    }
+    return e0_fail(err, E0_EUNSUPPORTED, "weight type %d has no GPU kernel", (int)m->type);
+}
+
+/* Device bytes of the weights and of the scales (each of scales, biases). */
+static void part_bytes(const e0_mat *m, uint64_t *wb, uint64_t *sb) {
+    *wb = (uint64_t)mat_row_bytes(m) * (uint64_t)m->rows;
+    *sb = m->type == E0_W_QAFF ? (uint64_t)mat_srow_bytes(m) * (uint64_t)m->rows : 0;
+}
+
+/* Rounded up so every stacked part starts 256-byte aligned. */
+static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+
+uint64_t gpu_mat_bytes(const e0_mat *m) {
+    uint64_t wb, sb;
+    part_bytes(m, &wb, &sb);
+    return up256(wb) + 2 * up256(sb);
+}
+
+static void mat_fill(gpu_mat *g, const e0_mat *m, gpu_fmt f) {
+    memset(g, 0, sizeof *g);
+    g->row_bytes = (int64_t)mat_row_bytes(m);
+    g->srow_bytes = m->type == E0_W_QAFF ? (int64_t)mat_srow_bytes(m) : 0;
+    g->rows = (int32_t)m->rows;
+    g->cols = (int32_t)m->cols;
+    g->fmt = (int32_t)f;
+    g->group = m->group;
+    g->stype = (int32_t)m->stype;
+}
+
+int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *out,
+                         const char *what, char *err) {
+    memset(out, 0, sizeof *out);
+    gpu_fmt f;
+    char why[E0_ERR_MAX];
+    int rc = gpu_fmt_of(ms[0], &f, why);
+    if (rc) return e0_fail(err, rc, "%s: %s", what, why);
+    for (int i = 1; i < n; i++)
+        if (ms[i]->type != ms[0]->type || ms[i]->rows != ms[0]->rows || ms[i]->cols != ms[0]->cols ||
+            ms[i]->gtype != ms[0]->gtype || ms[i]->bits != ms[0]->bits || ms[i]->group != ms[0]->group ||
+            ms[i]->stype != ms[0]->stype)
+            return e0_fail(err, E0_EFORMAT, "%s: part %d differs in shape or format from part 0", what, i);
+    uint64_t wb, sb;
+    part_bytes(ms[0], &wb, &sb);
+    const uint64_t ew = up256(wb), es = up256(sb);
+    gpu_mat g;
+    mat_fill(&g, ms[0], f);
+    g.estride = (int64_t)ew;
+    g.sstride = (int64_t)es;
+    rc = gpu_alloc(d, &g.w, ew * (uint64_t)n, what, err);
+    if (!rc && sb) rc = gpu_alloc(d, &g.s, es * (uint64_t)n, what, err);
+    if (!rc && sb) rc = gpu_alloc(d, &g.b, es * (uint64_t)n, what, err);
+    for (int i = 0; !rc && i < n; i++) {
+        rc = gpu_put(d, g.w + ew * (uint64_t)i, ms[i]->w, wb, err);
+        if (!rc && sb) rc = gpu_put(d, g.s + es * (uint64_t)i, ms[i]->scales, sb, err);
+        if (!rc && sb) rc = gpu_put(d, g.b + es * (uint64_t)i, ms[i]->biases, sb, err);
+    }
+    /* the staged copies of pageable memory must finish before the caller's
+     * pages change (mappings may be dropped after upload) */
+    if (!rc) rc = gpu_sync(d, err);
+    if (rc) {
+        gpu_mat_free(d, &g, n);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err) {
+    const e0_mat *one[1] = {m};
+    return gpu_mat_upload_stack(d, one, 1, out, what, err);
+}
+
+void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n) {
+    const uint64_t rows = (uint64_t)(m->rows > 0 ? m->rows : 0);
+    const uint64_t ew = m->estride ? (uint64_t)m->estride : up256((uint64_t)m->row_bytes * rows);
+    const uint64_t es = m->sstride ? (uint64_t)m->sstride : up256((uint64_t)m->srow_bytes * rows);
+    gpu_free(d, m->w, ew * (uint64_t)n);
+    gpu_free(d, m->s, es * (uint64_t)n);
+    gpu_free(d, m->b, es * (uint64_t)n);
+    memset(m, 0, sizeof *m);
+}
+
+int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
+           int T, char *err) {
+    long long lx = ldx, ly = ldy;
+    void *args[] = {(void *)W, &x, &lx, &y, &ly, &T};
+    return gpu_launch(d, d->k.mm[W->fmt], (unsigned)((W->rows + 7) / 8), 1, 1, 256, 0, args, "mm", err);
+}
+
+int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
+            CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
+            CUdeviceptr y, int64_t ldy, char *err) {
+    long long lx = ldx, ly = ldy;
+    int bp = by_pair;
+    void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly};
+    return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256, 0,
+                      args, "mm (experts)", err);
+}

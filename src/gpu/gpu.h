@@ -1,0 +1,115 @@
+/* One NVIDIA GPU as edge0 computes on it: the driver context, the kernel
+ * module (gpu/kernels.cu, embedded as PTX), a stream, device memory, and
+ * weight matrices copied into device memory in their checkpoint formats.
+ *
+ * Ownership: gpu_open makes a gpu_dev that owns its context reference,
+ * module and stream; every gpu_alloc'd buffer belongs to the caller and
+ * goes back through gpu_free before gpu_close. A gpu_dev is used by one
+ * thread at a time (the engine's owner); work on its stream runs in
+ * launch order, so no call below synchronises unless it says so.
+ *
+ * Errors: every call returns 0 or a negative E0_E* status and writes a
+ * message naming the operation and the driver's error into err; device
+ * out-of-memory is E0_ENOMEM and says how much was asked for and free.
+ */
+#ifndef E0_GPU_GPU_H
+#define E0_GPU_GPU_H
+
+#include "gpu/cu.h"
+#include "quant/mat.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Weight formats the kernels read; keep in step with kernels.cu's enum. */
+typedef enum {
+    GPU_F_F32, GPU_F_BF16, GPU_F_F16, GPU_F_QA4, GPU_F_QA8,
+    GPU_F_Q4_0, GPU_F_Q4_1, GPU_F_Q5_0, GPU_F_Q5_1, GPU_F_Q8_0,
+    GPU_F_Q2_K, GPU_F_Q3_K, GPU_F_Q4_K, GPU_F_Q5_K, GPU_F_Q6_K, GPU_F_IQ4_NL, GPU_F_IQ4_XS,
+    GPU_F_COUNT
+} gpu_fmt;
+
+/* A matrix in device memory, as the kernels take it (struct gmat in
+ * kernels.cu, field for field): `rows` rows of row_bytes from w, in the
+ * checkpoint's own format; mlx affine adds rows of srow_bytes of scales (s)
+ * and biases (b). Stacked experts: expert e at w + e * estride and
+ * s / b + e * sstride, every expert alike. */
+typedef struct {
+    CUdeviceptr w, s, b;
+    int64_t row_bytes, srow_bytes;
+    int64_t estride, sstride;
+    int32_t rows, cols;
+    int32_t fmt, group, stype; /* gpu_fmt; mlx affine group; scales' e0_stype */
+    int32_t pad;
+} gpu_mat;
+_Static_assert(sizeof(gpu_mat) == 80, "gpu_mat mirrors struct gmat");
+
+/* The kernels, looked up once at open. */
+typedef struct {
+    CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];
+    CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
+    CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, route, moe_sort, moe_combine;
+} gpu_kernels;
+
+typedef struct gpu_dev {
+    const cu_api *cu;
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUstream st;
+    gpu_kernels k;
+    char name[128];
+    int cc_major, cc_minor, sms;
+    size_t total;          /* device memory */
+    size_t free_at_open;   /* what the driver reported free at open */
+    uint64_t held;         /* bytes gpu_alloc'd and not freed */
+    double jit_s;          /* seconds the PTX took to load */
+} gpu_dev;
+
+/* Devices the driver sees: 0 with *n set, or the reason none can be used
+ * in err (no driver, no device: E0_EUNSUPPORTED). */
+int gpu_count(int *n, char *err);
+/* Opens device `ordinal` (0-based): its primary context, the kernels, a
+ * stream. */
+int gpu_open(gpu_dev **out, int ordinal, char *err);
+void gpu_close(gpu_dev *d);
+
+int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *err);
+void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes);
+/* Copies in launch order on the stream; gpu_get waits for the copy (and
+ * all work before it). src of gpu_put may be reused when it returns. */
+int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err);
+int gpu_get(gpu_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err);
+int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err);
+/* Waits for the stream's work; a kernel's fault shows here. */
+int gpu_sync(gpu_dev *d, char *err);
+int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+               unsigned shmem, void **args, const char *what, char *err);
+
+/* The format of a host matrix, or E0_EUNSUPPORTED naming what the GPU
+ * kernels do not read (cols not a multiple of 32, an mlx group under 32,
+ * 16-row panels, a ggml type without a kernel). */
+int gpu_fmt_of(const e0_mat *m, gpu_fmt *f, char *err);
+/* Device bytes gpu_mat_upload takes for m. */
+uint64_t gpu_mat_bytes(const e0_mat *m);
+/* Copies m into device memory (one allocation). */
+int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err);
+/* Copies n matrices of one shape and format (the experts of a layer) into
+ * one stacked allocation. */
+int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *out,
+                         const char *what, char *err);
+/* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
+void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
+
+/* y[t] = W x[t] for t < T (device f32 rows; x: [T, ldx], y: [T, ldy]). */
+int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
+           int T, char *err);
+/* The same for the pairs of the active experts of a MoE call (kernels.cu
+ * mm_moe_body): up to max_act experts; input row p / k (by_pair false)
+ * or p of x; output row p of y. The counts stay on the device. */
+int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
+            CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
+            CUdeviceptr y, int64_t ldy, char *err);
+
+#endif

@@ -1,0 +1,325 @@
+/* The GPU backend (src/gpu) against the CPU.
+ *  - every weight format's matmul kernel, plain and in the experts' pair
+ *    form, against mat_matmul_ref on random data: relative L2 under 1e-5;
+ *  - every fixture family and layout and every GGUF fixture file, all
+ *    weights resident on the GPU: prefill then decode, logits within 5e-3
+ *    relative L2 of the CPU under --kernels exact at every position, the
+ *    same argmax at every position; the GPU run repeated gives the same
+ *    bits.
+ * Without an NVIDIA driver or GPU (CI) every test is skipped and says why;
+ * E0_REQUIRE_GPU=1 (make test-gpu) turns that into a failure. */
+#include "testutil.h"
+
+#include "gpu/gmodel.h"
+#include "gpu/gpu.h"
+#include "model/model.h"
+#include "quant/ggml.h"
+#include "quant/mat.h"
+#include "util/num.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static gpu_dev *g_dev;
+static char g_why[E0_ERR_MAX];
+
+static int setup(void **state) {
+    (void)state;
+    int n;
+    if (gpu_count(&n, g_why) == 0 && gpu_open(&g_dev, 0, g_why) == 0) {
+        printf("GPU 0: %s, compute capability %d.%d, %d SMs, %.1f GiB, kernels loaded in %.2f s\n",
+               g_dev->name, g_dev->cc_major, g_dev->cc_minor, g_dev->sms,
+               (double)g_dev->total / 1073741824.0, g_dev->jit_s);
+        return 0;
+    }
+    printf("GPU tests skipped: %s\n", g_why);
+    const char *req = getenv("E0_REQUIRE_GPU");
+    return req && *req == '1' ? -1 : 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    gpu_close(g_dev);
+    return 0;
+}
+
+#define NEED_GPU()                                        \
+    do {                                                  \
+        if (!g_dev) {                                     \
+            printf("skipped: no GPU (%s)\n", g_why);      \
+            skip();                                       \
+        }                                                 \
+    } while (0)
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float rnd_f(void) { return (float)(rnd_u32() % 20001) / 10000.0f - 1.0f; }
+
+/* A random matrix of one format; its bytes in *buf (freed by the caller). */
+typedef struct {
+    const char *name;
+    e0_wtype type;
+    uint32_t gtype;
+    int bits, group;
+} fmt_case;
+
+static const fmt_case CASES[] = {
+    {"f32", E0_W_F32, 0, 0, 0},          {"bf16", E0_W_BF16, 0, 0, 0},
+    {"f16", E0_W_F16, 0, 0, 0},          {"mlx4 g64", E0_W_QAFF, 0, 4, 64},
+    {"mlx4 g32", E0_W_QAFF, 0, 4, 32},   {"mlx8 g64", E0_W_QAFF, 0, 8, 64},
+    {"mlx4 g128", E0_W_QAFF, 0, 4, 128}, {"Q4_0", E0_W_GGML, GGML_Q4_0, 0, 0},
+    {"Q4_1", E0_W_GGML, GGML_Q4_1, 0, 0}, {"Q5_0", E0_W_GGML, GGML_Q5_0, 0, 0},
+    {"Q5_1", E0_W_GGML, GGML_Q5_1, 0, 0}, {"Q8_0", E0_W_GGML, GGML_Q8_0, 0, 0},
+    {"Q2_K", E0_W_GGML, GGML_Q2_K, 0, 0}, {"Q3_K", E0_W_GGML, GGML_Q3_K, 0, 0},
+    {"Q4_K", E0_W_GGML, GGML_Q4_K, 0, 0}, {"Q5_K", E0_W_GGML, GGML_Q5_K, 0, 0},
+    {"Q6_K", E0_W_GGML, GGML_Q6_K, 0, 0}, {"IQ4_NL", E0_W_GGML, GGML_IQ4_NL, 0, 0},
+    {"IQ4_XS", E0_W_GGML, GGML_IQ4_XS, 0, 0},
+};
+enum { NCASES = sizeof CASES / sizeof *CASES };
+
+/* Offsets of a block type's f16 fields (ggml.h's structs): random bytes
+ * there could be Inf or NaN, so they get small random values. */
+static int half_fields(uint32_t t, int off[2]) {
+    switch (t) {
+    case GGML_Q4_0: case GGML_Q5_0: case GGML_Q8_0: case GGML_IQ4_NL: case GGML_IQ4_XS:
+        off[0] = 0; return 1;
+    case GGML_Q4_1: case GGML_Q5_1: case GGML_Q4_K: case GGML_Q5_K:
+        off[0] = 0, off[1] = 2; return 2;
+    case GGML_Q2_K: off[0] = 80, off[1] = 82; return 2;
+    case GGML_Q3_K: off[0] = 108; return 1;
+    case GGML_Q6_K: off[0] = 208; return 1;
+    default: return 0;
+    }
+}
+
+static e0_mat make_mat(const fmt_case *c, int64_t rows, int64_t cols, void **buf) {
+    e0_mat m = {.type = c->type, .rows = rows, .cols = cols, .bits = c->bits, .group = c->group,
+                .gtype = c->gtype, .stype = E0_S_BF16, .layout = E0_L_ROWS};
+    size_t wb;
+    if (c->type == E0_W_F32) wb = (size_t)(rows * cols) * 4;
+    else if (c->type == E0_W_BF16 || c->type == E0_W_F16) wb = (size_t)(rows * cols) * 2;
+    else if (c->type == E0_W_QAFF) wb = (size_t)rows * (size_t)(cols * c->bits / 8);
+    else wb = (size_t)ggml_row_bytes(c->gtype, (uint64_t)cols) * (size_t)rows;
+    const size_t sb = c->type == E0_W_QAFF ? (size_t)(rows * (cols / c->group)) * 2 : 0;
+    uint8_t *p = malloc(wb + 2 * sb + 16);
+    assert_non_null(p);
+    if (c->type == E0_W_F32)
+        for (size_t i = 0; i < wb / 4; i++) ((float *)p)[i] = rnd_f();
+    else if (c->type == E0_W_BF16)
+        for (size_t i = 0; i < wb / 2; i++) ((uint16_t *)p)[i] = e0_f32_to_bf16(rnd_f());
+    else if (c->type == E0_W_F16)
+        for (size_t i = 0; i < wb / 2; i++) ((uint16_t *)p)[i] = e0_f32_to_f16(rnd_f());
+    else
+        for (size_t i = 0; i < wb; i++) p[i] = (uint8_t)rnd_u32();
+    if (c->type == E0_W_GGML) {
+        const ggml_type_info *ti = ggml_info(c->gtype);
+        int off[2];
+        const int nf = half_fields(c->gtype, off);
+        for (size_t b = 0; b < wb / (size_t)ti->size; b++)
+            for (int f = 0; f < nf; f++) {
+                const uint16_t h = e0_f32_to_f16(rnd_f() * 0.05f);
+                memcpy(p + b * (size_t)ti->size + (size_t)off[f], &h, 2);
+            }
+    }
+    if (sb) {
+        uint16_t *s = (uint16_t *)(p + wb);
+        for (size_t i = 0; i < sb; i++) s[i] = e0_f32_to_bf16(rnd_f() * 0.1f); /* scales, biases */
+        m.scales = p + wb;
+        m.biases = p + wb + sb;
+    }
+    m.w = p;
+    *buf = p;
+    return m;
+}
+
+static CUdeviceptr dev_floats(const float *v, size_t n) {
+    char err[E0_ERR_MAX];
+    CUdeviceptr p;
+    if (gpu_alloc(g_dev, &p, n * 4, "test", err) || gpu_put(g_dev, p, v, n * 4, err)) fail_msg("%s", err);
+    return p;
+}
+
+/* Every format: y = W x for T tokens, and the pair form over 3 experts. */
+static void test_mm_formats(void **state) {
+    (void)state;
+    NEED_GPU();
+    char err[E0_ERR_MAX];
+    const int64_t rows = 72, cols = 512;
+    const int Ts[] = {1, 3, 9};
+    for (int ci = 0; ci < NCASES; ci++) {
+        const fmt_case *c = &CASES[ci];
+        void *bufs[3];
+        e0_mat ms[3];
+        for (int e = 0; e < 3; e++) ms[e] = make_mat(c, rows, cols, &bufs[e]);
+        gpu_mat one, stack;
+        const e0_mat *parts[3] = {&ms[0], &ms[1], &ms[2]};
+        if (gpu_mat_upload(g_dev, &ms[1], &one, "test", err)) fail_msg("%s: %s", c->name, err);
+        if (gpu_mat_upload_stack(g_dev, parts, 3, &stack, "test", err)) fail_msg("%s: %s", c->name, err);
+        double worst = 0;
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            float *x = malloc((size_t)(T * cols) * 4), *ref = malloc((size_t)(T * rows) * 4),
+                  *got = malloc((size_t)(T * rows) * 4);
+            for (int64_t i = 0; i < T * cols; i++) x[i] = rnd_f();
+            mat_matmul_ref(&ms[1], x, cols, T, ref, rows);
+            CUdeviceptr dx = dev_floats(x, (size_t)(T * cols)), dy;
+            if (gpu_alloc(g_dev, &dy, (size_t)(T * rows) * 4, "test", err)) fail_msg("%s", err);
+            if (gpu_mm(g_dev, &one, dx, cols, dy, rows, T, err) ||
+                gpu_get(g_dev, got, dy, (size_t)(T * rows) * 4, err))
+                fail_msg("%s: %s", c->name, err);
+            const double e1 = tu_rel_l2(got, ref, (size_t)(T * rows));
+            worst = e1 > worst ? e1 : worst;
+            /* pairs: token t routes to experts t % 3 and 2 - t % 3 (k = 2),
+             * grouped by expert as moe_sort does */
+            const int k = 2, P = T * k;
+            int idx[64], exps[3], start[4], order[64], nact = 0, at = 0;
+            for (int t = 0; t < T; t++) idx[t * k] = t % 3, idx[t * k + 1] = 2 - t % 3;
+            for (int e = 0; e < 3; e++) {
+                int cnt = 0;
+                for (int p = 0; p < P; p++) cnt += idx[p] == e;
+                if (!cnt) continue;
+                exps[nact] = e, start[nact] = at;
+                for (int p = 0; p < P; p++)
+                    if (idx[p] == e) order[at++] = p;
+                nact++;
+            }
+            start[nact] = at;
+            CUdeviceptr dn, de, ds, dor, dp;
+            int ints[1] = {nact};
+            if (gpu_alloc(g_dev, &dn, 4, "t", err) || gpu_alloc(g_dev, &de, 12, "t", err) ||
+                gpu_alloc(g_dev, &ds, 16, "t", err) || gpu_alloc(g_dev, &dor, (size_t)P * 4, "t", err) ||
+                gpu_alloc(g_dev, &dp, (size_t)(P * rows) * 4, "t", err) ||
+                gpu_put(g_dev, dn, ints, 4, err) || gpu_put(g_dev, de, exps, (size_t)nact * 4, err) ||
+                gpu_put(g_dev, ds, start, (size_t)(nact + 1) * 4, err) ||
+                gpu_put(g_dev, dor, order, (size_t)P * 4, err))
+                fail_msg("%s", err);
+            float *pg = malloc((size_t)(P * rows) * 4), *pr = malloc((size_t)rows * 4);
+            if (gpu_mmx(g_dev, &stack, 3, dn, de, ds, dor, k, false, dx, cols, dp, rows, err) ||
+                gpu_get(g_dev, pg, dp, (size_t)(P * rows) * 4, err))
+                fail_msg("%s: %s", c->name, err);
+            for (int p = 0; p < P; p++) {
+                mat_matmul_ref(&ms[idx[p]], x + (size_t)(p / k) * cols, cols, 1, pr, rows);
+                const double e2 = tu_rel_l2(pg + (size_t)p * rows, pr, (size_t)rows);
+                worst = e2 > worst ? e2 : worst;
+            }
+            gpu_free(g_dev, dn, 4), gpu_free(g_dev, de, 12), gpu_free(g_dev, ds, 16);
+            gpu_free(g_dev, dor, (size_t)P * 4), gpu_free(g_dev, dp, (size_t)(P * rows) * 4);
+            gpu_free(g_dev, dx, (size_t)(T * cols) * 4), gpu_free(g_dev, dy, (size_t)(T * rows) * 4);
+            free(x), free(ref), free(got), free(pg), free(pr);
+        }
+        printf("  %-10s worst relative L2 %.2e\n", c->name, worst);
+        assert_true(worst < 1e-5);
+        gpu_mat_free(g_dev, &one, 1);
+        gpu_mat_free(g_dev, &stack, 3);
+        for (int e = 0; e < 3; e++) free(bufs[e]);
+    }
+}
+
+/* ---- whole models ------------------------------------------------------- */
+
+static const char *const MODELS[][2] = {
+    {"qwen3moe", "hf"},        {"qwen3moe", "hf-fused"},  {"qwen3moe", "mlx"},
+    {"qwen3next", "hf"},       {"qwen3next", "hf-fused"}, {"qwen3next", "mlx"},
+    {"qwen35moe", "hf"},       {"qwen35moe", "hf-fused"}, {"qwen35moe", "mlx"},
+    {"qwen35moe", "mlx-fused"},
+    {"gguf/qwen3moe", "model-Q8_0.gguf"},       {"gguf/qwen3moe", "model-Q4_0.gguf"},
+    {"gguf/qwen3next", "model-Q8_0.gguf"},      {"gguf/qwen3next", "model-Q4_0.gguf"},
+    {"gguf/qwen35moe", "model-Q8_0.gguf"},      {"gguf/qwen35moe", "model-Q4_0.gguf"},
+    {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"}, {"gguf/tiny-qwen35moe", "model-Q6_K.gguf"},
+    {"gguf/tiny-qwen35moe", "model-IQ4_XS.gguf"}, {"gguf/tiny-qwen3moe", "model-Q4_K_M.gguf"},
+};
+enum { NMODELS = sizeof MODELS / sizeof *MODELS, NIDS = 40, NPRE = 24 };
+
+/* Prefill NPRE ids, decode the rest one at a time: every position's logits. */
+static float *cpu_logits(e0_engine *e, const int32_t *ids, int V) {
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = NIDS;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *lg = malloc((size_t)NIDS * (size_t)V * 4);
+    if (e0_session_eval(s, ids, NPRE, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    for (int i = NPRE; i < NIDS; i++)
+        if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, lg + (size_t)i * V, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    return lg;
+}
+
+static float *gpu_logits(gpu_model *g, const int32_t *ids, int V) {
+    char err[E0_ERR_MAX];
+    gpu_sess *s;
+    if (gpu_sess_new(&s, g, NIDS, NPRE, false, err)) fail_msg("%s", err);
+    float *lg = malloc((size_t)NIDS * (size_t)V * 4);
+    if (gpu_sess_eval(s, 0, ids, NPRE, true, lg, err)) fail_msg("%s", err);
+    for (int i = NPRE; i < NIDS; i++)
+        if (gpu_sess_eval(s, i, ids + i, 1, true, lg + (size_t)i * V, err)) fail_msg("%s", err);
+    gpu_sess_free(s);
+    return lg;
+}
+
+static void test_models(void **state) {
+    (void)state;
+    NEED_GPU();
+    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    int ran = 0;
+    for (int mi = 0; mi < NMODELS; mi++) {
+        char err[E0_ERR_MAX];
+        const char *path = tu_checkpoint(MODELS[mi][0], MODELS[mi][1]);
+        if (access(path, R_OK)) { /* a device machine gets the fixtures in parts */
+            printf("  %-20s %-18s not here (%s), not run\n", MODELS[mi][0], MODELS[mi][1], path);
+            continue;
+        }
+        ran++;
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.io = E0_IO_MMAP; /* the file layout (no panels): what the GPU reads */
+        o.n_threads = 2;
+        e0_engine *e;
+        if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+        const int V = e->model.cfg.vocab;
+        int32_t ids[NIDS];
+        for (int i = 0; i < NIDS; i++) ids[i] = (int32_t)(rnd_u32() % (uint32_t)V);
+        float *ref = cpu_logits(e, ids, V);
+        gpu_model *g;
+        const uint64_t held0 = g_dev->held;
+        if (gpu_model_new(&g, g_dev, &e->model, e->top_k, err)) fail_msg("%s: %s", path, err);
+        float *got = gpu_logits(g, ids, V), *again = gpu_logits(g, ids, V);
+        double worst = 0;
+        int bad_argmax = 0;
+        for (int i = 0; i < NIDS; i++) {
+            const double r = tu_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
+            worst = r > worst ? r : worst;
+            bad_argmax += tu_argmax(got + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
+        }
+        const bool same = memcmp(got, again, (size_t)NIDS * (size_t)V * 4) == 0;
+        printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun %s, %.1f MiB on the GPU\n",
+               MODELS[mi][0], MODELS[mi][1], worst, bad_argmax, NIDS, same ? "bit-identical" : "DIFFERS",
+               (double)g->bytes / 1048576.0);
+        assert_true(worst < 5e-3);
+        assert_int_equal(bad_argmax, 0);
+        assert_true(same);
+        gpu_model_free(g);
+        assert_int_equal(g_dev->held, held0);
+        free(ref), free(got), free(again);
+        e0_engine_free(e);
+    }
+    mat_set_kernels(E0_KERNELS_AUTO);
+    assert_true(ran > 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mm_formats),
+        cmocka_unit_test(test_models),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
