@@ -161,7 +161,22 @@ typedef struct {
     /* Bytes the caller keeps in memory beside the engine (a server's prefix
      * cache, --cache-ram): a memory budget leaves room for them. */
     uint64_t reserve_bytes;
+    /* The NVIDIA GPU to compute on (`--gpu`): E0_GPU_OFF (the library's
+     * default), E0_GPU_AUTO (the first GPU when the driver finds one and
+     * the model fits its VRAM budget, else the CPU, saying why in
+     * e0_engine_gpu_note; the CLI's default), or a device ordinal (that
+     * GPU or an error). The GPU holds every weight (the VRAM expert cache
+     * that streams experts into a budget is not built yet); sessions on it
+     * evaluate with e0_session_eval, e0_session_eval_batch (one session
+     * after another) and not with passes or snapshots (E0_EUNSUPPORTED). */
+    int32_t gpu;
+    /* Device memory the GPU may hold (`--vram-budget`); 0: what the driver
+     * reports free, less max(512 MiB, 5%). */
+    uint64_t vram_budget;
 } e0_engine_opts;
+
+#define E0_GPU_OFF (-1)
+#define E0_GPU_AUTO (-2)
 
 #define E0_SEQS_AUTO (-1)
 #define E0_AUTO_SEQS 4 /* llama-server's default slot count */
@@ -195,6 +210,9 @@ typedef struct {
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);
+/* Where the engine computes: "GPU 0 (NVIDIA H100 80GB HBM3): 1.9 GiB of
+ * weights ..." or why the CPU ("" when the GPU was not asked for). */
+const char *e0_engine_gpu_note(const e0_engine *e);
 
 /* What e0_engine_open would choose for a model and options, without
  * reading the weights (`edge0 info`). */
@@ -214,6 +232,11 @@ typedef struct {
     int32_t n_seqs;        /* sequences room is kept for (e0_engine_opts.n_seqs resolved) */
     uint64_t session_bytes; /* one sequence's session: KV cache, states, scratch at n_ctx */
     char io_note[512], budget_note[512];
+    int32_t gpu;               /* the GPU open will compute on, or E0_GPU_OFF */
+    uint64_t gpu_weight_bytes; /* device memory the weights take there */
+    uint64_t gpu_session_bytes; /* one session's KV cache, states and scratch there */
+    uint64_t vram_budget;      /* the budget they were held against */
+    char gpu_note[512];        /* the GPU chosen, or why none ("" when E0_GPU_OFF) */
 } e0_plan;
 int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
 

@@ -101,6 +101,8 @@ typedef struct {
     bool sampling; /* the command samples tokens: the sampling options are its own */
     unsigned long long mem_budget;
     bool budget_off; /* --mem-budget off */
+    int gpu;         /* --gpu: E0_GPU_AUTO (default), E0_GPU_OFF or an ordinal */
+    unsigned long long vram_budget; /* --vram-budget SIZE (0: from the free memory) */
     int threads;
     e0_sample_opts sample; /* --temp --top-k --top-p --min-p --seed --max-tokens --stop ... */
     const char *stops[16];

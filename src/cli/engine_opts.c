@@ -26,6 +26,11 @@ const char *CLI_ENGINE_HELP =
     "                       memory (huge pages) at start; auto (default): load when the\n"
     "                       checkpoint fits in 80% of available memory and no budget is set,\n"
     "                       else pread\n"
+    "  --gpu auto|off|N     compute on NVIDIA GPU N (0, 1, ...); auto (default): on the first\n"
+    "                       GPU when the driver finds one and the whole model fits its VRAM\n"
+    "                       budget, else on the CPU, saying why; off: the CPU\n"
+    "  --vram-budget SIZE   device memory the GPU may hold (default: what is free, less\n"
+    "                       512 MiB or 5%)\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kv-type f32|f16    the KV cache's values: f32 (default, exact attention) or f16\n"
     "                       (llama.cpp's default: half the cache's memory and of what decode\n"
@@ -55,6 +60,7 @@ void cli_engine_init(cli_engine *c) {
     e0_engine_opts_default(&c->eo);
     e0_sample_opts_default(&c->sample);
     c->sample.stop = c->stops;
+    c->gpu = E0_GPU_AUTO;
 }
 
 /* A float option value; -1 (message printed) when it is not a number. */
@@ -164,6 +170,8 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
                                    "--opt",
                                    "--path",
                                    "--mem-budget",
+                                   "--gpu",
+                                   "--vram-budget",
                                    "--io",
                                    "--kv-type",
                                    "--threads",
@@ -243,6 +251,21 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         c->budget_off = !strcmp(v, "off");
         if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = cli_parse_size(v))) {
             cli_error("--mem-budget: '%s' is not a size such as 8G or 512M, auto or off", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--gpu")) {
+        if (!strcmp(v, "auto")) {
+            c->gpu = E0_GPU_AUTO;
+        } else if (!strcmp(v, "off")) {
+            c->gpu = E0_GPU_OFF;
+        } else {
+            long n = cli_parse_long(a, v, 0, 63);
+            if (n < 0) return -1;
+            c->gpu = (int)n;
+        }
+    } else if (!strcmp(a, "--vram-budget")) {
+        if (!(c->vram_budget = cli_parse_size(v))) {
+            cli_error("--vram-budget: '%s' is not a size such as 8G or 512M", v);
             return -1;
         }
     } else if (!strcmp(a, "--threads")) {
@@ -347,6 +370,8 @@ int cli_engine_finish(cli_engine *c) {
                 "beyond the cores wait for each other instead of computing\n",
                 c->threads, pool_cores());
     c->eo.mem_budget = c->mem_budget;
+    c->eo.gpu = c->gpu;
+    c->eo.vram_budget = c->vram_budget;
     c->eo.budget_mode = c->budget_off ? E0_BUDGET_OFF : E0_BUDGET_AUTO;
     if (isatty(STDERR_FILENO)) {
         c->eo.load_progress = load_progress;
@@ -365,6 +390,10 @@ void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     /* the plan, in one line: what memory there is, what was chosen, why */
     fprintf(stderr, "edge0: %s\n", e0_engine_io_note(e));
     if (note && *note) fprintf(stderr, "edge0: %s\n", note);
+    const char *gpu = e0_engine_gpu_note(e);
+    /* where it computes; quiet on machines with no NVIDIA driver at all */
+    if (*gpu && (c->gpu >= 0 || strncmp(gpu, "CPU: no NVIDIA driver", 21)))
+        fprintf(stderr, "edge0: %s\n", gpu);
 }
 
 static double mib(uint64_t b) {

@@ -92,6 +92,10 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "experts_cached_share", share);
         cJSON_AddNumberToObject(o, "disk_bytes_per_token_uniform", disk_per_token(&p));
         cJSON_AddStringToObject(o, "plan", p.io_note);
+        cJSON_AddNumberToObject(o, "gpu", p.gpu);
+        cJSON_AddNumberToObject(o, "gpu_weight_bytes", (double)p.gpu_weight_bytes);
+        cJSON_AddNumberToObject(o, "gpu_session_bytes", (double)p.gpu_session_bytes);
+        cJSON_AddStringToObject(o, "compute", p.gpu_note[0] ? p.gpu_note : "CPU");
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -120,5 +124,6 @@ int cmd_info(int argc, char **argv) {
     else
         printf("expert cache: none needed (experts are read from memory)\n");
     if (p.budget_note[0]) printf("budget: %s\n", p.budget_note);
+    printf("compute: %s\n", p.gpu_note[0] ? p.gpu_note : "CPU");
     return 0;
 }

@@ -193,6 +193,14 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (cli_engine_finish(&ce) != 0) return 2;
+    /* the server's batched decode, cut prefill passes and prefix snapshots
+     * run on the CPU only so far (the GPU tier's serving is to come) */
+    if (ce.gpu >= 0) {
+        cli_error("serve: --gpu %d: the server computes on the CPU in this release (demo, chat, "
+                  "bench and logits run on the GPU); use --gpu off or leave it out", ce.gpu);
+        return 2;
+    }
+    ce.eo.gpu = E0_GPU_OFF;
     ce.eo.n_ctx = so.n_ctx; /* the budget keeps room for every slot's session */
     ce.eo.n_seqs = parallel ? parallel : E0_SEQS_AUTO;
     if (cache_auto) { /* an eighth of what this process may use, at most 2 GiB */

@@ -317,19 +317,39 @@ void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n) {
     memset(m, 0, sizeof *m);
 }
 
+/* Input rows the matmul kernels stage in shared memory at once (at most
+ * kernels.cu's TT = 4), within the 48 KiB every card gives a block without
+ * asking: each row takes cols / 32 chunks of 36 floats (XS). */
+static int staged_rows(const gpu_mat *W, unsigned *shmem) {
+    const unsigned row = (unsigned)(W->cols / 32) * 36u * 4u;
+    int g = (int)((48u * 1024u) / row);
+    if (g > 4) g = 4;
+    if (g < 1) g = 1;
+    *shmem = (unsigned)g * row;
+    return g;
+}
+
 int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
            int T, char *err) {
+    if (W->cols > 10880) /* one row's 340 chunks fill the 48 KiB */
+        return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
     long long lx = ldx, ly = ldy;
-    void *args[] = {(void *)W, &x, &lx, &y, &ly, &T};
-    return gpu_launch(d, d->k.mm[W->fmt], (unsigned)((W->rows + 7) / 8), 1, 1, 256, 0, args, "mm", err);
+    unsigned shmem;
+    int g = staged_rows(W, &shmem);
+    void *args[] = {(void *)W, &x, &lx, &y, &ly, &T, &g};
+    return gpu_launch(d, d->k.mm[W->fmt], (unsigned)((W->rows + 7) / 8), 1, 1, 256, shmem, args, "mm", err);
 }
 
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
             CUdeviceptr y, int64_t ldy, char *err) {
+    if (W->cols > 10880)
+        return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
     long long lx = ldx, ly = ldy;
     int bp = by_pair;
-    void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly};
-    return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256, 0,
-                      args, "mm (experts)", err);
+    unsigned shmem;
+    int g = staged_rows(W, &shmem);
+    void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly, &g};
+    return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256,
+                      shmem, args, "mm (experts)", err);
 }

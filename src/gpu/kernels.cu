@@ -239,6 +239,9 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
 
 #define TT 4          /* tokens a warp carries through one pass over a row */
 #define MM_WARPS 8    /* rows (one a warp) a block of 256 threads computes */
+#define XS 36         /* floats per 32-value chunk of x in shared memory: 4 of padding, so
+                         that the 8 lanes of a quarter-warp reading their chunks' float4s at
+                         once hit different banks */
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -246,12 +249,21 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* One row r of W against n <= TT input rows xs[i] (each cols floats):
- * acc[i] = W[r] . xs[i], summed across the warp; every lane gets it. */
+/* n <= TT input rows xs[i] (cols floats each) into shared memory, chunk c
+ * of row i at sx + (i * nc + c) * XS. The whole block takes part. */
+__device__ __forceinline__ void stage_x(float *sx, const float *const *xs, int n, int cols) {
+    const int nc = cols / 32;
+    for (int i = 0; i < n; i++)
+        for (int v = threadIdx.x; v < cols; v += blockDim.x)
+            sx[((size_t)i * nc + v / 32) * XS + v % 32] = xs[i][v];
+}
+
+/* One row r of W against the n <= TT staged input rows: acc[i] = W[r] .
+ * x_i, summed across the warp; every lane gets it. */
 template <int F>
 __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, const uint8_t *sbase,
-                                        const uint8_t *bbase, int r, const float *const *xs,
-                                        int n, float acc[TT]) {
+                                        const uint8_t *bbase, int r, const float *sx, int n,
+                                        float acc[TT]) {
     const int lane = threadIdx.x & 31;
     const uint8_t *row = wbase + (size_t)r * W.row_bytes;
     const uint8_t *srow = sbase ? sbase + (size_t)r * W.srow_bytes : nullptr;
@@ -265,7 +277,7 @@ __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, con
 #pragma unroll
         for (int i = 0; i < TT; i++) {
             if (i >= n) break;
-            const float4 *x4 = (const float4 *)(xs[i] + (size_t)c * 32);
+            const float4 *x4 = (const float4 *)(sx + ((size_t)i * nc + c) * XS);
             float a = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -279,26 +291,40 @@ __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, con
     for (int i = 0; i < TT; i++) acc[i] = warp_sum(acc[i]);
 }
 
-/* y[t, r] = W[r] . x[t] for t < T: grid (ceil(rows / MM_WARPS)), block 256. */
+/* The value acc[lane] for lanes below TT (a register array indexed by a
+ * constant only). */
+__device__ __forceinline__ float pick(const float acc[TT], int lane) {
+    float a = acc[0];
+#pragma unroll
+    for (int i = 1; i < TT; i++)
+        if (lane == i) a = acc[i];
+    return a;
+}
+
+/* y[t, r] = W[r] . x[t] for t < T: grid (ceil(rows / MM_WARPS)), block 256,
+ * dynamic shared memory g * (cols / 32) * XS floats, g <= TT the tokens
+ * staged at once (the host sizes it). */
 template <int F>
-__device__ void mm_body(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T) {
+__device__ void mm_body(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T,
+                        int g) {
+    extern __shared__ float4 smem4[];
+    float *sx = (float *)smem4;
     const int r = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    if (r >= W.rows) return;
+    const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
-    for (int t0 = 0; t0 < T; t0 += TT) {
-        const int n = T - t0 < TT ? T - t0 : TT;
+    for (int t0 = 0; t0 < T; t0 += g) {
+        const int n = T - t0 < g ? T - t0 : g;
         const float *xs[TT];
 #pragma unroll
         for (int i = 0; i < TT; i++) xs[i] = x + (size_t)(t0 + (i < n ? i : 0)) * ldx;
+        __syncthreads();
+        stage_x(sx, xs, n, W.cols);
+        __syncthreads();
+        if (!live) continue;
         float acc[TT];
-        row_dot<F>(W, W.w, W.s, W.b, r, xs, n, acc);
-        if (lane < n) {
-            float a = acc[0];
-#pragma unroll
-            for (int i = 1; i < TT; i++)
-                if (lane == i) a = acc[i];
-            y[(size_t)(t0 + lane) * ldy + r] = a;
-        }
+        row_dot<F>(W, W.w, W.s, W.b, r, sx, n, acc);
+        const float a = pick(acc, lane);
+        if (lane < n) y[(size_t)(t0 + lane) * ldy + r] = a;
     }
 }
 
@@ -309,45 +335,47 @@ __device__ void mm_body(const gmat W, const float *x, long long ldx, float *y, l
 template <int F>
 __device__ void mm_moe_body(const gmat W, const int *nact, const int *exps, const int *start,
                             const int *order, int k, int by_pair, const float *x, long long ldx,
-                            float *y, long long ldy) {
+                            float *y, long long ldy, int g) {
+    extern __shared__ float4 smem4[];
+    float *sx = (float *)smem4;
     const int a = blockIdx.z;
-    if (a >= *nact) return;
+    if (a >= *nact) return; /* the whole block */
     const int r = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    if (r >= W.rows) return;
+    const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
     const int e = exps[a], p0 = start[a], p1 = start[a + 1];
     const uint8_t *wb = W.w + (size_t)e * W.estride;
     const uint8_t *sb = W.s ? W.s + (size_t)e * W.sstride : nullptr;
     const uint8_t *bb = W.b ? W.b + (size_t)e * W.sstride : nullptr;
-    for (int i0 = p0; i0 < p1; i0 += TT) {
-        const int n = p1 - i0 < TT ? p1 - i0 : TT;
+    for (int i0 = p0; i0 < p1; i0 += g) {
+        const int n = p1 - i0 < g ? p1 - i0 : g;
         const float *xs[TT];
 #pragma unroll
         for (int i = 0; i < TT; i++) {
             const int p = order[i0 + (i < n ? i : 0)];
             xs[i] = x + (size_t)(by_pair ? p : p / k) * ldx;
         }
+        __syncthreads();
+        stage_x(sx, xs, n, W.cols);
+        __syncthreads();
+        if (!live) continue;
         float acc[TT];
-        row_dot<F>(W, wb, sb, bb, r, xs, n, acc);
-        if (lane < n) {
-            float v = acc[0];
-#pragma unroll
-            for (int i = 1; i < TT; i++)
-                if (lane == i) v = acc[i];
-            y[(size_t)order[i0 + lane] * ldy + r] = v;
-        }
+        row_dot<F>(W, wb, sb, bb, r, sx, n, acc);
+        const float v = pick(acc, lane);
+        if (lane < n) y[(size_t)order[i0 + lane] * ldy + r] = v;
     }
 }
 
 #define MM_KERNELS(NAME, F)                                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                           \
-        mm_##NAME(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T) { \
-        mm_body<F>(W, x, ldx, y, ldy, T);                                                        \
+        mm_##NAME(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T,   \
+                  int g) {                                                                       \
+        mm_body<F>(W, x, ldx, y, ldy, T, g);                                                     \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(256) mmx_##NAME(                                \
         const gmat W, const int *nact, const int *exps, const int *start, const int *order,      \
-        int k, int by_pair, const float *x, long long ldx, float *y, long long ldy) {             \
-        mm_moe_body<F>(W, nact, exps, start, order, k, by_pair, x, ldx, y, ldy);                 \
+        int k, int by_pair, const float *x, long long ldx, float *y, long long ldy, int g) {      \
+        mm_moe_body<F>(W, nact, exps, start, order, k, by_pair, x, ldx, y, ldy, g);              \
     }
 
 MM_KERNELS(f32, F_F32)

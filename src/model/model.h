@@ -108,6 +108,9 @@ enum { MODEL_ADVISE_MIN_T = 16 };
 void model_advise_layer(const e0_model *m, int layer);
 
 struct e0_stream;
+struct gpu_dev;
+struct gpu_model;
+struct gpu_sess;
 
 /* Route stickiness keeps a position's experts as uint16 and sorts at most
  * this many picks on the stack (moe.c). */
@@ -124,6 +127,11 @@ struct e0_engine {
     int32_t n_seqs;        /* sequences room is kept for (opts.n_seqs resolved) */
     uint64_t prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
+    /* the GPU (model/gpu_glue.c): in use when gmodel is set */
+    int32_t gpu_ordinal;      /* the one chosen at prepare, or E0_GPU_OFF */
+    struct gpu_dev *gpu;
+    struct gpu_model *gmodel;
+    char gpu_note[512];
 };
 
 /* Scratch for a batch of up to n_batch tokens; sized once per session. */
@@ -162,7 +170,23 @@ struct e0_session {
      * caller's merged pass; session_part_layer gives its next layer */
     struct e0_pass *pass;
     struct e0_pass *own;  /* session_eval_part's pass, allocated on first use */
+    struct gpu_sess *gs;  /* the session's states on the GPU (engine's gmodel), else NULL */
 };
+
+/* ---- The GPU (model/gpu_glue.c) ------------------------------------------
+ * engine_gpu_plan (at prepare) picks the device and checks the VRAM budget
+ * against the weights and one session; with a GPU it reads the checkpoint
+ * through the mapping (no load, no panels: the device takes the file's
+ * formats). engine_gpu_open uploads the weights. With E0_GPU_AUTO every
+ * failure leaves the engine on the CPU with the reason in gpu_note; a
+ * named device fails open instead. */
+int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err);
+int engine_gpu_open(e0_engine *e, char *err);
+void engine_gpu_close(e0_engine *e);
+int session_gpu_new(e0_session *s, char *err);
+void session_gpu_free(e0_session *s);
+int session_gpu_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
+                     char *err);
 
 /* ---- Forward passes over one or several sequences ----------------------
  * A forward pass runs T tokens in runs: run r is tokens [t0, t0 + n) of the

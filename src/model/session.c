@@ -1,4 +1,5 @@
 /* Engine and session: the public API of edge0.h over the model. */
+#include "gpu/gmodel.h"
 #include "model/model.h"
 
 #include "stream/budget.h"
@@ -119,6 +120,7 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
         rc = e0_fail(err, E0_EINVAL, "kv_type %d is not E0_KV_F32 or E0_KV_F16",
                      (int)e->opts.kv_type);
     const bool budget_given = e->opts.mem_budget != 0;
+    if (!rc) rc = engine_gpu_plan(e, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096, err);
     if (!rc) rc = choose_io(e, err);
     const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
     e->n_seqs = e->opts.n_seqs == E0_SEQS_AUTO ? E0_SEQS_AUTO : e->opts.n_seqs < 1 ? 1 : e->opts.n_seqs;
@@ -191,7 +193,9 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
             snprintf(e->budget_note + used, sizeof e->budget_note - used,
                      "; cache memory committed in %.1f s", dt); /* faulted in up front: bigbuf.h */
     }
+    if (!rc) rc = engine_gpu_open(e, err);
     if (rc) {
+        stream_free(e->stream);
         model_free(&e->model);
         free(e);
         return rc;
@@ -251,6 +255,16 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     p->n_bundles = (uint64_t)p->moe_layers * (uint64_t)c->n_experts;
     snprintf(p->io_note, sizeof p->io_note, "%s", e->io_note);
     snprintf(p->budget_note, sizeof p->budget_note, "%s", e->budget_note);
+    p->gpu = e->gpu_ordinal;
+    snprintf(p->gpu_note, sizeof p->gpu_note, "%s", e->gpu_note);
+    if (e->gpu_ordinal >= 0) {
+        const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
+        char why[E0_ERR_MAX];
+        if (gpu_model_bytes(m, &p->gpu_weight_bytes, why)) p->gpu_weight_bytes = 0;
+        p->gpu_session_bytes = gpu_sess_bytes(m, e->top_k, n_ctx, n_ctx < 512 ? n_ctx : 512,
+                                              e->opts.kv_type == E0_KV_F16);
+        p->vram_budget = e->opts.vram_budget;
+    }
     model_free(&e->model);
     free(e);
     return 0;
@@ -258,6 +272,7 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
 
 void e0_engine_free(e0_engine *e) {
     if (!e) return;
+    engine_gpu_close(e);
     stream_free(e->stream);
     model_free(&e->model);
     free(e);
@@ -285,6 +300,7 @@ void e0_session_opts_default(e0_session_opts *o) {
 
 void e0_session_free(e0_session *s) {
     if (!s) return;
+    session_gpu_free(s);
     const int L = s->m->cfg.n_layers;
     for (int i = 0; i < L; i++) {
         if (s->kc) free(s->kc[i]);
@@ -438,6 +454,11 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
         return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions",
                        o->n_ctx);
     }
+    int grc = session_gpu_new(s, err);
+    if (grc) {
+        e0_session_free(s);
+        return grc;
+    }
     *out = s;
     return 0;
 }
@@ -454,6 +475,11 @@ void e0_session_reset(e0_session *s) {
         }
     s->pos = 0; /* the KV cache past pos is never read */
     s->pass = NULL;
+    if (s->gs) {
+        char err[E0_ERR_MAX];
+        if (gpu_sess_reset(s->gs, err)) /* the device failed: nothing evaluates on it again */
+            fprintf(stderr, "edge0: resetting a GPU session: %s\n", err);
+    }
 }
 
 int32_t e0_session_pos(const e0_session *s) {
@@ -609,6 +635,8 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
     size_t T = 0;
     for (int i = 0; i < ns; i++) {
         if (!ss[i] || !ids[i]) return e0_fail(err, E0_EINVAL, "session %d or its ids are NULL", i);
+        if (ss[i]->gs)
+            return e0_fail(err, E0_EUNSUPPORTED, "a prefill pass cut between layers does not run on the GPU yet");
         int rc = check_distinct(ss, (size_t)i, err);
         if (rc) return rc;
         rc = check_ids(ss[i], ids[i], n[i], err);
@@ -745,6 +773,18 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     if (crc) return crc;
     const int H = c->hidden, V = c->vocab;
     const double t0 = now_s();
+    if (s->gs) {
+        int rc = session_gpu_eval(s, ids, n, mode, logits, err);
+        if (rc) {
+            e0_session_reset(s);
+            return e0_wrap(err, rc, "evaluation failed; the session was reset");
+        }
+        n = n > 1 ? n : 1;
+        e0_engine *eg = s->eng;
+        *(n > 1 ? &eg->prefill_tokens : &eg->decode_tokens) += n;
+        *(n > 1 ? &eg->prefill_s : &eg->decode_s) += now_s() - t0;
+        return 0;
+    }
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         e0_run run;
@@ -798,6 +838,15 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
         if (ss[i]->pos >= ss[i]->n_ctx)
             return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,
                            ss[i]->n_ctx);
+    }
+    if (ss[0]->gs) { /* on the GPU: one session after another (batched decode there is to come) */
+        const int V1 = e->model.cfg.vocab;
+        for (size_t i = 0; i < n; i++) {
+            int rc = e0_session_eval(ss[i], ids + i, 1, logits ? E0_LOGITS_LAST : E0_LOGITS_NONE,
+                                     logits ? logits + i * (size_t)V1 : NULL, err);
+            if (rc) return e0_wrap(err, rc, "session %zu", i);
+        }
+        return 0;
     }
     const e0_model *m = &e->model;
     const e0_config *c = &m->cfg;

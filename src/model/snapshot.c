@@ -80,6 +80,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
     if (!out) return e0_fail(err, E0_EINVAL, "snapshot: the output pointer is NULL");
     *out = NULL;
     if (!s) return e0_fail(err, E0_EINVAL, "snapshot: the session is NULL");
+    if (s->gs) return e0_fail(err, E0_EUNSUPPORTED, "snapshot: the session's states are on the GPU");
     if (session_part_layer(s) >= 0)
         return e0_fail(err, E0_EINVAL, "snapshot: a prefill pass is paused between layers");
     const e0_engine *e = s->eng;
@@ -117,6 +118,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
 
 int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
     if (!s || !snap) return e0_fail(err, E0_EINVAL, "restore: the session or snapshot is NULL");
+    if (s->gs) return e0_fail(err, E0_EUNSUPPORTED, "restore: the session's states are on the GPU");
     if (session_part_layer(s) >= 0)
         return e0_fail(err, E0_EINVAL, "restore: a prefill pass is paused between layers");
     if (snap->eng != s->eng)

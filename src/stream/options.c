@@ -59,6 +59,7 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->router_half_life = 256.0f;
     o->path = E0_PATH_AUTO;
     o->io = E0_IO_AUTO;
+    o->gpu = E0_GPU_OFF;
 }
 
 const char *e0_opts_presets(void) { return "staged_k4, prod_k8, staged_k8"; }

@@ -1,0 +1,141 @@
+/* The engine and its sessions on a GPU (model.h, "The GPU"): which device,
+ * whether the model fits its VRAM budget, the upload, and a session's
+ * evaluation through gpu/gmodel.h. */
+#include "gpu/gmodel.h"
+#include "model/model.h"
+#include "util/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static double gib(uint64_t b) { return (double)b / 1073741824.0; }
+
+/* Session geometry the plan holds the budget against: one sequence of
+ * n_ctx positions in batches of 512 ids (e0_session_opts' defaults). */
+enum { PLAN_BATCH = 512 };
+
+/* A named device fails with the reason; E0_GPU_AUTO stays on the CPU and
+ * keeps the reason in gpu_note. */
+__attribute__((format(printf, 5, 6))) static int cpu_because(e0_engine *e, bool named, char *err,
+                                                            int code, const char *fmt, ...) {
+    char msg[E0_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (named) return e0_fail(err, code, "%s", msg);
+    snprintf(e->gpu_note, sizeof e->gpu_note, "CPU: %.500s", msg);
+    return 0;
+}
+
+int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
+    e->gpu_ordinal = E0_GPU_OFF;
+    e->gpu_note[0] = '\0';
+    const int32_t want = e->opts.gpu;
+    if (want == E0_GPU_OFF) return 0;
+    if (want < E0_GPU_AUTO)
+        return e0_fail(err, E0_EINVAL, "gpu %d is not a device ordinal, E0_GPU_AUTO or E0_GPU_OFF", want);
+    const bool named = want >= 0;
+    char why[E0_ERR_MAX];
+    int rc;
+#define CPU_BECAUSE(code, ...) return cpu_because(e, named, err, (code), __VA_ARGS__)
+    int n;
+    if ((rc = gpu_count(&n, why))) CPU_BECAUSE(rc, "%s", why);
+    const int ord = named ? want : 0;
+    gpu_dev *d;
+    if ((rc = gpu_open(&d, ord, why))) CPU_BECAUSE(rc, "%s", why);
+    const size_t headroom = d->free_at_open / 20 > (512u << 20) ? d->free_at_open / 20 : (512u << 20);
+    const uint64_t budget = e->opts.vram_budget ? e->opts.vram_budget
+                            : d->free_at_open > headroom ? d->free_at_open - headroom : 0;
+    char name[sizeof d->name];
+    snprintf(name, sizeof name, "%s", d->name);
+    const double free_gib = gib(d->free_at_open);
+    gpu_close(d); /* engine_gpu_open opens it again: the plan alone (edge0 info) uploads nothing */
+    uint64_t wb;
+    if ((rc = gpu_model_bytes(&e->model, &wb, why)))
+        CPU_BECAUSE(rc, "GPU %d (%s): %s", ord, name, why);
+    const uint64_t sb = gpu_sess_bytes(&e->model, e->top_k, n_ctx, PLAN_BATCH < n_ctx ? PLAN_BATCH : n_ctx,
+                                       e->opts.kv_type == E0_KV_F16);
+    if (wb + sb > budget)
+        CPU_BECAUSE(E0_ENOMEM,
+                    "GPU %d (%s): the model needs %.2f GiB of device memory (%.2f GiB of weights, all "
+                    "resident, and %.2f GiB for a session of %d positions) and the VRAM budget is "
+                    "%.2f GiB (%.2f GiB free)%s",
+                    ord, name, gib(wb + sb), gib(wb), gib(sb), n_ctx, gib(budget), free_gib,
+                    e->opts.vram_budget ? "" : "; --vram-budget sets it");
+    if (e->model.cfg.route_stickiness > 0)
+        CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
+                    "computed on the CPU only", ord, name);
+#undef CPU_BECAUSE
+    e->gpu_ordinal = ord;
+    snprintf(e->gpu_note, sizeof e->gpu_note,
+             "GPU %d (%s): %.2f GiB of weights and %.2f GiB per session of %d positions in a VRAM "
+             "budget of %.2f GiB (%.2f GiB free)",
+             ord, name, gib(wb), gib(sb), n_ctx, gib(budget), free_gib);
+    /* the device reads the checkpoint's own formats: through the mapping,
+     * without loading it into memory or repacking it for the CPU kernels */
+    if (e->opts.io == E0_IO_AUTO || e->opts.io == E0_IO_LOAD) e->opts.io = E0_IO_MMAP;
+    return 0;
+}
+
+int engine_gpu_open(e0_engine *e, char *err) {
+    if (e->gpu_ordinal < 0) return 0;
+    char why[E0_ERR_MAX];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = gpu_open(&e->gpu, e->gpu_ordinal, why);
+    if (!rc) rc = gpu_model_new(&e->gmodel, e->gpu, &e->model, e->top_k, why);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc) {
+        engine_gpu_close(e);
+        if (e->opts.gpu >= 0) return e0_fail(err, rc, "%s", why);
+        snprintf(e->gpu_note, sizeof e->gpu_note, "CPU: %.500s", why);
+        e->gpu_ordinal = E0_GPU_OFF;
+        return 0;
+    }
+    const size_t used = strlen(e->gpu_note);
+    if (used < sizeof e->gpu_note)
+        snprintf(e->gpu_note + used, sizeof e->gpu_note - used, "; uploaded in %.1f s",
+                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    return 0;
+}
+
+void engine_gpu_close(e0_engine *e) {
+    gpu_model_free(e->gmodel);
+    e->gmodel = NULL;
+    gpu_close(e->gpu);
+    e->gpu = NULL;
+}
+
+const char *e0_engine_gpu_note(const e0_engine *e) { return e->gpu_note; }
+
+int session_gpu_new(e0_session *s, char *err) {
+    e0_engine *e = s->eng;
+    if (!e->gmodel) return 0;
+    return gpu_sess_new(&s->gs, e->gmodel, s->n_ctx, s->n_batch, e->opts.kv_type == E0_KV_F16, err);
+}
+
+void session_gpu_free(e0_session *s) {
+    gpu_sess_free(s->gs);
+    s->gs = NULL;
+}
+
+int session_gpu_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
+                     char *err) {
+    const int V = s->m->cfg.vocab;
+    for (size_t done = 0; done < n;) {
+        const int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
+        const bool last = done + (size_t)T == n;
+        float *out = mode == E0_LOGITS_ALL ? logits + done * (size_t)V
+                     : mode == E0_LOGITS_LAST && last ? logits
+                                                      : NULL;
+        int rc = gpu_sess_eval(s->gs, s->pos, ids + done, T, mode == E0_LOGITS_ALL, out, err);
+        if (rc) return rc;
+        memcpy(s->hist + s->pos, ids + done, (size_t)T * sizeof *ids);
+        s->pos += T;
+        done += (size_t)T;
+    }
+    return 0;
+}
