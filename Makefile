@@ -25,7 +25,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
 
-.PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean FORCE
+.PHONY: all deps test test-gpu demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0
 
 # `edge0 --version`: the release and the git revision the binary was built
@@ -72,6 +72,10 @@ test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
+
+# On a machine with an NVIDIA GPU: the GPU tests must run, not skip.
+test-gpu: $(BUILD)/edge0 $(BUILD)/tests/test_gpu
+	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) E0_REQUIRE_GPU=1 tests/run.sh $(BUILD)/tests/test_gpu
 
 tsan-build:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" $(TSAN_TESTS)
@@ -136,6 +140,7 @@ help:
 	@echo "make          build build/edge0"
 	@echo "make demo     install missing packages, build, run the built-in demo"
 	@echo "make test     install missing packages, build, run every test"
+	@echo "make test-gpu the GPU tests, which must find a GPU (skipped by make test without one)"
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
 	@echo "make tsan     the concurrency tests under ThreadSanitizer (also part of make test)"
 	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
