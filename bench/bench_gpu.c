@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
               {"Q4_0", E0_W_GGML, GGML_Q4_0, 0}, {"Q4_K", E0_W_GGML, GGML_Q4_K, 0},
               {"Q5_K", E0_W_GGML, GGML_Q5_K, 0}, {"Q6_K", E0_W_GGML, GGML_Q6_K, 0},
               {"IQ4_XS", E0_W_GGML, GGML_IQ4_XS, 0}};
-    printf("%-10s %10s %8s %12s %12s %12s\n", "format", "MiB", "T", "us", "GB/s", "of copy");
+    printf("%-10s %10s %5s %-6s %10s %10s %11s %10s\n", "format", "MiB", "T", "form", "us", "GB/s",
+           "of copy", "TFLOP/s");
     for (size_t f = 0; f < sizeof fm / sizeof *fm; f++) {
         e0_mat m = {.type = fm[f].type, .rows = rows, .cols = cols, .bits = fm[f].bits, .group = 64,
                     .gtype = fm[f].gtype, .stype = E0_S_BF16, .layout = E0_L_ROWS};
@@ -81,9 +82,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_gpu: %s\n", err);
             return 1;
         }
-        const int Ts[] = {1, 4, 16};
-        for (size_t ti = 0; ti < 3; ti++) {
+        const int Ts[] = {1, 4, 16, 16, 64, 512};
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
             const int T = Ts[ti];
+            gpu_set_tile_min_t(ti < 3 ? 1 << 30 : 0); /* the vector form, then the tiled one */
             CUdeviceptr x, y;
             gpu_alloc(d, &x, (size_t)(T * cols) * 4, "x", err);
             gpu_alloc(d, &y, (size_t)(T * rows) * 4, "y", err);
@@ -95,8 +97,9 @@ int main(int argc, char **argv) {
             d->cu->EventRecord(b, d->st);
             const double us = 1000.0 * time_ms(d, a, b) / reps;
             const double gbs = (double)(wb + 2 * sb) / (us * 1e-6);
-            printf("%-10s %10.1f %8d %12.1f %12.0f %11.0f%%\n", fm[f].name,
-                   (double)(wb + 2 * sb) / 1048576.0, T, us, gbs / 1e9, 100.0 * gbs / bw);
+            printf("%-10s %10.1f %5d %-6s %10.1f %10.0f %10.0f%% %10.1f\n", fm[f].name,
+                   (double)(wb + 2 * sb) / 1048576.0, T, ti < 3 ? "vector" : "tiles", us, gbs / 1e9,
+                   100.0 * gbs / bw, 2.0 * (double)rows * (double)cols * T / (us * 1e-6) / 1e12);
             gpu_free(d, x, (size_t)(T * cols) * 4);
             gpu_free(d, y, (size_t)(T * rows) * 4);
         }

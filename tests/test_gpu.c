@@ -153,7 +153,8 @@ static void test_mm_formats(void **state) {
     NEED_GPU();
     char err[E0_ERR_MAX];
     const int64_t rows = 72, cols = 512;
-    const int Ts[] = {1, 3, 9};
+    /* T 1, 3, 9 in the vector form, 70 in the tiled one, then 3 and 9 tiled */
+    const int Ts[] = {1, 3, 9, 70, 3, 9};
     for (int ci = 0; ci < NCASES; ci++) {
         const fmt_case *c = &CASES[ci];
         void *bufs[3];
@@ -166,6 +167,7 @@ static void test_mm_formats(void **state) {
         double worst = 0;
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
             const int T = Ts[ti];
+            gpu_set_tile_min_t(ti >= 4 ? 0 : 16);
             float *x = malloc((size_t)(T * cols) * 4), *ref = malloc((size_t)(T * rows) * 4),
                   *got = malloc((size_t)(T * rows) * 4);
             for (int64_t i = 0; i < T * cols; i++) x[i] = rnd_f();
@@ -180,7 +182,7 @@ static void test_mm_formats(void **state) {
             /* pairs: token t routes to experts t % 3 and 2 - t % 3 (k = 2),
              * grouped by expert as moe_sort does */
             const int k = 2, P = T * k;
-            int idx[64], exps[3], start[4], order[64], nact = 0, at = 0;
+            int idx[160], exps[3], start[4], order[160], nact = 0, at = 0;
             for (int t = 0; t < T; t++) idx[t * k] = t % 3, idx[t * k + 1] = 2 - t % 3;
             for (int e = 0; e < 3; e++) {
                 int cnt = 0;
@@ -202,7 +204,7 @@ static void test_mm_formats(void **state) {
                 gpu_put(g_dev, dor, order, (size_t)P * 4, err))
                 fail_msg("%s", err);
             float *pg = malloc((size_t)(P * rows) * 4), *pr = malloc((size_t)rows * 4);
-            if (gpu_mmx(g_dev, &stack, 3, dn, de, ds, dor, k, false, dx, cols, dp, rows, err) ||
+            if (gpu_mmx(g_dev, &stack, 3, dn, de, ds, dor, k, false, dx, cols, dp, rows, T, err) ||
                 gpu_get(g_dev, pg, dp, (size_t)(P * rows) * 4, err))
                 fail_msg("%s: %s", c->name, err);
             for (int p = 0; p < P; p++) {
@@ -215,6 +217,7 @@ static void test_mm_formats(void **state) {
             gpu_free(g_dev, dx, (size_t)(T * cols) * 4), gpu_free(g_dev, dy, (size_t)(T * rows) * 4);
             free(x), free(ref), free(got), free(pg), free(pr);
         }
+        gpu_set_tile_min_t(-1);
         printf("  %-10s worst relative L2 %.2e\n", c->name, worst);
         assert_true(worst < 1e-5);
         gpu_mat_free(g_dev, &one, 1);

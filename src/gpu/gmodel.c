@@ -434,10 +434,10 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
     if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1, 0, a2, "expert grouping", err);
     const int max_act = P < E ? P : E;
-    if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, err);
-    if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, err);
+    if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, T, err);
+    if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, T, err);
     if (!rc) rc = swiglu_rows(s, gg, u, (long long)P * I, err);
-    if (!rc) rc = gpu_mmx(d, &gl->xd, max_act, nact, exps, start, order, k, true, gg, I, eo, H, err);
+    if (!rc) rc = gpu_mmx(d, &gl->xd, max_act, nact, exps, start, order, k, true, gg, I, eo, H, T, err);
     CUdeviceptr shg = s->buf[B_SHG], ys = s->buf[B_YS], y = s->buf[B_Y];
     if (!rc && shared) { /* the routed experts' hidden rows are done with: reuse g and u */
         rc = gpu_mm(d, &gl->sh_router, h, H, shg, 1, T, err);

@@ -77,6 +77,10 @@ static int load_module(gpu_dev *d, char *err) {
         CU(d, d->cu->ModuleGetFunction(&d->k.mm[f], d->mod, name), name);
         snprintf(name, sizeof name, "mmx_%s", fmt_names[f]);
         CU(d, d->cu->ModuleGetFunction(&d->k.mmx[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmt_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmt[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmtx_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmtx[f], d->mod, name), name);
     }
     return 0;
 }
@@ -329,8 +333,27 @@ static int staged_rows(const gpu_mat *W, unsigned *shmem) {
     return g;
 }
 
+static int g_tile_t = -1;
+
+int gpu_tile_min_t(void) {
+    if (g_tile_t < 0) {
+        const char *v = getenv("E0_GPU_TILE_T");
+        g_tile_t = v && *v ? atoi(v) : 16;
+        if (g_tile_t < 0) g_tile_t = 0;
+    }
+    return g_tile_t;
+}
+
+void gpu_set_tile_min_t(int t) { g_tile_t = t; }
+
 int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
            int T, char *err) {
+    if (T >= gpu_tile_min_t()) {
+        long long lx = ldx, ly = ldy;
+        void *args[] = {(void *)W, &x, &lx, &y, &ly, &T};
+        return gpu_launch(d, d->k.mmt[W->fmt], (unsigned)((W->rows + 63) / 64), (unsigned)((T + 63) / 64), 1,
+                          256, 0, args, "mm (tiles)", err);
+    }
     if (W->cols > 10880) /* one row's 340 chunks fill the 48 KiB */
         return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
     long long lx = ldx, ly = ldy;
@@ -342,7 +365,14 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
 
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
-            CUdeviceptr y, int64_t ldy, char *err) {
+            CUdeviceptr y, int64_t ldy, int T, char *err) {
+    if (T >= gpu_tile_min_t()) {
+        long long lx = ldx, ly = ldy;
+        int bp = by_pair;
+        void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly};
+        return gpu_launch(d, d->k.mmtx[W->fmt], (unsigned)((W->rows + 63) / 64), 1, (unsigned)max_act, 256,
+                          0, args, "mm (expert tiles)", err);
+    }
     if (W->cols > 10880)
         return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
     long long lx = ldx, ly = ldy;

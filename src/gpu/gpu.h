@@ -46,7 +46,8 @@ _Static_assert(sizeof(gpu_mat) == 80, "gpu_mat mirrors struct gmat");
 
 /* The kernels, looked up once at open. */
 typedef struct {
-    CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];
+    CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];   /* vector form: a warp a row, 4 tokens a pass */
+    CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, route, moe_sort, moe_combine;
 } gpu_kernels;
@@ -102,14 +103,20 @@ int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *ou
 /* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
 
+/* Batches of at least this many tokens take the tiled kernels (weights
+ * read once per 64 tokens), smaller ones the vector kernels; $E0_GPU_TILE_T
+ * overrides it (bench, tests: 0 forces tiles, a large value vectors). */
+int gpu_tile_min_t(void);
+void gpu_set_tile_min_t(int t); /* tests and bench: -1 goes back to the default */
 /* y[t] = W x[t] for t < T (device f32 rows; x: [T, ldx], y: [T, ldy]). */
 int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
            int T, char *err);
 /* The same for the pairs of the active experts of a MoE call (kernels.cu
  * mm_moe_body): up to max_act experts; input row p / k (by_pair false)
- * or p of x; output row p of y. The counts stay on the device. */
+ * or p of x; output row p of y. The counts stay on the device; T (the
+ * call's tokens) chooses the form as gpu_mm does. */
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
-            CUdeviceptr y, int64_t ldy, char *err);
+            CUdeviceptr y, int64_t ldy, int T, char *err);
 
 #endif

@@ -366,6 +366,120 @@ __device__ void mm_moe_body(const gmat W, const int *nact, const int *exps, cons
     }
 }
 
+/* ---- the tiled form, for batches (prefill) ---------------------------------
+ * A block computes a tile of 64 rows x 64 tokens in 32-column steps: 64
+ * threads dequantize the step's 64 row chunks into shared memory (k-major),
+ * all 256 load the tokens' 32 columns, then each thread accumulates 4 rows
+ * x 4 tokens. The weights are read once per 64 tokens instead of once per
+ * 4. Sums run in another order than the vector form's (per token, the same
+ * order whatever the batch). */
+#define BM 64
+#define BN 64
+#define BP 4 /* padding of a shared row */
+
+template <int F>
+__device__ __forceinline__ void tile_steps(const gmat &W, const uint8_t *wb, const uint8_t *sb,
+                                           const uint8_t *bb, int r0, const float *const *xr,
+                                           float acc[4][4], float (*Ws)[BM + BP],
+                                           float (*Xs)[BN + BP]) {
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int nc = W.cols / 32;
+    for (int c = 0; c < nc; c++) {
+        __syncthreads();
+        if (tid < BM) {
+            float v[32];
+            const int r = r0 + tid;
+            if (r < W.rows) {
+                dq32<F>(W, wb + (size_t)r * W.row_bytes, sb ? sb + (size_t)r * W.srow_bytes : nullptr,
+                        bb ? bb + (size_t)r * W.srow_bytes : nullptr, c, v);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; j++) v[j] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 32; j++) Ws[j][tid] = v[j];
+        }
+        for (int i = tid; i < BN * 32; i += blockDim.x) {
+            const int t = i / 32, j = i % 32;
+            Xs[j][t] = xr[t] ? xr[t][(size_t)c * 32 + j] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int j = 0; j < 32; j++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = Ws[j][ty * 4 + i], b[i] = Xs[j][tx * 4 + i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][q] += a[i] * b[q];
+        }
+    }
+}
+
+/* y[t, r] = W[r] . x[t]: grid (ceil(rows / 64), ceil(T / 64)), block 256. */
+template <int F>
+__device__ void mmt_body(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T) {
+    __shared__ float Ws[32][BM + BP];
+    __shared__ float Xs[32][BN + BP];
+    __shared__ const float *xr[BN];
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
+    if (threadIdx.x < BN) {
+        const int t = t0 + threadIdx.x;
+        xr[threadIdx.x] = t < T ? x + (size_t)t * ldx : nullptr;
+    }
+    float acc[4][4] = {};
+    tile_steps<F>(W, W.w, W.s, W.b, r0, xr, acc, Ws, Xs);
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int r = r0 + ty * 4 + i, t = t0 + tx * 4 + q;
+            if (r < W.rows && t < T) y[(size_t)t * ldy + r] = acc[i][q];
+        }
+}
+
+/* The experts' tiled form: blockIdx.z = active expert a (as mm_moe_body),
+ * blockIdx.x a tile of 64 rows; the block walks the expert's pairs 64 at a
+ * time. */
+template <int F>
+__device__ void mmtx_body(const gmat W, const int *nact, const int *exps, const int *start,
+                          const int *order, int k, int by_pair, const float *x, long long ldx,
+                          float *y, long long ldy) {
+    __shared__ float Ws[32][BM + BP];
+    __shared__ float Xs[32][BN + BP];
+    __shared__ const float *xr[BN];
+    const int a = blockIdx.z;
+    if (a >= *nact) return;
+    const int e = exps[a], p0 = start[a], p1 = start[a + 1], r0 = blockIdx.x * BM;
+    const uint8_t *wb = W.w + (size_t)e * W.estride;
+    const uint8_t *sb = W.s ? W.s + (size_t)e * W.sstride : nullptr;
+    const uint8_t *bb = W.b ? W.b + (size_t)e * W.sstride : nullptr;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    for (int i0 = p0; i0 < p1; i0 += BN) {
+        __syncthreads();
+        if (threadIdx.x < BN) {
+            const int i = i0 + threadIdx.x;
+            const int p = i < p1 ? order[i] : -1;
+            xr[threadIdx.x] = p >= 0 ? x + (size_t)(by_pair ? p : p / k) * ldx : nullptr;
+        }
+        float acc[4][4] = {};
+        tile_steps<F>(W, wb, sb, bb, r0, xr, acc, Ws, Xs);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int i = i0 + tx * 4 + q;
+            if (i >= p1) continue;
+            const int p = order[i];
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++) {
+                const int r = r0 + ty * 4 + ii;
+                if (r < W.rows) y[(size_t)p * ldy + r] = acc[ii][q];
+            }
+        }
+    }
+}
+
 #define MM_KERNELS(NAME, F)                                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         mm_##NAME(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T,   \
@@ -376,6 +490,15 @@ __device__ void mm_moe_body(const gmat W, const int *nact, const int *exps, cons
         const gmat W, const int *nact, const int *exps, const int *start, const int *order,      \
         int k, int by_pair, const float *x, long long ldx, float *y, long long ldy, int g) {      \
         mm_moe_body<F>(W, nact, exps, start, order, k, by_pair, x, ldx, y, ldy, g);              \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        mmt_##NAME(const gmat W, const float *x, long long ldx, float *y, long long ldy, int T) { \
+        mmt_body<F>(W, x, ldx, y, ldy, T);                                                       \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256) mmtx_##NAME(                               \
+        const gmat W, const int *nact, const int *exps, const int *start, const int *order,      \
+        int k, int by_pair, const float *x, long long ldx, float *y, long long ldy) {             \
+        mmtx_body<F>(W, nact, exps, start, order, k, by_pair, x, ldx, y, ldy);                   \
     }
 
 MM_KERNELS(f32, F_F32)
