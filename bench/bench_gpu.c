@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
     }
-    printf("GPU 0: %s (cc %d.%d, %d SMs, %.1f GiB); kernels loaded in %.2f s\n", d->name, d->cc_major,
-           d->cc_minor, d->sms, (double)d->total / 1073741824.0, d->jit_s);
+    printf("GPU 0: %s (cc %d.%d, %d SMs, %.1f GiB); kernels loaded in %.2f s; host-to-device %.1f GB/s\n",
+           d->name, d->cc_major, d->cc_minor, d->sms, (double)d->total / 1073741824.0, d->jit_s, d->h2d_gbs);
     CUevent a, b;
     d->cu->EventCreate(&a, CU_EVENT_DEFAULT);
     d->cu->EventCreate(&b, CU_EVENT_DEFAULT);

@@ -66,6 +66,7 @@ typedef struct gpu_dev {
     size_t free_at_open;   /* what the driver reported free at open */
     uint64_t held;         /* bytes gpu_alloc'd and not freed */
     double jit_s;          /* seconds the PTX took to load */
+    double h2d_gbs;        /* host-to-device bandwidth from pinned memory, measured at open */
 } gpu_dev;
 
 /* Devices the driver sees: 0 with *n set, or the reason none can be used
