@@ -121,6 +121,8 @@ int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, cha
     if (c->route_stickiness > 0)
         return e0_fail(err, E0_EUNSUPPORTED,
                        "this synthetic checkpoint's route stickiness is computed on the CPU only");
+    if (c->n_experts > 1024)
+        return e0_fail(err, E0_EUNSUPPORTED, "%d experts (the GPU's routing takes up to 1024)", c->n_experts);
     if (c->conv_kernel > 8)
         return e0_fail(err, E0_EUNSUPPORTED, "a DeltaNet conv kernel of %d (the GPU takes up to 8)",
                        c->conv_kernel);
@@ -411,7 +413,8 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
                              "DeltaNet q/k norm", err);
     CUdeviceptr A = gl->A, dtb = gl->dt_bias, nw = gl->lin_norm, rec = s->rec[li], o = s->buf[B_O];
     void *a3[] = {&mixo, &zz, &bb, &aa, &A, &dtb, &nw, &rec, &o, &T, &Hk, &Hv, &Dk, &Dv, &vtiled, &eps};
-    if (!rc) rc = gpu_launch(d, d->k.dn_rec, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3,
+    CUfunction rec_f = Dk == 128 ? d->k.dn_rec128 : Dk == 64 ? d->k.dn_rec64 : Dk == 32 ? d->k.dn_rec32 : d->k.dn_rec;
+    if (!rc) rc = gpu_launch(d, rec_f, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3,
                              "DeltaNet recurrence", err);
     if (!rc) rc = gpu_mm(d, &gl->out, o, Vd, s->buf[B_Y], H, T, err);
     return rc;
@@ -430,9 +433,9 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     CUdeviceptr gg = s->buf[B_G], u = s->buf[B_U], eo = s->buf[B_EO];
     int rc = gpu_mm(d, &gl->router, h, H, rl, E, T, err);
     void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
-    if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 64), 1, 1, 64, 0, a1, "routing", err);
+    if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
-    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1, 0, a2, "expert grouping", err);
+    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 512, 0, a2, "expert grouping", err);
     const int max_act = P < E ? P : E;
     if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, T, err);
     if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, T, err);

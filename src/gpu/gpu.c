@@ -66,6 +66,8 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.kv_store, "kv_store"},     {&d->k.attend, "attend"},
         {&d->k.dn_unpack, "dn_unpack"},   {&d->k.dn_conv, "dn_conv"},
         {&d->k.dn_qknorm, "dn_qknorm"},   {&d->k.dn_rec, "dn_rec"},
+        {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
+        {&d->k.dn_rec128, "dn_rec128"},
         {&d->k.route, "route"},           {&d->k.moe_sort, "moe_sort"},
         {&d->k.moe_combine, "moe_combine"},
     };
@@ -160,6 +162,9 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
         return rc;
     }
     measure_h2d(d);
+    const char *pv = getenv("E0_GPU_PROFILE");
+    d->profile = pv && *pv == '1' && cu->EventCreate(&d->pa, CU_EVENT_DEFAULT) == CU_SUCCESS &&
+                 cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
     *out = d;
     return 0;
 }
@@ -167,6 +172,17 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
 void gpu_close(gpu_dev *d) {
     if (!d) return;
     d->cu->CtxSetCurrent(d->ctx);
+    if (d->profile) {
+        double total = 0;
+        for (int i = 0; i < d->nprof; i++) total += d->prof[i].ms;
+        fprintf(stderr, "GPU %d profile (E0_GPU_PROFILE): %.1f ms in kernels\n", d->ordinal, total);
+        for (int i = 0; i < d->nprof; i++)
+            fprintf(stderr, "  %-22s %8llu launches %10.2f ms %5.1f%% %8.2f us each\n", d->prof[i].what,
+                    (unsigned long long)d->prof[i].n, d->prof[i].ms, 100.0 * d->prof[i].ms / (total > 0 ? total : 1),
+                    1000.0 * d->prof[i].ms / (double)d->prof[i].n);
+        d->cu->EventDestroy(d->pa);
+        d->cu->EventDestroy(d->pb);
+    }
     if (d->st) d->cu->StreamDestroy(d->st);
     if (d->mod) d->cu->ModuleUnload(d->mod);
     d->cu->DevicePrimaryCtxRelease(d->dev);
@@ -225,7 +241,18 @@ int gpu_sync(gpu_dev *d, char *err) {
 int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                unsigned shmem, void **args, const char *what, char *err) {
     if (!gx || !gy || !gz) return 0;
+    if (d->profile) d->cu->EventRecord(d->pa, d->st);
     CU(d, d->cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, shmem, d->st, args, NULL), what);
+    if (d->profile) {
+        float ms = 0;
+        d->cu->EventRecord(d->pb, d->st);
+        d->cu->EventSynchronize(d->pb);
+        d->cu->EventElapsedTime(&ms, d->pa, d->pb);
+        int i = 0;
+        while (i < d->nprof && strcmp(d->prof[i].what, what)) i++;
+        if (i == d->nprof && d->nprof < GPU_PROF_MAX) d->prof[d->nprof++] = (gpu_prof){what, 0, 0};
+        if (i < d->nprof) d->prof[i].n++, d->prof[i].ms += ms;
+    }
     return 0;
 }
 

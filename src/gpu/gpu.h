@@ -49,8 +49,18 @@ typedef struct {
     CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];   /* vector form: a warp a row, 4 tokens a pass */
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
-    CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, route, moe_sort, moe_combine;
+    CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
+    CUfunction route, moe_sort, moe_combine;
 } gpu_kernels;
+
+/* Per-kernel time under $E0_GPU_PROFILE=1: each launch is timed with
+ * events (and waited for), summed by its name, and printed at close. */
+enum { GPU_PROF_MAX = 48 };
+typedef struct {
+    const char *what;
+    uint64_t n;
+    double ms;
+} gpu_prof;
 
 typedef struct gpu_dev {
     const cu_api *cu;
@@ -67,6 +77,10 @@ typedef struct gpu_dev {
     uint64_t held;         /* bytes gpu_alloc'd and not freed */
     double jit_s;          /* seconds the PTX took to load */
     double h2d_gbs;        /* host-to-device bandwidth from pinned memory, measured at open */
+    bool profile;          /* $E0_GPU_PROFILE */
+    CUevent pa, pb;
+    gpu_prof prof[GPU_PROF_MAX];
+    int nprof;
 } gpu_dev;
 
 /* Devices the driver sees: 0 with *n set, or the reason none can be used

@@ -745,17 +745,24 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 
 /* The recurrence of value head h over T tokens of one sequence, then the
  * gated RMSNorm: state [Hv, Dk, Dv] (row i: key dim i); thread j owns
- * column j. grid Hv, block Dv (<= 1024). */
-extern "C" __global__ void dn_rec(const float *mix, const float *z, const float *bb,
-                                  const float *aa, const float *A, const float *dt_bias,
-                                  const float *norm, float *state, float *o, int T, int Hk, int Hv,
-                                  int Dk, int Dv, int vtiled, float eps) {
-    extern __shared__ float sh[]; /* q [Dk], k [Dk] */
-    float *sq = sh, *sk = sh + Dk;
+ * column j, held in registers for the call when Dk is DK (> 0), else read
+ * and written in place. grid Hv, block Dv rounded up to 32 (<= 1024). */
+template <int DK>
+__device__ void dn_rec_body(const float *mix, const float *z, const float *bb, const float *aa,
+                            const float *A, const float *dt_bias, const float *norm, float *state,
+                            float *o, int T, int Hk, int Hv, int Dk, int Dv, int vtiled, float eps) {
+    extern __shared__ float shr[]; /* q [Dk], k [Dk] */
+    float *sq = shr, *sk = shr + Dk;
     const int h = blockIdx.x, j = threadIdx.x, r = Hv / Hk;
     const int g = vtiled ? h % Hk : h / r;
     const int Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
+    const bool live = j < Dv;
     float *S = state + (size_t)h * Dk * Dv;
+    float reg[DK > 0 ? DK : 1];
+    if (DK > 0 && live) {
+#pragma unroll
+        for (int i = 0; i < DK; i++) reg[i] = S[(size_t)i * Dv + j];
+    }
     for (int t = 0; t < T; t++) {
         const float *row = mix + (size_t)t * C;
         __syncthreads();
@@ -767,83 +774,152 @@ extern "C" __global__ void dn_rec(const float *mix, const float *z, const float 
         const float beta = sigm(bb[(size_t)t * Hv + h]);
         const float decay = expf(A[h] * softplus(aa[(size_t)t * Hv + h] + dt_bias[h]));
         float out = 0.0f;
-        if (j < Dv) {
+        if (live) {
             const float vj = row[2 * Kd + h * Dv + j];
             float u = 0.0f;
-            for (int i = 0; i < Dk; i++) {
-                const float s = S[(size_t)i * Dv + j] * decay;
-                S[(size_t)i * Dv + j] = s;
-                u += s * sk[i];
-            }
-            const float d = beta * (vj - u);
-            for (int i = 0; i < Dk; i++) {
-                const float s = S[(size_t)i * Dv + j] + sk[i] * d;
-                S[(size_t)i * Dv + j] = s;
-                out += s * sq[i];
+            if (DK > 0) {
+#pragma unroll
+                for (int i = 0; i < DK; i++) {
+                    reg[i] *= decay;
+                    u += reg[i] * sk[i];
+                }
+                const float d = beta * (vj - u);
+#pragma unroll
+                for (int i = 0; i < DK; i++) {
+                    reg[i] += sk[i] * d;
+                    out += reg[i] * sq[i];
+                }
+            } else {
+                for (int i = 0; i < Dk; i++) {
+                    const float sv = S[(size_t)i * Dv + j] * decay;
+                    S[(size_t)i * Dv + j] = sv;
+                    u += sv * sk[i];
+                }
+                const float d = beta * (vj - u);
+                for (int i = 0; i < Dk; i++) {
+                    const float sv = S[(size_t)i * Dv + j] + sk[i] * d;
+                    S[(size_t)i * Dv + j] = sv;
+                    out += sv * sq[i];
+                }
             }
         }
-        const float ss = block_sum(j < Dv ? out * out : 0.0f);
-        if (j < Dv) {
+        const float ss = block_sum(live ? out * out : 0.0f);
+        if (live) {
             const float inv = 1.0f / sqrtf(ss / (float)Dv + eps);
             const float zj = z[(size_t)t * Vd + (size_t)h * Dv + j];
             o[(size_t)t * Vd + (size_t)h * Dv + j] = norm[j] * (out * inv) * silu(zj);
         }
     }
+    if (DK > 0 && live) {
+#pragma unroll
+        for (int i = 0; i < DK; i++) S[(size_t)i * Dv + j] = reg[i];
+    }
 }
+
+#define DN_REC(NAME, DK)                                                                          \
+    extern "C" __global__ void NAME(const float *mix, const float *z, const float *bb,            \
+                                    const float *aa, const float *A, const float *dt_bias,        \
+                                    const float *norm, float *state, float *o, int T, int Hk,     \
+                                    int Hv, int Dk, int Dv, int vtiled, float eps) {              \
+        dn_rec_body<DK>(mix, z, bb, aa, A, dt_bias, norm, state, o, T, Hk, Hv, Dk, Dv, vtiled, eps); \
+    }
+DN_REC(dn_rec, 0)
+DN_REC(dn_rec32, 32)
+DN_REC(dn_rec64, 64)
+DN_REC(dn_rec128, 128)
 
 /* ---- the MoE block ------------------------------------------------------ */
 
 /* Per token: softmax over E logits, the k largest (lower index first on
- * ties), renormalised when renorm (model/moe.c route). grid ceil(T/64),
- * block 64, one thread a token. */
+ * ties), renormalised when renorm (model/moe.c route). One warp a token:
+ * lanes take experts lane, lane + 32, ...; each pick is a warp-wide
+ * argmax. grid ceil(T / 4), block 128. */
 extern "C" __global__ void route(const float *logits, int *idx, float *w, int T, int E, int k,
                                  int renorm) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
     int *id = idx + (size_t)t * k;
     float *wt = w + (size_t)t * k;
-    float mx = -INFINITY, sum = 0.0f;
-    for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-    for (int e = 0; e < E; e++) sum += expf(l[e] - mx);
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+    sum = warp_sum(sum);
+    unsigned taken = 0; /* bit q: this lane's expert lane + 32 q is picked (E <= 1024) */
+    float tot = 0.0f;
     for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= id[i] == e;
-            if (!taken && (best < 0 || l[e] > l[best])) best = e;
+        float bv = -INFINITY;
+        int be = 0x7fffffff;
+        for (int e = lane, q = 0; e < E; e += 32, q++)
+            if (!(taken >> q & 1) && (l[e] > bv || (l[e] == bv && e < be))) bv = l[e], be = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (ov > bv || (ov == bv && oe < be)) bv = ov, be = oe;
         }
-        id[j] = best;
-        wt[j] = expf(l[best] - mx) / sum;
+        if (be % 32 == lane) taken |= 1u << (be / 32);
+        const float p = expf(bv - mx) / sum;
+        if (lane == 0) id[j] = be, wt[j] = p;
+        tot += p;
     }
-    if (renorm) {
-        float s = 0.0f;
-        for (int j = 0; j < k; j++) s += wt[j];
-        for (int j = 0; j < k; j++) wt[j] /= s;
-    }
+    if (renorm && lane == 0)
+        for (int j = 0; j < k; j++) wt[j] /= tot;
 }
 
 /* The T * k (token, slot) pairs grouped by expert, in expert order and pair
  * order within one: nact experts exps[a] with pairs order[start[a] ..
- * start[a + 1]). One thread: T * k is at most a few thousand. count: [E]. */
+ * start[a + 1]). One block of 512 threads (E <= 512 * 8): thread e counts
+ * expert e's pairs by scanning them (no atomics), a scan of the counts
+ * places each expert, and each writes its pairs in order. count: [E]. */
 extern "C" __global__ void moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps,
                                     int *start, int *order) {
-    if (threadIdx.x || blockIdx.x) return;
-    int a = 0, at = 0;
-    for (int e = 0; e < E; e++) count[e] = 0;
-    for (int p = 0; p < P; p++) count[idx[p]]++;
-    for (int e = 0; e < E; e++) {
-        const int c = count[e];
-        if (!c) continue;
-        exps[a] = e;
-        start[a] = at;
-        count[e] = at;
-        at += c;
-        a++;
+    __shared__ int part[512];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    int mine = 0; /* pairs of this thread's experts e = tid, tid + nt, ... */
+    for (int e = tid; e < E; e += nt) {
+        int c = 0;
+        for (int p = 0; p < P; p++) c += idx[p] == e;
+        count[e] = c;
+        mine += c;
     }
-    start[a] = at;
-    *nact = a;
-    for (int p = 0; p < P; p++) order[count[idx[p]]++] = p;
+    part[tid] = mine;
+    __syncthreads();
+    if (tid == 0) { /* exclusive scan of the threads' pairs, and of their experts present */
+        int at = 0;
+        for (int i = 0; i < nt; i++) {
+            const int c = part[i];
+            part[i] = at;
+            at += c;
+        }
+    }
+    __syncthreads();
+    /* the active experts' ranks: serial over E by thread 0 (E is small) */
+    if (tid == 0) {
+        int a = 0, at = 0;
+        for (int e = 0; e < E; e++) {
+            const int c = count[e];
+            if (!c) continue;
+            exps[a] = e;
+            start[a] = at;
+            at += c;
+            a++;
+        }
+        start[a] = at;
+        *nact = a;
+    }
+    __syncthreads();
+    /* expert e's first place is the number of pairs of experts below it */
+    for (int e = tid; e < E; e += nt) {
+        int at = 0;
+        for (int q = 0; q < e; q++) at += count[q];
+        for (int p = 0; p < P && count[e]; p++)
+            if (idx[p] == e) order[at++] = p;
+    }
+    (void)part;
 }
 
 /* out[t] = sum over slots s (in order) of w[t, s] * eo[t k + s], then
