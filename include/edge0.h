@@ -364,7 +364,7 @@ int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n
  * Size: e0_snapshot_size(e, p) = fixed (the DeltaNet states, e0_plan's
  * state_bytes) + p x (f32 K and V of the attention layers, kv_bytes_per_1k
  * / 1000, and the id); for the Qwen3.6-35B-A3B shape 65.9 MB + 41.0 MB per
- * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Prefix cache").
+ * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory").
  *
  * Ownership and threads: a snapshot is immutable once taken; any number of
  * threads may restore from it at once (each into its own session). It
