@@ -60,7 +60,7 @@ const char *e0_status_str(int code);
 typedef struct e0_engine e0_engine;
 typedef struct e0_session e0_session;
 
-/* How the streaming MoE layer gets expert weights (DESIGN.md §4). Every
+/* How the streaming MoE layer gets expert weights (docs/design.md §4.4). Every
  * path changes only where the expert bytes come from, never the arithmetic:
  * all give logits bit-identical to E0_PATH_EXACT. */
 typedef enum {
@@ -94,7 +94,7 @@ typedef enum { E0_KV_F32, E0_KV_F16 } e0_kv_type;
 /* The type's name as `--kv-type` spells it ("f32", "f16"). */
 const char *e0_kv_name(e0_kv_type t);
 
-/* LayerOptions of DESIGN.md §4, with its defaults (e0_engine_opts_default). */
+/* LayerOptions of docs/design.md §4.6, with its defaults (e0_engine_opts_default). */
 typedef struct {
     int32_t staged;              /* fixed-slot decode (false) */
     int32_t staged_n;            /* slot count (8) */
@@ -240,7 +240,7 @@ typedef struct {
 } e0_plan;
 int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
 
-/* Statistics since open or the last e0_engine_stats_reset (DESIGN.md §4). */
+/* Statistics since open or the last e0_engine_stats_reset (docs/design.md §4.7). */
 typedef struct {
     uint64_t prefill_tokens, decode_tokens;
     double prefill_s, decode_s;    /* wall time in e0_session_eval */
@@ -387,7 +387,7 @@ int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n
  * Size: e0_snapshot_size(e, p) = fixed (the DeltaNet states, e0_plan's
  * state_bytes) + p x (f32 K and V of the attention layers, kv_bytes_per_1k
  * / 1000, and the id); for the Qwen3.6-35B-A3B shape 65.9 MB + 41.0 MB per
- * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Prefix cache").
+ * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory").
  *
  * Ownership and threads: a snapshot is immutable once taken; any number of
  * threads may restore from it at once (each into its own session). It

@@ -15,8 +15,8 @@
 #   scripts/load.py MODEL --peer FILE                         # edge0 / llama.cpp per level
 #
 # Options:
-#   --peer DIR       the peer kit (default ~/.cache/edge0-peer: repack/llama-batched-bench, see
-#                    ../shared/peer/build_llama.sh); or --bin PATH to the binary itself
+#   --peer DIR       the peer kit (default ~/.cache/edge0-peer: repack/llama-batched-bench, built
+#                    by the kit's build_llama.sh); or --bin PATH to the binary itself
 #   --npp N --ntg N --npl LIST --threads N     (64, 64, 1,2,4,8, 2)
 #   --memcap SIZE    run inside scripts/memcap.sh SIZE (root); implies --no-repack
 #   --no-repack      keep the weights in the file mapping. llama.cpp's default (repacking on) copies

@@ -181,7 +181,7 @@ static void test_cli_single_file(void **state) {
 }
 
 /* The bundle order of GGUF's separate ffn_{up,gate,down}_exps is the math
- * order (DESIGN.md section 3): bundles read gate-first, with every bundle
+ * order (docs/design.md §3): bundles read gate-first, with every bundle
  * read through the plan, move the logits ~100%; the math order matches. */
 static void test_bundle_order(void **state) {
     (void)state;

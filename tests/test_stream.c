@@ -1,4 +1,4 @@
-/* The streaming expert layer on the fixtures (DESIGN.md §3-4):
+/* The streaming expert layer on the fixtures (docs/design.md §3-4):
  *  - every path, preset, cache size and I/O thread count gives logits
  *    bit-identical (memcmp) to exact, in prefill and decode, for separate
  *    and fused layouts;

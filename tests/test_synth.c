@@ -106,7 +106,7 @@ static void tracer_free(tracer *t) {
     free(t->g), free(t->u), free(t->ys), free(t->w), free(t->idx);
 }
 
-/* The MoE block of DESIGN.md §3 for one token, routing recorded. */
+/* The MoE block of docs/design.md §3 for one token, routing recorded. */
 static void moe_step(tracer *t, const e0_model *m, int li, const float *h, float *out,
                      bool record) {
     const e0_config *c = &m->cfg;

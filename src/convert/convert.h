@@ -1,4 +1,4 @@
-/* edge0 convert: a Hugging Face checkpoint to the mlx layout (DESIGN.md §2).
+/* edge0 convert: a Hugging Face checkpoint to the mlx layout (docs/design.md §2).
  *
  * Source: any HF layout of the three families — per-expert experts
  * (`mlp.experts.E.{gate,up,down}_proj.weight`) or fused 3-D experts

@@ -1,7 +1,7 @@
 /* The resident model: configuration, weight views into the mapping, and the
  * per-session state (KV cache, DeltaNet conv/recurrent states, scratch).
  *
- * Math traps this code handles (DESIGN.md §1, each has caused bugs):
+ * Math traps this code handles (docs/design.md §1.4, each has caused bugs):
  *  - Hybrid norms are (1 + w) * x/rms(x) in HF checkpoints; mlx checkpoints
  *    already store 1 + w. The DeltaNet output norm is never shifted.
  *    Loading folds the shift in, so kernels always multiply by `*_norm`.

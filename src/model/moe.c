@@ -1,4 +1,4 @@
-/* The MoE block (DESIGN.md §3) and the dense MLP.
+/* The MoE block (docs/design.md §3) and the dense MLP.
  *
  *   y = sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))  [+ sigmoid(sg(x)) * shared(x)]
  *

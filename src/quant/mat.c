@@ -586,7 +586,7 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int
     const int64_t panel_t = decode ? INT64_MAX : K_PANEL_MIN_T;
     /* ggml types but Q2_K / Q3_K: integer activations in Q8 (8-bit), Q16
      * (16-bit) and MIXED (24-bit: 16-bit panels flipped a route of
-     * ../shared/gguf's tiny-qwen35moe Q4_K_M, docs/experiments.md section
+     * the tiny-qwen35moe Q4_K_M test fixture, docs/experiments.md section
      * 23); row kernels below K_PANEL_MIN_T tokens, panels above (MIXED's
      * Q8_0, Q4_1 and IQ4_NL rows: the f32 kernels, as fast as 24-bit ones
      * there, sections 30 and 32). Q24, which EXACT resolves to, keeps their

@@ -3,7 +3,7 @@
  * cache buffer). Sub-matrices (one expert of a stacked tensor, the gate half
  * of a fused gate_up) are views made with mat_rows().
  *
- * mlx affine quantization (DESIGN.md §2): `w` is uint32 [rows, cols*bits/32];
+ * mlx affine quantization (docs/design.md §2.4): `w` is uint32 [rows, cols*bits/32];
  * value k of a word sits at bits [k*bits, (k+1)*bits), least significant
  * first; scales and biases are [rows, cols/group] (bf16, f16 or f32);
  * w = q * scale + bias.
@@ -159,7 +159,7 @@ int mat_kernels_parse(const char *name, e0_kernels *out);
 /* Whether this CPU runs set k. */
 int mat_kernels_supported(e0_kernels k);
 
-/* One Gated DeltaNet step of one value head (DESIGN.md section 1), in the
+/* One Gated DeltaNet step of one value head (docs/design.md §1.4), in the
  * kernel set in force (REF: the scalar reference, mat_delta_step_ref):
  *   St *= decay; u = St^T k; d = beta (v - u); St += k d^T; o = St^T q
  * St: [Dk, Dv] (row i belongs to key dim i), k, q: [Dk], v, o: [Dv]. */
@@ -168,7 +168,7 @@ void mat_delta_step(float *St, const float *k, const float *q, const float *v, f
 void mat_delta_step_ref(float *St, const float *k, const float *q, const float *v, float beta,
                         float decay, int Dk, int Dv, float *o);
 
-/* Attention of one query head over n cached positions (DESIGN.md section 1):
+/* Attention of one query head over n cached positions (docs/design.md §1.4):
  *   s_j = scale (q . k_j); p = softmax(s); o = sum_j p_j v_j
  * with k_j = kc + j * stride and v_j = vc + j * stride (hd floats each);
  * scores: n floats of scratch. In the kernel set in force (REF and sets

@@ -1,4 +1,4 @@
-/* The mlx affine quantizer of DESIGN.md §2, in f32, so its output matches
+/* The mlx affine quantizer of docs/design.md §2.4, in f32, so its output matches
  * mlx-lm's CPU quantizer bit for bit. Used by `edge0 convert` and
  * `edge0 synth`. */
 #ifndef E0_QUANT_QUANTIZE_H

@@ -1,5 +1,5 @@
 /* Expert bundles: the bytes of one routed expert, as the streaming layer
- * moves them (DESIGN.md §3).
+ * moves them (docs/design.md §3).
  *
  * The bundle order follows the argument order of the math:
  *   separate: (up_proj, gate_proj, down_proj), each (weight, scales, biases),

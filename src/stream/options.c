@@ -1,4 +1,4 @@
-/* LayerOptions: defaults, presets and `field=value` parsing (DESIGN.md §4).
+/* LayerOptions: defaults, presets and `field=value` parsing (docs/design.md §4.6).
  * One table describes every field, so parsing, printing and the list of
  * names cannot drift apart. */
 #include "edge0.h"

@@ -1,4 +1,4 @@
-/* The streaming SwitchGLU (DESIGN.md §4): the routed experts of every MoE
+/* The streaming SwitchGLU (docs/design.md §4): the routed experts of every MoE
  * layer, with their bytes coming from the checkpoint through the shared LRU
  * (exact), fixed slots filled ahead of need (staged), per-layer resident
  * stacks (hot) or whole-layer reads (full). A path decides only where an
