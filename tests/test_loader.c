@@ -367,7 +367,7 @@ static void test_load_in_place(void **state) {
     assert_int_equal((uintptr_t)(st_at(s, 0)->data - off) % (2u << 20), 0);
     uint64_t last = 0, calls = 0;
     uint64_t *pc[2] = {&last, &calls};
-    assert_int_equal(st_set_load(s, load_seen, pc, err), 0);
+    assert_int_equal(st_set_load(s, NULL, 0, load_seen, pc, err), 0);
     assert_true(calls > 0);
     for (size_t i = 0; i < n; i++) {
         const st_tensor *t = st_at(s, i);
