@@ -1,5 +1,7 @@
 /* libFuzzer: the GGUF header parser on arbitrary file bytes, then every
- * getter on every key it accepted. */
+ * getter on every key it accepted, then the model configuration from the
+ * metadata (io/config_gguf.c). */
+#include "io/config.h"
 #include "io/gguf.h"
 
 #include <stddef.h>
@@ -54,6 +56,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
     }
     (void)sink;
+    e0_config c;
+    if (config_from_gguf(&c, g, 1024, err) == 0) {
+        /* the main layers and the MTP layers after them fit block_count */
+        if (c.n_layers < 1 || c.mtp_layers < 0 || c.n_layers + c.mtp_layers > 1024)
+            __builtin_trap();
+        for (int i = 0; i < c.n_layers; i++)
+            sink += c.layer_linear[i] + c.layer_moe[i];
+        config_free(&c);
+    }
     gguf_free(g);
     return 0;
 }

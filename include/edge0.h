@@ -207,6 +207,8 @@ typedef struct {
     int32_t top_k;
     uint64_t weight_bytes; /* all tensors the model uses */
     uint64_t expert_bytes; /* the routed experts among them */
+    int32_t mtp_layers;    /* a GGUF file's multi-token-prediction (MTP) draft head: its */
+    uint64_t mtp_bytes;    /* blocks and bytes, checked but never loaded (nothing uses it yet) */
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);

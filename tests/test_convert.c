@@ -12,7 +12,11 @@
  *  - malformed sources (missing shard, an I64 weight, a shape that disagrees
  *    with config.json, a tensor with no place in the model), an existing
  *    DST without --force and a cancelled run: clear errors, no DST and no
- *    temporary directory left behind. */
+ *    temporary directory left behind;
+ *  - a Qwen3.5 checkpoint with its MTP block (tests/data/mtp/hf): mtp.*
+ *    dropped by default, kept as they are with --keep-mtp; Hugging Face and
+ *    mlx folders with mtp.* load, compute what they compute without them
+ *    (bit for bit) and leave them out of the weight bytes. */
 #include "testutil.h"
 
 #include "convert/convert.h"
@@ -400,6 +404,136 @@ static void test_unknown_and_dropped(void **state) {
     free(src), free(dst);
 }
 
+/* ---- MTP tensors ---------------------------------------------------------------- */
+
+static const char *MTP_HF = "tests/data/mtp/hf";
+
+/* dir's logits over a fixed sequence (prefill then decode) and weight bytes. */
+static float *mtp_logits(const char *dir, uint64_t *weight_bytes) {
+    static const int32_t ids[] = {5, 17, 300, 2, 999, 41, 7, 7, 120, 64, 1000, 3, 1023, 8};
+    const size_t n = sizeof ids / sizeof *ids, V = 1024;
+    char err[E0_ERR_MAX];
+    e0_engine *e;
+    if (e0_engine_open(&e, dir, NULL, err)) fail_msg("open %s: %s", dir, err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    assert_int_equal(info.vocab_size, V);
+    assert_int_equal(info.mtp_layers, 0); /* only GGUF files have one edge0 checks */
+    *weight_bytes = info.weight_bytes;
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = (int32_t)n;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    float *lg = malloc(n * V * sizeof *lg);
+    assert_non_null(lg);
+    if (e0_session_eval(s, ids, 5, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
+    for (size_t i = 5; i < n; i++)
+        if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, lg + i * V, err)) fail_msg("%s", err);
+    e0_session_free(s);
+    e0_engine_free(e);
+    return lg;
+}
+
+static bool is_mtp_name(const char *n) {
+    return strncmp(n, "mtp.", 4) == 0;
+}
+
+/* The source's mtp.* tensors in `out`, same dtype, shape and bytes (keep),
+ * or none there (!keep). */
+static void check_mtp_in(const char *out, bool keep) {
+    st_set *a, *b;
+    char err[E0_ERR_MAX];
+    if (st_set_open_dir(&a, out, err)) fail_msg("%s", err);
+    if (st_set_open_dir(&b, MTP_HF, err)) fail_msg("%s", err);
+    size_t n = 0, found = 0;
+    for (size_t i = 0; i < st_count(b); i++) {
+        const st_tensor *r = st_at(b, i);
+        if (!is_mtp_name(r->name)) continue;
+        n++;
+        const st_tensor *t = st_get(a, r->name);
+        if (!t) continue;
+        found++;
+        assert_int_equal(t->dtype, r->dtype);
+        assert_int_equal(t->ndim, r->ndim);
+        assert_memory_equal(t->shape, r->shape, sizeof t->shape);
+        assert_int_equal(t->nbytes, r->nbytes);
+        assert_memory_equal(t->data, r->data, r->nbytes);
+    }
+    size_t in_out = 0;
+    for (size_t i = 0; i < st_count(a); i++)
+        in_out += is_mtp_name(st_at(a, i)->name);
+    assert_int_equal(n, 29); /* fc, 3 norms, a layer of 25 tensors with 4 experts */
+    assert_int_equal(found, keep ? n : 0);
+    assert_int_equal(in_out, found);
+    st_set_free(a);
+    st_set_free(b);
+}
+
+/* convert drops mtp.* by default and keeps them with --keep-mtp (library
+ * and command line); the mlx folder with them computes what the one
+ * without does, as the Hugging Face folder with them computes what a copy
+ * without them does. */
+static void test_mtp_keep_drop(void **state) {
+    (void)state;
+    char *root = new_root(), *drop = join(root, "drop"), *keep = join(root, "keep"), err[E0_ERR_MAX];
+    convert_opts o;
+    convert_opts_default(&o);
+    o.no_sync = 1;
+    convert_info info;
+    if (convert_run(MTP_HF, drop, &o, &info, err)) fail_msg("%s", err);
+    assert_int_equal(info.dropped, 29);
+    assert_int_equal(info.kept_mtp, 0);
+    check_mtp_in(drop, false);
+    o.keep_mtp = 1;
+    if (convert_run(MTP_HF, keep, &o, &info, err)) fail_msg("%s", err);
+    assert_int_equal(info.dropped, 0);
+    assert_int_equal(info.kept_mtp, 29);
+    check_mtp_in(keep, true);
+    printf("  convert: 29 mtp.* tensors dropped by default, kept byte for byte with keep_mtp\n");
+    uint64_t wd, wk, wh, wn;
+    float *ld = mtp_logits(drop, &wd), *lk = mtp_logits(keep, &wk);
+    assert_memory_equal(ld, lk, 14 * 1024 * sizeof *ld);
+    assert_int_equal(wd, wk);
+
+    /* the Hugging Face folder, and a copy of it without mtp.* */
+    char *nomtp = join(root, "nomtp"), *p = join(nomtp, "model.safetensors");
+    assert_int_equal(mkdir(nomtp, 0755), 0);
+    st_set *s;
+    if (st_set_open_dir(&s, MTP_HF, err)) fail_msg("%s", err);
+    st_wtensor *wt = calloc(st_count(s), sizeof *wt);
+    assert_non_null(wt);
+    size_t k = 0;
+    for (size_t i = 0; i < st_count(s); i++) {
+        const st_tensor *t = st_at(s, i);
+        if (is_mtp_name(t->name)) continue;
+        wt[k] = (st_wtensor){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(wt[k++].shape, t->shape, sizeof wt[0].shape);
+    }
+    static const char *const meta[] = {"format", "pt"};
+    if (st_write(p, wt, k, meta, 2, err)) fail_msg("%s", err);
+    copy_text(MTP_HF, nomtp, "config.json");
+    copy_text(MTP_HF, nomtp, "tokenizer.json");
+    st_set_free(s);
+    float *lh = mtp_logits(MTP_HF, &wh), *ln = mtp_logits(nomtp, &wn);
+    assert_memory_equal(lh, ln, 14 * 1024 * sizeof *lh);
+    assert_int_equal(wh, wn);
+    printf("  hf with mtp.* = hf without (weight bytes %llu); mlx with mtp.* = mlx without (%llu)\n",
+           (unsigned long long)wh, (unsigned long long)wd);
+
+    /* the command line: --keep-mtp, and the plan says what it does */
+    char cmd[8192], *log = join(root, "log"), *keep2 = join(root, "keep2");
+    snprintf(cmd, sizeof cmd,
+             "%s convert %s %s --keep-mtp --no-sync > %s 2>&1 && grep -q '29 MTP tensors kept as "
+             "they are' %s && %s convert %s %s/drop2 --no-sync --dry-run | grep -q '29 source "
+             "tensors dropped (MTP'",
+             tu_bin(), MTP_HF, keep2, log, log, tu_bin(), MTP_HF, root);
+    if (tu_run(cmd) != 0) fail_msg("edge0 convert --keep-mtp (see %s)", log);
+    check_mtp_in(keep2, true);
+    free(ld), free(lk), free(lh), free(ln), free(wt), free(p), free(nomtp), free(log), free(keep2);
+    free(drop), free(keep);
+}
+
 /* Through the binary: an existing DST is refused (and left as it was)
  * without --force, replaced with it; --force does not replace what is not
  * a model directory. */
@@ -468,5 +602,6 @@ int main(int argc, char **argv) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_unknown_and_dropped, cleanup);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_existing_dst, cleanup);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_cancel, cleanup);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(test_mtp_keep_drop, cleanup);
     return _cmocka_run_group_tests("test_convert", tests, n, NULL, NULL);
 }

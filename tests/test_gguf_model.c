@@ -6,7 +6,15 @@
  *    5e-3 with the same argmax at every position;
  *  - the hyper-parameters come from the metadata (no config.json);
  *  - `demo`, `chat` and `serve` on a file with nothing beside it (the
- *    tokenizer from tokenizer.ggml.*).
+ *    tokenizer from tokenizer.ggml.*);
+ *  - Qwen3.5 files with the MTP block (tests/data/mtp, made by llama.cpp's
+ *    converter, issue 36): the main layers and their pattern from
+ *    block_count - nextn_predict_layers, the block checked and not loaded,
+ *    the F32 file within 1e-5 of the Hugging Face checkpoint it was made
+ *    from, `info` / `demo` / `chat` / `serve` on the file alone; the
+ *    draft-only file, nextn_predict_layers >= block_count, a missing or
+ *    misshapen MTP tensor, an unknown tensor or key: clear errors naming
+ *    the file once.
  * The streaming paths on GGUF are in test_stream's matrix. */
 #include "testutil.h"
 
@@ -149,11 +157,10 @@ static void test_config(void **state) {
     e0_engine_free(e);
 }
 
-/* demo, chat and serve on a copy of one file in an empty directory. */
-static void test_cli_single_file(void **state) {
-    (void)state;
+/* demo, chat and serve on a copy of the file at `path` in an empty directory. */
+static void cli_single_file(const char *path) {
     char *dir = tu_tmpdir(), cmd[16384];
-    snprintf(cmd, sizeof cmd, "cp %s %s/m.gguf", model_path(9), dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s/m.gguf", path, dir);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(cmd, sizeof cmd,
              "%s demo %s/m.gguf --prompt 'Hello there' --max-tokens 6 --temp 0 > %s/demo.out 2>&1 && "
@@ -178,6 +185,11 @@ static void test_cli_single_file(void **state) {
     if (tu_run(cmd) != 0) fail_msg("serve on a lone GGUF file failed (see %s/serve.log, resp.json)", dir);
     tu_rmtree(dir);
     free(dir);
+}
+
+static void test_cli_single_file(void **state) {
+    (void)state;
+    cli_single_file(model_path(9));
 }
 
 /* The bundle order of GGUF's separate ffn_{up,gate,down}_exps is the math
@@ -295,12 +307,207 @@ static void test_bad_metadata(void **state) {
     free(dir);
 }
 
+/* ---- MTP (tests/data/mtp) ------------------------------------------------ */
+
+static const char *mtp_path(const char *name) {
+    static char p[256];
+    snprintf(p, sizeof p, "tests/data/mtp/%s.gguf", name);
+    return p;
+}
+
+/* The main model and the MTP block's description from a file with both;
+ * its bytes counted apart from the model's. */
+static void test_mtp_config(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine *e, *r;
+    if (e0_engine_open(&e, mtp_path("model-Q8_0"), NULL, err)) fail_msg("%s", err);
+    if (e0_engine_open(&r, mtp_path("model-Q8_0-nomtp"), NULL, err)) fail_msg("%s", err);
+    const e0_config *c = &e->model.cfg;
+    assert_int_equal(c->n_layers, 4); /* block_count 5, nextn_predict_layers 1 */
+    assert_int_equal(c->mtp_layers, 1);
+    assert_true(c->layer_linear[0] && c->layer_linear[1] && c->layer_linear[2] && !c->layer_linear[3]);
+    assert_int_equal(r->model.cfg.n_layers, 4);
+    assert_int_equal(r->model.cfg.mtp_layers, 0);
+    const e0_mtp *m = &e->model.mtp;
+    assert_int_equal(m->n_layers, 1);
+    const e0_mtp_layer *x = &m->layers[0];
+    assert_int_equal(x->blk, 4);
+    assert_string_equal(x->eh_proj->name, "blk.4.nextn.eh_proj.weight");
+    assert_int_equal(x->eh_proj->shape[0], c->hidden);
+    assert_int_equal(x->eh_proj->shape[1], 2 * c->hidden);
+    assert_true(x->q && x->k && x->v && x->o && x->router && x->gate && x->up && x->down && x->sh_router);
+    assert_null(x->gate_up);
+    assert_non_null(x->head_norm); /* the converter writes shared_head_norm ... */
+    assert_null(x->embed);         /* ... and no embeddings or head of its own */
+    assert_null(x->head);
+    uint64_t bytes = 0;
+    int n = 0;
+    for (size_t k = 0; k < st_count(e->model.st); k++) {
+        const st_tensor *t = st_at(e->model.st, k);
+        if (strncmp(t->name, "blk.4.", 6) == 0) {
+            bytes += t->nbytes, n++;
+            assert_int_equal(e->model.used[k], 2);
+        } else {
+            assert_int_equal(e->model.used[k], 1);
+        }
+    }
+    assert_int_equal(m->n_tensors, n);
+    assert_int_equal(m->bytes, bytes);
+    e0_model_info a, b;
+    e0_engine_info(e, &a);
+    e0_engine_info(r, &b);
+    assert_int_equal(a.mtp_bytes, bytes);
+    assert_int_equal(a.weight_bytes, b.weight_bytes);
+    assert_int_equal(a.n_layers, 4);
+    printf("  %d MTP tensors, %llu bytes, out of weight_bytes %llu\n", n, (unsigned long long)bytes,
+           (unsigned long long)a.weight_bytes);
+    e0_engine_free(e);
+    e0_engine_free(r);
+}
+
+/* The F32 file computes what the Hugging Face checkpoint it was converted
+ * from does (exact kernels, prefill then decode): the converter's main
+ * layers are the model, whatever block follows them. */
+static void test_mtp_matches_hf(void **state) {
+    (void)state;
+    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    char err[E0_ERR_MAX];
+    st_set *g;
+    if (st_set_open_file(&g, tu_shared("fixtures/qwen35moe/golden.safetensors"), err)) fail_msg("%s", err);
+    size_t n;
+    const int32_t *ids = tu_i32(g, "input_ids", &n);
+    const size_t prompt = (size_t)atoi(st_meta(g, "prompt_len"));
+    e0_engine *e, *h;
+    if (e0_engine_open(&e, mtp_path("model-F32"), NULL, err)) fail_msg("%s", err);
+    if (e0_engine_open(&h, "tests/data/mtp/hf", NULL, err)) fail_msg("%s", err);
+    float *a = run(e, ids, n, prompt, 1024), *b = run(h, ids, n, prompt, 1024);
+    double worst = 0;
+    for (size_t t = 0; t < n; t++) {
+        const double r = tu_rel_l2(a + t * 1024, b + t * 1024, 1024);
+        worst = r > worst ? r : worst;
+        assert_int_equal(tu_argmax(a + t * 1024, 1024), tu_argmax(b + t * 1024, 1024));
+    }
+    printf("  model-F32.gguf vs its Hugging Face source, %zu ids: worst position rel L2 %.3g\n", n, worst);
+    assert_true(worst <= 1e-5);
+    free(a), free(b);
+    e0_engine_free(e);
+    e0_engine_free(h);
+    st_set_free(g);
+    mat_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* `info` names the MTP draft head and its bytes; demo, chat and serve run
+ * on the MTP file alone. */
+static void test_mtp_cli(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s info %s > %s/info.txt 2>&1 && grep -q '4 layers (4 MoE)' %s/info.txt && "
+             "grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (checked; not loaded' "
+             "%s/info.txt && %s info %s --json | grep -q '\"mtp_layers\":1,\"mtp_bytes\":37440'",
+             tu_bin(), mtp_path("model-Q8_0"), dir, dir, dir, tu_bin(), mtp_path("model-Q8_0"));
+    if (tu_run(cmd) != 0) fail_msg("edge0 info on the MTP file (see %s/info.txt)", dir);
+    snprintf(cmd, sizeof cmd, "cat %s/info.txt", dir);
+    tu_run(cmd);
+    tu_rmtree(dir);
+    free(dir);
+    cli_single_file(mtp_path("model-Q4_0"));
+}
+
+/* A copy of `src` in dir/name with the first occurrence of `from` in its
+ * header replaced by `to` (the same length); `at`: the bytes after it
+ * replaced instead when non-NULL (`from` then stays). */
+static char *patched(const char *dir, const char *name, const char *src, const char *from,
+                     const char *to, const void *at, size_t at_len) {
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    static uint8_t buf[1 << 21];
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(len > 0 && len < sizeof buf);
+    const size_t fl = strlen(from);
+    size_t i = 0;
+    while (i + fl <= len && memcmp(buf + i, from, fl) != 0) i++;
+    if (i + fl > len) fail_msg("%s: no %s in its first %zu bytes", src, from, len);
+    if (at) {
+        memcpy(buf + i + fl, at, at_len);
+    } else {
+        assert_int_equal(strlen(to), fl);
+        memcpy(buf + i, to, fl);
+    }
+    return tu_write(dir, name, buf, len);
+}
+
+/* How many times `needle` occurs in `hay`. */
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static void test_mtp_errors(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), err[E0_ERR_MAX];
+    char q8[256];
+    snprintf(q8, sizeof q8, "%s", mtp_path("model-Q8_0"));
+    /* nextn_predict_layers: u32 (type 4), then the value */
+    const uint8_t six[8] = {4, 0, 0, 0, 6, 0, 0, 0}, five[8] = {4, 0, 0, 0, 5, 0, 0, 0};
+    struct {
+        const char *file;
+        char *path;
+        const char *want;
+    } cases[] = {
+        {"draft-Q8_0.gguf", strdup(mtp_path("draft-Q8_0")), "is a draft-only MTP file"},
+        {"over.gguf", patched(dir, "over.gguf", q8, "qwen35moe.nextn_predict_layers", NULL, six, 8),
+         "qwen35moe.nextn_predict_layers = 6 is not less than qwen35moe.block_count = 5"},
+        {"all.gguf", patched(dir, "all.gguf", q8, "qwen35moe.nextn_predict_layers", NULL, five, 8),
+         "qwen35moe.nextn_predict_layers = 5 is not less than qwen35moe.block_count = 5"},
+        {"missing.gguf",
+         patched(dir, "missing.gguf", q8, "blk.4.nextn.enorm.weight", "blk.4.nextn.xnorm.weight", NULL, 0),
+         "tensor blk.4.nextn.enorm.weight is missing: qwen35moe.nextn_predict_layers = 1 makes blk.4"},
+        {"main.gguf", patched(dir, "main.gguf", q8, "blk.0.attn_qkv.weight", "blk.0.attn_qkx.weight", NULL, 0),
+         "main.gguf: tensor blk.0.attn_qkv.weight is missing"},
+        {"shape.gguf", patched(dir, "shape.gguf", q8, "blk.4.attn_q.weight", "blk.4.attn_x.weight", NULL, 0),
+         NULL},
+        {"unknown.gguf",
+         patched(dir, "unknown.gguf", q8, "blk.4.nextn.shared_head_norm.weight",
+                 "blk.4.nextn.shared_head_xxxx.weight", NULL, 0),
+         "tensor blk.4.nextn.shared_head_xxxx.weight is not part of the qwen35moe model"},
+        {"key.gguf",
+         patched(dir, "key.gguf", q8, "qwen35moe.rope.dimension_sections",
+                 "qwen35moe.rope.dimension_sectionz", NULL, 0),
+         "metadata key qwen35moe.rope.dimension_sectionz is not one edge0 knows"},
+    };
+    /* shape.gguf: attn_q renamed attn_x, then attn_k renamed attn_q: a
+     * [64, 32] tensor where the config implies [256, 32] */
+    free(cases[5].path);
+    char *tmp = patched(dir, "tmp.gguf", q8, "blk.4.attn_q.weight", "blk.4.attn_x.weight", NULL, 0);
+    cases[5].path = patched(dir, "shape.gguf", tmp, "blk.4.attn_k.weight", "blk.4.attn_q.weight", NULL, 0);
+    cases[5].want = "tensor blk.4.attn_q.weight has shape [64, 32] but the GGUF metadata implies [256, 32]";
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        e0_engine *e = NULL;
+        err[0] = 0;
+        assert_int_not_equal(e0_engine_open(&e, cases[i].path, NULL, err), 0);
+        assert_null(e);
+        printf("  %s: %s\n", cases[i].file, err);
+        if (!strstr(err, cases[i].want)) fail_msg("%s: the message lacks '%s'", cases[i].file, cases[i].want);
+        assert_int_equal(count(err, cases[i].file), 1); /* the file, named once */
+        free(cases[i].path);
+    }
+    free(tmp);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_exact),  cmocka_unit_test(test_logits_default),
         cmocka_unit_test(test_config),        cmocka_unit_test(test_cli_single_file),
         cmocka_unit_test(test_bundle_order), cmocka_unit_test(test_bad_files),
-        cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_bad_metadata),  cmocka_unit_test(test_mtp_config),
+        cmocka_unit_test(test_mtp_matches_hf), cmocka_unit_test(test_mtp_cli),
+        cmocka_unit_test(test_mtp_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

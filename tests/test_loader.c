@@ -1,6 +1,7 @@
 /* Hostile checkpoints: every malformed-input case of the loader gives a
  * clear error naming the file and the tensor or key, and nothing crashes.
- * Also: sharded checkpoints load and compute exactly what one file does. */
+ * Also: sharded checkpoints load and compute exactly what one file does;
+ * --io load and pread's pinning leave a GGUF file's MTP head in the file. */
 #include "testutil.h"
 
 #include "model/model.h"
@@ -367,7 +368,7 @@ static void test_load_in_place(void **state) {
     assert_int_equal((uintptr_t)(st_at(s, 0)->data - off) % (2u << 20), 0);
     uint64_t last = 0, calls = 0;
     uint64_t *pc[2] = {&last, &calls};
-    assert_int_equal(st_set_load(s, load_seen, pc, err), 0);
+    assert_int_equal(st_set_load(s, NULL, 0, load_seen, pc, err), 0);
     assert_true(calls > 0);
     for (size_t i = 0; i < n; i++) {
         const st_tensor *t = st_at(s, i);
@@ -518,6 +519,71 @@ static void test_pin_only_resident(void **state) {
     }
 }
 
+/* What /proc/self/maps says is mapped at p: 1 a mapping of a file whose
+ * path ends in `file`, 0 anonymous memory, -1 neither. */
+static int mapped_from(const void *p, const char *file) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[4608];
+    int r = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2) continue;
+        if ((uintptr_t)p < lo || (uintptr_t)p >= hi) continue;
+        char *path = line + at;
+        path[strcspn(path, "\n")] = 0;
+        const size_t pl = strlen(path), fl = strlen(file);
+        r = !*path ? 0 : pl >= fl && !strcmp(path + pl - fl, file) ? 1 : -1;
+        break;
+    }
+    fclose(f);
+    return r;
+}
+
+/* The MTP head of a GGUF file (issue 36) stays in the file under every I/O
+ * mode: --io load and pread's pinning copy the model's weights into
+ * anonymous memory and leave its pages mappings of the file (experts too
+ * under pread); the bytes read through them are the file's. */
+static void test_mtp_not_loaded(void **state) {
+    (void)state;
+    const char *path = "tests/data/mtp/model-F32.gguf";
+    const e0_io_mode ios[] = {E0_IO_LOAD, E0_IO_PREAD};
+    for (int i = 0; i < 2; i++) {
+        char err[E0_ERR_MAX];
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.io = ios[i];
+        o.budget_mode = E0_BUDGET_OFF;
+        e0_engine *e;
+        if (e0_engine_open(&e, path, &o, err)) fail_msg("%s", err);
+        const e0_model *m = &e->model;
+        const st_tensor *q = m->mtp.layers[0].q, *emb = st_get(m->st, "token_embd.weight"),
+                        *exps = st_get(m->st, "blk.0.ffn_gate_exps.weight");
+        assert_true(q && q->nbytes >= 3 * 4096 && emb && exps && exps->nbytes >= 3 * 4096);
+        const uint8_t *mid_q = q->data + q->nbytes / 2, *mid_e = emb->data + emb->nbytes / 2,
+                      *mid_x = exps->data + exps->nbytes / 2;
+        printf("  --io %s: MTP attn_q %s, token_embd %s, blk.0 experts %s\n", e0_io_name(ios[i]),
+               mapped_from(mid_q, "model-F32.gguf") == 1 ? "file" : "memory",
+               mapped_from(mid_e, "model-F32.gguf") == 1 ? "file" : "memory",
+               mapped_from(mid_x, "model-F32.gguf") == 1 ? "file" : "memory");
+        assert_int_equal(mapped_from(mid_q, "model-F32.gguf"), 1);
+        assert_int_equal(mapped_from(mid_e, "model-F32.gguf"), 0);
+        assert_int_equal(mapped_from(mid_x, "model-F32.gguf"), ios[i] == E0_IO_PREAD ? 1 : 0);
+        /* the bytes are the file's */
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        uint8_t *buf = malloc(q->nbytes);
+        assert_non_null(buf);
+        assert_int_equal(fseek(f, (long)q->off, SEEK_SET), 0);
+        assert_int_equal(fread(buf, 1, q->nbytes, f), q->nbytes);
+        fclose(f);
+        assert_memory_equal(buf, q->data, q->nbytes);
+        free(buf);
+        e0_engine_free(e);
+    }
+}
+
 static void test_cli_errors(void **state) {
     (void)state;
     char cmd[4096];
@@ -552,6 +618,7 @@ int main(void) {
         cmocka_unit_test(test_load_in_place),
         cmocka_unit_test(test_truncated_while_open),
         cmocka_unit_test(test_pin_only_resident),
+        cmocka_unit_test(test_mtp_not_loaded),
         cmocka_unit_test(test_cli_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,9 @@
  *    drop; without it nothing is dropped;
  *  - direct (O_DIRECT) reads under a memory budget, speculative loads of
  *    the next layer's experts, and the fallback to buffered reads when the
- *    filesystem rejects O_DIRECT, all bit-identical to exact. */
+ *    filesystem rejects O_DIRECT, all bit-identical to exact;
+ *  - Qwen3.5 GGUF files with the MTP block (tests/data/mtp): every path,
+ *    preset and I/O mode bit-identical to the --no-mtp file. */
 #include "testutil.h"
 
 #include "edge0.h"
@@ -631,6 +633,103 @@ static void test_prefill_spec(void **state) {
     free(ref);
 }
 
+/* Qwen3.5 GGUF files as llama.cpp's converter writes them by default, with
+ * the MTP block after the main layers (tests/data/mtp, issue 36): every
+ * path, preset, cache size, I/O thread count and I/O mode gives logits
+ * bit-identical to the same type's --no-mtp file under exact, in prefill
+ * and decode; the MTP bytes are never read (the same expert bytes read as
+ * the --no-mtp file's with one I/O thread, the same weight bytes); `edge0
+ * logits` writes the same file for both. */
+static void test_mtp_gguf(void **state) {
+    (void)state;
+    static const char *const types[] = {"F32", "Q8_0", "Q4_0"};
+    const int slots[] = {1, 2, 4096};
+    const e0_io_mode ios[] = {E0_IO_PREAD, E0_IO_MMAP, E0_IO_LOAD};
+    const seq q = load_seq("qwen35moe", "hf"); /* 32 ids < 1024, prompt 12 */
+    long runs = 0;
+    char err[E0_ERR_MAX];
+    for (size_t ti = TSAN ? 2 : 0; ti < sizeof types / sizeof *types; ti++) {
+        char mtp[256], ref[256];
+        snprintf(mtp, sizeof mtp, "tests/data/mtp/model-%s.gguf", types[ti]);
+        snprintf(ref, sizeof ref, "tests/data/mtp/model-%s-nomtp.gguf", types[ti]);
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.path = E0_PATH_EXACT;
+        o.io = E0_IO_MMAP;
+        e0_engine *e;
+        if (e0_engine_open(&e, ref, &o, err)) fail_msg("%s", err);
+        e0_model_info ri, mi;
+        e0_engine_info(e, &ri);
+        const size_t bytes = q.n * (size_t)ri.vocab_size * sizeof(float);
+        float *want = run_seq(e, &q);
+        e0_engine_free(e);
+        assert_int_equal(ri.mtp_layers, 0);
+        for (int ci = 0; ci < NCONFIGS; ci++)
+            for (int si = 0; si < 3; si++)
+                for (int many = 0; many < 2; many++) {
+                    if (TSAN && (!many || si != 1)) continue;
+                    apply(&o, &CONFIGS[ci], slots[si], many);
+                    if (e0_engine_open(&e, mtp, &o, err)) fail_msg("%s", err);
+                    float *lg = run_seq(e, &q);
+                    e0_stats st;
+                    e0_engine_stats(e, &st);
+                    if (memcmp(lg, want, bytes) != 0)
+                        fail_msg("%s %s cache_slots=%d threads=%s: logits differ from the --no-mtp "
+                                 "file's", mtp, CONFIGS[ci].name, slots[si], many ? "many" : "1");
+                    free(lg);
+                    e0_engine_free(e);
+                    /* the same reads as the --no-mtp file: expert bundles only */
+                    if (e0_engine_open(&e, ref, &o, err)) fail_msg("%s", err);
+                    free(run_seq(e, &q));
+                    e0_stats rs;
+                    e0_engine_stats(e, &rs);
+                    e0_engine_free(e);
+                    /* (with many I/O threads the staged paths' reads depend on timing) */
+                    if (!many) assert_int_equal(st.bytes_read, rs.bytes_read);
+                    assert_int_equal(st.drops, 0);
+                    runs++;
+                }
+        for (size_t ii = 0; ii < sizeof ios / sizeof *ios; ii++) {
+            e0_engine_opts_default(&o);
+            o.io = ios[ii];
+            o.budget_mode = E0_BUDGET_OFF;
+            if (e0_engine_open(&e, mtp, &o, err)) fail_msg("%s", err);
+            e0_engine_info(e, &mi);
+            float *lg = run_seq(e, &q);
+            if (memcmp(lg, want, bytes) != 0)
+                fail_msg("%s --io %s: logits differ from the --no-mtp file's", mtp, e0_io_name(ios[ii]));
+            free(lg);
+            e0_engine_free(e);
+            runs++;
+        }
+        assert_int_equal(mi.mtp_layers, 1);
+        assert_true(mi.mtp_bytes > 0);
+        assert_int_equal(mi.weight_bytes, ri.weight_bytes);
+        assert_int_equal(mi.expert_bytes, ri.expert_bytes);
+        printf("  %s: MTP head %llu bytes, never read; weights %llu bytes as the --no-mtp file's\n",
+               types[ti], (unsigned long long)mi.mtp_bytes, (unsigned long long)mi.weight_bytes);
+        free(want);
+    }
+    /* edge0 logits: the same output file, prefill then decode */
+    char *dir = tu_tmpdir(), cmd[16384];
+    const char *const variants[] = {"--path exact --io mmap", "--path staged --opt staged_n=3",
+                                    "--path hot --opt hot_per_layer=2 --opt cache_slots=1",
+                                    "--path full", "--preset prod_k8", "--io load",
+                                    "--mem-budget 100M"};
+    for (size_t i = 0; i < (TSAN ? 1 : sizeof variants / sizeof *variants); i++) {
+        snprintf(cmd, sizeof cmd,
+                 "for f in model-Q4_0 model-Q4_0-nomtp; do %s logits tests/data/mtp/$f.gguf "
+                 "--ids 5,17,300,2,999,41,7,7,120,64,1000,3 --prefill 5 %s --out %s/$f.st "
+                 "2>/dev/null || exit 1; done; cmp -s %s/model-Q4_0.st %s/model-Q4_0-nomtp.st",
+                 tu_bin(), variants[i], dir, dir, dir);
+        if (tu_run(cmd) != 0) fail_msg("edge0 logits %s: the MTP file's logits differ", variants[i]);
+        runs++;
+    }
+    tu_rmtree(dir);
+    free(dir);
+    printf("  %ld configurations on MTP files bit-identical to the --no-mtp files\n", runs);
+}
+
 /* Options: presets hold the documented values; bad fields and values fail. */
 static void test_options(void **state) {
     (void)state;
@@ -749,6 +848,7 @@ int main(void) {
         cmocka_unit_test(test_direct_reads),
         cmocka_unit_test(test_prefetch_k),
         cmocka_unit_test(test_prefill_spec),
+        cmocka_unit_test(test_mtp_gguf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* edge0 convert SRC DST [--bits 4|8] [--group-size 32|64|128] [--fused-gate-up]
+/* edge0 convert SRC DST [--bits 4|8] [--group-size 32|64|128] [--fused-gate-up] [--keep-mtp]
  * Hugging Face checkpoint -> mlx layout, with a progress bar on stderr (a
  * line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
@@ -21,7 +21,7 @@ static void help(FILE *f) {
             "layout edge0 streams from: mlx affine quantization computed in f32 (bit for bit\n"
             "what mlx-lm's CPU quantizer writes), routers and shared-expert gates 8-bit group 64,\n"
             "experts stacked per layer, hybrid norms stored as 1 + w, conv1d as [C, K, 1], MTP and\n"
-            "vision tensors dropped. Writes safetensors shards, model.safetensors.index.json and\n"
+            "vision tensors dropped (MTP kept with --keep-mtp). Writes safetensors shards, model.safetensors.index.json and\n"
             "config.json (with its \"quantization\" block) and copies the tokenizer and generation\n"
             "files. Reads and writes one slice at a time: memory stays at a few MiB per thread.\n"
             "DST is written as DST.tmp-XXXXXX and renamed when complete.\n"
@@ -30,6 +30,9 @@ static void help(FILE *f) {
             "  --group-size N     32, 64 (default) or 128\n"
             "  --fused-gate-up    one switch_mlp.gate_up_proj per layer (gate rows on top of up\n"
             "                     rows, per expert) instead of gate_proj + up_proj\n"
+            "  --keep-mtp         keep the multi-token-prediction tensors (mtp.*) as the source\n"
+            "                     has them (names, dtype, values; not quantized) instead of\n"
+            "                     dropping them; edge0 does not run them (yet)\n"
             "  --force            replace an existing DST (only a model directory)\n"
             "  --threads N        worker threads (default: one per core, at most 8)\n"
             "  --shard-gb N       largest shard in GiB (default 5, as mlx-lm)\n"
@@ -72,6 +75,8 @@ int cmd_convert(int argc, char **argv) {
             o.group = (int)n, i++;
         } else if (!strcmp(a, "--fused-gate-up")) {
             o.fused_gate_up = 1;
+        } else if (!strcmp(a, "--keep-mtp")) {
+            o.keep_mtp = 1;
         } else if (!strcmp(a, "--force")) {
             o.force = 1;
         } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
@@ -110,6 +115,7 @@ int cmd_convert(int argc, char **argv) {
            o.fused_gate_up ? ", fused gate_up" : "");
     printf("plan: %zu tensors (%zu quantized modules), %.2f GB in %d file%s", info.out_tensors, info.quantized,
            (double)info.out_bytes / 1e9, info.n_shards, info.n_shards > 1 ? "s" : "");
+    if (info.kept_mtp) printf("; %zu MTP tensors kept as they are", info.kept_mtp);
     if (info.dropped) printf("; %zu source tensors dropped (MTP, vision, ...: %s)", info.dropped, info.dropped_example);
     printf("\n");
     fflush(stdout);

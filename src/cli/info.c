@@ -14,7 +14,8 @@
 static const char *HELP =
     "usage: edge0 info MODEL [engine options] [--json]\n"
     "\n"
-    "Prints the model's family, layout, parameters, expert and non-expert bytes,\n"
+    "Prints the model's family, layout, parameters, expert and non-expert bytes\n"
+    "(and a GGUF file's MTP draft head, which is not loaded),\n"
     "the KV cache and DeltaNet state a sequence needs, and the plan a run would\n"
     "make with this machine's memory (or --mem-budget): the I/O mode, the expert\n"
     "cache's slots and share of all experts, and the bytes a decoded token would\n"
@@ -80,6 +81,8 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
         cJSON_AddNumberToObject(o, "expert_bytes", (double)in->expert_bytes);
         cJSON_AddNumberToObject(o, "non_expert_bytes", (double)(in->weight_bytes - in->expert_bytes));
+        cJSON_AddNumberToObject(o, "mtp_layers", in->mtp_layers);
+        cJSON_AddNumberToObject(o, "mtp_bytes", (double)in->mtp_bytes);
         cJSON_AddNumberToObject(o, "kv_bytes_per_1k_tokens", (double)p.kv_bytes_per_1k);
         cJSON_AddStringToObject(o, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(o, "state_bytes", (double)p.state_bytes);
@@ -111,6 +114,10 @@ int cmd_info(int argc, char **argv) {
     printf("weights: %.2f MiB = experts %.2f MiB + the rest %.2f MiB (resident)\n",
            (double)in->weight_bytes / (1 << 20), (double)in->expert_bytes / (1 << 20),
            (double)(in->weight_bytes - in->expert_bytes) / (1 << 20));
+    if (in->mtp_layers)
+        printf("MTP draft head: %d layer%s, %.2f MiB in the file (checked; not loaded: nothing "
+               "uses it yet)\n",
+               in->mtp_layers, in->mtp_layers == 1 ? "" : "s", (double)in->mtp_bytes / (1 << 20));
     printf("per sequence: KV cache (%s) %.1f MiB per 1000 tokens of context; DeltaNet state %.1f "
            "MiB\n",
            e0_kv_name(ce.eo.kv_type), (double)p.kv_bytes_per_1k / (1 << 20),

@@ -130,7 +130,7 @@ typedef struct {
     seg *sg;
     size_t nsg, capsg;
     uint8_t *used; /* [st_count]: 1 converted, 2 dropped */
-    size_t dropped, quantized;
+    size_t dropped, quantized, kept_mtp;
     char dropped_example[128];
     stw w; /* the output's shards, headers and jobs */
     uint64_t total_src;
@@ -505,6 +505,31 @@ static bool droppable(const char *n) {
     return ends(n, ".rotary_emb.inv_freq");
 }
 
+static bool is_mtp(const char *n) {
+    return starts(n, "mtp.") || starts(n, "model.mtp.");
+}
+
+/* --keep-mtp: an MTP tensor copied as the source has it (name, dtype,
+ * shape, values), one row of its last dimension at a time. */
+static int keep_tensor(plan *p, const st_tensor *t) {
+    if (!float_dtype(t->dtype))
+        return e0_fail(p->err, E0_EUNSUPPORTED,
+                       "%s: tensor %s has dtype %s, which convert cannot copy (BF16, F16, F32)",
+                       tfile(p, t), t->name, st_dtype_name(t->dtype));
+    bool empty = t->ndim < 1;
+    for (int i = 0; i < t->ndim; i++)
+        empty |= t->shape[i] == 0;
+    if (empty)
+        return e0_fail(p->err, E0_EFORMAT, "%s: tensor %s has no values to keep", tfile(p, t),
+                       t->name);
+    item *it = new_item(p, t->name, false, t->ndim, t->shape, (int64_t)t->shape[t->ndim - 1]);
+    if (!it) return e0_fail(p->err, E0_ENOMEM, "out of memory");
+    it->dtype = t->dtype;
+    p->used[tidx(p, t)] = 1;
+    p->kept_mtp++;
+    return add_seg(p, t, 0, it->rows);
+}
+
 static void note_drop(plan *p, const st_tensor *t) {
     p->used[tidx(p, t)] = 2;
     if (!p->dropped++) snprintf(p->dropped_example, sizeof p->dropped_example, "%s", t->name);
@@ -551,7 +576,9 @@ static int plan_tensors(plan *p) {
     for (size_t k = 0; k < st_count(p->st); k++) {
         const st_tensor *t = st_at(p->st, k);
         if (p->used[k]) continue;
-        if (droppable(t->name)) {
+        if (p->o.keep_mtp && is_mtp(t->name)) {
+            if ((rc = keep_tensor(p, t))) return rc;
+        } else if (droppable(t->name)) {
             note_drop(p, t);
         } else if (!unknown++) {
             first = t;
@@ -662,6 +689,7 @@ static void fill_info(const plan *p, convert_info *info) {
     snprintf(info->src_layout, sizeof info->src_layout, "%s", p->layout ? p->layout : "hf");
     info->src_tensors = st_count(p->st);
     info->dropped = p->dropped;
+    info->kept_mtp = p->kept_mtp;
     snprintf(info->dropped_example, sizeof info->dropped_example, "%s", p->dropped_example);
     info->out_tensors = p->w.n_tensors;
     info->quantized = p->quantized;

@@ -22,7 +22,10 @@
  *    (not linear_attn.norm); conv1d [C, 1, K] -> [C, K, 1] (same bytes);
  *    A_log as F32; dt_bias and other vectors in their source dtype;
  *  - mtp.*, vision tower and rotary inv_freq tensors dropped; any other
- *    tensor the config has no place for is an error;
+ *    tensor the config has no place for is an error. With keep_mtp the
+ *    mtp.* (model.mtp.*) tensors are copied as the source has them (names,
+ *    dtype, shape, values: not quantized, not stacked) for a later MTP
+ *    draft; edge0's loader leaves them alone;
  *  - safetensors shards of at most shard_bytes, __metadata__ {"format":
  *    "mlx"}, model.safetensors.index.json, and the tokenizer and generation
  *    files copied.
@@ -64,6 +67,7 @@ typedef struct {
     int n_threads;        /* worker threads; 0: one per core, at most 8 */
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm) */
     int no_sync;          /* skip the fsyncs before the rename (faster, not durable) */
+    int keep_mtp;         /* copy mtp.* as they are instead of dropping them */
     /* Called on the calling thread about every 100 ms and once per phase. */
     void (*progress)(void *ctx, const convert_progress *p);
     void *progress_ctx;
@@ -79,6 +83,7 @@ typedef struct {
     char src_layout[16];   /* "hf" (per-expert) or "hf-fused" */
     size_t src_tensors;    /* tensors in the source */
     size_t dropped;        /* source tensors left out (MTP, vision, inv_freq, tied lm_head) */
+    size_t kept_mtp;       /* mtp.* tensors copied as they are (keep_mtp) */
     char dropped_example[128];
     size_t out_tensors;    /* tensors written */
     size_t quantized;      /* modules quantized */

@@ -31,7 +31,10 @@ typedef struct {
 typedef struct {
     e0_family family;
     const char *family_name;
-    int hidden, n_layers, vocab;
+    int hidden, n_layers, vocab; /* n_layers: the main layers (GGUF: block_count less mtp_layers) */
+    /* GGUF {arch}.nextn_predict_layers: multi-token-prediction blocks stored
+     * after the main layers (blk.n_layers ...; model.h e0_mtp), 0: none */
+    int mtp_layers;
     int n_heads, n_kv_heads, head_dim;
     float rms_eps;
     double rope_theta;

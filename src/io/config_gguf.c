@@ -2,8 +2,10 @@
  * llama.cpp's converter writes), into the same e0_config config.json gives.
  *
  * Architectures: qwen3moe (Qwen3-MoE), qwen3next (Qwen3-Next), qwen35moe
- * (Qwen3.5 / 3.6 MoE). Keys, with the config.json field each replaces:
- *   ARCH.block_count                      num_hidden_layers
+ * (Qwen3.5 / 3.6 MoE). Keys read, with the config.json field each replaces:
+ *   ARCH.block_count                      num_hidden_layers + mtp_num_hidden_layers
+ *   ARCH.nextn_predict_layers             mtp_num_hidden_layers (absent: 0); the
+ *                                         main layers are block_count less these
  *   ARCH.embedding_length                 hidden_size
  *   ARCH.attention.head_count / _kv       num_attention_heads / num_key_value_heads
  *   ARCH.attention.key_length             head_dim (value_length must equal it)
@@ -12,21 +14,62 @@
  *   ARCH.rope.dimension_count             head_dim x partial_rotary_factor
  *   ARCH.expert_count / expert_used_count num_experts / num_experts_per_tok
  *   ARCH.expert_feed_forward_length       moe_intermediate_size
+ *   ARCH.feed_forward_length              intermediate_size (a dense MLP's width:
+ *                                         range-checked; no layer of these
+ *                                         families has one)
+ *   ARCH.context_length                   max_position_embeddings
+ *   hybrids (qwen3next, qwen35moe) also:
  *   ARCH.expert_shared_feed_forward_length shared_expert_intermediate_size
  *   ARCH.ssm.group_count / time_step_rank linear_num_key_heads / linear_num_value_heads
  *   ARCH.ssm.state_size                   linear_key_head_dim
  *   ARCH.ssm.inner_size                   linear_num_value_heads x linear_value_head_dim
  *   ARCH.ssm.conv_kernel                  linear_conv_kernel_dim
- *   ARCH.full_attention_interval          full_attention_interval
- *   ARCH.context_length                   max_position_embeddings
+ *   ARCH.full_attention_interval          full_attention_interval (over the main
+ *                                         layers; the MTP layers are attention)
  *   tokenizer.ggml.eos_token_id, eot_token_id   eos_token_id
  * The vocabulary size is the token embedding's row count (the caller
- * passes it). Qwen3.5's rope.dimension_sections (MRoPE) rotate text
- * positions exactly as plain RoPE over dimension_count dims, so they are
- * not needed. Routing weights are renormalised in every family, as
+ * passes it). Routing weights are renormalised in every family, as
  * llama.cpp does for these architectures (Qwen3-MoE releases set
  * norm_topk_prob too).
- */
+ *
+ * Every other ARCH.* key is refused with its name: it may carry arithmetic
+ * edge0 would silently leave out. Accepted without being read:
+ *   ARCH.rope.dimension_sections  Qwen3.5's MRoPE sections: text positions
+ *                                 rotate exactly as plain RoPE over
+ *                                 dimension_count dims
+ *   ARCH.rope.scaling.type        only "none"; then the other rope.scaling.*
+ *                                 keys are inert and accepted (any other type,
+ *                                 or a scaling key without a type, which
+ *                                 llama.cpp reads as linear scaling, is refused
+ *                                 as config.json's rope_type is)
+ *   ARCH.attention.causal         only true
+ *   ARCH.expert_gating_func       only 1 (softmax)
+ * The keys of the other namespaces are not this file's: general.architecture
+ * is read here, general.alignment and split.* by io/gguf.c, tokenizer.ggml.*
+ * and tokenizer.chat_template by text/generate.c; the rest are descriptions
+ * that do not change the arithmetic and are ignored: general.name, type,
+ * size_label, basename, finetune, version, license, tags, languages,
+ * base_model.*, ... (the converter's metadata), general.file_type and
+ * general.quantization_version (each tensor carries its own type),
+ * quantize.imatrix.* (llama-quantize's record of the calibration),
+ * tokenizer.ggml.add_eos_token, unk_token_id and the like (not used by the
+ * chat paths).
+ *
+ * What llama.cpp's converter (convert_hf_to_gguf.py, 2026-07-23) writes for
+ * each family from the shared fixtures (scripts/make_mtp_gguf.py runs it):
+ *   qwen3moe: block_count context_length embedding_length
+ *     feed_forward_length attention.head_count attention.head_count_kv
+ *     rope.freq_base attention.layer_norm_rms_epsilon expert_count
+ *     expert_used_count attention.key_length attention.value_length
+ *     expert_feed_forward_length;
+ *   qwen3next: those, and expert_shared_feed_forward_length ssm.conv_kernel
+ *     ssm.state_size ssm.group_count ssm.time_step_rank ssm.inner_size
+ *     full_attention_interval rope.dimension_count;
+ *   qwen35moe: those of qwen3next, and rope.dimension_sections and (unless
+ *     --no-mtp, when the checkpoint has an MTP block) nextn_predict_layers.
+ * Depending on the checkpoint's config.json it may add rope.scaling.*,
+ * attention.causal, expert_gating_func, expert_group_count /
+ * expert_group_used_count; the last two (grouped routing) are refused. */
 #include "io/config.h"
 
 #include "io/gguf.h"
@@ -97,11 +140,107 @@ static int add_eos_key(gctx *x, e0_config *c, const char *key) {
 
 enum { BIG = 1 << 20, NONE = -1 };
 
+/* The ARCH.* keys edge0 knows for a family (bit 1 << e0_family). */
+enum { F_Q3 = 1 << E0_FAM_QWEN3_MOE, F_HYB = 1 << E0_FAM_QWEN3_NEXT | 1 << E0_FAM_QWEN3_5_MOE };
+enum { F_ALL = F_Q3 | F_HYB };
+static const struct {
+    const char *key;
+    int fam;
+} KNOWN[] = {
+    {"block_count", F_ALL},
+    {"nextn_predict_layers", F_ALL},
+    {"context_length", F_ALL},
+    {"embedding_length", F_ALL},
+    {"feed_forward_length", F_ALL},
+    {"attention.head_count", F_ALL},
+    {"attention.head_count_kv", F_ALL},
+    {"attention.key_length", F_ALL},
+    {"attention.value_length", F_ALL},
+    {"attention.layer_norm_rms_epsilon", F_ALL},
+    {"attention.causal", F_ALL},
+    {"rope.freq_base", F_ALL},
+    {"rope.dimension_count", F_ALL},
+    {"rope.dimension_sections", F_ALL},
+    {"expert_count", F_ALL},
+    {"expert_used_count", F_ALL},
+    {"expert_feed_forward_length", F_ALL},
+    {"expert_gating_func", F_ALL},
+    {"expert_shared_feed_forward_length", F_HYB},
+    {"ssm.conv_kernel", F_HYB},
+    {"ssm.state_size", F_HYB},
+    {"ssm.group_count", F_HYB},
+    {"ssm.time_step_rank", F_HYB},
+    {"ssm.inner_size", F_HYB},
+    {"full_attention_interval", F_HYB},
+};
+
+/* Every ARCH.* key is one edge0 reads or knows to be inert (the list at
+ * the top); rope scaling, non-causal attention and other gating are
+ * refused. */
+static int check_keys(gctx *x, const e0_config *c) {
+    const char *fn = gguf_fname(x->g);
+    const size_t al = strlen(x->arch);
+    const char *scaling = NULL;
+    char full[128];
+    snprintf(full, sizeof full, "%s.rope.scaling.type", x->arch);
+    int rc = gguf_get_str(x->g, full, &scaling, x->err);
+    if (rc && rc != E0_ENOTFOUND) return rc;
+    if (scaling && strcmp(scaling, "none") != 0)
+        return e0_fail(x->err, E0_EUNSUPPORTED,
+                       "%s: %s = \"%s\": RoPE scaling is not supported (edge0 rotates with plain "
+                       "RoPE, as config.json's rope_type \"default\")",
+                       fn, full, scaling);
+    for (size_t i = 0; i < gguf_n_kv(x->g); i++) {
+        const char *k = gguf_key_at(x->g, i);
+        if (strncmp(k, x->arch, al) != 0 || k[al] != '.') continue;
+        const char *sub = k + al + 1;
+        if (strncmp(sub, "rope.scaling.", 13) == 0) {
+            if (scaling) continue; /* type "none": the rest is inert */
+            return e0_fail(x->err, E0_EUNSUPPORTED,
+                           "%s: metadata key %s without %s.rope.scaling.type = \"none\": llama.cpp "
+                           "reads it as RoPE scaling, which edge0 does not support",
+                           fn, k, x->arch);
+        }
+        size_t j = 0;
+        while (j < sizeof KNOWN / sizeof *KNOWN && strcmp(KNOWN[j].key, sub) != 0) j++;
+        if (j == sizeof KNOWN / sizeof *KNOWN || !(KNOWN[j].fam & 1 << c->family))
+            return e0_fail(x->err, E0_EUNSUPPORTED,
+                           "%s: metadata key %s is not one edge0 knows for %s; it may change the "
+                           "model's arithmetic, so the file is refused (the keys edge0 reads or "
+                           "ignores are listed in src/io/config_gguf.c)",
+                           fn, k, x->arch);
+    }
+    bool causal = true;
+    snprintf(full, sizeof full, "%s.attention.causal", x->arch);
+    if ((rc = gguf_get_bool(x->g, full, &causal, x->err)) && rc != E0_ENOTFOUND) return rc;
+    if (!causal)
+        return e0_fail(x->err, E0_EUNSUPPORTED,
+                       "%s: %s is false: edge0 runs causal language models only", fn, full);
+    uint32_t gating = 1;
+    snprintf(full, sizeof full, "%s.expert_gating_func", x->arch);
+    if ((rc = gguf_get_u32(x->g, full, &gating, x->err)) && rc != E0_ENOTFOUND) return rc;
+    if (gating != 1)
+        return e0_fail(x->err, E0_EUNSUPPORTED,
+                       "%s: %s = %u: only 1 (softmax routing, these families' own) is supported",
+                       fn, full, gating);
+    return 0;
+}
+
 static int parse(gctx *x, e0_config *c) {
-    int rc, kl, vl, rot;
+    int rc, kl, vl, rot, blocks;
     float eps, theta;
-    if ((rc = get_int(x, "block_count", NONE, 1, 1024, &c->n_layers)) ||
-        (rc = get_int(x, "embedding_length", NONE, 1, 1 << 16, &c->hidden)) ||
+    const char *fn = gguf_fname(x->g);
+    if ((rc = get_int(x, "block_count", NONE, 1, 1024, &blocks)) ||
+        (rc = get_int(x, "nextn_predict_layers", 0, 0, 1024, &c->mtp_layers)))
+        return rc;
+    if (c->mtp_layers >= blocks)
+        return e0_fail(x->err, E0_EFORMAT,
+                       "%s: %s.nextn_predict_layers = %d is not less than %s.block_count = %d: "
+                       "block_count counts the main layers and the MTP layers after them, so no "
+                       "main layer would be left",
+                       fn, x->arch, c->mtp_layers, x->arch, blocks);
+    c->n_layers = blocks - c->mtp_layers;
+    if ((rc = get_int(x, "embedding_length", NONE, 1, 1 << 16, &c->hidden)) ||
         (rc = get_int(x, "attention.head_count", NONE, 1, 1024, &c->n_heads)) ||
         (rc = get_int(x, "attention.head_count_kv", c->n_heads, 1, 1024, &c->n_kv_heads)) ||
         (rc = get_int(x, "attention.key_length", c->hidden / c->n_heads, 1, 4096, &kl)) ||
@@ -113,9 +252,9 @@ static int parse(gctx *x, e0_config *c) {
         (rc = get_int(x, "expert_used_count", NONE, 1, 1 << 16, &c->top_k)) ||
         (rc = get_int(x, "expert_feed_forward_length", NONE, 1, BIG, &c->moe_inter)) ||
         (rc = get_int(x, "feed_forward_length", 0, 0, BIG, &c->dense_inter)) ||
-        (rc = get_int(x, "context_length", 40960, 1, 1 << 30, &c->max_pos)))
+        (rc = get_int(x, "context_length", 40960, 1, 1 << 30, &c->max_pos)) ||
+        (rc = check_keys(x, c)))
         return rc;
-    const char *fn = gguf_fname(x->g);
     if (vl != kl)
         return e0_fail(x->err, E0_EUNSUPPORTED,
                        "%s: %s.attention.value_length %d differs from key_length %d", fn, x->arch, vl,

@@ -549,11 +549,60 @@ int st_file_map(st_file *f, const char *path, char *err) {
     return 0;
 }
 
+/* ---- spans left out of --io load and of pinning ---------------------------- */
+
+static int span_cmp(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    return x->p < y->p ? -1 : x->p > y->p;
+}
+
+/* A sorted copy of the n spans of `skip` in which spans that touch or
+ * overlap are one (the experts of a stacked tensor follow each other, and
+ * the page holding the boundary between two of them belongs to neither
+ * side). NULL without memory; *m gets the count. */
+static st_span *spans_merged(const st_span *skip, size_t n, size_t *m) {
+    st_span *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return NULL;
+    if (n) memcpy(v, skip, n * sizeof *v);
+    qsort(v, n, sizeof *v, span_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && v[i].p <= v[k - 1].p + v[k - 1].len) {
+            const uint8_t *end = v[i].p + v[i].len;
+            if (end > v[k - 1].p + v[k - 1].len) v[k - 1].len = (uint64_t)(end - v[k - 1].p);
+        } else {
+            v[k++] = v[i];
+        }
+    }
+    *m = k;
+    return v;
+}
+
+/* The whole pages of f's mapping inside the merged spans v[0..n), as file
+ * offsets [r[i][0], r[i][1]), sorted and disjoint; returns how many (at
+ * most n). A page that also holds bytes outside the spans is not among
+ * them. */
+static size_t file_skips(const st_file *f, const st_span *v, size_t n, uint64_t pg, uint64_t (*r)[2]) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].p < f->map || v[i].p >= f->map + f->size) continue;
+        const uint64_t off = (uint64_t)(v[i].p - f->map);
+        const uint64_t a = (off + pg - 1) & ~(pg - 1), b = (off + v[i].len) & ~(pg - 1);
+        if (b <= a) continue;
+        r[k][0] = a;
+        r[k++][1] = b;
+    }
+    return k;
+}
+
 /* One file's load, shared by the reader threads: chunks are claimed from
- * `next`; the first failure is kept in err. */
+ * `next`, the skipped ranges inside a chunk are not read; the first
+ * failure is kept in err. */
 typedef struct {
     const st_file *f;
     uint8_t *dst;
+    const uint64_t (*skip)[2]; /* sorted, disjoint file offsets */
+    size_t nskip;
     atomic_uint_fast64_t next;
     pthread_mutex_t mu; /* guards done, the callback, err */
     uint64_t *done, total;
@@ -563,56 +612,95 @@ typedef struct {
     bool failed;
 } load_job;
 
+/* Reads [lo, hi) of the file into the copy; false on failure (recorded). */
+static bool load_range(load_job *j, uint64_t lo, uint64_t hi) {
+    const st_file *f = j->f;
+    for (uint64_t got = 0; lo + got < hi;) {
+        const ssize_t n = pread(f->fd, j->dst + lo + got, hi - lo - got, (off_t)(lo + got));
+        if (n <= 0) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->failed)
+                e0_fail(j->err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
+                        (unsigned long long)(lo + got),
+                        n < 0 ? strerror(errno) : "unexpected end of file");
+            j->failed = true;
+            pthread_mutex_unlock(&j->mu);
+            return false;
+        }
+        got += (uint64_t)n;
+    }
+    return true;
+}
+
 static void *load_worker(void *arg) {
     load_job *j = arg;
     const st_file *f = j->f;
     for (;;) {
         const uint64_t off = atomic_fetch_add(&j->next, LOAD_CHUNK);
         if (off >= f->size) return NULL;
-        const uint64_t want = f->size - off < LOAD_CHUNK ? f->size - off : LOAD_CHUNK;
-        uint64_t got = 0;
-        while (got < want) {
-            const ssize_t n = pread(f->fd, j->dst + off + got, want - got, (off_t)(off + got));
-            if (n <= 0) {
-                pthread_mutex_lock(&j->mu);
-                if (!j->failed)
-                    e0_fail(j->err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
-                            (unsigned long long)(off + got),
-                            n < 0 ? strerror(errno) : "unexpected end of file");
-                j->failed = true;
-                pthread_mutex_unlock(&j->mu);
-                return NULL;
+        const uint64_t end = f->size - off < LOAD_CHUNK ? f->size : off + LOAD_CHUNK;
+        uint64_t at = off, read = 0;
+        for (size_t k = 0; k < j->nskip && j->skip[k][0] < end; k++) {
+            if (j->skip[k][1] <= at) continue;
+            if (j->skip[k][0] > at) {
+                if (!load_range(j, at, j->skip[k][0])) return NULL;
+                read += j->skip[k][0] - at;
             }
-            got += (uint64_t)n;
+            at = j->skip[k][1];
+        }
+        if (at < end) {
+            if (!load_range(j, at, end)) return NULL;
+            read += end - at;
         }
         /* the page cache's copy is not needed again: giving it back now lets the
          * next chunk's huge pages come from free memory rather than reclaim */
-        posix_fadvise(f->fd, (off_t)off, (off_t)want, POSIX_FADV_DONTNEED);
+        posix_fadvise(f->fd, (off_t)off, (off_t)(end - off), POSIX_FADV_DONTNEED);
         pthread_mutex_lock(&j->mu);
-        *j->done += want;
+        *j->done += read;
         if (j->progress && !j->failed) j->progress(j->ctx, *j->done, j->total);
         pthread_mutex_unlock(&j->mu);
     }
 }
 
-int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err) {
+int st_set_load(st_set *s, const st_span *skip, size_t nskip, st_load_fn progress, void *ctx,
+                char *err) {
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    size_t m;
+    st_span *v = spans_merged(skip, nskip, &m);
+    uint64_t(*r)[2] = malloc((m ? m : 1) * sizeof *r);
+    if (!v || !r) {
+        free(v);
+        free(r);
+        return e0_fail(err, E0_ENOMEM, "out of memory");
+    }
     uint64_t total = 0, done = 0;
-    for (uint32_t i = 0; i < s->nfiles; i++)
-        total += s->files[i].size;
     for (uint32_t i = 0; i < s->nfiles; i++) {
+        const st_file *f = &s->files[i];
+        if (!f->map || f->loaded) continue;
+        total += f->size;
+        const size_t k = file_skips(f, v, m, pg, r);
+        for (size_t q = 0; q < k; q++)
+            total -= r[q][1] - r[q][0];
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
         st_file *f = &s->files[i];
         if (!f->map || f->loaded) continue;
+        const size_t k = file_skips(f, v, m, pg, r);
         const uint64_t span = map_span(f->size);
         uint8_t *a = reserve_aligned(span, PROT_READ | PROT_WRITE);
-        if (!a) return e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.2f GiB to load it: %s", f->path,
-                               (double)span / (1u << 30), strerror(errno));
+        if (!a) {
+            rc = e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.2f GiB to load it: %s", f->path,
+                         (double)span / (1u << 30), strerror(errno));
+            break;
+        }
 #ifdef MADV_HUGEPAGE
         madvise(a, span, MADV_HUGEPAGE); /* advice: without THP these are 4 KiB pages */
 #endif
         /* several readers: most of a load's time is the kernel faulting in
          * and clearing fresh pages, which runs in parallel */
-        load_job j = {.f = f, .dst = a, .done = &done, .total = total, .progress = progress,
-                      .ctx = ctx, .err = err};
+        load_job j = {.f = f, .dst = a, .skip = (const uint64_t(*)[2])r, .nskip = k, .done = &done,
+                      .total = total, .progress = progress, .ctx = ctx, .err = err};
         atomic_init(&j.next, 0);
         pthread_mutex_init(&j.mu, NULL);
         pthread_t th[LOAD_THREADS];
@@ -625,24 +713,30 @@ int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err) {
         pthread_mutex_destroy(&j.mu);
         if (j.failed) {
             munmap(a, span);
-            return E0_EIO;
+            rc = E0_EIO;
+            break;
         }
         mprotect(a, span, PROT_READ);
         /* the copy takes the mapping's place: every pointer into it stays valid */
         if (mremap(a, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->map) == MAP_FAILED) {
             const int e = errno;
             munmap(a, span);
-            return e0_fail(err, E0_EIO, "%s: cannot move the loaded copy in place: %s", f->path,
-                           strerror(e));
+            rc = e0_fail(err, E0_EIO, "%s: cannot move the loaded copy in place: %s", f->path,
+                         strerror(e));
+            break;
         }
         f->loaded = true;
+        /* the skipped pages read the file again, as before the load (private:
+         * st_set_writable may make the whole copy writable) */
+        for (size_t q = 0; q < k && !rc; q++)
+            if (mmap((void *)(f->map + r[q][0]), r[q][1] - r[q][0], PROT_READ,
+                     MAP_PRIVATE | MAP_FIXED, f->fd, (off_t)r[q][0]) == MAP_FAILED)
+                rc = e0_fail(err, E0_EIO, "%s: cannot map the bytes left out of the load: %s",
+                             f->path, strerror(errno));
     }
-    return 0;
-}
-
-static int span_cmp(const void *a, const void *b) {
-    const st_span *x = a, *y = b;
-    return x->p < y->p ? -1 : x->p > y->p;
+    free(v);
+    free(r);
+    return rc;
 }
 
 /* Pages [lo, hi) of f's mapping (offsets, page-aligned, within the file)
@@ -687,40 +781,24 @@ int st_set_writable(st_set *s, bool writable) {
 
 int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err) {
     *pinned = 0;
-    st_span *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
-    memcpy(v, skip, n * sizeof *v);
-    qsort(v, n, sizeof *v, span_cmp);
-    /* spans that touch or overlap become one: the experts of a stacked
-     * tensor follow each other, and the page holding the boundary between
-     * two of them is not to be pinned (nor made into a mapping of its own) */
-    size_t m = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (m && v[k].p <= v[m - 1].p + v[m - 1].len) {
-            const uint8_t *end = v[k].p + v[k].len;
-            if (end > v[m - 1].p + v[m - 1].len) v[m - 1].len = (uint64_t)(end - v[m - 1].p);
-        } else {
-            v[m++] = v[k];
-        }
-    }
-    n = m;
     const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    size_t m;
+    st_span *v = spans_merged(skip, n, &m);
+    uint64_t(*r)[2] = malloc((m ? m : 1) * sizeof *r);
+    if (!v || !r) {
+        free(v);
+        free(r);
+        return e0_fail(err, E0_ENOMEM, "out of memory");
+    }
     int rc = 0;
     for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
         st_file *f = &s->files[i];
         if (!f->map || f->loaded) continue;
         const uint64_t fend = (f->size + pg - 1) & ~(pg - 1);
+        const size_t k = file_skips(f, v, m, pg, r);
         uint64_t at = 0; /* pages before `at` are decided */
-        for (size_t k = 0; k <= n && !rc; k++) {
-            /* the next skipped span inside this file, as whole pages */
-            uint64_t a = fend, b = fend;
-            if (k < n) {
-                if (v[k].p < f->map || v[k].p >= f->map + f->size) continue;
-                const uint64_t off = (uint64_t)(v[k].p - f->map);
-                a = (off + pg - 1) & ~(pg - 1);
-                b = (off + v[k].len) & ~(pg - 1);
-                if (b <= a) continue; /* within pages that stay pinned */
-            }
+        for (size_t q = 0; q <= k && !rc; q++) {
+            const uint64_t a = q < k ? r[q][0] : fend, b = q < k ? r[q][1] : fend;
             if (a > at) {
                 rc = pin_pages(f, at, a, err);
                 *pinned += a - at;
@@ -729,6 +807,7 @@ int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char 
         }
     }
     free(v);
+    free(r);
     return rc;
 }
 

@@ -110,34 +110,38 @@ int st_locate(const st_set *s, const void *p, uint32_t *file, uint64_t *off);
 /* madvise over [off, off + len) of shard `file` (e.g. MADV_WILLNEED). */
 int st_advise(const st_set *s, uint32_t file, uint64_t off, uint64_t len, int advice);
 
-/* Reads every file of the set into anonymous memory on transparent huge
- * pages and moves it to the addresses of the file's mapping, so every
- * pointer into the set (tensor data, views made from it) stays valid and
- * now reads memory that page faults, TLB misses on 4 KiB pages and page-
- * cache eviction no longer touch (issue 12: llama.cpp's loaded weights are
- * compared against). Memory: the files' size, not reclaimable. `progress`
- * (may be NULL) is called after each chunk with the bytes read so far and
- * the total. Fails with E0_EIO naming the file and offset of a failed
- * read, or E0_ENOMEM; the set stays usable (mapped) on failure. */
-typedef void (*st_load_fn)(void *ctx, uint64_t done, uint64_t total);
-int st_set_load(st_set *s, st_load_fn progress, void *ctx, char *err);
-/* The loaded copies made writable (true) or read-only again (false), for
- * transforms in place (model_repack); files not loaded are left alone.
- * 0, or E0_EIO. */
-int st_set_writable(st_set *s, bool writable);
-
 /* A byte range of the set's mappings, by address. */
 typedef struct {
     const uint8_t *p;
     uint64_t len;
 } st_span;
 
+/* Reads every file of the set into anonymous memory on transparent huge
+ * pages and moves it to the addresses of the file's mapping, so every
+ * pointer into the set (tensor data, views made from it) stays valid and
+ * now reads memory that page faults, TLB misses on 4 KiB pages and page-
+ * cache eviction no longer touch (issue 12: llama.cpp's loaded weights are
+ * compared against). The whole pages inside the `nskip` spans of `skip`
+ * (any order, may overlap: tensors nothing computes with, such as an MTP
+ * head) are not read: they stay mappings of the file. Memory: the files'
+ * size less those pages, not reclaimable. `progress` (may be NULL) is
+ * called after each chunk with the bytes read so far and the total. Fails
+ * with E0_EIO naming the file and offset of a failed read, or E0_ENOMEM;
+ * the set stays usable (mapped) on failure. */
+typedef void (*st_load_fn)(void *ctx, uint64_t done, uint64_t total);
+int st_set_load(st_set *s, const st_span *skip, size_t nskip, st_load_fn progress, void *ctx,
+                char *err);
+/* The loaded copies made writable (true) or read-only again (false), for
+ * transforms in place (model_repack); files not loaded are left alone.
+ * 0, or E0_EIO. */
+int st_set_writable(st_set *s, bool writable);
+
 /* Copies every page of the set's mappings that holds a byte outside the
  * `n` spans of `skip` (any order, may overlap) into anonymous memory at the
  * same address: reads through those pages then never touch the file again,
  * so a file truncated under a running process cannot raise SIGBUS there
- * (issue 15). For pread I/O, skip = the routed experts: every other tensor
- * is resident. Memory: the pinned pages, not reclaimable. E0_EIO naming the
+ * (issue 15). For pread I/O, skip = the routed experts and the tensors
+ * nothing computes with (an MTP head): every other tensor is resident. Memory: the pinned pages, not reclaimable. E0_EIO naming the
  * file and offset of a failed read, or E0_ENOMEM; *pinned gets the bytes
  * copied. */
 int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err);

@@ -69,6 +69,37 @@ typedef struct {
     e0_mat mlp_gate, mlp_up, mlp_down;
 } e0_layer;
 
+/* One multi-token-prediction (MTP) block of a Qwen3.5 / 3.6 GGUF file, as
+ * llama.cpp's converter stores it after the main layers (blk.N, N >=
+ * cfg.n_layers): a full-attention decoder layer with its MoE and shared
+ * expert, and the nextn.* tensors that feed it the next token's embedding
+ * beside the main model's last hidden state. Every tensor is found and
+ * checked at load (shape against the config, a type edge0 computes with),
+ * and none of their bytes is read: they stay out of the resident set,
+ * --io load, the expert cache and the memory plan (e0_model.unused).
+ * Nothing computes with the block yet; speculative decoding will. NULL:
+ * absent (only the last three may be). */
+typedef struct {
+    int blk;                                          /* its blk index */
+    const st_tensor *attn_norm, *post_norm;           /* [H] */
+    const st_tensor *q, *k, *v, *o, *q_norm, *k_norm; /* as a full-attention layer's */
+    const st_tensor *router;                          /* [E, H] */
+    const st_tensor *gate, *up, *gate_up, *down; /* [E, I, H] x2 or gate_up [E, 2I, H]; [E, H, I] */
+    const st_tensor *sh_gate, *sh_up, *sh_down, *sh_router; /* when cfg.shared_inter > 0 */
+    const st_tensor *eh_proj;        /* nextn.eh_proj [H, 2H]: [embedding | hidden] -> H */
+    const st_tensor *enorm, *hnorm;  /* nextn.enorm / hnorm [H]: the two inputs' norms */
+    const st_tensor *head_norm;      /* nextn.shared_head_norm [H] (NULL: output_norm) */
+    const st_tensor *embed, *head;   /* nextn.embed_tokens / shared_head_head [V, H] (NULL:
+                                        token_embd / output) */
+} e0_mtp_layer;
+
+typedef struct {
+    int n_layers;          /* cfg.mtp_layers */
+    e0_mtp_layer *layers;  /* [n_layers] */
+    int n_tensors;
+    uint64_t bytes;        /* all their tensors */
+} e0_mtp;
+
 typedef struct {
     e0_config cfg;
     st_set *st;
@@ -78,7 +109,12 @@ typedef struct {
     float *final_norm;  /* [H] */
     e0_layer *layers;
     float *rope_inv_freq; /* [rotary_dim / 2] */
-    uint64_t weight_bytes, expert_bytes;
+    uint64_t weight_bytes, expert_bytes; /* the tensors the model computes with; the routed experts */
+    e0_mtp mtp;                          /* a GGUF file's MTP blocks (none: n_layers 0) */
+    /* [st_count]: 1 for every tensor the model computes with. The others
+     * (the MTP blocks; in HF and mlx folders mtp.*, vision and any tensor
+     * no loader looks up) are never pinned, loaded or counted */
+    uint8_t *used;
 } e0_model;
 
 int model_load(e0_model *m, const char *dir, char *err);
@@ -92,8 +128,12 @@ int model_load(e0_model *m, const char *dir, char *err);
  * the scratch, nothing is repacked). `progress` (may be NULL) is told the
  * bytes repacked so far and the total after each matrix. */
 int model_repack(e0_model *m, st_load_fn progress, void *ctx);
+/* --io load: st_set_load of the checkpoint less the tensors the model does
+ * not compute with (e0_model.used). */
+int model_load_weights(e0_model *m, st_load_fn progress, void *ctx, char *err);
 void model_free(e0_model *m);
-/* Everything but the routed experts copied out of the file mappings
+/* Everything but the routed experts (and the tensors the model does not
+ * compute with) copied out of the file mappings
  * (st_set_pin): with pread I/O, a checkpoint truncated while running then
  * fails expert reads with an error instead of killing the process. */
 int model_pin_resident(e0_model *m, uint64_t *pinned, char *err);

@@ -169,7 +169,7 @@ int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts 
     }
     if (!rc && e->opts.io == E0_IO_LOAD) {
         const double t0 = now_s();
-        rc = st_set_load(e->model.st, e->opts.load_progress, e->opts.load_ctx, err);
+        rc = model_load_weights(&e->model, e->opts.load_progress, e->opts.load_ctx, err);
         const size_t used = strlen(e->io_note);
         if (!rc && used < sizeof e->io_note)
             snprintf(e->io_note + used, sizeof e->io_note - used, "; loaded in %.1f s",
@@ -290,6 +290,8 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info) {
     info->top_k = e->top_k;
     info->weight_bytes = m->weight_bytes;
     info->expert_bytes = m->expert_bytes;
+    info->mtp_layers = m->mtp.n_layers;
+    info->mtp_bytes = m->mtp.bytes;
 }
 
 void e0_session_opts_default(e0_session_opts *o) {

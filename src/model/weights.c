@@ -4,7 +4,8 @@
  * Name prefixes: "model." (HF Qwen3-MoE / Qwen3-Next), "model.language_model."
  * (HF Qwen3.5 multimodal wrapper), "language_model.model." (mlx Qwen3.5);
  * lm_head is "lm_head" or "language_model.lm_head", or the embedding when
- * tied. mtp.* and vision tensors are never looked up, so they are ignored.
+ * tied. mtp.* and vision tensors are never looked up, so they are ignored:
+ * e0_model.used keeps them out of the weight bytes, pinning and --io load.
  */
 #include "model/model.h"
 
@@ -30,13 +31,19 @@ typedef struct {
     char prefix[64];
     bool mlx; /* mlx layouts: hybrid norms already hold 1 + w */
     const char *cfgname; /* where the shapes come from, for messages */
+    uint8_t mark;        /* what find() records in m->used: 1, or 2 for an MTP block's tensors */
     char *err;
 } loader;
 
 static int load_gguf(loader *L, const char *path);
 static int finish_load(e0_model *m, char *err);
 
-static const st_tensor *find(loader *L, const char *name) { return st_get(L->m->st, name); }
+/* A tensor by name, recorded as the model's (L->mark) when it is there. */
+static const st_tensor *find(loader *L, const char *name) {
+    const st_tensor *t = st_get(L->m->st, name);
+    if (t && L->m->used) L->m->used[t - st_at(L->m->st, 0)] = L->mark;
+    return t;
+}
 
 static const char *tfile(loader *L, const st_tensor *t) { return st_file_path(L->m->st, t->file); }
 
@@ -390,7 +397,7 @@ int model_load(e0_model *m, const char *dir, char *err) {
     int prc = check_model_path(dir, err);
     if (prc) return prc;
     if (gguf_is_path(dir)) {
-        loader G = {.m = m, .cfgname = "the GGUF metadata", .err = err};
+        loader G = {.m = m, .cfgname = "the GGUF metadata", .mark = 1, .err = err};
         int rc = load_gguf(&G, dir);
         if (rc) model_free(m);
         return rc;
@@ -398,7 +405,11 @@ int model_load(e0_model *m, const char *dir, char *err) {
     int rc = config_load(&m->cfg, dir, err);
     if (rc) return rc;
     if ((rc = st_set_open_dir(&m->st, dir, err))) goto fail;
-    loader L = {.m = m, .cfgname = "config.json", .err = err};
+    if (!(m->used = calloc(st_count(m->st) + 1, 1))) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto fail;
+    }
+    loader L = {.m = m, .cfgname = "config.json", .mark = 1, .err = err};
     static const char *prefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
     char nm[NAME_MAX_LEN];
     size_t np = sizeof prefixes / sizeof *prefixes;
@@ -458,7 +469,8 @@ static int finish_load(e0_model *m, char *err) {
     /* As transformers computes it, in f32: 1 / theta^(2i / rotary_dim). */
     for (int k = 0; k < half; k++)
         m->rope_inv_freq[k] = 1.0f / powf((float)c->rope_theta, (float)(2 * k) / (float)c->rotary_dim);
-    for (size_t k = 0; k < st_count(m->st); k++) m->weight_bytes += st_at(m->st, k)->nbytes;
+    for (size_t k = 0; k < st_count(m->st); k++)
+        if (m->used[k] == 1) m->weight_bytes += st_at(m->st, k)->nbytes;
     return 0;
 }
 
@@ -476,16 +488,35 @@ static int finish_load(e0_model *m, char *err) {
  *   MoE: ffn_gate_inp (router), ffn_{gate,up,down}_exps stacked [E, out, in]
  *     or ffn_gate_up_exps [E, 2I, H] (gate rows on top), shared expert
  *     ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp [H].
+ *   MTP (Qwen3.5 / 3.6, {arch}.nextn_predict_layers = n): block_count counts
+ *     the main layers and then n blocks blk.N.. (N = main layers), each a
+ *     full-attention layer with MoE and shared expert plus nextn.eh_proj,
+ *     nextn.enorm, nextn.hnorm and optionally nextn.shared_head_norm,
+ *     nextn.embed_tokens, nextn.shared_head_head (e0_mtp_layer). A draft-only
+ *     file (the converter's --mtp) has those and the embeddings, no blk.0.
  * Norm weights are stored as the multiplier (1 + w already applied), so
  * nothing is shifted. qwen35moe's value heads are in tiled order (ly->vtiled).
- * Every matrix may have its own ggml type. */
+ * Every matrix may have its own ggml type. Every tensor of the file must be
+ * one of these: anything else is refused with its name. Messages name the
+ * file once (the tensor names say the layer). */
+
+static const char *garch(loader *L) {
+    const char *a = "?";
+    gguf_get_str(st_gguf(L->m->st), "general.architecture", &a, NULL);
+    return a;
+}
+
+static int gmissing(loader *L, const char *name) {
+    return e0_fail(L->err, E0_ENOTFOUND, "%s: tensor %s is missing", st_file_path(L->m->st, 0), name);
+}
 
 /* A matrix [lead x rows, cols] (lead = 0: [rows, cols]) in any GGUF type;
- * a 1-D tensor of `cols` values is accepted as one row (rows == 1). */
+ * a 1-D tensor of `cols` values is accepted as one row (rows == 1). Reads
+ * none of its bytes. */
 static int get_gmat(loader *L, const char *name, int64_t lead, int64_t rows, int64_t cols,
                     e0_mat *out) {
     const st_tensor *t = find(L, name);
-    if (!t) return e0_fail(L->err, E0_ENOTFOUND, "%s: tensor %s is missing", st_file_path(L->m->st, 0), name);
+    if (!t) return gmissing(L, name);
     int64_t shp[3], *s = shp;
     if (lead) *s++ = lead;
     s[0] = rows;
@@ -515,6 +546,26 @@ static int get_gmat(loader *L, const char *name, int64_t lead, int64_t rows, int
     return 0;
 }
 
+/* A float vector of n values, converted into memory of its own (get_vec). */
+static int get_gvec(loader *L, const char *name, int64_t n, float **out) {
+    if (!st_get(L->m->st, name)) return gmissing(L, name);
+    return get_vec(L, name, n, 0, out);
+}
+
+/* The same checks as get_gvec without reading the values. */
+static int check_gvec(loader *L, const char *name, int64_t n) {
+    const st_tensor *t = find(L, name);
+    if (!t) return gmissing(L, name);
+    e0_wtype wt;
+    if (float_wtype(t, &wt) != 0)
+        return e0_fail(L->err, E0_EUNSUPPORTED, "%s: tensor %s has dtype %s; expected BF16, F16 or F32",
+                       tfile(L, t), t->name, st_dtype_name(t->dtype));
+    if ((int64_t)st_numel(t) != n)
+        return e0_fail(L->err, E0_EFORMAT, "%s: tensor %s has %llu values but %s implies %lld",
+                       tfile(L, t), t->name, (unsigned long long)st_numel(t), L->cfgname, (long long)n);
+    return 0;
+}
+
 #define GNAME(...) (snprintf(nm, sizeof nm, "blk.%d." __VA_ARGS__), nm)
 
 static int gguf_attention(loader *L, e0_layer *ly, int li) {
@@ -526,8 +577,8 @@ static int gguf_attention(loader *L, e0_layer *ly, int li) {
         (rc = get_gmat(L, GNAME("%s", li, "attn_k.weight"), 0, c->n_kv_heads * hd, H, &ly->k)) ||
         (rc = get_gmat(L, GNAME("%s", li, "attn_v.weight"), 0, c->n_kv_heads * hd, H, &ly->v)) ||
         (rc = get_gmat(L, GNAME("%s", li, "attn_output.weight"), 0, H, c->n_heads * hd, &ly->o)) ||
-        (rc = get_vec(L, GNAME("%s", li, "attn_q_norm.weight"), hd, 0, &ly->q_norm)) ||
-        (rc = get_vec(L, GNAME("%s", li, "attn_k_norm.weight"), hd, 0, &ly->k_norm)))
+        (rc = get_gvec(L, GNAME("%s", li, "attn_q_norm.weight"), hd, &ly->q_norm)) ||
+        (rc = get_gvec(L, GNAME("%s", li, "attn_k_norm.weight"), hd, &ly->k_norm)))
         return rc;
     return 0;
 }
@@ -548,11 +599,11 @@ static int gguf_deltanet(loader *L, e0_layer *ly, int li) {
     else if (!(rc = get_gmat(L, GNAME("%s", li, "ssm_beta.weight"), 0, Hv, H, &ly->b)))
         rc = get_gmat(L, GNAME("%s", li, "ssm_alpha.weight"), 0, Hv, H, &ly->a);
     if (rc ||
-        (rc = get_vec(L, GNAME("%s", li, "ssm_conv1d.weight"), (2 * Kd + Vd) * c->conv_kernel, 0,
-                      &ly->conv_w)) ||
-        (rc = get_vec(L, GNAME("%s", li, "ssm_a"), Hv, 0, &ly->A)) ||
-        (rc = get_vec(L, GNAME("%s", li, "ssm_dt.bias"), Hv, 0, &ly->dt_bias)) ||
-        (rc = get_vec(L, GNAME("%s", li, "ssm_norm.weight"), c->lin_v_dim, 0, &ly->lin_norm)) ||
+        (rc = get_gvec(L, GNAME("%s", li, "ssm_conv1d.weight"), (2 * Kd + Vd) * c->conv_kernel,
+                       &ly->conv_w)) ||
+        (rc = get_gvec(L, GNAME("%s", li, "ssm_a"), Hv, &ly->A)) ||
+        (rc = get_gvec(L, GNAME("%s", li, "ssm_dt.bias"), Hv, &ly->dt_bias)) ||
+        (rc = get_gvec(L, GNAME("%s", li, "ssm_norm.weight"), c->lin_v_dim, &ly->lin_norm)) ||
         (rc = get_gmat(L, GNAME("%s", li, "ssm_out.weight"), 0, H, Vd, &ly->out)))
         return rc;
     return 0;
@@ -590,24 +641,95 @@ static int gguf_moe(loader *L, e0_layer *ly, int li) {
     return 0;
 }
 
+/* The post-attention norm's name in a family. */
+static const char *gguf_post_norm(const e0_config *c) {
+    return c->family == E0_FAM_QWEN3_MOE ? "ffn_norm.weight" : "post_attention_norm.weight";
+}
+
+/* Tensor blk.`blk`.`what` of an MTP block, checked as a matrix [lead x
+ * rows, cols] (rows 0: a vector of `cols` float values) into *out; an
+ * absent one is an error unless optional (then *out = NULL). */
+static int mtp_tensor(loader *L, int blk, const char *what, int64_t lead, int64_t rows, int64_t cols,
+                      bool optional, const st_tensor **out) {
+    char nm[NAME_MAX_LEN];
+    snprintf(nm, sizeof nm, "blk.%d.%s", blk, what);
+    *out = NULL;
+    if (!st_get(L->m->st, nm)) {
+        if (optional) return 0;
+        return e0_fail(L->err, E0_ENOTFOUND,
+                       "%s: tensor %s is missing: %s.nextn_predict_layers = %d makes blk.%d a "
+                       "multi-token-prediction block, and every such block has one",
+                       st_file_path(L->m->st, 0), nm, garch(L), L->m->cfg.mtp_layers, blk);
+    }
+    e0_mat tmp;
+    const int rc = rows ? get_gmat(L, nm, lead, rows, cols, &tmp) : check_gvec(L, nm, cols);
+    if (!rc) *out = st_get(L->m->st, nm);
+    return rc;
+}
+
+/* MTP block `blk` (e0_mtp_layer): every tensor found and checked, none read. */
+static int gguf_mtp(loader *L, e0_mtp_layer *x, int blk) {
+    const e0_config *c = &L->m->cfg;
+    const int64_t H = c->hidden, hd = c->head_dim, V = c->vocab, E = c->n_experts, I = c->moe_inter;
+    const int64_t qr = (int64_t)c->n_heads * hd * (c->attn_gated ? 2 : 1), kv = c->n_kv_heads * hd;
+    const int64_t Is = c->shared_inter;
+    char nm[NAME_MAX_LEN];
+    int rc;
+    x->blk = blk;
+    const bool fused = st_get(L->m->st, GNAME("%s", blk, "ffn_gate_up_exps.weight")) != NULL;
+    if ((rc = mtp_tensor(L, blk, "attn_norm.weight", 0, 0, H, false, &x->attn_norm)) ||
+        (rc = mtp_tensor(L, blk, gguf_post_norm(c), 0, 0, H, false, &x->post_norm)) ||
+        (rc = mtp_tensor(L, blk, "attn_q.weight", 0, qr, H, false, &x->q)) ||
+        (rc = mtp_tensor(L, blk, "attn_k.weight", 0, kv, H, false, &x->k)) ||
+        (rc = mtp_tensor(L, blk, "attn_v.weight", 0, kv, H, false, &x->v)) ||
+        (rc = mtp_tensor(L, blk, "attn_output.weight", 0, H, (int64_t)c->n_heads * hd, false, &x->o)) ||
+        (rc = mtp_tensor(L, blk, "attn_q_norm.weight", 0, 0, hd, false, &x->q_norm)) ||
+        (rc = mtp_tensor(L, blk, "attn_k_norm.weight", 0, 0, hd, false, &x->k_norm)) ||
+        (rc = mtp_tensor(L, blk, "ffn_gate_inp.weight", 0, E, H, false, &x->router)) ||
+        (fused && (rc = mtp_tensor(L, blk, "ffn_gate_up_exps.weight", E, 2 * I, H, false, &x->gate_up))) ||
+        (!fused && (rc = mtp_tensor(L, blk, "ffn_gate_exps.weight", E, I, H, false, &x->gate))) ||
+        (!fused && (rc = mtp_tensor(L, blk, "ffn_up_exps.weight", E, I, H, false, &x->up))) ||
+        (rc = mtp_tensor(L, blk, "ffn_down_exps.weight", E, H, I, false, &x->down)) ||
+        (Is && (rc = mtp_tensor(L, blk, "ffn_gate_shexp.weight", 0, Is, H, false, &x->sh_gate))) ||
+        (Is && (rc = mtp_tensor(L, blk, "ffn_up_shexp.weight", 0, Is, H, false, &x->sh_up))) ||
+        (Is && (rc = mtp_tensor(L, blk, "ffn_down_shexp.weight", 0, H, Is, false, &x->sh_down))) ||
+        (Is && (rc = mtp_tensor(L, blk, "ffn_gate_inp_shexp.weight", 0, 1, H, false, &x->sh_router))) ||
+        (rc = mtp_tensor(L, blk, "nextn.eh_proj.weight", 0, H, 2 * H, false, &x->eh_proj)) ||
+        (rc = mtp_tensor(L, blk, "nextn.enorm.weight", 0, 0, H, false, &x->enorm)) ||
+        (rc = mtp_tensor(L, blk, "nextn.hnorm.weight", 0, 0, H, false, &x->hnorm)) ||
+        (rc = mtp_tensor(L, blk, "nextn.shared_head_norm.weight", 0, 0, H, true, &x->head_norm)) ||
+        (rc = mtp_tensor(L, blk, "nextn.embed_tokens.weight", 0, V, H, true, &x->embed)) ||
+        (rc = mtp_tensor(L, blk, "nextn.shared_head_head.weight", 0, V, H, true, &x->head)))
+        return rc;
+    return 0;
+}
+
 static int load_gguf(loader *L, const char *path) {
     e0_model *m = L->m;
     char *err = L->err;
     int rc = st_set_open_gguf(&m->st, path, err);
     if (rc) return rc;
+    if (!(m->used = calloc(st_count(m->st) + 1, 1))) return e0_fail(err, E0_ENOMEM, "out of memory");
     const st_tensor *emb = st_get(m->st, "token_embd.weight");
     if (!emb || emb->ndim != 2 || emb->shape[0] > INT32_MAX)
         return e0_fail(err, E0_ENOTFOUND, "%s: tensor token_embd.weight is missing or not 2-D", path);
     if ((rc = config_from_gguf(&m->cfg, st_gguf(m->st), (int32_t)emb->shape[0], err))) return rc;
     const e0_config *c = &m->cfg;
+    if (c->mtp_layers && !st_get(m->st, "blk.0.attn_norm.weight")) /* as llama.cpp tells it */
+        return e0_fail(err, E0_EFORMAT,
+                       "%s is a draft-only MTP file (what convert_hf_to_gguf.py --mtp writes): it "
+                       "holds the multi-token-prediction block blk.%d and the embeddings for "
+                       "speculative decoding, not the model's %d main layers. Pass the main model's "
+                       "GGUF instead: one converted with the default options (which carries this "
+                       "block too) or with --no-mtp",
+                       path, c->n_layers, c->n_layers);
     L->mlx = true; /* norms hold 1 + w */
     m->layout = "gguf";
     int64_t H = c->hidden, V = c->vocab;
     if ((rc = get_gmat(L, "token_embd.weight", 0, V, H, &m->embed))) return rc;
     if (find(L, "output.weight")) rc = get_gmat(L, "output.weight", 0, V, H, &m->lm_head);
     else m->lm_head = m->embed;
-    if (rc || (rc = get_vec(L, "output_norm.weight", H, 0, &m->final_norm)))
-        return rc == E0_ENOTFOUND ? e0_wrap(err, rc, "%s", path) : rc;
+    if (rc || (rc = get_gvec(L, "output_norm.weight", H, &m->final_norm))) return rc;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return e0_fail(err, E0_ENOMEM, "out of memory");
     char nm[NAME_MAX_LEN];
@@ -615,12 +737,38 @@ static int load_gguf(loader *L, const char *path) {
         e0_layer *ly = &m->layers[li];
         ly->linear = c->layer_linear[li];
         ly->moe = true;
-        const char *post = c->family == E0_FAM_QWEN3_MOE ? "ffn_norm.weight" : "post_attention_norm.weight";
-        if ((rc = get_vec(L, GNAME("%s", li, "attn_norm.weight"), H, 0, &ly->in_norm)) ||
-            (rc = get_vec(L, GNAME("%s", li, post), H, 0, &ly->post_norm)) ||
+        if ((rc = get_gvec(L, GNAME("%s", li, "attn_norm.weight"), H, &ly->in_norm)) ||
+            (rc = get_gvec(L, GNAME("%s", li, gguf_post_norm(c)), H, &ly->post_norm)) ||
             (rc = ly->linear ? gguf_deltanet(L, ly, li) : gguf_attention(L, ly, li)) ||
             (rc = gguf_moe(L, ly, li)))
-            return e0_wrap(err, rc, "%s: layer %d", path, li);
+            return rc;
+    }
+    if (c->mtp_layers) {
+        m->mtp.layers = calloc((size_t)c->mtp_layers, sizeof *m->mtp.layers);
+        if (!m->mtp.layers) return e0_fail(err, E0_ENOMEM, "out of memory");
+        m->mtp.n_layers = c->mtp_layers;
+        L->mark = 2;
+        for (int i = 0; i < c->mtp_layers; i++)
+            if ((rc = gguf_mtp(L, &m->mtp.layers[i], c->n_layers + i))) return rc;
+        L->mark = 1;
+    }
+    /* every tensor is the model's or its MTP blocks' */
+    size_t unknown = 0;
+    const st_tensor *first = NULL;
+    for (size_t k = 0; k < st_count(m->st); k++) {
+        const st_tensor *t = st_at(m->st, k);
+        if (m->used[k] == 2) m->mtp.n_tensors++, m->mtp.bytes += t->nbytes;
+        if (!m->used[k] && !unknown++) first = t;
+    }
+    if (unknown) {
+        char more[64] = "";
+        if (unknown > 1) snprintf(more, sizeof more, " (and %zu more)", unknown - 1);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s: tensor %s%s is not part of the %s model the metadata describes (%d "
+                       "layers, %d MTP): edge0 does not know what it holds, so it refuses the "
+                       "file rather than run without it",
+                       tfile(L, first), first->name, more, garch(L), c->n_layers,
+                       c->mtp_layers);
     }
     return finish_load(m, err);
 }
@@ -669,8 +817,18 @@ static size_t mat_spans(const e0_mat *x, st_span *out) {
     return n;
 }
 
+/* The tensors the model does not compute with (e0_model.used), as spans
+ * appended to v; returns how many. */
+static size_t unused_spans(const e0_model *m, st_span *v) {
+    size_t n = 0;
+    for (size_t k = 0; k < st_count(m->st); k++)
+        if (m->used[k] != 1 && st_at(m->st, k)->nbytes)
+            v[n++] = (st_span){st_at(m->st, k)->data, st_at(m->st, k)->nbytes};
+    return n;
+}
+
 int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
-    size_t cap = 0, n = 0;
+    size_t cap = st_count(m->st), n = 0;
     for (int li = 0; li < m->cfg.n_layers; li++)
         if (m->layers[li].moe && m->layers[li].experts) cap += 9 * (size_t)m->cfg.n_experts;
     st_span *v = malloc((cap ? cap : 1) * sizeof *v);
@@ -684,7 +842,17 @@ int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
             n += mat_spans(&ly->experts[e].down, v + n);
         }
     }
+    n += unused_spans(m, v + n);
     int rc = st_set_pin(m->st, v, n, pinned, err);
+    free(v);
+    return rc;
+}
+
+int model_load_weights(e0_model *m, st_load_fn progress, void *ctx, char *err) {
+    st_span *v = malloc((st_count(m->st) + 1) * sizeof *v);
+    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
+    const size_t n = unused_spans(m, v);
+    int rc = st_set_load(m->st, v, n, progress, ctx, err);
     free(v);
     return rc;
 }
@@ -843,6 +1011,8 @@ void model_free(e0_model *m) {
             free(ly->xfile);
         }
     free(m->layers);
+    free(m->mtp.layers);
+    free(m->used);
     free(m->final_norm);
     free(m->rope_inv_freq);
     st_set_free(m->st);
