@@ -23,7 +23,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
 
-.PHONY: all deps test demo asan tsan tsan-build fuzz bench format help clean FORCE
+.PHONY: all deps test graph demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0
 
 # `edge0 --version`: the release and the git revision the binary was built
@@ -64,6 +64,11 @@ test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
+
+# The rooms of src/ and who includes whom (scripts/include_graph.py checks
+# the floors, the cycles and the size limits; build/include_graph.dot for dot).
+graph:
+	@scripts/include_graph.py --graph --dot $(BUILD)/include_graph.dot
 
 tsan-build:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" $(TSAN_TESTS)
@@ -126,6 +131,7 @@ help:
 	@echo "make demo     install missing packages, build, run the built-in demo"
 	@echo "make test     install missing packages, build, run every test"
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
+	@echo "make graph    the include graph of src/ by room (and $(BUILD)/include_graph.dot)"
 	@echo "make tsan     the concurrency tests under ThreadSanitizer (also part of make test)"
 	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
 	@echo "make bench    build the benchmark programs in build/bench/"
