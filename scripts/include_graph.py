@@ -379,8 +379,10 @@ def symbol_graph(objdir):
     objs = []
     for dirpath, _, names in os.walk(os.path.join(ROOT, objdir, "src")):
         for nm in names:
-            if nm.endswith(".o"):
-                objs.append(os.path.join(dirpath, nm))
+            obj = os.path.join(dirpath, nm)
+            src = os.path.relpath(obj, os.path.join(ROOT, objdir))[:-2] + ".c"
+            if nm.endswith(".o") and os.path.exists(os.path.join(ROOT, src)):
+                objs.append(obj)  # not objects of sources moved away
     if not objs:
         return {}, {}, "--objects %s: no objects under %s/src" % (objdir, objdir)
     prefix = os.path.join(ROOT, objdir) + os.sep

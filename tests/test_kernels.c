@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "quant/kernels.h"
 #include "quant/mat.h"

@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "io/gguf.h"
 #include "model/synth.h"

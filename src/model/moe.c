@@ -11,6 +11,7 @@
  * of every sequence routed to it, and each token's sum is the one it gets
  * alone.
  */
+#include "model/forward.h"
 #include "model/model.h"
 #include "stream/switchglu.h"
 #include "util/pool.h"

@@ -1,6 +1,7 @@
 /* Engine and session: the public API of edge0.h over the model. */
 #include "model/model.h"
 
+#include "model/forward.h"
 #include "stream/budget.h"
 #include "stream/cachesim.h"
 #include "stream/switchglu.h"
@@ -486,12 +487,6 @@ int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
     else
         s->pos = keep; /* the KV cache past pos is never read */
     return keep;
-}
-
-e0_batch batch_one(e0_session *s, int T, e0_run *run) {
-    *run = (e0_run){s, 0, T};
-    return (e0_batch){
-        .S = &s->s, .run = run, .nrun = 1, .T = T, .Tp = T >= K_PANEL_MIN_T ? T : 0, .decode = T == 1};
 }
 
 /* The batch's tokens (ids: [T], one per token in run order) through every

@@ -6,7 +6,7 @@
  * lm_head is "lm_head" or "language_model.lm_head", or the embedding when
  * tied. mtp.* and vision tensors are never looked up, so they are ignored.
  */
-#include "model/model.h"
+#include "weights/weights.h"
 
 #include "io/gguf.h"
 #include "quant/ggml.h"
