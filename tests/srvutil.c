@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 static double now(void) {
     struct timespec ts;

@@ -10,7 +10,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Route stickiness (model/synth.h): a tiny synthetic model whose config.json
+/* Route stickiness (synth/synth.h): a tiny synthetic model whose config.json
  * carries edge0_synth.route_stickiness P routes each token to at least
  * round(P x k) of the previous position's experts per layer, exactly that
  * many when the router does not repeat more by itself; P = 0 routes bit for
@@ -9,7 +9,7 @@
 
 #include "edge0.h"
 #include "io/config.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "util/file.h"
 
 #include <math.h>

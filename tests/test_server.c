@@ -19,7 +19,7 @@
 #include "srvutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "server/request.h"
 #include "server/server.h"
 #include "server/think.h"

@@ -19,7 +19,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "io/gguf.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/file.h"

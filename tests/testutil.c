@@ -1,7 +1,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "util/file.h"
 
 #include <math.h>

@@ -4,7 +4,7 @@
  * assets/), so it runs offline on a fresh clone; its answers are noise. */
 #include "cli/cli.h"
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "text/sampler.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "quant/ggml.h"
 
 #include <signal.h>

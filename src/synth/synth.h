@@ -54,8 +54,8 @@
  * no key route identically. A sticky variant of a checkpoint is its
  * directory with the safetensors symlinked and config.json edited.
  */
-#ifndef E0_MODEL_SYNTH_H
-#define E0_MODEL_SYNTH_H
+#ifndef E0_SYNTH_SYNTH_H
+#define E0_SYNTH_SYNTH_H
 
 #include <signal.h>
 #include <stddef.h>

@@ -32,7 +32,7 @@
  * generator here). IQ4 blocks are only near zero-mean (iq4_codes).
  *
  * Random blocks: random codes, f16 scales sized so every tensor has the std
- * the safetensors formats give it (model/synth_int.h, synth.h: activations
+ * the safetensors formats give it (synth/synth_int.h, synth.h: activations
  * stay O(1), each block adds RMS ~1/sqrt(layers)), and every block's (Q4_K:
  * every sub-block's) codes adjusted to a fixed sum so its dequantized mean
  * is exactly 0: no matrix maps a shared offset of its inputs into a shared
@@ -49,7 +49,7 @@
  * planting a routing direction needs structured embedding rows. */
 #include "io/gguf.h"
 #include "io/stwriter.h"
-#include "model/synth_int.h"
+#include "synth/synth_int.h"
 #include "quant/ggml.h"
 #include "util/err.h"
 #include "util/file.h"

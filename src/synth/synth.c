@@ -3,8 +3,8 @@
  * in four parts: shapes, the plan (every tensor's name, shape, dtype), the
  * generators (one job of rows at a time) and config.json; io/stwriter.c
  * lays out and writes the shards (threads, progress, atomic directory). */
-#include "model/synth.h"
-#include "model/synth_int.h"
+#include "synth/synth.h"
+#include "synth/synth_int.h"
 
 #include "io/safetensors.h"
 #include "io/stwriter.h"

@@ -2,10 +2,10 @@
  * synth_gguf.c: GGUF): the random streams, the per-tensor stds that keep
  * activations O(1) (synth.h explains the scaling) and the generators of
  * small tensors. Internal to src/model. */
-#ifndef E0_MODEL_SYNTH_INT_H
-#define E0_MODEL_SYNTH_INT_H
+#ifndef E0_SYNTH_SYNTH_INT_H
+#define E0_SYNTH_SYNTH_INT_H
 
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <stdint.h>
 
