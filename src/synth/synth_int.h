@@ -1,7 +1,7 @@
 /* What the synth writers share (synth.c: mlx / hf safetensors;
  * synth_gguf.c: GGUF): the random streams, the per-tensor stds that keep
  * activations O(1) (synth.h explains the scaling) and the generators of
- * small tensors. Internal to src/model. */
+ * small tensors (synth_common.c). Internal to src/synth. */
 #ifndef E0_SYNTH_SYNTH_INT_H
 #define E0_SYNTH_SYNTH_INT_H
 
