@@ -1,7 +1,6 @@
 /* Safetensors reader/writer. See safetensors.h for the checks. */
 #include "io/safetensors.h"
 
-#include "io/gguf.h"
 #include "io/st_internal.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -509,7 +508,7 @@ static void file_close(st_file *f) {
     if (f->fd >= 0) close(f->fd);
     if (f->dfd >= 0) close(f->dfd);
     st_header_free(&f->hdr);
-    gguf_free(f->gguf);
+    if (f->gguf) f->gguf_free(f->gguf);
     free(f->path);
 }
 

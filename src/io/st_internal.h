@@ -6,7 +6,8 @@
  * header, st_set_reserve(total tensors), then st_set_add every tensor (which
  * rejects a name seen before, naming both files). st_set_free releases
  * everything, including each file's parsed header (`hdr` for safetensors,
- * `gguf` for GGUF).
+ * `gguf` for GGUF, through the destructor its reader left in `gguf_free`,
+ * so that safetensors.c never calls into gguf.c).
  */
 #ifndef E0_IO_ST_INTERNAL_H
 #define E0_IO_ST_INTERNAL_H
@@ -29,6 +30,7 @@ typedef struct {
     int guard;   /* its slot in the SIGBUS guard's table (st_set_fault), or -1 */
     st_header hdr;          /* safetensors files */
     struct gguf_file *gguf; /* GGUF files (views into `map`), else NULL */
+    void (*gguf_free)(struct gguf_file *); /* its destructor (gguf.c sets both) */
 } st_file;
 
 struct st_set {
