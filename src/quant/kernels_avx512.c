@@ -1273,9 +1273,8 @@ k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes) {
             return q8_rows;
         }
         return NULL;
-    case E0_W_GGML:
-        *need = K_NEED_X;
-        return k_avx512_ggml_pick(m);
+    case E0_W_GGML: /* kernels_ggml_avx512.c's: the dispatcher picks them */
+        return NULL;
     }
     return NULL;
 }

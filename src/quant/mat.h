@@ -14,6 +14,11 @@
  * tensors use E0_W_F32 / F16 / BF16). `w` points at row 0's first block;
  * rows are consecutive, ggml_row_bytes(gtype, cols) bytes each (cols a
  * multiple of the block size), only byte-aligned; no scales / biases.
+ *
+ * Three files implement this header, one way: mat.c the formats (sizes,
+ * views, dequantization, the panel layout), ref.c the scalar references,
+ * dispatch.c the kernel sets and the dispatch to the SIMD kernels
+ * (kernels.h) or the references.
  */
 #ifndef E0_QUANT_MAT_H
 #define E0_QUANT_MAT_H
@@ -189,5 +194,8 @@ void mat_attend_heads(const float *q, size_t qstride, int g, const void *kc, con
 /* mat_attend_ref on an f16 cache. */
 void mat_attend_ref_f16(const float *q, const uint16_t *kc, const uint16_t *vc, size_t stride,
                         int n, int hd, float scale, float *scores, float *o);
+/* Either: kc and vc f16 (uint16_t) when f16, else f32. */
+void mat_attend_ref_kv(const float *q, const void *kc, const void *vc, bool f16, size_t stride,
+                       int n, int hd, float scale, float *scores, float *o);
 
 #endif
