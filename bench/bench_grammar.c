@@ -173,8 +173,8 @@ int main(int argc, char **argv) {
             const bench_case *bc = &CASES[ci];
             cJSON *j = cJSON_Parse(bc->grammar_json);
             gram *g = NULL;
-            int rc = bc->kind == 'r' ? schema_response_grammar(j, &g, err)
-                                     : schema_tools_grammar(j, NULL, 4, bc->kind == 'x' ? SCHEMA_FORM_XML : SCHEMA_FORM_JSON,
+            int rc = bc->kind == 'r' ? e0_grammar_response_format(j, &g, err)
+                                     : e0_grammar_tools(j, NULL, 4, bc->kind == 'x' ? E0_TOOL_FORM_XML : E0_TOOL_FORM_JSON,
                                                             &g, err);
             cJSON_Delete(j);
             if (rc) {
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
                 gram_matcher_free(m);
             }
             tok_ids_free(&ids);
-            gram_free(g);
+            e0_grammar_free(g);
         }
         printf(" all cases, vocabulary %d:\n", SIZES[vi]);
         report("full mask, cache by state", all[1], n_all[1]);

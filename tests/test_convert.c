@@ -452,7 +452,7 @@ static void test_cancel(void **state) {
 
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
-    mat_set_kernels(E0_KERNELS_EXACT); /* the 1e-4 bound is the exact sets' (quant/mat.h) */
+    e0_set_kernels(E0_KERNELS_EXACT); /* the 1e-4 bound is the exact sets' (quant/mat.h) */
     struct CMUnitTest tests[32];
     size_t n = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {

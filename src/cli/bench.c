@@ -16,9 +16,6 @@
  * per token / disk bandwidth; whole-layer reads / expert bytes of the
  * layers loaded. */
 #include "cli/cli.h"
-#include "io/safetensors.h"
-#include "quant/mat.h"
-#include "text/sampler.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -215,7 +212,7 @@ static int warm_up(e0_session *s, int32_t *ids, int n_prefill, int n_decode, flo
     random_ids(&h, ids, n_prefill, vocab);
     int rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err);
     for (int k = 0; k < 2 && k < n_decode && !rc; k++) {
-        const int32_t id = (int32_t)sampler_argmax(logits, (size_t)vocab);
+        const int32_t id = (int32_t)e0_argmax(logits, (size_t)vocab);
         rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err);
     }
     if (!rc) e0_session_reset(s);
@@ -263,7 +260,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     e0_engine_stats_reset(e);
     t0 = cli_now();
     for (int k = 0; k < n_decode; k++) {
-        int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size); /* greedy */
+        int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size); /* greedy */
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
@@ -451,7 +448,7 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
     const double t0 = cli_now();
     for (int k = 0; k < n_decode; k++) {
         for (int i = 0; i < N; i++) /* greedy */
-            ids[i] = (int32_t)sampler_argmax(logits + (size_t)i * (size_t)info.vocab_size,
+            ids[i] = (int32_t)e0_argmax(logits + (size_t)i * (size_t)info.vocab_size,
                                              (size_t)info.vocab_size);
         if ((rc = e0_session_eval_batch(ss, ids, (size_t)N, logits, err))) goto out;
         if (isatty(2))
@@ -599,19 +596,19 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(root, "family", info.family);
         cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
         cJSON_AddNumberToObject(root, "threads", threads);
-        cJSON_AddStringToObject(root, "kernels", mat_kernels_name());
+        cJSON_AddStringToObject(root, "kernels", e0_kernels_name());
         cJSON_AddStringToObject(root, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(root, "dram_bw", dram);
         cJSON_AddNumberToObject(root, "disk_bw", disk);
-        cJSON_AddStringToObject(root, "expert_reads", st_uring_on() ? "io_uring" : "pread");
+        cJSON_AddStringToObject(root, "expert_reads", e0_uring_on() ? "io_uring" : "pread");
     } else {
         printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model,
                info.family, info.layout, (double)info.weight_bytes / (1u << 30),
                (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
         printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s "
                "(expert reads: %s); kernels %s, KV cache %s\n",
-               dram / 1e9, threads, disk / 1e9, st_uring_on() ? "io_uring" : "pread",
-               mat_kernels_name(), e0_kv_name(ce.eo.kv_type));
+               dram / 1e9, threads, disk / 1e9, e0_uring_on() ? "io_uring" : "pread",
+               e0_kernels_name(), e0_kv_name(ce.eo.kv_type));
     }
     int status = 0;
     phase ph;

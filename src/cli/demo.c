@@ -5,7 +5,6 @@
 #include "cli/cli.h"
 #include "edge0.h"
 #include "synth/synth.h"
-#include "text/sampler.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -240,7 +239,7 @@ int cmd_demo(int argc, char **argv) {
         r.prefill_s = cli_now() - a;
         a = cli_now();
         for (int k = 0; !rc && k < ce.sample.max_tokens; k++) {
-            int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size);
+            int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size);
             printf(" %d", best);
             fflush(stdout);
             r.completion_tokens++;

@@ -2,7 +2,6 @@
  * --stats report. Applied in a fixed order whatever the argument order:
  * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--kv-type/--threads. */
 #include "cli/cli.h"
-#include "quant/mat.h"
 #include "util/pool.h"
 
 #include <stdio.h>
@@ -251,13 +250,13 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         c->threads = (int)n;
     } else if (!strcmp(a, "--kernels")) {
         e0_kernels k;
-        if (mat_kernels_parse(v, &k) || !mat_kernels_supported(k)) {
+        if (e0_kernels_parse(v, &k) || !e0_kernels_supported(k)) {
             cli_error("--kernels: '%s' is not a kernel set this CPU runs (auto, exact, "
                       "avx512-mixed, avx512-q24, avx512-q16, avx512, avx2, ref)",
                       v);
             return -1;
         }
-        mat_set_kernels(k);
+        e0_set_kernels(k);
     } else if (!strcmp(a, "--prefill-ondemand")) {
         c->ondemand = true;
         return 1;

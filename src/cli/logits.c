@@ -4,7 +4,6 @@
  * step; every position's logits go to `logits` F32 [T, vocab]. */
 #include "cli/cli.h"
 #include "edge0.h"
-#include "io/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +86,7 @@ int cmd_logits(int argc, char **argv) {
     for (size_t i = (size_t)prefill; i < n; i++)
         if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, logits + i * V, err) != E0_OK) goto fail;
     double t2 = cli_now();
-    st_wtensor t = {.name = "logits", .dtype = ST_F32, .ndim = 2, .shape = {n, V}, .data = logits};
-    if (st_write(outp, &t, 1, NULL, 0, err) != 0) goto fail;
+    if (e0_save_f32(outp, "logits", (int64_t)n, (int64_t)V, logits, err) != 0) goto fail;
     fprintf(stderr, "edge0 logits: %s (%s, %s layout): prefill %ld tokens %.1f ms, decode %zu tokens %.1f ms -> %s\n",
             model, info.family, info.layout, prefill, (t1 - t0) * 1e3, n - (size_t)prefill, (t2 - t1) * 1e3, outp);
     if (ce.stats) cli_print_stats(eng, stderr);

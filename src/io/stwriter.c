@@ -627,3 +627,10 @@ void stw_sync_parent(const char *path) {
     if (par) sync_dir(par);
     free(par);
 }
+
+int e0_save_f32(const char *path, const char *name, int64_t rows, int64_t cols, const float *data,
+                char *err) {
+    st_wtensor t = {.name = name, .dtype = ST_F32, .ndim = 2, .shape = {(uint64_t)rows, (uint64_t)cols},
+                    .data = data};
+    return st_write(path, &t, 1, NULL, 0, err);
+}

@@ -70,7 +70,7 @@ struct e0_session {
  * evaluations and snapshots (E0_EINVAL); a session of a paused pass must
  * not be reset, restored or freed. A failed step resets every session of
  * the pass. session_eval_part is the one-session case. */
-enum { E0_PASS_MAX = 64 };
+/* E0_PASS_MAX: edge0.h */
 
 typedef struct e0_pass {
     e0_run run[E0_PASS_MAX]; /* in token order (runs of K_PANEL_MIN_T ids or more first) */

@@ -36,7 +36,7 @@ static int has_f16c(void) {
 }
 #endif
 
-int mat_kernels_supported(e0_kernels k) {
+int e0_kernels_supported(e0_kernels k) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     switch (k) {
@@ -48,12 +48,12 @@ int mat_kernels_supported(e0_kernels k) {
     case E0_KERNELS_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               mat_kernels_supported(E0_KERNELS_AVX2);
+               e0_kernels_supported(E0_KERNELS_AVX2);
     case E0_KERNELS_AVX512_Q8:
     case E0_KERNELS_AVX512_Q16:
     case E0_KERNELS_AVX512_Q24:
     case E0_KERNELS_AVX512_MIXED:
-        return __builtin_cpu_supports("avx512vnni") && mat_kernels_supported(E0_KERNELS_AVX512);
+        return __builtin_cpu_supports("avx512vnni") && e0_kernels_supported(E0_KERNELS_AVX512);
     case E0_KERNELS_F32:
     case E0_KERNELS_EXACT:
         return 1;
@@ -67,12 +67,12 @@ int mat_kernels_supported(e0_kernels k) {
 
 static e0_kernels resolve(e0_kernels k) {
     if (k != E0_KERNELS_AUTO && k != E0_KERNELS_EXACT && k != E0_KERNELS_F32) return k;
-    if (k == E0_KERNELS_AUTO && mat_kernels_supported(E0_KERNELS_AVX512_MIXED))
+    if (k == E0_KERNELS_AUTO && e0_kernels_supported(E0_KERNELS_AVX512_MIXED))
         return E0_KERNELS_AVX512_MIXED;
-    if (k == E0_KERNELS_EXACT && mat_kernels_supported(E0_KERNELS_AVX512_Q24))
+    if (k == E0_KERNELS_EXACT && e0_kernels_supported(E0_KERNELS_AVX512_Q24))
         return E0_KERNELS_AVX512_Q24;
-    if (mat_kernels_supported(E0_KERNELS_AVX512)) return E0_KERNELS_AVX512;
-    if (mat_kernels_supported(E0_KERNELS_AVX2)) return E0_KERNELS_AVX2;
+    if (e0_kernels_supported(E0_KERNELS_AVX512)) return E0_KERNELS_AVX512;
+    if (e0_kernels_supported(E0_KERNELS_AVX2)) return E0_KERNELS_AVX2;
     return E0_KERNELS_REF;
 }
 
@@ -84,15 +84,15 @@ static e0_kernels f32_of(e0_kernels k) {
                : k;
 }
 
-int mat_set_kernels(e0_kernels k) {
-    if (!mat_kernels_supported(k)) return E0_EUNSUPPORTED;
+int e0_set_kernels(e0_kernels k) {
+    if (!e0_kernels_supported(k)) return E0_EUNSUPPORTED;
     /* AUTO stays unresolved: the next call resolves it, $E0_KERNELS included */
     atomic_store_explicit(&g_kernels, (int)(k == E0_KERNELS_AUTO ? k : resolve(k)),
                           memory_order_relaxed);
     return 0;
 }
 
-int mat_kernels_parse(const char *name, e0_kernels *out) {
+int e0_kernels_parse(const char *name, e0_kernels *out) {
     static const struct {
         const char *name;
         e0_kernels k;
@@ -114,14 +114,14 @@ int mat_kernels_parse(const char *name, e0_kernels *out) {
     return E0_EINVAL;
 }
 
-/* $E0_KERNELS (a mat_kernels_parse name) picks the set while it is AUTO, to
+/* $E0_KERNELS (a e0_kernels_parse name) picks the set while it is AUTO, to
  * run a whole test suite, benchmark or CLI process under one set; unknown or
  * unsupported names leave AUTO. */
 static e0_kernels env_kernels(void) {
     const char *v = getenv("E0_KERNELS");
     e0_kernels k = E0_KERNELS_AUTO;
-    if (!v || mat_kernels_parse(v, &k)) return E0_KERNELS_AUTO;
-    return mat_kernels_supported(k) ? k : E0_KERNELS_AUTO;
+    if (!v || e0_kernels_parse(v, &k)) return E0_KERNELS_AUTO;
+    return e0_kernels_supported(k) ? k : E0_KERNELS_AUTO;
 }
 
 e0_kernels mat_kernels(void) {
@@ -133,7 +133,7 @@ e0_kernels mat_kernels(void) {
     return k;
 }
 
-const char *mat_kernels_name(void) {
+const char *e0_kernels_name(void) {
     switch (mat_kernels()) {
     case E0_KERNELS_AUTO:
     case E0_KERNELS_F32:
@@ -279,7 +279,7 @@ static k_rows_fn pick(e0_kernels k, const e0_mat *m, int64_t T, bool decode, int
         case E0_KERNELS_AVX512:
             break;
         case E0_KERNELS_AVX2:
-            if (!mat_kernels_supported(E0_KERNELS_AVX512)) return NULL;
+            if (!e0_kernels_supported(E0_KERNELS_AVX512)) return NULL;
             break;
         case E0_KERNELS_AUTO:
         case E0_KERNELS_F32:

@@ -1,11 +1,8 @@
 /* The scheduler thread, its slots and its queue (engine.h). */
 #include "server/engine.h"
-#include "model/model.h"
 
 #include "server/prefix.h"
 #include "server/think.h"
-#include "text/gen.h"
-#include "text/toolcall.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 
@@ -123,7 +120,7 @@ typedef struct {
     srv_engine *E;
     srv_job *j;
     srv_think think;
-    tc_parser *tc; /* tool calls out of the content, when the request has tools */
+    e0_tc_parser *tc; /* tool calls out of the content, when the request has tools */
     srv_buf raw;   /* every piece, as generated */
     bool oom;
     double t_tok;  /* when its last token came (0: none yet) */
@@ -186,7 +183,7 @@ struct srv_engine {
     /* The prefill pass in progress: the next chunk of each of pass_n slots
      * in one forward pass (pass_begin), possibly paused between layers;
      * pass_n 0 when none. */
-    e0_pass pass;
+    e0_pass *pass;
     int pass_n;
     srv_slot *pass_sl[E0_PASS_MAX];
     size_t pass_m[E0_PASS_MAX];
@@ -385,14 +382,14 @@ static int tc_args(void *user, int index, const char *s, size_t n) {
     return 0;
 }
 
-static const tc_sink TC_SINK = {tc_content, tc_call, tc_args};
+static const e0_tc_sink TC_SINK = {tc_content, tc_call, tc_args};
 
 /* What the reasoning splitter decides (j->mu held): reasoning to the job,
  * content through the tool-call parser when there is one. */
 static int think_out(void *user, int reasoning, const char *s, size_t n) {
     gen_ctx *g = user;
     if (reasoning || !g->tc) return add_text(g->j, reasoning, s, n);
-    return tc_feed(g->tc, s, n, &TC_SINK, g);
+    return e0_tc_feed(g->tc, s, n, &TC_SINK, g);
 }
 
 static void snapshot_stats(srv_engine *E) {
@@ -526,7 +523,7 @@ static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t 
     if (!stop) {
         int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, think_out, g) : add_text(j, 0, s, n);
         if (rc) stop = g->oom = true;
-        if (g->tc && tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
+        if (g->tc && e0_tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
@@ -660,10 +657,10 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     e0_gen_result res = *gres;
     pthread_mutex_lock(&j->mu);
     if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g->think, think_out, g) ||
-                                           (g->tc && tc_finish(g->tc, &TC_SINK, g))))
+                                           (g->tc && e0_tc_finish(g->tc, &TC_SINK, g))))
         g->oom = true;
     /* the one call parallel_tool_calls=false allows is complete: a normal end */
-    if (!rc && g->tc && tc_full(g->tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
+    if (!rc && g->tc && e0_tc_full(g->tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
     if (j->n_prompt_lp) { /* the prompt was evaluated here, not reused */
         res.reused_tokens = 0;
         res.prefill_s += sl->echo_s;
@@ -673,12 +670,12 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
                        : res.finish == E0_FINISH_CANCELLED ? "cancelled"
                                                            : "length";
     pthread_mutex_unlock(&j->mu);
-    tc_parser_free(g->tc);
+    e0_tc_parser_free(g->tc);
     /* the answer's end: the conversation's next turn resumes here */
     if (!rc && res.finish != E0_FINISH_CANCELLED && !g->oom) cache_put(E, sl);
     record_history(E, sl, j, sl->n, g, rc);
     if (sl->owned) free(sl->ids);
-    gen_free(sl->g);
+    e0_gen_free(sl->g);
     srv_think_free(&g->think);
     free(g->raw.p);
     snapshot_stats(E);
@@ -752,7 +749,7 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
                                      ? E0_GRAMMAR_THINK_MAY
                                      : E0_GRAMMAR_PLAIN;
     if (!rc && j->req.kind == SRV_CHAT && j->req.parse_tools)
-        rc = tc_parser_new(&g->tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
+        rc = e0_tc_parser_new(&g->tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
     e0_gen_result res = {0};
     if (!rc && E->generate) { /* a test's stand-in: the whole request, here */
         rc = E->generate(sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, &res, err);
@@ -760,7 +757,7 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
         return;
     }
     if (!rc && !(echo && j->req.sample.logprobs)) cache_restore(E, sl);
-    if (!rc) rc = gen_begin(&sl->g, sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, err);
+    if (!rc) rc = e0_gen_begin(&sl->g, sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, err);
     if (rc) {
         res.prompt_tokens = (int32_t)sl->n;
         slot_end(E, sl, rc, err, &res);
@@ -771,12 +768,12 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
 /* After the slot's logits are in: its next token, or its end. */
 static void slot_advance(srv_engine *E, srv_slot *sl) {
     char err[E0_ERR_MAX] = "";
-    int rc = gen_step(sl->g, &sl->next, err);
-    if (rc == GEN_EVAL) {
+    int rc = e0_gen_step(sl->g, &sl->next, err);
+    if (rc == E0_GEN_EVAL) {
         sl->decoding = true;
         return;
     }
-    slot_end(E, sl, rc < 0 ? rc : 0, err, gen_result(sl->g));
+    slot_end(E, sl, rc < 0 ? rc : 0, err, e0_gen_get_result(sl->g));
 }
 
 /* A client that left, or a request cancelled: whether the slot's job is to end. */
@@ -807,7 +804,7 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
         srv_slot *c = &E->slots[i];
         if (!c->j || !c->g || c->decoding) continue;
         if (slot_cancelled(c)) {
-            e0_gen_result res = *gen_result(c->g);
+            e0_gen_result res = *e0_gen_get_result(c->g);
             res.finish = E0_FINISH_CANCELLED;
             slot_end(E, c, 0, NULL, &res);
             continue;
@@ -825,9 +822,9 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
     for (int i = 0; i < nc && n < E0_PASS_MAX; i++) {
         const int32_t *id;
         bool last;
-        const size_t m = gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
+        const size_t m = e0_gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
         if (!m) continue;
-        if (n && (total + m > (size_t)ss[0]->n_batch || total + m > cap)) break;
+        if (n && (total + m > (size_t)e0_session_n_batch(ss[0]) || total + m > cap)) break;
         ss[n] = cand[i]->s;
         ids[n] = id;
         E->pass_sl[n] = cand[i];
@@ -837,11 +834,11 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
     }
     if (!n) return false;
     char err[E0_ERR_MAX] = "";
-    int rc = pass_begin(&E->pass, ss, ids, E->pass_m, n, err);
-    if (rc && n > 1) /* gen_begin checked each prompt: should a check still fail, the first alone says which */
-        rc = pass_begin(&E->pass, ss, ids, E->pass_m, n = 1, err);
+    int rc = e0_pass_begin(E->pass, ss, ids, E->pass_m, n, err);
+    if (rc && n > 1) /* e0_gen_begin checked each prompt: should a check still fail, the first alone says which */
+        rc = e0_pass_begin(E->pass, ss, ids, E->pass_m, n = 1, err);
     if (rc) {
-        slot_end(E, E->pass_sl[0], rc, err, gen_result(E->pass_sl[0]->g));
+        slot_end(E, E->pass_sl[0], rc, err, e0_gen_get_result(E->pass_sl[0]->g));
         return false;
     }
     E->pass_n = n;
@@ -881,21 +878,21 @@ static void prefill_step(srv_engine *E) {
     const double budget = E->solo_pass_s > 0 ? E->solo_pass_s : E->decode_pass_s;
     if (!E->pass_n && !prefill_begin(E, paced ? pass_cap(E, budget) : SIZE_MAX)) return;
     int halves = 0; /* the most to run now; 0: all that are left */
-    if (decoding && E->prefill_layers > 0) halves = pass_layer_halves(&E->pass, E->prefill_layers);
+    if (decoding && E->prefill_layers > 0) halves = e0_pass_layer_halves(E->pass, E->prefill_layers);
     else if (paced) halves = 2 * E->n_layers;
     char err[E0_ERR_MAX] = "";
     float *lg[E0_PASS_MAX];
     for (int i = 0; i < E->pass_n; i++)
-        lg[i] = E->pass_last[i] ? gen_logits(E->pass_sl[i]->g) : NULL;
-    const int T = E->pass.b.T;
+        lg[i] = E->pass_last[i] ? e0_gen_logits(E->pass_sl[i]->g) : NULL;
+    const int T = e0_pass_tokens(E->pass);
     const double t0 = now_s();
     bool done = false;
     int rc = 0;
     for (int ran = 0; !rc && !done && (!halves || ran < halves); ran++) {
-        const int h = 2 * E->pass.layer + E->pass.half;
+        const int h = e0_pass_next_half(E->pass);
         if (paced && ran && now_s() - t0 + E->half_id_s[h] * T > budget) break;
         const double th = now_s();
-        rc = pass_step_halves(&E->pass, 1, lg, &done, err);
+        rc = e0_pass_step_halves(E->pass, 1, lg, &done, err);
         if (rc) break;
         const double per = (now_s() - th) / T;
         ema(&E->half_id_s[h], per);
@@ -906,11 +903,11 @@ static void prefill_step(srv_engine *E) {
     for (int i = 0; i < n; i++) {
         srv_slot *sl = E->pass_sl[i];
         if (rc) { /* the pass reset every session in it */
-            slot_end(E, sl, rc, err, gen_result(sl->g));
+            slot_end(E, sl, rc, err, e0_gen_get_result(sl->g));
             continue;
         }
-        gen_prefill_done(sl->g, E->pass_m[i]);
-        if (!gen_prefill_left(sl->g)) {
+        e0_gen_prefill_done(sl->g, E->pass_m[i]);
+        if (!e0_gen_prefill_left(sl->g)) {
             cache_put(E, sl); /* the prompt's end: a retry or a branch resumes here */
             slot_advance(E, sl);
         }
@@ -941,10 +938,10 @@ static void decode_step(srv_engine *E) {
     for (int k = 0; k < n; k++) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
-            slot_end(E, sl, rc, err, gen_result(sl->g));
+            slot_end(E, sl, rc, err, e0_gen_get_result(sl->g));
             continue;
         }
-        memcpy(gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
+        memcpy(e0_gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
         slot_advance(E, sl);
     }
 }
@@ -1084,6 +1081,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     E->pass_slot = calloc(N, sizeof *E->pass_slot);
     int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot || !E->half_id_s ? E0_ENOMEM : 0;
     if (rc) snprintf(err, E0_ERR_MAX, "out of memory for %d slots", E->n_slots);
+    if (!rc) rc = e0_pass_new(&E->pass, err);
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = o->n_ctx;
@@ -1184,6 +1182,7 @@ void srv_engine_free(srv_engine *E) {
     free(E->pass_ids);
     free(E->pass_slot);
     free(E->half_id_s);
+    e0_pass_free(E->pass);
     prefix_free(E->pc);
     pthread_cond_destroy(&E->cv);
     pthread_mutex_destroy(&E->mu);

@@ -4,7 +4,6 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
-#include "text/gen.h"
 #include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
@@ -394,7 +393,7 @@ static int constrain(gram_matcher *gm, sampler *sm, float *logits, uint32_t *all
     return rc;
 }
 
-/* ---- the generation loop, one step at a time (text/gen.h) --------------------- */
+/* ---- the generation loop, one step at a time (edge0.h: e0_gen_*) --------------------- */
 
 struct e0_gen {
     e0_session *s;
@@ -419,7 +418,7 @@ struct e0_gen {
     bool finished;
 };
 
-void gen_free(e0_gen *g) {
+void e0_gen_free(e0_gen *g) {
     if (!g) return;
     if (g->part_n) e0_session_reset(g->s); /* a pass stopped between layers: its states are half-updated */
     gram_matcher_free(g->gm);
@@ -431,7 +430,7 @@ void gen_free(e0_gen *g) {
     free(g);
 }
 
-int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+int e0_gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
               const e0_sample_opts *o, e0_token_fn fn, void *user, char *err) {
     *out = NULL;
     const e0_config *c = &s->m->cfg;
@@ -455,7 +454,7 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
         rc = e0_fail(err, E0_ERANGE, "the prompt has %zu tokens but the context holds %d; shorten it or raise the context size",
                      n, s->n_ctx);
     if (rc) {
-        gen_free(g);
+        e0_gen_free(g);
         return rc;
     }
     sampler_params sp;
@@ -494,7 +493,7 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
         }
     }
     if (rc) {
-        gen_free(g);
+        e0_gen_free(g);
         return rc;
     }
     g->t0 = now_s();
@@ -508,13 +507,13 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
     return 0;
 }
 
-size_t gen_prefill_left(const e0_gen *g) { return g->n - g->done; }
+size_t e0_gen_prefill_left(const e0_gen *g) { return g->n - g->done; }
 
-float *gen_logits(e0_gen *g) { return g->logits; }
+float *e0_gen_logits(e0_gen *g) { return g->logits; }
 
-e0_session *gen_session(const e0_gen *g) { return g->s; }
+e0_session *e0_gen_session(const e0_gen *g) { return g->s; }
 
-const e0_gen_result *gen_result(e0_gen *g) {
+const e0_gen_result *e0_gen_get_result(e0_gen *g) {
     if (!g->finished) {
         if (g->done < g->n) g->r.prefill_s = now_s() - g->t0;
         else g->r.decode_s = now_s() - g->t1;
@@ -522,12 +521,12 @@ const e0_gen_result *gen_result(e0_gen *g) {
     return &g->r;
 }
 
-int gen_prefill(e0_gen *g, size_t max, char *err) {
+int e0_gen_prefill(e0_gen *g, size_t max, char *err) {
     int ran;
-    return gen_prefill_layers(g, max, 0, &ran, err);
+    return e0_gen_prefill_layers(g, max, 0, &ran, err);
 }
 
-int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err) {
+int e0_gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err) {
     const int L = g->c->n_layers;
     size_t left = g->n - g->done, m = g->part_n ? g->part_n : max && max < left ? max : left;
     *ran = 0;
@@ -560,7 +559,7 @@ int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *er
     return 0;
 }
 
-size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last) {
+size_t e0_gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last) {
     size_t left = g->n - g->done, m = max && max < left ? max : left;
     if (g->part_n) return 0;
     if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
@@ -569,7 +568,7 @@ size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *
     return m;
 }
 
-void gen_prefill_done(e0_gen *g, size_t m) {
+void e0_gen_prefill_done(e0_gen *g, size_t m) {
     g->done += m;
     if (g->done < g->n) return;
     g->t1 = now_s();
@@ -590,9 +589,9 @@ static void gen_finish(e0_gen *g) {
     }
 }
 
-int gen_step(e0_gen *g, int32_t *next, char *err) {
-    if (g->finished) return GEN_DONE;
-    if (g->done < g->n) return e0_fail(err, E0_EINVAL, "gen_step before the prompt's prefill is done");
+int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
+    if (g->finished) return E0_GEN_DONE;
+    if (g->done < g->n) return e0_fail(err, E0_EINVAL, "e0_gen_step before the prompt's prefill is done");
     const e0_config *c = g->c;
     const e0_sample_opts *o = &g->o;
     const e0_text *t = g->t;
@@ -661,11 +660,11 @@ int gen_step(e0_gen *g, int32_t *next, char *err) {
         *next = id;
         over = false;
     } while (0);
-    if (!over) return GEN_EVAL;
+    if (!over) return E0_GEN_EVAL;
     if (!rc) gen_finish(g);
     r->decode_s = now_s() - g->t1;
     g->finished = true;
-    return rc ? rc : GEN_DONE;
+    return rc ? rc : E0_GEN_DONE;
 }
 
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
@@ -673,13 +672,13 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     e0_gen *g;
     memset(r, 0, sizeof *r);
     r->prompt_tokens = (int32_t)n;
-    int rc = gen_begin(&g, s, t, prompt, n, o, fn, user, err);
+    int rc = e0_gen_begin(&g, s, t, prompt, n, o, fn, user, err);
     if (rc) return rc;
-    rc = gen_prefill(g, 0, err);
+    rc = e0_gen_prefill(g, 0, err);
     int32_t id;
-    while (!rc && (rc = gen_step(g, &id, err)) == GEN_EVAL)
-        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, gen_logits(g), err);
-    *r = *gen_result(g);
-    gen_free(g);
+    while (!rc && (rc = e0_gen_step(g, &id, err)) == E0_GEN_EVAL)
+        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, e0_gen_logits(g), err);
+    *r = *e0_gen_get_result(g);
+    e0_gen_free(g);
     return rc;
 }
