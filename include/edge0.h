@@ -33,6 +33,7 @@
 #ifndef EDGE0_H
 #define EDGE0_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -584,6 +585,188 @@ bool e0_uring_on(void);
  * safetensors file at `path` (atomically: PATH.tmp, then renamed). */
 int e0_save_f32(const char *path, const char *name, int64_t rows, int64_t cols, const float *data,
                 char *err);
+
+/* ---- Tokenizers alone ----------------------------------------------------
+ * A tokenizer.json without a model (the `tokenize` command; e0_text opens
+ * one with a model's chat format). Immutable after load: shareable. */
+typedef struct e0_tokenizer e0_tokenizer;
+
+/* A growable id array. Zero-initialise; e0_tokenizer_encode appends to it. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} e0_ids;
+void e0_ids_free(e0_ids *ids);
+
+/* Reads and validates `path` (a tokenizer.json). */
+int e0_tokenizer_load(e0_tokenizer **out, const char *path, char *err);
+void e0_tokenizer_free(e0_tokenizer *t);
+
+enum {
+    /* Added tokens marked "special" are not matched in the text: they are
+     * encoded as ordinary text (for user content that must not inject
+     * control tokens). Non-special added tokens are still matched. */
+    E0_ENCODE_SPECIAL_AS_TEXT = 1u << 0,
+};
+/* Appends the ids of text[0..len) (any bytes: invalid UTF-8 is encoded
+ * byte by byte) to `out`. On error `out` keeps only what it held before. */
+int e0_tokenizer_encode(const e0_tokenizer *t, const char *text, size_t len, unsigned flags,
+                        e0_ids *out, char *err);
+
+enum {
+    E0_DECODE_SKIP_SPECIAL = 1u << 0, /* drop added tokens marked "special" */
+};
+/* The text of ids[0..n): a malloc'd, NUL-terminated, valid UTF-8 string of
+ * *out_len bytes. E0_ERANGE names the first id that is not a token. */
+int e0_tokenizer_decode(const e0_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                        char **out, size_t *out_len, char *err);
+/* 1 + the largest id of the vocabulary and the added tokens. A model's
+ * config.json vocab_size may be larger (padded): ids in between are not
+ * tokens, and decoding them fails with E0_ERANGE. */
+int32_t e0_tokenizer_vocab_size(const e0_tokenizer *t);
+
+/* ---- Writing checkpoints: random weights of a real model's shape --------
+ * (the `synth` command; src/synth/synth.h explains the scaling that keeps
+ * activations O(1) and the routing skew and stickiness). */
+typedef enum { E0_SYNTH_QWEN3_MOE, E0_SYNTH_QWEN3_NEXT, E0_SYNTH_QWEN3_5_MOE } e0_synth_family;
+
+typedef struct {
+    const char *name;
+    const char *released; /* the released model whose shape this is; "" for test shapes */
+    e0_synth_family family;
+    int hidden, n_layers, vocab;
+    int n_heads, n_kv_heads, head_dim;
+    double partial_rotary, rope_theta;
+    int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_attention_interval;
+    int n_experts, top_k, moe_inter, shared_inter;
+    int dense_inter;       /* config "intermediate_size" (no dense layers; 0: omitted) */
+    int max_pos, bos, eos; /* bos < 0: null */
+} e0_synth_shape;
+
+/* The shape called `name`, or NULL. */
+const e0_synth_shape *e0_synth_find(const char *name);
+/* Comma-separated list of known shape names (static string). */
+const char *e0_synth_names(void);
+/* Shapes by index, i < e0_synth_count(). */
+size_t e0_synth_count(void);
+const e0_synth_shape *e0_synth_at(size_t i);
+
+/* E0_SYNTH_GGUF: one .gguf file (or a split set), llama.cpp's names and
+ * metadata for the architecture and llama-quantize's Q4_K_M type mix with
+ * random blocks (synth_gguf.c explains the mix and the block scaling). */
+typedef enum { E0_SYNTH_MLX, E0_SYNTH_HF, E0_SYNTH_GGUF } e0_synth_format;
+
+/* E0_SYNTH_GGUF's type mix, as llama-quantize's ftype of that name gives it
+ * (approximately: synth_gguf.c). */
+typedef enum { E0_SYNTH_MIX_Q4_K_M, E0_SYNTH_MIX_Q8_0, E0_SYNTH_MIX_IQ4_XS, E0_SYNTH_MIX_Q4_0 } e0_synth_gguf_mix;
+
+typedef enum { E0_SYNTH_WRITING, E0_SYNTH_SYNCING, E0_SYNTH_DONE } e0_synth_phase;
+
+typedef struct {
+    e0_synth_phase phase;
+    uint64_t done, total; /* bytes of tensor data handed to the OS / planned */
+    double seconds;       /* since the start */
+} e0_synth_progress;
+
+typedef struct {
+    e0_synth_format format;
+    uint64_t seed;
+    double route_skew;    /* 0: near-uniform routing; S > 0: Zipf(S)-like expert popularity */
+    double route_stickiness; /* [0, 1]: share of experts kept from the previous token (above) */
+    int n_threads;        /* generator threads; 0: one per core, at most 8 */
+    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
+                             one file, else a split set NAME-0000K-of-0000N.gguf */
+    e0_synth_gguf_mix gguf_mix; /* gguf: the type mix (0: Q4_K_M) */
+    const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
+                              template, from tokenizer_config.json beside it) are embedded */
+    int no_sync;          /* skip the fsync before the rename (faster, not durable) */
+    int sparse;           /* mlx / hf: headers and config only, every weight a hole that reads
+                             as zero: the layout of a shape larger than the disk, for plans */
+    /* Called on the calling thread about every 100 ms and once per phase. */
+    void (*progress)(void *ctx, const e0_synth_progress *p);
+    void *progress_ctx;
+    /* When *cancel becomes non-zero (e.g. from a SIGINT handler) the write
+     * stops, leaves nothing behind and fails with E0_EINVAL. May be NULL. */
+    const volatile sig_atomic_t *cancel;
+} e0_synth_opts;
+
+void e0_synth_opts_default(e0_synth_opts *o);
+
+#define E0_SYNTH_GTYPES 40 /* ggml type ids (GGML_NTYPES; e0_ggml_type_name) */
+
+typedef struct {
+    uint64_t bytes;  /* all safetensors files, headers included (gguf: all parts) */
+    uint64_t params; /* logical parameters (quantized weights count once) */
+    size_t n_tensors;
+    int n_shards;
+    /* gguf: tensors and data bytes of each ggml type */
+    uint32_t type_tensors[E0_SYNTH_GTYPES];
+    uint64_t type_bytes[E0_SYNTH_GTYPES];
+} e0_synth_info;
+
+/* What e0_synth_write_opts would write, without writing anything. */
+int e0_synth_plan_info(const e0_synth_shape *shape, const e0_synth_opts *o, e0_synth_info *info, char *err);
+
+/* Writes a checkpoint of `shape` into directory `dst` (gguf: the file
+ * `dst`, or its split parts; created, it must not exist). The directory appears atomically: it is written as
+ * DST.tmp-XXXXXX, synced, and renamed without replacing anything; on any
+ * failure nothing is left behind. */
+int e0_synth_write_opts(const e0_synth_shape *shape, const char *dst, const e0_synth_opts *o, char *err);
+
+/* e0_synth_write_opts with the defaults (mlx, no skew) and `seed`. */
+int e0_synth_write(const e0_synth_shape *shape, const char *dst, uint64_t seed, char *err);
+
+/* The name of a ggml type id ("Q4_K", ...), or NULL for an unknown one. */
+const char *e0_ggml_type_name(uint32_t type);
+
+/* ---- Writing checkpoints: a Hugging Face checkpoint converted -----------
+ * to the streaming (mlx affine) layout (the `convert` command). */
+typedef enum { E0_CONVERT_WRITING, E0_CONVERT_SYNCING, E0_CONVERT_DONE } e0_convert_phase;
+
+typedef struct {
+    e0_convert_phase phase;
+    uint64_t done, total; /* source tensor bytes converted / to convert */
+    uint64_t written;     /* output bytes handed to the OS */
+    double seconds;       /* since the start */
+} e0_convert_progress;
+
+typedef struct {
+    int bits;             /* 4 or 8 (2, 3, 5, 6 also accepted); default 4 */
+    int group;            /* 32, 64 or 128; default 64 */
+    int fused_gate_up;    /* write switch_mlp.gate_up_proj instead of gate_proj + up_proj */
+    int force;            /* replace an existing DST */
+    int n_threads;        /* worker threads; 0: one per core, at most 8 */
+    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm) */
+    int no_sync;          /* skip the fsyncs before the rename (faster, not durable) */
+    /* Called on the calling thread about every 100 ms and once per phase. */
+    void (*progress)(void *ctx, const e0_convert_progress *p);
+    void *progress_ctx;
+    /* When *cancel becomes non-zero the conversion stops, leaves nothing
+     * behind and fails with E0_EINVAL. May be NULL. */
+    const volatile sig_atomic_t *cancel;
+} e0_convert_opts;
+
+void e0_convert_opts_default(e0_convert_opts *o);
+
+typedef struct {
+    char family[16];       /* "qwen3_moe", "qwen3_next", "qwen3_5_moe" */
+    char src_layout[16];   /* "hf" (per-expert) or "hf-fused" */
+    size_t src_tensors;    /* tensors in the source */
+    size_t dropped;        /* source tensors left out (MTP, vision, inv_freq, tied lm_head) */
+    char dropped_example[128];
+    size_t out_tensors;    /* tensors written */
+    size_t quantized;      /* modules quantized */
+    int n_shards;
+    uint64_t src_bytes;    /* source tensor bytes read */
+    uint64_t out_bytes;    /* safetensors bytes written, headers included */
+    size_t copied_files;   /* tokenizer / generation files copied */
+} e0_convert_info;
+
+/* Checks SRC and plans the output without writing anything. */
+int e0_convert_plan(const char *src, const e0_convert_opts *o, e0_convert_info *info, char *err);
+
+/* Converts SRC into the new directory DST. info may be NULL. */
+int e0_convert_run(const char *src, const char *dst, const e0_convert_opts *o, e0_convert_info *info, char *err);
 
 /* ---- Serving many sequences: generation step by step ------------------- *
  * A generation cut at its forward passes: e0_generate_tokens's loop as a

@@ -347,8 +347,8 @@ static void test_mask_brute_force(void **state) {
     (void)state;
     tok_tokenizer *tk;
     char err[E0_ERR_MAX];
-    if (tok_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
-    int32_t nv = tok_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
+    if (e0_tokenizer_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
+    int32_t nv = e0_tokenizer_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
     gram_vocab *v;
     if (gram_vocab_new(&v, nv, tk_token, tk, err)) fail_msg("%s", err);
     static const struct {
@@ -371,7 +371,7 @@ static void test_mask_brute_force(void **state) {
         snprintf(text, sizeof text, "%s%s", cases[c].root == SCHEMA_ROOT_THINK_OPEN ? "ok </th>\n</think>\n\n" : "",
                  cases[c].answer);
         tok_ids ids = {0};
-        if (tok_encode(tk, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
+        if (e0_tokenizer_encode(tk, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
         gram_matcher_opts o;
         gram_matcher_opts_default(&o);
         o.root = cases[c].root;
@@ -419,13 +419,13 @@ static void test_mask_brute_force(void **state) {
             }
         }
         gram_matcher_free(m);
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
         e0_grammar_free(g);
     }
     printf("mask == brute force for %zu (prefix, token) pairs\n", checked);
     free(mask);
     gram_vocab_free(v);
-    tok_free(tk);
+    e0_tokenizer_free(tk);
 }
 
 /* A random walk through the masks ends in a complete answer that cJSON reads
@@ -434,8 +434,8 @@ static void test_random_walk(void **state) {
     (void)state;
     tok_tokenizer *tk;
     char err[E0_ERR_MAX];
-    if (tok_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
-    int32_t nv = tok_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
+    if (e0_tokenizer_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
+    int32_t nv = e0_tokenizer_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
     gram_vocab *v;
     if (gram_vocab_new(&v, nv, tk_token, tk, err)) fail_msg("%s", err);
     gram *g = compile_schema("{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"alpha\",\"beta\"]},\"n\":{"
@@ -484,7 +484,7 @@ static void test_random_walk(void **state) {
     free(mask);
     e0_grammar_free(g);
     gram_vocab_free(v);
-    tok_free(tk);
+    e0_tokenizer_free(tk);
 }
 
 static void test_resample(void **state) {

@@ -250,13 +250,13 @@ static void test_router_policy(void **state) {
     (void)state;
     char *root = tu_tmpdir();
     char *dir = e0_path_join(root, "skew");
-    synth_opts so;
-    synth_opts_default(&so);
+    e0_synth_opts so;
+    e0_synth_opts_default(&so);
     so.no_sync = 1;
     so.route_skew = 1.0;
     so.route_stickiness = 0.25;
     char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
+    if (e0_synth_write_opts(e0_synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
     e0_engine *a = open_with(dir, E0_CACHE_ROUTER, 40), *b = open_with(dir, E0_CACHE_LRU, 40);
     decode_same(a, b);
     e0_stats sa, sb;

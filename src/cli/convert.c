@@ -2,7 +2,6 @@
  * Hugging Face checkpoint -> mlx layout, with a progress bar on stderr (a
  * line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
-#include "convert/convert.h"
 #include "edge0.h"
 
 #include <signal.h>
@@ -38,17 +37,17 @@ static void help(FILE *f) {
             "  --dry-run          check SRC and print the plan, write nothing\n");
 }
 
-static void on_progress(void *ctx, const convert_progress *p) {
-    cli_phase ph = p->phase == CONVERT_WRITING ? CLI_PHASE_WRITING
-                   : p->phase == CONVERT_SYNCING ? CLI_PHASE_SYNCING
+static void on_progress(void *ctx, const e0_convert_progress *p) {
+    cli_phase ph = p->phase == E0_CONVERT_WRITING ? CLI_PHASE_WRITING
+                   : p->phase == E0_CONVERT_SYNCING ? CLI_PHASE_SYNCING
                                                  : CLI_PHASE_DONE;
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
 int cmd_convert(int argc, char **argv) {
     const char *src = NULL, *dst = NULL;
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -99,8 +98,8 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     char err[E0_ERR_MAX];
-    convert_info info;
-    if (convert_plan(src, &o, &info, err) != 0) {
+    e0_convert_info info;
+    if (e0_convert_plan(src, &o, &info, err) != 0) {
         cli_error("%s", err);
         return 1;
     }
@@ -120,7 +119,7 @@ int cmd_convert(int argc, char **argv) {
     o.progress_ctx = &st;
     o.cancel = cli_cancel_begin();
     const double t0 = cli_now();
-    int rc = convert_run(src, dst, &o, &info, err);
+    int rc = e0_convert_run(src, dst, &o, &info, err);
     cli_cancel_end();
     if (rc != 0) {
         if (st.tty) fputc('\n', stderr);

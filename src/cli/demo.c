@@ -4,7 +4,6 @@
  * assets/), so it runs offline on a fresh clone; its answers are noise. */
 #include "cli/cli.h"
 #include "edge0.h"
-#include "synth/synth.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -99,7 +98,7 @@ static int builtin_model(char *dir, size_t n) {
         fprintf(stderr, "edge0 demo: no MODEL given; building the built-in tiny model (random weights, "
                         "qwen3_5_moe layout, Qwen3 tokenizer) in %s\n", dir);
         char err[E0_ERR_MAX];
-        if (synth_write(synth_find("tiny"), dir, 1, err) != 0) {
+        if (e0_synth_write(e0_synth_find("tiny"), dir, 1, err) != 0) {
             cli_error("%s", err);
             return -1;
         }

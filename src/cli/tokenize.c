@@ -5,7 +5,6 @@
  * times loading and encoding (not part of the tests). */
 #include "cli/cli.h"
 #include "edge0.h"
-#include "text/tokenizer.h"
 #include "util/file.h"
 
 #include <cjson/cJSON.h>
@@ -40,7 +39,7 @@ static void put_ids(FILE *f, const int32_t *v, size_t n) {
     fputc(']', f);
 }
 
-/* A JSON string (the text is valid UTF-8: it comes from tok_decode). */
+/* A JSON string (the text is valid UTF-8: it comes from e0_tokenizer_decode). */
 static void put_json_str(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
@@ -77,7 +76,7 @@ static void put_json_str(FILE *f, const char *s, size_t n) {
     fputc('"', f);
 }
 
-static int parse_ids(const char *s, tok_ids *ids) {
+static int parse_ids(const char *s, e0_ids *ids) {
     for (const char *p = s; *p;) {
         char *end;
         errno = 0;
@@ -114,7 +113,7 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
-static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags, unsigned dflags) {
+static int run_jsonl(const e0_tokenizer *tk, const char *path, unsigned eflags, unsigned dflags) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
         cli_error("%s: cannot open: %s", path, strerror(errno));
@@ -124,7 +123,7 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
     size_t cap = 0, lineno = 0;
     ssize_t len;
     int status = 0;
-    tok_ids ids = {0};
+    e0_ids ids = {0};
     while (!status && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         size_t k = strspn(line, " \t\r\n");
@@ -143,8 +142,8 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
             char *dec = NULL;
             size_t dn;
             ids.n = 0;
-            if (tok_encode(tk, s, strlen(s), eflags, &ids, err) ||
-                tok_decode(tk, ids.v, ids.n, dflags, &dec, &dn, err)) {
+            if (e0_tokenizer_encode(tk, s, strlen(s), eflags, &ids, err) ||
+                e0_tokenizer_decode(tk, ids.v, ids.n, dflags, &dec, &dn, err)) {
                 cli_error("%s:%zu: %s", path, lineno, err);
                 status = 1;
             } else {
@@ -163,7 +162,7 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
         status = 1;
     }
     free(line);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     if (f != stdin) fclose(f);
     return status;
 }
@@ -178,11 +177,11 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
         return 1;
     }
     double best = 1e9;
-    tok_tokenizer *tk = NULL;
+    e0_tokenizer *tk = NULL;
     for (int i = 0; i < 3; i++) {
-        tok_free(tk);
+        e0_tokenizer_free(tk);
         double t0 = cli_now();
-        if (tok_load(&tk, tpath, err)) {
+        if (e0_tokenizer_load(&tk, tpath, err)) {
             cli_error("%s", err);
             free(text);
             return 1;
@@ -190,19 +189,19 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
         double dt = cli_now() - t0;
         if (dt < best) best = dt;
     }
-    printf("load     %s: %.1f ms (best of 3), %d ids\n", tpath, best * 1e3, tok_vocab_size(tk));
-    tok_ids ids = {0};
+    printf("load     %s: %.1f ms (best of 3), %d ids\n", tpath, best * 1e3, e0_tokenizer_vocab_size(tk));
+    e0_ids ids = {0};
     int status = 1;
     size_t iters = 0;
     double t0 = cli_now(), dt;
     do {
         ids.n = 0;
-        if (tok_encode(tk, text, len, eflags, &ids, err)) goto fail;
+        if (e0_tokenizer_encode(tk, text, len, eflags, &ids, err)) goto fail;
         iters++;
     } while ((dt = cli_now() - t0) < 1.0);
     printf("encode   %s: %zu bytes -> %zu tokens, %.2f MB/s (whole file, %zu runs)\n", path, len,
            ids.n, (double)len * (double)iters / dt / 1e6, iters);
-    tok_ids lids = {0};
+    e0_ids lids = {0};
     iters = 0;
     t0 = cli_now();
     do {
@@ -210,8 +209,8 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
         for (size_t i = 0; i < len;) {
             const char *nl = memchr(text + i, '\n', len - i);
             size_t e = nl ? (size_t)(nl - text) + 1 : len;
-            if (tok_encode(tk, text + i, e - i, eflags, &lids, err)) {
-                tok_ids_free(&lids);
+            if (e0_tokenizer_encode(tk, text + i, e - i, eflags, &lids, err)) {
+                e0_ids_free(&lids);
                 goto fail;
             }
             i = e;
@@ -219,13 +218,13 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
         iters++;
     } while ((dt = cli_now() - t0) < 1.0);
     printf("encode   %s: %.2f MB/s (line by line)\n", path, (double)len * (double)iters / dt / 1e6);
-    tok_ids_free(&lids);
+    e0_ids_free(&lids);
     iters = 0;
     size_t out_len = 0;
     t0 = cli_now();
     do {
         char *s;
-        if (tok_decode(tk, ids.v, ids.n, 0, &s, &out_len, err)) goto fail;
+        if (e0_tokenizer_decode(tk, ids.v, ids.n, 0, &s, &out_len, err)) goto fail;
         free(s);
         iters++;
     } while ((dt = cli_now() - t0) < 1.0);
@@ -234,8 +233,8 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
     status = 0;
 fail:
     if (status) cli_error("%s", err);
-    tok_ids_free(&ids);
-    tok_free(tk);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(tk);
     free(text);
     return status;
 }
@@ -262,9 +261,9 @@ int cmd_tokenize(int argc, char **argv) {
             }
             *slot = v, i++;
         } else if (!strcmp(a, "--no-special")) {
-            eflags |= TOK_ENCODE_SPECIAL_AS_TEXT;
+            eflags |= E0_ENCODE_SPECIAL_AS_TEXT;
         } else if (!strcmp(a, "--skip-special")) {
-            dflags |= TOK_DECODE_SKIP_SPECIAL;
+            dflags |= E0_DECODE_SKIP_SPECIAL;
         } else if (a[0] == '-' && a[1]) {
             cli_error("tokenize: unknown option '%s' (see edge0 tokenize --help)", a);
             return 2;
@@ -296,18 +295,18 @@ int cmd_tokenize(int argc, char **argv) {
     }
     int status = 1;
     char err[E0_ERR_MAX];
-    tok_tokenizer *tk = NULL;
-    tok_ids ids = {0};
+    e0_tokenizer *tk = NULL;
+    e0_ids ids = {0};
     if (bench) {
         status = run_bench(tpath, bench, eflags);
         goto out;
     }
-    if (tok_load(&tk, tpath, err)) {
+    if (e0_tokenizer_load(&tk, tpath, err)) {
         cli_error("%s", err);
         goto out;
     }
     if (text) {
-        if (tok_encode(tk, text, strlen(text), eflags, &ids, err)) {
+        if (e0_tokenizer_encode(tk, text, strlen(text), eflags, &ids, err)) {
             cli_error("%s", err);
             goto out;
         }
@@ -321,7 +320,7 @@ int cmd_tokenize(int argc, char **argv) {
             status = 2;
             goto out;
         }
-        if (tok_decode(tk, ids.v, ids.n, dflags, &s, &n, err)) {
+        if (e0_tokenizer_decode(tk, ids.v, ids.n, dflags, &s, &n, err)) {
             cli_error("%s", err);
             goto out;
         }
@@ -337,8 +336,8 @@ out:
         cli_error("writing the output failed");
         status = 1;
     }
-    tok_ids_free(&ids);
-    tok_free(tk);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(tk);
     free(joined);
     return status;
 }

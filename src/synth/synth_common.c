@@ -16,9 +16,9 @@
 
 typedef synth_gains gains;
 
-synth_gains synth_gains_of(const synth_shape *s) {
+synth_gains synth_gains_of(const e0_synth_shape *s) {
     const double H = s->hidden, gamma = 1.0 / sqrt((double)s->n_layers);
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE;
+    const bool hybrid = s->family != E0_SYNTH_QWEN3_MOE;
     gains g = {.gamma = gamma, .embed = 1.0f};
     g.in = (float)(1.0 / sqrt(H));
     g.router = (float)(1.0 / sqrt(H)); /* logits ~ N(0, 1) per token */

@@ -203,7 +203,7 @@ int e0_text_open(e0_text **out, const char *path, char *err) {
     e0_text *t = calloc(1, sizeof *t);
     int rc = !t         ? e0_fail(err, E0_ENOMEM, "out of memory")
              : gguf     ? tok_load_gguf(&t->tk, path, err)
-                        : tok_load(&t->tk, path, err);
+                        : e0_tokenizer_load(&t->tk, path, err);
     if (rc == E0_ENOTFOUND && !gguf) e0_wrap(err, rc, "no tokenizer (a model directory needs tokenizer.json)");
     free(file);
     if (rc) {
@@ -225,13 +225,13 @@ void e0_text_free(e0_text *t) {
     if (!t) return;
     gram_vocab_free(t->gv);
     pthread_mutex_destroy(&t->gv_mu);
-    tok_free(t->tk);
+    e0_tokenizer_free(t->tk);
     free(t);
 }
 
 int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n, char *err) {
     tok_ids v = {0};
-    int rc = tok_encode(t->tk, s, len, 0, &v, err);
+    int rc = e0_tokenizer_encode(t->tk, s, len, 0, &v, err);
     if (rc) return rc;
     *ids = v.v;
     *n = v.n;
@@ -240,7 +240,7 @@ int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, s
 
 int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err) {
     size_t l;
-    return tok_decode(t->tk, ids, n, 0, out, len ? len : &l, err);
+    return e0_tokenizer_decode(t->tk, ids, n, 0, out, len ? len : &l, err);
 }
 
 int32_t e0_text_token_id(const e0_text *t, const char *token) { return tok_token_id(t->tk, token); }
@@ -315,7 +315,7 @@ static const uint8_t *token_bytes(void *user, int32_t id, size_t *len) {
 static const gram_vocab *text_vocab(const e0_text *t, char *err) {
     e0_text *w = (e0_text *)t; /* the lazily built trie; guarded */
     pthread_mutex_lock(&w->gv_mu);
-    if (!w->gv && gram_vocab_new(&w->gv, tok_vocab_size(t->tk), token_bytes, t->tk, err)) w->gv = NULL;
+    if (!w->gv && gram_vocab_new(&w->gv, e0_tokenizer_vocab_size(t->tk), token_bytes, t->tk, err)) w->gv = NULL;
     pthread_mutex_unlock(&w->gv_mu);
     return w->gv;
 }
@@ -501,7 +501,7 @@ int e0_gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *p
     g->done = (size_t)g->r.reused_tokens;
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < c->vocab) sampler_accept(g->sm, prompt[i]);
-    tok_stream_init(&g->ts, TOK_DECODE_SKIP_SPECIAL);
+    tok_stream_init(&g->ts, E0_DECODE_SKIP_SPECIAL);
     g->r.finish = E0_FINISH_LENGTH;
     *out = g;
     return 0;
@@ -627,7 +627,7 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
         if (g->gm) {
             const double a0 = now_s();
             size_t bl = 0;
-            const uint8_t *b = id < tok_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
+            const uint8_t *b = id < e0_tokenizer_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
             if (g->think.state != 2 && b) think_feed(&g->think, b, bl);
             rc = gram_matcher_accept(g->gm, id);
             r->mask_s += now_s() - a0;
@@ -643,7 +643,7 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
         }
         r->completion_tokens++;
         size_t len = 0;
-        if (id < tok_vocab_size(t->tk) &&
+        if (id < e0_tokenizer_vocab_size(t->tk) &&
             tok_stream_push(t->tk, &g->ts, id, g->piece, tok_stream_max(t->tk), &len, err) != 0)
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
         if ((rc = chat_stop_feed(g->stop, g->piece, len, &em))) break;

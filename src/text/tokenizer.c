@@ -531,7 +531,7 @@ typedef struct {
 } enc;
 
 static int oom(enc *e) {
-    return e0_fail(e->err, E0_ENOMEM, "tok_encode: out of memory");
+    return e0_fail(e->err, E0_ENOMEM, "e0_tokenizer_encode: out of memory");
 }
 
 static int push_id(enc *e, int32_t id) {
@@ -637,7 +637,7 @@ static void try_pair(enc *e, int32_t i, int32_t j) {
 static int grow_sym(enc *e, size_t n) {
     if (n <= e->sym_cap) return 0;
     if (n > INT32_MAX / 4)
-        return e0_fail(e->err, E0_ERANGE, "tok_encode: a piece of %zu bytes is too long", n);
+        return e0_fail(e->err, E0_ERANGE, "e0_tokenizer_encode: a piece of %zu bytes is too long", n);
     size_t cap = e->sym_cap ? e->sym_cap : 64;
     while (cap < n)
         cap *= 2;
@@ -958,7 +958,7 @@ int tok_build_fast(tok_tokenizer *t, char *err) {
         d[i] = (tok_vslot){en->dec_off, en->dec_len, h, id};
     }
     enc_free(&e);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     if (rc) {
         free(d);
         return rc;
@@ -994,7 +994,7 @@ static int added_split(enc *e, const tok_matchset *ms, const char *s, size_t n, 
         if (!a) break;
         size_t start = q - 1, stop = start + a->len;
         pos = stop;
-        if (a->special && (e->flags & TOK_ENCODE_SPECIAL_AS_TEXT)) continue;
+        if (a->special && (e->flags & E0_ENCODE_SPECIAL_AS_TEXT)) continue;
         if (a->single_word) {
             size_t at;
             if (start > 0 && is_word(cp_before(s, start, &at))) continue;
@@ -1032,10 +1032,10 @@ static int gap_raw(enc *e, const char *s, size_t n) {
     return added_split(e, &e->t->match_norm, p, m, gap_normalized);
 }
 
-int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
+int e0_tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
                char *err) {
     if (!t || !out || (!text && len))
-        return e0_fail(err, E0_EINVAL, "tok_encode: no tokenizer, text or output");
+        return e0_fail(err, E0_EINVAL, "e0_tokenizer_encode: no tokenizer, text or output");
     enc e = {.t = t, .flags = flags, .out = out, .err = err};
     size_t n0 = out->n;
     int rc = 0;
@@ -1060,7 +1060,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned fl
     return rc;
 }
 
-void tok_ids_free(tok_ids *ids) {
+void e0_ids_free(tok_ids *ids) {
     if (!ids) return;
     free(ids->v);
     *ids = (tok_ids){0};
@@ -1130,7 +1130,7 @@ int tok_stream_push(const tok_tokenizer *t, tok_stream *s, int32_t id, char *out
     if (!en)
         return e0_fail(err, E0_ERANGE, "token id %d is not in the tokenizer (ids 0..%d)", id,
                        t ? t->n_ent - 1 : -1);
-    if ((en->flags & TOK_F_SPECIAL) && (s->flags & TOK_DECODE_SKIP_SPECIAL)) return 0;
+    if ((en->flags & TOK_F_SPECIAL) && (s->flags & E0_DECODE_SKIP_SPECIAL)) return 0;
     if (cap < 3 * (size_t)en->dec_len + 9)
         return e0_fail(err, E0_EINVAL, "tok_stream_push: buffer of %zu bytes, need %zu", cap,
                        3 * (size_t)en->dec_len + 9);
@@ -1148,11 +1148,11 @@ size_t tok_stream_flush(tok_stream *s, char *out) {
     return k;
 }
 
-int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+int e0_tokenizer_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
                size_t *out_len, char *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
-    if (!t || (!ids && n)) return e0_fail(err, E0_EINVAL, "tok_decode: no tokenizer or ids");
+    if (!t || (!ids && n)) return e0_fail(err, E0_EINVAL, "e0_tokenizer_decode: no tokenizer or ids");
     tok_buf b = {0};
     tok_stream s;
     tok_stream_init(&s, flags);
@@ -1166,14 +1166,14 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned fl
         size_t need = 3 * (size_t)en->dec_len + 9, k;
         if (tok_buf_reserve(&b, need)) {
             tok_buf_free(&b);
-            return e0_fail(err, E0_ENOMEM, "tok_decode: out of memory");
+            return e0_fail(err, E0_ENOMEM, "e0_tokenizer_decode: out of memory");
         }
         tok_stream_push(t, &s, ids[i], b.p + b.n, need, &k, NULL);
         b.n += k;
     }
     if (tok_buf_reserve(&b, 4)) {
         tok_buf_free(&b);
-        return e0_fail(err, E0_ENOMEM, "tok_decode: out of memory");
+        return e0_fail(err, E0_ENOMEM, "e0_tokenizer_decode: out of memory");
     }
     b.n += tok_stream_flush(&s, b.p + b.n);
     b.p[b.n] = 0;
@@ -1184,7 +1184,7 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned fl
 
 /* ---- Lookups --------------------------------------------------------------------- */
 
-int32_t tok_vocab_size(const tok_tokenizer *t) {
+int32_t e0_tokenizer_vocab_size(const tok_tokenizer *t) {
     return t->n_ent;
 }
 

@@ -106,7 +106,7 @@ typedef struct {
     bool add_prefix_space; /* ByteLevel */
 } tok_pre;
 
-struct tok_tokenizer {
+struct e0_tokenizer {
     char *arena; /* every string, NUL-separated */
     size_t arena_len;
 
