@@ -105,14 +105,14 @@ static double dram_bandwidth(int threads) {
     for (int rep = 0; rep < 3; rep++) {
         pthread_t th[64];
         rd_arg a[64];
-        double t0 = cli_now();
+        double t0 = now_s();
         for (int i = 0; i < threads; i++) {
             a[i] = (rd_arg){buf + N / (size_t)threads * (size_t)i, N / (size_t)threads, 0};
             pthread_create(&th[i], NULL, rd_thread, &a[i]);
         }
         for (int i = 0; i < threads; i++)
             pthread_join(th[i], NULL);
-        double bw = (double)N / (cli_now() - t0);
+        double bw = (double)N / (now_s() - t0);
         if (bw > best) best = bw;
     }
     free(buf);
@@ -162,7 +162,7 @@ static double disk_bandwidth(e0_engine *e) {
     enum { T = DK_THREADS };
     pthread_t th[T];
     dk_arg a[T];
-    double t0 = cli_now();
+    double t0 = now_s();
     for (int i = 0; i < T; i++) {
         a[i] = (dk_arg){fd, (off_t)i * DK_CHUNK, len, (off_t)T * DK_CHUNK, 0};
         pthread_create(&th[i], NULL, dk_thread, &a[i]);
@@ -172,7 +172,7 @@ static double disk_bandwidth(e0_engine *e) {
         pthread_join(th[i], NULL);
         got += a[i].got;
     }
-    double bw = (double)got / (cli_now() - t0);
+    double bw = (double)got / (now_s() - t0);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
     return bw;
@@ -252,22 +252,22 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     uint64_t h = BENCH_SEED;
     random_ids(&h, ids, n_prefill, info.vocab_size);
     e0_engine_stats_reset(e);
-    double t0 = cli_now();
+    double t0 = now_s();
     if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
-    out->prefill_s = cli_now() - t0;
+    out->prefill_s = now_s() - t0;
     out->decode_from = e0_engine_trace(e, NULL);
     e0_engine_stats(e, &out->p);
     e0_engine_stats_reset(e);
-    t0 = cli_now();
+    t0 = now_s();
     for (int k = 0; k < n_decode; k++) {
         int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size); /* greedy */
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
-                    (k + 1) / (cli_now() - t0));
+                    (k + 1) / (now_s() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
-    out->decode_s = cli_now() - t0;
+    out->decode_s = now_s() - t0;
     e0_engine_stats(e, &out->d);
     out->distinct = 0;
     out->moe_layers = 0;
@@ -438,14 +438,14 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
     for (int i = 0; i < N; i++) {
         if ((rc = e0_session_new(e, &so, &ss[i], err))) goto out;
         random_ids(&h, ids, n_prefill, info.vocab_size); /* each sequence its own prompt */
-        const double t0 = cli_now();
+        const double t0 = now_s();
         rc = e0_session_eval(ss[i], ids, (size_t)n_prefill, E0_LOGITS_LAST,
                              logits + (size_t)i * (size_t)info.vocab_size, err);
-        *prefill_s += cli_now() - t0;
+        *prefill_s += now_s() - t0;
         if (rc) goto out;
     }
     e0_engine_stats_reset(e);
-    const double t0 = cli_now();
+    const double t0 = now_s();
     for (int k = 0; k < n_decode; k++) {
         for (int i = 0; i < N; i++) /* greedy */
             ids[i] = (int32_t)e0_argmax(logits + (size_t)i * (size_t)info.vocab_size,
@@ -453,10 +453,10 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
         if ((rc = e0_session_eval_batch(ss, ids, (size_t)N, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  batch %d: decode %d/%d, %.2f tok/s ", N, k + 1, n_decode,
-                    (double)N * (k + 1) / (cli_now() - t0));
+                    (double)N * (k + 1) / (now_s() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
-    *decode_s = cli_now() - t0;
+    *decode_s = now_s() - t0;
     e0_stats st;
     e0_engine_stats(e, &st);
     *read = (double)st.bytes_read / ((double)N * n_decode); /* expert bytes per generated token */

@@ -111,12 +111,6 @@ bool cli_color(void) {
     return isatty(STDOUT_FILENO) && !(nc && *nc);
 }
 
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 unsigned long long cli_peak_rss(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (unsigned long long)ru.ru_maxrss * 1024ull : 0;

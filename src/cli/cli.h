@@ -3,6 +3,7 @@
 #define E0_CLI_H
 
 #include "edge0.h"
+#include "util/clock.h" /* now_s */
 
 #include <signal.h>
 #include <stdbool.h>
@@ -65,8 +66,6 @@ long cli_parse_long(const char *opt, const char *val, long lo, long hi);
 unsigned long long cli_parse_size(const char *s);
 /* "1,2,3" -> malloc'd ids; -1 (message printed) on a malformed or empty list. */
 int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n);
-/* Seconds on a monotonic clock. */
-double cli_now(void);
 
 /* The chat prompt (lineedit.c): libedit line editing, history and
  * bracketed paste on a terminal, plain reads otherwise. cli_line_read

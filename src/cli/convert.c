@@ -118,7 +118,7 @@ int cmd_convert(int argc, char **argv) {
     o.progress = on_progress;
     o.progress_ctx = &st;
     o.cancel = cli_cancel_begin();
-    const double t0 = cli_now();
+    const double t0 = now_s();
     int rc = e0_convert_run(src, dst, &o, &info, err);
     cli_cancel_end();
     if (rc != 0) {
@@ -126,7 +126,7 @@ int cmd_convert(int argc, char **argv) {
         cli_error("%s", err);
         return 1;
     }
-    const double dt = cli_now() - t0, s = dt > 0 ? dt : 1e-9;
+    const double dt = now_s() - t0, s = dt > 0 ? dt : 1e-9;
     printf("wrote %s: %.2f GB from %.2f GB in %.1f s (read %.0f MB/s, write %.0f MB/s), %zu file%s copied, "
            "peak RSS %.0f MiB\n",
            dst, (double)info.out_bytes / 1e9, (double)info.src_bytes / 1e9, dt, (double)info.src_bytes / 1e6 / s,

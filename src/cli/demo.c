@@ -176,7 +176,7 @@ int cmd_demo(int argc, char **argv) {
     e0_session *s = NULL;
     e0_text *text = NULL;
     int status = 1;
-    double t0 = cli_now();
+    double t0 = now_s();
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
     if (!ids) {
@@ -233,10 +233,10 @@ int cmd_demo(int argc, char **argv) {
         float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
         if (!logits) goto out;
         memset(&r, 0, sizeof r);
-        double a = cli_now();
+        double a = now_s();
         int rc = e0_session_eval(s, ids, n_ids, E0_LOGITS_LAST, logits, err);
-        r.prefill_s = cli_now() - a;
-        a = cli_now();
+        r.prefill_s = now_s() - a;
+        a = now_s();
         for (int k = 0; !rc && k < ce.sample.max_tokens; k++) {
             int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size);
             printf(" %d", best);
@@ -244,7 +244,7 @@ int cmd_demo(int argc, char **argv) {
             r.completion_tokens++;
             if (k + 1 < ce.sample.max_tokens) rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err);
         }
-        r.decode_s = cli_now() - a;
+        r.decode_s = now_s() - a;
         free(logits);
         if (rc) goto out;
     }
@@ -255,7 +255,7 @@ int cmd_demo(int argc, char **argv) {
     if (lk) snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)st.lru_hits / (double)lk);
     printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %d tokens, %.1f tok/s | read %.1f MiB/token | "
            "cache hit rate %s | peak RSS %.0f MiB\n",
-           cli_now() - t0 - r.prefill_s - r.decode_s, n_ids, (double)n_ids / r.prefill_s, r.completion_tokens,
+           now_s() - t0 - r.prefill_s - r.decode_s, n_ids, (double)n_ids / r.prefill_s, r.completion_tokens,
            r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0,
            tokens ? (double)st.bytes_read / (double)tokens / (1 << 20) : 0.0, hit, (double)st.peak_rss / (1 << 20));
     if (ce.stats) cli_print_stats(eng, stdout);

@@ -290,18 +290,18 @@ static void stage_progress(load_stage *st, uint64_t done, uint64_t total) {
         st->bar.unit = st->unit;
         st->bar.verb = st->unit + 1;
         st->bar.tty = 1;
-        st->t0 = cli_now();
+        st->t0 = now_s();
         st->shown = false;
     }
     st->last = done < total ? done : 0;
-    if (!st->shown && done < total && cli_now() - st->t0 < 0.5) return;
+    if (!st->shown && done < total && now_s() - st->t0 < 0.5) return;
     if (!st->shown) {
         if (done >= total) return; /* fast: nothing to show */
         fprintf(stderr, "edge0: %s\n", st->title);
         st->shown = true;
     }
     cli_progress_update(&st->bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
-                        (double)total, cli_now() - st->t0);
+                        (double)total, now_s() - st->t0);
 }
 
 static void load_progress(void *ctx, uint64_t done, uint64_t total) {

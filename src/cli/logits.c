@@ -80,12 +80,12 @@ int cmd_logits(int argc, char **argv) {
         snprintf(err, sizeof err, "out of memory for %zu x %zu logits", n, V);
         goto fail;
     }
-    double t0 = cli_now();
+    double t0 = now_s();
     if (e0_session_eval(s, ids, (size_t)prefill, E0_LOGITS_ALL, logits, err) != E0_OK) goto fail;
-    double t1 = cli_now();
+    double t1 = now_s();
     for (size_t i = (size_t)prefill; i < n; i++)
         if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, logits + i * V, err) != E0_OK) goto fail;
-    double t2 = cli_now();
+    double t2 = now_s();
     if (e0_save_f32(outp, "logits", (int64_t)n, (int64_t)V, logits, err) != 0) goto fail;
     fprintf(stderr, "edge0 logits: %s (%s, %s layout): prefill %ld tokens %.1f ms, decode %zu tokens %.1f ms -> %s\n",
             model, info.family, info.layout, prefill, (t1 - t0) * 1e3, n - (size_t)prefill, (t2 - t1) * 1e3, outp);

@@ -250,7 +250,7 @@ int cmd_synth(int argc, char **argv) {
     o.progress = on_progress;
     o.progress_ctx = &st;
     o.cancel = cli_cancel_begin();
-    double t0 = cli_now();
+    double t0 = now_s();
     int rc = e0_synth_write_opts(s, dst, &o, err);
     cli_cancel_end();
     if (rc != 0) {
@@ -258,7 +258,7 @@ int cmd_synth(int argc, char **argv) {
         cli_error("%s", err);
         return 1;
     }
-    double dt = cli_now() - t0;
+    double dt = now_s() - t0;
     if (o.sparse) {
         printf("wrote %s: %.2f GB of sparse files (headers only, weights read as zeros) in %.1f s\n",
                dst, (double)info.bytes / 1e9, dt);

@@ -180,30 +180,30 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
     e0_tokenizer *tk = NULL;
     for (int i = 0; i < 3; i++) {
         e0_tokenizer_free(tk);
-        double t0 = cli_now();
+        double t0 = now_s();
         if (e0_tokenizer_load(&tk, tpath, err)) {
             cli_error("%s", err);
             free(text);
             return 1;
         }
-        double dt = cli_now() - t0;
+        double dt = now_s() - t0;
         if (dt < best) best = dt;
     }
     printf("load     %s: %.1f ms (best of 3), %d ids\n", tpath, best * 1e3, e0_tokenizer_vocab_size(tk));
     e0_ids ids = {0};
     int status = 1;
     size_t iters = 0;
-    double t0 = cli_now(), dt;
+    double t0 = now_s(), dt;
     do {
         ids.n = 0;
         if (e0_tokenizer_encode(tk, text, len, eflags, &ids, err)) goto fail;
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("encode   %s: %zu bytes -> %zu tokens, %.2f MB/s (whole file, %zu runs)\n", path, len,
            ids.n, (double)len * (double)iters / dt / 1e6, iters);
     e0_ids lids = {0};
     iters = 0;
-    t0 = cli_now();
+    t0 = now_s();
     do {
         lids.n = 0;
         for (size_t i = 0; i < len;) {
@@ -216,18 +216,18 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
             i = e;
         }
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("encode   %s: %.2f MB/s (line by line)\n", path, (double)len * (double)iters / dt / 1e6);
     e0_ids_free(&lids);
     iters = 0;
     size_t out_len = 0;
-    t0 = cli_now();
+    t0 = now_s();
     do {
         char *s;
         if (e0_tokenizer_decode(tk, ids.v, ids.n, 0, &s, &out_len, err)) goto fail;
         free(s);
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("decode   %zu tokens -> %zu bytes, %.2f MB/s\n", ids.n, out_len,
            (double)out_len * (double)iters / dt / 1e6);
     status = 0;

@@ -6,6 +6,7 @@
 #include "stream/cachesim.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
+#include "util/clock.h"
 #include "util/meminfo.h"
 #include "util/pool.h"
 
@@ -87,12 +88,6 @@ static int choose_io(e0_engine *e, char *err) {
                      (double)auto_headroom(avail) / (1u << 30));
     }
     return 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* What open decides before it reads anything: the model's headers, top-k,

@@ -4,6 +4,7 @@
 #include "server/prefix.h"
 #include "server/think.h"
 #include "util/err.h"
+#include "util/clock.h"
 #include "util/sbuf.h"
 
 #include <errno.h>
@@ -17,12 +18,6 @@
 
 int srv_buf_put(srv_buf *b, const char *s, size_t n) {
     return buf_append(&b->p, &b->len, &b->cap, s, n);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- jobs ----------------------------------------------------------------- */

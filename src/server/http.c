@@ -28,6 +28,7 @@
  *    invalid UTF-8 with U+FFFD.
  */
 #include "server/server.h"
+#include "util/clock.h"
 #include "server/http_int.h"
 #include "server/openai.h"
 
@@ -65,12 +66,6 @@ void srv_opts_default(srv_opts *o) {
 }
 
 int srv_port(const srv *s) { return s->port; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- responses ---------------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 
 #include "stream/iopool.h"
 #include "stream/xcache.h"
+#include "util/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -124,12 +125,6 @@ struct e0_stream {
     pthread_mutex_t err_mu; /* guards io_err */
     char io_err[E0_ERR_MAX];
 };
-
-static inline double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const xb_plan *plan_of(const e0_stream *s, int layer, int e) {
     return &s->plans[(size_t)layer * (size_t)s->E + (size_t)e];

@@ -1,6 +1,7 @@
 /* Text in, text out: the public e0_text / e0_chat / e0_generate API over the
  * tokenizer, the chat renderer, the sampler and a session. */
 #include "edge0.h"
+#include "util/clock.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
@@ -286,12 +287,6 @@ void e0_sample_opts_default(e0_sample_opts *o) {
     o->repeat_penalty = p.repeat_penalty;
     o->presence_penalty = p.presence_penalty;
     o->frequency_penalty = p.frequency_penalty;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
