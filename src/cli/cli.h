@@ -41,9 +41,7 @@ typedef struct {
     int no_sync;          /* --no-sync */
     int dry;              /* --dry-run */
 } cli_write_opts;
-/* argv[*i] (with its value v, or NULL) if it is one of those: 1 (*i moved
- * past a value), 0 if it is not, -1 on a bad value (message printed). */
-int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w);
+/* cli_write_table (opts.h) makes their option rows. */
 
 /* SIGINT / SIGTERM set the returned flag until cli_cancel_end restores the
  * previous handlers: a long write stops cleanly instead of dying. */

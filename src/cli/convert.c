@@ -2,6 +2,7 @@
  * Hugging Face checkpoint -> mlx layout, with a progress bar on stderr (a
  * line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 
 #include <signal.h>
@@ -44,49 +45,46 @@ static void on_progress(void *ctx, const e0_convert_progress *p) {
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
+static int opt_bits(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 2, 8);
+    if (n < 0) return -1;
+    if (n == 7) {
+        cli_error("--bits must be 2, 3, 4, 5, 6 or 8");
+        return -1;
+    }
+    *(int *)ptr = (int)n;
+    return 0;
+}
+
+static int opt_group(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 32, 128);
+    if (n < 0) return -1;
+    if (n != 32 && n != 64 && n != 128) {
+        cli_error("--group-size must be 32, 64 or 128");
+        return -1;
+    }
+    *(int *)ptr = (int)n;
+    return 0;
+}
+
 int cmd_convert(int argc, char **argv) {
     const char *src = NULL, *dst = NULL;
     e0_convert_opts o;
     e0_convert_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--bits")) {
-            if ((n = cli_parse_long(a, v, 2, 8)) < 0) return 2;
-            if (n == 7) {
-                cli_error("--bits must be 2, 3, 4, 5, 6 or 8");
-                return 2;
-            }
-            o.bits = (int)n, i++;
-        } else if (!strcmp(a, "--group-size")) {
-            if ((n = cli_parse_long(a, v, 32, 128)) < 0) return 2;
-            if (n != 32 && n != 64 && n != 128) {
-                cli_error("--group-size must be 32, 64 or 128");
-                return 2;
-            }
-            o.group = (int)n, i++;
-        } else if (!strcmp(a, "--fused-gate-up")) {
-            o.fused_gate_up = 1;
-        } else if (!strcmp(a, "--force")) {
-            o.force = 1;
-        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
-            if (n < 0) return 2;
-        } else if (a[0] == '-') {
-            cli_error("convert: unknown option '%s' (see edge0 convert --help)", a);
-            return 2;
-        } else if (!src) {
-            src = a;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            cli_error("convert: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    cli_opt write_opts[CLI_WRITE_ROWS];
+    cli_write_table(write_opts, &w);
+    const cli_opt opts[] = {
+        CLI_OPT("--bits", CLI_FN, &o.bits, .fn = opt_bits),
+        CLI_OPT("--group-size", CLI_FN, &o.group, .fn = opt_group),
+        CLI_OPT("--fused-gate-up", CLI_ISET, &o.fused_gate_up),
+        CLI_OPT("--force", CLI_ISET, &o.force),
+        {0},
+    };
+    const cli_args args = {.cmd = "convert", .help_fn = help, .opts = opts, .more = write_opts, .pos = &src,
+                           .pos2 = &dst};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
     if (!src || (!dst && !w.dry)) {
         cli_error("convert needs SRC and DST (see edge0 convert --help)");

@@ -2,6 +2,7 @@
  * Random-weight checkpoint of a real model's shape, with a progress bar on
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 
 #include <signal.h>
@@ -104,79 +105,85 @@ static void on_progress(void *ctx, const e0_synth_progress *p) {
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
+static int opt_format(void *ptr, const char *name, const char *v) {
+    if (!v || (strcmp(v, "mlx") && strcmp(v, "hf") && strcmp(v, "gguf"))) {
+        cli_error("--format must be mlx, hf or gguf");
+        return -1;
+    }
+    *(const char **)ptr = v;
+    return 0;
+}
+
+/* --gguf-mix: the mix, and that it was given. */
+typedef struct {
+    e0_synth_gguf_mix *mix;
+    int *given;
+} gguf_mix_arg;
+
+static int opt_gguf_mix(void *ptr, const char *name, const char *v) {
+    static const char *const mixes[] = {"q4_k_m", "q8_0", "iq4_xs", "q4_0"};
+    const gguf_mix_arg *m = ptr;
+    int k = -1;
+    for (int j = 0; v && j < 4; j++)
+        if (!strcmp(v, mixes[j])) k = j;
+    if (k < 0) {
+        cli_error("--gguf-mix must be q4_k_m, q8_0, iq4_xs or q4_0");
+        return -1;
+    }
+    *m->mix = (e0_synth_gguf_mix)k, *m->given = 1;
+    return 0;
+}
+
+/* A number in [0, hi] into *(double *)ptr, else `msg`. */
+static int opt_unit(void *ptr, const char *v, double hi, const char *msg) {
+    char *end = NULL;
+    double s = v ? strtod(v, &end) : -1;
+    if (!v || *end || !(s >= 0 && s <= hi)) {
+        cli_error("%s", msg);
+        return -1;
+    }
+    *(double *)ptr = s;
+    return 0;
+}
+
+static int opt_route_skew(void *ptr, const char *name, const char *v) {
+    return opt_unit(ptr, v, 8, "--route-skew needs a number in [0, 8] (0: near-uniform routing)");
+}
+
+static int opt_route_stickiness(void *ptr, const char *name, const char *v) {
+    return opt_unit(ptr, v, 1, "--route-stickiness needs a number in [0, 1] (0: no stickiness)");
+}
+
+static int opt_seed(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 0, 1L << 62);
+    if (n < 0) return -1;
+    *(uint64_t *)ptr = (uint64_t)n;
+    return 0;
+}
+
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *dst = NULL, *fmt = "mlx", *tok = NULL;
     int mix_given = 0;
     e0_synth_opts o;
     e0_synth_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--shape")) {
-            if (!v) {
-                cli_error("--shape needs a value (see edge0 synth --help)");
-                return 2;
-            }
-            shape = v, i++;
-        } else if (!strcmp(a, "--format")) {
-            if (!v || (strcmp(v, "mlx") && strcmp(v, "hf") && strcmp(v, "gguf"))) {
-                cli_error("--format must be mlx, hf or gguf");
-                return 2;
-            }
-            fmt = v, i++;
-        } else if (!strcmp(a, "--gguf-mix")) {
-            static const char *const mixes[] = {"q4_k_m", "q8_0", "iq4_xs", "q4_0"};
-            int k = -1;
-            for (int j = 0; v && j < 4; j++)
-                if (!strcmp(v, mixes[j])) k = j;
-            if (k < 0) {
-                cli_error("--gguf-mix must be q4_k_m, q8_0, iq4_xs or q4_0");
-                return 2;
-            }
-            o.gguf_mix = (e0_synth_gguf_mix)k, mix_given = 1, i++;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!v) {
-                cli_error("--tokenizer needs a tokenizer.json path");
-                return 2;
-            }
-            tok = v, i++;
-        } else if (!strcmp(a, "--route-skew")) {
-            char *end = NULL;
-            double s = v ? strtod(v, &end) : -1;
-            if (!v || *end || !(s >= 0 && s <= 8)) {
-                cli_error("--route-skew needs a number in [0, 8] (0: near-uniform routing)");
-                return 2;
-            }
-            o.route_skew = s, i++;
-        } else if (!strcmp(a, "--route-stickiness")) {
-            char *end = NULL;
-            double s = v ? strtod(v, &end) : -1;
-            if (!v || *end || !(s >= 0 && s <= 1)) {
-                cli_error("--route-stickiness needs a number in [0, 1] (0: no stickiness)");
-                return 2;
-            }
-            o.route_stickiness = s, i++;
-        } else if (!strcmp(a, "--sparse")) {
-            o.sparse = 1;
-        } else if (!strcmp(a, "--seed")) {
-            if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
-            o.seed = (uint64_t)n, i++;
-        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
-            if (n < 0) return 2;
-        } else if (a[0] == '-') {
-            cli_error("synth: unknown option '%s' (see edge0 synth --help)", a);
-            return 2;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            cli_error("synth: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    gguf_mix_arg mix = {&o.gguf_mix, &mix_given};
+    cli_opt write_opts[CLI_WRITE_ROWS];
+    cli_write_table(write_opts, &w);
+    const cli_opt opts[] = {
+        CLI_OPT("--shape", CLI_STR, &shape, .need = "a value (see edge0 synth --help)"),
+        CLI_OPT("--format", CLI_FN, &fmt, .fn = opt_format),
+        CLI_OPT("--gguf-mix", CLI_FN, &mix, .fn = opt_gguf_mix),
+        CLI_OPT("--tokenizer", CLI_STR, &tok, .need = "a tokenizer.json path"),
+        CLI_OPT("--route-skew", CLI_FN, &o.route_skew, .fn = opt_route_skew),
+        CLI_OPT("--route-stickiness", CLI_FN, &o.route_stickiness, .fn = opt_route_stickiness),
+        CLI_OPT("--sparse", CLI_ISET, &o.sparse),
+        CLI_OPT("--seed", CLI_FN, &o.seed, .fn = opt_seed),
+        {0},
+    };
+    const cli_args args = {.cmd = "synth", .help_fn = help, .opts = opts, .more = write_opts, .pos = &dst};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
     if (!shape || (!dst && !w.dry)) {
         cli_error("synth needs --shape and DST (see edge0 synth --help)");
