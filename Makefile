@@ -60,8 +60,12 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch \
               build-tsan/tests/test_prefix build-tsan/tests/test_cbatch build-tsan/tests/test_mprefill
 
+# The shape of the tree first (scripts/include_graph.py: floors, cycles of
+# includes and of calls, file and function sizes; about a second).
 test: deps
+	@scripts/include_graph.py
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
+	@scripts/include_graph.py --objects $(BUILD)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
 
