@@ -69,6 +69,8 @@ static const char *HELP =
     "  --no-think        thinking off unless a request turns it on\n"
     "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
     "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
+    "  --gather N        (tests) admit the first requests only once N of them wait,\n"
+    "                    so that N requests sent together meet in one batch\n"
     "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running requests have to finish\n"
     "                    before they are cancelled (a stream then ends with an error event);\n"
     "                    queued requests get 503 at once (default 10)\n"
@@ -181,6 +183,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_OPT("--shutdown-grace", CLI_FN, &so.shutdown_grace, .fn = opt_grace),
         CLI_OPT("--cors", CLI_FN, &so.cors, .fn = opt_cors),
         CLI_OPT("--name", CLI_STR, &name),
+        CLI_OPT("--gather", CLI_INT, &so.gather, .lo = 1, .hi = 1 << 20),
         {0},
     };
     const cli_args args = {.cmd = "serve", .help = HELP, .ce = &ce, .opts = opts, .pos = &model,

@@ -730,7 +730,10 @@ static void *engine_main(void *arg) {
         srv_job *take[E0_BATCH_MAX_SLOTS], *refuse = NULL;
         int n_take = 0;
         pthread_mutex_lock(&E->mu);
-        while (!E->active && !E->head && !E->stopping) pthread_cond_wait(&E->cv, &E->mu);
+        /* idle, or gathering: the first E->gather requests are admitted together */
+        while (!E->stopping && ((!E->active && !E->head) || (E->gather && E->depth < E->gather)))
+            pthread_cond_wait(&E->cv, &E->mu);
+        E->gather = 0;
         if (E->stopping && !E->active && !E->head) {
             pthread_mutex_unlock(&E->mu);
             break;
@@ -797,6 +800,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_engine_info(E->eng, &mi);
     E->vocab = mi.vocab_size;
     E->prefill_layers = o->prefill_layers;
+    E->gather = o->gather > 0 ? o->gather : 0;
     E->n_layers = mi.n_layers;
     E->half_id_s = calloc(2 * (size_t)mi.n_layers, sizeof *E->half_id_s);
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */

@@ -178,6 +178,9 @@ typedef struct {
     uint64_t cache_ram;       /* bytes of session snapshots the prefix cache keeps (prefix.h); 0: none */
     int prefill_layers;       /* layers of a prefill chunk per step while others decode; 0: as many as
                                  take about one decode pass (measured); -1: never pause */
+    int gather;               /* > 0: the first time, nothing is admitted until this many requests
+                                 wait, so that requests sent together meet in one batch by
+                                 construction, not by the timing of their connections (tests) */
 } srv_engine_opts;
 
 /* Creates the slots' sessions and starts the scheduler thread. */

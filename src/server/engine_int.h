@@ -78,6 +78,7 @@ struct srv_engine {
      * differ: attention against DeltaNet, dense against MoE). */
     double decode_pass_s, solo_pass_s, *half_id_s;
     int prefill_layers, n_layers;
+    int gather; /* srv_engine_opts.gather until it is reached, then 0 (mu) */
     /* The prefill pass in progress: the next chunk of each of pass_n slots
      * in one forward pass (pass_begin), possibly paused between layers;
      * pass_n 0 when none. */

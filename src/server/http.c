@@ -808,7 +808,8 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
     }
     srv_engine_opts eo = {.engine = o->engine, .text = o->text, .n_ctx = o->n_ctx, .max_queue = o->max_queue,
                           .parallel = o->parallel, .prefill_chunk = o->prefill_chunk, .generate = o->generate,
-                          .cache_ram = o->cache_ram, .prefill_layers = o->prefill_layers};
+                          .cache_ram = o->cache_ram, .prefill_layers = o->prefill_layers,
+                          .gather = o->gather};
     if (!rc) rc = srv_engine_start(&S->E, &eo, &S->m, err);
     S->starting = true; /* libmicrohttpd's words on a failed start go into our message */
     if (!rc) {
