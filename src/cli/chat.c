@@ -7,6 +7,7 @@
  * how to leave. */
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "util/json.h"
 #include "edge0.h"
 
 #include <errno.h>
@@ -58,20 +59,12 @@ static int piece(void *user, const char *text, size_t len) {
     return 0;
 }
 
-/* JSON string literal of s into a malloc'd buffer. */
-static char *json_str(const char *s) {
-    size_t n = strlen(s), o = 0;
-    char *out = malloc(n * 6 + 3);
-    if (!out) return NULL;
-    out[o++] = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') out[o++] = '\\', out[o++] = (char)*p;
-        else if (*p < 0x20) o += (size_t)sprintf(out + o, "\\u%04x", *p);
-        else out[o++] = (char)*p;
-    }
-    out[o++] = '"';
-    out[o] = 0;
-    return out;
+/* JSON string literal of s into a malloc'd buffer (util/json.h). */
+static char *json_str_of(const char *s) {
+    sbuf b = {0};
+    sb_json_str(&b, s, strlen(s));
+    if (b.oom) sb_free(&b);
+    return b.p;
 }
 
 /* The text this turn appends: on the first turn the rendered system and
@@ -79,7 +72,7 @@ static char *json_str(const char *s) {
  * each followed by the generation prompt. */
 static int turn_text(const char *system, const char *user, bool first, bool think, char **out, size_t *len,
                      char *err) {
-    char *u = json_str(user), *sy = system && first ? json_str(system) : NULL, *msgs = NULL, *r = NULL;
+    char *u = json_str_of(user), *sy = system && first ? json_str_of(system) : NULL, *msgs = NULL, *r = NULL;
     size_t rl = 0;
     int rc = E0_ENOMEM;
     if (u && (!system || !first || sy)) {

@@ -4,6 +4,7 @@
  * assets/), so it runs offline on a fresh clone; its answers are noise. */
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "util/json.h"
 #include "edge0.h"
 
 #include <errno.h>
@@ -117,23 +118,17 @@ static int print_piece(void *user, const char *text, size_t len) {
 /* [{"role":"system",...},{"role":"user","content":"<prompt, JSON-escaped>"}]
  * (malloc'd), or NULL out of memory. */
 static char *messages_json(const char *system, const char *prompt) {
-    size_t ml = (strlen(prompt) + (system ? strlen(system) : 0)) * 6 + 96;
-    char *msg = malloc(ml);
-    if (!msg) return NULL;
-    size_t o = (size_t)snprintf(msg, ml, "[");
+    sbuf b = {0};
+    sb_printf(&b, "[");
     for (int m = system ? 0 : 1; m < 2; m++) {
         const char *text_m = m ? prompt : system;
-        o += (size_t)snprintf(msg + o, ml - o, "%s{\"role\":\"%s\",\"content\":\"", m && system ? "," : "",
-                              m ? "user" : "system");
-        for (const unsigned char *p = (const unsigned char *)text_m; *p; p++) {
-            if (*p == '"' || *p == '\\') o += (size_t)snprintf(msg + o, ml - o, "\\%c", *p);
-            else if (*p < 0x20) o += (size_t)snprintf(msg + o, ml - o, "\\u%04x", *p);
-            else msg[o++] = (char)*p;
-        }
-        o += (size_t)snprintf(msg + o, ml - o, "\"}");
+        sb_printf(&b, "%s{\"role\":\"%s\",\"content\":", m && system ? "," : "", m ? "user" : "system");
+        sb_json_str(&b, text_m, strlen(text_m));
+        sb_printf(&b, "}");
     }
-    snprintf(msg + o, ml - o, "]");
-    return msg;
+    sb_printf(&b, "]");
+    if (b.oom) sb_free(&b);
+    return b.p;
 }
 
 /* Token ids without a tokenizer: greedy, printing the ids; r gets the

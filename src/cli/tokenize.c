@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "edge0.h"
 #include "util/file.h"
+#include "util/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -39,41 +40,14 @@ static void put_ids(FILE *f, const int32_t *v, size_t n) {
     fputc(']', f);
 }
 
-/* A JSON string (the text is valid UTF-8: it comes from e0_tokenizer_decode). */
+static void file_put(void *f, const char *s, size_t n) {
+    fwrite(s, 1, n, f);
+}
+
+/* A JSON string (util/json.h; the text is valid UTF-8: it comes from
+ * e0_tokenizer_decode). */
 static void put_json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
-            fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        case '\b':
-            fputs("\\b", f);
-            break;
-        case '\f':
-            fputs("\\f", f);
-            break;
-        default:
-            if (c < 0x20)
-                fprintf(f, "\\u%04x", c);
-            else
-                fputc(c, f);
-        }
-    }
-    fputc('"', f);
+    json_str(file_put, f, s, n);
 }
 
 static int parse_ids(const char *s, e0_ids *ids) {
