@@ -110,16 +110,7 @@ void cli_engine_init(cli_engine *c);
  * 0 (not one), -1 (bad value, message printed), 2 (--help: `help` and the
  * engine options printed; the command exits 0). */
 int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help);
-/* What a command's argument loop does with cli_engine_arg's answer: the
- * next argument, or return. A plain block, not do-while(0): `continue` must
- * reach the argument loop. */
-#define CLI_ENGINE_ARG(ce, argc, argv, i, help)                 \
-    {                                                           \
-        int r_ = cli_engine_arg(ce, argc, argv, i, help);       \
-        if (r_ < 0) return 2;                                   \
-        if (r_ == 2) return 0;                                  \
-        if (r_ == 1) continue;                                  \
-    }
+/* (cli_parse, opts.h, asks it first for every argument.) */
 /* Builds c->eo: defaults, preset, opts, --prefill-ondemand, the rest. */
 int cli_engine_finish(cli_engine *c);
 /* After open: prints what --mem-budget chose. */

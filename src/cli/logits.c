@@ -3,6 +3,7 @@
  * The first N ids run as one prefill batch, each later id as one decode
  * step; every position's logits go to `logits` F32 [T, vocab]. */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 
 #include <stdio.h>
@@ -21,31 +22,26 @@ static const char *HELP =
     "  --out FILE     output safetensors file\n"
     "\n";
 
+/* The value as given, NULL when missing (cmd_logits then names what it needs). */
+static int opt_value(void *ptr, const char *name, const char *v) {
+    *(const char **)ptr = v;
+    return 0;
+}
+
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *outp = NULL;
     long prefill = 0;
     cli_engine ce;
     cli_engine_init(&ce);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--ids")) {
-            ids_s = v, i++;
-        } else if (!strcmp(a, "--out")) {
-            outp = v, i++;
-        } else if (!strcmp(a, "--prefill")) {
-            if ((prefill = cli_parse_long(a, v, 1, 1L << 30)) < 0) return 2;
-            i++;
-        } else if (a[0] == '-') {
-            cli_error("logits: unknown option '%s' (see edge0 logits --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("logits: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--ids", CLI_FN, &ids_s, .fn = opt_value),
+        CLI_OPT("--out", CLI_FN, &outp, .fn = opt_value),
+        CLI_OPT("--prefill", CLI_LONG, &prefill, .lo = 1, .hi = 1L << 30),
+        {0},
+    };
+    const cli_args args = {.cmd = "logits", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (cli_engine_finish(&ce) != 0) return 2;
     if (!model || !ids_s || !outp) {
         cli_error("logits needs MODEL, --ids and --out (see edge0 logits --help)");

@@ -11,7 +11,7 @@ static const cli_opt *find(const cli_opt *t, const char *a) {
 }
 
 static bool takes_value(const cli_opt *o) {
-    return o->kind != CLI_SET && o->kind != CLI_CLEAR && o->kind != CLI_ISET;
+    return o->kind != CLI_SET && o->kind != CLI_CLEAR && o->kind != CLI_ISET && o->kind != CLI_BITS;
 }
 
 /* One option with its value v (NULL: none given): 0, or -1 (message printed). */
@@ -26,6 +26,9 @@ static int apply(const cli_opt *o, const char *v) {
         return 0;
     case CLI_ISET:
         *(int *)o->ptr = 1;
+        return 0;
+    case CLI_BITS:
+        *(unsigned *)o->ptr |= (unsigned)o->lo;
         return 0;
     case CLI_STR:
         if (!v) {
@@ -78,7 +81,7 @@ int cli_parse(const cli_args *p, int argc, char **argv) {
         if (o) {
             if (apply(o, v)) return 2;
             i++;
-        } else if (a[0] == '-') {
+        } else if (a[0] == '-' && (a[1] || !p->dash_is_arg)) {
             cli_error("%s: unknown option '%s' (see edge0 %s --help)", p->cmd, a, p->cmd);
             return 2;
         } else if (p->pos && !*p->pos) {

@@ -25,6 +25,7 @@ typedef enum {
     CLI_SET,   /* bool *ptr = true (no value) */
     CLI_CLEAR, /* bool *ptr = false (no value) */
     CLI_ISET,  /* int *ptr = 1 (no value) */
+    CLI_BITS,  /* unsigned *ptr |= lo (no value) */
     CLI_STR,   /* const char **ptr = the value; missing: "NAME needs <need>" */
     CLI_INT,   /* int *ptr = an integer in [lo, hi] (cli_parse_long's messages) */
     CLI_LONG,  /* long *ptr, the same */
@@ -51,6 +52,7 @@ typedef struct {
     /* an option (known or not) without a value is "NAME needs a value (see
      * edge0 CMD --help)" before any other check but the flags' (serve) */
     bool value_first;
+    bool dash_is_arg; /* "-" alone is a positional argument (stdin), not an option */
 } cli_args;
 
 /* A row: CLI_OPT("--ctx", CLI_LONG, &ctx, .lo = 16, .hi = 1 << 24). */

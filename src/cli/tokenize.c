@@ -4,6 +4,7 @@
  * field and writes, per line, {"ids": [...], "decoded": "..."}; --bench
  * times loading and encoding (not part of the tests). */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -217,37 +218,19 @@ int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *tpath = NULL, *text = NULL, *jsonl = NULL, *bench = NULL,
                *decode = NULL;
     unsigned eflags = 0, dflags = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char **slot = !strcmp(a, "--tokenizer") ? &tpath
-                            : !strcmp(a, "--text")    ? &text
-                            : !strcmp(a, "--jsonl")   ? &jsonl
-                            : !strcmp(a, "--bench")   ? &bench
-                            : !strcmp(a, "--decode")  ? &decode
-                                                      : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        } else if (slot) {
-            if (!v) {
-                cli_error("%s needs a value", a);
-                return 2;
-            }
-            *slot = v, i++;
-        } else if (!strcmp(a, "--no-special")) {
-            eflags |= E0_ENCODE_SPECIAL_AS_TEXT;
-        } else if (!strcmp(a, "--skip-special")) {
-            dflags |= E0_DECODE_SKIP_SPECIAL;
-        } else if (a[0] == '-' && a[1]) {
-            cli_error("tokenize: unknown option '%s' (see edge0 tokenize --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("tokenize: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--tokenizer", CLI_STR, &tpath),
+        CLI_OPT("--text", CLI_STR, &text),
+        CLI_OPT("--jsonl", CLI_STR, &jsonl),
+        CLI_OPT("--bench", CLI_STR, &bench),
+        CLI_OPT("--decode", CLI_STR, &decode),
+        CLI_OPT("--no-special", CLI_BITS, &eflags, .lo = E0_ENCODE_SPECIAL_AS_TEXT),
+        CLI_OPT("--skip-special", CLI_BITS, &dflags, .lo = E0_DECODE_SKIP_SPECIAL),
+        {0},
+    };
+    const cli_args args = {.cmd = "tokenize", .help = HELP, .opts = opts, .pos = &model, .dash_is_arg = true};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (!!model + !!tpath != 1 || !!text + !!jsonl + !!bench + !!decode != 1) {
         cli_error("tokenize needs one of --tokenizer FILE or MODEL, and one of --text, --jsonl, "
                   "--decode or --bench (see edge0 tokenize --help)");
