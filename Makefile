@@ -25,7 +25,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
 
-.PHONY: all deps test test-gpu demo asan tsan tsan-build fuzz bench format help clean FORCE
+.PHONY: all deps test test-gpu graph demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0
 
 # `edge0 --version`: the release and the git revision the binary was built
@@ -67,15 +67,24 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJ) $(BUILD)/libedge0.a
 TSAN_TESTS := build-tsan/tests/test_xcache build-tsan/tests/test_stream build-tsan/tests/test_batch \
               build-tsan/tests/test_prefix build-tsan/tests/test_cbatch build-tsan/tests/test_mprefill
 
+# The shape of the tree first (scripts/include_graph.py: floors, cycles of
+# includes and of calls, file and function sizes; about a second).
 test: deps
+	@scripts/include_graph.py
 	@scripts/gpu_ptx.sh --check
 	@$(MAKE) --no-print-directory $(BUILD)/edge0 $(TESTS)
+	@scripts/include_graph.py --objects $(BUILD)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
 
 # On a machine with an NVIDIA GPU: the GPU tests must run, not skip.
 test-gpu: $(BUILD)/edge0 $(BUILD)/tests/test_gpu
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) E0_REQUIRE_GPU=1 tests/run.sh $(BUILD)/tests/test_gpu
+
+# The rooms of src/ and who includes whom (scripts/include_graph.py checks
+# the floors, the cycles and the size limits; build/include_graph.dot for dot).
+graph:
+	@scripts/include_graph.py --graph --dot $(BUILD)/include_graph.dot
 
 tsan-build:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" $(TSAN_TESTS)
@@ -142,6 +151,7 @@ help:
 	@echo "make test     install missing packages, build, run every test"
 	@echo "make test-gpu the GPU tests, which must find a GPU (skipped by make test without one)"
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
+	@echo "make graph    the include graph of src/ by room (and $(BUILD)/include_graph.dot)"
 	@echo "make tsan     the concurrency tests under ThreadSanitizer (also part of make test)"
 	@echo "make fuzz     each libFuzzer target for FUZZ_TIME seconds (default $(FUZZ_TIME))"
 	@echo "make bench    build the benchmark programs in build/bench/"

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < g * 2 * hd; i++)
         q[i] = (float)(i % 17) / 8.0f - 1.0f;
     printf("attention, %d positions, head %d, %d KV heads x %d query heads, %d layers, kernels %s\n", n,
-           hd, nkv, g, layers, mat_kernels_name());
+           hd, nkv, g, layers, e0_kernels_name());
     for (int rep = 0; rep < 3; rep++) {
         const int it = 10;
         const double t0 = cpu_s();

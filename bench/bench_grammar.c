@@ -149,14 +149,14 @@ int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : "../shared/tokenizers/qwen3/tokenizer.json";
     char err[E0_ERR_MAX];
     tok_tokenizer *tk;
-    if (tok_load(&tk, path, err)) {
+    if (e0_tokenizer_load(&tk, path, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     int32_t eot = tok_token_id(tk, "<|im_end|>");
     static const int32_t SIZES[] = {151669, 248320};
     for (int vi = 0; vi < 2; vi++) {
-        vocab_src src = {tk, tok_vocab_size(tk), NULL, NULL};
+        vocab_src src = {tk, e0_tokenizer_vocab_size(tk), NULL, NULL};
         if (SIZES[vi] > src.base) extend(&src, SIZES[vi]);
         gram_vocab *gv;
         double t0 = now();
@@ -173,8 +173,8 @@ int main(int argc, char **argv) {
             const bench_case *bc = &CASES[ci];
             cJSON *j = cJSON_Parse(bc->grammar_json);
             gram *g = NULL;
-            int rc = bc->kind == 'r' ? schema_response_grammar(j, &g, err)
-                                     : schema_tools_grammar(j, NULL, 4, bc->kind == 'x' ? SCHEMA_FORM_XML : SCHEMA_FORM_JSON,
+            int rc = bc->kind == 'r' ? e0_grammar_response_format(j, &g, err)
+                                     : e0_grammar_tools(j, NULL, 4, bc->kind == 'x' ? E0_TOOL_FORM_XML : E0_TOOL_FORM_JSON,
                                                             &g, err);
             cJSON_Delete(j);
             if (rc) {
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
             tok_ids ids = {0};
-            if (tok_encode(tk, bc->answer, strlen(bc->answer), 0, &ids, err)) return fprintf(stderr, "%s\n", err), 1;
+            if (e0_tokenizer_encode(tk, bc->answer, strlen(bc->answer), 0, &ids, err)) return fprintf(stderr, "%s\n", err), 1;
             printf(" %s: %zu tokens\n", bc->name, ids.n);
             for (int cache = 1; cache >= 0; cache--) {
                 gram_matcher_opts mo;
@@ -217,8 +217,8 @@ int main(int argc, char **argv) {
                 if (cache) printf("  (%d parser states)\n", gram_matcher_states(m));
                 gram_matcher_free(m);
             }
-            tok_ids_free(&ids);
-            gram_free(g);
+            e0_ids_free(&ids);
+            e0_grammar_free(g);
         }
         printf(" all cases, vocabulary %d:\n", SIZES[vi]);
         report("full mask, cache by state", all[1], n_all[1]);
@@ -228,6 +228,6 @@ int main(int argc, char **argv) {
         gram_vocab_free(gv);
         free(src.extra), free(src.extra_off);
     }
-    tok_free(tk);
+    e0_tokenizer_free(tk);
     return 0;
 }

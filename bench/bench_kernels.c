@@ -161,8 +161,8 @@ static void bench_ggml(double secs, const float *x, float *y, const char *only) 
     const e0_kernels sets[] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q16, E0_KERNELS_AVX512_MIXED};
     const char *names[] = {"avx512", "avx512-q16", "avx512-mixed"};
     for (size_t si = 0; si < 3; si++) {
-        if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
-        mat_set_kernels(sets[si]);
+        if (!e0_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
+        e0_set_kernels(sets[si]);
         printf("GB/s of ggml weights (%s kernels, %.1f s per cell)\n", names[si], secs);
         printf("%-7s %-3s %-3s %11s %11s %11s %11s\n", "type", "thr", "T", "up cold", "down cold",
                "up hot", "down hot");
@@ -219,8 +219,8 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
                             GGML_IQ4_NL, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1};
     e0_kernels sets[2] = {E0_KERNELS_AVX512, E0_KERNELS_AVX512_MIXED};
     const char *bn = getenv("E0_BENCH_B"); /* B's set instead of avx512-mixed */
-    if (bn && mat_kernels_parse(bn, &sets[1])) bn = NULL;
-    if (!mat_kernels_supported(sets[1])) {
+    if (bn && e0_kernels_parse(bn, &sets[1])) bn = NULL;
+    if (!e0_kernels_supported(sets[1])) {
         printf("%s: not supported by this CPU\n", bn ? bn : "avx512-mixed");
         return;
     }
@@ -264,7 +264,7 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
             for (int si = 0; si < NS; si++)
                 for (int ti = 0; ti < nts; ti++)
                     for (int a = 0; a < 2; a++) {
-                        mat_set_kernels(sets[a]);
+                        e0_set_kernels(sets[a]);
                         v[si][ti][a][r] = run_g(&g[si], shapes[si].cycle, Ts[ti], secs, x, y);
                         printf("round %d %-5s %-10s T=%-3lld %s %8.2f\n", r, tn, shapes[si].name,
                                (long long)Ts[ti], a ? "B" : "A", v[si][ti][a][r]);
@@ -281,7 +281,7 @@ static void bench_ggml_ab(double secs, const float *x, float *y) {
         for (int si = 0; si < NS; si++)
             free(g[si].w);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 int main(int argc, char **argv) {
@@ -314,8 +314,8 @@ int main(int argc, char **argv) {
     printf("%-10s %-3s %-3s %11s %11s %11s %11s %11s\n", "kernels", "thr", "T", "up cold", "down cold", "up hot",
            "down hot", "lm_head");
     for (size_t si = 0; si < 6; si++) {
-        if (!mat_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
-        mat_set_kernels(sets[si]);
+        if (!e0_kernels_supported(sets[si]) || (only && !strstr(only, names[si]))) continue;
+        e0_set_kernels(sets[si]);
         for (int nt = 1; nt <= 2; nt++) {
             pool_init(nt);
             const int64_t Ts[] = {1, 16};

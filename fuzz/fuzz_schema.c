@@ -63,9 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON_AddStringToObject(js, "name", "fuzz");
     cJSON_AddItemReferenceToObject(js, "schema", schema);
     gram *g = NULL;
-    if (schema_response_grammar(rf, &g, err) == 0) run(g, v, text, tl);
+    if (e0_grammar_response_format(rf, &g, err) == 0) run(g, v, text, tl);
     else check(g == NULL);
-    gram_free(g);
+    e0_grammar_free(g);
     cJSON *tools = cJSON_CreateArray(), *t = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(t, "function");
     cJSON_AddItemToArray(tools, t);
     cJSON_AddStringToObject(t, "type", "function");
@@ -73,11 +73,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON_AddItemReferenceToObject(f, "parameters", schema);
     for (int form = 0; form < 2; form++) {
         g = NULL;
-        if (schema_tools_grammar(tools, NULL, 2, form ? SCHEMA_FORM_XML : SCHEMA_FORM_JSON, &g, err) == 0)
+        if (e0_grammar_tools(tools, NULL, 2, form ? E0_TOOL_FORM_XML : E0_TOOL_FORM_JSON, &g, err) == 0)
             run(g, v, text, tl);
         else
             check(g == NULL);
-        gram_free(g);
+        e0_grammar_free(g);
     }
     cJSON_Delete(tools);
     cJSON_Delete(rf);

@@ -7,7 +7,7 @@
  *      token bytes must give back the input exactly, and one that turns on
  *      every normalizer, pre-tokenizer and added-token option) and by the
  *      Qwen3 tokenizer when $E0_SHARED (default ../shared) has it; the same
- *      with TOK_ENCODE_SPECIAL_AS_TEXT;
+ *      with E0_ENCODE_SPECIAL_AS_TEXT;
  *   2  little-endian int32 ids, decoded in one call and one at a time,
  *      which must agree.
  * Any disagreement traps. */
@@ -119,7 +119,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(path, sizeof path, "%s/tokenizers/qwen3/tokenizer.json",
              root && *root ? root : "../shared");
     char err[512];
-    if (tok_load(&qwen, path, err)) {
+    if (e0_tokenizer_load(&qwen, path, err)) {
         fprintf(stderr, "fuzz_tokenizer: no Qwen3 tokenizer (%s); fuzzing without it\n", err);
         qwen = NULL;
     }
@@ -130,7 +130,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void decode_both(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags) {
     char err[512], *s = NULL;
     size_t len;
-    int rc = tok_decode(t, ids, n, flags, &s, &len, err);
+    int rc = e0_tokenizer_decode(t, ids, n, flags, &s, &len, err);
     size_t cap = tok_stream_max(t), total = 0, k;
     char *buf = malloc(cap), *acc = malloc(len + 16);
     check(buf != NULL);
@@ -163,10 +163,10 @@ static void encode_check(const tok_tokenizer *t, const char *text, size_t n, uns
                          bool exact) {
     char err[512];
     tok_ids ids = {0};
-    int rc = tok_encode(t, text, n, flags, &ids, err);
+    int rc = e0_tokenizer_encode(t, text, n, flags, &ids, err);
     if (rc) {
         check(ids.n == 0);
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
         return;
     }
     for (size_t i = 0; i < ids.n; i++)
@@ -182,8 +182,8 @@ static void encode_check(const tok_tokenizer *t, const char *text, size_t n, uns
         check(k == n);
     }
     decode_both(t, ids.v, ids.n, 0);
-    decode_both(t, ids.v, ids.n, TOK_DECODE_SKIP_SPECIAL);
-    tok_ids_free(&ids);
+    decode_both(t, ids.v, ids.n, E0_DECODE_SKIP_SPECIAL);
+    e0_ids_free(&ids);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -201,17 +201,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 encode_check(t, texts[i], strlen(texts[i]), 0, false);
             encode_check(t, p, n < 256 ? n : 256, 0, false);
             (void)tok_token_id(t, "<s>");
-            (void)tok_vocab_size(t);
-            tok_free(t);
+            (void)e0_tokenizer_vocab_size(t);
+            e0_tokenizer_free(t);
         }
         break;
     }
     case 1:
         if (n > 8192) n = 8192; /* long pieces are covered; more runs matter more */
         encode_check(plain, p, n, 0, true);
-        encode_check(plain, p, n, TOK_ENCODE_SPECIAL_AS_TEXT, true);
+        encode_check(plain, p, n, E0_ENCODE_SPECIAL_AS_TEXT, true);
         encode_check(rich, p, n, 0, false);
-        encode_check(rich, p, n, TOK_ENCODE_SPECIAL_AS_TEXT, false);
+        encode_check(rich, p, n, E0_ENCODE_SPECIAL_AS_TEXT, false);
         if (qwen) encode_check(qwen, p, n, 0, false);
         break;
     default: {
@@ -221,9 +221,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(&ids[i], p + 4 * i, 4);
         const tok_tokenizer *t = qwen ? qwen : plain;
         for (size_t i = 0; i < k; i++) /* mostly valid ids, some not */
-            if (ids[i] >= 0 && (ids[i] & 0xFF000000) == 0) ids[i] %= tok_vocab_size(t) + 2;
+            if (ids[i] >= 0 && (ids[i] & 0xFF000000) == 0) ids[i] %= e0_tokenizer_vocab_size(t) + 2;
         decode_both(t, ids, k, 0);
-        decode_both(t, ids, k, TOK_DECODE_SKIP_SPECIAL);
+        decode_both(t, ids, k, E0_DECODE_SKIP_SPECIAL);
         decode_both(plain, ids, k, 0);
         free(ids);
         break;

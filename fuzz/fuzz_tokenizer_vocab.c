@@ -49,16 +49,16 @@ static void init_bytes(void) {
 static void encode_check(const tok_tokenizer *t, const char *text, unsigned flags) {
     char err[512], *s = NULL;
     tok_ids ids = {0};
-    if (tok_encode(t, text, strlen(text), flags, &ids, err) == 0) {
+    if (e0_tokenizer_encode(t, text, strlen(text), flags, &ids, err) == 0) {
         for (size_t i = 0; i < ids.n; i++)
             check(tok_is_token(t, ids.v[i]));
         size_t n;
-        check(tok_decode(t, ids.v, ids.n, 0, &s, &n, err) == 0);
+        check(e0_tokenizer_decode(t, ids.v, ids.n, 0, &s, &n, err) == 0);
         free(s);
     } else {
         check(ids.n == 0);
     }
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -110,15 +110,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                             "x\xcc\x81y \xe6\x97\xa5 \xf0\x9f\x91\x8d"};
         for (size_t i = 0; i < 3; i++) {
             encode_check(t, texts[i], 0);
-            encode_check(t, texts[i], TOK_ENCODE_SPECIAL_AS_TEXT);
+            encode_check(t, texts[i], E0_ENCODE_SPECIAL_AS_TEXT);
         }
-        for (int32_t id = -1; id <= tok_vocab_size(t); id++) {
+        for (int32_t id = -1; id <= e0_tokenizer_vocab_size(t); id++) {
             size_t n;
             const char *s = tok_token_str(t, id, &n);
             check((s != NULL) == tok_is_token(t, id));
             if (s) check(tok_token_id(t, s) >= 0);
         }
-        tok_free(t);
+        e0_tokenizer_free(t);
     } else {
         check(t == NULL);
     }

@@ -55,19 +55,19 @@ static int on_args(void *u, int index, const char *s, size_t n) {
     put(&o->events, s, n);
     return 0;
 }
-static const tc_sink SINK = {on_content, on_call, on_args};
+static const e0_tc_sink SINK = {on_content, on_call, on_args};
 
 static cJSON *tools;
 
 static void run(const char *t, size_t n, size_t step, int max_calls, out *o, int flags[3]) {
-    tc_parser *p;
+    e0_tc_parser *p;
     char err[E0_ERR_MAX];
-    check(tc_parser_new(&p, tools, max_calls, err) == 0);
-    for (size_t i = 0; i < n; i += step) check(tc_feed(p, t + i, step < n - i ? step : n - i, &SINK, o) == 0);
-    check(tc_finish(p, &SINK, o) == 0);
-    check(tc_calls(p) == o->calls);
-    flags[0] = tc_full(p), flags[1] = tc_malformed(p), flags[2] = tc_truncated(p);
-    tc_parser_free(p);
+    check(e0_tc_parser_new(&p, tools, max_calls, err) == 0);
+    for (size_t i = 0; i < n; i += step) check(e0_tc_feed(p, t + i, step < n - i ? step : n - i, &SINK, o) == 0);
+    check(e0_tc_finish(p, &SINK, o) == 0);
+    check(e0_tc_calls(p) == o->calls);
+    flags[0] = e0_tc_full(p), flags[1] = e0_tc_malformed(p), flags[2] = e0_tc_truncated(p);
+    e0_tc_parser_free(p);
 }
 
 /* Each call's arguments, from the event text. */

@@ -33,6 +33,7 @@
 #ifndef EDGE0_H
 #define EDGE0_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -552,6 +553,458 @@ typedef int (*e0_token_fn)(void *user, const e0_token_info *tok, const char *tex
  * o->logprobs, its log-probabilities. */
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
                        const e0_sample_opts *o, e0_token_fn fn, void *user, e0_gen_result *r, char *err);
+
+/* ---- The matmul kernels ---------------------------------------------------
+ * Which SIMD kernel set the process computes with. */
+/* Kernel sets (docs/experiments.md has their accuracy and speed). AUTO,
+ * the default, is AVX512_MIXED where the CPU has VNNI, else the fastest
+ * f32-activation set (AVX512, else AVX2, else REF). EXACT is AVX512_Q24
+ * where the CPU has VNNI, else the same f32 set: as close to the Hugging
+ * Face fixtures as the scalar reference (NMSE ~1e-12 per dot, logits within
+ * 5e-5 at every position). The lossy sets keep every fixture's routing:
+ * MIXED keeps logits within 1.7e-3 over 160 positions, Q16 within 3e-3.
+ * Q8 changes routing on the mlx fixtures. MIXED computes 4-bit matrices
+ * with the 16-bit panel kernels' arithmetic (activations quantized per
+ * weight group) at every T, decode tokens included, so that the loaded copy
+ * can be repacked for them (E0_L_P16) and a batched decode step's tokens
+ * cost two multiplies per 4 columns, not three (24-bit decode until
+ * docs/experiments.md section 61: 9e-4); the Q sets use it from
+ * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below).
+ * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
+ * which runs them with 24-bit activations for every T (16-bit batches
+ * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
+ * kernels. */
+typedef enum {
+    E0_KERNELS_AUTO,         /* the default (see above) */
+    E0_KERNELS_REF,          /* the scalar reference (still split across the pool) */
+    E0_KERNELS_AVX2,         /* AVX2 + FMA + F16C, f32 activations */
+    E0_KERNELS_AVX512,       /* AVX-512 F/BW/VL/DQ, f32 activations */
+    E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
+    E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
+    E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
+    E0_KERNELS_AVX512_MIXED, /* 16-bit panel arithmetic; GGUF k-quants 24-bit */
+    E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
+    E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
+} e0_kernels;
+
+/* Process-wide; set it while no matmul runs (tests, startup). While the
+ * set is AUTO, $E0_KERNELS (an e0_kernels_parse name) may name another, read at the first call. 0,
+ * or E0_EUNSUPPORTED when this CPU lacks the set's ISA (nothing changes). */
+int e0_set_kernels(e0_kernels k);
+/* The name of the set in force, resolved ("ref", "avx2", ...). */
+const char *e0_kernels_name(void);
+/* The set named `name` (auto, exact, ref, avx2, avx512, avx512-q8,
+ * avx512-q16, avx512-q24, avx512-mixed, f32): 0, or E0_EINVAL for another name. */
+int e0_kernels_parse(const char *name, e0_kernels *out);
+/* Whether this CPU runs set k. */
+int e0_kernels_supported(e0_kernels k);
+
+/* ---- Small tools for the commands --------------------------------------- */
+
+/* The index of the largest of n logits (the first of equals; 0 when every
+ * one is -inf or NaN): greedy decoding's choice. */
+size_t e0_argmax(const float *logits, size_t n);
+/* Whether this thread's expert reads go through io_uring (else pread). */
+bool e0_uring_on(void);
+/* Writes a [rows, cols] f32 matrix as the one tensor `name` of a
+ * safetensors file at `path` (atomically: PATH.tmp, then renamed). */
+int e0_save_f32(const char *path, const char *name, int64_t rows, int64_t cols, const float *data,
+                char *err);
+
+/* ---- Tokenizers alone ----------------------------------------------------
+ * A tokenizer.json without a model (the `tokenize` command; e0_text opens
+ * one with a model's chat format). Immutable after load: shareable. */
+typedef struct e0_tokenizer e0_tokenizer;
+
+/* A growable id array. Zero-initialise; e0_tokenizer_encode appends to it. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} e0_ids;
+void e0_ids_free(e0_ids *ids);
+
+/* Reads and validates `path` (a tokenizer.json). */
+int e0_tokenizer_load(e0_tokenizer **out, const char *path, char *err);
+void e0_tokenizer_free(e0_tokenizer *t);
+
+enum {
+    /* Added tokens marked "special" are not matched in the text: they are
+     * encoded as ordinary text (for user content that must not inject
+     * control tokens). Non-special added tokens are still matched. */
+    E0_ENCODE_SPECIAL_AS_TEXT = 1u << 0,
+};
+/* Appends the ids of text[0..len) (any bytes: invalid UTF-8 is encoded
+ * byte by byte) to `out`. On error `out` keeps only what it held before. */
+int e0_tokenizer_encode(const e0_tokenizer *t, const char *text, size_t len, unsigned flags,
+                        e0_ids *out, char *err);
+
+enum {
+    E0_DECODE_SKIP_SPECIAL = 1u << 0, /* drop added tokens marked "special" */
+};
+/* The text of ids[0..n): a malloc'd, NUL-terminated, valid UTF-8 string of
+ * *out_len bytes. E0_ERANGE names the first id that is not a token. */
+int e0_tokenizer_decode(const e0_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                        char **out, size_t *out_len, char *err);
+/* 1 + the largest id of the vocabulary and the added tokens. A model's
+ * config.json vocab_size may be larger (padded): ids in between are not
+ * tokens, and decoding them fails with E0_ERANGE. */
+int32_t e0_tokenizer_vocab_size(const e0_tokenizer *t);
+
+/* ---- Writing checkpoints: random weights of a real model's shape --------
+ * (the `synth` command; src/synth/synth.h explains the scaling that keeps
+ * activations O(1) and the routing skew and stickiness). */
+typedef enum { E0_SYNTH_QWEN3_MOE, E0_SYNTH_QWEN3_NEXT, E0_SYNTH_QWEN3_5_MOE } e0_synth_family;
+
+typedef struct {
+    const char *name;
+    const char *released; /* the released model whose shape this is; "" for test shapes */
+    e0_synth_family family;
+    int hidden, n_layers, vocab;
+    int n_heads, n_kv_heads, head_dim;
+    double partial_rotary, rope_theta;
+    int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_attention_interval;
+    int n_experts, top_k, moe_inter, shared_inter;
+    int dense_inter;       /* config "intermediate_size" (no dense layers; 0: omitted) */
+    int max_pos, bos, eos; /* bos < 0: null */
+} e0_synth_shape;
+
+/* The shape called `name`, or NULL. */
+const e0_synth_shape *e0_synth_find(const char *name);
+/* Comma-separated list of known shape names (static string). */
+const char *e0_synth_names(void);
+/* Shapes by index, i < e0_synth_count(). */
+size_t e0_synth_count(void);
+const e0_synth_shape *e0_synth_at(size_t i);
+
+/* E0_SYNTH_GGUF: one .gguf file (or a split set), llama.cpp's names and
+ * metadata for the architecture and llama-quantize's Q4_K_M type mix with
+ * random blocks (synth_gguf.c explains the mix and the block scaling). */
+typedef enum { E0_SYNTH_MLX, E0_SYNTH_HF, E0_SYNTH_GGUF } e0_synth_format;
+
+/* E0_SYNTH_GGUF's type mix, as llama-quantize's ftype of that name gives it
+ * (approximately: synth_gguf.c). */
+typedef enum { E0_SYNTH_MIX_Q4_K_M, E0_SYNTH_MIX_Q8_0, E0_SYNTH_MIX_IQ4_XS, E0_SYNTH_MIX_Q4_0 } e0_synth_gguf_mix;
+
+typedef enum { E0_SYNTH_WRITING, E0_SYNTH_SYNCING, E0_SYNTH_DONE } e0_synth_phase;
+
+typedef struct {
+    e0_synth_phase phase;
+    uint64_t done, total; /* bytes of tensor data handed to the OS / planned */
+    double seconds;       /* since the start */
+} e0_synth_progress;
+
+typedef struct {
+    e0_synth_format format;
+    uint64_t seed;
+    double route_skew;    /* 0: near-uniform routing; S > 0: Zipf(S)-like expert popularity */
+    double route_stickiness; /* [0, 1]: share of experts kept from the previous token (above) */
+    int n_threads;        /* generator threads; 0: one per core, at most 8 */
+    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
+                             one file, else a split set NAME-0000K-of-0000N.gguf */
+    e0_synth_gguf_mix gguf_mix; /* gguf: the type mix (0: Q4_K_M) */
+    const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
+                              template, from tokenizer_config.json beside it) are embedded */
+    int no_sync;          /* skip the fsync before the rename (faster, not durable) */
+    int sparse;           /* mlx / hf: headers and config only, every weight a hole that reads
+                             as zero: the layout of a shape larger than the disk, for plans */
+    /* Called on the calling thread about every 100 ms and once per phase. */
+    void (*progress)(void *ctx, const e0_synth_progress *p);
+    void *progress_ctx;
+    /* When *cancel becomes non-zero (e.g. from a SIGINT handler) the write
+     * stops, leaves nothing behind and fails with E0_EINVAL. May be NULL. */
+    const volatile sig_atomic_t *cancel;
+} e0_synth_opts;
+
+void e0_synth_opts_default(e0_synth_opts *o);
+
+#define E0_SYNTH_GTYPES 40 /* ggml type ids (GGML_NTYPES; e0_ggml_type_name) */
+
+typedef struct {
+    uint64_t bytes;  /* all safetensors files, headers included (gguf: all parts) */
+    uint64_t params; /* logical parameters (quantized weights count once) */
+    size_t n_tensors;
+    int n_shards;
+    /* gguf: tensors and data bytes of each ggml type */
+    uint32_t type_tensors[E0_SYNTH_GTYPES];
+    uint64_t type_bytes[E0_SYNTH_GTYPES];
+} e0_synth_info;
+
+/* What e0_synth_write_opts would write, without writing anything. */
+int e0_synth_plan_info(const e0_synth_shape *shape, const e0_synth_opts *o, e0_synth_info *info, char *err);
+
+/* Writes a checkpoint of `shape` into directory `dst` (gguf: the file
+ * `dst`, or its split parts; created, it must not exist). The directory appears atomically: it is written as
+ * DST.tmp-XXXXXX, synced, and renamed without replacing anything; on any
+ * failure nothing is left behind. */
+int e0_synth_write_opts(const e0_synth_shape *shape, const char *dst, const e0_synth_opts *o, char *err);
+
+/* e0_synth_write_opts with the defaults (mlx, no skew) and `seed`. */
+int e0_synth_write(const e0_synth_shape *shape, const char *dst, uint64_t seed, char *err);
+
+/* The name of a ggml type id ("Q4_K", ...), or NULL for an unknown one. */
+const char *e0_ggml_type_name(uint32_t type);
+
+/* ---- Writing checkpoints: a Hugging Face checkpoint converted -----------
+ * to the streaming (mlx affine) layout (the `convert` command). */
+typedef enum { E0_CONVERT_WRITING, E0_CONVERT_SYNCING, E0_CONVERT_DONE } e0_convert_phase;
+
+typedef struct {
+    e0_convert_phase phase;
+    uint64_t done, total; /* source tensor bytes converted / to convert */
+    uint64_t written;     /* output bytes handed to the OS */
+    double seconds;       /* since the start */
+} e0_convert_progress;
+
+typedef struct {
+    int bits;             /* 4 or 8 (2, 3, 5, 6 also accepted); default 4 */
+    int group;            /* 32, 64 or 128; default 64 */
+    int fused_gate_up;    /* write switch_mlp.gate_up_proj instead of gate_proj + up_proj */
+    int force;            /* replace an existing DST */
+    int n_threads;        /* worker threads; 0: one per core, at most 8 */
+    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm) */
+    int no_sync;          /* skip the fsyncs before the rename (faster, not durable) */
+    int keep_mtp;         /* copy mtp.* as they are instead of dropping them */
+    /* Called on the calling thread about every 100 ms and once per phase. */
+    void (*progress)(void *ctx, const e0_convert_progress *p);
+    void *progress_ctx;
+    /* When *cancel becomes non-zero the conversion stops, leaves nothing
+     * behind and fails with E0_EINVAL. May be NULL. */
+    const volatile sig_atomic_t *cancel;
+} e0_convert_opts;
+
+void e0_convert_opts_default(e0_convert_opts *o);
+
+typedef struct {
+    char family[16];       /* "qwen3_moe", "qwen3_next", "qwen3_5_moe" */
+    char src_layout[16];   /* "hf" (per-expert) or "hf-fused" */
+    size_t src_tensors;    /* tensors in the source */
+    size_t dropped;        /* source tensors left out (MTP, vision, inv_freq, tied lm_head) */
+    size_t kept_mtp;       /* mtp.* tensors copied as they are (keep_mtp) */
+    char dropped_example[128];
+    size_t out_tensors;    /* tensors written */
+    size_t quantized;      /* modules quantized */
+    int n_shards;
+    uint64_t src_bytes;    /* source tensor bytes read */
+    uint64_t out_bytes;    /* safetensors bytes written, headers included */
+    size_t copied_files;   /* tokenizer / generation files copied */
+} e0_convert_info;
+
+/* Checks SRC and plans the output without writing anything. */
+int e0_convert_plan(const char *src, const e0_convert_opts *o, e0_convert_info *info, char *err);
+
+/* Converts SRC into the new directory DST. info may be NULL. */
+int e0_convert_run(const char *src, const char *dst, const e0_convert_opts *o, e0_convert_info *info, char *err);
+
+/* ---- Serving many sequences: generation step by step ------------------- *
+ * A generation cut at its forward passes: e0_generate_tokens's loop as a
+ * state machine that a caller drives, so that a server can run the forward
+ * passes of many requests together (e0_session_eval_batch, e0_pass_begin)
+ * while each request keeps its own sampler, grammar, stop strings and text
+ * stream.
+ *
+ *     e0_gen *g;
+ *     e0_gen_begin(&g, s, t, prompt, n, &o, fn, user, err);  // prepares the session, reuses its prefix
+ *     while (e0_gen_prefill_left(g))
+ *         e0_gen_prefill(g, 128, err);                       // the prompt in chunks
+ *     int32_t id;
+ *     while (e0_gen_step(g, &id, err) == E0_GEN_EVAL)        // sample, constrain, stream, callback
+ *         e0_session_eval(s, &id, 1, E0_LOGITS_LAST, e0_gen_logits(g), err);
+ *     const e0_gen_result *r = e0_gen_get_result(g);
+ *     e0_gen_free(g);
+ *
+ * e0_generate_tokens is exactly that loop (prefill in one call), so a
+ * request stepped by a server in a batch takes the same decisions as one
+ * generated alone: the only input of a step is the logits row of the last
+ * evaluated id, and e0_session_eval_batch makes it bit-identical to the
+ * row a one-token e0_session_eval gives. The prefill's chunking is part
+ * of the arithmetic (a batch's arithmetic may depend on its length), so
+ * the chunk size must be the same for answers to be comparable.
+ *
+ * Ownership: the gen borrows the session, the text, the prompt (until the
+ * prefill is done), the sampling options' strings and grammar (until
+ * e0_gen_free); it owns its sampler, grammar matcher and logits buffer. One
+ * thread at a time. */
+typedef struct e0_gen e0_gen;
+
+/* e0_gen_step: the id in *next must be evaluated (its logits into e0_gen_logits). */
+enum { E0_GEN_DONE = 0, E0_GEN_EVAL = 1 };
+
+/* Checks the prompt, builds the sampler, stop strings and grammar matcher,
+ * and keeps the part of the session's history the prompt starts with
+ * (e0_session_prepare; the result's reused_tokens). Errors leave the session
+ * untouched: E0_EINVAL (empty prompt), E0_ERANGE (it does not fit). */
+int e0_gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+                 const e0_sample_opts *o, e0_token_fn fn, void *user, char *err);
+void e0_gen_free(e0_gen *g);
+
+/* Prompt ids still to evaluate (0: the prefill is done). */
+size_t e0_gen_prefill_left(const e0_gen *g);
+/* Evaluates the next min(max, left) prompt ids (max 0: all of them); the
+ * last chunk leaves the logits of the prompt's last id in e0_gen_logits. */
+int e0_gen_prefill(e0_gen *g, size_t max, char *err);
+
+/* One token from the logits in e0_gen_logits: sample, constrain, accept,
+ * stop on end of turn / stop string / max_tokens / full context / a cancel
+ * from the callback (which sees the token and its text). E0_GEN_EVAL: *next
+ * is to be evaluated next; E0_GEN_DONE: finished, the remaining text handed
+ * out; negative: an error (a grammar's, out of memory), message in err. */
+int e0_gen_step(e0_gen *g, int32_t *next, char *err);
+
+/* e0_gen_prefill with the chunk's forward pass cut between layers: at most
+ * max_layers layers per call (0: the whole pass), so that a scheduler can
+ * run decode passes of other requests in between; the pass in progress is
+ * finished before another chunk starts. *ran gets the layers this call
+ * evaluated (whole passes count every layer). The logits are those of
+ * e0_gen_prefill with the same chunks (only the pauses differ). */
+int e0_gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err);
+
+/* The next chunk as part of a pass the caller runs (e0_pass_begin, merging
+ * the chunks of several requests): *ids and the returned count, at most
+ * min(max, left, the session's n_batch) (max 0: no limit but those); *last
+ * when it ends the prompt (then the pass's logits for this session go to
+ * e0_gen_logits). 0 while an e0_gen_prefill_layers pass is paused or nothing
+ * is left. After the pass is done, e0_gen_prefill_done(g, m) with that
+ * count. With the same chunks, the same logits as e0_gen_prefill. */
+size_t e0_gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last);
+void e0_gen_prefill_done(e0_gen *g, size_t m);
+
+/* [vocab] floats: where the logits of the next evaluated id go. */
+float *e0_gen_logits(e0_gen *g);
+e0_session *e0_gen_session(const e0_gen *g);
+/* Counts and times so far (final after E0_GEN_DONE). */
+const e0_gen_result *e0_gen_get_result(e0_gen *g);
+
+/* Keeps the longest part of the session's history that is a prefix of
+ * prompt[0..n) and still leaves one id to evaluate: attention-only models
+ * truncate their KV cache to it; models with recurrent layers keep the
+ * whole history or nothing (their states cannot be rewound). Returns the
+ * number of positions kept. */
+int32_t e0_session_prepare(e0_session *s, const int32_t *prompt, size_t n);
+/* The most ids one evaluation of the session runs at once (its options'
+ * n_batch, resolved): the tokens of a merged pass must fit the first one's. */
+int32_t e0_session_n_batch(const e0_session *s);
+
+/* ---- Serving many sequences: a merged prefill pass --------------------- *
+ * One forward pass over the next ids of several sessions, cut between
+ * layers (or halves of a layer: its token mixer, then its MLP), so that a
+ * scheduler prefills the prompt chunks of many requests with one read of
+ * the weights (and, under a memory cap, one read of each routed expert from
+ * the disk):
+ *
+ *     e0_pass *p;
+ *     e0_pass_new(&p, err);                                    // once; reused pass after pass
+ *     e0_pass_begin(p, ss, ids, n, ns, err);                   // embeds; ids need not outlive it
+ *     do e0_pass_step(p, max_layers, logits, &done, err); while (!done);
+ *     e0_pass_free(p);
+ *
+ * Each session gets the logits, KV rows and states its own pass of the same
+ * ids gives (bit for bit), however the layers are cut. The pass's tokens
+ * (the sum of n) must fit the first session's n_batch (its scratch carries
+ * the pass), each n its own session's n_batch, and at most E0_PASS_MAX
+ * sessions. Until done, every session of the pass refuses other
+ * evaluations and snapshots (E0_EINVAL); a session of a paused pass must
+ * not be reset, restored or freed. A failed step resets every session of
+ * the pass. One thread at a time per pass. */
+typedef struct e0_pass e0_pass;
+enum { E0_PASS_MAX = 64 };
+
+/* A pass object with no pass in progress; E0_ENOMEM. */
+int e0_pass_new(e0_pass **out, char *err);
+void e0_pass_free(e0_pass *p);
+/* Starts the pass: checks every session (same engine, distinct, no pass in
+ * progress, ids in the vocabulary and the context, the limits above; an
+ * error changes nothing), embeds the ids and appends them to each history.
+ * ids[i]: n[i] >= 1 ids of session ss[i]. */
+int e0_pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n,
+                  int ns, char *err);
+/* Runs at most max_layers more layers (0: all that are left). When the last
+ * is done, *done is set, the positions move on, and logits[i] (an array of
+ * ns pointers, or NULL; each NULL or [vocab]) gets the logits of session i's
+ * last id. A failure resets every session of the pass (and ends it). */
+int e0_pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err);
+/* The same in halves of a layer: at most max_halves more (0: all that are
+ * left); the arithmetic does not depend on where the pass pauses. */
+int e0_pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *done, char *err);
+/* The halves that `layers` more layers of the pass in progress are (a
+ * layer begun counts as one of them): e0_pass_step's count in
+ * e0_pass_step_halves'. */
+int e0_pass_layer_halves(const e0_pass *p, int layers);
+/* The pass in progress: its tokens (the sum of n), and the index of its
+ * next half, 2 * layer + (1 when that layer's token mixer has run). */
+int e0_pass_tokens(const e0_pass *p);
+int e0_pass_next_half(const e0_pass *p);
+
+/* ---- Tool calls and constrained output (for an API server) ------------- *
+ * Requests' tools, tool choices and response formats are cJSON values
+ * (<cjson/cJSON.h>), borrowed for the call.
+ *
+ * A tool-call parser takes tool calls out of generated text, as the Qwen
+ * families write them inside "<tool_call>" ... "</tool_call>": Qwen3's JSON
+ * ({"name": "f", "arguments": {...}}) and Qwen3.5 / 3.6 and Qwen3-Coder's
+ * XML (<function=f><parameter=a>VALUE</parameter></function>), whatever the
+ * chat template. XML parameter values are typed by the tool's JSON schema.
+ *
+ *     e0_tc_parser *p;
+ *     e0_tc_parser_new(&p, tools, max_calls, err);  // tools: the request's array, borrowed
+ *     e0_tc_feed(p, piece, n, &sink, user);         // as text is generated
+ *     e0_tc_finish(p, &sink, user);                 // at the end
+ *     if (e0_tc_calls(p)) finish_reason = "tool_calls";
+ *     e0_tc_parser_free(p);
+ *
+ * A call is handed to the sink only once it is complete and valid: its name
+ * (sink.call), then its arguments as a JSON object text in one or more
+ * pieces (sink.args; they concatenate to the whole object). Text that is
+ * not a call goes to sink.content. A "<tool_call>" that turns out
+ * malformed, and every byte after it, is content (e0_tc_malformed); one cut
+ * off by the end of generation is content too (e0_tc_truncated). The
+ * events do not depend on how the text is cut into pieces. After max_calls
+ * calls everything else is dropped and e0_tc_full says so. One stream and
+ * one thread at a time per parser (src/text/toolcall.h has the details). */
+struct cJSON;
+
+typedef struct {
+    int (*content)(void *user, const char *s, size_t n);
+    int (*call)(void *user, int index, const char *name, size_t n);
+    int (*args)(void *user, int index, const char *s, size_t n);
+} e0_tc_sink;
+
+typedef struct e0_tc_parser e0_tc_parser;
+
+/* tools: the request's tools array (borrowed for the parser's life) or NULL;
+ * max_calls >= 1. 0, or E0_ENOMEM / E0_EINVAL. */
+int e0_tc_parser_new(e0_tc_parser **out, const struct cJSON *tools, int max_calls, char *err);
+void e0_tc_parser_free(e0_tc_parser *p);
+/* Feeds generated text. Returns 0, E0_ENOMEM, or the first non-zero value a
+ * sink function returned. */
+int e0_tc_feed(e0_tc_parser *p, const char *s, size_t n, const e0_tc_sink *k, void *user);
+/* End of the text: hands on what is held back (a cut-off call as content). */
+int e0_tc_finish(e0_tc_parser *p, const e0_tc_sink *k, void *user);
+/* Calls handed to the sink so far. */
+int e0_tc_calls(const e0_tc_parser *p);
+/* max_calls calls were made: what follows is dropped. */
+bool e0_tc_full(const e0_tc_parser *p);
+/* A "<tool_call>" did not parse (it and the rest went to content). */
+bool e0_tc_malformed(const e0_tc_parser *p);
+/* After e0_tc_finish: the text ended inside a call (it went to content). */
+bool e0_tc_truncated(const e0_tc_parser *p);
+
+/* Grammars for e0_sample_opts.grammar, from a request's JSON (src/text/schema.h
+ * lists the JSON schema keywords supported). Free with e0_grammar_free. */
+typedef enum { E0_TOOL_FORM_JSON, E0_TOOL_FORM_XML } e0_tool_form;
+#define E0_GRAMMAR_MAX_CALLS 16
+
+/* response_format {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema"?, "strict"?, "description"?}}. 0, or
+ * E0_EINVAL (malformed), E0_EUNSUPPORTED (a keyword not supported), E0_ERANGE
+ * (too deep or large), E0_ENOMEM, with err naming the field. */
+int e0_grammar_response_format(const struct cJSON *response_format, e0_grammar **out, char *err);
+/* Tool calls: `tools` is the request's validated tools array; name: the one
+ * function to call, or NULL for any of them; max_calls >= 1 (1 when
+ * parallel_tool_calls is false; capped at E0_GRAMMAR_MAX_CALLS); form: the
+ * calls' form (E0_TOOL_FORM_XML for E0_CHAT_QWEN35). */
+int e0_grammar_tools(const struct cJSON *tools, const char *name, int max_calls, e0_tool_form form,
+                     e0_grammar **out, char *err);
+void e0_grammar_free(e0_grammar *g);
 
 #ifdef __cplusplus
 }

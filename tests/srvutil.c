@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 static double now(void) {
     struct timespec ts;
@@ -26,7 +26,7 @@ const char *su_model(const char *dir) {
     static char m[4200];
     char err[E0_ERR_MAX], cmd[8800];
     snprintf(m, sizeof m, "%s/m", dir);
-    if (synth_write(synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
+    if (e0_synth_write(e0_synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", m);
     assert_int_equal(tu_run(cmd), 0);
     return m;

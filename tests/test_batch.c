@@ -251,7 +251,7 @@ static void matrix(bool all) {
             const int threads = 1 + (ci + mi) % 2;
             char what[256];
             snprintf(what, sizeof what, "%s/%s %s, kernels %s, %d thread%s", TU_CHECKPOINTS[mi][0],
-                     TU_CHECKPOINTS[mi][1], TU_CONFIGS[ci].name, mat_kernels_name(), threads,
+                     TU_CHECKPOINTS[mi][1], TU_CONFIGS[ci].name, e0_kernels_name(), threads,
                      threads > 1 ? "s" : "");
             tu_apply_config(&o, &TU_CONFIGS[ci], threads);
             e = open_model(mi, &o);
@@ -264,7 +264,7 @@ static void matrix(bool all) {
     }
     printf("  %ld configurations under %s: every batched sequence bit-identical to its decode "
            "alone\n",
-           runs, mat_kernels_name());
+           runs, e0_kernels_name());
 }
 
 static void test_batch_default_kernels(void **state) {
@@ -278,10 +278,10 @@ static void test_batch_other_kernels(void **state) {
     (void)state;
     const e0_kernels sets[] = {E0_KERNELS_EXACT, E0_KERNELS_F32};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
-        assert_int_equal(mat_set_kernels(sets[i]), 0);
+        assert_int_equal(e0_set_kernels(sets[i]), 0);
         matrix(false);
     }
-    assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0);
 }
 
 /* Route stickiness keeps each sequence's own previous experts. */
@@ -328,13 +328,13 @@ static bool decode_rows_match(const e0_mat *m, int T, const char *what) {
         mat_matmul_decode(m, x + (size_t)t * cols, (int64_t)cols, 1, y1, (int64_t)rows);
         if (memcmp(y + (size_t)t * rows, y1, rows * sizeof *y1))
             fail_msg("%s [%zu x %zu], kernels %s: token %d of %d differs from its one-token call",
-                     what, rows, cols, mat_kernels_name(), t, T);
+                     what, rows, cols, e0_kernels_name(), t, T);
         if (!mat_matmul_t_free(m)) continue;
         mat_matmul(m, x + (size_t)t * cols, (int64_t)cols, 1, y1, (int64_t)rows);
         if (memcmp(yp + (size_t)t * rows, y1, rows * sizeof *y1))
             fail_msg("%s [%zu x %zu], kernels %s: token %d of %d differs from its one-token "
                      "prefill call",
-                     what, rows, cols, mat_kernels_name(), t, T);
+                     what, rows, cols, e0_kernels_name(), t, T);
     }
     const bool differs = memcmp(y, yp, (size_t)T * rows * sizeof *y) != 0;
     free(x);
@@ -386,7 +386,7 @@ static void test_matmul_decode(void **state) {
     long checks = 0, differ = 0;
     for (size_t mi = 0; mi < nmodels; mi++)
         for (size_t ii = 0; ii < sizeof ios / sizeof *ios; ii++) {
-            assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0); /* repacks at load */
+            assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0); /* repacks at load */
             e0_engine_opts o;
             e0_engine_opts_default(&o);
             o.io = ios[ii];
@@ -395,8 +395,8 @@ static void test_matmul_decode(void **state) {
             const e0_mat *mats[256];
             const int n = model_mats(e, mats, 256);
             for (size_t ki = 0; ki < nsets; ki++) {
-                if (!mat_kernels_supported(sets[ki])) continue;
-                assert_int_equal(mat_set_kernels(sets[ki]), 0);
+                if (!e0_kernels_supported(sets[ki])) continue;
+                assert_int_equal(e0_set_kernels(sets[ki]), 0);
                 for (int i = 0; i < n; i++)
                     for (size_t ti = 0; ti < nT; ti++) {
                         differ += decode_rows_match(mats[i], Ts[ti], model_path(models[mi]));
@@ -405,7 +405,7 @@ static void test_matmul_decode(void **state) {
             }
             e0_engine_free(e);
         }
-    assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0);
     printf("  %ld matrix x kernel set x T checks bit-identical per token; the prefill arithmetic "
            "differs in %ld of them\n",
            checks, differ);

@@ -251,8 +251,13 @@ static int fam_setup(family *f) {
     char name[64];
     snprintf(name, sizeof name, "%.4s-par", m + strlen(dir) + 1);
     /* one layer per step while others decode: every prefill that overlaps a
-     * decode pauses between layers, and the answers must not change */
-    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024 --cache-ram 0 --prefill-layers 1");
+     * decode pauses between layers, and the answers must not change.
+     * --gather 4: the first four requests (test_concurrent's, the first
+     * this server gets) are admitted together however late their
+     * connections come (a busy machine once served them one after the
+     * other: "no decode pass of more than one sequence"), so they meet in
+     * one batch by construction; later requests are admitted as they come. */
+    su_start(&f->par, dir, m, name, "--parallel 4 --ctx 1024 --cache-ram 0 --prefill-layers 1 --gather 4");
     snprintf(name, sizeof name, "%.4s-one", m + strlen(dir) + 1);
     su_start(&f->one, dir, m, name, "--parallel 1 --ctx 1024 --cache-ram 0");
     return 0;
@@ -279,7 +284,9 @@ static int teardown(void **state) {
 
 /* ---- the tests ------------------------------------------------------------------ */
 
-/* Four requests at once, prompts of 3 to 300 words, the same answers as alone. */
+/* Four requests at once, prompts of 3 to 300 words, the same answers as
+ * alone. The first requests of the --parallel 4 server: it admits them
+ * together (--gather 4, fam_setup), so they share decode passes. */
 static void concurrent(family *f) {
     static const struct {
         char first;

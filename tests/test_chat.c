@@ -363,7 +363,7 @@ static size_t count_str(const char *s, const char *needle) {
 static void check_tokens(const tok_tokenizer *tk, const char *name, const char *rendered) {
     char err[E0_ERR_MAX];
     tok_ids ids = {0};
-    if (tok_encode(tk, rendered, strlen(rendered), 0, &ids, err))
+    if (e0_tokenizer_encode(tk, rendered, strlen(rendered), 0, &ids, err))
         fail_msg("%s: encode: %s", name, err);
     size_t starts = 0, ends = 0;
     for (size_t i = 0; i < ids.n; i++)
@@ -375,10 +375,10 @@ static void check_tokens(const tok_tokenizer *tk, const char *name, const char *
     assert_int_equal(ids.v[0], 151644); /* every prompt opens a turn */
     char *back;
     size_t blen;
-    if (tok_decode(tk, ids.v, ids.n, 0, &back, &blen, err)) fail_msg("%s: decode: %s", name, err);
+    if (e0_tokenizer_decode(tk, ids.v, ids.n, 0, &back, &blen, err)) fail_msg("%s: decode: %s", name, err);
     assert_string_equal(back, rendered);
     free(back);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
 }
 
 static void test_golden(void **state) {
@@ -388,7 +388,7 @@ static void test_golden(void **state) {
     const char *path = tu_shared("tokenizers/qwen3/chat_template_golden.jsonl");
     if (e0_read_file(path, &text, &len, 1 << 24, err)) fail_msg("%s", err);
     tok_tokenizer *tk;
-    if (tok_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
+    if (e0_tokenizer_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
     assert_int_equal(tok_token_id(tk, CHAT_IM_START), 151644);
     assert_int_equal(tok_token_id(tk, CHAT_IM_END), 151645);
     int total = 0, matched = 0;
@@ -417,7 +417,7 @@ static void test_golden(void **state) {
            matched, total);
     assert_int_equal(total, 10);
     assert_int_equal(matched, total);
-    tok_free(tk);
+    e0_tokenizer_free(tk);
     free(text);
 }
 

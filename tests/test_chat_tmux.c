@@ -10,7 +10,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +99,7 @@ static void test_chat_in_tmux(void **state) {
     if (tu_run("command -v tmux >/dev/null") != 0) fail_msg("tmux is not installed (scripts/deps.sh installs it)");
     char *dir = tu_tmpdir(), model[4200], cmd[8400], err[E0_ERR_MAX];
     snprintf(model, sizeof model, "%s/m", dir);
-    if (synth_write(synth_find("tiny"), model, 7, err)) fail_msg("%s", err);
+    if (e0_synth_write(e0_synth_find("tiny"), model, 7, err)) fail_msg("%s", err);
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", model);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(sock, sizeof sock, "edge0-test-%d", (int)getpid());

@@ -92,11 +92,11 @@ static void copy_text(const char *from_dir, const char *to_dir, const char *name
 
 /* Converts through the library (ASan sees it); returns the status. */
 static int convert(const char *src, const char *dst, bool fused, char *err) {
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     o.fused_gate_up = fused;
     o.no_sync = 1;
-    return convert_run(src, dst, &o, NULL, err);
+    return e0_convert_run(src, dst, &o, NULL, err);
 }
 
 /* Every tensor of `ref` in `out` with the same dtype, shape and bytes, and
@@ -279,12 +279,12 @@ static void test_sharded(void **state) {
     st_set_free(s);
     free(wt), free(p1), free(p2);
 
-    convert_opts co;
-    convert_opts_default(&co);
+    e0_convert_opts co;
+    e0_convert_opts_default(&co);
     co.shard_bytes = 1u << 20;
     co.no_sync = 1;
-    convert_info info;
-    if (convert_run(src, dst, &co, &info, err)) fail_msg("%s", err);
+    e0_convert_info info;
+    if (e0_convert_run(src, dst, &co, &info, err)) fail_msg("%s", err);
     printf("  sharded source (2 files) -> %d output shards of <= 1 MiB, %zu tensors\n", info.n_shards, info.out_tensors);
     assert_true(info.n_shards >= 2);
     char *ix = join(dst, "model.safetensors.index.json");
@@ -393,11 +393,11 @@ static void test_unknown_and_dropped(void **state) {
     root = new_root();
     src = make_source(root, NULL, "mtp.fc.weight", ST_BF16, 64, NULL);
     char *dst = join(root, "out"), err[E0_ERR_MAX];
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     o.no_sync = 1;
-    convert_info info;
-    if (convert_run(src, dst, &o, &info, err)) fail_msg("%s", err);
+    e0_convert_info info;
+    if (e0_convert_run(src, dst, &o, &info, err)) fail_msg("%s", err);
     assert_int_equal(info.dropped, 1);
     assert_string_equal(info.dropped_example, "mtp.fc.weight");
     assert_int_equal(compare_dirs(dst, fixture("qwen3moe", "mlx"), "qwen3moe + mtp.fc.weight"), 0);
@@ -575,10 +575,10 @@ static void test_cancel(void **state) {
     (void)state;
     char *root = new_root(), *dst = join(root, "out"), err[E0_ERR_MAX];
     static volatile sig_atomic_t cancel = 1;
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     o.cancel = &cancel;
-    assert_int_equal(convert_run(fixture("qwen35moe", "hf"), dst, &o, NULL, err), E0_EINVAL);
+    assert_int_equal(e0_convert_run(fixture("qwen35moe", "hf"), dst, &o, NULL, err), E0_EINVAL);
     printf("  cancelled: %s\n", err);
     assert_nothing_left(root, "out");
     free(dst);
@@ -586,7 +586,7 @@ static void test_cancel(void **state) {
 
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
-    mat_set_kernels(E0_KERNELS_EXACT); /* the 1e-4 bound is the exact sets' (quant/mat.h) */
+    e0_set_kernels(E0_KERNELS_EXACT); /* the 1e-4 bound is the exact sets' (quant/mat.h) */
     struct CMUnitTest tests[32];
     size_t n = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {

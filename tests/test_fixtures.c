@@ -263,7 +263,7 @@ static void test_cli_kernels(void **state) {
         const char *sets[] = {"auto", "avx512-q16", "exact"};
         for (int k = 0; k < 3; k++) {
             e0_kernels kk;
-            if (mat_kernels_parse(sets[k], &kk) || !mat_kernels_supported(kk)) continue;
+            if (e0_kernels_parse(sets[k], &kk) || !e0_kernels_supported(kk)) continue;
             char opts[64];
             snprintf(opts, sizeof opts, "--kernels %s", sets[k]);
             size_t V;
@@ -412,7 +412,7 @@ static void test_reset_and_batching(void **state) {
 
 int main(void) {
     enum { NF = sizeof FIXTURES / sizeof *FIXTURES };
-    mat_set_kernels(E0_KERNELS_EXACT);
+    e0_set_kernels(E0_KERNELS_EXACT);
     struct CMUnitTest tests[NF * 6 + 1];
     size_t k = 0;
     static char names[NF * 6][96];

@@ -107,7 +107,7 @@ static void test_dequant_matches_ggufpy(void **state) {
     uint8_t *file = read_file("tests/data/ggml_ref.bin", &len);
     ref_rec rec[32];
     const size_t nrec = parse_ref(file, len, rec, 32);
-    const int simd = mat_kernels_supported(E0_KERNELS_AVX512);
+    const int simd = e0_kernels_supported(E0_KERNELS_AVX512);
     for (size_t k = 0; k < NTYPES; k++) {
         const ref_rec *r = NULL;
         for (size_t i = 0; i < nrec; i++)
@@ -300,7 +300,7 @@ static void test_kernels_vs_ref(void **state) {
     pool_init(2);
     int ran = 0;
     for (size_t s = 0; s < NSETS; s++) {
-        if (mat_set_kernels(SETS[s])) {
+        if (e0_set_kernels(SETS[s])) {
             printf("  %s: not supported by this CPU\n", SET_NAMES[s]);
             continue;
         }
@@ -333,13 +333,13 @@ static void test_kernels_vs_ref(void **state) {
         }
     }
     /* a set without an AVX-512 kernel for these types (REF) still runs */
-    assert_int_equal(mat_set_kernels(E0_KERNELS_REF), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_REF), 0);
     uint8_t *buf;
     const e0_mat m = make_mat(GGML_Q4_K, 9, 512, 1, &buf);
     assert_true(one_case(&m, 3) == 0.0);
     free(buf);
     printf("  %d set x type combinations\n", ran);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
     pool_init(0);
 }
 
@@ -347,7 +347,7 @@ static void test_kernels_vs_ref(void **state) {
 
 static void test_prep_qk(void **state) {
     (void)state;
-    if (!mat_kernels_supported(E0_KERNELS_AVX512_Q16)) {
+    if (!e0_kernels_supported(E0_KERNELS_AVX512_Q16)) {
         printf("  avx512 vnni: not supported by this CPU\n");
         return;
     }
@@ -445,7 +445,7 @@ static void test_determinism(void **state) {
     (void)state;
     int ran = 0;
     for (size_t s = 0; s < NSETS; s++) {
-        if (mat_set_kernels(SETS[s])) continue;
+        if (e0_set_kernels(SETS[s])) continue;
         for (size_t k = 0; k < NTYPES; k++) {
             /* 21 blocks of 32: Q8_0's row kernels and panels end on a lone
              * block; 3 and 5 blocks of 256: the k-quants' decode rows in
@@ -461,7 +461,7 @@ static void test_determinism(void **state) {
     }
     printf("  %d set x type combinations bitwise stable\n", ran);
     pool_init(0);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 int main(void) {

@@ -72,7 +72,7 @@ static float *run(e0_engine *e, const int32_t *ids, size_t n, size_t prefill, si
 /* Every file and sequence in kernel set k: the worst position within
  * `bound`, and (same_argmax) no position's argmax differs. */
 static void check_all(e0_kernels k, double bound, bool same_argmax) {
-    assert_int_equal(mat_set_kernels(k), 0);
+    assert_int_equal(e0_set_kernels(k), 0);
     for (int i = 0; i < NFILES; i++) {
         char err[E0_ERR_MAX];
         e0_engine *e;
@@ -97,7 +97,7 @@ static void check_all(e0_kernels k, double bound, bool same_argmax) {
                 differ += tu_argmax(lg + t * V, V) != tu_argmax(ref + t * V, V);
             }
             printf("  %s %s %zu ids (%s): worst position %zu rel L2 %.3g, argmax differs at %zu\n",
-                   FILES[i][0], FILES[i][1], n, mat_kernels_name(), at, worst, differ);
+                   FILES[i][0], FILES[i][1], n, e0_kernels_name(), at, worst, differ);
             if (!(worst <= bound))
                 fail_msg("%s %s: position %zu rel L2 %.3g > %.0e", FILES[i][0], FILES[i][1], at,
                          worst, bound);
@@ -107,7 +107,7 @@ static void check_all(e0_kernels k, double bound, bool same_argmax) {
         }
         e0_engine_free(e);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 static void test_logits_exact(void **state) {
@@ -197,7 +197,7 @@ static void test_cli_single_file(void **state) {
  * read through the plan, move the logits ~100%; the math order matches. */
 static void test_bundle_order(void **state) {
     (void)state;
-    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
     const int i = 6; /* tiny-qwen35moe Q4_K_M: Q4_K gate/up, Q5_0/Q8_0 down */
     st_set *g = open_golden(i, false);
     size_t n;
@@ -223,7 +223,7 @@ static void test_bundle_order(void **state) {
     assert_true(r[0] < 1e-4);
     assert_true(r[1] > 0.3);
     st_set_free(g);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* Bad files: a clear error naming the file, nothing crashes. */

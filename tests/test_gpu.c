@@ -272,7 +272,7 @@ static float *gpu_logits(gpu_model *g, const int32_t *ids, int V) {
 static void test_models(void **state) {
     (void)state;
     NEED_GPU();
-    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
     int ran = 0;
     for (int mi = 0; mi < NMODELS; mi++) {
         char err[E0_ERR_MAX];
@@ -315,7 +315,7 @@ static void test_models(void **state) {
         free(ref), free(got), free(again);
         e0_engine_free(e);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
     assert_true(ran > 0);
 }
 

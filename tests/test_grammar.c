@@ -87,7 +87,7 @@ static void test_builder(void **state) {
     expect(g, v, 0, "t:abcEND", 1);
     expect(g, v, 0, "t:EENENDX", -1); /* the text ends at the first END */
     expect(g, v, 0, "t:EEND", 1);
-    gram_free(g);
+    e0_grammar_free(g);
 
     /* left recursion (through a nullable prefix) is refused, as is a rule without alternatives */
     b = gb_new();
@@ -141,7 +141,7 @@ static void schema_cases(const char *schema, const sample *s, size_t n) {
             cJSON_Delete(j);
         }
     }
-    gram_free(g);
+    e0_grammar_free(g);
     gram_vocab_free(v);
 }
 #define CASES(schema, ...)                                                                                             \
@@ -200,7 +200,7 @@ static int schema_err(const char *json, char *err) {
     if (!j) fail_msg("bad test JSON: %s", json);
     gram *g = NULL;
     int rc = schema_value_grammar(j, &g, err);
-    gram_free(g);
+    e0_grammar_free(g);
     cJSON_Delete(j);
     return rc;
 }
@@ -267,21 +267,21 @@ static void test_schema_errors(void **state) {
     assert_int_equal(run(g, v, 0, "\"value-7919\""), 1);
     assert_int_equal(run(g, v, 0, "\"value-7918\""), -1);
     gram_vocab_free(v);
-    gram_free(g);
+    e0_grammar_free(g);
     cJSON_Delete(e);
     /* response_format and tools front ends */
     cJSON *rf = cJSON_Parse("{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"object\","
                             "\"properties\":{\"a\":{\"format\":\"uri\"}}}}}");
-    assert_int_equal(schema_response_grammar(rf, &g, err), E0_EUNSUPPORTED);
+    assert_int_equal(e0_grammar_response_format(rf, &g, err), E0_EUNSUPPORTED);
     assert_non_null(strstr(err, "response_format.json_schema.schema/properties/a"));
     cJSON_Delete(rf);
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
                                "\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":3}}}}}]");
-    assert_int_equal(schema_tools_grammar(tools, NULL, 1, SCHEMA_FORM_JSON, &g, err), 0);
-    gram_free(g);
-    assert_int_equal(schema_tools_grammar(tools, NULL, 1, SCHEMA_FORM_XML, &g, err), E0_EUNSUPPORTED);
+    assert_int_equal(e0_grammar_tools(tools, NULL, 1, E0_TOOL_FORM_JSON, &g, err), 0);
+    e0_grammar_free(g);
+    assert_int_equal(e0_grammar_tools(tools, NULL, 1, E0_TOOL_FORM_XML, &g, err), E0_EUNSUPPORTED);
     assert_non_null(strstr(err, "'maxLength'"));
-    assert_int_equal(schema_tools_grammar(tools, "g", 1, SCHEMA_FORM_JSON, &g, err), E0_EINVAL);
+    assert_int_equal(e0_grammar_tools(tools, "g", 1, E0_TOOL_FORM_JSON, &g, err), E0_EINVAL);
     assert_non_null(strstr(err, "\"g\""));
     cJSON_Delete(tools);
 }
@@ -295,7 +295,7 @@ static void test_tool_forms(void **state) {
     gram_vocab *v = bytes_vocab();
     gram *g;
     char err[E0_ERR_MAX];
-    assert_int_equal(schema_tools_grammar(tools, NULL, 2, SCHEMA_FORM_JSON, &g, err), 0);
+    assert_int_equal(e0_grammar_tools(tools, NULL, 2, E0_TOOL_FORM_JSON, &g, err), 0);
     const char *call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bern\", \"days\": 2}}\n</tool_call>";
     expect(g, v, SCHEMA_ROOT_PLAIN, call, 1);
     char two[512];
@@ -311,12 +311,12 @@ static void test_tool_forms(void **state) {
     snprintf(two, sizeof two, "<think>\nhm</think>\n\n%s", call);
     expect(g, v, SCHEMA_ROOT_THINK_MAY, two, 1);
     expect(g, v, SCHEMA_ROOT_THINK_MAY, call, 1);
-    gram_free(g);
-    assert_int_equal(schema_tools_grammar(tools, "ping", 1, SCHEMA_FORM_XML, &g, err), 0);
+    e0_grammar_free(g);
+    assert_int_equal(e0_grammar_tools(tools, "ping", 1, E0_TOOL_FORM_XML, &g, err), 0);
     expect(g, v, SCHEMA_ROOT_PLAIN, "<tool_call>\n<function=ping>\n</function>\n</tool_call>", 1);
     expect(g, v, SCHEMA_ROOT_PLAIN, "<tool_call>\n<function=get_weather>\n", -1);
-    gram_free(g);
-    assert_int_equal(schema_tools_grammar(tools, "get_weather", 1, SCHEMA_FORM_XML, &g, err), 0);
+    e0_grammar_free(g);
+    assert_int_equal(e0_grammar_tools(tools, "get_weather", 1, E0_TOOL_FORM_XML, &g, err), 0);
     expect(g, v, SCHEMA_ROOT_PLAIN,
            "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan <b>Jos\xc3\xa9</b>\n</parameter>\n"
            "<parameter=days>\n3\n</parameter>\n<parameter=unit>\nf\n</parameter>\n</function>\n</tool_call>",
@@ -330,7 +330,7 @@ static void test_tool_forms(void **state) {
     expect(g, v, SCHEMA_ROOT_PLAIN,
            "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree", -1);
     expect(g, v, SCHEMA_ROOT_PLAIN, "<tool_call>\n<function=get_weather>\n<parameter=city>\na</parameter>b", -1);
-    gram_free(g);
+    e0_grammar_free(g);
     gram_vocab_free(v);
     cJSON_Delete(tools);
 }
@@ -347,8 +347,8 @@ static void test_mask_brute_force(void **state) {
     (void)state;
     tok_tokenizer *tk;
     char err[E0_ERR_MAX];
-    if (tok_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
-    int32_t nv = tok_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
+    if (e0_tokenizer_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
+    int32_t nv = e0_tokenizer_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
     gram_vocab *v;
     if (gram_vocab_new(&v, nv, tk_token, tk, err)) fail_msg("%s", err);
     static const struct {
@@ -371,7 +371,7 @@ static void test_mask_brute_force(void **state) {
         snprintf(text, sizeof text, "%s%s", cases[c].root == SCHEMA_ROOT_THINK_OPEN ? "ok </th>\n</think>\n\n" : "",
                  cases[c].answer);
         tok_ids ids = {0};
-        if (tok_encode(tk, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
+        if (e0_tokenizer_encode(tk, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
         gram_matcher_opts o;
         gram_matcher_opts_default(&o);
         o.root = cases[c].root;
@@ -419,13 +419,13 @@ static void test_mask_brute_force(void **state) {
             }
         }
         gram_matcher_free(m);
-        tok_ids_free(&ids);
-        gram_free(g);
+        e0_ids_free(&ids);
+        e0_grammar_free(g);
     }
     printf("mask == brute force for %zu (prefix, token) pairs\n", checked);
     free(mask);
     gram_vocab_free(v);
-    tok_free(tk);
+    e0_tokenizer_free(tk);
 }
 
 /* A random walk through the masks ends in a complete answer that cJSON reads
@@ -434,8 +434,8 @@ static void test_random_walk(void **state) {
     (void)state;
     tok_tokenizer *tk;
     char err[E0_ERR_MAX];
-    if (tok_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
-    int32_t nv = tok_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
+    if (e0_tokenizer_load(&tk, tu_shared("tokenizers/qwen3/tokenizer.json"), err)) fail_msg("%s", err);
+    int32_t nv = e0_tokenizer_vocab_size(tk), eot = tok_token_id(tk, "<|im_end|>");
     gram_vocab *v;
     if (gram_vocab_new(&v, nv, tk_token, tk, err)) fail_msg("%s", err);
     gram *g = compile_schema("{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"alpha\",\"beta\"]},\"n\":{"
@@ -482,9 +482,9 @@ static void test_random_walk(void **state) {
     }
     free(cand);
     free(mask);
-    gram_free(g);
+    e0_grammar_free(g);
     gram_vocab_free(v);
-    tok_free(tk);
+    e0_tokenizer_free(tk);
 }
 
 static void test_resample(void **state) {

@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "quant/kernels.h"
 #include "quant/mat.h"
@@ -165,7 +166,7 @@ static const char *kind_name(const e0_mat *m) {
 /* One random case: mat_matmul under set k vs mat_matmul_ref; returns the
  * NMSE and checks that padding columns of y are untouched. */
 static double one_case(e0_kernels k, const e0_mat *m, int64_t T) {
-    assert_int_equal(mat_set_kernels(k), 0);
+    assert_int_equal(e0_set_kernels(k), 0);
     const int64_t ldx = m->cols + irand(0, 5), ldy = m->rows + irand(0, 3);
     return tu_matmul_nmse(m, T, ldx, ldy, frand);
 }
@@ -195,7 +196,7 @@ static void test_kernels_vs_ref(void **state) {
                                E0_KERNELS_AVX512_Q24, E0_KERNELS_AVX512_MIXED};
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
         const e0_kernels k = sets[si];
-        if (!mat_kernels_supported(k)) {
+        if (!e0_kernels_supported(k)) {
             printf("  %s: not supported by this CPU, skipped\n", set_name(k));
             continue;
         }
@@ -230,7 +231,7 @@ static void test_kernels_vs_ref(void **state) {
             printf("  %s %-22s %3d cases, worst NMSE %.3g\n", set_name(k), names[i], cases[i],
                    worst[i]);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* Every set on the model's shapes at group 64 / 32 / 128, bf16 scales. */
@@ -245,7 +246,7 @@ static void test_kernels_model_shapes(void **state) {
     } shapes[] = {{512, 2048, 4, 64}, {2048, 512, 4, 64},  {256, 2048, 8, 64}, {8, 2048, 8, 64},
                   {300, 1024, 4, 32}, {200, 1024, 4, 128}, {96, 2048, 8, 128}};
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
-        if (!mat_kernels_supported(sets[si])) continue;
+        if (!e0_kernels_supported(sets[si])) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             tmat t = make_mat(E0_W_QAFF, shapes[i].rows, shapes[i].cols, shapes[i].bits,
                               shapes[i].group, E0_S_BF16);
@@ -261,7 +262,7 @@ static void test_kernels_model_shapes(void **state) {
             tmat_free(&t);
         }
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* Bit for bit, for every set: row t of a T-token call equals the same token
@@ -279,8 +280,8 @@ static void test_determinism(void **state) {
                     make_mat(E0_W_QAFF, 130, 384, 4, 128, E0_S_F32)};
     const int64_t T = 11;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
-        if (!mat_kernels_supported(sets[si])) continue;
-        assert_int_equal(mat_set_kernels(sets[si]), 0);
+        if (!e0_kernels_supported(sets[si])) continue;
+        assert_int_equal(e0_set_kernels(sets[si]), 0);
         for (int mi = 0; mi < 4; mi++) {
             const e0_mat *m = &mats[mi].m;
             float *x = malloc((size_t)(T * m->cols) * sizeof *x);
@@ -313,7 +314,7 @@ static void test_determinism(void **state) {
     for (int mi = 0; mi < 4; mi++)
         tmat_free(&mats[mi]);
     pool_init(0);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* The 16-row panel layout (E0_L_P16, mat_repack_p16): it dequantizes to
@@ -380,8 +381,8 @@ static void test_p16(void **state) {
             x[i] = frand();
         for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
             const e0_kernels k = sets[si];
-            if (!mat_kernels_supported(k)) continue;
-            assert_int_equal(mat_set_kernels(k), 0);
+            if (!e0_kernels_supported(k)) continue;
+            assert_int_equal(e0_set_kernels(k), 0);
             const bool same = k == E0_KERNELS_REF || k == E0_KERNELS_AVX512_MIXED ||
                               (k != E0_KERNELS_AVX2 && k != E0_KERNELS_AVX512 && T >= K_PANEL_MIN_T);
             if (same) {
@@ -407,7 +408,7 @@ static void test_p16(void **state) {
         tmat_free(&t);
     }
     printf("  %d (matrix, set, T) cases bit-identical across the two layouts\n", checked);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* The vectorized int8 activation quantizer equals its scalar reference,
@@ -415,7 +416,7 @@ static void test_p16(void **state) {
  * values far apart in size. */
 static void test_prep_q8(void **state) {
     (void)state;
-    if (!mat_kernels_supported(E0_KERNELS_AVX512_Q8)) {
+    if (!e0_kernels_supported(E0_KERNELS_AVX512_Q8)) {
         skip();
         return;
     }
@@ -472,7 +473,7 @@ static void test_prep_q8(void **state) {
  * outliers; the digits dequantize to within half a step of the last plane. */
 static void test_prep_qg(void **state) {
     (void)state;
-    if (!mat_kernels_supported(E0_KERNELS_AVX512_Q8)) {
+    if (!e0_kernels_supported(E0_KERNELS_AVX512_Q8)) {
         skip();
         return;
     }
@@ -519,8 +520,8 @@ static void test_delta_step(void **state) {
     const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512};
     const int shapes[][2] = {{128, 128}, {64, 32}, {16, 48}, {32, 24}, {8, 12}};
     for (size_t si = 0; si < 2; si++) {
-        if (!mat_kernels_supported(sets[si])) continue;
-        assert_int_equal(mat_set_kernels(sets[si]), 0);
+        if (!e0_kernels_supported(sets[si])) continue;
+        assert_int_equal(e0_set_kernels(sets[si]), 0);
         double worst = 0;
         for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
             const int Dk = shapes[sh][0], Dv = shapes[sh][1];
@@ -553,7 +554,7 @@ static void test_delta_step(void **state) {
         }
         printf("  %s delta step: worst NMSE %.3g\n", set_name(sets[si]), worst);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* mat_attend under every set against mat_attend_ref: head sizes 16..256,
@@ -566,8 +567,8 @@ static void test_attend(void **state) {
     const e0_kernels sets[] = {E0_KERNELS_AVX2, E0_KERNELS_AVX512, E0_KERNELS_AVX512_Q24};
     const int hds[] = {16, 48, 64, 128, 256}, ns[] = {1, 2, 7, 64, 300};
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
-        if (!mat_kernels_supported(sets[si])) continue;
-        assert_int_equal(mat_set_kernels(sets[si]), 0);
+        if (!e0_kernels_supported(sets[si])) continue;
+        assert_int_equal(e0_set_kernels(sets[si]), 0);
         double worst = 0;
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
             for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
@@ -640,7 +641,7 @@ static void test_attend(void **state) {
             }
         printf("  %s attend: worst NMSE %.3g\n", set_name(sets[si]), worst);
     }
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* ---- pool ------------------------------------------------------------------ */
@@ -762,11 +763,11 @@ typedef struct {
 static void test_fixture_kernels(void **state) {
     const fx_case *fc = *state;
     const fx *f = fc->f;
-    if (!mat_kernels_supported(fc->k)) {
+    if (!e0_kernels_supported(fc->k)) {
         skip();
         return;
     }
-    mat_set_kernels(fc->k);
+    e0_set_kernels(fc->k);
     const bool mlx = strncmp(f->layout, "mlx", 3) == 0;
     char rel[256], err[E0_ERR_MAX] = "";
     snprintf(rel, sizeof rel, "fixtures/%s/%s", f->family, f->layout);
@@ -832,13 +833,13 @@ static void test_fixture_kernels(void **state) {
     if (e0_session_eval(s, ids, n, E0_LOGITS_ALL, lg, err)) fail_msg("%s", err);
     const double r = tu_rel_l2(lg, tu_f32(g, "logits", n * V), n * V);
     printf("  %s/%s kernels %s: routing identical in %d layers, logits rel L2 %.3g\n", f->family,
-           f->layout, mat_kernels_name(), layers_checked, r);
+           f->layout, e0_kernels_name(), layers_checked, r);
     if (!(r <= 5e-3)) fail_msg("logits rel L2 %.3g > 5e-3", r);
     free(lg);
     e0_session_free(s);
     st_set_free(g);
     e0_engine_free(e);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 int main(void) {
@@ -865,6 +866,6 @@ int main(void) {
                  i < NF ? "default" : "avx512-q16");
         tests[k] = (struct CMUnitTest){names[i], test_fixture_kernels, NULL, NULL, &cases[i]};
     }
-    printf("kernels: %s, %d threads\n", mat_kernels_name(), pool_threads());
+    printf("kernels: %s, %d threads\n", e0_kernels_name(), pool_threads());
     return _cmocka_run_group_tests("kernels", tests, k, NULL, NULL);
 }

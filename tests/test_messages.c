@@ -25,7 +25,7 @@
 #include "srvutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "server/server.h"
 
 #include <math.h>

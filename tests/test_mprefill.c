@@ -224,7 +224,7 @@ static void matrix(bool all) {
         /* the same engine, merged: each routed expert once per layer for all four */
         char what[256];
         snprintf(what, sizeof what, "%s/%s mmap exact, kernels %s", TU_CHECKPOINTS[mi][0],
-                 TU_CHECKPOINTS[mi][1], mat_kernels_name());
+                 TU_CHECKPOINTS[mi][1], e0_kernels_name());
         const uint64_t merged = run_merged(e, &p, 0, what);
         if (merged >= p.solo_calls)
             fail_msg("%s: the merged pass computed %llu expert products, the four passes alone "
@@ -235,7 +235,7 @@ static void matrix(bool all) {
             if (!all && ci % 3 != mi % 3) continue;
             const int threads = 1 + (ci + mi) % 2;
             snprintf(what, sizeof what, "%s/%s %s, kernels %s, %d thread%s", TU_CHECKPOINTS[mi][0],
-                     TU_CHECKPOINTS[mi][1], TU_CONFIGS[ci].name, mat_kernels_name(), threads,
+                     TU_CHECKPOINTS[mi][1], TU_CONFIGS[ci].name, e0_kernels_name(), threads,
                      threads > 1 ? "s" : "");
             tu_apply_config(&o, &TU_CONFIGS[ci], threads);
             e = open_model(mi, &o);
@@ -248,7 +248,7 @@ static void matrix(bool all) {
     }
     printf("  %ld configurations under %s: every session of a merged prefill pass bit-identical "
            "to its pass alone\n",
-           runs, mat_kernels_name());
+           runs, e0_kernels_name());
 }
 
 static void test_mprefill_default_kernels(void **state) {
@@ -258,9 +258,9 @@ static void test_mprefill_default_kernels(void **state) {
 
 static void test_mprefill_exact_kernels(void **state) {
     (void)state;
-    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
     matrix(false);
-    assert_int_equal(mat_set_kernels(E0_KERNELS_AUTO), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0);
 }
 
 /* ---- invalid passes ----------------------------------------------------- */

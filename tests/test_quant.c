@@ -224,7 +224,7 @@ static void test_quant_row_fast(void **state) {
 }
 
 int main(void) {
-    mat_set_kernels(E0_KERNELS_EXACT); /* matmul_err's 1e-6 is the exact sets' (quant/mat.h) */
+    e0_set_kernels(E0_KERNELS_EXACT); /* matmul_err's 1e-6 is the exact sets' (quant/mat.h) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requant_matches_fixture),
         cmocka_unit_test(test_kernels_all_types),

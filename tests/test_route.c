@@ -1,4 +1,4 @@
-/* Route stickiness (model/synth.h): a tiny synthetic model whose config.json
+/* Route stickiness (synth/synth.h): a tiny synthetic model whose config.json
  * carries edge0_synth.route_stickiness P routes each token to at least
  * round(P x k) of the previous position's experts per layer, exactly that
  * many when the router does not repeat more by itself; P = 0 routes bit for
@@ -9,7 +9,7 @@
 
 #include "edge0.h"
 #include "io/config.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "util/file.h"
 
 #include <math.h>
@@ -250,13 +250,13 @@ static void test_router_policy(void **state) {
     (void)state;
     char *root = tu_tmpdir();
     char *dir = e0_path_join(root, "skew");
-    synth_opts so;
-    synth_opts_default(&so);
+    e0_synth_opts so;
+    e0_synth_opts_default(&so);
     so.no_sync = 1;
     so.route_skew = 1.0;
     so.route_stickiness = 0.25;
     char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
+    if (e0_synth_write_opts(e0_synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
     e0_engine *a = open_with(dir, E0_CACHE_ROUTER, 40), *b = open_with(dir, E0_CACHE_LRU, 40);
     decode_same(a, b);
     e0_stats sa, sb;

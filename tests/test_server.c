@@ -19,7 +19,7 @@
 #include "srvutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "server/request.h"
 #include "server/server.h"
 #include "server/think.h"
@@ -323,7 +323,7 @@ static int setup(void **state) {
     dir = tu_tmpdir();
     char err[E0_ERR_MAX], cmd[8800];
     snprintf(model, sizeof model, "%s/m", dir);
-    if (synth_write(synth_find("tiny"), model, 11, err)) fail_msg("%s", err);
+    if (e0_synth_write(e0_synth_find("tiny"), model, 11, err)) fail_msg("%s", err);
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", model);
     assert_int_equal(tu_run(cmd), 0);
     start_server(&main_srv, "main", "--ctx 2048 --max-queue 32 --api-key " KEY);
@@ -1338,7 +1338,7 @@ static int ip_setup(void **state) {
     dir = ip_dir; /* request bodies go here (the first group's dir is gone) */
     char err[E0_ERR_MAX], m[4200], cmd[8800];
     snprintf(m, sizeof m, "%s/m", ip_dir);
-    if (synth_write(synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
+    if (e0_synth_write(e0_synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
     snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", m);
     assert_int_equal(tu_run(cmd), 0);
     e0_engine_opts eo;

@@ -834,7 +834,7 @@ static void test_cli_flags(void **state) {
 int main(void) {
     /* paths are bit-identical under any set; the 1e-5 bounds against the
      * reference arithmetic are the exact sets' (quant/mat.h) */
-    mat_set_kernels(E0_KERNELS_EXACT);
+    e0_set_kernels(E0_KERNELS_EXACT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_cli_flags),

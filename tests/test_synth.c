@@ -16,9 +16,10 @@
 #include "testutil.h"
 
 #include "edge0.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "io/gguf.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "quant/ggml.h"
 #include "quant/mat.h"
 #include "util/file.h"
@@ -42,9 +43,9 @@ static char *tmp_model(char **dst) {
     return root;
 }
 
-static void write_ok(const char *shape, const synth_opts *o, const char *dst) {
+static void write_ok(const char *shape, const e0_synth_opts *o, const char *dst) {
     char err[E0_ERR_MAX] = "";
-    int rc = synth_write_opts(synth_find(shape), dst, o, err);
+    int rc = e0_synth_write_opts(e0_synth_find(shape), dst, o, err);
     if (rc) fail_msg("synth %s: %s", shape, err);
 }
 
@@ -367,12 +368,12 @@ static route_result measure_routing(const char *dir, int n, int win, bool greedy
 
 static void test_shapes(void **state) {
     (void)state;
-    assert_null(synth_find("nope"));
-    assert_true(synth_count() >= 7);
-    for (size_t i = 0; i < synth_count(); i++) {
-        const synth_shape *s = synth_at(i);
-        assert_ptr_equal(synth_find(s->name), s);
-        assert_non_null(strstr(synth_names(), s->name));
+    assert_null(e0_synth_find("nope"));
+    assert_true(e0_synth_count() >= 7);
+    for (size_t i = 0; i < e0_synth_count(); i++) {
+        const e0_synth_shape *s = e0_synth_at(i);
+        assert_ptr_equal(e0_synth_find(s->name), s);
+        assert_non_null(strstr(e0_synth_names(), s->name));
     }
     /* text-model parameter counts of the released models, and mlx sizes */
     static const struct {
@@ -385,12 +386,12 @@ static void test_shapes(void **state) {
         {"qwen3-next-80b-a3b", 79.0e9, 81.0e9, 42.0, 46.0, 9},
         {"qwen3.5-122b-a10b", 120.0e9, 124.0e9, 65.0, 71.0, 13},
     };
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     char err[E0_ERR_MAX];
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        synth_info in;
-        assert_int_equal(synth_plan_info(synth_find(want[i].name), &o, &in, err), 0);
+        e0_synth_info in;
+        assert_int_equal(e0_synth_plan_info(e0_synth_find(want[i].name), &o, &in, err), 0);
         printf("  %-20s %.2fB params, %.2f GB, %zu tensors, %d shards\n", want[i].name,
                in.params / 1e9, in.bytes / 1e9, in.n_tensors, in.n_shards);
         assert_true(in.params >= want[i].params_lo && in.params <= want[i].params_hi);
@@ -398,13 +399,13 @@ static void test_shapes(void **state) {
         assert_true(in.n_shards >= want[i].min_shards);
     }
     /* hf: bf16, 2 bytes a parameter plus headers */
-    o.format = SYNTH_HF;
-    synth_info in;
-    assert_int_equal(synth_plan_info(synth_find("qwen3-30b-a3b"), &o, &in, err), 0);
+    o.format = E0_SYNTH_HF;
+    e0_synth_info in;
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("qwen3-30b-a3b"), &o, &in, err), 0);
     assert_true(in.bytes >= 2 * in.params && in.bytes < 2 * in.params + (64u << 20));
     assert_int_equal(in.n_tensors, 3 + 48 * (2 + 6 + 1 + 3 * 128));
     o.route_skew = -1;
-    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), E0_EINVAL);
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny"), &o, &in, err), E0_EINVAL);
 }
 
 /* Every tiny shape in both formats: the engine opens it, reports the
@@ -421,9 +422,9 @@ static void test_tiny_loads(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int f = 0; f < 2; f++) {
             char *dst, *root = tmp_model(&dst);
-            synth_opts o;
-            synth_opts_default(&o);
-            o.format = f ? SYNTH_HF : SYNTH_MLX;
+            e0_synth_opts o;
+            e0_synth_opts_default(&o);
+            o.format = f ? E0_SYNTH_HF : E0_SYNTH_MLX;
             o.seed = 7;
             o.no_sync = 1;
             write_ok(cases[c].shape, &o, dst);
@@ -473,8 +474,8 @@ static void test_sparse(void **state) {
     char *dst[2], *root[2];
     for (int v = 0; v < 2; v++) {
         root[v] = tmp_model(&dst[v]);
-        synth_opts o;
-        synth_opts_default(&o);
+        e0_synth_opts o;
+        e0_synth_opts_default(&o);
         o.no_sync = 1, o.sparse = v;
         write_ok("tiny", &o, dst[v]);
     }
@@ -515,8 +516,8 @@ static void test_deterministic(void **state) {
     (void)state;
     char *a, *b, *c;
     char *ra = tmp_model(&a), *rb = tmp_model(&b), *rc = tmp_model(&c);
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     o.n_threads = 1;
     o.no_sync = 1;
     write_ok("tiny-qwen3next", &o, a);
@@ -537,14 +538,14 @@ static void test_deterministic(void **state) {
 static void test_sharded(void **state) {
     (void)state;
     char *dst, *root = tmp_model(&dst);
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     o.shard_bytes = 4u << 20;
     o.no_sync = 1;
     write_ok("tiny", &o, dst);
-    synth_info in;
+    e0_synth_info in;
     char err[E0_ERR_MAX];
-    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), 0);
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny"), &o, &in, err), 0);
     assert_true(in.n_shards >= 3);
     assert_int_equal(count_entries(dst), in.n_shards + 2); /* + config.json + index */
     char name[64];
@@ -570,14 +571,14 @@ typedef struct {
     volatile sig_atomic_t *cancel;
 } prog;
 
-static void on_prog(void *ctx, const synth_progress *p) {
+static void on_prog(void *ctx, const e0_synth_progress *p) {
     prog *g = ctx;
     g->calls++;
     assert_true(p->done <= p->total);
     assert_true(p->done >= g->last);
     g->last = p->done;
-    g->done_seen |= p->phase == SYNTH_DONE && p->done == p->total;
-    g->sync_seen |= p->phase == SYNTH_SYNCING;
+    g->done_seen |= p->phase == E0_SYNTH_DONE && p->done == p->total;
+    g->sync_seen |= p->phase == E0_SYNTH_SYNCING;
     if (g->cancel) *g->cancel = 1; /* interrupt at the first report */
 }
 
@@ -588,8 +589,8 @@ static void test_atomic(void **state) {
     (void)state;
     char *dst, *root = tmp_model(&dst);
     char err[E0_ERR_MAX];
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     prog g = {0};
     o.progress = on_prog;
     o.progress_ctx = &g;
@@ -598,17 +599,17 @@ static void test_atomic(void **state) {
     assert_int_equal(count_entries(root), 1);
     assert_int_equal(count_entries(dst), 2);
     /* existing: refused, untouched, nothing added */
-    assert_int_equal(synth_write_opts(synth_find("tiny"), dst, &o, err), E0_EINVAL);
+    assert_int_equal(e0_synth_write_opts(e0_synth_find("tiny"), dst, &o, err), E0_EINVAL);
     assert_non_null(strstr(err, "already exists"));
     assert_int_equal(count_entries(root), 1);
     char *empty = e0_path_join(root, "empty");
     assert_int_equal(mkdir(empty, 0755), 0);
-    assert_int_equal(synth_write(synth_find("tiny"), empty, 1, err), E0_EINVAL);
+    assert_int_equal(e0_synth_write(e0_synth_find("tiny"), empty, 1, err), E0_EINVAL);
     assert_int_equal(count_entries(empty), 0);
     free(empty);
     /* parent missing: fails, nothing created */
     char *deep = e0_path_join(root, "no/such/dir");
-    assert_int_not_equal(synth_write(synth_find("tiny"), deep, 1, err), 0);
+    assert_int_not_equal(e0_synth_write(e0_synth_find("tiny"), deep, 1, err), 0);
     printf("  -> %s\n", err);
     free(deep);
     assert_int_equal(count_entries(root), 2);
@@ -618,7 +619,7 @@ static void test_atomic(void **state) {
     o.progress_ctx = &g2;
     o.cancel = &cancel;
     char *dst2 = e0_path_join(root, "cancelled");
-    assert_int_equal(synth_write_opts(synth_find("tiny"), dst2, &o, err), E0_EINVAL);
+    assert_int_equal(e0_synth_write_opts(e0_synth_find("tiny"), dst2, &o, err), E0_EINVAL);
     assert_non_null(strstr(err, "interrupted"));
     assert_int_equal(count_entries(root), 2);
     free(dst2);
@@ -656,12 +657,12 @@ static void test_routing_uniform(void **state) {
     const int n_tok[] = {64, 64, 64};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char *dst, *root = tmp_model(&dst);
-        synth_opts o;
-        synth_opts_default(&o);
+        e0_synth_opts o;
+        e0_synth_opts_default(&o);
         o.no_sync = 1;
         write_ok(shapes[i], &o, dst);
         route_result r = measure_routing(dst, n_tok[i], 8, false, 8, false);
-        const synth_shape *s = synth_find(shapes[i]);
+        const e0_synth_shape *s = e0_synth_find(shapes[i]);
         double want = uniform_distinct(s->n_experts, s->top_k, 8);
         const double tq = uniform_top_quarter(s->n_experts, s->top_k, n_tok[i]);
         printf(
@@ -686,8 +687,8 @@ static void test_routing_uniform(void **state) {
 static void test_route_skew(void **state) {
     (void)state;
     char *dst, *root = tmp_model(&dst);
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     o.no_sync = 1;
     o.route_skew = 1.0;
     write_ok("tiny", &o, dst);
@@ -720,9 +721,9 @@ static void test_route_model(void **state) {
 
 #define QWEN3_TOKENIZER "assets/qwen3-tokenizer/tokenizer.json"
 
-static void gguf_opts(synth_opts *o) {
-    synth_opts_default(o);
-    o->format = SYNTH_GGUF;
+static void gguf_opts(e0_synth_opts *o) {
+    e0_synth_opts_default(o);
+    o->format = E0_SYNTH_GGUF;
     o->tokenizer = QWEN3_TOKENIZER;
     o->no_sync = 1;
 }
@@ -730,8 +731,8 @@ static void gguf_opts(synth_opts *o) {
 /* llama-quantize's type for a tensor under a mix's ftype (llama-quant.cpp,
  * restated from its source rather than from synth_gguf.c; no imatrix;
  * synth's Q5_K fallback is Q5_0 where llama.cpp's is Q5_1). */
-static uint32_t mix_type(synth_gguf_mix mix, const char *name, uint32_t n_dims, uint64_t ne0,
-                         const synth_shape *sh) {
+static uint32_t mix_type(e0_synth_gguf_mix mix, const char *name, uint32_t n_dims, uint64_t ne0,
+                         const e0_synth_shape *sh) {
     if (n_dims < 2 || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight") ||
         strstr(name, "ssm_conv1d") || !strstr(name, "weight"))
         return GGML_F32;
@@ -743,7 +744,7 @@ static uint32_t mix_type(synth_gguf_mix mix, const char *name, uint32_t n_dims, 
     const bool down = strstr(name, "ffn_down") != NULL;
     uint32_t t = GGML_Q4_K;
     switch (mix) {
-    case SYNTH_MIX_Q4_K_M: {
+    case E0_SYNTH_MIX_Q4_K_M: {
         const bool more = L >= 0 && (L < n_layers / 8 || L >= 7 * n_layers / 8 ||
                                      (L - n_layers / 8) % 3 == 2);
         if (out)
@@ -752,13 +753,13 @@ static uint32_t mix_type(synth_gguf_mix mix, const char *name, uint32_t n_dims, 
             t = GGML_Q6_K;
         break;
     }
-    case SYNTH_MIX_Q8_0:
+    case E0_SYNTH_MIX_Q8_0:
         t = GGML_Q8_0;
         break;
-    case SYNTH_MIX_Q4_0:
+    case E0_SYNTH_MIX_Q4_0:
         t = out ? GGML_Q6_K : GGML_Q4_0;
         break;
-    case SYNTH_MIX_IQ4_XS:
+    case E0_SYNTH_MIX_IQ4_XS:
         t = out ? GGML_Q6_K
             : (vlike && sh->n_heads / sh->n_kv_heads >= 4) || (down && L < n_layers / 8)
                 ? GGML_Q5_K
@@ -776,7 +777,7 @@ static uint32_t mix_type(synth_gguf_mix mix, const char *name, uint32_t n_dims, 
 /* Every tensor has its type under the mix; every quantized block has a
  * mean of 0 (IQ4 types: within 1% of the rms, their codes' sums are only
  * near 0) and a finite non-zero spread; ssm_a is a decay (-16 < a < -1). */
-static void check_gguf_tensors(const char *path, const synth_shape *sh, synth_gguf_mix mix) {
+static void check_gguf_tensors(const char *path, const e0_synth_shape *sh, e0_synth_gguf_mix mix) {
     static const uint32_t ftypes[] = {15, 7, 30, 2};
     st_set *st;
     char err[E0_ERR_MAX];
@@ -834,8 +835,8 @@ static void check_gguf_tensors(const char *path, const synth_shape *sh, synth_gg
     assert_true(n_q > 10);
     /* the mix's main type is there */
     static const uint32_t main_type[] = {GGML_Q4_K, GGML_Q8_0, GGML_IQ4_XS, GGML_Q4_0};
-    if (!types_seen[main_type[mix]] && !(mix == SYNTH_MIX_IQ4_XS && types_seen[GGML_IQ4_NL]) &&
-        !(mix == SYNTH_MIX_Q4_K_M && types_seen[GGML_Q5_0]))
+    if (!types_seen[main_type[mix]] && !(mix == E0_SYNTH_MIX_IQ4_XS && types_seen[GGML_IQ4_NL]) &&
+        !(mix == E0_SYNTH_MIX_Q4_K_M && types_seen[GGML_Q5_0]))
         fail_msg("%s: no %s tensor", path, ggml_info(main_type[mix])->name);
     st_set_free(st);
 }
@@ -855,12 +856,12 @@ static void test_gguf_tiny(void **state) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
-        synth_opts o;
+        e0_synth_opts o;
         gguf_opts(&o);
         write_ok(cases[c].shape, &o, dst);
         assert_int_equal(count_entries(root), 1); /* no PATH.tmp left */
-        const synth_shape *s = synth_find(cases[c].shape);
-        check_gguf_tensors(dst, s, SYNTH_MIX_Q4_K_M);
+        const e0_synth_shape *s = e0_synth_find(cases[c].shape);
+        check_gguf_tensors(dst, s, E0_SYNTH_MIX_Q4_K_M);
         e0_engine *eng;
         char err[E0_ERR_MAX];
         if (e0_engine_open(&eng, dst, NULL, err)) fail_msg("%s: %s", cases[c].shape, err);
@@ -899,16 +900,16 @@ static void test_gguf_tiny(void **state) {
  * holds the main type of each mix. */
 static void test_gguf_mixes(void **state) {
     (void)state;
-    static const synth_gguf_mix mixes[] = {SYNTH_MIX_Q8_0, SYNTH_MIX_IQ4_XS, SYNTH_MIX_Q4_0};
+    static const e0_synth_gguf_mix mixes[] = {E0_SYNTH_MIX_Q8_0, E0_SYNTH_MIX_IQ4_XS, E0_SYNTH_MIX_Q4_0};
     static const char *const shapes[] = {"tiny", "tiny-qwen3moe"};
     for (size_t m = 0; m < 3; m++)
         for (size_t c = 0; c < 2; c++) {
             char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
-            synth_opts o;
+            e0_synth_opts o;
             gguf_opts(&o);
             o.gguf_mix = mixes[m];
             write_ok(shapes[c], &o, dst);
-            const synth_shape *s = synth_find(shapes[c]);
+            const e0_synth_shape *s = e0_synth_find(shapes[c]);
             check_gguf_tensors(dst, s, mixes[m]);
             e0_engine *eng;
             char err[E0_ERR_MAX];
@@ -928,12 +929,12 @@ static void test_gguf_mixes(void **state) {
     /* the real shape: the plan's bytes are mostly the mix's main type */
     static const uint32_t main_type[] = {GGML_Q8_0, GGML_IQ4_XS, GGML_Q4_0};
     for (size_t m = 0; m < 3; m++) {
-        synth_opts o;
+        e0_synth_opts o;
         gguf_opts(&o);
         o.gguf_mix = mixes[m];
-        synth_info in;
+        e0_synth_info in;
         char err[E0_ERR_MAX];
-        if (synth_plan_info(synth_find("qwen3.6-35b-a3b"), &o, &in, err)) fail_msg("%s", err);
+        if (e0_synth_plan_info(e0_synth_find("qwen3.6-35b-a3b"), &o, &in, err)) fail_msg("%s", err);
         printf("  qwen3.6-35b-a3b gguf mix %d: %.2f GB, %.0f%% %s\n", (int)mixes[m],
                (double)in.bytes / 1e9, 100.0 * (double)in.type_bytes[main_type[m]] / (double)in.bytes,
                ggml_info(main_type[m])->name);
@@ -957,12 +958,12 @@ static void test_gguf_plan(void **state) {
         {"qwen3-next-80b-a3b", 45.0, 50.0, 1 + 3 * 24},
         {"qwen3.5-122b-a10b", 70.0, 78.0, 1 + 3 * 24},
     };
-    synth_opts o;
+    e0_synth_opts o;
     gguf_opts(&o);
     char err[E0_ERR_MAX];
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        synth_info in;
-        assert_int_equal(synth_plan_info(synth_find(want[i].name), &o, &in, err), 0);
+        e0_synth_info in;
+        assert_int_equal(e0_synth_plan_info(e0_synth_find(want[i].name), &o, &in, err), 0);
         printf("  %-20s gguf %.2f GB, %zu tensors: Q4_K %u (%.2f GB), Q6_K %u (%.2f GB), F32 %u\n",
                want[i].name, in.bytes / 1e9, in.n_tensors, in.type_tensors[GGML_Q4_K],
                in.type_bytes[GGML_Q4_K] / 1e9, in.type_tensors[GGML_Q6_K],
@@ -973,12 +974,12 @@ static void test_gguf_plan(void **state) {
                                            in.type_tensors[GGML_F32]);
         assert_int_equal(in.n_shards, 1);
     }
-    synth_info in;
+    e0_synth_info in;
     o.route_skew = 1.0;
-    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), E0_EUNSUPPORTED);
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny"), &o, &in, err), E0_EUNSUPPORTED);
     o.route_skew = 0;
     o.tokenizer = NULL;
-    assert_int_equal(synth_plan_info(synth_find("tiny"), &o, &in, err), E0_EINVAL);
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny"), &o, &in, err), E0_EINVAL);
     assert_non_null(strstr(err, "tokenizer"));
 }
 
@@ -988,13 +989,13 @@ static void test_gguf_plan(void **state) {
 static void test_gguf_split_atomic(void **state) {
     (void)state;
     char *root = tu_tmpdir(), *dst = e0_path_join(root, "m.gguf");
-    synth_opts o;
+    e0_synth_opts o;
     gguf_opts(&o);
     o.shard_bytes = 16u << 20;
     write_ok("tiny-qwen3moe", &o, dst);
-    synth_info in;
+    e0_synth_info in;
     char err[E0_ERR_MAX];
-    assert_int_equal(synth_plan_info(synth_find("tiny-qwen3moe"), &o, &in, err), 0);
+    assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny-qwen3moe"), &o, &in, err), 0);
     assert_true(in.n_shards >= 2);
     assert_int_equal(count_entries(root), in.n_shards);
     char name[64];
@@ -1004,17 +1005,17 @@ static void test_gguf_split_atomic(void **state) {
     if (e0_engine_open(&eng, last, NULL, err)) fail_msg("%s", err);
     e0_engine_free(eng);
     /* the parts exist: refused, nothing changed */
-    assert_int_equal(synth_write_opts(synth_find("tiny-qwen3moe"), dst, &o, err), E0_EINVAL);
+    assert_int_equal(e0_synth_write_opts(e0_synth_find("tiny-qwen3moe"), dst, &o, err), E0_EINVAL);
     assert_non_null(strstr(err, "already exists"));
     assert_int_equal(count_entries(root), in.n_shards);
     free(last);
     /* cancelled */
     char *dst2 = e0_path_join(root, "c.gguf");
     volatile sig_atomic_t stop = 1;
-    synth_opts oc;
+    e0_synth_opts oc;
     gguf_opts(&oc);
     oc.cancel = &stop;
-    assert_int_equal(synth_write_opts(synth_find("tiny"), dst2, &oc, err), E0_EINVAL);
+    assert_int_equal(e0_synth_write_opts(e0_synth_find("tiny"), dst2, &oc, err), E0_EINVAL);
     assert_int_equal(count_entries(root), in.n_shards);
     free(dst2);
     tu_rmtree(root);
@@ -1029,7 +1030,7 @@ static void test_gguf_deterministic(void **state) {
     const char *names[3] = {"a.gguf", "b.gguf", "c.gguf"};
     for (int i = 0; i < 3; i++) {
         char *dst = e0_path_join(root, names[i]);
-        synth_opts o;
+        e0_synth_opts o;
         gguf_opts(&o);
         o.n_threads = i == 1 ? 3 : 1;
         o.seed = i == 2 ? 8 : 7;

@@ -24,7 +24,7 @@ static tok_tokenizer *load_qwen(void) {
     snprintf(path, sizeof path, "%s", tu_shared(QWEN3));
     char err[E0_ERR_MAX] = "";
     tok_tokenizer *t = NULL;
-    if (tok_load(&t, path, err)) fail_msg("%s", err);
+    if (e0_tokenizer_load(&t, path, err)) fail_msg("%s", err);
     return t;
 }
 
@@ -105,9 +105,9 @@ static bool valid_utf8(const char *p, size_t n) {
 static char *encode_decode(const tok_tokenizer *t, const char *text, unsigned eflags) {
     char err[E0_ERR_MAX] = "", *s;
     tok_ids ids = {0};
-    if (tok_encode(t, text, strlen(text), eflags, &ids, err)) fail_msg("%s", err);
-    if (tok_decode(t, ids.v, ids.n, 0, &s, NULL, err)) fail_msg("%s", err);
-    tok_ids_free(&ids);
+    if (e0_tokenizer_encode(t, text, strlen(text), eflags, &ids, err)) fail_msg("%s", err);
+    if (e0_tokenizer_decode(t, ids.v, ids.n, 0, &s, NULL, err)) fail_msg("%s", err);
+    e0_ids_free(&ids);
     return s;
 }
 
@@ -133,13 +133,13 @@ static void test_golden_library(void **state) {
         char err[E0_ERR_MAX] = "", *dec;
         size_t dn;
         tok_ids ids = {0};
-        if (tok_encode(t, g[i].text, strlen(g[i].text), 0, &ids, err))
+        if (e0_tokenizer_encode(t, g[i].text, strlen(g[i].text), 0, &ids, err))
             fail_msg("line %zu: %s", i + 1, err);
         if (ids_equal(ids.v, ids.n, g[i].ids, g[i].n_ids))
             ids_ok++;
         else
             print_message("golden line %zu: ids differ\n", i + 1);
-        if (tok_decode(t, g[i].ids, g[i].n_ids, 0, &dec, &dn, err))
+        if (e0_tokenizer_decode(t, g[i].ids, g[i].n_ids, 0, &dec, &dn, err))
             fail_msg("line %zu: %s", i + 1, err);
         if (dn == strlen(g[i].decoded) && !strcmp(dec, g[i].decoded))
             dec_ok++;
@@ -163,7 +163,7 @@ static void test_golden_library(void **state) {
         if (chunks_ok && an == dn && !memcmp(acc, dec, dn)) stream_ok++;
         free(acc);
         free(dec);
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
     }
     print_message("golden (library): ids %zu/%zu, decoded %zu/%zu, streamed %zu/%zu\n", ids_ok, n,
                   dec_ok, n, stream_ok, n);
@@ -172,7 +172,7 @@ static void test_golden_library(void **state) {
     assert_int_equal(stream_ok, 400);
     free(buf);
     free_golden(g, n);
-    tok_free(t);
+    e0_tokenizer_free(t);
 }
 
 static void test_golden_cli(void **state) {
@@ -220,10 +220,10 @@ static void *encode_all(void *arg) {
     for (int rep = 0; rep < 3; rep++)
         for (size_t i = 0; i < 400; i++) {
             tok_ids ids = {0};
-            if (tok_encode(t, g[i].text, strlen(g[i].text), 0, &ids, NULL) ||
+            if (e0_tokenizer_encode(t, g[i].text, strlen(g[i].text), 0, &ids, NULL) ||
                 !ids_equal(ids.v, ids.n, g[i].ids, g[i].n_ids))
                 bad++;
-            tok_ids_free(&ids);
+            e0_ids_free(&ids);
         }
     return (void *)bad;
 }
@@ -244,7 +244,7 @@ static void test_threads(void **state) {
         assert_int_equal((size_t)bad, 0);
     }
     free_golden(g, n);
-    tok_free(t);
+    e0_tokenizer_free(t);
 }
 
 /* ---- Qwen3: lookups, flags, stream, errors ----------------------------------- */
@@ -252,7 +252,7 @@ static void test_threads(void **state) {
 static void test_lookups(void **state) {
     (void)state;
     tok_tokenizer *t = load_qwen();
-    assert_int_equal(tok_vocab_size(t), 151669);
+    assert_int_equal(e0_tokenizer_vocab_size(t), 151669);
     assert_int_equal(tok_token_id(t, "<|endoftext|>"), 151643);
     assert_int_equal(tok_token_id(t, "<|im_start|>"), 151644);
     assert_int_equal(tok_token_id(t, "<|im_end|>"), 151645);
@@ -275,7 +275,7 @@ static void test_lookups(void **state) {
     assert_memory_equal(b, " the", 4);
     assert_null(tok_token_str(t, 999999, &len));
     assert_null(tok_token_bytes(t, -5, &len));
-    tok_free(t);
+    e0_tokenizer_free(t);
 }
 
 static void test_special_flags(void **state) {
@@ -284,24 +284,24 @@ static void test_special_flags(void **state) {
     char err[E0_ERR_MAX];
     tok_ids ids = {0};
     const char *s = "<|im_start|>user\nhi<|im_end|><tool_call>";
-    assert_int_equal(tok_encode(t, s, strlen(s), 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, s, strlen(s), 0, &ids, err), 0);
     assert_int_equal(ids.v[0], 151644);
     assert_int_equal(ids.v[ids.n - 2], 151645);
     assert_int_equal(ids.v[ids.n - 1], 151657);
     /* user content: special tokens are text, non-special added tokens still match */
     ids.n = 0;
-    assert_int_equal(tok_encode(t, s, strlen(s), TOK_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, s, strlen(s), E0_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
     for (size_t i = 0; i < ids.n; i++)
         assert_false(tok_is_special(t, ids.v[i]));
     assert_int_equal(ids.v[ids.n - 1], 151657);
     char *dec;
-    assert_int_equal(tok_decode(t, ids.v, ids.n, 0, &dec, NULL, err), 0);
+    assert_int_equal(e0_tokenizer_decode(t, ids.v, ids.n, 0, &dec, NULL, err), 0);
     assert_string_equal(dec, s);
     free(dec);
     /* decode can drop special tokens */
     ids.n = 0;
-    assert_int_equal(tok_encode(t, s, strlen(s), 0, &ids, err), 0);
-    assert_int_equal(tok_decode(t, ids.v, ids.n, TOK_DECODE_SKIP_SPECIAL, &dec, NULL, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, s, strlen(s), 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_decode(t, ids.v, ids.n, E0_DECODE_SKIP_SPECIAL, &dec, NULL, err), 0);
     assert_string_equal(dec, "user\nhi<tool_call>");
     free(dec);
     /* an unknown special-looking token is plain text */
@@ -310,13 +310,13 @@ static void test_special_flags(void **state) {
     free(r);
     /* empty text: no ids, appending keeps what was there */
     ids.n = 0;
-    assert_int_equal(tok_encode(t, "", 0, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "", 0, 0, &ids, err), 0);
     assert_int_equal(ids.n, 0);
-    assert_int_equal(tok_encode(t, "a", 1, 0, &ids, err), 0);
-    assert_int_equal(tok_encode(t, "a", 1, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "a", 1, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "a", 1, 0, &ids, err), 0);
     assert_int_equal(ids.n, 2);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 static void test_stream(void **state) {
@@ -326,7 +326,7 @@ static void test_stream(void **state) {
     assert_true(tok_stream_max(t) <= sizeof buf);
     tok_ids ids = {0};
     const char *s = " 👍🏽 ok";
-    assert_int_equal(tok_encode(t, s, strlen(s), 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, s, strlen(s), 0, &ids, err), 0);
     tok_stream st;
     tok_stream_init(&st, 0);
     size_t n, total = 0;
@@ -356,17 +356,17 @@ static void test_stream(void **state) {
     /* a lead byte followed by ASCII: U+FFFD then the ASCII, as the batch decoder */
     int32_t two[2] = {lead, tok_token_id(t, "a")};
     char *dec;
-    assert_int_equal(tok_decode(t, two, 2, 0, &dec, &n, err), 0);
+    assert_int_equal(e0_tokenizer_decode(t, two, 2, 0, &dec, &n, err), 0);
     assert_string_equal(dec, "\xEF\xBF\xBD"
                              "a");
     free(dec);
     /* decode errors name the id */
     int32_t bad[3] = {9707, 200000, 11};
-    assert_int_equal(tok_decode(t, bad, 3, 0, &dec, &n, err), E0_ERANGE);
+    assert_int_equal(e0_tokenizer_decode(t, bad, 3, 0, &dec, &n, err), E0_ERANGE);
     assert_null(dec);
     assert_non_null(strstr(err, "200000"));
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 /* Invalid UTF-8: valid runs are tokenized as usual, invalid runs go byte by
@@ -392,7 +392,7 @@ static void test_invalid_utf8(void **state) {
         const char *s = cases[c];
         size_t n = strlen(s);
         tok_ids ids = {0};
-        assert_int_equal(tok_encode(t, s, n, 0, &ids, err), 0);
+        assert_int_equal(e0_tokenizer_encode(t, s, n, 0, &ids, err), 0);
         char back[256];
         size_t k = 0;
         for (size_t i = 0; i < ids.n; i++) {
@@ -407,9 +407,9 @@ static void test_invalid_utf8(void **state) {
         assert_memory_equal(back, s, n);
         char *dec;
         size_t dn;
-        assert_int_equal(tok_decode(t, ids.v, ids.n, 0, &dec, &dn, err), 0);
+        assert_int_equal(e0_tokenizer_decode(t, ids.v, ids.n, 0, &dec, &dn, err), 0);
         assert_true(valid_utf8(dec, dn));
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
         free(dec);
     }
     char *dec = encode_decode(t,
@@ -421,10 +421,10 @@ static void test_invalid_utf8(void **state) {
     free(dec);
     /* NUL bytes are valid text */
     tok_ids ids = {0};
-    assert_int_equal(tok_encode(t, "a\0b", 3, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "a\0b", 3, 0, &ids, err), 0);
     assert_true(ids.n >= 1);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 /* ---- Synthetic tokenizers --------------------------------------------------- */
@@ -508,11 +508,11 @@ static const char *ids_of(const tok_tokenizer *t, const char *text) {
     static char out[1024];
     char err[E0_ERR_MAX] = "";
     tok_ids ids = {0};
-    if (tok_encode(t, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
+    if (e0_tokenizer_encode(t, text, strlen(text), 0, &ids, err)) fail_msg("%s", err);
     out[0] = 0;
     for (size_t i = 0; i < ids.n; i++)
         snprintf(out + strlen(out), sizeof out - strlen(out), i ? ",%d" : "%d", ids.v[i]);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     return out;
 }
 
@@ -526,7 +526,7 @@ static char *pieces(const char *pre, const char *text) {
     synth s = {.pre = p};
     tok_tokenizer *t = synth_load(&s);
     char *r = encode_decode(t, text, 0);
-    tok_free(t);
+    e0_tokenizer_free(t);
     return r;
 }
 
@@ -536,57 +536,57 @@ static void test_merges(void **state) {
     synth s = {.vocab = "\"ab\": 256, \"bc\": 257, \"abc\": 258", .merges = "\"b c\", \"a b\""};
     tok_tokenizer *t = synth_load(&s);
     assert_string_equal(ids_of(t, "abc"), "97,257");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.merges = "\"a b\", \"b c\"";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "abc"), "256,99");
-    tok_free(t);
+    e0_tokenizer_free(t);
     /* pairs and strings are the same merges */
     s.merges = "[\"a\", \"b\"], [\"ab\", \"c\"]";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "abcab"), "258,256");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.merges = "\"a b\", \"ab c\"";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "abcab"), "258,256");
     /* leftmost on equal rank: aaa -> aa a */
-    tok_free(t);
+    e0_tokenizer_free(t);
     s = (synth){.vocab = "\"aa\": 256", .merges = "\"a a\""};
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "aaa"), "256,97");
     assert_string_equal(ids_of(t, "aaaa"), "256,256");
-    tok_free(t);
+    e0_tokenizer_free(t);
     /* ignore_merges: a whole piece in the vocabulary wins */
     s = (synth){.vocab = "\"ab\": 256, \"abc\": 257", .merges = "\"a b\""};
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "abc"), "256,99");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.model = ", \"ignore_merges\": true";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "abc"), "257");
-    tok_free(t);
+    e0_tokenizer_free(t);
     /* a byte with no token: unk (fused or not), or dropped without unk_token */
     s = (synth){.vocab = "\"<unk>\": 256", .skip = "z"};
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "azzb"), "97,98");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.model = ", \"unk_token\": \"<unk>\"";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "azzb"), "97,256,256,98");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.model = ", \"unk_token\": \"<unk>\", \"fuse_unk\": true";
     t = synth_load(&s);
     assert_string_equal(ids_of(t, "azzb"), "97,256,98");
-    tok_free(t);
+    e0_tokenizer_free(t);
     s.model = ", \"unk_token\": \"<nope>\"";
     t = synth_load(&s);
     char err[E0_ERR_MAX];
     tok_ids ids = {0};
-    assert_int_equal(tok_encode(t, "az", 2, 0, &ids, err), E0_EFORMAT);
+    assert_int_equal(e0_tokenizer_encode(t, "az", 2, 0, &ids, err), E0_EFORMAT);
     assert_non_null(strstr(err, "unk_token"));
     assert_int_equal(ids.n, 0);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 static void test_normalizers(void **state) {
@@ -637,7 +637,7 @@ static void test_normalizers(void **state) {
     char *lr = encode_decode(lt, in, 0);
     assert_string_equal(lr, want);
     free(lr);
-    tok_free(lt);
+    e0_tokenizer_free(lt);
     for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
         synth s = {.norm = C[i].norm};
         tok_tokenizer *t = synth_load(&s);
@@ -646,7 +646,7 @@ static void test_normalizers(void **state) {
             fail_msg("normalizer %s: \"%s\" -> \"%s\", want \"%s\"", C[i].norm, C[i].in, r,
                      C[i].out);
         free(r);
-        tok_free(t);
+        e0_tokenizer_free(t);
     }
 }
 
@@ -706,7 +706,7 @@ static void test_pretokenizers(void **state) {
     char *r = encode_decode(t, "Hi there", 0);
     assert_string_equal(r, " Hi there");
     free(r);
-    tok_free(t);
+    e0_tokenizer_free(t);
 }
 
 static void test_added_tokens(void **state) {
@@ -735,10 +735,10 @@ static void test_added_tokens(void **state) {
     assert_int_equal(tok_token_id(t, "<bb>"), 259);
     char err[E0_ERR_MAX];
     tok_ids ids = {0};
-    assert_int_equal(tok_encode(t, "<b>x", 4, TOK_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "<b>x", 4, E0_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
     assert_int_equal(ids.n, 4);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 /* Vocabulary strings outside the byte-level alphabet decode to themselves
@@ -763,7 +763,7 @@ static void test_raw_vocab_strings(void **state) {
         assert_memory_equal(b, want, len);
         assert_int_equal(tok_token_id(t, want), 256 + i);
     }
-    tok_free(t);
+    e0_tokenizer_free(t);
     free(v);
 }
 
@@ -860,7 +860,7 @@ static void test_malformed(void **state) {
         snprintf(name, sizeof name, "bad%02zu.json", i);
         char *path = tu_write(dir, name, C[i].json, strlen(C[i].json));
         tok_tokenizer *t = (tok_tokenizer *)1;
-        int rc = tok_load(&t, path, err);
+        int rc = e0_tokenizer_load(&t, path, err);
         if (rc != C[i].code || !strstr(err, C[i].msg) || !strstr(err, name) || t)
             fail_msg("case %zu (%s): rc %d, message \"%s\"; want rc %d and \"%s\"", i, C[i].json,
                      rc, err, C[i].code, C[i].msg);
@@ -876,7 +876,7 @@ static void test_malformed(void **state) {
     tok_tokenizer *t;
     assert_int_equal(tok_load_json(&t, d, strlen(d), "deep.json", err), E0_EFORMAT);
     free(d);
-    assert_int_equal(tok_load(&t, "/nonexistent/tokenizer.json", err), E0_ENOTFOUND);
+    assert_int_equal(e0_tokenizer_load(&t, "/nonexistent/tokenizer.json", err), E0_ENOTFOUND);
     assert_non_null(strstr(err, "/nonexistent/tokenizer.json"));
     tu_rmtree(dir);
     free(dir);

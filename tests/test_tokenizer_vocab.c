@@ -146,18 +146,18 @@ static size_t check_golden(const tok_tokenizer *t, const char *rel, const char *
         assert_non_null(j);
         const char *text = cJSON_GetObjectItem(j, key)->valuestring;
         tok_ids ids = {0};
-        if (tok_encode(t, text, strlen(text), 0, &ids, err))
+        if (e0_tokenizer_encode(t, text, strlen(text), 0, &ids, err))
             fail_msg("%s line %zu: %s", rel, lines + 1, err);
         bool same = ids_equal(ids.v, ids.n, cJSON_GetObjectItem(j, "ids"));
         if (!same) print_message("%s line %zu: ids differ\n", rel, lines + 1);
         ids_ok += same;
         if (dec_key) {
             char *s;
-            if (tok_decode(t, ids.v, ids.n, 0, &s, NULL, err)) fail_msg("%s", err);
+            if (e0_tokenizer_decode(t, ids.v, ids.n, 0, &s, NULL, err)) fail_msg("%s", err);
             dec_ok += !strcmp(s, cJSON_GetObjectItem(j, dec_key)->valuestring);
             free(s);
         }
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
         cJSON_Delete(j);
         lines++;
     }
@@ -176,7 +176,7 @@ static void test_qwen3_golden(void **state) {
     tok_tokenizer *t = load_src(&g.src);
     assert_int_equal(check_golden(t, GOLDEN, "text", "decoded"), 400);
     assert_int_equal(check_golden(t, CHAT_GOLDEN, "rendered", NULL), 10);
-    tok_free(t);
+    e0_tokenizer_free(t);
     gguf_free(&g);
 }
 
@@ -189,11 +189,11 @@ static void test_qwen3_same_tables(void **state) {
     gguf_from_json(&g, "qwen2");
     tok_tokenizer *a = load_src(&g.src), *b = NULL;
     char err[E0_ERR_MAX];
-    if (tok_load(&b, tu_shared(QWEN3), err)) fail_msg("%s", err);
-    assert_int_equal(tok_vocab_size(a), tok_vocab_size(b));
-    assert_int_equal(tok_vocab_size(a), 151669);
+    if (e0_tokenizer_load(&b, tu_shared(QWEN3), err)) fail_msg("%s", err);
+    assert_int_equal(e0_tokenizer_vocab_size(a), e0_tokenizer_vocab_size(b));
+    assert_int_equal(e0_tokenizer_vocab_size(a), 151669);
     size_t looked_special = 0;
-    for (int32_t id = 0; id < tok_vocab_size(b) + 300; id++) {
+    for (int32_t id = 0; id < e0_tokenizer_vocab_size(b) + 300; id++) {
         assert_int_equal(tok_is_token(a, id), tok_is_token(b, id));
         if (!tok_is_token(b, id)) continue;
         size_t na, nb, da, db;
@@ -209,8 +209,8 @@ static void test_qwen3_same_tables(void **state) {
         assert_int_equal(tok_token_id(a, sa), tok_token_id(b, sb));
     }
     assert_int_equal(looked_special, 6); /* <|fim_prefix|> .. <|file_sep|> */
-    tok_free(a);
-    tok_free(b);
+    e0_tokenizer_free(a);
+    e0_tokenizer_free(b);
     gguf_free(&g);
 }
 
@@ -227,25 +227,25 @@ static void test_qwen3_special(void **state) {
              {"<think>", 151667},      {"</tool_call>", 151658}, {"<|fim_prefix|>", 151659}};
     for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
         tok_ids ids = {0};
-        if (tok_encode(t, S[i].text, strlen(S[i].text), 0, &ids, err)) fail_msg("%s", err);
+        if (e0_tokenizer_encode(t, S[i].text, strlen(S[i].text), 0, &ids, err)) fail_msg("%s", err);
         assert_int_equal(ids.n, 1);
         assert_int_equal(ids.v[0], S[i].id);
         assert_int_equal(tok_token_id(t, S[i].text), S[i].id);
-        tok_ids_free(&ids);
+        e0_ids_free(&ids);
     }
     assert_true(tok_is_special(t, 151644));
     assert_false(tok_is_special(t, 151667)); /* <think>: USER_DEFINED */
     /* as text, a CONTROL token is spelled by ordinary tokens */
     tok_ids ids = {0};
-    assert_int_equal(tok_encode(t, "<|im_start|>", 12, TOK_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "<|im_start|>", 12, E0_ENCODE_SPECIAL_AS_TEXT, &ids, err), 0);
     assert_true(ids.n > 1);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     /* a padding id is no token */
     int32_t pad = 151700;
     char *s;
     assert_false(tok_is_token(t, pad));
-    assert_int_equal(tok_decode(t, &pad, 1, 0, &s, NULL, err), E0_ERANGE);
-    tok_free(t);
+    assert_int_equal(e0_tokenizer_decode(t, &pad, 1, 0, &s, NULL, err), E0_ERANGE);
+    e0_tokenizer_free(t);
     gguf_free(&g);
 }
 
@@ -265,15 +265,15 @@ static void test_pre_names(void **state) {
         for (size_t i = 0; i < 2; i++) {
             char err[E0_ERR_MAX], *s;
             tok_ids ids = {0};
-            assert_int_equal(tok_encode(t, texts[i], strlen(texts[i]), 0, &ids, err), 0);
-            assert_int_equal(tok_decode(t, ids.v, ids.n, 0, &s, NULL, err), 0);
+            assert_int_equal(e0_tokenizer_encode(t, texts[i], strlen(texts[i]), 0, &ids, err), 0);
+            assert_int_equal(e0_tokenizer_decode(t, ids.v, ids.n, 0, &s, NULL, err), 0);
             assert_string_equal(s, texts[i]);
             free(s);
-            tok_ids_free(&ids);
+            e0_ids_free(&ids);
         }
-        tok_free(t);
+        e0_tokenizer_free(t);
     }
-    tok_free(q2);
+    e0_tokenizer_free(q2);
     gguf_free(&g);
 }
 
@@ -343,37 +343,37 @@ static void test_small_ok(void **state) {
     tok_tokenizer *t = load_src(&s.src);
     char err[E0_ERR_MAX];
     tok_ids ids = {0};
-    assert_int_equal(tok_encode(t, "abc<|im_start|>ab<think>", 24, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "abc<|im_start|>ab<think>", 24, 0, &ids, err), 0);
     int32_t want[] = {257, 258, 256, 259};
     assert_int_equal(ids.n, 4);
     assert_memory_equal(ids.v, want, sizeof want);
-    tok_ids_free(&ids);
-    assert_int_equal(tok_vocab_size(t), 260);
-    tok_free(t);
+    e0_ids_free(&ids);
+    assert_int_equal(e0_tokenizer_vocab_size(t), 260);
+    e0_tokenizer_free(t);
     /* no merges, no types: every token NORMAL, BPE stops at bytes */
     s.src.n_merges = 0, s.src.merges = NULL, s.src.types = NULL, s.src.n_tokens = 258;
     s.src.eos_id = -1;
     t = load_src(&s.src);
-    assert_int_equal(tok_encode(t, "abc", 3, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "abc", 3, 0, &ids, err), 0);
     assert_int_equal(ids.n, 3);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
     /* the same string twice: the later id is found, the earlier still decodes */
     small_init(&s);
     s.tok[257] = (tok_str){"ab", 2};
     s.src.n_merges = 1;
     t = load_src(&s.src);
     assert_int_equal(tok_token_id(t, "ab"), 257);
-    assert_int_equal(tok_encode(t, "ab", 2, 0, &ids, err), 0);
+    assert_int_equal(e0_tokenizer_encode(t, "ab", 2, 0, &ids, err), 0);
     assert_int_equal(ids.n, 1);
     assert_int_equal(ids.v[0], 257);
     char *d;
     int32_t early = 256;
-    assert_int_equal(tok_decode(t, &early, 1, 0, &d, NULL, err), 0);
+    assert_int_equal(e0_tokenizer_decode(t, &early, 1, 0, &d, NULL, err), 0);
     assert_string_equal(d, "ab");
     free(d);
-    tok_ids_free(&ids);
-    tok_free(t);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(t);
 }
 
 /* qwen35 keeps a combining mark in its word where qwen2 cuts before it:
@@ -392,11 +392,11 @@ static void test_qwen35_marks(void **state) {
         s.src.pre = k ? (tok_str){"qwen35", 6} : (tok_str){"qwen2", 5};
         tok_tokenizer *t = load_src(&s.src);
         tok_ids ids = {0};
-        assert_int_equal(tok_encode(t, "x\xcc\x81", 3, 0, &ids, err), 0);
+        assert_int_equal(e0_tokenizer_encode(t, "x\xcc\x81", 3, 0, &ids, err), 0);
         assert_int_equal(ids.n, k ? 1 : 3);
         if (k) assert_int_equal(ids.v[0], 257);
-        tok_ids_free(&ids);
-        tok_free(t);
+        e0_ids_free(&ids);
+        e0_tokenizer_free(t);
     }
 }
 

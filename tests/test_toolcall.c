@@ -48,29 +48,29 @@ static int on_args(void *user, int index, const char *s, size_t n) {
     return 0;
 }
 
-static const tc_sink SINK = {on_content, on_call, on_args};
+static const e0_tc_sink SINK = {on_content, on_call, on_args};
 
 static cJSON *tools;
 
 /* Feeds text in pieces of `step` bytes, the first piece `first` bytes. */
 static void run(const char *text, size_t first, size_t step, int max_calls, result *r) {
     memset(r, 0, sizeof *r);
-    tc_parser *p;
+    e0_tc_parser *p;
     char err[E0_ERR_MAX];
-    assert_int_equal(tc_parser_new(&p, tools, max_calls, err), 0);
+    assert_int_equal(e0_tc_parser_new(&p, tools, max_calls, err), 0);
     size_t n = strlen(text), i = 0;
     if (first) {
-        assert_int_equal(tc_feed(p, text, first < n ? first : n, &SINK, r), 0);
+        assert_int_equal(e0_tc_feed(p, text, first < n ? first : n, &SINK, r), 0);
         i = first < n ? first : n;
     }
     for (; i < n; i += step)
-        assert_int_equal(tc_feed(p, text + i, step < n - i ? step : n - i, &SINK, r), 0);
-    assert_int_equal(tc_finish(p, &SINK, r), 0);
-    assert_int_equal(tc_calls(p), r->n);
-    r->malformed = tc_malformed(p);
-    r->truncated = tc_truncated(p);
-    r->full = tc_full(p);
-    tc_parser_free(p);
+        assert_int_equal(e0_tc_feed(p, text + i, step < n - i ? step : n - i, &SINK, r), 0);
+    assert_int_equal(e0_tc_finish(p, &SINK, r), 0);
+    assert_int_equal(e0_tc_calls(p), r->n);
+    r->malformed = e0_tc_malformed(p);
+    r->truncated = e0_tc_truncated(p);
+    r->full = e0_tc_full(p);
+    e0_tc_parser_free(p);
     for (int k = 0; k < r->n; k++) {
         cJSON *a = cJSON_Parse(r->args[k]);
         if (!cJSON_IsObject(a)) fail_msg("arguments of call %d are not a JSON object: %s", k, r->args[k]);

@@ -85,10 +85,10 @@ static void test_bytes(void **state) {
         const uint64_t ring = st_uring_reads() - before;
         const bool can = st_direct_on(s, 0);
         printf("  io_uring %s: %llu of %d ranges through the ring, O_DIRECT %s\n",
-               on ? (st_uring_on() ? "on" : "unavailable") : "off", (unsigned long long)ring, NR,
+               on ? (e0_uring_on() ? "on" : "unavailable") : "off", (unsigned long long)ring, NR,
                can ? "on" : "off (the filesystem refuses it)");
         assert_int_equal(direct, can);
-        if (on && can && st_uring_on()) assert_int_equal(ring, NR);
+        if (on && can && e0_uring_on()) assert_int_equal(ring, NR);
         if (!on) assert_int_equal(ring, 0);
         free(r.mem);
     }

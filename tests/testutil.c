@@ -1,7 +1,7 @@
 #include "testutil.h"
 
 #include "edge0.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "util/file.h"
 
 #include <math.h>
@@ -133,12 +133,12 @@ double tu_matmul_nmse(const e0_mat *m, int64_t T, int64_t ldx, int64_t ldy, floa
 
 char *tu_synth_sticky(const char *root, const char *name, double P) {
     char *dir = e0_path_join(root, name);
-    synth_opts so;
-    synth_opts_default(&so);
+    e0_synth_opts so;
+    e0_synth_opts_default(&so);
     so.no_sync = 1;
     so.route_stickiness = P;
     char err[E0_ERR_MAX];
-    if (synth_write_opts(synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
+    if (e0_synth_write_opts(e0_synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
     return dir;
 }
 

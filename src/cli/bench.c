@@ -16,9 +16,7 @@
  * per token / disk bandwidth; whole-layer reads / expert bytes of the
  * layers loaded. */
 #include "cli/cli.h"
-#include "io/safetensors.h"
-#include "quant/mat.h"
-#include "text/sampler.h"
+#include "cli/opts.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -108,14 +106,14 @@ static double dram_bandwidth(int threads) {
     for (int rep = 0; rep < 3; rep++) {
         pthread_t th[64];
         rd_arg a[64];
-        double t0 = cli_now();
+        double t0 = now_s();
         for (int i = 0; i < threads; i++) {
             a[i] = (rd_arg){buf + N / (size_t)threads * (size_t)i, N / (size_t)threads, 0};
             pthread_create(&th[i], NULL, rd_thread, &a[i]);
         }
         for (int i = 0; i < threads; i++)
             pthread_join(th[i], NULL);
-        double bw = (double)N / (cli_now() - t0);
+        double bw = (double)N / (now_s() - t0);
         if (bw > best) best = bw;
     }
     free(buf);
@@ -165,7 +163,7 @@ static double disk_bandwidth(e0_engine *e) {
     enum { T = DK_THREADS };
     pthread_t th[T];
     dk_arg a[T];
-    double t0 = cli_now();
+    double t0 = now_s();
     for (int i = 0; i < T; i++) {
         a[i] = (dk_arg){fd, (off_t)i * DK_CHUNK, len, (off_t)T * DK_CHUNK, 0};
         pthread_create(&th[i], NULL, dk_thread, &a[i]);
@@ -175,7 +173,7 @@ static double disk_bandwidth(e0_engine *e) {
         pthread_join(th[i], NULL);
         got += a[i].got;
     }
-    double bw = (double)got / (cli_now() - t0);
+    double bw = (double)got / (now_s() - t0);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
     return bw;
@@ -215,7 +213,7 @@ static int warm_up(e0_session *s, int32_t *ids, int n_prefill, int n_decode, flo
     random_ids(&h, ids, n_prefill, vocab);
     int rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err);
     for (int k = 0; k < 2 && k < n_decode && !rc; k++) {
-        const int32_t id = (int32_t)sampler_argmax(logits, (size_t)vocab);
+        const int32_t id = (int32_t)e0_argmax(logits, (size_t)vocab);
         rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, logits, err);
     }
     if (!rc) e0_session_reset(s);
@@ -255,22 +253,22 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     uint64_t h = BENCH_SEED;
     random_ids(&h, ids, n_prefill, info.vocab_size);
     e0_engine_stats_reset(e);
-    double t0 = cli_now();
+    double t0 = now_s();
     if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
-    out->prefill_s = cli_now() - t0;
+    out->prefill_s = now_s() - t0;
     out->decode_from = e0_engine_trace(e, NULL);
     e0_engine_stats(e, &out->p);
     e0_engine_stats_reset(e);
-    t0 = cli_now();
+    t0 = now_s();
     for (int k = 0; k < n_decode; k++) {
-        int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size); /* greedy */
+        int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size); /* greedy */
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
-                    (k + 1) / (cli_now() - t0));
+                    (k + 1) / (now_s() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
-    out->decode_s = cli_now() - t0;
+    out->decode_s = now_s() - t0;
     e0_engine_stats(e, &out->d);
     out->distinct = 0;
     out->moe_layers = 0;
@@ -441,25 +439,25 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
     for (int i = 0; i < N; i++) {
         if ((rc = e0_session_new(e, &so, &ss[i], err))) goto out;
         random_ids(&h, ids, n_prefill, info.vocab_size); /* each sequence its own prompt */
-        const double t0 = cli_now();
+        const double t0 = now_s();
         rc = e0_session_eval(ss[i], ids, (size_t)n_prefill, E0_LOGITS_LAST,
                              logits + (size_t)i * (size_t)info.vocab_size, err);
-        *prefill_s += cli_now() - t0;
+        *prefill_s += now_s() - t0;
         if (rc) goto out;
     }
     e0_engine_stats_reset(e);
-    const double t0 = cli_now();
+    const double t0 = now_s();
     for (int k = 0; k < n_decode; k++) {
         for (int i = 0; i < N; i++) /* greedy */
-            ids[i] = (int32_t)sampler_argmax(logits + (size_t)i * (size_t)info.vocab_size,
+            ids[i] = (int32_t)e0_argmax(logits + (size_t)i * (size_t)info.vocab_size,
                                              (size_t)info.vocab_size);
         if ((rc = e0_session_eval_batch(ss, ids, (size_t)N, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  batch %d: decode %d/%d, %.2f tok/s ", N, k + 1, n_decode,
-                    (double)N * (k + 1) / (cli_now() - t0));
+                    (double)N * (k + 1) / (now_s() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
-    *decode_s = cli_now() - t0;
+    *decode_s = now_s() - t0;
     e0_stats st;
     e0_engine_stats(e, &st);
     *read = (double)st.bytes_read / ((double)N * n_decode); /* expert bytes per generated token */
@@ -520,6 +518,56 @@ static void report_batched(const int *lv, int nl, const double *pp, const double
     }
 }
 
+/* What bench runs on: the model and the machine's bandwidths, as JSON
+ * fields or two lines. */
+static void report_setup(e0_engine *e, const char *model, const e0_model_info *info, int threads,
+                         e0_kv_type kv, double dram, double disk, bool json, cJSON *root) {
+    if (json) {
+        cJSON_AddStringToObject(root, "model", model);
+        cJSON_AddStringToObject(root, "family", info->family);
+        cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
+        cJSON_AddNumberToObject(root, "threads", threads);
+        cJSON_AddStringToObject(root, "kernels", e0_kernels_name());
+        cJSON_AddStringToObject(root, "kv_type", e0_kv_name(kv));
+        cJSON_AddNumberToObject(root, "dram_bw", dram);
+        cJSON_AddNumberToObject(root, "disk_bw", disk);
+        cJSON_AddStringToObject(root, "expert_reads", e0_uring_on() ? "io_uring" : "pread");
+    } else {
+        printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model,
+               info->family, info->layout, (double)info->weight_bytes / (1u << 30),
+               (double)info->expert_bytes / (1u << 30), e0_engine_io_note(e));
+        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s "
+               "(expert reads: %s); kernels %s, KV cache %s\n",
+               dram / 1e9, threads, disk / 1e9, e0_uring_on() ? "io_uring" : "pread",
+               e0_kernels_name(), e0_kv_name(kv));
+    }
+}
+
+/* Batched decode at each level (after an untimed warm-up), reported. */
+static int bench_batched(e0_engine *e, const int *levels, int n_levels, int n_prefill, int n_decode,
+                         bool json, cJSON *root, char *err) {
+    double pp[BATCH_LEVELS], tg[BATCH_LEVELS], rd[BATCH_LEVELS];
+    /* untimed: the first passes' page faults (scratch, KV cache) and caches */
+    fprintf(stderr, "edge0 bench: batched decode, warming up...\n");
+    if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], &rd[0], err)) return -1;
+    for (int i = 0; i < n_levels; i++) {
+        fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
+        if (run_batched(e, levels[i], n_prefill, n_decode, &pp[i], &tg[i], &rd[i], err)) return -1;
+    }
+    report_batched(levels, n_levels, pp, tg, rd, n_prefill, n_decode, json, root);
+    return 0;
+}
+
+/* --batch: the levels and their count. */
+typedef struct {
+    int *lv, *n;
+} batch_list;
+
+static int opt_batch(void *ptr, const char *name, const char *v) {
+    const batch_list *b = ptr;
+    return parse_batch_list(v, b->lv, b->n);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *trace_path = NULL;
     long n_prefill = 512, n_decode = 64;
@@ -527,40 +575,20 @@ int cmd_bench(int argc, char **argv) {
     int levels[BATCH_LEVELS], n_levels = 0;
     cli_engine ce;
     cli_engine_init(&ce);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--prefill")) {
-            if ((n_prefill = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--decode")) {
-            if ((n_decode = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--trace")) {
-            if (!v) {
-                cli_error("--trace needs a file name");
-                return 2;
-            }
-            trace_path = v, i++;
-        } else if (!strcmp(a, "--batch")) {
-            if (parse_batch_list(v, levels, &n_levels)) return 2;
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--skip-cold")) {
-            skip_cold = true;
-        } else if (!strcmp(a, "--skip-warm")) {
-            skip_warm = true;
-        } else if (a[0] == '-') {
-            cli_error("bench: unknown option '%s' (see edge0 bench --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("bench: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    batch_list batch = {levels, &n_levels};
+    const cli_opt opts[] = {
+        CLI_OPT("--prefill", CLI_LONG, &n_prefill, .lo = 1, .hi = 1 << 20),
+        CLI_OPT("--decode", CLI_LONG, &n_decode, .lo = 1, .hi = 1 << 20),
+        CLI_OPT("--trace", CLI_STR, &trace_path, .need = "a file name"),
+        CLI_OPT("--batch", CLI_FN, &batch, .fn = opt_batch),
+        CLI_OPT("--json", CLI_SET, &json),
+        CLI_OPT("--skip-cold", CLI_SET, &skip_cold),
+        CLI_OPT("--skip-warm", CLI_SET, &skip_warm),
+        {0},
+    };
+    const cli_args args = {.cmd = "bench", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (!model) {
         cli_error("bench needs MODEL (see edge0 bench --help)");
         return 2;
@@ -594,25 +622,7 @@ int cmd_bench(int argc, char **argv) {
     const bool loaded = strncmp(e0_engine_io_note(e), "io load", 7) == 0;
     const bool mmap_io = loaded || strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
     cJSON *root = cJSON_CreateObject();
-    if (json) {
-        cJSON_AddStringToObject(root, "model", model);
-        cJSON_AddStringToObject(root, "family", info.family);
-        cJSON_AddStringToObject(root, "io", e0_engine_io_note(e));
-        cJSON_AddNumberToObject(root, "threads", threads);
-        cJSON_AddStringToObject(root, "kernels", mat_kernels_name());
-        cJSON_AddStringToObject(root, "kv_type", e0_kv_name(ce.eo.kv_type));
-        cJSON_AddNumberToObject(root, "dram_bw", dram);
-        cJSON_AddNumberToObject(root, "disk_bw", disk);
-        cJSON_AddStringToObject(root, "expert_reads", st_uring_on() ? "io_uring" : "pread");
-    } else {
-        printf("model %s (%s, %s): %.2f GiB of weights, %.2f GiB of experts; %s\n", model,
-               info.family, info.layout, (double)info.weight_bytes / (1u << 30),
-               (double)info.expert_bytes / (1u << 30), e0_engine_io_note(e));
-        printf("machine: DRAM read %.1f GB/s (%d threads), checkpoint read from disk %.2f GB/s "
-               "(expert reads: %s); kernels %s, KV cache %s\n",
-               dram / 1e9, threads, disk / 1e9, st_uring_on() ? "io_uring" : "pread",
-               mat_kernels_name(), e0_kv_name(ce.eo.kv_type));
-    }
+    report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
     int status = 0;
     phase ph;
     const bool trace = ce.stats || trace_path;
@@ -658,16 +668,7 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
             e0_engine_warm_cache(e);
         }
-        double pp[BATCH_LEVELS], tg[BATCH_LEVELS], rd[BATCH_LEVELS];
-        /* untimed: the first passes' page faults (scratch, KV cache) and caches */
-        fprintf(stderr, "edge0 bench: batched decode, warming up...\n");
-        if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], &rd[0], err)) goto fail;
-        for (int i = 0; i < n_levels; i++) {
-            fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
-            if (run_batched(e, levels[i], (int)n_prefill, (int)n_decode, &pp[i], &tg[i], &rd[i], err))
-                goto fail;
-        }
-        report_batched(levels, n_levels, pp, tg, rd, (int)n_prefill, (int)n_decode, json, root);
+        if (bench_batched(e, levels, n_levels, (int)n_prefill, (int)n_decode, json, root, err)) goto fail;
     }
     if (json) {
         char *s = cJSON_Print(root);

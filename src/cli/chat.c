@@ -6,6 +6,8 @@
  * Ctrl-C stops the answer being generated; at the prompt it only reminds
  * how to leave. */
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "util/json.h"
 #include "edge0.h"
 
 #include <errno.h>
@@ -57,20 +59,12 @@ static int piece(void *user, const char *text, size_t len) {
     return 0;
 }
 
-/* JSON string literal of s into a malloc'd buffer. */
-static char *json_str(const char *s) {
-    size_t n = strlen(s), o = 0;
-    char *out = malloc(n * 6 + 3);
-    if (!out) return NULL;
-    out[o++] = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') out[o++] = '\\', out[o++] = (char)*p;
-        else if (*p < 0x20) o += (size_t)sprintf(out + o, "\\u%04x", *p);
-        else out[o++] = (char)*p;
-    }
-    out[o++] = '"';
-    out[o] = 0;
-    return out;
+/* JSON string literal of s into a malloc'd buffer (util/json.h). */
+static char *json_str_of(const char *s) {
+    sbuf b = {0};
+    sb_json_str(&b, s, strlen(s));
+    if (b.oom) sb_free(&b);
+    return b.p;
 }
 
 /* The text this turn appends: on the first turn the rendered system and
@@ -78,7 +72,7 @@ static char *json_str(const char *s) {
  * each followed by the generation prompt. */
 static int turn_text(const char *system, const char *user, bool first, bool think, char **out, size_t *len,
                      char *err) {
-    char *u = json_str(user), *sy = system && first ? json_str(system) : NULL, *msgs = NULL, *r = NULL;
+    char *u = json_str_of(user), *sy = system && first ? json_str_of(system) : NULL, *msgs = NULL, *r = NULL;
     size_t rl = 0;
     int rc = E0_ENOMEM;
     if (u && (!system || !first || sy)) {
@@ -106,6 +100,103 @@ static int turn_text(const char *system, const char *user, bool first, bool thin
     return rc;
 }
 
+/* The conversation across turns. */
+typedef struct {
+    e0_engine *eng;
+    e0_session *s;
+    e0_text *text;
+    const char *system;
+    const e0_sample_opts *sample;
+    long ctx;
+    bool think, first, color;
+    int32_t *prompt; /* the last turn's ids, the history before them included */
+} chat_conv;
+
+/* A line that is a command (/help, /reset, ...): runs it. 2: leave the
+ * chat; 1: done; 0: not a command, a message to send. */
+static int chat_command(chat_conv *c, const char *line) {
+    if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return 2;
+    if (!strcmp(line, "/help")) {
+        printf("%s", COMMANDS_HELP);
+        return 1;
+    }
+    if (!strcmp(line, "/reset")) {
+        e0_session_reset(c->s);
+        c->first = true;
+        printf("(conversation reset)");
+        return 1;
+    }
+    if (!strcmp(line, "/stats")) {
+        printf("conversation: %d of %ld context tokens\n", e0_session_pos(c->s), c->ctx);
+        cli_print_stats(c->eng, stdout);
+        return 1;
+    }
+    if (!strncmp(line, "/think", 6)) {
+        const char *arg = line + 6 + strspn(line + 6, " ");
+        if (!strcmp(arg, "on") || !strcmp(arg, "off")) c->think = !strcmp(arg, "on");
+        printf("(thinking %s%s)", c->think ? "on" : "off", *arg && strcmp(arg, "on") && strcmp(arg, "off") ? "; use /think on|off" : "");
+        return 1;
+    }
+    if (line[0] == '/') {
+        printf("(unknown command %s; /help lists them)", line);
+        return 1;
+    }
+    return 0;
+}
+
+/* One turn: the message after the history, the answer streamed, its
+ * counts. 0 (a turn that failed said why), or -1 out of memory (err). */
+static int chat_turn(chat_conv *c, const char *line, char *err) {
+    char *delta = NULL;
+    size_t dl;
+    int32_t *ids = NULL;
+    size_t n_ids, n_hist;
+    if (turn_text(c->system, line, c->first, c->think, &delta, &dl, err) || e0_text_encode(c->text, delta, dl, &ids, &n_ids, err)) {
+        free(delta);
+        printf("error: %s", err);
+        return 0;
+    }
+    free(delta);
+    const int32_t *hist = e0_session_history(c->s, &n_hist);
+    if (!c->first && n_hist + n_ids + 1 > (size_t)c->ctx) {
+        printf("(the context is full: %zu of %ld tokens used and this turn needs %zu more; /reset to start over, "
+               "or restart with a larger --ctx)", n_hist, c->ctx, n_ids);
+        free(ids);
+        return 0;
+    }
+    free(c->prompt);
+    c->prompt = malloc((n_hist + n_ids) * sizeof *c->prompt);
+    if (!c->prompt) {
+        free(ids);
+        snprintf(err, E0_ERR_MAX, "out of memory");
+        return -1;
+    }
+    memcpy(c->prompt, hist, n_hist * sizeof *c->prompt);
+    memcpy(c->prompt + n_hist, ids, n_ids * sizeof *c->prompt);
+    free(ids);
+    e0_gen_result r;
+    int rc = e0_generate(c->s, c->text, c->prompt, n_hist + n_ids, c->sample, piece, NULL, &r, err);
+    if (rc == E0_ERANGE) {
+        printf("(this message does not fit in the context of %ld tokens; /reset or use a larger --ctx)", c->ctx);
+        return 0;
+    }
+    if (rc) {
+        printf("\nerror: %s", err);
+        c->first = true; /* a failed evaluation resets the session */
+        return 0;
+    }
+    c->first = false;
+    const char *why = r.finish == E0_FINISH_CANCELLED ? " stopped"
+                      : r.finish == E0_FINISH_CONTEXT ? " -- the context is full; /reset to start over"
+                      : r.finish == E0_FINISH_LENGTH  ? " (max tokens)"
+                                                      : "";
+    printf("\n%s[%d new prompt tokens (%d reused), %.1f tok/s prefill; %d tokens, %.1f tok/s%s]%s",
+           c->color ? "\033[2m" : "", r.prompt_tokens - r.reused_tokens, r.reused_tokens,
+           r.prefill_s > 0 ? (r.prompt_tokens - r.reused_tokens) / r.prefill_s : 0.0, r.completion_tokens,
+           r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why, c->color ? "\033[0m" : "");
+    return 0;
+}
+
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
     char *first_msg = NULL; /* --prompt-file */
@@ -114,37 +205,18 @@ int cmd_chat(int argc, char **argv) {
     cli_engine ce;
     cli_engine_init(&ce);
     ce.sampling = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--system")) {
-            if (!v) {
-                cli_error("--system needs a value");
-                return 2;
-            }
-            system = v, i++;
-        } else if (!strcmp(a, "--prompt-file")) {
-            if (!v) {
-                cli_error("--prompt-file needs a file name");
-                return 2;
-            }
-            free(first_msg);
-            if (!(first_msg = cli_read_text_file("--prompt-file", v))) return 2;
-            i++;
-        } else if (!strcmp(a, "--ctx")) {
-            if ((ctx = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--no-think")) {
-            think = false;
-        } else if (a[0] == '-') {
-            cli_error("chat: unknown option '%s' (see edge0 chat --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("chat: unexpected argument '%s'", a);
-            return 2;
-        }
+    const cli_opt opts[] = {
+        CLI_OPT("--system", CLI_STR, &system),
+        CLI_OPT("--prompt-file", CLI_FN, &first_msg, .fn = cli_opt_text_file, .need = "a file name"),
+        CLI_OPT("--ctx", CLI_LONG, &ctx, .lo = 16, .hi = 1 << 24),
+        CLI_OPT("--no-think", CLI_CLEAR, &think),
+        {0},
+    };
+    const cli_args args = {.cmd = "chat", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) {
+        free(first_msg);
+        return parsed == 1 ? 0 : 2;
     }
     if (!model) {
         cli_error("chat needs MODEL (see edge0 chat --help)");
@@ -160,9 +232,9 @@ int cmd_chat(int argc, char **argv) {
     e0_engine *eng = NULL;
     e0_session *s = NULL;
     e0_text *text = NULL;
-    int32_t *prompt = NULL;
     cli_line *in = NULL;
     char *line = NULL;
+    chat_conv c = {0};
     int status = 1;
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
@@ -178,13 +250,12 @@ int cmd_chat(int argc, char **argv) {
     printf("edge0 chat: %s (%s, %d layers, %d experts, top-%d), context %ld tokens. /help lists "
            "the commands\n",
            model, info.family, info.n_layers, info.n_experts, info.top_k, ctx);
-    const bool color = cli_color();
+    c = (chat_conv){eng, s, text, system, &ce.sample, ctx, think, true, cli_color(), NULL};
     in = cli_line_open();
     if (!in) {
         snprintf(err, sizeof err, "out of memory");
         goto out;
     }
-    bool first = true;
     for (;;) {
         free(line);
         line = NULL;
@@ -205,79 +276,10 @@ int cmd_chat(int argc, char **argv) {
         }
         if (!line[strspn(line, " \t\r\n")]) continue; /* empty or blank: nothing to send */
         cli_line_add_history(in, line);
-        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/help")) {
-            printf("%s", COMMANDS_HELP);
-            continue;
-        }
-        if (!strcmp(line, "/reset")) {
-            e0_session_reset(s);
-            first = true;
-            printf("(conversation reset)");
-            continue;
-        }
-        if (!strcmp(line, "/stats")) {
-            printf("conversation: %d of %ld context tokens\n", e0_session_pos(s), ctx);
-            cli_print_stats(eng, stdout);
-            continue;
-        }
-        if (!strncmp(line, "/think", 6)) {
-            const char *arg = line + 6 + strspn(line + 6, " ");
-            if (!strcmp(arg, "on") || !strcmp(arg, "off")) think = !strcmp(arg, "on");
-            printf("(thinking %s%s)", think ? "on" : "off", *arg && strcmp(arg, "on") && strcmp(arg, "off") ? "; use /think on|off" : "");
-            continue;
-        }
-        if (line[0] == '/') {
-            printf("(unknown command %s; /help lists them)", line);
-            continue;
-        }
-        char *delta = NULL;
-        size_t dl;
-        int32_t *ids = NULL;
-        size_t n_ids, n_hist;
-        if (turn_text(system, line, first, think, &delta, &dl, err) || e0_text_encode(text, delta, dl, &ids, &n_ids, err)) {
-            free(delta);
-            printf("error: %s", err);
-            continue;
-        }
-        free(delta);
-        const int32_t *hist = e0_session_history(s, &n_hist);
-        if (!first && n_hist + n_ids + 1 > (size_t)ctx) {
-            printf("(the context is full: %zu of %ld tokens used and this turn needs %zu more; /reset to start over, "
-                   "or restart with a larger --ctx)", n_hist, ctx, n_ids);
-            free(ids);
-            continue;
-        }
-        free(prompt);
-        prompt = malloc((n_hist + n_ids) * sizeof *prompt);
-        if (!prompt) {
-            free(ids);
-            snprintf(err, sizeof err, "out of memory");
-            goto out;
-        }
-        memcpy(prompt, hist, n_hist * sizeof *prompt);
-        memcpy(prompt + n_hist, ids, n_ids * sizeof *prompt);
-        free(ids);
-        e0_gen_result r;
-        int rc = e0_generate(s, text, prompt, n_hist + n_ids, &ce.sample, piece, NULL, &r, err);
-        if (rc == E0_ERANGE) {
-            printf("(this message does not fit in the context of %ld tokens; /reset or use a larger --ctx)", ctx);
-            continue;
-        }
-        if (rc) {
-            printf("\nerror: %s", err);
-            first = true; /* a failed evaluation resets the session */
-            continue;
-        }
-        first = false;
-        const char *why = r.finish == E0_FINISH_CANCELLED ? " stopped"
-                          : r.finish == E0_FINISH_CONTEXT ? " -- the context is full; /reset to start over"
-                          : r.finish == E0_FINISH_LENGTH  ? " (max tokens)"
-                                                          : "";
-        printf("\n%s[%d new prompt tokens (%d reused), %.1f tok/s prefill; %d tokens, %.1f tok/s%s]%s",
-               color ? "\033[2m" : "", r.prompt_tokens - r.reused_tokens, r.reused_tokens,
-               r.prefill_s > 0 ? (r.prompt_tokens - r.reused_tokens) / r.prefill_s : 0.0, r.completion_tokens,
-               r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0, why, color ? "\033[0m" : "");
+        const int cmd = chat_command(&c, line);
+        if (cmd == 2) break;
+        if (cmd == 1) continue;
+        if (chat_turn(&c, line, err)) goto out;
     }
     if (ce.stats) {
         printf("\n");
@@ -289,7 +291,7 @@ out:
     free(line);
     cli_line_close(in);
     free(first_msg);
-    free(prompt);
+    free(c.prompt);
     e0_text_free(text);
     e0_session_free(s);
     e0_engine_free(eng);

@@ -3,6 +3,7 @@
 #define E0_CLI_H
 
 #include "edge0.h"
+#include "util/clock.h" /* now_s */
 
 #include <signal.h>
 #include <stdbool.h>
@@ -40,9 +41,7 @@ typedef struct {
     int no_sync;          /* --no-sync */
     int dry;              /* --dry-run */
 } cli_write_opts;
-/* argv[*i] (with its value v, or NULL) if it is one of those: 1 (*i moved
- * past a value), 0 if it is not, -1 on a bad value (message printed). */
-int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w);
+/* cli_write_table (opts.h) makes their option rows. */
 
 /* SIGINT / SIGTERM set the returned flag until cli_cancel_end restores the
  * previous handlers: a long write stops cleanly instead of dying. */
@@ -65,8 +64,6 @@ long cli_parse_long(const char *opt, const char *val, long lo, long hi);
 unsigned long long cli_parse_size(const char *s);
 /* "1,2,3" -> malloc'd ids; -1 (message printed) on a malformed or empty list. */
 int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n);
-/* Seconds on a monotonic clock. */
-double cli_now(void);
 
 /* The chat prompt (lineedit.c): libedit line editing, history and
  * bracketed paste on a terminal, plain reads otherwise. cli_line_read
@@ -115,16 +112,7 @@ void cli_engine_init(cli_engine *c);
  * 0 (not one), -1 (bad value, message printed), 2 (--help: `help` and the
  * engine options printed; the command exits 0). */
 int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help);
-/* What a command's argument loop does with cli_engine_arg's answer: the
- * next argument, or return. A plain block, not do-while(0): `continue` must
- * reach the argument loop. */
-#define CLI_ENGINE_ARG(ce, argc, argv, i, help)                 \
-    {                                                           \
-        int r_ = cli_engine_arg(ce, argc, argv, i, help);       \
-        if (r_ < 0) return 2;                                   \
-        if (r_ == 2) return 0;                                  \
-        if (r_ == 1) continue;                                  \
-    }
+/* (cli_parse, opts.h, asks it first for every argument.) */
 /* Builds c->eo: defaults, preset, opts, --prefill-ondemand, the rest. */
 int cli_engine_finish(cli_engine *c);
 /* After open: prints what --mem-budget chose. */

@@ -2,7 +2,7 @@
  * Hugging Face checkpoint -> mlx layout, with a progress bar on stderr (a
  * line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
-#include "convert/convert.h"
+#include "cli/opts.h"
 #include "edge0.h"
 
 #include <signal.h>
@@ -41,58 +41,54 @@ static void help(FILE *f) {
             "  --dry-run          check SRC and print the plan, write nothing\n");
 }
 
-static void on_progress(void *ctx, const convert_progress *p) {
-    cli_phase ph = p->phase == CONVERT_WRITING ? CLI_PHASE_WRITING
-                   : p->phase == CONVERT_SYNCING ? CLI_PHASE_SYNCING
+static void on_progress(void *ctx, const e0_convert_progress *p) {
+    cli_phase ph = p->phase == E0_CONVERT_WRITING ? CLI_PHASE_WRITING
+                   : p->phase == E0_CONVERT_SYNCING ? CLI_PHASE_SYNCING
                                                  : CLI_PHASE_DONE;
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
 }
 
+static int opt_bits(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 2, 8);
+    if (n < 0) return -1;
+    if (n == 7) {
+        cli_error("--bits must be 2, 3, 4, 5, 6 or 8");
+        return -1;
+    }
+    *(int *)ptr = (int)n;
+    return 0;
+}
+
+static int opt_group(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 32, 128);
+    if (n < 0) return -1;
+    if (n != 32 && n != 64 && n != 128) {
+        cli_error("--group-size must be 32, 64 or 128");
+        return -1;
+    }
+    *(int *)ptr = (int)n;
+    return 0;
+}
+
 int cmd_convert(int argc, char **argv) {
     const char *src = NULL, *dst = NULL;
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--bits")) {
-            if ((n = cli_parse_long(a, v, 2, 8)) < 0) return 2;
-            if (n == 7) {
-                cli_error("--bits must be 2, 3, 4, 5, 6 or 8");
-                return 2;
-            }
-            o.bits = (int)n, i++;
-        } else if (!strcmp(a, "--group-size")) {
-            if ((n = cli_parse_long(a, v, 32, 128)) < 0) return 2;
-            if (n != 32 && n != 64 && n != 128) {
-                cli_error("--group-size must be 32, 64 or 128");
-                return 2;
-            }
-            o.group = (int)n, i++;
-        } else if (!strcmp(a, "--fused-gate-up")) {
-            o.fused_gate_up = 1;
-        } else if (!strcmp(a, "--keep-mtp")) {
-            o.keep_mtp = 1;
-        } else if (!strcmp(a, "--force")) {
-            o.force = 1;
-        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
-            if (n < 0) return 2;
-        } else if (a[0] == '-') {
-            cli_error("convert: unknown option '%s' (see edge0 convert --help)", a);
-            return 2;
-        } else if (!src) {
-            src = a;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            cli_error("convert: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    cli_opt write_opts[CLI_WRITE_ROWS];
+    cli_write_table(write_opts, &w);
+    const cli_opt opts[] = {
+        CLI_OPT("--bits", CLI_FN, &o.bits, .fn = opt_bits),
+        CLI_OPT("--group-size", CLI_FN, &o.group, .fn = opt_group),
+        CLI_OPT("--fused-gate-up", CLI_ISET, &o.fused_gate_up),
+        CLI_OPT("--keep-mtp", CLI_ISET, &o.keep_mtp),
+        CLI_OPT("--force", CLI_ISET, &o.force),
+        {0},
+    };
+    const cli_args args = {.cmd = "convert", .help_fn = help, .opts = opts, .more = write_opts, .pos = &src,
+                           .pos2 = &dst};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
     if (!src || (!dst && !w.dry)) {
         cli_error("convert needs SRC and DST (see edge0 convert --help)");
@@ -104,8 +100,8 @@ int cmd_convert(int argc, char **argv) {
         return 1;
     }
     char err[E0_ERR_MAX];
-    convert_info info;
-    if (convert_plan(src, &o, &info, err) != 0) {
+    e0_convert_info info;
+    if (e0_convert_plan(src, &o, &info, err) != 0) {
         cli_error("%s", err);
         return 1;
     }
@@ -125,15 +121,15 @@ int cmd_convert(int argc, char **argv) {
     o.progress = on_progress;
     o.progress_ctx = &st;
     o.cancel = cli_cancel_begin();
-    const double t0 = cli_now();
-    int rc = convert_run(src, dst, &o, &info, err);
+    const double t0 = now_s();
+    int rc = e0_convert_run(src, dst, &o, &info, err);
     cli_cancel_end();
     if (rc != 0) {
         if (st.tty) fputc('\n', stderr);
         cli_error("%s", err);
         return 1;
     }
-    const double dt = cli_now() - t0, s = dt > 0 ? dt : 1e-9;
+    const double dt = now_s() - t0, s = dt > 0 ? dt : 1e-9;
     printf("wrote %s: %.2f GB from %.2f GB in %.1f s (read %.0f MB/s, write %.0f MB/s), %zu file%s copied, "
            "peak RSS %.0f MiB\n",
            dst, (double)info.out_bytes / 1e9, (double)info.src_bytes / 1e9, dt, (double)info.src_bytes / 1e6 / s,

@@ -3,9 +3,9 @@
  * model of the Qwen3.5/3.6 MoE shape with the real Qwen3 tokenizer (from
  * assets/), so it runs offline on a fresh clone; its answers are noise. */
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "util/json.h"
 #include "edge0.h"
-#include "model/synth.h"
-#include "text/sampler.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -100,7 +100,7 @@ static int builtin_model(char *dir, size_t n) {
         fprintf(stderr, "edge0 demo: no MODEL given; building the built-in tiny model (random weights, "
                         "qwen3_5_moe layout, Qwen3 tokenizer) in %s\n", dir);
         char err[E0_ERR_MAX];
-        if (synth_write(synth_find("tiny"), dir, 1, err) != 0) {
+        if (e0_synth_write(e0_synth_find("tiny"), dir, 1, err) != 0) {
             cli_error("%s", err);
             return -1;
         }
@@ -115,6 +115,69 @@ static int print_piece(void *user, const char *text, size_t len) {
     return 0;
 }
 
+/* [{"role":"system",...},{"role":"user","content":"<prompt, JSON-escaped>"}]
+ * (malloc'd), or NULL out of memory. */
+static char *messages_json(const char *system, const char *prompt) {
+    sbuf b = {0};
+    sb_printf(&b, "[");
+    for (int m = system ? 0 : 1; m < 2; m++) {
+        const char *text_m = m ? prompt : system;
+        sb_printf(&b, "%s{\"role\":\"%s\",\"content\":", m && system ? "," : "", m ? "user" : "system");
+        sb_json_str(&b, text_m, strlen(text_m));
+        sb_printf(&b, "}");
+    }
+    sb_printf(&b, "]");
+    if (b.oom) sb_free(&b);
+    return b.p;
+}
+
+/* Token ids without a tokenizer: greedy, printing the ids; r gets the
+ * counts and times. 0, or an error (err; -1 out of memory, err left). */
+static int greedy_ids(e0_session *s, const int32_t *ids, size_t n_ids, int32_t vocab, int max_tokens,
+                      e0_gen_result *r, char *err) {
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    if (!logits) return -1;
+    memset(r, 0, sizeof *r);
+    double a = now_s();
+    int rc = e0_session_eval(s, ids, n_ids, E0_LOGITS_LAST, logits, err);
+    r->prefill_s = now_s() - a;
+    a = now_s();
+    for (int k = 0; !rc && k < max_tokens; k++) {
+        int32_t best = (int32_t)e0_argmax(logits, (size_t)vocab);
+        printf(" %d", best);
+        fflush(stdout);
+        r->completion_tokens++;
+        if (k + 1 < max_tokens) rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err);
+    }
+    r->decode_s = now_s() - a;
+    free(logits);
+    return rc;
+}
+
+/* --prompt-file: the text read, which becomes the prompt. */
+typedef struct {
+    const char **prompt;
+    char **buf;
+} prompt_arg;
+
+static int opt_prompt_file(void *ptr, const char *name, const char *v) {
+    const prompt_arg *p = ptr;
+    if (cli_opt_text_file(p->buf, name, v)) return -1;
+    *p->prompt = *p->buf;
+    return 0;
+}
+
+/* --ids: once. */
+typedef struct {
+    int32_t **ids;
+    size_t *n;
+} id_list;
+
+static int opt_ids(void *ptr, const char *name, const char *v) {
+    const id_list *l = ptr;
+    return *l->ids || cli_parse_ids(name, v, l->ids, l->n) != 0 ? -1 : 0;
+}
+
 int cmd_demo(int argc, char **argv) {
     const char *model = NULL, *prompt = "Why is the sky blue? Answer in one sentence.", *system = NULL;
     char *prompt_buf = NULL; /* --prompt-file */
@@ -124,44 +187,24 @@ int cmd_demo(int argc, char **argv) {
     cli_engine ce;
     cli_engine_init(&ce);
     ce.sampling = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--prompt")) {
-            if (!v) {
-                cli_error("--prompt needs a value");
-                goto usage;
-            }
-            prompt = v, i++;
-        } else if (!strcmp(a, "--prompt-file")) {
-            if (!v) {
-                cli_error("--prompt-file needs a file name");
-                goto usage;
-            }
-            free(prompt_buf);
-            if (!(prompt_buf = cli_read_text_file(a, v))) goto usage;
-            prompt = prompt_buf, i++;
-        } else if (!strcmp(a, "--system")) {
-            if (!v) {
-                cli_error("--system needs a value");
-                goto usage;
-            }
-            system = v, i++;
-        } else if (!strcmp(a, "--no-think")) {
-            think = false;
-        } else if (!strcmp(a, "--ids")) {
-            if (ids || cli_parse_ids(a, v, &ids, &n_ids) != 0) goto usage;
-            i++;
-        } else if (a[0] == '-') {
-            cli_error("demo: unknown option '%s' (see edge0 demo --help)", a);
-            goto usage;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("demo: unexpected argument '%s'", a);
-            goto usage;
-        }
+    prompt_arg pf = {&prompt, &prompt_buf};
+    id_list il = {&ids, &n_ids};
+    const cli_opt opts[] = {
+        CLI_OPT("--prompt", CLI_STR, &prompt),
+        CLI_OPT("--prompt-file", CLI_FN, &pf, .fn = opt_prompt_file, .need = "a file name"),
+        CLI_OPT("--system", CLI_STR, &system),
+        CLI_OPT("--no-think", CLI_CLEAR, &think),
+        CLI_OPT("--ids", CLI_FN, &il, .fn = opt_ids),
+        {0},
+    };
+    const cli_args args = {.cmd = "demo", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed == 1) {
+        free(prompt_buf);
+        free(ids);
+        return 0;
     }
+    if (parsed) goto usage;
     if (cli_engine_finish(&ce) != 0) goto usage;
     if (!ce.sample.max_tokens) ce.sample.max_tokens = 64;
     char dir[4200];
@@ -178,7 +221,7 @@ int cmd_demo(int argc, char **argv) {
     e0_session *s = NULL;
     e0_text *text = NULL;
     int status = 1;
-    double t0 = cli_now();
+    double t0 = now_s();
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
     if (!ids) {
@@ -188,23 +231,8 @@ int cmd_demo(int argc, char **argv) {
             snprintf(err, sizeof err, "%.400s (give --ids to run token ids without a tokenizer)", why);
             goto out;
         }
-        char *msg = NULL;
-        size_t ml = (strlen(prompt) + (system ? strlen(system) : 0)) * 6 + 96;
-        if (!(msg = malloc(ml))) goto out;
-        /* [{"role":"system",...},{"role":"user","content":"<prompt, JSON-escaped>"}] */
-        size_t o = (size_t)snprintf(msg, ml, "[");
-        for (int m = system ? 0 : 1; m < 2; m++) {
-            const char *text_m = m ? prompt : system;
-            o += (size_t)snprintf(msg + o, ml - o, "%s{\"role\":\"%s\",\"content\":\"", m && system ? "," : "",
-                                  m ? "user" : "system");
-            for (const unsigned char *p = (const unsigned char *)text_m; *p; p++) {
-                if (*p == '"' || *p == '\\') o += (size_t)snprintf(msg + o, ml - o, "\\%c", *p);
-                else if (*p < 0x20) o += (size_t)snprintf(msg + o, ml - o, "\\u%04x", *p);
-                else msg[o++] = (char)*p;
-            }
-            o += (size_t)snprintf(msg + o, ml - o, "\"}");
-        }
-        snprintf(msg + o, ml - o, "]");
+        char *msg = messages_json(system, prompt);
+        if (!msg) goto out;
         e0_chat_opts co;
         e0_chat_opts_default(&co);
         co.enable_thinking = think;
@@ -231,24 +259,8 @@ int cmd_demo(int argc, char **argv) {
     e0_gen_result r;
     if (text) {
         if (e0_generate(s, text, ids, n_ids, &ce.sample, print_piece, NULL, &r, err) != E0_OK) goto out;
-    } else { /* ids only: greedy, printing ids */
-        float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
-        if (!logits) goto out;
-        memset(&r, 0, sizeof r);
-        double a = cli_now();
-        int rc = e0_session_eval(s, ids, n_ids, E0_LOGITS_LAST, logits, err);
-        r.prefill_s = cli_now() - a;
-        a = cli_now();
-        for (int k = 0; !rc && k < ce.sample.max_tokens; k++) {
-            int32_t best = (int32_t)sampler_argmax(logits, (size_t)info.vocab_size);
-            printf(" %d", best);
-            fflush(stdout);
-            r.completion_tokens++;
-            if (k + 1 < ce.sample.max_tokens) rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err);
-        }
-        r.decode_s = cli_now() - a;
-        free(logits);
-        if (rc) goto out;
+    } else if (greedy_ids(s, ids, n_ids, info.vocab_size, ce.sample.max_tokens, &r, err)) {
+        goto out;
     }
     e0_stats st;
     e0_engine_stats(eng, &st);
@@ -257,7 +269,7 @@ int cmd_demo(int argc, char **argv) {
     if (lk) snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)st.lru_hits / (double)lk);
     printf("\n\nload %.2f s | prefill %zu tokens, %.1f tok/s | decode %d tokens, %.1f tok/s | read %.1f MiB/token | "
            "cache hit rate %s | peak RSS %.0f MiB\n",
-           cli_now() - t0 - r.prefill_s - r.decode_s, n_ids, (double)n_ids / r.prefill_s, r.completion_tokens,
+           now_s() - t0 - r.prefill_s - r.decode_s, n_ids, (double)n_ids / r.prefill_s, r.completion_tokens,
            r.decode_s > 0 ? r.completion_tokens / r.decode_s : 0.0,
            tokens ? (double)st.bytes_read / (double)tokens / (1 << 20) : 0.0, hit, (double)st.peak_rss / (1 << 20));
     if (ce.stats) cli_print_stats(eng, stdout);

@@ -2,7 +2,6 @@
  * --stats report. Applied in a fixed order whatever the argument order:
  * defaults, --preset, each --opt, --prefill-ondemand, --path/--io/--kv-type/--threads. */
 #include "cli/cli.h"
-#include "quant/mat.h"
 #include "util/pool.h"
 
 #include <stdio.h>
@@ -12,7 +11,7 @@
 
 const char *CLI_ENGINE_HELP =
     "engine options:\n"
-    "  --preset NAME        staged_k4, prod_k8 or staged_k8 (DESIGN.md section 4)\n"
+    "  --preset NAME        staged_k4, prod_k8 or staged_k8 (docs/design.md §4.6)\n"
     "  --opt FIELD=VALUE    set one LayerOptions field (repeatable; --opt help lists them)\n"
     "  --path P             force the expert path: exact, staged, hot or full\n"
     "  --prefill-ondemand   per-expert prefill instead of whole-layer reads\n"
@@ -158,6 +157,57 @@ unsigned long long cli_parse_size(const char *s) {
     return (unsigned long long)(v * mul);
 }
 
+/* Where the weights and the KV cache live: --io, --kv-type, --mem-budget,
+ * --gpu, --vram-budget. 1: taken (with its value), 0: not one of them,
+ * -1: a bad value (said on stderr). */
+static int memory_arg(cli_engine *c, const char *a, const char *v) {
+    if (!strcmp(a, "--io")) {
+        int k = -1;
+        for (int j = 0; j < E0_IO_MODES; j++)
+            if (!strcmp(v, e0_io_name((e0_io_mode)j))) k = j;
+        if (k < 0) {
+            cli_error("--io: '%s' is not auto, pread, mmap or load", v);
+            return -1;
+        }
+        c->io = (e0_io_mode)k;
+        c->io_set = true;
+    } else if (!strcmp(a, "--kv-type")) {
+        if (!strcmp(v, e0_kv_name(E0_KV_F32))) {
+            c->kv_type = E0_KV_F32;
+        } else if (!strcmp(v, e0_kv_name(E0_KV_F16))) {
+            c->kv_type = E0_KV_F16;
+        } else {
+            cli_error("--kv-type: '%s' is not f32 or f16", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--mem-budget")) {
+        c->mem_budget = 0;
+        c->budget_off = !strcmp(v, "off");
+        if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = cli_parse_size(v))) {
+            cli_error("--mem-budget: '%s' is not a size such as 8G or 512M, auto or off", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--gpu")) {
+        if (!strcmp(v, "auto")) {
+            c->gpu = E0_GPU_AUTO;
+        } else if (!strcmp(v, "off")) {
+            c->gpu = E0_GPU_OFF;
+        } else {
+            long n = cli_parse_long(a, v, 0, 63);
+            if (n < 0) return -1;
+            c->gpu = (int)n;
+        }
+    } else if (!strcmp(a, "--vram-budget")) {
+        if (!(c->vram_budget = cli_parse_size(v))) {
+            cli_error("--vram-budget: '%s' is not a size such as 8G or 512M", v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *help) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -199,6 +249,12 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         (*i)++;
         return 1;
     }
+    int mr = takes ? memory_arg(c, a, v) : 0;
+    if (mr < 0) return -1;
+    if (mr) {
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--preset")) {
         c->preset = v;
     } else if (!strcmp(a, "--opt")) {
@@ -227,60 +283,19 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
         }
         c->path = paths[k];
         c->path_set = true;
-    } else if (!strcmp(a, "--io")) {
-        int k = -1;
-        for (int j = 0; j < E0_IO_MODES; j++)
-            if (!strcmp(v, e0_io_name((e0_io_mode)j))) k = j;
-        if (k < 0) {
-            cli_error("--io: '%s' is not auto, pread, mmap or load", v);
-            return -1;
-        }
-        c->io = (e0_io_mode)k;
-        c->io_set = true;
-    } else if (!strcmp(a, "--kv-type")) {
-        if (!strcmp(v, e0_kv_name(E0_KV_F32))) {
-            c->kv_type = E0_KV_F32;
-        } else if (!strcmp(v, e0_kv_name(E0_KV_F16))) {
-            c->kv_type = E0_KV_F16;
-        } else {
-            cli_error("--kv-type: '%s' is not f32 or f16", v);
-            return -1;
-        }
-    } else if (!strcmp(a, "--mem-budget")) {
-        c->mem_budget = 0;
-        c->budget_off = !strcmp(v, "off");
-        if (!c->budget_off && strcmp(v, "auto") && !(c->mem_budget = cli_parse_size(v))) {
-            cli_error("--mem-budget: '%s' is not a size such as 8G or 512M, auto or off", v);
-            return -1;
-        }
-    } else if (!strcmp(a, "--gpu")) {
-        if (!strcmp(v, "auto")) {
-            c->gpu = E0_GPU_AUTO;
-        } else if (!strcmp(v, "off")) {
-            c->gpu = E0_GPU_OFF;
-        } else {
-            long n = cli_parse_long(a, v, 0, 63);
-            if (n < 0) return -1;
-            c->gpu = (int)n;
-        }
-    } else if (!strcmp(a, "--vram-budget")) {
-        if (!(c->vram_budget = cli_parse_size(v))) {
-            cli_error("--vram-budget: '%s' is not a size such as 8G or 512M", v);
-            return -1;
-        }
     } else if (!strcmp(a, "--threads")) {
         long n = cli_parse_long(a, v, 0, 1024);
         if (n < 0) return -1;
         c->threads = (int)n;
     } else if (!strcmp(a, "--kernels")) {
         e0_kernels k;
-        if (mat_kernels_parse(v, &k) || !mat_kernels_supported(k)) {
+        if (e0_kernels_parse(v, &k) || !e0_kernels_supported(k)) {
             cli_error("--kernels: '%s' is not a kernel set this CPU runs (auto, exact, "
                       "avx512-mixed, avx512-q24, avx512-q16, avx512, avx2, ref)",
                       v);
             return -1;
         }
-        mat_set_kernels(k);
+        e0_set_kernels(k);
     } else if (!strcmp(a, "--prefill-ondemand")) {
         c->ondemand = true;
         return 1;
@@ -314,18 +329,18 @@ static void stage_progress(load_stage *st, uint64_t done, uint64_t total) {
         st->bar.unit = st->unit;
         st->bar.verb = st->unit + 1;
         st->bar.tty = 1;
-        st->t0 = cli_now();
+        st->t0 = now_s();
         st->shown = false;
     }
     st->last = done < total ? done : 0;
-    if (!st->shown && done < total && cli_now() - st->t0 < 0.5) return;
+    if (!st->shown && done < total && now_s() - st->t0 < 0.5) return;
     if (!st->shown) {
         if (done >= total) return; /* fast: nothing to show */
         fprintf(stderr, "edge0: %s\n", st->title);
         st->shown = true;
     }
     cli_progress_update(&st->bar, done < total ? CLI_PHASE_WRITING : CLI_PHASE_DONE, (double)done,
-                        (double)total, cli_now() - st->t0);
+                        (double)total, now_s() - st->t0);
 }
 
 static void load_progress(void *ctx, uint64_t done, uint64_t total) {

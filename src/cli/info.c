@@ -4,6 +4,7 @@
  * has: the figures come from e0_engine_plan, the same steps
  * e0_engine_open takes before it reads any weight. */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 
 #include <cjson/cJSON.h>
@@ -39,21 +40,13 @@ int cmd_info(int argc, char **argv) {
     bool json = false;
     cli_engine ce;
     cli_engine_init(&ce);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (a[0] == '-') {
-            cli_error("info: unknown option '%s' (see edge0 info --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("info: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--json", CLI_SET, &json),
+        {0},
+    };
+    const cli_args args = {.cmd = "info", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (cli_engine_finish(&ce) != 0) return 2;
     if (!model) {
         cli_error("info needs MODEL (see edge0 info --help)");

@@ -3,8 +3,8 @@
  * The first N ids run as one prefill batch, each later id as one decode
  * step; every position's logits go to `logits` F32 [T, vocab]. */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
-#include "io/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,31 +22,26 @@ static const char *HELP =
     "  --out FILE     output safetensors file\n"
     "\n";
 
+/* The value as given, NULL when missing (cmd_logits then names what it needs). */
+static int opt_value(void *ptr, const char *name, const char *v) {
+    *(const char **)ptr = v;
+    return 0;
+}
+
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *outp = NULL;
     long prefill = 0;
     cli_engine ce;
     cli_engine_init(&ce);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        if (!strcmp(a, "--ids")) {
-            ids_s = v, i++;
-        } else if (!strcmp(a, "--out")) {
-            outp = v, i++;
-        } else if (!strcmp(a, "--prefill")) {
-            if ((prefill = cli_parse_long(a, v, 1, 1L << 30)) < 0) return 2;
-            i++;
-        } else if (a[0] == '-') {
-            cli_error("logits: unknown option '%s' (see edge0 logits --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("logits: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--ids", CLI_FN, &ids_s, .fn = opt_value),
+        CLI_OPT("--out", CLI_FN, &outp, .fn = opt_value),
+        CLI_OPT("--prefill", CLI_LONG, &prefill, .lo = 1, .hi = 1L << 30),
+        {0},
+    };
+    const cli_args args = {.cmd = "logits", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (cli_engine_finish(&ce) != 0) return 2;
     if (!model || !ids_s || !outp) {
         cli_error("logits needs MODEL, --ids and --out (see edge0 logits --help)");
@@ -81,14 +76,13 @@ int cmd_logits(int argc, char **argv) {
         snprintf(err, sizeof err, "out of memory for %zu x %zu logits", n, V);
         goto fail;
     }
-    double t0 = cli_now();
+    double t0 = now_s();
     if (e0_session_eval(s, ids, (size_t)prefill, E0_LOGITS_ALL, logits, err) != E0_OK) goto fail;
-    double t1 = cli_now();
+    double t1 = now_s();
     for (size_t i = (size_t)prefill; i < n; i++)
         if (e0_session_eval(s, ids + i, 1, E0_LOGITS_ALL, logits + i * V, err) != E0_OK) goto fail;
-    double t2 = cli_now();
-    st_wtensor t = {.name = "logits", .dtype = ST_F32, .ndim = 2, .shape = {n, V}, .data = logits};
-    if (st_write(outp, &t, 1, NULL, 0, err) != 0) goto fail;
+    double t2 = now_s();
+    if (e0_save_f32(outp, "logits", (int64_t)n, (int64_t)V, logits, err) != 0) goto fail;
     fprintf(stderr, "edge0 logits: %s (%s, %s layout): prefill %ld tokens %.1f ms, decode %zu tokens %.1f ms -> %s\n",
             model, info.family, info.layout, prefill, (t1 - t0) * 1e3, n - (size_t)prefill, (t2 - t1) * 1e3, outp);
     if (ce.stats) cli_print_stats(eng, stderr);

@@ -52,27 +52,6 @@ void cli_progress_update(cli_progress *st, cli_phase phase, double done, double 
     }
 }
 
-int cli_write_opt(const char *a, const char *v, int *i, cli_write_opts *w) {
-    long n;
-    if (!strcmp(a, "--threads")) {
-        if ((n = cli_parse_long(a, v, 1, 256)) < 0) return -1;
-        w->n_threads = (int)n, ++*i;
-    } else if (!strcmp(a, "--shard-gb")) {
-        if ((n = cli_parse_long(a, v, 1, 1024)) < 0) return -1;
-        w->shard_bytes = (uint64_t)n << 30, ++*i;
-    } else if (!strcmp(a, "--shard-mb")) {
-        if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return -1;
-        w->shard_bytes = (uint64_t)n << 20, ++*i;
-    } else if (!strcmp(a, "--no-sync")) {
-        w->no_sync = 1;
-    } else if (!strcmp(a, "--dry-run")) {
-        w->dry = 1;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
 static volatile sig_atomic_t g_cancel;
 static struct sigaction g_old_int, g_old_term;
 

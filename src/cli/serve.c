@@ -6,6 +6,7 @@
  * the process exits 0. Signals are handled by
  * sigwait on the main thread, so no server thread is ever interrupted. */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
 #include "server/server.h"
 #include "util/meminfo.h"
@@ -68,6 +69,8 @@ static const char *HELP =
     "  --no-think        thinking off unless a request turns it on\n"
     "  --cors ORIGIN     let browser pages from ORIGIN (or *) call the server:\n"
     "                    Access-Control-Allow-Origin on every answer, OPTIONS preflight (default off)\n"
+    "  --gather N        (tests) admit the first requests only once N of them wait,\n"
+    "                    so that N requests sent together meet in one batch\n"
     "  --shutdown-grace S  on SIGTERM or SIGINT, seconds the running requests have to finish\n"
     "                    before they are cancelled (a stream then ends with an error event);\n"
     "                    queued requests get 503 at once (default 10)\n"
@@ -95,6 +98,66 @@ static const char *base_name(const char *dir, char *buf, size_t n) {
     return buf;
 }
 
+static int opt_prefill_layers(void *ptr, const char *name, const char *v) {
+    if (!strcmp(v, "all")) {
+        *(int *)ptr = -1;
+        return 0;
+    }
+    char *end;
+    const long k = strtol(v, &end, 10);
+    if (end == v || *end || k < 0 || k > 1 << 20) {
+        cli_error("--prefill-layers: '%s' is not a number of layers (0: paced by time) or all", v);
+        return -1;
+    }
+    *(int *)ptr = (int)k;
+    return 0;
+}
+
+/* --cache-ram: a size, auto or 0 / off. */
+typedef struct {
+    bool autosize;
+    uint64_t bytes;
+} cache_size;
+
+static int opt_cache_ram(void *ptr, const char *name, const char *v) {
+    cache_size *c = ptr;
+    c->autosize = !strcmp(v, "auto");
+    c->bytes = 0;
+    if (!c->autosize && strcmp(v, "0") && strcmp(v, "off") && !(c->bytes = cli_parse_size(v))) {
+        cli_error("--cache-ram: '%s' is not a size such as 2G or 512M, auto, or 0", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int opt_body_limit(void *ptr, const char *name, const char *v) {
+    if (!(*(size_t *)ptr = parse_bytes(v))) {
+        cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int opt_grace(void *ptr, const char *name, const char *v) {
+    double *g = ptr;
+    char *end;
+    *g = strtod(v, &end);
+    if (end == v || *end || !(*g >= 0) || *g > 86400) {
+        cli_error("--shutdown-grace: '%s' is not a number of seconds in [0, 86400]", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int opt_cors(void *ptr, const char *name, const char *v) {
+    if (!*v) {
+        cli_error("--cors needs an origin such as https://example.com, or *");
+        return -1;
+    }
+    *(const char **)ptr = v;
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *name = NULL;
     srv_opts so;
@@ -103,91 +166,30 @@ int cmd_serve(int argc, char **argv) {
     cli_engine ce;
     cli_engine_init(&ce);
     int parallel = 0; /* 0: as many slots as the memory budget allows */
-    bool cache_auto = true;
-    uint64_t cache_ram = 0;
+    cache_size cache = {true, 0};
     ce.sampling = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        CLI_ENGINE_ARG(&ce, argc, argv, &i, HELP);
-        long n;
-        if (!strcmp(a, "--no-think")) {
-            so.defaults.enable_thinking = false;
-            continue;
-        }
-        if (a[0] == '-' && !v) {
-            cli_error("%s needs a value (see edge0 serve --help)", a);
-            return 2;
-        }
-        if (!strcmp(a, "--host")) {
-            so.host = v;
-        } else if (!strcmp(a, "--port")) {
-            if ((n = cli_parse_long(a, v, 0, 65535)) < 0) return 2;
-            so.port = (int)n;
-        } else if (!strcmp(a, "--api-key")) {
-            so.api_key = v;
-        } else if (!strcmp(a, "--max-queue")) {
-            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            so.max_queue = (int)n;
-        } else if (!strcmp(a, "--ctx")) {
-            if ((n = cli_parse_long(a, v, 16, 1 << 24)) < 0) return 2;
-            so.n_ctx = (int32_t)n;
-        } else if (!strcmp(a, "--parallel")) {
-            if ((n = cli_parse_long(a, v, 1, E0_MAX_SEQS)) < 0) return 2;
-            parallel = (int)n;
-        } else if (!strcmp(a, "--prefill-chunk")) {
-            if ((n = cli_parse_long(a, v, 1, 1 << 20)) < 0) return 2;
-            so.prefill_chunk = (int)n;
-        } else if (!strcmp(a, "--prefill-layers")) {
-            if (!strcmp(v, "all")) {
-                so.prefill_layers = -1;
-            } else {
-                char *end;
-                const long k = strtol(v, &end, 10);
-                if (end == v || *end || k < 0 || k > 1 << 20) {
-                    cli_error("--prefill-layers: '%s' is not a number of layers (0: paced by time) or all", v);
-                    return 2;
-                }
-                so.prefill_layers = (int)k;
-            }
-        } else if (!strcmp(a, "--cache-ram")) {
-            cache_auto = !strcmp(v, "auto");
-            cache_ram = 0;
-            if (!cache_auto && strcmp(v, "0") && strcmp(v, "off") && !(cache_ram = cli_parse_size(v))) {
-                cli_error("--cache-ram: '%s' is not a size such as 2G or 512M, auto, or 0", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--body-limit")) {
-            if (!(so.body_limit = parse_bytes(v))) {
-                cli_error("--body-limit: '%s' is not a size such as 1M or 65536", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--shutdown-grace")) {
-            char *end;
-            so.shutdown_grace = strtod(v, &end);
-            if (end == v || *end || !(so.shutdown_grace >= 0) || so.shutdown_grace > 86400) {
-                cli_error("--shutdown-grace: '%s' is not a number of seconds in [0, 86400]", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--cors")) {
-            if (!*v) {
-                cli_error("--cors needs an origin such as https://example.com, or *");
-                return 2;
-            }
-            so.cors = v;
-        } else if (!strcmp(a, "--name")) {
-            name = v;
-        } else if (a[0] == '-') {
-            cli_error("serve: unknown option '%s' (see edge0 serve --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-            continue;
-        } else {
-            cli_error("serve: unexpected argument '%s'", a);
-            return 2;
-        }
-        i++;
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--no-think", CLI_CLEAR, &so.defaults.enable_thinking),
+        CLI_OPT("--host", CLI_STR, &so.host),
+        CLI_OPT("--port", CLI_INT, &so.port, .lo = 0, .hi = 65535),
+        CLI_OPT("--api-key", CLI_STR, &so.api_key),
+        CLI_OPT("--max-queue", CLI_INT, &so.max_queue, .lo = 1, .hi = 1 << 20),
+        CLI_OPT("--ctx", CLI_INT, &so.n_ctx, .lo = 16, .hi = 1 << 24),
+        CLI_OPT("--parallel", CLI_INT, &parallel, .lo = 1, .hi = E0_MAX_SEQS),
+        CLI_OPT("--prefill-chunk", CLI_INT, &so.prefill_chunk, .lo = 1, .hi = 1 << 20),
+        CLI_OPT("--prefill-layers", CLI_FN, &so.prefill_layers, .fn = opt_prefill_layers),
+        CLI_OPT("--cache-ram", CLI_FN, &cache, .fn = opt_cache_ram),
+        CLI_OPT("--body-limit", CLI_FN, &so.body_limit, .fn = opt_body_limit),
+        CLI_OPT("--shutdown-grace", CLI_FN, &so.shutdown_grace, .fn = opt_grace),
+        CLI_OPT("--cors", CLI_FN, &so.cors, .fn = opt_cors),
+        CLI_OPT("--name", CLI_STR, &name),
+        CLI_OPT("--gather", CLI_INT, &so.gather, .lo = 1, .hi = 1 << 20),
+        {0},
+    };
+    const cli_args args = {.cmd = "serve", .help = HELP, .ce = &ce, .opts = opts, .pos = &model,
+                           .value_first = true};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (!model) {
         cli_error("serve needs MODEL (see edge0 serve --help)");
         return 2;
@@ -203,7 +205,8 @@ int cmd_serve(int argc, char **argv) {
     ce.eo.gpu = E0_GPU_OFF;
     ce.eo.n_ctx = so.n_ctx; /* the budget keeps room for every slot's session */
     ce.eo.n_seqs = parallel ? parallel : E0_SEQS_AUTO;
-    if (cache_auto) { /* an eighth of what this process may use, at most 2 GiB */
+    uint64_t cache_ram = cache.bytes;
+    if (cache.autosize) { /* an eighth of what this process may use, at most 2 GiB */
         const uint64_t cg = mem_cgroup_limit(), host = mem_available();
         const uint64_t avail = cg && (!host || cg < host) ? cg : host;
         cache_ram = avail / 8 < (2ull << 30) ? avail / 8 : 2ull << 30;

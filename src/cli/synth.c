@@ -2,9 +2,8 @@
  * Random-weight checkpoint of a real model's shape, with a progress bar on
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
-#include "model/synth.h"
-#include "quant/ggml.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -64,17 +63,17 @@ static void help(FILE *f) {
                "                     nothing\n"
                "\n"
                "shapes (size in the mlx format):\n");
-    synth_opts o;
-    synth_opts_default(&o);
-    for (size_t i = 0; i < synth_count(); i++) {
-        const synth_shape *s = synth_at(i);
-        synth_info in = {0};
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
+    for (size_t i = 0; i < e0_synth_count(); i++) {
+        const e0_synth_shape *s = e0_synth_at(i);
+        e0_synth_info in = {0};
         char err[E0_ERR_MAX];
-        synth_plan_info(s, &o, &in, err);
+        e0_synth_plan_info(s, &o, &in, err);
         fprintf(f, "  %-20s %-11s %3d layers, %3d experts top-%-2d %6.1fB params %7.2f GB  %s\n",
                 s->name,
-                s->family == SYNTH_QWEN3_MOE    ? "qwen3_moe"
-                : s->family == SYNTH_QWEN3_NEXT ? "qwen3_next"
+                s->family == E0_SYNTH_QWEN3_MOE    ? "qwen3_moe"
+                : s->family == E0_SYNTH_QWEN3_NEXT ? "qwen3_next"
                                                 : "qwen3_5_moe",
                 s->n_layers, s->n_experts, s->top_k, (double)in.params / 1e9,
                 (double)in.bytes / 1e9, s->released[0] ? s->released : "(test shape)");
@@ -82,116 +81,122 @@ static void help(FILE *f) {
 }
 
 /* The GGUF type mix: tensors and bytes of each ggml type, largest first. */
-static void print_mix(const synth_info *in) {
-    bool done[SYNTH_GTYPES] = {0};
+static void print_mix(const e0_synth_info *in) {
+    bool done[E0_SYNTH_GTYPES] = {0};
     for (;;) {
         int best = -1;
-        for (int t = 0; t < SYNTH_GTYPES; t++)
+        for (int t = 0; t < E0_SYNTH_GTYPES; t++)
             if (!done[t] && in->type_tensors[t] &&
                 (best < 0 || in->type_bytes[t] > in->type_bytes[best]))
                 best = t;
         if (best < 0) return;
         done[best] = true;
-        const ggml_type_info *gi = ggml_info((uint32_t)best);
-        printf("  %-5s %5u tensors %9.3f GB (%4.1f%%)\n", gi ? gi->name : "?",
+        const char *name = e0_ggml_type_name((uint32_t)best);
+        printf("  %-5s %5u tensors %9.3f GB (%4.1f%%)\n", name ? name : "?",
                in->type_tensors[best], (double)in->type_bytes[best] / 1e9,
                100.0 * (double)in->type_bytes[best] / (double)(in->bytes ? in->bytes : 1));
     }
 }
 
-static void on_progress(void *ctx, const synth_progress *p) {
-    cli_phase ph = p->phase == SYNTH_WRITING ? CLI_PHASE_WRITING
-                   : p->phase == SYNTH_SYNCING ? CLI_PHASE_SYNCING
+static void on_progress(void *ctx, const e0_synth_progress *p) {
+    cli_phase ph = p->phase == E0_SYNTH_WRITING ? CLI_PHASE_WRITING
+                   : p->phase == E0_SYNTH_SYNCING ? CLI_PHASE_SYNCING
                                                : CLI_PHASE_DONE;
     cli_progress_update(ctx, ph, (double)p->done, (double)p->total, p->seconds);
+}
+
+static int opt_format(void *ptr, const char *name, const char *v) {
+    if (!v || (strcmp(v, "mlx") && strcmp(v, "hf") && strcmp(v, "gguf"))) {
+        cli_error("--format must be mlx, hf or gguf");
+        return -1;
+    }
+    *(const char **)ptr = v;
+    return 0;
+}
+
+/* --gguf-mix: the mix, and that it was given. */
+typedef struct {
+    e0_synth_gguf_mix *mix;
+    int *given;
+} gguf_mix_arg;
+
+static int opt_gguf_mix(void *ptr, const char *name, const char *v) {
+    static const char *const mixes[] = {"q4_k_m", "q8_0", "iq4_xs", "q4_0"};
+    const gguf_mix_arg *m = ptr;
+    int k = -1;
+    for (int j = 0; v && j < 4; j++)
+        if (!strcmp(v, mixes[j])) k = j;
+    if (k < 0) {
+        cli_error("--gguf-mix must be q4_k_m, q8_0, iq4_xs or q4_0");
+        return -1;
+    }
+    *m->mix = (e0_synth_gguf_mix)k, *m->given = 1;
+    return 0;
+}
+
+/* A number in [0, hi] into *(double *)ptr, else `msg`. */
+static int opt_unit(void *ptr, const char *v, double hi, const char *msg) {
+    char *end = NULL;
+    double s = v ? strtod(v, &end) : -1;
+    if (!v || *end || !(s >= 0 && s <= hi)) {
+        cli_error("%s", msg);
+        return -1;
+    }
+    *(double *)ptr = s;
+    return 0;
+}
+
+static int opt_route_skew(void *ptr, const char *name, const char *v) {
+    return opt_unit(ptr, v, 8, "--route-skew needs a number in [0, 8] (0: near-uniform routing)");
+}
+
+static int opt_route_stickiness(void *ptr, const char *name, const char *v) {
+    return opt_unit(ptr, v, 1, "--route-stickiness needs a number in [0, 1] (0: no stickiness)");
+}
+
+static int opt_seed(void *ptr, const char *name, const char *v) {
+    const long n = cli_parse_long(name, v, 0, 1L << 62);
+    if (n < 0) return -1;
+    *(uint64_t *)ptr = (uint64_t)n;
+    return 0;
 }
 
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *dst = NULL, *fmt = "mlx", *tok = NULL;
     int mix_given = 0;
-    synth_opts o;
-    synth_opts_default(&o);
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     cli_write_opts w = {o.n_threads, o.shard_bytes, o.no_sync, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--shape")) {
-            if (!v) {
-                cli_error("--shape needs a value (see edge0 synth --help)");
-                return 2;
-            }
-            shape = v, i++;
-        } else if (!strcmp(a, "--format")) {
-            if (!v || (strcmp(v, "mlx") && strcmp(v, "hf") && strcmp(v, "gguf"))) {
-                cli_error("--format must be mlx, hf or gguf");
-                return 2;
-            }
-            fmt = v, i++;
-        } else if (!strcmp(a, "--gguf-mix")) {
-            static const char *const mixes[] = {"q4_k_m", "q8_0", "iq4_xs", "q4_0"};
-            int k = -1;
-            for (int j = 0; v && j < 4; j++)
-                if (!strcmp(v, mixes[j])) k = j;
-            if (k < 0) {
-                cli_error("--gguf-mix must be q4_k_m, q8_0, iq4_xs or q4_0");
-                return 2;
-            }
-            o.gguf_mix = (synth_gguf_mix)k, mix_given = 1, i++;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!v) {
-                cli_error("--tokenizer needs a tokenizer.json path");
-                return 2;
-            }
-            tok = v, i++;
-        } else if (!strcmp(a, "--route-skew")) {
-            char *end = NULL;
-            double s = v ? strtod(v, &end) : -1;
-            if (!v || *end || !(s >= 0 && s <= 8)) {
-                cli_error("--route-skew needs a number in [0, 8] (0: near-uniform routing)");
-                return 2;
-            }
-            o.route_skew = s, i++;
-        } else if (!strcmp(a, "--route-stickiness")) {
-            char *end = NULL;
-            double s = v ? strtod(v, &end) : -1;
-            if (!v || *end || !(s >= 0 && s <= 1)) {
-                cli_error("--route-stickiness needs a number in [0, 1] (0: no stickiness)");
-                return 2;
-            }
-            o.route_stickiness = s, i++;
-        } else if (!strcmp(a, "--sparse")) {
-            o.sparse = 1;
-        } else if (!strcmp(a, "--seed")) {
-            if ((n = cli_parse_long(a, v, 0, 1L << 62)) < 0) return 2;
-            o.seed = (uint64_t)n, i++;
-        } else if ((n = cli_write_opt(a, v, &i, &w)) != 0) {
-            if (n < 0) return 2;
-        } else if (a[0] == '-') {
-            cli_error("synth: unknown option '%s' (see edge0 synth --help)", a);
-            return 2;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            cli_error("synth: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    gguf_mix_arg mix = {&o.gguf_mix, &mix_given};
+    cli_opt write_opts[CLI_WRITE_ROWS];
+    cli_write_table(write_opts, &w);
+    const cli_opt opts[] = {
+        CLI_OPT("--shape", CLI_STR, &shape, .need = "a value (see edge0 synth --help)"),
+        CLI_OPT("--format", CLI_FN, &fmt, .fn = opt_format),
+        CLI_OPT("--gguf-mix", CLI_FN, &mix, .fn = opt_gguf_mix),
+        CLI_OPT("--tokenizer", CLI_STR, &tok, .need = "a tokenizer.json path"),
+        CLI_OPT("--route-skew", CLI_FN, &o.route_skew, .fn = opt_route_skew),
+        CLI_OPT("--route-stickiness", CLI_FN, &o.route_stickiness, .fn = opt_route_stickiness),
+        CLI_OPT("--sparse", CLI_ISET, &o.sparse),
+        CLI_OPT("--seed", CLI_FN, &o.seed, .fn = opt_seed),
+        {0},
+    };
+    const cli_args args = {.cmd = "synth", .help_fn = help, .opts = opts, .more = write_opts, .pos = &dst};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     o.n_threads = w.n_threads, o.shard_bytes = w.shard_bytes, o.no_sync = w.no_sync;
     if (!shape || (!dst && !w.dry)) {
         cli_error("synth needs --shape and DST (see edge0 synth --help)");
         return 2;
     }
-    const synth_shape *s = synth_find(shape);
+    const e0_synth_shape *s = e0_synth_find(shape);
     if (!s) {
-        cli_error("synth: unknown shape '%s' (known: %s)", shape, synth_names());
+        cli_error("synth: unknown shape '%s' (known: %s)", shape, e0_synth_names());
         return 2;
     }
-    o.format = !strcmp(fmt, "hf") ? SYNTH_HF : !strcmp(fmt, "gguf") ? SYNTH_GGUF : SYNTH_MLX;
+    o.format = !strcmp(fmt, "hf") ? E0_SYNTH_HF : !strcmp(fmt, "gguf") ? E0_SYNTH_GGUF : E0_SYNTH_MLX;
     char tok_path[4096];
-    if (o.format == SYNTH_GGUF) {
+    if (o.format == E0_SYNTH_GGUF) {
         if (o.route_skew > 0) {
             cli_error("synth: --route-skew is not available with --format gguf (use mlx or hf)");
             return 2;
@@ -220,15 +225,15 @@ int cmd_synth(int argc, char **argv) {
         "GGUF, llama.cpp names, Q8_0 type mix (general.file_type 7)",
         "GGUF, llama.cpp names, IQ4_XS type mix (general.file_type 30)",
         "GGUF, llama.cpp names, Q4_0 type mix (general.file_type 2)"};
-    synth_info info;
-    if (synth_plan_info(s, &o, &info, err) != 0) {
+    e0_synth_info info;
+    if (e0_synth_plan_info(s, &o, &info, err) != 0) {
         cli_error("%s", err);
         return 1;
     }
     printf("edge0 synth: %s%s%s%s, %s, seed %llu\n", s->name, s->released[0] ? " (shape of " : "",
            s->released, s->released[0] ? ")" : "",
-           o.format == SYNTH_MLX  ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
-           : o.format == SYNTH_HF ? "bf16, Hugging Face layout"
+           o.format == E0_SYNTH_MLX  ? "mlx affine 4-bit g64, routers and shared-expert gates 8-bit"
+           : o.format == E0_SYNTH_HF ? "bf16, Hugging Face layout"
                                   : gguf_mix_desc[o.gguf_mix],
            (unsigned long long)o.seed);
     if (o.route_skew > 0)
@@ -244,7 +249,7 @@ int cmd_synth(int argc, char **argv) {
                o.route_stickiness);
     printf("plan: %.2f GB, %.2fB parameters, %zu tensors in %d file%s\n", (double)info.bytes / 1e9,
            (double)info.params / 1e9, info.n_tensors, info.n_shards, info.n_shards > 1 ? "s" : "");
-    if (o.format == SYNTH_GGUF) print_mix(&info);
+    if (o.format == E0_SYNTH_GGUF) print_mix(&info);
     fflush(stdout);
     if (w.dry) return 0;
 
@@ -252,15 +257,15 @@ int cmd_synth(int argc, char **argv) {
     o.progress = on_progress;
     o.progress_ctx = &st;
     o.cancel = cli_cancel_begin();
-    double t0 = cli_now();
-    int rc = synth_write_opts(s, dst, &o, err);
+    double t0 = now_s();
+    int rc = e0_synth_write_opts(s, dst, &o, err);
     cli_cancel_end();
     if (rc != 0) {
         if (st.tty) fputc('\n', stderr);
         cli_error("%s", err);
         return 1;
     }
-    double dt = cli_now() - t0;
+    double dt = now_s() - t0;
     if (o.sparse) {
         printf("wrote %s: %.2f GB of sparse files (headers only, weights read as zeros) in %.1f s\n",
                dst, (double)info.bytes / 1e9, dt);

@@ -4,9 +4,10 @@
  * field and writes, per line, {"ids": [...], "decoded": "..."}; --bench
  * times loading and encoding (not part of the tests). */
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "edge0.h"
-#include "text/tokenizer.h"
 #include "util/file.h"
+#include "util/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -40,44 +41,17 @@ static void put_ids(FILE *f, const int32_t *v, size_t n) {
     fputc(']', f);
 }
 
-/* A JSON string (the text is valid UTF-8: it comes from tok_decode). */
-static void put_json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
-            fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        case '\b':
-            fputs("\\b", f);
-            break;
-        case '\f':
-            fputs("\\f", f);
-            break;
-        default:
-            if (c < 0x20)
-                fprintf(f, "\\u%04x", c);
-            else
-                fputc(c, f);
-        }
-    }
-    fputc('"', f);
+static void file_put(void *f, const char *s, size_t n) {
+    fwrite(s, 1, n, f);
 }
 
-static int parse_ids(const char *s, tok_ids *ids) {
+/* A JSON string (util/json.h; the text is valid UTF-8: it comes from
+ * e0_tokenizer_decode). */
+static void put_json_str(FILE *f, const char *s, size_t n) {
+    json_str(file_put, f, s, n);
+}
+
+static int parse_ids(const char *s, e0_ids *ids) {
     for (const char *p = s; *p;) {
         char *end;
         errno = 0;
@@ -114,7 +88,7 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
-static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags, unsigned dflags) {
+static int run_jsonl(const e0_tokenizer *tk, const char *path, unsigned eflags, unsigned dflags) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
         cli_error("%s: cannot open: %s", path, strerror(errno));
@@ -124,7 +98,7 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
     size_t cap = 0, lineno = 0;
     ssize_t len;
     int status = 0;
-    tok_ids ids = {0};
+    e0_ids ids = {0};
     while (!status && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         size_t k = strspn(line, " \t\r\n");
@@ -143,8 +117,8 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
             char *dec = NULL;
             size_t dn;
             ids.n = 0;
-            if (tok_encode(tk, s, strlen(s), eflags, &ids, err) ||
-                tok_decode(tk, ids.v, ids.n, dflags, &dec, &dn, err)) {
+            if (e0_tokenizer_encode(tk, s, strlen(s), eflags, &ids, err) ||
+                e0_tokenizer_decode(tk, ids.v, ids.n, dflags, &dec, &dn, err)) {
                 cli_error("%s:%zu: %s", path, lineno, err);
                 status = 1;
             } else {
@@ -163,7 +137,7 @@ static int run_jsonl(const tok_tokenizer *tk, const char *path, unsigned eflags,
         status = 1;
     }
     free(line);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     if (f != stdin) fclose(f);
     return status;
 }
@@ -178,64 +152,64 @@ static int run_bench(const char *tpath, const char *path, unsigned eflags) {
         return 1;
     }
     double best = 1e9;
-    tok_tokenizer *tk = NULL;
+    e0_tokenizer *tk = NULL;
     for (int i = 0; i < 3; i++) {
-        tok_free(tk);
-        double t0 = cli_now();
-        if (tok_load(&tk, tpath, err)) {
+        e0_tokenizer_free(tk);
+        double t0 = now_s();
+        if (e0_tokenizer_load(&tk, tpath, err)) {
             cli_error("%s", err);
             free(text);
             return 1;
         }
-        double dt = cli_now() - t0;
+        double dt = now_s() - t0;
         if (dt < best) best = dt;
     }
-    printf("load     %s: %.1f ms (best of 3), %d ids\n", tpath, best * 1e3, tok_vocab_size(tk));
-    tok_ids ids = {0};
+    printf("load     %s: %.1f ms (best of 3), %d ids\n", tpath, best * 1e3, e0_tokenizer_vocab_size(tk));
+    e0_ids ids = {0};
     int status = 1;
     size_t iters = 0;
-    double t0 = cli_now(), dt;
+    double t0 = now_s(), dt;
     do {
         ids.n = 0;
-        if (tok_encode(tk, text, len, eflags, &ids, err)) goto fail;
+        if (e0_tokenizer_encode(tk, text, len, eflags, &ids, err)) goto fail;
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("encode   %s: %zu bytes -> %zu tokens, %.2f MB/s (whole file, %zu runs)\n", path, len,
            ids.n, (double)len * (double)iters / dt / 1e6, iters);
-    tok_ids lids = {0};
+    e0_ids lids = {0};
     iters = 0;
-    t0 = cli_now();
+    t0 = now_s();
     do {
         lids.n = 0;
         for (size_t i = 0; i < len;) {
             const char *nl = memchr(text + i, '\n', len - i);
             size_t e = nl ? (size_t)(nl - text) + 1 : len;
-            if (tok_encode(tk, text + i, e - i, eflags, &lids, err)) {
-                tok_ids_free(&lids);
+            if (e0_tokenizer_encode(tk, text + i, e - i, eflags, &lids, err)) {
+                e0_ids_free(&lids);
                 goto fail;
             }
             i = e;
         }
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("encode   %s: %.2f MB/s (line by line)\n", path, (double)len * (double)iters / dt / 1e6);
-    tok_ids_free(&lids);
+    e0_ids_free(&lids);
     iters = 0;
     size_t out_len = 0;
-    t0 = cli_now();
+    t0 = now_s();
     do {
         char *s;
-        if (tok_decode(tk, ids.v, ids.n, 0, &s, &out_len, err)) goto fail;
+        if (e0_tokenizer_decode(tk, ids.v, ids.n, 0, &s, &out_len, err)) goto fail;
         free(s);
         iters++;
-    } while ((dt = cli_now() - t0) < 1.0);
+    } while ((dt = now_s() - t0) < 1.0);
     printf("decode   %zu tokens -> %zu bytes, %.2f MB/s\n", ids.n, out_len,
            (double)out_len * (double)iters / dt / 1e6);
     status = 0;
 fail:
     if (status) cli_error("%s", err);
-    tok_ids_free(&ids);
-    tok_free(tk);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(tk);
     free(text);
     return status;
 }
@@ -244,37 +218,19 @@ int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *tpath = NULL, *text = NULL, *jsonl = NULL, *bench = NULL,
                *decode = NULL;
     unsigned eflags = 0, dflags = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char **slot = !strcmp(a, "--tokenizer") ? &tpath
-                            : !strcmp(a, "--text")    ? &text
-                            : !strcmp(a, "--jsonl")   ? &jsonl
-                            : !strcmp(a, "--bench")   ? &bench
-                            : !strcmp(a, "--decode")  ? &decode
-                                                      : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        } else if (slot) {
-            if (!v) {
-                cli_error("%s needs a value", a);
-                return 2;
-            }
-            *slot = v, i++;
-        } else if (!strcmp(a, "--no-special")) {
-            eflags |= TOK_ENCODE_SPECIAL_AS_TEXT;
-        } else if (!strcmp(a, "--skip-special")) {
-            dflags |= TOK_DECODE_SKIP_SPECIAL;
-        } else if (a[0] == '-' && a[1]) {
-            cli_error("tokenize: unknown option '%s' (see edge0 tokenize --help)", a);
-            return 2;
-        } else if (!model) {
-            model = a;
-        } else {
-            cli_error("tokenize: unexpected argument '%s'", a);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT("--tokenizer", CLI_STR, &tpath),
+        CLI_OPT("--text", CLI_STR, &text),
+        CLI_OPT("--jsonl", CLI_STR, &jsonl),
+        CLI_OPT("--bench", CLI_STR, &bench),
+        CLI_OPT("--decode", CLI_STR, &decode),
+        CLI_OPT("--no-special", CLI_BITS, &eflags, .lo = E0_ENCODE_SPECIAL_AS_TEXT),
+        CLI_OPT("--skip-special", CLI_BITS, &dflags, .lo = E0_DECODE_SKIP_SPECIAL),
+        {0},
+    };
+    const cli_args args = {.cmd = "tokenize", .help = HELP, .opts = opts, .pos = &model, .dash_is_arg = true};
+    const int parsed = cli_parse(&args, argc, argv);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if (!!model + !!tpath != 1 || !!text + !!jsonl + !!bench + !!decode != 1) {
         cli_error("tokenize needs one of --tokenizer FILE or MODEL, and one of --text, --jsonl, "
                   "--decode or --bench (see edge0 tokenize --help)");
@@ -296,18 +252,18 @@ int cmd_tokenize(int argc, char **argv) {
     }
     int status = 1;
     char err[E0_ERR_MAX];
-    tok_tokenizer *tk = NULL;
-    tok_ids ids = {0};
+    e0_tokenizer *tk = NULL;
+    e0_ids ids = {0};
     if (bench) {
         status = run_bench(tpath, bench, eflags);
         goto out;
     }
-    if (tok_load(&tk, tpath, err)) {
+    if (e0_tokenizer_load(&tk, tpath, err)) {
         cli_error("%s", err);
         goto out;
     }
     if (text) {
-        if (tok_encode(tk, text, strlen(text), eflags, &ids, err)) {
+        if (e0_tokenizer_encode(tk, text, strlen(text), eflags, &ids, err)) {
             cli_error("%s", err);
             goto out;
         }
@@ -321,7 +277,7 @@ int cmd_tokenize(int argc, char **argv) {
             status = 2;
             goto out;
         }
-        if (tok_decode(tk, ids.v, ids.n, dflags, &s, &n, err)) {
+        if (e0_tokenizer_decode(tk, ids.v, ids.n, dflags, &s, &n, err)) {
             cli_error("%s", err);
             goto out;
         }
@@ -337,8 +293,8 @@ out:
         cli_error("writing the output failed");
         status = 1;
     }
-    tok_ids_free(&ids);
-    tok_free(tk);
+    e0_ids_free(&ids);
+    e0_tokenizer_free(tk);
     free(joined);
     return status;
 }

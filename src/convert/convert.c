@@ -43,7 +43,7 @@
 #define ROUTER_BITS    8
 #define ROUTER_GROUP   64
 
-void convert_opts_default(convert_opts *o) {
+void e0_convert_opts_default(e0_convert_opts *o) {
     memset(o, 0, sizeof *o);
     o->bits = 4;
     o->group = 64;
@@ -117,7 +117,7 @@ typedef struct {
 
 typedef struct {
     const char *src;
-    convert_opts o;
+    e0_convert_opts o;
     st_set *st;
     e0_config cfg;
     bool have_cfg;
@@ -636,7 +636,7 @@ static void plan_free(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static int check_opts(const convert_opts *o, char *err) {
+static int check_opts(const e0_convert_opts *o, char *err) {
     if (!(o->bits == 2 || o->bits == 3 || o->bits == 4 || o->bits == 5 || o->bits == 6 ||
           o->bits == 8))
         return e0_fail(err, E0_EINVAL, "bits must be 2, 3, 4, 5, 6 or 8 (got %d)", o->bits);
@@ -645,7 +645,7 @@ static int check_opts(const convert_opts *o, char *err) {
     return 0;
 }
 
-static int plan_build(plan *p, const char *src, const convert_opts *o, char *err) {
+static int plan_build(plan *p, const char *src, const e0_convert_opts *o, char *err) {
     memset(p, 0, sizeof *p);
     p->src = src;
     p->o = *o;
@@ -682,7 +682,7 @@ fail:
     return rc;
 }
 
-static void fill_info(const plan *p, convert_info *info) {
+static void fill_info(const plan *p, e0_convert_info *info) {
     if (!info) return;
     memset(info, 0, sizeof *info);
     snprintf(info->family, sizeof info->family, "%s", p->cfg.family_name);
@@ -698,9 +698,9 @@ static void fill_info(const plan *p, convert_info *info) {
     info->out_bytes = p->w.total_bytes;
 }
 
-int convert_plan(const char *src, const convert_opts *o, convert_info *info, char *err) {
-    convert_opts d;
-    convert_opts_default(&d);
+int e0_convert_plan(const char *src, const e0_convert_opts *o, e0_convert_info *info, char *err) {
+    e0_convert_opts d;
+    e0_convert_opts_default(&d);
     plan p;
     int rc = plan_build(&p, src, o ? o : &d, err);
     if (rc) return rc;
@@ -714,8 +714,8 @@ int convert_plan(const char *src, const convert_opts *o, convert_info *info, cha
 /* What the writer's callbacks get. */
 typedef struct {
     const plan *p;
-    const convert_opts *o;
-    convert_info *info;
+    const e0_convert_opts *o;
+    e0_convert_info *info;
 } run_ctx;
 
 /* The source pieces of a job in order: rows of one segment each. */
@@ -887,9 +887,9 @@ static int config_json(const plan *p, char **out, char *err) {
 /* The progress of the writer as convert reports it: source bytes read. */
 static void on_progress(void *ctx, const stw_progress *sp) {
     const run_ctx *c = ctx;
-    _Static_assert((int)STW_SYNCING == (int)CONVERT_SYNCING && (int)STW_DONE == (int)CONVERT_DONE,
+    _Static_assert((int)STW_SYNCING == (int)E0_CONVERT_SYNCING && (int)STW_DONE == (int)E0_CONVERT_DONE,
                    "phases map one to one");
-    const convert_progress pr = {.phase = (convert_phase)sp->phase,
+    const e0_convert_progress pr = {.phase = (e0_convert_phase)sp->phase,
                                  .done = sp->done,
                                  .total = c->p->total_src,
                                  .written = sp->written,
@@ -913,10 +913,10 @@ static int finish(void *ctx, const char *dir, bool sync, char *err) {
     return rc;
 }
 
-int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info,
+int e0_convert_run(const char *src, const char *dst, const e0_convert_opts *o, e0_convert_info *info,
                 char *err) {
-    convert_opts d;
-    convert_opts_default(&d);
+    e0_convert_opts d;
+    e0_convert_opts_default(&d);
     if (!o) o = &d;
     if (!dst || !*dst || !src || !*src)
         return e0_fail(err, E0_EINVAL, "convert needs a source and a destination");

@@ -46,58 +46,8 @@
 #ifndef E0_CONVERT_CONVERT_H
 #define E0_CONVERT_CONVERT_H
 
-#include <signal.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "edge0.h"
 
-typedef enum { CONVERT_WRITING, CONVERT_SYNCING, CONVERT_DONE } convert_phase;
-
-typedef struct {
-    convert_phase phase;
-    uint64_t done, total; /* source tensor bytes converted / to convert */
-    uint64_t written;     /* output bytes handed to the OS */
-    double seconds;       /* since the start */
-} convert_progress;
-
-typedef struct {
-    int bits;             /* 4 or 8 (2, 3, 5, 6 also accepted); default 4 */
-    int group;            /* 32, 64 or 128; default 64 */
-    int fused_gate_up;    /* write switch_mlp.gate_up_proj instead of gate_proj + up_proj */
-    int force;            /* replace an existing DST */
-    int n_threads;        /* worker threads; 0: one per core, at most 8 */
-    uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm) */
-    int no_sync;          /* skip the fsyncs before the rename (faster, not durable) */
-    int keep_mtp;         /* copy mtp.* as they are instead of dropping them */
-    /* Called on the calling thread about every 100 ms and once per phase. */
-    void (*progress)(void *ctx, const convert_progress *p);
-    void *progress_ctx;
-    /* When *cancel becomes non-zero the conversion stops, leaves nothing
-     * behind and fails with E0_EINVAL. May be NULL. */
-    const volatile sig_atomic_t *cancel;
-} convert_opts;
-
-void convert_opts_default(convert_opts *o);
-
-typedef struct {
-    char family[16];       /* "qwen3_moe", "qwen3_next", "qwen3_5_moe" */
-    char src_layout[16];   /* "hf" (per-expert) or "hf-fused" */
-    size_t src_tensors;    /* tensors in the source */
-    size_t dropped;        /* source tensors left out (MTP, vision, inv_freq, tied lm_head) */
-    size_t kept_mtp;       /* mtp.* tensors copied as they are (keep_mtp) */
-    char dropped_example[128];
-    size_t out_tensors;    /* tensors written */
-    size_t quantized;      /* modules quantized */
-    int n_shards;
-    uint64_t src_bytes;    /* source tensor bytes read */
-    uint64_t out_bytes;    /* safetensors bytes written, headers included */
-    size_t copied_files;   /* tokenizer / generation files copied */
-} convert_info;
-
-/* Checks SRC and plans the output without writing anything. */
-int convert_plan(const char *src, const convert_opts *o, convert_info *info, char *err);
-
-/* Converts SRC into the new directory DST. info may be NULL. */
-int convert_run(const char *src, const char *dst, const convert_opts *o, convert_info *info, char *err);
-
+/* The converter's API (e0_convert_*) is public: edge0.h. */
 
 #endif

@@ -20,7 +20,7 @@
 #define E0_GPU_GMODEL_H
 
 #include "gpu/gpu.h"
-#include "model/model.h"
+#include "weights/weights.h"
 
 typedef struct {
     gpu_mat q, k, v, o;

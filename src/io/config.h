@@ -43,7 +43,7 @@ typedef struct {
     bool norm_zero_centred; /* HF hybrid norms are (1 + w); mlx stores 1 + w */
     int n_experts, top_k, moe_inter, shared_inter, dense_inter;
     bool norm_topk;
-    /* edge0_synth.route_stickiness of synthetic checkpoints (model/synth.h):
+    /* edge0_synth.route_stickiness of synthetic checkpoints (synth/synth.h):
      * share of the previous token's experts each token keeps; 0: none */
     double route_stickiness;
     bool tie_embeddings;

@@ -755,6 +755,7 @@ static int open_part(st_set *s, const char *path, char *err) {
     st_file *f = &s->files[s->nfiles++];
     int rc = st_file_map(f, path, err);
     if (rc) return rc;
+    f->gguf_free = gguf_free;
     return gguf_parse(&f->gguf, f->map, f->size, f->size, path, err);
 }
 

@@ -1,7 +1,6 @@
 /* Safetensors reader/writer. See safetensors.h for the checks. */
 #include "io/safetensors.h"
 
-#include "io/gguf.h"
 #include "io/st_internal.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -394,15 +393,13 @@ void st_debug_direct_einval(st_set *s) {
  * past the file's last page is reserved, inaccessible), so that st_set_load
  * can move a copy on transparent huge pages into the same addresses. */
 #define HUGE_PAGE  ((uint64_t)2 << 20)
-#define LOAD_CHUNK   ((uint64_t)64 << 20)
-#define LOAD_THREADS 4
 
-static uint64_t map_span(uint64_t size) {
+uint64_t st_map_span(uint64_t size) {
     return (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
 
 /* span bytes of fresh anonymous memory at a 2 MiB boundary, or NULL. */
-static uint8_t *reserve_aligned(uint64_t span, int prot) {
+uint8_t *st_reserve_aligned(uint64_t span, int prot) {
     uint8_t *r = mmap(NULL, span + HUGE_PAGE, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) return NULL;
     uint8_t *a = (uint8_t *)(((uintptr_t)r + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
@@ -412,11 +409,11 @@ static uint8_t *reserve_aligned(uint64_t span, int prot) {
 }
 
 static const uint8_t *map_aligned(int fd, uint64_t size) {
-    uint8_t *a = reserve_aligned(map_span(size), PROT_NONE);
+    uint8_t *a = st_reserve_aligned(st_map_span(size), PROT_NONE);
     if (!a) return NULL;
     if (mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
         const int e = errno;
-        munmap(a, map_span(size));
+        munmap(a, st_map_span(size));
         errno = e;
         return NULL;
     }
@@ -505,11 +502,11 @@ int st_set_fault(const st_set *s, char *err) {
 
 static void file_close(st_file *f) {
     if (f->guard >= 0) atomic_store(&g_guard[f->guard].base, 0);
-    if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, map_span(f->size));
+    if (f->map && f->map != MAP_FAILED) munmap((void *)f->map, st_map_span(f->size));
     if (f->fd >= 0) close(f->fd);
     if (f->dfd >= 0) close(f->dfd);
     st_header_free(&f->hdr);
-    gguf_free(f->gguf);
+    if (f->gguf) f->gguf_free(f->gguf);
     free(f->path);
 }
 
@@ -547,268 +544,6 @@ int st_file_map(st_file *f, const char *path, char *err) {
         return e0_fail(err, E0_EIO, "%s: mmap failed: %s", path, strerror(errno));
     f->guard = guard_add(f->map, f->size);
     return 0;
-}
-
-/* ---- spans left out of --io load and of pinning ---------------------------- */
-
-static int span_cmp(const void *a, const void *b) {
-    const st_span *x = a, *y = b;
-    return x->p < y->p ? -1 : x->p > y->p;
-}
-
-/* A sorted copy of the n spans of `skip` in which spans that touch or
- * overlap are one (the experts of a stacked tensor follow each other, and
- * the page holding the boundary between two of them belongs to neither
- * side). NULL without memory; *m gets the count. */
-static st_span *spans_merged(const st_span *skip, size_t n, size_t *m) {
-    st_span *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) return NULL;
-    if (n) memcpy(v, skip, n * sizeof *v);
-    qsort(v, n, sizeof *v, span_cmp);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (k && v[i].p <= v[k - 1].p + v[k - 1].len) {
-            const uint8_t *end = v[i].p + v[i].len;
-            if (end > v[k - 1].p + v[k - 1].len) v[k - 1].len = (uint64_t)(end - v[k - 1].p);
-        } else {
-            v[k++] = v[i];
-        }
-    }
-    *m = k;
-    return v;
-}
-
-/* The whole pages of f's mapping inside the merged spans v[0..n), as file
- * offsets [r[i][0], r[i][1]), sorted and disjoint; returns how many (at
- * most n). A page that also holds bytes outside the spans is not among
- * them. */
-static size_t file_skips(const st_file *f, const st_span *v, size_t n, uint64_t pg, uint64_t (*r)[2]) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i].p < f->map || v[i].p >= f->map + f->size) continue;
-        const uint64_t off = (uint64_t)(v[i].p - f->map);
-        const uint64_t a = (off + pg - 1) & ~(pg - 1), b = (off + v[i].len) & ~(pg - 1);
-        if (b <= a) continue;
-        r[k][0] = a;
-        r[k++][1] = b;
-    }
-    return k;
-}
-
-/* One file's load, shared by the reader threads: chunks are claimed from
- * `next`, the skipped ranges inside a chunk are not read; the first
- * failure is kept in err. */
-typedef struct {
-    const st_file *f;
-    uint8_t *dst;
-    const uint64_t (*skip)[2]; /* sorted, disjoint file offsets */
-    size_t nskip;
-    atomic_uint_fast64_t next;
-    pthread_mutex_t mu; /* guards done, the callback, err */
-    uint64_t *done, total;
-    st_load_fn progress;
-    void *ctx;
-    char *err;
-    bool failed;
-} load_job;
-
-/* Reads [lo, hi) of the file into the copy; false on failure (recorded). */
-static bool load_range(load_job *j, uint64_t lo, uint64_t hi) {
-    const st_file *f = j->f;
-    for (uint64_t got = 0; lo + got < hi;) {
-        const ssize_t n = pread(f->fd, j->dst + lo + got, hi - lo - got, (off_t)(lo + got));
-        if (n <= 0) {
-            pthread_mutex_lock(&j->mu);
-            if (!j->failed)
-                e0_fail(j->err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
-                        (unsigned long long)(lo + got),
-                        n < 0 ? strerror(errno) : "unexpected end of file");
-            j->failed = true;
-            pthread_mutex_unlock(&j->mu);
-            return false;
-        }
-        got += (uint64_t)n;
-    }
-    return true;
-}
-
-static void *load_worker(void *arg) {
-    load_job *j = arg;
-    const st_file *f = j->f;
-    for (;;) {
-        const uint64_t off = atomic_fetch_add(&j->next, LOAD_CHUNK);
-        if (off >= f->size) return NULL;
-        const uint64_t end = f->size - off < LOAD_CHUNK ? f->size : off + LOAD_CHUNK;
-        uint64_t at = off, read = 0;
-        for (size_t k = 0; k < j->nskip && j->skip[k][0] < end; k++) {
-            if (j->skip[k][1] <= at) continue;
-            if (j->skip[k][0] > at) {
-                if (!load_range(j, at, j->skip[k][0])) return NULL;
-                read += j->skip[k][0] - at;
-            }
-            at = j->skip[k][1];
-        }
-        if (at < end) {
-            if (!load_range(j, at, end)) return NULL;
-            read += end - at;
-        }
-        /* the page cache's copy is not needed again: giving it back now lets the
-         * next chunk's huge pages come from free memory rather than reclaim */
-        posix_fadvise(f->fd, (off_t)off, (off_t)(end - off), POSIX_FADV_DONTNEED);
-        pthread_mutex_lock(&j->mu);
-        *j->done += read;
-        if (j->progress && !j->failed) j->progress(j->ctx, *j->done, j->total);
-        pthread_mutex_unlock(&j->mu);
-    }
-}
-
-int st_set_load(st_set *s, const st_span *skip, size_t nskip, st_load_fn progress, void *ctx,
-                char *err) {
-    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
-    size_t m;
-    st_span *v = spans_merged(skip, nskip, &m);
-    uint64_t(*r)[2] = malloc((m ? m : 1) * sizeof *r);
-    if (!v || !r) {
-        free(v);
-        free(r);
-        return e0_fail(err, E0_ENOMEM, "out of memory");
-    }
-    uint64_t total = 0, done = 0;
-    for (uint32_t i = 0; i < s->nfiles; i++) {
-        const st_file *f = &s->files[i];
-        if (!f->map || f->loaded) continue;
-        total += f->size;
-        const size_t k = file_skips(f, v, m, pg, r);
-        for (size_t q = 0; q < k; q++)
-            total -= r[q][1] - r[q][0];
-    }
-    int rc = 0;
-    for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
-        st_file *f = &s->files[i];
-        if (!f->map || f->loaded) continue;
-        const size_t k = file_skips(f, v, m, pg, r);
-        const uint64_t span = map_span(f->size);
-        uint8_t *a = reserve_aligned(span, PROT_READ | PROT_WRITE);
-        if (!a) {
-            rc = e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.2f GiB to load it: %s", f->path,
-                         (double)span / (1u << 30), strerror(errno));
-            break;
-        }
-#ifdef MADV_HUGEPAGE
-        madvise(a, span, MADV_HUGEPAGE); /* advice: without THP these are 4 KiB pages */
-#endif
-        /* several readers: most of a load's time is the kernel faulting in
-         * and clearing fresh pages, which runs in parallel */
-        load_job j = {.f = f, .dst = a, .skip = (const uint64_t(*)[2])r, .nskip = k, .done = &done,
-                      .total = total, .progress = progress, .ctx = ctx, .err = err};
-        atomic_init(&j.next, 0);
-        pthread_mutex_init(&j.mu, NULL);
-        pthread_t th[LOAD_THREADS];
-        int started = 0;
-        for (; started < LOAD_THREADS - 1; started++)
-            if (pthread_create(&th[started], NULL, load_worker, &j) != 0) break;
-        load_worker(&j);
-        for (int t = 0; t < started; t++)
-            pthread_join(th[t], NULL);
-        pthread_mutex_destroy(&j.mu);
-        if (j.failed) {
-            munmap(a, span);
-            rc = E0_EIO;
-            break;
-        }
-        mprotect(a, span, PROT_READ);
-        /* the copy takes the mapping's place: every pointer into it stays valid */
-        if (mremap(a, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->map) == MAP_FAILED) {
-            const int e = errno;
-            munmap(a, span);
-            rc = e0_fail(err, E0_EIO, "%s: cannot move the loaded copy in place: %s", f->path,
-                         strerror(e));
-            break;
-        }
-        f->loaded = true;
-        /* the skipped pages read the file again, as before the load (private:
-         * st_set_writable may make the whole copy writable) */
-        for (size_t q = 0; q < k && !rc; q++)
-            if (mmap((void *)(f->map + r[q][0]), r[q][1] - r[q][0], PROT_READ,
-                     MAP_PRIVATE | MAP_FIXED, f->fd, (off_t)r[q][0]) == MAP_FAILED)
-                rc = e0_fail(err, E0_EIO, "%s: cannot map the bytes left out of the load: %s",
-                             f->path, strerror(errno));
-    }
-    free(v);
-    free(r);
-    return rc;
-}
-
-/* Pages [lo, hi) of f's mapping (offsets, page-aligned, within the file)
- * replaced by an anonymous copy. */
-static int pin_pages(st_file *f, uint64_t lo, uint64_t hi, char *err) {
-    const uint64_t len = hi - lo;
-    uint8_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (a == MAP_FAILED)
-        return e0_fail(err, E0_ENOMEM, "%s: cannot allocate %.1f MiB for resident weights: %s",
-                       f->path, (double)len / (1 << 20), strerror(errno));
-    const uint64_t end = hi < f->size ? hi : f->size;
-    for (uint64_t got = 0; lo + got < end;) {
-        const ssize_t r = pread(f->fd, a + got, end - lo - got, (off_t)(lo + got));
-        if (r <= 0) {
-            const int e = errno;
-            munmap(a, len);
-            return e0_fail(err, E0_EIO, "%s: read failed at offset %llu: %s", f->path,
-                           (unsigned long long)(lo + got),
-                           r < 0 ? strerror(e) : "unexpected end of file");
-        }
-        got += (uint64_t)r;
-    }
-    mprotect(a, len, PROT_READ);
-    if (mremap(a, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(f->map + lo)) == MAP_FAILED) {
-        const int e = errno;
-        munmap(a, len);
-        return e0_fail(err, E0_EIO, "%s: cannot move resident weights in place: %s", f->path,
-                       strerror(e));
-    }
-    return 0;
-}
-
-int st_set_writable(st_set *s, bool writable) {
-    for (uint32_t i = 0; i < s->nfiles; i++) {
-        st_file *f = &s->files[i];
-        if (f->loaded && mprotect((void *)f->map, map_span(f->size),
-                                  writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
-            return E0_EIO;
-    }
-    return 0;
-}
-
-int st_set_pin(st_set *s, const st_span *skip, size_t n, uint64_t *pinned, char *err) {
-    *pinned = 0;
-    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
-    size_t m;
-    st_span *v = spans_merged(skip, n, &m);
-    uint64_t(*r)[2] = malloc((m ? m : 1) * sizeof *r);
-    if (!v || !r) {
-        free(v);
-        free(r);
-        return e0_fail(err, E0_ENOMEM, "out of memory");
-    }
-    int rc = 0;
-    for (uint32_t i = 0; i < s->nfiles && !rc; i++) {
-        st_file *f = &s->files[i];
-        if (!f->map || f->loaded) continue;
-        const uint64_t fend = (f->size + pg - 1) & ~(pg - 1);
-        const size_t k = file_skips(f, v, m, pg, r);
-        uint64_t at = 0; /* pages before `at` are decided */
-        for (size_t q = 0; q <= k && !rc; q++) {
-            const uint64_t a = q < k ? r[q][0] : fend, b = q < k ? r[q][1] : fend;
-            if (a > at) {
-                rc = pin_pages(f, at, a, err);
-                *pinned += a - at;
-            }
-            if (b > at) at = b;
-        }
-    }
-    free(v);
-    free(r);
-    return rc;
 }
 
 static int file_open(st_file *f, const char *path, char *err) {
@@ -1039,107 +774,3 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
     return rc;
 }
 
-/* ---- writing ----------------------------------------------------------- */
-
-void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype,
-                     int ndim, const uint64_t *shape, uint64_t begin, uint64_t end) {
-    sbuf *b = json_sbuf;
-    sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dtype);
-    for (int d = 0; d < ndim; d++)
-        sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
-    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin,
-              (unsigned long long)end);
-}
-
-int st_header_pack(const char *json, size_t len, char **out, size_t *out_len) {
-    const size_t hl = (len + 7) & ~(size_t)7;
-    char *h = malloc(8 + hl);
-    if (!h) return E0_ENOMEM;
-    for (int k = 0; k < 8; k++)
-        h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
-    memcpy(h + 8, json, len);
-    memset(h + 8 + len, ' ', hl - len);
-    *out = h;
-    *out_len = 8 + hl;
-    return 0;
-}
-
-int st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta,
-             size_t n_meta, char *err) {
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return e0_fail(err, E0_ENOMEM, "out of memory");
-    int rc = 0;
-    uint64_t off = 0;
-    uint64_t *offs = calloc(n + 1, sizeof *offs);
-    char *tmp = NULL, *json = NULL;
-    FILE *f = NULL;
-    if (!offs) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    if (n_meta) {
-        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (size_t i = 0; m && i + 1 < n_meta; i += 2)
-            cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t bytes = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++)
-            bytes *= t[i].shape[d];
-        off = (off + 7) & ~(uint64_t)7;
-        offs[i] = off;
-        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
-        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
-        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t[i].ndim; d++)
-            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
-        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + bytes)));
-        off += bytes;
-    }
-    offs[n] = off;
-    json = cJSON_PrintUnformatted(root);
-    size_t tl = strlen(path) + 5;
-    tmp = malloc(tl);
-    if (!json || !tmp) {
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-        goto done;
-    }
-    snprintf(tmp, tl, "%s.tmp", path);
-    size_t jl = strlen(json);
-    uint64_t hl = (jl + 7) & ~(size_t)7; /* pad with spaces so data starts 8-aligned */
-    if (!(f = fopen(tmp, "wb"))) {
-        rc = e0_fail(err, E0_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    uint8_t len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (uint8_t)(hl >> (8 * i));
-    static const char pad[8] = "        ";
-    static const uint8_t zero[8];
-    int ok = fwrite(len8, 8, 1, f) == 1 && fwrite(json, 1, jl, f) == jl &&
-             fwrite(pad, 1, hl - jl, f) == hl - jl;
-    uint64_t at = 0;
-    for (size_t i = 0; ok && i < n; i++) {
-        if (offs[i] > at) ok = fwrite(zero, 1, offs[i] - at, f) == offs[i] - at;
-        uint64_t bytes = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++)
-            bytes *= t[i].shape[d];
-        if (ok && bytes) ok = fwrite(t[i].data, 1, bytes, f) == bytes;
-        at = offs[i] + bytes;
-    }
-    if (fclose(f) != 0) ok = 0;
-    f = NULL;
-    if (!ok || rename(tmp, path) != 0) {
-        rc = e0_fail(err, E0_EIO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-done:
-    if (f) fclose(f);
-    free(tmp);
-    free(json);
-    free(offs);
-    cJSON_Delete(root);
-    return rc;
-}

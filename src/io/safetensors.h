@@ -17,6 +17,8 @@
 #ifndef E0_IO_SAFETENSORS_H
 #define E0_IO_SAFETENSORS_H
 
+#include "edge0.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -197,8 +199,8 @@ typedef struct {
  * *all_direct: every range was read direct. The same bytes, the same
  * fallbacks and errors as reading them one by one. Thread-safe. */
 int st_pread_direct_many(const st_set *s, const st_read *rd, int n, bool *all_direct, char *err);
-/* Whether this thread can submit reads through io_uring. */
-bool st_uring_on(void);
+/* e0_uring_on (edge0.h, uring.c): whether this thread can submit reads
+ * through io_uring. */
 /* Ranges read through io_uring so far, all threads. */
 uint64_t st_uring_reads(void);
 /* Tests: false makes st_pread_direct_many read one range at a time. */

@@ -6,7 +6,8 @@
  * header, st_set_reserve(total tensors), then st_set_add every tensor (which
  * rejects a name seen before, naming both files). st_set_free releases
  * everything, including each file's parsed header (`hdr` for safetensors,
- * `gguf` for GGUF).
+ * `gguf` for GGUF, through the destructor its reader left in `gguf_free`,
+ * so that safetensors.c never calls into gguf.c).
  */
 #ifndef E0_IO_ST_INTERNAL_H
 #define E0_IO_ST_INTERNAL_H
@@ -29,6 +30,7 @@ typedef struct {
     int guard;   /* its slot in the SIGBUS guard's table (st_set_fault), or -1 */
     st_header hdr;          /* safetensors files */
     struct gguf_file *gguf; /* GGUF files (views into `map`), else NULL */
+    void (*gguf_free)(struct gguf_file *); /* its destructor (gguf.c sets both) */
 } st_file;
 
 struct st_set {
@@ -52,5 +54,11 @@ int st_set_reserve(st_set *s, size_t n, char *err);
 /* Appends a copy of *t (its name must outlive the set); E0_EFORMAT when the
  * name is already in the set. */
 int st_set_add(st_set *s, const st_tensor *t, char *err);
+/* The bytes a file of `size` bytes is mapped over (whole huge pages), and
+ * an anonymous reservation of `span` bytes aligned to a huge page with
+ * protection `prot` (NULL on failure): a loaded copy replaces the mapping
+ * at the same address (st_load.c). */
+uint64_t st_map_span(uint64_t size);
+uint8_t *st_reserve_aligned(uint64_t span, int prot);
 
 #endif

@@ -7,6 +7,7 @@
 #include "util/file.h"
 #include "util/sbuf.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -626,4 +627,116 @@ void stw_sync_parent(const char *path) {
     char *par = parent_dir(path);
     if (par) sync_dir(par);
     free(par);
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+void st_header_entry(void *json_sbuf, const char *name, const char *suffix, const char *dtype,
+                     int ndim, const uint64_t *shape, uint64_t begin, uint64_t end) {
+    sbuf *b = json_sbuf;
+    sb_printf(b, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[", name, suffix, dtype);
+    for (int d = 0; d < ndim; d++)
+        sb_printf(b, "%s%llu", d ? "," : "", (unsigned long long)shape[d]);
+    sb_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin,
+              (unsigned long long)end);
+}
+
+int st_header_pack(const char *json, size_t len, char **out, size_t *out_len) {
+    const size_t hl = (len + 7) & ~(size_t)7;
+    char *h = malloc(8 + hl);
+    if (!h) return E0_ENOMEM;
+    for (int k = 0; k < 8; k++)
+        h[k] = (char)(uint8_t)((uint64_t)hl >> (8 * k));
+    memcpy(h + 8, json, len);
+    memset(h + 8 + len, ' ', hl - len);
+    *out = h;
+    *out_len = 8 + hl;
+    return 0;
+}
+
+int st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta,
+             size_t n_meta, char *err) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return e0_fail(err, E0_ENOMEM, "out of memory");
+    int rc = 0;
+    uint64_t off = 0;
+    uint64_t *offs = calloc(n + 1, sizeof *offs);
+    char *tmp = NULL, *json = NULL;
+    FILE *f = NULL;
+    if (!offs) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (n_meta) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (size_t i = 0; m && i + 1 < n_meta; i += 2)
+            cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = st_dtype_size(t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++)
+            bytes *= t[i].shape[d];
+        off = (off + 7) & ~(uint64_t)7;
+        offs[i] = off;
+        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + bytes)));
+        off += bytes;
+    }
+    offs[n] = off;
+    json = cJSON_PrintUnformatted(root);
+    size_t tl = strlen(path) + 5;
+    tmp = malloc(tl);
+    if (!json || !tmp) {
+        rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tl, "%s.tmp", path);
+    size_t jl = strlen(json);
+    uint64_t hl = (jl + 7) & ~(size_t)7; /* pad with spaces so data starts 8-aligned */
+    if (!(f = fopen(tmp, "wb"))) {
+        rc = e0_fail(err, E0_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)(hl >> (8 * i));
+    static const char pad[8] = "        ";
+    static const uint8_t zero[8];
+    int ok = fwrite(len8, 8, 1, f) == 1 && fwrite(json, 1, jl, f) == jl &&
+             fwrite(pad, 1, hl - jl, f) == hl - jl;
+    uint64_t at = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (offs[i] > at) ok = fwrite(zero, 1, offs[i] - at, f) == offs[i] - at;
+        uint64_t bytes = st_dtype_size(t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++)
+            bytes *= t[i].shape[d];
+        if (ok && bytes) ok = fwrite(t[i].data, 1, bytes, f) == bytes;
+        at = offs[i] + bytes;
+    }
+    if (fclose(f) != 0) ok = 0;
+    f = NULL;
+    if (!ok || rename(tmp, path) != 0) {
+        rc = e0_fail(err, E0_EIO, "%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+done:
+    if (f) fclose(f);
+    free(tmp);
+    free(json);
+    free(offs);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int e0_save_f32(const char *path, const char *name, int64_t rows, int64_t cols, const float *data,
+                char *err) {
+    st_wtensor t = {.name = name, .dtype = ST_F32, .ndim = 2, .shape = {(uint64_t)rows, (uint64_t)cols},
+                    .data = data};
+    return st_write(path, &t, 1, NULL, 0, err);
 }

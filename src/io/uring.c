@@ -91,7 +91,7 @@ static bool whole_direct(const st_set *s, const st_read *r, uint64_t *a, uint64_
     return *span <= (1u << 30);
 }
 
-bool st_uring_on(void) {
+bool e0_uring_on(void) {
     return thread_ring() != NULL;
 }
 

@@ -1,5 +1,6 @@
 /* Full attention: GQA with per-head QK-norm, (partial) RoPE, optional
  * sigmoid output gate (Qwen3-Next / 3.5), over the session's KV cache. */
+#include "model/forward.h"
 #include "model/model.h"
 #include "quant/mat.h"
 #include "stream/budget.h"
@@ -7,18 +8,6 @@
 #include "util/pool.h"
 
 #include <string.h>
-
-void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y) {
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * n;
-        float ss = 0.0f;
-        for (int i = 0; i < n; i++)
-            ss += xt[i] * xt[i];
-        float inv = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int i = 0; i < n; i++)
-            y[(size_t)t * n + i] = w[i] * (xt[i] * inv);
-    }
-}
 
 /* Rotate-half RoPE on the first 2*half dims of one head vector, with the
  * position's cos and sin table (rope_table). */

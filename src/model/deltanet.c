@@ -7,6 +7,7 @@
  *   S = exp(g) S; d = beta (v - S^T k); S += k d^T; o = S^T q;
  *   out = w * rmsnorm(o) * silu(z)   (the gated norm, never shifted).
  */
+#include "model/forward.h"
 #include "model/model.h"
 #include "util/pool.h"
 

@@ -1,151 +1,18 @@
-/* The resident model: configuration, weight views into the mapping, and the
- * per-session state (KV cache, DeltaNet conv/recurrent states, scratch).
- *
- * Math traps this code handles (docs/design.md §1.4, each has caused bugs):
- *  - Hybrid norms are (1 + w) * x/rms(x) in HF checkpoints; mlx checkpoints
- *    already store 1 + w. The DeltaNet output norm is never shifted.
- *    Loading folds the shift in, so kernels always multiply by `*_norm`.
- *  - Gated attention: q_proj yields [q | gate] per head, not [all q | all gates].
- *  - Partial RoPE rotates only the first rotary_dim dims, rotate-half within them.
- *  - DeltaNet: value head h uses key head h / (Hv/Hk) (repeat_interleave);
- *    qwen3_next packs q|k|v|z and b|a per key head. llama.cpp's converter
- *    reorders qwen35moe's value heads to tiled order (head h uses key head
- *    h % Hk), splits qwen3_next's qkvz into flat qkv and z (b|a stays
- *    packed), and stores -exp(A_log).
- *  - conv1d is [C,1,K] (HF) or [C,K,1] (mlx): the same bytes, C-major.
- *  - Router softmax, top-k and renormalisation stay in f32.
- */
+/* The forward pass and its sessions: the engine (weights, options, the
+ * expert stream), the per-session state (KV cache, DeltaNet conv/recurrent
+ * states, scratch), merged prefill passes and the layer pieces. The
+ * weights' views are weights/weights.h (with the math traps of loading),
+ * the batch and scratch types weights/batch.h, the helpers the layer files
+ * share with the session model/forward.h. */
 #ifndef E0_MODEL_MODEL_H
 #define E0_MODEL_MODEL_H
 
 #include "edge0.h"
-#include "io/config.h"
-#include "io/safetensors.h"
-#include "quant/kernels.h"
-#include "quant/mat.h"
+#include "weights/batch.h"
+#include "weights/weights.h"
 
 #include <math.h>
 #include <stdbool.h>
-
-/* Query heads of one KV head that attention takes together (mat_attend_heads). */
-#define E0_ATTN_GROUP 8
-
-typedef struct {
-    e0_mat gate, up; /* [I, H] */
-    e0_mat down;     /* [H, I] */
-} e0_expert;
-
-typedef struct {
-    bool linear;                /* Gated DeltaNet (else full attention) */
-    bool moe;                   /* MoE block (else dense MLP) */
-    float *in_norm, *post_norm; /* [H], shift folded in */
-
-    /* full attention */
-    e0_mat q, k, v, o;      /* q: [nh*hd*(gated ? 2 : 1), H], k/v: [nkv*hd, H], o: [H, nh*hd] */
-    float *q_norm, *k_norm; /* [hd] */
-
-    /* Gated DeltaNet */
-    bool packed;            /* qwen3_next: in_proj_qkvz / in_proj_ba */
-    bool ba_packed;         /* qwen3_next GGUF: flat qkv and z, packed ba */
-    bool vtiled;            /* qwen35moe GGUF: value head h uses key head h % Hk */
-    e0_mat qkvz, ba;        /* packed: [2Kd + 2Vd, H], [2Hv, H] */
-    e0_mat qkv, z, b, a;    /* flat: [2Kd + Vd, H], [Vd, H], [Hv, H], [Hv, H] */
-    float *conv_w;          /* [conv_dim, K] */
-    float *A, *dt_bias;     /* [Hv]: A = -exp(A_log) (GGUF's ssm_a) */
-    float *lin_norm;        /* [Dv] */
-    e0_mat out;             /* [H, Vd] */
-
-    /* MoE */
-    bool fused;         /* experts stored as gate_up (gate rows on top) + down */
-    e0_mat router;      /* [E, H] */
-    e0_expert *experts; /* [E] views */
-    e0_expert *xfile;   /* [E] the file layout's views when model_repack changed experts, else NULL:
-                           expert reads from the file (stream/bundle.c) follow these */
-    bool has_shared;
-    e0_mat sh_gate, sh_up, sh_down; /* [Is, H], [Is, H], [H, Is] */
-    e0_mat sh_router;               /* shared_expert_gate: [1, H] */
-
-    /* dense MLP */
-    e0_mat mlp_gate, mlp_up, mlp_down;
-} e0_layer;
-
-/* One multi-token-prediction (MTP) block of a Qwen3.5 / 3.6 GGUF file, as
- * llama.cpp's converter stores it after the main layers (blk.N, N >=
- * cfg.n_layers): a full-attention decoder layer with its MoE and shared
- * expert, and the nextn.* tensors that feed it the next token's embedding
- * beside the main model's last hidden state. Every tensor is found and
- * checked at load (shape against the config, a type edge0 computes with),
- * and none of their bytes is read: they stay out of the resident set,
- * --io load, the expert cache and the memory plan (e0_model.unused).
- * Nothing computes with the block yet; speculative decoding will. NULL:
- * absent (only the last three may be). */
-typedef struct {
-    int blk;                                          /* its blk index */
-    const st_tensor *attn_norm, *post_norm;           /* [H] */
-    const st_tensor *q, *k, *v, *o, *q_norm, *k_norm; /* as a full-attention layer's */
-    const st_tensor *router;                          /* [E, H] */
-    const st_tensor *gate, *up, *gate_up, *down; /* [E, I, H] x2 or gate_up [E, 2I, H]; [E, H, I] */
-    const st_tensor *sh_gate, *sh_up, *sh_down, *sh_router; /* when cfg.shared_inter > 0 */
-    const st_tensor *eh_proj;        /* nextn.eh_proj [H, 2H]: [embedding | hidden] -> H */
-    const st_tensor *enorm, *hnorm;  /* nextn.enorm / hnorm [H]: the two inputs' norms */
-    const st_tensor *head_norm;      /* nextn.shared_head_norm [H] (NULL: output_norm) */
-    const st_tensor *embed, *head;   /* nextn.embed_tokens / shared_head_head [V, H] (NULL:
-                                        token_embd / output) */
-} e0_mtp_layer;
-
-typedef struct {
-    int n_layers;          /* cfg.mtp_layers */
-    e0_mtp_layer *layers;  /* [n_layers] */
-    int n_tensors;
-    uint64_t bytes;        /* all their tensors */
-} e0_mtp;
-
-typedef struct {
-    e0_config cfg;
-    st_set *st;
-    const char *layout; /* "hf", "hf-fused", "mlx", "mlx-fused" */
-    e0_mat embed;       /* [V, H] */
-    e0_mat lm_head;     /* [V, H] */
-    float *final_norm;  /* [H] */
-    e0_layer *layers;
-    float *rope_inv_freq; /* [rotary_dim / 2] */
-    uint64_t weight_bytes, expert_bytes; /* the tensors the model computes with; the routed experts */
-    e0_mtp mtp;                          /* a GGUF file's MTP blocks (none: n_layers 0) */
-    /* [st_count]: 1 for every tensor the model computes with. The others
-     * (the MTP blocks; in HF and mlx folders mtp.*, vision and any tensor
-     * no loader looks up) are never pinned, loaded or counted */
-    uint8_t *used;
-} e0_model;
-
-int model_load(e0_model *m, const char *dir, char *err);
-/* After st_set_load: rewrites the loaded copy's 4-bit matrices that the
- * compute paths read with mat_matmul (not routers, not the embedding) into
- * the 16-row panel layout (mat.h), in place, and points their views at it.
- * Matrices that do not qualify (mat_p16_ok; parts not contiguous) keep the
- * file layout: the kernels compute the same results on both. Extra memory
- * while it runs: one tensor's bytes. Returns the number of matrices
- * repacked (stacked experts count once); never fails (without memory for
- * the scratch, nothing is repacked). `progress` (may be NULL) is told the
- * bytes repacked so far and the total after each matrix. */
-int model_repack(e0_model *m, st_load_fn progress, void *ctx);
-/* --io load: st_set_load of the checkpoint less the tensors the model does
- * not compute with (e0_model.used). */
-int model_load_weights(e0_model *m, st_load_fn progress, void *ctx, char *err);
-void model_free(e0_model *m);
-/* Everything but the routed experts (and the tensors the model does not
- * compute with) copied out of the file mappings
- * (st_set_pin): with pread I/O, a checkpoint truncated while running then
- * fails expert reads with an error instead of killing the process. */
-int model_pin_resident(e0_model *m, uint64_t *pinned, char *err);
-/* Starts reading layer `layer`'s resident (non-expert) weights into the page
- * cache (MADV_WILLNEED), or the lm_head for layer == n_layers: a prefill
- * calls it one layer ahead, so that a cold start or pages the kernel
- * dropped under memory pressure do not stall the compute threads on page
- * faults. Costs a page-cache lookup when the pages are there: ~4 ms for
- * all 41 calls of the 35B shape, so only batches of MODEL_ADVISE_MIN_T
- * tokens or more (hundreds of ms of compute) ask for it. */
-enum { MODEL_ADVISE_MIN_T = 16 };
-void model_advise_layer(const e0_model *m, int layer);
 
 struct e0_stream;
 struct gpu_dev;
@@ -173,25 +40,6 @@ struct e0_engine {
     struct gpu_model *gmodel;
     char gpu_note[512];
 };
-
-/* Scratch for a batch of up to n_batch tokens; sized once per session. */
-typedef struct {
-    float *x, *h, *y;       /* [B, H] residual, normed input, block output */
-    float *q, *k, *v, *att; /* attention: [B, q rows], [B, nkv*hd] x2, [B, nh*hd] */
-    float *scores;          /* [nscores, E0_ATTN_GROUP, n_ctx]: rows per compute thread */
-    float *rope_cs;         /* [rotary_dim]: cos, sin of each rotary pair at one position */
-    int nscores;
-    float *proj, *mix, *hist; /* DeltaNet: [B, packed rows], [B, conv_dim], [K-1+B, conv_dim] */
-    float *zz, *bb, *aa, *o;  /* [B, Vd], [B, Hv], [B, Hv], [B, Vd] */
-    float *rlogits, *rw;      /* MoE: [B, E], [B, k] */
-    int32_t *ridx, *count, *order;   /* [B, k], [E], [B*k] */
-    int32_t *exps, *start;           /* routed experts of a call, their runs in order[]: [E + 1] */
-    int32_t *rest, *rstart, *rpairs; /* the part that goes through exact: [E + 1], [E + 1], [B*k] */
-    void **xent;                     /* [E] LRU entries pinned by one call */
-    float *xs, *g, *u, *ys;          /* gathered: [B, H], [B, I'], [B, I'], [B, H] */
-    float *eo;                       /* [B*k, H] per (token, slot) expert output */
-    float *shg;                      /* [B] */
-} e0_scratch;
 
 struct e0_session {
     e0_engine *eng;
@@ -228,74 +76,6 @@ void session_gpu_free(e0_session *s);
 int session_gpu_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
                      char *err);
 
-/* ---- Forward passes over one or several sequences ----------------------
- * A forward pass runs T tokens in runs: run r is tokens [t0, t0 + n) of the
- * batch, the next n positions of session s (s->pos .. s->pos + n - 1). One
- * session's prefill or decode step is one run; a batched decode step
- * (e0_session_eval_batch) is one run of one token per session; a merged
- * prefill pass (pass_begin) is one run per session, of any lengths. The
- * dense matmuls (projections, shared expert, lm_head) run once over all T
- * tokens, so each weight is read once per pass; attention, the DeltaNet
- * conv and recurrence run per run against that session's KV cache and
- * states; the MoE layer computes each routed expert once over every token
- * routed to it (stream/switchglu.h).
- *
- * Per token, the arithmetic is the one a pass of that run alone gives it.
- * The matmul kernels compute every (row, token) alike whatever the other
- * tokens (mat.h), except that some kernel sets change arithmetic when a
- * call reaches K_PANEL_MIN_T tokens ("panel" arithmetic; below it "row"
- * arithmetic, which mat_matmul_decode gives at any T). So the tokens of
- * runs of K_PANEL_MIN_T or more come first in a pass (tokens [0, Tp)) and
- * the dense matmuls run them in one mat_matmul call, the tokens of shorter
- * runs (decode tokens among them) in one mat_matmul_decode call; in the
- * MoE, each expert's tokens split the same way by how many tokens of their
- * own run route to that expert (switchglu.c). A sequence batched with
- * others therefore gets logits bit-identical to its pass alone. */
-typedef struct {
-    e0_session *s;
-    int t0, n;
-} e0_run;
-
-/* Sessions one pass of e0_session_eval_batch takes (more run in several). */
-enum { E0_BATCH_MAX = 256 };
-
-typedef struct {
-    e0_scratch *S;     /* buffers for the T tokens (a session's scratch, n_batch >= T) */
-    const e0_run *run; /* [nrun], in token order, each session at most once; runs of
-                          K_PANEL_MIN_T tokens or more first */
-    int nrun, T;
-    int Tp;      /* tokens [0, Tp) are those of runs of K_PANEL_MIN_T or more (panel arithmetic) */
-    bool decode; /* every run is one decode token: the decode expert paths (switchglu.h) */
-} e0_batch;
-
-/* The batch of one session's T tokens at its next positions (run: its one
- * run); decode when T == 1. */
-e0_batch batch_one(e0_session *s, int T, e0_run *run);
-
-/* The run token t of the batch belongs to. */
-static inline int batch_run_of(const e0_batch *b, int t) {
-    int lo = 0, hi = b->nrun - 1;
-    while (lo < hi) { /* the last run starting at or before t */
-        const int mid = (lo + hi + 1) / 2;
-        if (b->run[mid].t0 <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
-/* y = W x for the batch's T tokens (x: [T, ldx], y: [T, ldy]), each token
- * in its run's arithmetic: mat_matmul over tokens [0, Tp), mat_matmul_decode
- * over [Tp, T). */
-static inline void batch_matmul(const e0_batch *b, const e0_mat *m, const float *x, int64_t ldx,
-                                float *y, int64_t ldy) {
-    if (b->Tp > 0) mat_matmul(m, x, ldx, b->Tp, y, ldy);
-    if (b->T > b->Tp)
-        mat_matmul_decode(m, x + (size_t)b->Tp * (size_t)ldx, ldx, b->T - b->Tp,
-                          y + (size_t)b->Tp * (size_t)ldy, ldy);
-}
-
 /* ---- A merged prefill pass ------------------------------------------------
  * One forward pass over the next ids of several sessions (one run each),
  * cut between layers like session_eval_part, so that a scheduler prefills
@@ -307,14 +87,14 @@ static inline void batch_matmul(const e0_batch *b, const e0_mat *m, const float 
  *     do pass_step(&p, max_layers, logits, &done, err); while (!done);
  *
  * Each session gets the logits, KV rows and states its own pass of the same
- * ids gives (bit for bit, model.h above), however the layers are cut. The
+ * ids gives (bit for bit, weights/batch.h), however the layers are cut. The
  * pass's tokens (the sum of n) must fit the first session's n_batch (its
  * scratch carries the pass), each n its own session's n_batch, and at most
  * E0_PASS_MAX sessions. Until done, every session of the pass refuses other
  * evaluations and snapshots (E0_EINVAL); a session of a paused pass must
  * not be reset, restored or freed. A failed step resets every session of
  * the pass. session_eval_part is the one-session case. */
-enum { E0_PASS_MAX = 64 };
+/* E0_PASS_MAX: edge0.h */
 
 typedef struct e0_pass {
     e0_run run[E0_PASS_MAX]; /* in token order (runs of K_PANEL_MIN_T ids or more first) */
@@ -382,15 +162,5 @@ void deltanet_forward(e0_session *s, int layer, const float *in, int T, float *o
 /* Fails only when expert bytes cannot be read (E0_EIO, message in err). */
 int moe_forward(e0_session *s, int layer, const float *in, int T, float *out, char *err);
 void mlp_forward(e0_session *s, int layer, const float *in, int T, float *out);
-
-/* y[t] = w * x[t] / rms(x[t]) over n values, T rows. */
-void rmsnorm(const float *x, const float *w, int n, int T, float eps, float *y);
-
-static inline float e0_silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-static inline float e0_sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
 
 #endif

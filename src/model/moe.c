@@ -11,6 +11,7 @@
  * of every sequence routed to it, and each token's sum is the one it gets
  * alone.
  */
+#include "model/forward.h"
 #include "model/model.h"
 #include "stream/switchglu.h"
 #include "util/pool.h"
@@ -46,7 +47,7 @@ static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, 
     }
 }
 
-/* Route stickiness (model/synth.h; synthetic checkpoints whose config.json
+/* Route stickiness (synth/synth.h; synthetic checkpoints whose config.json
  * sets edge0_synth.route_stickiness): make the token share at least n of
  * its k experts with the previous position's, `prev` (that position's final
  * experts, highest weight first). route() leaves idx in falling probability,

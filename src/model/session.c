@@ -2,10 +2,12 @@
 #include "gpu/gmodel.h"
 #include "model/model.h"
 
+#include "model/forward.h"
 #include "stream/budget.h"
 #include "stream/cachesim.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
+#include "util/clock.h"
 #include "util/meminfo.h"
 #include "util/pool.h"
 
@@ -87,12 +89,6 @@ static int choose_io(e0_engine *e, char *err) {
                      (double)auto_headroom(avail) / (1u << 30));
     }
     return 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* What open decides before it reads anything: the model's headers, top-k,
@@ -516,12 +512,6 @@ int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
     return keep;
 }
 
-e0_batch batch_one(e0_session *s, int T, e0_run *run) {
-    *run = (e0_run){s, 0, T};
-    return (e0_batch){
-        .S = &s->s, .run = run, .nrun = 1, .T = T, .Tp = T >= K_PANEL_MIN_T ? T : 0, .decode = T == 1};
-}
-
 /* The batch's tokens (ids: [T], one per token in run order) through every
  * layer; leaves the final residual stream in S->x and advances each
  * session's position. Fails only when expert bytes cannot be read. */
@@ -880,153 +870,5 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
     e0_engine *ew = ss[0]->eng;
     ew->decode_tokens += n;
     ew->decode_s += now_s() - t0;
-    return 0;
-}
-
-void e0_engine_stats(e0_engine *e, e0_stats *st) {
-    memset(st, 0, sizeof *st);
-    st->prefill_tokens = e->prefill_tokens;
-    st->decode_tokens = e->decode_tokens;
-    st->prefill_s = e->prefill_s;
-    st->decode_s = e->decode_s;
-    stream_counters c;
-    stream_counters_get(e->stream, &c);
-    st->bytes_read = c.bytes_read;
-    st->bytes_touched = c.bytes_touched;
-    st->expert_calls = c.expert_calls;
-    for (int l = 0; l < e->model.cfg.n_layers; l++) {
-        uint64_t h, m;
-        stream_layer_stats(e->stream, l, &h, &m);
-        st->lru_hits += h;
-        st->lru_misses += m;
-        st->working_set += e->model.layers[l].moe ? e->top_k : 0;
-    }
-    st->cache_slots = stream_cache_slots(e->stream);
-    stream_pressure(e->stream, &st->cache_limit, &st->pressure_shrinks, &st->pressure_grows);
-    st->bundle_bytes = stream_bundle_bytes(e->stream);
-    st->staged_hits = c.staged_hits;
-    st->exact_fallbacks = c.exact_fallbacks;
-    st->drops = c.drops;
-    st->predicted_routed = c.predicted_routed;
-    st->routed_staged = c.routed_staged;
-    st->hot_hits = c.hot_hits;
-    st->hot_misses = c.hot_misses;
-    st->full_layers = c.full_layers;
-    st->overflow_reads = c.overflow_reads;
-    st->spec_loads = c.spec_loads;
-    st->spec_used = c.spec_used;
-    st->io_wait_s = c.io_wait_s;
-    st->compute_s = c.compute_s;
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0) st->peak_rss = (uint64_t)ru.ru_maxrss * 1024u;
-}
-
-void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses) {
-    *hits = *misses = 0;
-    if (layer >= 0 && layer < e->model.cfg.n_layers)
-        stream_layer_stats(e->stream, layer, hits, misses);
-}
-
-void e0_engine_stats_reset(e0_engine *e) {
-    stream_counters_reset(e->stream);
-    e->prefill_tokens = e->decode_tokens = 0;
-    e->prefill_s = e->decode_s = 0;
-}
-
-int32_t e0_engine_distinct_experts(const e0_engine *e, int32_t layer) {
-    if (layer < 0 || layer >= e->model.cfg.n_layers || !e->model.layers[layer].moe) return 0;
-    return stream_distinct_experts(e->stream, layer);
-}
-
-int32_t e0_engine_files(const e0_engine *e) {
-    int32_t n = 0;
-    while (st_file_fd(e->model.st, (uint32_t)n) >= 0)
-        n++;
-    return n;
-}
-
-const char *e0_engine_file(const e0_engine *e, int32_t i) {
-    return st_file_path(e->model.st, (uint32_t)i);
-}
-
-void e0_engine_drop_cache(e0_engine *e) {
-    for (int32_t i = 0; i < e0_engine_files(e); i++)
-        posix_fadvise(st_file_fd(e->model.st, (uint32_t)i), 0, 0, POSIX_FADV_DONTNEED);
-}
-
-uint64_t e0_engine_warm_cache(e0_engine *e) {
-    enum { CHUNK = 16 << 20 };
-    char *buf = malloc(CHUNK);
-    uint64_t total = 0;
-    for (int32_t i = 0; buf && i < e0_engine_files(e); i++) {
-        int fd = st_file_fd(e->model.st, (uint32_t)i);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-        for (off_t off = 0;; off += CHUNK) {
-            ssize_t r = pread(fd, buf, CHUNK, off);
-            if (r <= 0) break;
-            total += (uint64_t)r;
-        }
-    }
-    free(buf);
-    return total;
-}
-
-int32_t e0_engine_seqs(const e0_engine *e) {
-    return e->n_seqs;
-}
-
-const char *e0_engine_budget_note(const e0_engine *e) {
-    return e->budget_note;
-}
-const char *e0_engine_io_note(const e0_engine *e) {
-    return e->io_note;
-}
-
-const char *e0_policy_name(e0_policy p) {
-    return cachesim_name((cachesim_policy)p);
-}
-
-int e0_engine_cache_policy(const e0_engine *e) {
-    return e->opts.layer.cache_policy;
-}
-
-int e0_engine_trace_start(e0_engine *e, size_t cap, size_t tokens, char *err) {
-    const e0_config *c = &e->model.cfg;
-    const size_t max_floats = (size_t)256 << 20 >> 2; /* 256 MiB of logits at most */
-    size_t floats = (size_t)c->n_layers * (size_t)c->n_experts;
-    floats = tokens > max_floats / (floats ? floats : 1) ? max_floats : tokens * floats;
-    return stream_trace_start(e->stream, cap, floats, err);
-}
-
-size_t e0_engine_trace(e0_engine *e, const uint32_t **keys) {
-    size_t n;
-    const uint32_t *t = stream_trace(e->stream, &n, NULL);
-    if (keys) *keys = t;
-    return n;
-}
-
-int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_study *out,
-                          char *err) {
-    _Static_assert((int)E0_POLICIES == (int)CACHESIM_N, "policy lists differ");
-    memset(out, 0, sizeof *out);
-    size_t n;
-    const uint32_t *t = stream_trace(e->stream, &n, &out->dropped);
-    if (!t) return e0_fail(err, E0_EINVAL, "no trace recorded (e0_engine_trace_start)");
-    if (from > n) from = n;
-    out->slots = slots;
-    out->requests = n - from;
-    const e0_config *c = &e->model.cfg;
-    const uint32_t keys = (uint32_t)c->n_layers * (uint32_t)c->n_experts;
-    cachesim_obs obs;
-    stream_trace_obs(e->stream, &obs);
-    out->router_replayed = obs.n > 0;
-    for (int p = 0; p < E0_POLICIES; p++) {
-        if (p == E0_POLICY_ROUTER && !out->router_replayed) continue;
-        const double h = p == E0_POLICY_ROUTER ? (double)e->opts.layer.router_half_life
-                                               : (double)e->opts.layer.cache_half_life * slots;
-        int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots, h, &obs, &out->hits[p],
-                              err);
-        if (rc) return rc;
-    }
     return 0;
 }

@@ -1,6 +1,8 @@
 /* ggml's weight types: the layout table (quant/ggml.h). */
 #include "quant/ggml.h"
 
+#include "edge0.h"
+
 /* Sizes as ggml-common.h's block structs pin them; `supported` marks the
  * types edge0 dequantizes and multiplies. */
 static const ggml_type_info g_types[GGML_NTYPES] = {
@@ -47,4 +49,9 @@ uint64_t ggml_row_bytes(uint32_t type, uint64_t cols) {
     const ggml_type_info *t = ggml_info(type);
     if (!t || cols % (uint64_t)t->blck) return 0;
     return cols / (uint64_t)t->blck * (uint64_t)t->size;
+}
+
+const char *e0_ggml_type_name(uint32_t type) {
+    const ggml_type_info *ti = ggml_info(type);
+    return ti ? ti->name : NULL;
 }

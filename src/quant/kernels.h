@@ -94,7 +94,8 @@ enum {
 #define K_PANEL_MAX_COLS 16384
 
 /* Picks the row kernel of one ISA for m (NULL: not handled, use the
- * reference); *need says which activations to prepare, *lanes the q4 lane
+ * reference; ggml block types: k_avx512_ggml_pick's, which the dispatcher
+ * asks); *need says which activations to prepare, *lanes the q4 lane
  * count. */
 k_rows_fn k_avx2_pick(const e0_mat *m, int *need, int *lanes);
 k_rows_fn k_avx512_pick(const e0_mat *m, int *need, int *lanes);

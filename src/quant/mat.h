@@ -14,9 +14,16 @@
  * tensors use E0_W_F32 / F16 / BF16). `w` points at row 0's first block;
  * rows are consecutive, ggml_row_bytes(gtype, cols) bytes each (cols a
  * multiple of the block size), only byte-aligned; no scales / biases.
+ *
+ * Three files implement this header, one way: mat.c the formats (sizes,
+ * views, dequantization, the panel layout), ref.c the scalar references,
+ * dispatch.c the kernel sets and the dispatch to the SIMD kernels
+ * (kernels.h) or the references.
  */
 #ifndef E0_QUANT_MAT_H
 #define E0_QUANT_MAT_H
+
+#include "edge0.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,7 +95,7 @@ void mat_dequant(const e0_mat *m, int64_t r, int64_t c0, int64_t n, float *out);
 void mat_matmul_ref(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
 /* The dispatching entry point the model calls: the kernel set in force
- * (mat_set_kernels), rows split across the compute pool (util/pool.h).
+ * (e0_set_kernels), rows split across the compute pool (util/pool.h).
  * For each (row, token) the result depends only on the kernel set, the row,
  * that token's activations and whether T reaches K_PANEL_MIN_T (the sets
  * that quantize activations change arithmetic there, see below, unless
@@ -115,49 +122,10 @@ bool mat_matmul_t_free(const e0_mat *m);
  * the set in force. For router logits, whose near-ties decide routing. */
 void mat_matmul_f32(const e0_mat *m, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy);
 
-/* Kernel sets (docs/experiments.md has their accuracy and speed). AUTO,
- * the default, is AVX512_MIXED where the CPU has VNNI, else the fastest
- * f32-activation set (AVX512, else AVX2, else REF). EXACT is AVX512_Q24
- * where the CPU has VNNI, else the same f32 set: as close to the Hugging
- * Face fixtures as the scalar reference (NMSE ~1e-12 per dot, logits within
- * 5e-5 at every position). The lossy sets keep every fixture's routing:
- * MIXED keeps logits within 1.7e-3 over 160 positions, Q16 within 3e-3.
- * Q8 changes routing on the mlx fixtures. MIXED computes 4-bit matrices
- * with the 16-bit panel kernels' arithmetic (activations quantized per
- * weight group) at every T, decode tokens included, so that the loaded copy
- * can be repacked for them (E0_L_P16) and a batched decode step's tokens
- * cost two multiplies per 4 columns, not three (24-bit decode until
- * docs/experiments.md section 61: 9e-4); the Q sets use it from
- * K_PANEL_MIN_T tokens (the row kernels' per-32 quantization below).
- * GGUF k-quants (Q4_K, Q6_K) have integer kernels under Q8, Q16 and MIXED,
- * which runs them with 24-bit activations for every T (16-bit batches
- * changed a route of a GGUF fixture); Q24, and so EXACT, keeps their f32
- * kernels. */
-typedef enum {
-    E0_KERNELS_AUTO,         /* the default (see above) */
-    E0_KERNELS_REF,          /* mat_matmul_ref (still split across the pool) */
-    E0_KERNELS_AVX2,         /* AVX2 + FMA + F16C, f32 activations */
-    E0_KERNELS_AVX512,       /* AVX-512 F/BW/VL/DQ, f32 activations */
-    E0_KERNELS_AVX512_Q8,    /* + VNNI: q4 weights x int8 activations (lossy); else as AVX512 */
-    E0_KERNELS_AVX512_Q16,   /* as Q8 with two int8 planes (~16-bit activations) */
-    E0_KERNELS_AVX512_Q24,   /* as Q8 with three int8 planes (~24-bit activations: f32-grade) */
-    E0_KERNELS_AVX512_MIXED, /* 16-bit panel arithmetic; GGUF k-quants 24-bit */
-    E0_KERNELS_F32,          /* the fastest f32-activation set this CPU runs */
-    E0_KERNELS_EXACT,        /* AVX512_Q24 with VNNI, else F32 */
-} e0_kernels;
-
-/* Process-wide; set it while no matmul runs (tests, startup). While the
- * set is AUTO, $E0_KERNELS (a mat_kernels_parse name) may name another, read at the first call. 0,
- * or E0_EUNSUPPORTED when this CPU lacks the set's ISA (nothing changes). */
-int mat_set_kernels(e0_kernels k);
-/* The set in force, resolved (never AUTO), and its name ("ref", "avx2", ...). */
+/* The kernel sets (e0_kernels, e0_set_kernels, e0_kernels_name, ...) are
+ * public: edge0.h. */
+/* The set in force, resolved (never AUTO). */
 e0_kernels mat_kernels(void);
-const char *mat_kernels_name(void);
-/* The set named `name` (auto, exact, ref, avx2, avx512, avx512-q8,
- * avx512-q16, avx512-q24, avx512-mixed, f32): 0, or E0_EINVAL for another name. */
-int mat_kernels_parse(const char *name, e0_kernels *out);
-/* Whether this CPU runs set k. */
-int mat_kernels_supported(e0_kernels k);
 
 /* One Gated DeltaNet step of one value head (docs/design.md §1.4), in the
  * kernel set in force (REF: the scalar reference, mat_delta_step_ref):
@@ -189,5 +157,8 @@ void mat_attend_heads(const float *q, size_t qstride, int g, const void *kc, con
 /* mat_attend_ref on an f16 cache. */
 void mat_attend_ref_f16(const float *q, const uint16_t *kc, const uint16_t *vc, size_t stride,
                         int n, int hd, float scale, float *scores, float *o);
+/* Either: kc and vc f16 (uint16_t) when f16, else f32. */
+void mat_attend_ref_kv(const float *q, const void *kc, const void *vc, bool f16, size_t stride,
+                       int n, int hd, float scale, float *scores, float *o);
 
 #endif

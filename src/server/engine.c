@@ -1,12 +1,11 @@
 /* The scheduler thread, its slots and its queue (engine.h). */
 #include "server/engine.h"
-#include "model/model.h"
+#include "server/engine_int.h"
 
 #include "server/prefix.h"
 #include "server/think.h"
-#include "text/gen.h"
-#include "text/toolcall.h"
 #include "util/err.h"
+#include "util/clock.h"
 #include "util/sbuf.h"
 
 #include <errno.h>
@@ -22,180 +21,7 @@ int srv_buf_put(srv_buf *b, const char *s, size_t n) {
     return buf_append(&b->p, &b->len, &b->cap, s, n);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- jobs ----------------------------------------------------------------- */
-
-srv_job *srv_job_new(void) {
-    srv_job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    j->refs = 1;
-    j->fd = -1;
-    return j;
-}
-
-void srv_job_ref(srv_job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
-
-void srv_job_unref(srv_job *j) {
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left) return;
-    srv_request_free(&j->req);
-    free(j->prompt);
-    free(j->ids);
-    free(j->reasoning.p);
-    free(j->content.p);
-    free(j->lp);
-    for (int i = 0; i < j->n_calls; i++) {
-        free(j->calls[i].name.p);
-        free(j->calls[i].args.p);
-        free(j->calls[i].cuts);
-    }
-    free(j->calls);
-    pthread_cond_destroy(&j->cv);
-    pthread_mutex_destroy(&j->mu);
-    free(j);
-}
-
-void srv_job_cancel(srv_job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->cancel = true;
-    j->fd = -1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-}
-
-static const char *finish_name(e0_finish f) {
-    return f == E0_FINISH_STOP ? "stop" : f == E0_FINISH_CANCELLED ? "cancelled" : "length";
-}
-
-/* One line per request: id, method, path, status, tokens in/out, time. */
-static void log_job(const srv_job *j) {
-    char gram[96] = "";
-    const int32_t n = j->res.completion_tokens;
-    if (j->req.grammar && n) /* constrained decoding: its time per token next to the decode step's */
-        snprintf(gram, sizeof gram, " grammar=%.3fms/tok (decode %.1fms/tok, %d masks)", j->res.mask_s * 1e3 / n,
-                 j->res.decode_s * 1e3 / n, j->res.masks);
-    fprintf(stderr, "edge0: %s %s %s %d%s prompt=%d cached=%d completion=%d finish=%s reuse=%s%s %.3fs\n", j->id,
-            j->method, j->url, j->http_status, j->streamed ? " stream" : "", j->res.prompt_tokens,
-            j->res.reused_tokens, j->res.completion_tokens, j->status != 200 ? "error" : j->finish_reason ? j->finish_reason : finish_name(j->res.finish),
-            j->reuse ? j->reuse : "none", gram, now_s() - j->t0);
-}
-
-void srv_job_connection_over(srv_job *j, int http_status, bool left) {
-    pthread_mutex_lock(&j->mu);
-    if (left && !j->done) j->cancel = true;
-    j->fd = -1;
-    j->http_status = http_status;
-    j->conn_over = true;
-    bool done = j->done;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (done) log_job(j);
-}
-
-bool srv_client_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    int r;
-    while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR) {}
-    return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
 /* ---- the engine ----------------------------------------------------------- */
-
-typedef struct srv_slot srv_slot;
-
-/* A request's answer being built (the callbacks' user data). */
-typedef struct {
-    srv_engine *E;
-    srv_job *j;
-    srv_think think;
-    tc_parser *tc; /* tool calls out of the content, when the request has tools */
-    srv_buf raw;   /* every piece, as generated */
-    bool oom;
-    double t_tok;  /* when its last token came (0: none yet) */
-} gen_ctx;
-
-/* One slot: a session and the request it runs. */
-struct srv_slot {
-    e0_session *s;
-    /* the request running here */
-    srv_job *j;        /* NULL when the slot is free (written under srv_engine.mu) */
-    gen_ctx gc;
-    e0_gen *g;         /* its generation (NULL with a scripted generate function) */
-    int32_t *ids;      /* the ids it runs (the job's, or owned) */
-    size_t n;
-    bool owned;
-    const char *how;   /* how they were built (engine.h, "Prompt reuse") */
-    double echo_s;     /* the echo's own evaluation of the prompt */
-    int32_t next;      /* the id to evaluate in the next decode pass */
-    bool decoding;     /* the prefill is done: `next` waits for a pass */
-    uint64_t admitted; /* admission order: the oldest prefill goes first */
-    /* What the session holds (see "Prompt reuse"). */
-    cJSON *conv;      /* the last chat conversation, our answer last; NULL if none */
-    char *conv_tools; /* its tools JSON, or NULL */
-    size_t conv_n;    /* history length it belongs to */
-    char *hist_text;  /* the decoded history (special tokens kept), or NULL */
-    size_t hist_len, hist_n;
-};
-
-struct srv_engine {
-    e0_engine *eng;
-    const e0_text *text;
-    int32_t n_ctx, vocab;
-    srv_metrics *m;
-    pthread_t th;
-
-    pthread_mutex_t mu; /* guards the queue, active, the slots' j, stopping, draining, avg_s */
-    pthread_cond_t cv;
-    srv_job *head, *tail;
-    int depth, capacity;
-    int active;    /* slots running a request, and jobs taken for one */
-    bool stopping;
-    bool draining; /* srv_engine_drain: nothing new starts */
-    double avg_s;  /* moving average of request time */
-
-    /* The scheduler thread's own. */
-    srv_slot *slots;
-    int n_slots, prefill_chunk;
-    bool recurrent;           /* the model has DeltaNet layers: a history is reused whole or not at all */
-    float *logits;            /* [n_slots, vocab]: one decode pass's rows */
-    e0_session **pass_s;      /* [n_slots] the sessions of a pass */
-    int32_t *pass_ids;        /* [n_slots] */
-    int *pass_slot;           /* [n_slots] */
-    uint64_t clock;           /* admissions so far */
-    /* Pacing a prefill against running streams: moving averages of a decode
-     * pass's time (any batch, and one sequence alone) and, per half layer
-     * (pass_step_halves), of a prefill pass's time per id (seconds; they
-     * differ: attention against DeltaNet, dense against MoE). */
-    double decode_pass_s, solo_pass_s, *half_id_s;
-    int prefill_layers, n_layers;
-    /* The prefill pass in progress: the next chunk of each of pass_n slots
-     * in one forward pass (pass_begin), possibly paused between layers;
-     * pass_n 0 when none. */
-    e0_pass pass;
-    int pass_n;
-    srv_slot *pass_sl[E0_PASS_MAX];
-    size_t pass_m[E0_PASS_MAX];
-    bool pass_last[E0_PASS_MAX]; /* the chunk ends the slot's prompt: its logits are wanted */
-    double stats_t;           /* last metrics snapshot */
-    uint64_t id_state;        /* tool-call ids */
-    srv_generate_fn generate; /* a test's stand-in, or NULL: the step-able generator */
-    prefix_cache *pc;         /* snapshots at prompt and answer ends (--cache-ram), or NULL */
-};
 
 static void forget_history(srv_slot *sl) {
     cJSON_Delete(sl->conv);
@@ -385,14 +211,14 @@ static int tc_args(void *user, int index, const char *s, size_t n) {
     return 0;
 }
 
-static const tc_sink TC_SINK = {tc_content, tc_call, tc_args};
+static const e0_tc_sink TC_SINK = {tc_content, tc_call, tc_args};
 
 /* What the reasoning splitter decides (j->mu held): reasoning to the job,
  * content through the tool-call parser when there is one. */
 static int think_out(void *user, int reasoning, const char *s, size_t n) {
     gen_ctx *g = user;
     if (reasoning || !g->tc) return add_text(g->j, reasoning, s, n);
-    return tc_feed(g->tc, s, n, &TC_SINK, g);
+    return e0_tc_feed(g->tc, s, n, &TC_SINK, g);
 }
 
 static void snapshot_stats(srv_engine *E) {
@@ -408,104 +234,6 @@ static void snapshot_stats(srv_engine *E) {
     E->stats_t = now_s();
 }
 
-/* A token's log-probabilities, kept for the answer (j->mu held). */
-static int add_logprob(srv_job *j, const e0_token_info *tok) {
-    if (j->n_lp == j->cap_lp) {
-        size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
-        e0_token_info *p = realloc(j->lp, cap * sizeof *p);
-        if (!p) return -1;
-        j->lp = p;
-        j->cap_lp = cap;
-    }
-    j->lp[j->n_lp++] = *tok;
-    return 0;
-}
-
-/* ---- echo: the prompt's own log-probabilities ------------------------------ *
- *
- * A completion with echo and logprobs reports every prompt token's
- * log-probability given the tokens before it: log_softmax(logits of
- * position i-1)[id_i], the model's own distribution (no sampling filters:
- * nothing was sampled there), and its n most likely alternatives; the
- * first token has none. That needs the logits of every prompt position,
- * which a generation never computes, so the engine evaluates the prompt
- * itself first, from an empty session, in the batches a prefill uses
- * (PROMPT_LP_ROWS, the session's n_batch: E0_LOGITS_ALL [rows, vocab]
- * floats, 311 MB for 512 rows of Qwen3's vocabulary at most): the
- * arithmetic of a batch depends on its length (about 1e-3 in the logits),
- * so these are the logits the prefill of this prompt computes, and those
- * `edge0 logits` writes for it. e0_generate then finds the prompt in the
- * session: a model with attention only evaluates the last id again; one
- * with recurrent layers cannot rewind and evaluates the whole prompt again
- * (echo with logprobs costs two prefills there). The reuse of an earlier
- * conversation's prefix is lost either way. */
-#define PROMPT_LP_ROWS 512 /* e0_session_opts.n_batch's default, which the engine's session uses */
-
-/* Row x [V] -> the entry for `id`: its log-probability and the k most
- * likely tokens (descending, lower id first on ties). */
-static void row_logprobs(const float *x, int32_t V, int32_t id, int32_t k, e0_token_info *t) {
-    double m = -INFINITY, sum = 0;
-    for (int32_t v = 0; v < V; v++)
-        if (x[v] > m) m = x[v];
-    for (int32_t v = 0; v < V; v++) sum += exp((double)x[v] - m);
-    const double lse = m + log(sum);
-    memset(t, 0, sizeof *t);
-    t->id = id;
-    t->logprob = (float)((double)x[id] - lse);
-    for (int32_t v = 0; v < V && k > 0; v++) {
-        if (t->n_top == k && x[v] <= x[t->top_ids[k - 1]]) continue;
-        int32_t i = t->n_top < k ? t->n_top++ : k - 1;
-        while (i > 0 && x[v] > x[t->top_ids[i - 1]]) {
-            t->top_ids[i] = t->top_ids[i - 1];
-            i--;
-        }
-        t->top_ids[i] = v;
-    }
-    for (int32_t i = 0; i < t->n_top; i++) t->top_logprobs[i] = (float)((double)x[t->top_ids[i]] - lse);
-}
-
-static int add_logprob(srv_job *j, const e0_token_info *tok);
-
-/* Evaluates the job's prompt into a reset session and keeps each token's
- * entry in j->lp (j->n_prompt_lp of them). */
-static int prompt_logprobs(srv_engine *E, srv_slot *sl, srv_job *j, double *seconds, char *err) {
-    const double t0 = now_s();
-    e0_model_info mi;
-    e0_engine_info(E->eng, &mi);
-    const int32_t V = mi.vocab_size, k = j->req.sample.top_logprobs;
-    const size_t n = j->n_ids;
-    e0_session_reset(sl->s);
-    const size_t R = n < PROMPT_LP_ROWS ? n : PROMPT_LP_ROWS;
-    float *rows = malloc(R * (size_t)V * sizeof *rows);
-    if (!rows) {
-        snprintf(err, E0_ERR_MAX, "out of memory for the prompt's logits");
-        return E0_ENOMEM;
-    }
-    e0_token_info first = {.id = j->ids[0]};
-    pthread_mutex_lock(&j->mu);
-    int rc = add_logprob(j, &first) ? E0_ENOMEM : 0;
-    pthread_mutex_unlock(&j->mu);
-    for (size_t at = 0; !rc && at < n; at += PROMPT_LP_ROWS) {
-        size_t m = n - at < PROMPT_LP_ROWS ? n - at : PROMPT_LP_ROWS;
-        if ((rc = e0_session_eval(sl->s, j->ids + at, m, E0_LOGITS_ALL, rows, err))) break;
-        pthread_mutex_lock(&j->mu);
-        for (size_t r = 0; r < m && at + r + 1 < n && !rc; r++) { /* row r: the distribution of id at + r + 1 */
-            e0_token_info t;
-            int32_t id = j->ids[at + r + 1];
-            row_logprobs(rows + r * (size_t)V, V, id < V ? id : 0, k, &t);
-            t.id = id;
-            if (add_logprob(j, &t)) rc = E0_ENOMEM;
-        }
-        bool cancel = j->cancel;
-        pthread_mutex_unlock(&j->mu);
-        if (cancel) break; /* the generation that follows notices it at once */
-    }
-    if (rc == E0_ENOMEM) snprintf(err, E0_ERR_MAX, "out of memory for the prompt's logprobs");
-    free(rows);
-    j->n_prompt_lp = j->n_lp;
-    *seconds = now_s() - t0;
-    return rc;
-}
 
 static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t n) {
     gen_ctx *g = user;
@@ -517,7 +245,7 @@ static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t 
     }
     if (srv_buf_put(&g->raw, s, n)) g->oom = true;
     pthread_mutex_lock(&j->mu);
-    if (tok && j->req.sample.logprobs && add_logprob(j, tok)) g->oom = true;
+    if (tok && j->req.sample.logprobs && srv_add_logprob(j, tok)) g->oom = true;
     if (srv_client_gone(j->fd)) {
         j->cancel = true;
         j->fd = -1;
@@ -526,7 +254,7 @@ static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t 
     if (!stop) {
         int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, think_out, g) : add_text(j, 0, s, n);
         if (rc) stop = g->oom = true;
-        if (g->tc && tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
+        if (g->tc && e0_tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
@@ -601,7 +329,7 @@ static void finish_job(srv_engine *E, srv_job *j, int status, const char *msg) {
     bool over = j->conn_over;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (over) log_job(j);
+    if (over) srv_log_job(j);
     pthread_mutex_lock(&E->mu);
     E->avg_s = E->avg_s ? 0.8 * E->avg_s + 0.2 * j->seconds : j->seconds;
     pthread_mutex_unlock(&E->mu);
@@ -660,10 +388,10 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     e0_gen_result res = *gres;
     pthread_mutex_lock(&j->mu);
     if (!rc && j->req.kind == SRV_CHAT && (srv_think_finish(&g->think, think_out, g) ||
-                                           (g->tc && tc_finish(g->tc, &TC_SINK, g))))
+                                           (g->tc && e0_tc_finish(g->tc, &TC_SINK, g))))
         g->oom = true;
     /* the one call parallel_tool_calls=false allows is complete: a normal end */
-    if (!rc && g->tc && tc_full(g->tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
+    if (!rc && g->tc && e0_tc_full(g->tc) && res.finish == E0_FINISH_CANCELLED && !j->cancel) res.finish = E0_FINISH_STOP;
     if (j->n_prompt_lp) { /* the prompt was evaluated here, not reused */
         res.reused_tokens = 0;
         res.prefill_s += sl->echo_s;
@@ -673,12 +401,12 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
                        : res.finish == E0_FINISH_CANCELLED ? "cancelled"
                                                            : "length";
     pthread_mutex_unlock(&j->mu);
-    tc_parser_free(g->tc);
+    e0_tc_parser_free(g->tc);
     /* the answer's end: the conversation's next turn resumes here */
     if (!rc && res.finish != E0_FINISH_CANCELLED && !g->oom) cache_put(E, sl);
     record_history(E, sl, j, sl->n, g, rc);
     if (sl->owned) free(sl->ids);
-    gen_free(sl->g);
+    e0_gen_free(sl->g);
     srv_think_free(&g->think);
     free(g->raw.p);
     snapshot_stats(E);
@@ -723,7 +451,7 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
     int rc = 0;
     sl->echo_s = 0;
     bool echo = j->req.kind == SRV_COMPLETION && j->req.echo;
-    if (echo && j->req.sample.logprobs) rc = prompt_logprobs(E, sl, j, &sl->echo_s, err); /* the prompt's own ids */
+    if (echo && j->req.sample.logprobs) rc = srv_prompt_logprobs(E, sl, j, &sl->echo_s, err); /* the prompt's own ids */
     if (echo) { /* the text starts with the prompt */
         pthread_mutex_lock(&j->mu);
         if (srv_buf_put(&j->content, j->prompt, j->prompt_len) && !rc) {
@@ -752,7 +480,7 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
                                      ? E0_GRAMMAR_THINK_MAY
                                      : E0_GRAMMAR_PLAIN;
     if (!rc && j->req.kind == SRV_CHAT && j->req.parse_tools)
-        rc = tc_parser_new(&g->tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
+        rc = e0_tc_parser_new(&g->tc, j->req.tools, j->req.parallel_tool_calls ? 1 << 20 : 1, err);
     e0_gen_result res = {0};
     if (!rc && E->generate) { /* a test's stand-in: the whole request, here */
         rc = E->generate(sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, &res, err);
@@ -760,7 +488,7 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
         return;
     }
     if (!rc && !(echo && j->req.sample.logprobs)) cache_restore(E, sl);
-    if (!rc) rc = gen_begin(&sl->g, sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, err);
+    if (!rc) rc = e0_gen_begin(&sl->g, sl->s, E->text, sl->ids, sl->n, &j->req.sample, on_piece, g, err);
     if (rc) {
         res.prompt_tokens = (int32_t)sl->n;
         slot_end(E, sl, rc, err, &res);
@@ -771,12 +499,12 @@ static void slot_start(srv_engine *E, srv_slot *sl) {
 /* After the slot's logits are in: its next token, or its end. */
 static void slot_advance(srv_engine *E, srv_slot *sl) {
     char err[E0_ERR_MAX] = "";
-    int rc = gen_step(sl->g, &sl->next, err);
-    if (rc == GEN_EVAL) {
+    int rc = e0_gen_step(sl->g, &sl->next, err);
+    if (rc == E0_GEN_EVAL) {
         sl->decoding = true;
         return;
     }
-    slot_end(E, sl, rc < 0 ? rc : 0, err, gen_result(sl->g));
+    slot_end(E, sl, rc < 0 ? rc : 0, err, e0_gen_get_result(sl->g));
 }
 
 /* A client that left, or a request cancelled: whether the slot's job is to end. */
@@ -807,7 +535,7 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
         srv_slot *c = &E->slots[i];
         if (!c->j || !c->g || c->decoding) continue;
         if (slot_cancelled(c)) {
-            e0_gen_result res = *gen_result(c->g);
+            e0_gen_result res = *e0_gen_get_result(c->g);
             res.finish = E0_FINISH_CANCELLED;
             slot_end(E, c, 0, NULL, &res);
             continue;
@@ -825,9 +553,9 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
     for (int i = 0; i < nc && n < E0_PASS_MAX; i++) {
         const int32_t *id;
         bool last;
-        const size_t m = gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
+        const size_t m = e0_gen_prefill_next(cand[i]->g, (size_t)E->prefill_chunk, &id, &last);
         if (!m) continue;
-        if (n && (total + m > (size_t)ss[0]->n_batch || total + m > cap)) break;
+        if (n && (total + m > (size_t)e0_session_n_batch(ss[0]) || total + m > cap)) break;
         ss[n] = cand[i]->s;
         ids[n] = id;
         E->pass_sl[n] = cand[i];
@@ -837,11 +565,11 @@ static bool prefill_begin(srv_engine *E, size_t cap) {
     }
     if (!n) return false;
     char err[E0_ERR_MAX] = "";
-    int rc = pass_begin(&E->pass, ss, ids, E->pass_m, n, err);
-    if (rc && n > 1) /* gen_begin checked each prompt: should a check still fail, the first alone says which */
-        rc = pass_begin(&E->pass, ss, ids, E->pass_m, n = 1, err);
+    int rc = e0_pass_begin(E->pass, ss, ids, E->pass_m, n, err);
+    if (rc && n > 1) /* e0_gen_begin checked each prompt: should a check still fail, the first alone says which */
+        rc = e0_pass_begin(E->pass, ss, ids, E->pass_m, n = 1, err);
     if (rc) {
-        slot_end(E, E->pass_sl[0], rc, err, gen_result(E->pass_sl[0]->g));
+        slot_end(E, E->pass_sl[0], rc, err, e0_gen_get_result(E->pass_sl[0]->g));
         return false;
     }
     E->pass_n = n;
@@ -881,21 +609,21 @@ static void prefill_step(srv_engine *E) {
     const double budget = E->solo_pass_s > 0 ? E->solo_pass_s : E->decode_pass_s;
     if (!E->pass_n && !prefill_begin(E, paced ? pass_cap(E, budget) : SIZE_MAX)) return;
     int halves = 0; /* the most to run now; 0: all that are left */
-    if (decoding && E->prefill_layers > 0) halves = pass_layer_halves(&E->pass, E->prefill_layers);
+    if (decoding && E->prefill_layers > 0) halves = e0_pass_layer_halves(E->pass, E->prefill_layers);
     else if (paced) halves = 2 * E->n_layers;
     char err[E0_ERR_MAX] = "";
     float *lg[E0_PASS_MAX];
     for (int i = 0; i < E->pass_n; i++)
-        lg[i] = E->pass_last[i] ? gen_logits(E->pass_sl[i]->g) : NULL;
-    const int T = E->pass.b.T;
+        lg[i] = E->pass_last[i] ? e0_gen_logits(E->pass_sl[i]->g) : NULL;
+    const int T = e0_pass_tokens(E->pass);
     const double t0 = now_s();
     bool done = false;
     int rc = 0;
     for (int ran = 0; !rc && !done && (!halves || ran < halves); ran++) {
-        const int h = 2 * E->pass.layer + E->pass.half;
+        const int h = e0_pass_next_half(E->pass);
         if (paced && ran && now_s() - t0 + E->half_id_s[h] * T > budget) break;
         const double th = now_s();
-        rc = pass_step_halves(&E->pass, 1, lg, &done, err);
+        rc = e0_pass_step_halves(E->pass, 1, lg, &done, err);
         if (rc) break;
         const double per = (now_s() - th) / T;
         ema(&E->half_id_s[h], per);
@@ -906,11 +634,11 @@ static void prefill_step(srv_engine *E) {
     for (int i = 0; i < n; i++) {
         srv_slot *sl = E->pass_sl[i];
         if (rc) { /* the pass reset every session in it */
-            slot_end(E, sl, rc, err, gen_result(sl->g));
+            slot_end(E, sl, rc, err, e0_gen_get_result(sl->g));
             continue;
         }
-        gen_prefill_done(sl->g, E->pass_m[i]);
-        if (!gen_prefill_left(sl->g)) {
+        e0_gen_prefill_done(sl->g, E->pass_m[i]);
+        if (!e0_gen_prefill_left(sl->g)) {
             cache_put(E, sl); /* the prompt's end: a retry or a branch resumes here */
             slot_advance(E, sl);
         }
@@ -941,10 +669,10 @@ static void decode_step(srv_engine *E) {
     for (int k = 0; k < n; k++) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
-            slot_end(E, sl, rc, err, gen_result(sl->g));
+            slot_end(E, sl, rc, err, e0_gen_get_result(sl->g));
             continue;
         }
-        memcpy(gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
+        memcpy(e0_gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
         slot_advance(E, sl);
     }
 }
@@ -1002,7 +730,10 @@ static void *engine_main(void *arg) {
         srv_job *take[E0_BATCH_MAX_SLOTS], *refuse = NULL;
         int n_take = 0;
         pthread_mutex_lock(&E->mu);
-        while (!E->active && !E->head && !E->stopping) pthread_cond_wait(&E->cv, &E->mu);
+        /* idle, or gathering: the first E->gather requests are admitted together */
+        while (!E->stopping && ((!E->active && !E->head) || (E->gather && E->depth < E->gather)))
+            pthread_cond_wait(&E->cv, &E->mu);
+        E->gather = 0;
         if (E->stopping && !E->active && !E->head) {
             pthread_mutex_unlock(&E->mu);
             break;
@@ -1069,6 +800,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_engine_info(E->eng, &mi);
     E->vocab = mi.vocab_size;
     E->prefill_layers = o->prefill_layers;
+    E->gather = o->gather > 0 ? o->gather : 0;
     E->n_layers = mi.n_layers;
     E->half_id_s = calloc(2 * (size_t)mi.n_layers, sizeof *E->half_id_s);
     E->recurrent = strcmp(mi.family, "qwen3_moe") != 0; /* the hybrids' DeltaNet layers cannot rewind */
@@ -1084,6 +816,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     E->pass_slot = calloc(N, sizeof *E->pass_slot);
     int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot || !E->half_id_s ? E0_ENOMEM : 0;
     if (rc) snprintf(err, E0_ERR_MAX, "out of memory for %d slots", E->n_slots);
+    if (!rc) rc = e0_pass_new(&E->pass, err);
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = o->n_ctx;
@@ -1184,6 +917,7 @@ void srv_engine_free(srv_engine *E) {
     free(E->pass_ids);
     free(E->pass_slot);
     free(E->half_id_s);
+    e0_pass_free(E->pass);
     prefix_free(E->pc);
     pthread_cond_destroy(&E->cv);
     pthread_mutex_destroy(&E->mu);

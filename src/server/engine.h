@@ -7,7 +7,7 @@
  * prefilling; its first token when the prompt is done) and then one decode
  * pass in which every decoding slot's next id goes through ONE
  * e0_session_eval_batch call. Each slot's request is a step-able generation
- * (text/gen.h) with its own sampler, grammar, stop strings and logprobs;
+ * (edge0.h: e0_gen_*) with its own sampler, grammar, stop strings and logprobs;
  * the batch gives each row bit-identical to decoding alone, and a prompt is
  * always prefilled in the same chunks, so a greedy answer does not depend
  * on what else runs. A long prompt costs the running streams one chunk per
@@ -174,10 +174,13 @@ typedef struct {
     int max_queue;           /* waiting requests before 503 */
     int parallel;            /* slots (sessions) stepped together; < 1: 1 */
     int prefill_chunk;       /* prompt ids per step; 0: SRV_PREFILL_CHUNK */
-    srv_generate_fn generate; /* NULL: the step-able generator (text/gen.h); else this, one slot */
+    srv_generate_fn generate; /* NULL: the step-able generator (edge0.h: e0_gen_*); else this, one slot */
     uint64_t cache_ram;       /* bytes of session snapshots the prefix cache keeps (prefix.h); 0: none */
     int prefill_layers;       /* layers of a prefill chunk per step while others decode; 0: as many as
                                  take about one decode pass (measured); -1: never pause */
+    int gather;               /* > 0: the first time, nothing is admitted until this many requests
+                                 wait, so that requests sent together meet in one batch by
+                                 construction, not by the timing of their connections (tests) */
 } srv_engine_opts;
 
 /* Creates the slots' sessions and starts the scheduler thread. */

@@ -28,6 +28,9 @@
  *    invalid UTF-8 with U+FFFD.
  */
 #include "server/server.h"
+#include "util/clock.h"
+#include "server/http_int.h"
+#include "server/openai.h"
 
 #include "server/anthropic.h"
 #include "server/engine.h"
@@ -48,21 +51,6 @@
 
 #include <microhttpd.h>
 
-struct srv {
-    srv_opts o;
-    char *model_name;
-    char *api_key;  /* NULL: no authentication */
-    struct MHD_Daemon *d;
-    srv_engine *E;
-    srv_metrics m;
-    int port;
-    int64_t started;
-    uint64_t seq;   /* request ids; atomic */
-    e0_model_info info;
-    atomic_int live;     /* requests begun and not completed (their answers not all sent) */
-    bool starting;       /* MHD_start_daemon is running: mhd_log keeps its words */
-    char start_why[256]; /* ... here */
-};
 
 void srv_opts_default(srv_opts *o) {
     memset(o, 0, sizeof *o);
@@ -78,249 +66,6 @@ void srv_opts_default(srv_opts *o) {
 }
 
 int srv_port(const srv *s) { return s->port; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- JSON output ------------------------------------------------------------ */
-
-static char *error_json(const srv_error *e, size_t *len) {
-    srv_buf b = {0};
-    srv_put(&b, "{\"error\":{\"message\":");
-    srv_json_cstr(&b, e->message);
-    srv_put(&b, ",\"type\":");
-    srv_json_cstr(&b, e->type);
-    srv_put(&b, ",\"code\":");
-    srv_json_cstr(&b, e->code);
-    srv_put(&b, ",\"param\":");
-    if (e->param[0]) srv_json_cstr(&b, e->param);
-    else srv_put(&b, "null");
-    srv_put(&b, "}}");
-    *len = b.len;
-    return b.p;
-}
-
-static const char *finish_str(const srv_job *j) {
-    if (j->finish_reason) return j->finish_reason;
-    e0_finish f = j->res.finish;
-    return f == E0_FINISH_STOP ? "stop" : f == E0_FINISH_CANCELLED ? "cancelled" : "length";
-}
-
-/* One entry of "tool_calls"; with_head: id, type and name (a whole call, or
- * the first delta of a streamed one), then arguments a[0..n). */
-static void call_json(srv_buf *b, const srv_call *c, int index, bool with_head, bool stream, const char *a, size_t n) {
-    srv_put(b, "{");
-    if (stream) srv_putf(b, "\"index\":%d,", index);
-    if (with_head) {
-        srv_put(b, "\"id\":");
-        srv_json_cstr(b, c->id);
-        srv_put(b, ",\"type\":\"function\",\"function\":{\"name\":");
-        srv_json_str(b, c->name.p, c->name.len);
-        srv_put(b, ",");
-    } else {
-        srv_put(b, "\"function\":{");
-    }
-    srv_put(b, "\"arguments\":");
-    srv_json_str(b, a, n);
-    srv_put(b, "}}");
-}
-
-static void usage_json(srv_buf *b, const e0_gen_result *r) {
-    srv_putf(b,
-            "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
-            r->prompt_tokens, r->completion_tokens, r->prompt_tokens + r->completion_tokens, r->reused_tokens);
-}
-
-/* With a grammar: the time spent constraining, inside predicted_ms. */
-static void grammar_timings(srv_buf *b, const srv_job *j) {
-    const e0_gen_result *r = &j->res;
-    if (!j->req.grammar) return;
-    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d", r->mask_s * 1e3,
-            r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks);
-}
-
-/* llama.cpp's "timings" object: what was evaluated and how fast (and, with
- * a grammar, what constraining cost). */
-static void timings_json(srv_buf *b, const srv_job *j) {
-    const e0_gen_result *r = &j->res;
-    int pn = r->prompt_tokens - r->reused_tokens;
-    srv_putf(b,
-            "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_second\":%.2f,"
-            "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_second\":%.2f",
-            r->reused_tokens, pn, r->prefill_s * 1e3, r->prefill_s > 0 ? pn / r->prefill_s : 0.0,
-            r->completion_tokens, r->decode_s * 1e3, r->decode_s > 0 ? r->completion_tokens / r->decode_s : 0.0);
-    grammar_timings(b, j);
-    srv_put(b, "}");
-}
-
-/* {"id":..,"object":..,"created":..,"model":.., — the head every response and chunk shares. */
-static void head_json(srv_buf *b, const srv *S, const srv_job *j, const char *object) {
-    srv_put(b, "{\"id\":");
-    srv_json_cstr(b, j->id);
-    srv_putf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)j->created);
-    srv_json_cstr(b, S->model_name);
-}
-
-/* One entry of "logprobs.content" or of its "top_logprobs": the token's
- * text (decoded alone; bytes gives the exact bytes where a token holds part
- * of a character) and its log-probability. */
-static void token_json(srv_buf *b, const srv *S, int32_t id, float lp) {
-    char *t = NULL, err[E0_ERR_MAX];
-    size_t n = 0;
-    if (e0_text_decode(S->o.text, &id, 1, &t, &n, err)) n = 0;
-    srv_put(b, "{\"token\":");
-    srv_json_str(b, t ? t : "", n);
-    srv_putf(b, ",\"logprob\":%.9g,\"bytes\":[", (double)lp);
-    for (size_t i = 0; i < n; i++) srv_putf(b, "%s%u", i ? "," : "", (unsigned char)t[i]);
-    srv_put(b, "]");
-    free(t);
-}
-
-/* "logprobs" of a choice: null, or {"content": [tokens from..to), "refusal": null}. */
-static void logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to) {
-    if (!j->req.sample.logprobs || from >= to) {
-        srv_put(b, "null");
-        return;
-    }
-    srv_put(b, "{\"content\":[");
-    for (size_t i = from; i < to; i++) {
-        const e0_token_info *t = &j->lp[i];
-        if (i > from) srv_put(b, ",");
-        token_json(b, S, t->id, t->logprob);
-        srv_put(b, ",\"top_logprobs\":[");
-        for (int k = 0; k < t->n_top; k++) {
-            if (k) srv_put(b, ",");
-            token_json(b, S, t->top_ids[k], t->top_logprobs[k]);
-            srv_put(b, "}");
-        }
-        srv_put(b, "]}");
-    }
-    srv_put(b, "],\"refusal\":null}");
-}
-
-/* Characters (code points) in s[0..n): its bytes that do not continue a
- * UTF-8 sequence, so a token holding part of a character counts where the
- * character begins. */
-static size_t chars_of(const char *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return c;
-}
-
-/* "logprobs" of a completion, OpenAI's legacy form, for tokens from..to:
- * {"tokens", "token_logprobs", "top_logprobs" (per token a dict text ->
- * logprob of the most likely alternatives, plus the token itself when it
- * is not among them), "text_offset" (in characters of the choice's text)}.
- * The echoed prompt's first token has null for both. *chars: the offset of
- * lp[from], advanced past lp[to - 1]. null when there are none. */
-static void comp_logprobs_json(srv_buf *b, const srv *S, const srv_job *j, size_t from, size_t to, size_t *chars) {
-    if (!j->req.sample.logprobs || from >= to) {
-        srv_put(b, "null");
-        return;
-    }
-    srv_buf tok = {0}, lps = {0}, top = {0}, off = {0};
-    char err[E0_ERR_MAX];
-    for (size_t i = from; i < to; i++) {
-        const e0_token_info *t = &j->lp[i];
-        const char *sep = i > from ? "," : "";
-        char *text = NULL, *keys[E0_MAX_TOP_LOGPROBS + 1];
-        size_t n = 0, lens[E0_MAX_TOP_LOGPROBS + 1];
-        if (e0_text_decode(S->o.text, &t->id, 1, &text, &n, err)) n = 0;
-        srv_put(&tok, sep);
-        srv_json_str(&tok, text ? text : "", n);
-        srv_putf(&off, "%s%zu", sep, *chars);
-        *chars += chars_of(text, n);
-        if (i == 0 && j->n_prompt_lp) { /* nothing comes before the prompt's first token */
-            srv_putf(&lps, "%snull", sep);
-            srv_putf(&top, "%snull", sep);
-            free(text);
-            continue;
-        }
-        srv_putf(&lps, "%s%.9g", sep, (double)t->logprob);
-        srv_putf(&top, "%s{", sep);
-        int nk = 0;
-        bool self = false;
-        for (int k = 0; k <= t->n_top; k++) { /* the alternatives, then the token itself */
-            if (k == t->n_top && self) break;
-            int32_t id = k < t->n_top ? t->top_ids[k] : t->id;
-            float lp = k < t->n_top ? t->top_logprobs[k] : t->logprob;
-            self |= id == t->id;
-            char *kt = NULL;
-            size_t kn = 0;
-            if (e0_text_decode(S->o.text, &id, 1, &kt, &kn, err)) kn = 0;
-            bool dup = false; /* two tokens may read the same: the likelier one keeps the key */
-            for (int q = 0; q < nk && !dup; q++) dup = lens[q] == kn && !memcmp(keys[q], kt ? kt : "", kn);
-            if (dup) {
-                free(kt);
-                continue;
-            }
-            srv_put(&top, nk ? "," : "");
-            srv_json_str(&top, kt ? kt : "", kn);
-            srv_putf(&top, ":%.9g", (double)lp);
-            keys[nk] = kt;
-            lens[nk++] = kn;
-        }
-        srv_put(&top, "}");
-        for (int q = 0; q < nk; q++) free(keys[q]);
-        free(text);
-    }
-    srv_put(b, "{\"tokens\":[");
-    if (tok.p) srv_buf_put(b, tok.p, tok.len);
-    srv_put(b, "],\"token_logprobs\":[");
-    if (lps.p) srv_buf_put(b, lps.p, lps.len);
-    srv_put(b, "],\"top_logprobs\":[");
-    if (top.p) srv_buf_put(b, top.p, top.len);
-    srv_put(b, "],\"text_offset\":[");
-    if (off.p) srv_buf_put(b, off.p, off.len);
-    srv_put(b, "]}");
-    free(tok.p);
-    free(lps.p);
-    free(top.p);
-    free(off.p);
-}
-
-/* The whole (non-streamed) answer; call with the job done. */
-static char *answer_json(const srv *S, const srv_job *j, size_t *len) {
-    srv_buf b = {0};
-    bool chat = j->req.kind == SRV_CHAT;
-    head_json(&b, S, j, chat ? "chat.completion" : "text_completion");
-    if (chat) {
-        srv_put(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        if (j->n_calls && !j->content.len) srv_put(&b, "null"); /* as OpenAI answers a call without text */
-        else srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
-        if (j->n_calls) {
-            srv_put(&b, ",\"tool_calls\":[");
-            for (int i = 0; i < j->n_calls; i++) {
-                if (i) srv_put(&b, ",");
-                call_json(&b, &j->calls[i], i, true, false, j->calls[i].args.p, j->calls[i].args.len);
-            }
-            srv_put(&b, "]");
-        }
-        if (j->reasoning.p) {
-            srv_put(&b, ",\"reasoning_content\":");
-            srv_json_str(&b, j->reasoning.p, j->reasoning.len);
-        }
-        srv_put(&b, "}");
-    } else {
-        srv_put(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        srv_json_str(&b, j->content.p ? j->content.p : "", j->content.len);
-    }
-    srv_put(&b, ",\"logprobs\":");
-    size_t chars = 0;
-    if (chat) logprobs_json(&b, S, j, 0, j->n_lp);
-    else comp_logprobs_json(&b, S, j, 0, j->n_lp, &chars);
-    srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
-    usage_json(&b, &j->res);
-    srv_put(&b, ",\"timings\":");
-    timings_json(&b, j);
-    srv_put(&b, "}");
-    *len = b.len;
-    return b.p;
-}
 
 /* ---- responses ---------------------------------------------------------------- */
 
@@ -401,7 +146,7 @@ static enum MHD_Result send_body(struct MHD_Connection *c, req_ctx *cx, int stat
 static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *cx, const srv_error *e, const char *hname,
                                   const char *hval) {
     size_t len;
-    char *body = cx->anthropic ? srv_anthropic_error_json(e, &len) : error_json(e, &len);
+    char *body = cx->anthropic ? srv_anthropic_error_json(e, &len) : srv_openai_error_json(e, &len);
     if (!body) return MHD_NO;
     cx->code = e->code;
     return send_body(c, cx, cx->anthropic ? srv_anthropic_status(e->status) : e->status, body, len,
@@ -461,13 +206,13 @@ typedef struct {
 static void chunk_open(stream_ctx *sc) {
     bool chat = sc->j->req.kind == SRV_CHAT;
     srv_put(&sc->out, "data: ");
-    head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
+    srv_openai_head_json(&sc->out, sc->S, sc->j, chat ? "chat.completion.chunk" : "text_completion");
 }
 
 /* A chunk's "logprobs": the tokens generated since the last chunk that had any. */
 static void chunk_logprobs(stream_ctx *sc) {
     const srv_job *j = sc->j;
-    logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp);
+    srv_openai_logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp);
     sc->lp_sent = j->n_lp;
 }
 
@@ -484,7 +229,7 @@ static void chunk_text(stream_ctx *sc, const char *key, const char *s, size_t n)
         srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":");
         srv_json_str(&sc->out, s, n);
         srv_put(&sc->out, ",\"logprobs\":");
-        comp_logprobs_json(&sc->out, sc->S, sc->j, sc->lp_sent, sc->j->n_lp, &sc->lp_chars);
+        srv_openai_comp_logprobs_json(&sc->out, sc->S, sc->j, sc->lp_sent, sc->j->n_lp, &sc->lp_chars);
         sc->lp_sent = sc->j->n_lp;
         srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
     }
@@ -499,7 +244,7 @@ static void chunk_call(stream_ctx *sc, const srv_call *c, int index) {
         chunk_open(sc);
         srv_putf(&sc->out, ",\"choices\":[{\"index\":0,\"delta\":{%s\"tool_calls\":[",
                 sc->phase ? "" : "\"role\":\"assistant\",\"content\":null,");
-        call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
+        srv_openai_call_json(&sc->out, c, index, k < 0, true, c->args.p + a, z - a);
         srv_put(&sc->out, "]},\"logprobs\":");
         chunk_logprobs(sc);
         srv_put(&sc->out, ",\"finish_reason\":null}]}\n\n");
@@ -526,7 +271,7 @@ static void chunk_end(stream_ctx *sc) {
                  job_error_code(j), NULL,
                  "%s", j->err);
         size_t len;
-        char *body = error_json(&e, &len);
+        char *body = srv_openai_error_json(&e, &len);
         srv_put(&sc->out, "data: ");
         if (body) srv_buf_put(&sc->out, body, len);
         srv_put(&sc->out, "\n\n");
@@ -538,18 +283,18 @@ static void chunk_end(stream_ctx *sc) {
             chunk_logprobs(sc);
         } else {
             srv_put(&sc->out, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":");
-            comp_logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp, &sc->lp_chars);
+            srv_openai_comp_logprobs_json(&sc->out, sc->S, j, sc->lp_sent, j->n_lp, &sc->lp_chars);
             sc->lp_sent = j->n_lp;
         }
-        srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_str(j));
-        usage_json(&sc->out, &j->res);
+        srv_putf(&sc->out, ",\"finish_reason\":\"%s\"}],\"usage\":", srv_openai_finish(j));
+        srv_openai_usage_json(&sc->out, &j->res);
         srv_put(&sc->out, ",\"timings\":");
-        timings_json(&sc->out, j);
+        srv_openai_timings_json(&sc->out, j);
         srv_put(&sc->out, "}\n\n");
         if (j->req.include_usage) {
             chunk_open(sc);
             srv_put(&sc->out, ",\"choices\":[],\"usage\":");
-            usage_json(&sc->out, &j->res);
+            srv_openai_usage_json(&sc->out, &j->res);
             srv_put(&sc->out, "}\n\n");
         }
     }
@@ -697,7 +442,7 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
         return send_error(c, cx, &e, NULL, NULL);
     }
     size_t len;
-    char *answer = j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len) : answer_json(S, j, &len);
+    char *answer = j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len) : srv_openai_answer_json(S, j, &len);
     if (!answer) return MHD_NO;
     return send_body(c, cx, 200, answer, len, "application/json", NULL, NULL);
 }
@@ -1063,7 +808,8 @@ int srv_start(srv **out, const srv_opts *o, char *err) {
     }
     srv_engine_opts eo = {.engine = o->engine, .text = o->text, .n_ctx = o->n_ctx, .max_queue = o->max_queue,
                           .parallel = o->parallel, .prefill_chunk = o->prefill_chunk, .generate = o->generate,
-                          .cache_ram = o->cache_ram, .prefill_layers = o->prefill_layers};
+                          .cache_ram = o->cache_ram, .prefill_layers = o->prefill_layers,
+                          .gather = o->gather};
     if (!rc) rc = srv_engine_start(&S->E, &eo, &S->m, err);
     S->starting = true; /* libmicrohttpd's words on a failed start go into our message */
     if (!rc) {

@@ -23,7 +23,5 @@ void srv_putf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Appends the JSON string literal of s[0..n), quotes included. */
 void srv_json_str(srv_buf *b, const char *s, size_t n);
 void srv_json_cstr(srv_buf *b, const char *s);
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 (n >= 1). */
-size_t srv_utf8_len(const unsigned char *s, size_t n);
 
 #endif

@@ -12,7 +12,6 @@
  */
 #include "server/request.h"
 
-#include "text/schema.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -352,13 +351,13 @@ static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e) {
             return srv_fail(e, 400, BAD, "unsupported_value", "response_format",
                             "'response_format' %s cannot be enforced together with tool_choice \"%s\"",
                             field(rf, "type")->valuestring, r->force_name ? r->force_name : "required");
-        schema_form form = r->chat_format == E0_CHAT_QWEN35 ? SCHEMA_FORM_XML : SCHEMA_FORM_JSON;
-        rc = schema_tools_grammar(r->tools, r->force_name, r->parallel_tool_calls ? SCHEMA_MAX_CALLS : 1, form,
+        e0_tool_form form = r->chat_format == E0_CHAT_QWEN35 ? E0_TOOL_FORM_XML : E0_TOOL_FORM_JSON;
+        rc = e0_grammar_tools(r->tools, r->force_name, r->parallel_tool_calls ? E0_GRAMMAR_MAX_CALLS : 1, form,
                                   &r->grammar, err);
         return rc ? grammar_fail(e, rc, rc == E0_EINVAL && !strstr(err, "parameters") ? "tool_choice" : "tools", err) : 0;
     }
     if (!json) return 0;
-    rc = schema_response_grammar(rf, &r->grammar, err);
+    rc = e0_grammar_response_format(rf, &r->grammar, err);
     return rc ? grammar_fail(e, rc, "response_format", err) : 0;
 }
 
@@ -488,7 +487,7 @@ void srv_request_free(srv_request *r) {
     cJSON_Delete(r->tools);
     free(r->prompt);
     free(r->force_name);
-    gram_free(r->grammar);
+    e0_grammar_free(r->grammar);
     for (int i = 0; i < SRV_MAX_STOP; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }

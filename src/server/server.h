@@ -45,6 +45,7 @@ typedef struct {
     int prefill_chunk;      /* prompt ids prefilled per scheduler step (SRV_PREFILL_CHUNK, 128) */
     uint64_t cache_ram;     /* the prefix cache's bytes (prefix.h; 0: off, the default here) */
     int prefill_layers;     /* layers of a prefill chunk per step while others decode (0: paced by time) */
+    int gather;             /* the first requests admitted together, once all this many wait (0: off; tests) */
     size_t body_limit;      /* largest request body in bytes (1 MiB) */
     srv_defaults defaults;  /* sampling and thinking for fields a request leaves out */
     const char *cors;       /* Access-Control-Allow-Origin for browsers, or NULL (off) */

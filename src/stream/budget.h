@@ -3,7 +3,7 @@
 #define E0_STREAM_BUDGET_H
 
 #include "edge0.h"
-#include "model/model.h"
+#include "weights/weights.h"
 
 #include <stddef.h>
 

@@ -28,7 +28,7 @@
 #define E0_STREAM_BUNDLE_H
 
 #include "io/safetensors.h"
-#include "model/model.h"
+#include "weights/weights.h"
 
 #define XB_MAX_RANGES 9
 #define XB_ALIGN      ST_DIRECT_ALIGN

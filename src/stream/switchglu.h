@@ -17,7 +17,8 @@
 #define E0_STREAM_SWITCHGLU_H
 
 #include "edge0.h"
-#include "model/model.h"
+#include "weights/batch.h"
+#include "weights/weights.h"
 #include "stream/bundle.h"
 #include "stream/cachesim.h"
 

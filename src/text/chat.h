@@ -11,7 +11,7 @@
  *     chat_opts_default(&o);
  *     o.enable_thinking = false;
  *     char *prompt;
- *     if (chat_render(messages, &o, &prompt, NULL, err)) ...;   // then tok_encode
+ *     if (chat_render(messages, &o, &prompt, NULL, err)) ...;   // then e0_tokenizer_encode
  *     free(prompt);
  *
  * chat_stop holds back streamed text that may be the start of a stop string,

@@ -1,10 +1,10 @@
 /* Text in, text out: the public e0_text / e0_chat / e0_generate API over the
  * tokenizer, the chat renderer, the sampler and a session. */
 #include "edge0.h"
+#include "util/clock.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
-#include "text/gen.h"
 #include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
@@ -204,7 +204,7 @@ int e0_text_open(e0_text **out, const char *path, char *err) {
     e0_text *t = calloc(1, sizeof *t);
     int rc = !t         ? e0_fail(err, E0_ENOMEM, "out of memory")
              : gguf     ? tok_load_gguf(&t->tk, path, err)
-                        : tok_load(&t->tk, path, err);
+                        : e0_tokenizer_load(&t->tk, path, err);
     if (rc == E0_ENOTFOUND && !gguf) e0_wrap(err, rc, "no tokenizer (a model directory needs tokenizer.json)");
     free(file);
     if (rc) {
@@ -226,13 +226,13 @@ void e0_text_free(e0_text *t) {
     if (!t) return;
     gram_vocab_free(t->gv);
     pthread_mutex_destroy(&t->gv_mu);
-    tok_free(t->tk);
+    e0_tokenizer_free(t->tk);
     free(t);
 }
 
 int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, size_t *n, char *err) {
     tok_ids v = {0};
-    int rc = tok_encode(t->tk, s, len, 0, &v, err);
+    int rc = e0_tokenizer_encode(t->tk, s, len, 0, &v, err);
     if (rc) return rc;
     *ids = v.v;
     *n = v.n;
@@ -241,7 +241,7 @@ int e0_text_encode(const e0_text *t, const char *s, size_t len, int32_t **ids, s
 
 int e0_text_decode(const e0_text *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err) {
     size_t l;
-    return tok_decode(t->tk, ids, n, 0, out, len ? len : &l, err);
+    return e0_tokenizer_decode(t->tk, ids, n, 0, out, len ? len : &l, err);
 }
 
 int32_t e0_text_token_id(const e0_text *t, const char *token) { return tok_token_id(t->tk, token); }
@@ -289,12 +289,6 @@ void e0_sample_opts_default(e0_sample_opts *o) {
     o->frequency_penalty = p.frequency_penalty;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static bool is_eot(const e0_text *t, const e0_config *c, int32_t id) {
     for (int i = 0; i < t->n_eot; i++)
         if (t->eot[i] == id) return true;
@@ -316,7 +310,7 @@ static const uint8_t *token_bytes(void *user, int32_t id, size_t *len) {
 static const gram_vocab *text_vocab(const e0_text *t, char *err) {
     e0_text *w = (e0_text *)t; /* the lazily built trie; guarded */
     pthread_mutex_lock(&w->gv_mu);
-    if (!w->gv && gram_vocab_new(&w->gv, tok_vocab_size(t->tk), token_bytes, t->tk, err)) w->gv = NULL;
+    if (!w->gv && gram_vocab_new(&w->gv, e0_tokenizer_vocab_size(t->tk), token_bytes, t->tk, err)) w->gv = NULL;
     pthread_mutex_unlock(&w->gv_mu);
     return w->gv;
 }
@@ -394,7 +388,7 @@ static int constrain(gram_matcher *gm, sampler *sm, float *logits, uint32_t *all
     return rc;
 }
 
-/* ---- the generation loop, one step at a time (text/gen.h) --------------------- */
+/* ---- the generation loop, one step at a time (edge0.h: e0_gen_*) --------------------- */
 
 struct e0_gen {
     e0_session *s;
@@ -419,7 +413,7 @@ struct e0_gen {
     bool finished;
 };
 
-void gen_free(e0_gen *g) {
+void e0_gen_free(e0_gen *g) {
     if (!g) return;
     if (g->part_n) e0_session_reset(g->s); /* a pass stopped between layers: its states are half-updated */
     gram_matcher_free(g->gm);
@@ -431,7 +425,7 @@ void gen_free(e0_gen *g) {
     free(g);
 }
 
-int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
+int e0_gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prompt, size_t n,
               const e0_sample_opts *o, e0_token_fn fn, void *user, char *err) {
     *out = NULL;
     const e0_config *c = &s->m->cfg;
@@ -455,7 +449,7 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
         rc = e0_fail(err, E0_ERANGE, "the prompt has %zu tokens but the context holds %d; shorten it or raise the context size",
                      n, s->n_ctx);
     if (rc) {
-        gen_free(g);
+        e0_gen_free(g);
         return rc;
     }
     sampler_params sp;
@@ -494,7 +488,7 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
         }
     }
     if (rc) {
-        gen_free(g);
+        e0_gen_free(g);
         return rc;
     }
     g->t0 = now_s();
@@ -502,19 +496,19 @@ int gen_begin(e0_gen **out, e0_session *s, const e0_text *t, const int32_t *prom
     g->done = (size_t)g->r.reused_tokens;
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < c->vocab) sampler_accept(g->sm, prompt[i]);
-    tok_stream_init(&g->ts, TOK_DECODE_SKIP_SPECIAL);
+    tok_stream_init(&g->ts, E0_DECODE_SKIP_SPECIAL);
     g->r.finish = E0_FINISH_LENGTH;
     *out = g;
     return 0;
 }
 
-size_t gen_prefill_left(const e0_gen *g) { return g->n - g->done; }
+size_t e0_gen_prefill_left(const e0_gen *g) { return g->n - g->done; }
 
-float *gen_logits(e0_gen *g) { return g->logits; }
+float *e0_gen_logits(e0_gen *g) { return g->logits; }
 
-e0_session *gen_session(const e0_gen *g) { return g->s; }
+e0_session *e0_gen_session(const e0_gen *g) { return g->s; }
 
-const e0_gen_result *gen_result(e0_gen *g) {
+const e0_gen_result *e0_gen_get_result(e0_gen *g) {
     if (!g->finished) {
         if (g->done < g->n) g->r.prefill_s = now_s() - g->t0;
         else g->r.decode_s = now_s() - g->t1;
@@ -522,12 +516,12 @@ const e0_gen_result *gen_result(e0_gen *g) {
     return &g->r;
 }
 
-int gen_prefill(e0_gen *g, size_t max, char *err) {
+int e0_gen_prefill(e0_gen *g, size_t max, char *err) {
     int ran;
-    return gen_prefill_layers(g, max, 0, &ran, err);
+    return e0_gen_prefill_layers(g, max, 0, &ran, err);
 }
 
-int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err) {
+int e0_gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *err) {
     const int L = g->c->n_layers;
     size_t left = g->n - g->done, m = g->part_n ? g->part_n : max && max < left ? max : left;
     *ran = 0;
@@ -560,7 +554,7 @@ int gen_prefill_layers(e0_gen *g, size_t max, int max_layers, int *ran, char *er
     return 0;
 }
 
-size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last) {
+size_t e0_gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *last) {
     size_t left = g->n - g->done, m = max && max < left ? max : left;
     if (g->part_n) return 0;
     if (m > (size_t)g->s->n_batch) m = (size_t)g->s->n_batch;
@@ -569,7 +563,7 @@ size_t gen_prefill_next(const e0_gen *g, size_t max, const int32_t **ids, bool *
     return m;
 }
 
-void gen_prefill_done(e0_gen *g, size_t m) {
+void e0_gen_prefill_done(e0_gen *g, size_t m) {
     g->done += m;
     if (g->done < g->n) return;
     g->t1 = now_s();
@@ -590,9 +584,9 @@ static void gen_finish(e0_gen *g) {
     }
 }
 
-int gen_step(e0_gen *g, int32_t *next, char *err) {
-    if (g->finished) return GEN_DONE;
-    if (g->done < g->n) return e0_fail(err, E0_EINVAL, "gen_step before the prompt's prefill is done");
+int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
+    if (g->finished) return E0_GEN_DONE;
+    if (g->done < g->n) return e0_fail(err, E0_EINVAL, "e0_gen_step before the prompt's prefill is done");
     const e0_config *c = g->c;
     const e0_sample_opts *o = &g->o;
     const e0_text *t = g->t;
@@ -628,7 +622,7 @@ int gen_step(e0_gen *g, int32_t *next, char *err) {
         if (g->gm) {
             const double a0 = now_s();
             size_t bl = 0;
-            const uint8_t *b = id < tok_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
+            const uint8_t *b = id < e0_tokenizer_vocab_size(t->tk) ? tok_token_bytes(t->tk, id, &bl) : NULL;
             if (g->think.state != 2 && b) think_feed(&g->think, b, bl);
             rc = gram_matcher_accept(g->gm, id);
             r->mask_s += now_s() - a0;
@@ -644,7 +638,7 @@ int gen_step(e0_gen *g, int32_t *next, char *err) {
         }
         r->completion_tokens++;
         size_t len = 0;
-        if (id < tok_vocab_size(t->tk) &&
+        if (id < e0_tokenizer_vocab_size(t->tk) &&
             tok_stream_push(t->tk, &g->ts, id, g->piece, tok_stream_max(t->tk), &len, err) != 0)
             len = 0; /* an id the tokenizer lacks (the model's vocab may be larger): no text */
         if ((rc = chat_stop_feed(g->stop, g->piece, len, &em))) break;
@@ -661,11 +655,11 @@ int gen_step(e0_gen *g, int32_t *next, char *err) {
         *next = id;
         over = false;
     } while (0);
-    if (!over) return GEN_EVAL;
+    if (!over) return E0_GEN_EVAL;
     if (!rc) gen_finish(g);
     r->decode_s = now_s() - g->t1;
     g->finished = true;
-    return rc ? rc : GEN_DONE;
+    return rc ? rc : E0_GEN_DONE;
 }
 
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
@@ -673,13 +667,13 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     e0_gen *g;
     memset(r, 0, sizeof *r);
     r->prompt_tokens = (int32_t)n;
-    int rc = gen_begin(&g, s, t, prompt, n, o, fn, user, err);
+    int rc = e0_gen_begin(&g, s, t, prompt, n, o, fn, user, err);
     if (rc) return rc;
-    rc = gen_prefill(g, 0, err);
+    rc = e0_gen_prefill(g, 0, err);
     int32_t id;
-    while (!rc && (rc = gen_step(g, &id, err)) == GEN_EVAL)
-        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, gen_logits(g), err);
-    *r = *gen_result(g);
-    gen_free(g);
+    while (!rc && (rc = e0_gen_step(g, &id, err)) == E0_GEN_EVAL)
+        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, e0_gen_logits(g), err);
+    *r = *e0_gen_get_result(g);
+    e0_gen_free(g);
     return rc;
 }

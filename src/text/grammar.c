@@ -291,7 +291,7 @@ struct e0_grammar {
     int n_roots;
 };
 
-void gram_free(gram *g) {
+void e0_grammar_free(gram *g) {
     if (!g) return;
     free(g->el);
     free(g->rule_off);
@@ -389,7 +389,7 @@ int gram_compile(gram_builder *b, const int32_t *roots, int n_roots, gram **out,
     int32_t *fill = calloc((size_t)R + 1, sizeof *fill);
     if (!g->el || !g->rule_off || !g->alt_pos || !g->sets || !fill) {
         free(fill);
-        gram_free(g);
+        e0_grammar_free(g);
         return e0_fail(err, E0_ENOMEM, "grammar: out of memory");
     }
     memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
@@ -402,7 +402,7 @@ int gram_compile(gram_builder *b, const int32_t *roots, int n_roots, gram **out,
     int32_t *order = malloc(((size_t)b->n_alts + 1) * sizeof *order);
     if (!order) {
         free(fill);
-        gram_free(g);
+        e0_grammar_free(g);
         return e0_fail(err, E0_ENOMEM, "grammar: out of memory");
     }
     for (int32_t a = 0; a < b->n_alts; a++) {
@@ -427,7 +427,7 @@ int gram_compile(gram_builder *b, const int32_t *roots, int n_roots, gram **out,
             rc = e0_fail(err, E0_EINVAL, "grammar: rule %d has no alternatives", r);
     if (!rc) rc = check_left_recursion(g, err);
     if (rc) {
-        gram_free(g);
+        e0_grammar_free(g);
         return rc;
     }
     memcpy(g->roots, roots, (size_t)n_roots * sizeof *roots);

@@ -119,7 +119,7 @@ int gb_error(const gram_builder *b);
  * matcher starts at one of them. E0_EINVAL names a rule without
  * alternatives or a left recursion; E0_ERANGE a grammar over the limits. */
 int gram_compile(gram_builder *b, const int32_t *roots, int n_roots, gram **out, char *err);
-void gram_free(gram *g);
+/* e0_grammar_free(gram *g) is public: edge0.h. */
 /* Elements and rules, for reports. */
 size_t gram_size(const gram *g);
 

@@ -284,7 +284,7 @@ __attribute__((target("avx512f"))) static size_t above_avx512(const float *x, si
 
 static bool have_avx512(void) {
     static int have = -1; /* the kernels' CPU check, once; a benign race: every thread finds the same */
-    if (have < 0) have = mat_kernels_supported(E0_KERNELS_AVX512) ? 1 : 0;
+    if (have < 0) have = e0_kernels_supported(E0_KERNELS_AVX512) ? 1 : 0;
     return have;
 }
 #else
@@ -312,7 +312,7 @@ static size_t vocab_next(const float *x, size_t i, size_t n, float thr, bool eq)
     return n;
 }
 
-size_t sampler_argmax(const float *x, size_t n) {
+size_t e0_argmax(const float *x, size_t n) {
     if (n == 0) return 0;
     const float m = vocab_max(x, n);
     if (m == -INFINITY) return 0; /* every logit -inf or NaN: the first */
@@ -537,7 +537,7 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     if (p->temperature <= 0 || isinf(1.0f / p->temperature)) {
         s->last_greedy = true;
         s->last_m = n;
-        return (int32_t)sampler_argmax(s->w, n);
+        return (int32_t)e0_argmax(s->w, n);
     }
 
     size_t m = n; /* candidates left: c[0..m) */

@@ -41,6 +41,8 @@
 #ifndef E0_TEXT_SAMPLER_H
 #define E0_TEXT_SAMPLER_H
 
+#include "edge0.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,9 +74,9 @@ void sampler_free(sampler *s);
  * E0_ERANGE for an id outside [0, vocab). */
 int sampler_accept(sampler *s, int32_t token);
 
-/* The first index of the largest of x[0..n) (NaN read as -inf; 0 when
- * every value is -inf or NaN): greedy's choice, vectorised. */
-size_t sampler_argmax(const float *x, size_t n);
+/* e0_argmax (edge0.h, sampler.c): the first index of the largest of
+ * x[0..n) (NaN read as -inf; 0 when every value is -inf or NaN): greedy's
+ * choice, vectorised. */
 
 /* One token id from logits [vocab]; E0_EINVAL if logits is NULL. */
 int32_t sampler_sample(sampler *s, const float *logits);

@@ -760,7 +760,7 @@ int schema_value_grammar(const cJSON *schema, gram **out, char *err) {
     return finish(&c, value_rule(&c, schema, 0), out);
 }
 
-int schema_response_grammar(const cJSON *rf, gram **out, char *err) {
+int e0_grammar_response_format(const cJSON *rf, gram **out, char *err) {
     *out = NULL;
     const cJSON *t = cJSON_IsObject(rf) ? kw(rf, "type") : NULL;
     if (!cJSON_IsString(t)) return e0_fail(err, E0_EINVAL, "response_format: 'type' must be a string");
@@ -845,7 +845,7 @@ static int32_t xml_param(sc *c, const char *key, const cJSON *p, int32_t raw_tex
     return c->rc ? -1 : chk(c, r);
 }
 
-static int32_t tool_call(sc *c, const cJSON *fn, schema_form form) {
+static int32_t tool_call(sc *c, const cJSON *fn, e0_tool_form form) {
     gram_builder *b = c->b;
     const char *name = kw(fn, "name")->valuestring;
     const cJSON *params = kw(fn, "parameters");
@@ -861,7 +861,7 @@ static int32_t tool_call(sc *c, const cJSON *fn, schema_form form) {
         const char *o = other_keyword(params, OBJ_KW, 6);
         if (o) return sc_fail(c, E0_EUNSUPPORTED, "'%.64s' on the parameters object is not supported", o);
     }
-    if (form == SCHEMA_FORM_JSON) {
+    if (form == E0_TOOL_FORM_JSON) {
         cJSON *ns = cJSON_CreateString(name);
         char *lit = ns ? cJSON_PrintUnformatted(ns) : NULL;
         cJSON_Delete(ns);
@@ -907,7 +907,7 @@ static int32_t tool_call(sc *c, const cJSON *fn, schema_form form) {
     return c->rc ? -1 : chk(c, r);
 }
 
-int schema_tools_grammar(const cJSON *tools, const char *name, int max_calls, schema_form form, gram **out,
+int e0_grammar_tools(const cJSON *tools, const char *name, int max_calls, e0_tool_form form, gram **out,
                          char *err) {
     *out = NULL;
     gram_builder *b = gb_new();
@@ -935,7 +935,7 @@ int schema_tools_grammar(const cJSON *tools, const char *name, int max_calls, sc
         else sc_fail(&c, E0_EINVAL, "tool_choice \"required\" needs 'tools'");
     }
     if (max_calls < 1) max_calls = 1;
-    if (max_calls > SCHEMA_MAX_CALLS) max_calls = SCHEMA_MAX_CALLS;
+    if (max_calls > E0_GRAMMAR_MAX_CALLS) max_calls = E0_GRAMMAR_MAX_CALLS;
     int32_t more = gb_rule(b), a = gb_alt(b, more);
     gb_str(b, a, "\n");
     gb_ref(b, a, call);

@@ -2,8 +2,8 @@
  * object, and the tool calls of the Qwen chat templates.
  *
  *     gram *g;
- *     if (schema_response_grammar(response_format, &g, err)) ...   // 400 with err
- *     if (schema_tools_grammar(tools, "get_weather", 1, SCHEMA_FORM_XML, &g, err)) ...
+ *     if (e0_grammar_response_format(response_format, &g, err)) ...   // 400 with err
+ *     if (e0_grammar_tools(tools, "get_weather", 1, E0_TOOL_FORM_XML, &g, err)) ...
  *
  * Every grammar has three roots (gram_matcher_opts.root):
  *   SCHEMA_ROOT_PLAIN       the output is the value / the calls, at once;
@@ -38,14 +38,14 @@
  *    and a two-digit exponent, so JSON.parse reads them exactly;
  *  - strings are valid UTF-8; \u escapes exclude the surrogates (which
  *    some JSON parsers refuse alone);
- *  - tool calls: at most SCHEMA_MAX_CALLS in one answer.
+ *  - tool calls: at most E0_GRAMMAR_MAX_CALLS in one answer.
  * Limits: schemas nested deeper than SCHEMA_MAX_DEPTH, enums of more than
  * SCHEMA_MAX_ENUM values, and grammars over the builder's limits are
  * E0_ERANGE errors; every error message names the place in the schema.
  *
  * Tool calls (text/toolcall.h parses them back):
- *   SCHEMA_FORM_JSON (Qwen3):  <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
- *   SCHEMA_FORM_XML (Qwen3.5): <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
+ *   E0_TOOL_FORM_JSON (Qwen3):  <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+ *   E0_TOOL_FORM_XML (Qwen3.5): <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
  *                              </function>\n</tool_call>
  * calls separated by "\n". In the XML form a parameter's value is written as
  * the tool-call parser reads it: raw text for a parameter it reads as a
@@ -62,25 +62,13 @@
 
 #define SCHEMA_MAX_DEPTH 64
 #define SCHEMA_MAX_ENUM  4096
-#define SCHEMA_MAX_CALLS 16
 
 enum { SCHEMA_ROOT_PLAIN = 0, SCHEMA_ROOT_THINK_OPEN = 1, SCHEMA_ROOT_THINK_MAY = 2 };
 
-typedef enum { SCHEMA_FORM_JSON, SCHEMA_FORM_XML } schema_form;
-
-/* response_format {"type": "json_object"} or {"type": "json_schema",
- * "json_schema": {"name", "schema"?, "strict"?, "description"?}}. 0, or
- * E0_EINVAL (malformed), E0_EUNSUPPORTED (a keyword not supported), E0_ERANGE
- * (too deep or large), E0_ENOMEM, with err naming the field. */
-int schema_response_grammar(const cJSON *response_format, gram **out, char *err);
+/* e0_grammar_response_format and e0_grammar_tools (edge0.h) are this
+ * file's public entries. */
 
 /* The grammar of a JSON schema value (the value alone). */
 int schema_value_grammar(const cJSON *schema, gram **out, char *err);
-
-/* Tool calls: `tools` is the request's validated tools array; name: the one
- * function to call, or NULL for any of them; max_calls >= 1 (1 when
- * parallel_tool_calls is false; capped at SCHEMA_MAX_CALLS). */
-int schema_tools_grammar(const cJSON *tools, const char *name, int max_calls, schema_form form, gram **out,
-                         char *err);
 
 #endif

@@ -38,137 +38,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-/* ---- Buffers, hashing, UTF-8 ----------------------------------------------- */
-
-int tok_buf_reserve(tok_buf *b, size_t extra) {
-    if (extra <= b->cap - b->n) return 0;
-    if (extra > SIZE_MAX / 2 - b->n) return -1;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n < extra)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p, b->cap = cap;
-    return 0;
-}
-
-int tok_buf_put(tok_buf *b, const void *s, size_t n) {
-    if (tok_buf_reserve(b, n)) return -1;
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return 0;
-}
-
-void tok_buf_free(tok_buf *b) {
-    free(b->p);
-    *b = (tok_buf){0};
-}
-
-uint32_t tok_hash(const void *s, size_t n) {
-    const uint8_t *p = s;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 16777619u;
-    return h;
-}
-
-int32_t tok_vocab_get(const tok_tokenizer *t, const char *s, size_t n) {
-    uint32_t h = tok_hash(s, n);
-    for (size_t i = h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
-        const tok_vslot *v = &t->vocab[i];
-        if (v->id < 0) return -1;
-        if (v->hash == h && v->len == n && !memcmp(t->arena + v->off, s, n)) return v->id;
-    }
-}
-
-/* Bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF stand for themselves; the other 68
- * get U+0100.. in byte order (GPT-2 bytes_to_unicode). */
-static bool byte_is_self(uint32_t b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-uint32_t tok_byte_cp(uint8_t b) {
-    if (byte_is_self(b)) return b;
-    if (b <= 0x20) return 256u + b;               /* 0x00-0x20: 33 bytes */
-    if (b <= 0xA0) return 256u + 33 + (b - 0x7F); /* 0x7F-0xA0: 34 bytes */
-    return 256u + 67;                             /* 0xAD */
-}
-
-int tok_cp_byte(uint32_t cp) {
-    if (cp < 256) return byte_is_self(cp) ? (int)cp : -1;
-    if (cp < 256 + 33) return (int)(cp - 256);
-    if (cp < 256 + 67) return (int)(cp - 256 - 33 + 0x7F);
-    if (cp == 256 + 67) return 0xAD;
-    return -1;
-}
-
-/* Length of the valid sequence at s (n > 0 bytes), 0 if it is not one. */
-static size_t utf8_seq(const uint8_t *s, size_t n) {
-    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
-    size_t need;
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) {
-        need = 1;
-    } else if (c < 0xF0) {
-        need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    } else if (c < 0xF5) {
-        need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    if (n <= need || s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k <= need; k++)
-        if ((s[k] & 0xC0) != 0x80) return 0;
-    return need + 1;
-}
-
-size_t tok_utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = utf8_seq(s + i, n - i);
-        if (!k) break;
-        i += k;
-    }
-    return i;
-}
-
-/* Decoders for text already known to be valid. */
-static size_t lead_len(uint8_t c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
-static uint32_t cp_at(const char *p, size_t *len) {
-    const uint8_t *s = (const uint8_t *)p;
-    size_t n = lead_len(s[0]);
-    uint32_t cp = n == 1 ? s[0] : n == 2 ? s[0] & 0x1Fu : n == 3 ? s[0] & 0x0Fu : s[0] & 0x07u;
-    for (size_t k = 1; k < n; k++)
-        cp = cp << 6 | (s[k] & 0x3Fu);
-    *len = n;
-    return cp;
-}
-
-/* The code point that ends at s + end (end > 0); *start is where it begins. */
-static uint32_t cp_before(const char *s, size_t end, size_t *start) {
-    size_t i = end - 1;
-    while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80)
-        i--;
-    size_t len;
-    *start = i;
-    return cp_at(s + i, &len);
-}
-
-/* Unicode White_Space (Rust's char::is_whitespace, Oniguruma's \s). */
-static bool is_ws(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000;
-}
-
 /* Rust regex \w: alphabetic, marks, decimal digits, connector punctuation, joiners. */
 static bool is_word(uint32_t c) {
     if (c < 0x80)
@@ -197,299 +66,6 @@ static bool is_numeric(uint32_t c) {
     if (c < 0x80) return c >= '0' && c <= '9';
     utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
-}
-
-static int put_cp(tok_buf *b, uint32_t cp) {
-    uint8_t u[4];
-    utf8proc_ssize_t n = utf8proc_encode_char((utf8proc_int32_t)cp, u);
-    return tok_buf_put(b, u, (size_t)n);
-}
-
-/* ---- Regex iteration (Oniguruma find_iter semantics) ------------------------- */
-
-typedef struct {
-    const pcre2_code *re;
-    const tok_tokenizer *t;
-    pcre2_match_data *md;
-    const char *p;
-    size_t n;
-    size_t pos;      /* where the next search starts */
-    size_t last_end; /* end of the last match returned; SIZE_MAX before the first */
-} re_iter;
-
-static void re_start(re_iter *it, const tok_tokenizer *t, const pcre2_code *re,
-                     pcre2_match_data *md, const char *p, size_t n) {
-    *it = (re_iter){re, t, md, p, n, 0, SIZE_MAX};
-}
-
-/* 1 and [*s, *e) for the next match, 0 at the end, < 0 on error. */
-static int re_next(re_iter *it, size_t *s, size_t *e, char *err) {
-    while (it->pos <= it->n) {
-        int rc = pcre2_match(it->re, (PCRE2_SPTR)it->p, it->n, it->pos, PCRE2_NO_UTF_CHECK, it->md,
-                             it->t->mctx);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep pattern: the interpreter uses the heap */
-            rc = pcre2_match(it->re, (PCRE2_SPTR)it->p, it->n, it->pos,
-                             PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, it->md, it->t->mctx);
-        if (rc == PCRE2_ERROR_NOMATCH) return 0;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return e0_fail(err, E0_EUNSUPPORTED, "tokenizer regex failed on this text: %s",
-                           (const char *)msg);
-        }
-        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(it->md);
-        size_t ms = ov[0], me = ov[1];
-        if (ms < it->pos || ms > me || me > it->n)
-            return e0_fail(err, E0_EUNSUPPORTED,
-                           "tokenizer regex gave a match out of order (\\K?)");
-        if (ms == me && me == it->last_end) {
-            if (it->pos >= it->n) return 0;
-            it->pos += lead_len((uint8_t)it->p[it->pos]);
-            continue;
-        }
-        it->pos = me, it->last_end = me;
-        *s = ms, *e = me;
-        return 1;
-    }
-    return 0;
-}
-
-/* ---- Normalizers ------------------------------------------------------------ */
-
-/* Below this code point the form leaves text unchanged (NFC: nothing under
- * U+0300 composes or decomposes canonically; NFD: U+00C0 is the first
- * decomposable letter; compatibility forms: U+00A0 maps to a space). */
-static uint32_t nf_inert_below(tok_norm_kind k) {
-    return k == TN_NFC ? 0x300 : k == TN_NFD ? 0xC0 : 0xA0;
-}
-
-/* The form of s[0..n) (valid UTF-8) appended to o. */
-static int nf_map(const tok_norm *st, const char *s, size_t n, tok_buf *o, char *err) {
-    int opts = UTF8PROC_STABLE;
-    opts |= st->kind == TN_NFC || st->kind == TN_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
-    if (st->kind == TN_NFKC || st->kind == TN_NFKD) opts |= UTF8PROC_COMPAT;
-    if (n > (size_t)PTRDIFF_MAX / 8) return e0_fail(err, E0_ERANGE, "text too long to normalize");
-    utf8proc_uint8_t *d = NULL;
-    utf8proc_ssize_t r =
-        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d, (utf8proc_option_t)opts);
-    if (r < 0) {
-        free(d);
-        return e0_fail(err, r == UTF8PROC_ERROR_NOMEM ? E0_ENOMEM : E0_EFORMAT, "normalizer: %s",
-                       utf8proc_errmsg(r));
-    }
-    int rc = tok_buf_put(o, d, (size_t)r);
-    free(d);
-    return rc ? e0_fail(err, E0_ENOMEM, "normalizer: out of memory") : 0;
-}
-
-static bool nf_inert(const uint8_t *bits, uint32_t cp) {
-    return cp >= TOK_NF_TABLE || (bits[cp >> 3] >> (cp & 7) & 1);
-}
-
-/* NFC / NFKC with the inert table: only the spans that can change go
- * through utf8proc. A span starts at the character before the first
- * non-inert one (the starter it may compose with) and runs to the next
- * inert character, which nothing after it can reach across. */
-static int nf_spans(const uint8_t *bits, const tok_norm *st, const char *s, size_t n, tok_buf *o,
-                    bool *changed, char *err) {
-    size_t done = 0, i = 0, len;
-    while (i < n) {
-        if ((uint8_t)s[i] < 0x80 || nf_inert(bits, cp_at(s + i, &len))) {
-            i += (uint8_t)s[i] < 0x80 ? 1 : len;
-            continue;
-        }
-        size_t start = i, end = i + len;
-        if (i > done) cp_before(s, i, &start);
-        while (end < n && (uint8_t)s[end] >= 0x80 && !nf_inert(bits, cp_at(s + end, &len)))
-            end += len;
-        int rc;
-        if (tok_buf_put(o, s + done, start - done))
-            return e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-        if ((rc = nf_map(st, s + start, end - start, o, err))) return rc;
-        *changed = true;
-        done = i = end;
-    }
-    if (*changed && tok_buf_put(o, s + done, n - done))
-        return e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-    return 0;
-}
-
-static int norm_nf(const tok_tokenizer *t, const tok_norm *st, const char *s, size_t n, tok_buf *o,
-                   bool *changed, char *err) {
-    const uint8_t *bits = st->kind == TN_NFC    ? t->nf_inert[0]
-                          : st->kind == TN_NFKC ? t->nf_inert[1]
-                                                : NULL;
-    if (bits) return nf_spans(bits, st, s, n, o, changed, err);
-    uint32_t below = nf_inert_below(st->kind);
-    size_t i = 0;
-    while (i < n) {
-        if ((uint8_t)s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        if (cp_at(s + i, &len) >= below) break;
-        i += len;
-    }
-    if (i == n) return 0;
-    *changed = true;
-    return nf_map(st, s, n, o, err);
-}
-
-static bool is_cased(uint32_t c) {
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
-}
-
-static bool is_case_ignorable(uint32_t c) {
-    if (c == '\'' || c == '.' || c == ':' || c == 0xB7 || c == 0x2019) return true;
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_ME || k == UTF8PROC_CATEGORY_CF ||
-           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_SK;
-}
-
-/* Capital sigma at s + i is final: a cased letter before it and none after
- * (skipping case-ignorable characters), as Rust's to_lowercase decides. */
-static bool final_sigma(const char *s, size_t n, size_t i, size_t len) {
-    bool before = false, after = false;
-    for (size_t j = i; j > 0;) {
-        uint32_t c = cp_before(s, j, &j);
-        if (is_case_ignorable(c)) continue;
-        before = is_cased(c);
-        break;
-    }
-    for (size_t j = i + len; j < n;) {
-        size_t l;
-        uint32_t c = cp_at(s + j, &l);
-        j += l;
-        if (is_case_ignorable(c)) continue;
-        after = is_cased(c);
-        break;
-    }
-    return before && !after;
-}
-
-/* Full lowercase mapping: utf8proc's simple mapping plus the two special
- * cases of Rust's str::to_lowercase (U+0130 and final sigma). */
-static int norm_lower(const char *s, size_t n, tok_buf *o, bool *changed) {
-    if (tok_buf_reserve(o, n)) return -1;
-    for (size_t i = 0; i < n;) {
-        uint8_t c = (uint8_t)s[i];
-        if (c < 0x80) {
-            /* lowercase can be longer (U+0130, U+023A): the reservation may be used up */
-            if (o->n == o->cap && tok_buf_reserve(o, n - i)) return -1;
-            o->p[o->n++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp = cp_at(s + i, &len);
-        int rc;
-        if (cp == 0x130)
-            rc = tok_buf_put(o, "i\xCC\x87", 3);
-        else if (cp == 0x3A3)
-            rc = put_cp(o, final_sigma(s, n, i, len) ? 0x3C2 : 0x3C3);
-        else
-            rc = put_cp(o, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
-        if (rc) return -1;
-        i += len;
-    }
-    *changed = true;
-    return 0;
-}
-
-static int norm_replace(const tok_tokenizer *t, const tok_norm *st, const char *s, size_t n,
-                        tok_buf *o, pcre2_match_data *md, bool *changed, char *err) {
-    re_iter it;
-    re_start(&it, t, st->re, md, s, n);
-    size_t done = 0, ms, me;
-    int rc;
-    while ((rc = re_next(&it, &ms, &me, err)) == 1) {
-        if (tok_buf_put(o, s + done, ms - done) || tok_buf_put(o, st->str, st->str_len))
-            return e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-        done = me;
-        *changed = true;
-    }
-    if (rc < 0) return rc;
-    if (*changed && tok_buf_put(o, s + done, n - done))
-        return e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-    return 0;
-}
-
-static int norm_strip_accents(const char *s, size_t n, tok_buf *o, bool *changed) {
-    if (tok_buf_reserve(o, n)) return -1;
-    for (size_t i = 0; i < n;) {
-        size_t len;
-        uint32_t cp = cp_at(s + i, &len);
-        utf8proc_category_t k =
-            cp < 0x300 ? UTF8PROC_CATEGORY_LL : utf8proc_category((utf8proc_int32_t)cp);
-        if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME) {
-            memcpy(o->p + o->n, s + i, len);
-            o->n += len;
-        }
-        i += len;
-    }
-    *changed = true;
-    return 0;
-}
-
-int tok_normalize(const tok_tokenizer *t, const char *s, size_t n, tok_buf bufs[2],
-                  pcre2_match_data *md, const char **out, size_t *out_n, char *err) {
-    const char *cur = s;
-    size_t cn = n;
-    int w = 0; /* bufs[w] never holds cur */
-    for (size_t k = 0; k < t->n_norm; k++) {
-        const tok_norm *st = &t->norm[k];
-        tok_buf *o = &bufs[w];
-        o->n = 0;
-        bool changed = false;
-        int rc = 0;
-        switch (st->kind) {
-        case TN_NFC:
-        case TN_NFD:
-        case TN_NFKC:
-        case TN_NFKD:
-            rc = norm_nf(t, st, cur, cn, o, &changed, err);
-            break;
-        case TN_LOWERCASE:
-            if (norm_lower(cur, cn, o, &changed))
-                rc = e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-            break;
-        case TN_STRIP_ACCENTS:
-            if (norm_strip_accents(cur, cn, o, &changed))
-                rc = e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-            break;
-        case TN_REPLACE:
-            rc = norm_replace(t, st, cur, cn, o, md, &changed, err);
-            break;
-        case TN_PREPEND:
-            if (cn) {
-                if (tok_buf_put(o, st->str, st->str_len) || tok_buf_put(o, cur, cn))
-                    rc = e0_fail(err, E0_ENOMEM, "normalizer: out of memory");
-                changed = true;
-            }
-            break;
-        case TN_STRIP: /* a sub-range of cur: nothing to copy */
-            while (st->left && cn) {
-                size_t len;
-                if (!is_ws(cp_at(cur, &len))) break;
-                cur += len, cn -= len;
-            }
-            while (st->right && cn) {
-                size_t at;
-                if (!is_ws(cp_before(cur, cn, &at))) break;
-                cn = at;
-            }
-            break;
-        }
-        if (rc) return rc;
-        if (changed) {
-            cur = o->n ? o->p : "", cn = o->n;
-            w ^= 1;
-        }
-    }
-    *out = cur, *out_n = cn;
-    return 0;
 }
 
 /* ---- Encoder state ----------------------------------------------------------- */
@@ -531,7 +107,7 @@ typedef struct {
 } enc;
 
 static int oom(enc *e) {
-    return e0_fail(e->err, E0_ENOMEM, "tok_encode: out of memory");
+    return e0_fail(e->err, E0_ENOMEM, "e0_tokenizer_encode: out of memory");
 }
 
 static int push_id(enc *e, int32_t id) {
@@ -637,7 +213,7 @@ static void try_pair(enc *e, int32_t i, int32_t j) {
 static int grow_sym(enc *e, size_t n) {
     if (n <= e->sym_cap) return 0;
     if (n > INT32_MAX / 4)
-        return e0_fail(e->err, E0_ERANGE, "tok_encode: a piece of %zu bytes is too long", n);
+        return e0_fail(e->err, E0_ERANGE, "e0_tokenizer_encode: a piece of %zu bytes is too long", n);
     size_t cap = e->sym_cap ? e->sym_cap : 64;
     while (cap < n)
         cap *= 2;
@@ -958,7 +534,7 @@ int tok_build_fast(tok_tokenizer *t, char *err) {
         d[i] = (tok_vslot){en->dec_off, en->dec_len, h, id};
     }
     enc_free(&e);
-    tok_ids_free(&ids);
+    e0_ids_free(&ids);
     if (rc) {
         free(d);
         return rc;
@@ -994,7 +570,7 @@ static int added_split(enc *e, const tok_matchset *ms, const char *s, size_t n, 
         if (!a) break;
         size_t start = q - 1, stop = start + a->len;
         pos = stop;
-        if (a->special && (e->flags & TOK_ENCODE_SPECIAL_AS_TEXT)) continue;
+        if (a->special && (e->flags & E0_ENCODE_SPECIAL_AS_TEXT)) continue;
         if (a->single_word) {
             size_t at;
             if (start > 0 && is_word(cp_before(s, start, &at))) continue;
@@ -1032,10 +608,10 @@ static int gap_raw(enc *e, const char *s, size_t n) {
     return added_split(e, &e->t->match_norm, p, m, gap_normalized);
 }
 
-int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
+int e0_tokenizer_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
                char *err) {
     if (!t || !out || (!text && len))
-        return e0_fail(err, E0_EINVAL, "tok_encode: no tokenizer, text or output");
+        return e0_fail(err, E0_EINVAL, "e0_tokenizer_encode: no tokenizer, text or output");
     enc e = {.t = t, .flags = flags, .out = out, .err = err};
     size_t n0 = out->n;
     int rc = 0;
@@ -1060,7 +636,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned fl
     return rc;
 }
 
-void tok_ids_free(tok_ids *ids) {
+void e0_ids_free(tok_ids *ids) {
     if (!ids) return;
     free(ids->v);
     *ids = (tok_ids){0};
@@ -1130,7 +706,7 @@ int tok_stream_push(const tok_tokenizer *t, tok_stream *s, int32_t id, char *out
     if (!en)
         return e0_fail(err, E0_ERANGE, "token id %d is not in the tokenizer (ids 0..%d)", id,
                        t ? t->n_ent - 1 : -1);
-    if ((en->flags & TOK_F_SPECIAL) && (s->flags & TOK_DECODE_SKIP_SPECIAL)) return 0;
+    if ((en->flags & TOK_F_SPECIAL) && (s->flags & E0_DECODE_SKIP_SPECIAL)) return 0;
     if (cap < 3 * (size_t)en->dec_len + 9)
         return e0_fail(err, E0_EINVAL, "tok_stream_push: buffer of %zu bytes, need %zu", cap,
                        3 * (size_t)en->dec_len + 9);
@@ -1148,11 +724,11 @@ size_t tok_stream_flush(tok_stream *s, char *out) {
     return k;
 }
 
-int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+int e0_tokenizer_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
                size_t *out_len, char *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
-    if (!t || (!ids && n)) return e0_fail(err, E0_EINVAL, "tok_decode: no tokenizer or ids");
+    if (!t || (!ids && n)) return e0_fail(err, E0_EINVAL, "e0_tokenizer_decode: no tokenizer or ids");
     tok_buf b = {0};
     tok_stream s;
     tok_stream_init(&s, flags);
@@ -1166,14 +742,14 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned fl
         size_t need = 3 * (size_t)en->dec_len + 9, k;
         if (tok_buf_reserve(&b, need)) {
             tok_buf_free(&b);
-            return e0_fail(err, E0_ENOMEM, "tok_decode: out of memory");
+            return e0_fail(err, E0_ENOMEM, "e0_tokenizer_decode: out of memory");
         }
         tok_stream_push(t, &s, ids[i], b.p + b.n, need, &k, NULL);
         b.n += k;
     }
     if (tok_buf_reserve(&b, 4)) {
         tok_buf_free(&b);
-        return e0_fail(err, E0_ENOMEM, "tok_decode: out of memory");
+        return e0_fail(err, E0_ENOMEM, "e0_tokenizer_decode: out of memory");
     }
     b.n += tok_stream_flush(&s, b.p + b.n);
     b.p[b.n] = 0;
@@ -1184,7 +760,7 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned fl
 
 /* ---- Lookups --------------------------------------------------------------------- */
 
-int32_t tok_vocab_size(const tok_tokenizer *t) {
+int32_t e0_tokenizer_vocab_size(const tok_tokenizer *t) {
     return t->n_ent;
 }
 

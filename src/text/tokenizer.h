@@ -3,15 +3,15 @@
  *
  *     tok_tokenizer *tk;
  *     char err[E0_ERR_MAX];
- *     if (tok_load(&tk, "model/tokenizer.json", err)) die(err);
+ *     if (e0_tokenizer_load(&tk, "model/tokenizer.json", err)) die(err);
  *     tok_ids ids = {0};
- *     if (tok_encode(tk, text, strlen(text), 0, &ids, err)) die(err);   // appends
+ *     if (e0_tokenizer_encode(tk, text, strlen(text), 0, &ids, err)) die(err);   // appends
  *     char *s;
  *     size_t n;
- *     if (tok_decode(tk, ids.v, ids.n, 0, &s, &n, err)) die(err);
+ *     if (e0_tokenizer_decode(tk, ids.v, ids.n, 0, &s, &n, err)) die(err);
  *     free(s);
- *     tok_ids_free(&ids);
- *     tok_free(tk);
+ *     e0_ids_free(&ids);
+ *     e0_tokenizer_free(tk);
  *
  * The file is followed generally, not one model by hand. Encoding runs the
  * steps of the `tokenizers` library in its order:
@@ -50,7 +50,7 @@
  * becomes one piece whose raw bytes go through BPE, never through the
  * normalizer or the regex. So no byte is lost: the concatenated
  * tok_token_bytes of the ids give back the input wherever the normalizer did
- * not change it, and tok_decode shows them as U+FFFD (one per maximal
+ * not change it, and e0_tokenizer_decode shows them as U+FFFD (one per maximal
  * ill-formed subsequence).
  *
  * Errors: every function that can fail returns E0_OK or a negative E0_E*
@@ -63,20 +63,21 @@
 #ifndef E0_TEXT_TOKENIZER_H
 #define E0_TEXT_TOKENIZER_H
 
+#include "edge0.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOK_MAX_FILE (1u << 30) /* largest tokenizer.json tok_load reads */
+#define TOK_MAX_FILE (1u << 30) /* largest tokenizer.json e0_tokenizer_load reads */
 #define TOK_MAX_ID   (1 << 24)  /* ids must be in [0, TOK_MAX_ID); tables are sized by id */
 
-typedef struct tok_tokenizer tok_tokenizer;
+typedef struct e0_tokenizer tok_tokenizer; /* e0_tokenizer in edge0.h */
 
-/* Reads and validates `path` (a tokenizer.json). */
-int tok_load(tok_tokenizer **out, const char *path, char *err);
+/* e0_tokenizer_load (edge0.h) reads and validates a tokenizer.json;
+ * e0_tokenizer_free frees. */
 /* The same from memory; `name` is only used in messages. Pure: safe to fuzz. */
 int tok_load_json(tok_tokenizer **out, const char *json, size_t len, const char *name, char *err);
-void tok_free(tok_tokenizer *t);
 
 /* ---- From GGUF metadata (llama.cpp's format) ---------------------------
  *
@@ -114,7 +115,7 @@ typedef struct {
     const tok_str *merges; /* tokenizer.ggml.merges [n_merges]: "A B", in rank order */
     size_t n_merges;
     /* tokenizer.ggml.{bos,eos,eot,padding}_token_id; -1 when absent. Only
-     * checked (each must name a token): tok_encode adds none of them. */
+     * checked (each must name a token): e0_tokenizer_encode adds none of them. */
     int64_t bos_id, eos_id, eot_id, pad_id;
     bool add_bos; /* tokenizer.ggml.add_bos_token: needs bos_id; the caller prepends it */
 } tok_vocab_src;
@@ -128,45 +129,21 @@ void tok_vocab_src_init(tok_vocab_src *v);
  * entry. Pure: safe to fuzz. */
 int tok_load_vocab(tok_tokenizer **out, const tok_vocab_src *v, const char *name, char *err);
 
-/* A growable id array. Zero-initialise; tok_encode appends to it. */
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} tok_ids;
-
-void tok_ids_free(tok_ids *ids);
-
-enum {
-    /* Added tokens marked "special" are not matched in the text: they are
-     * encoded as ordinary text (for user content that must not inject
-     * control tokens). Non-special added tokens are still matched. */
-    TOK_ENCODE_SPECIAL_AS_TEXT = 1u << 0,
-};
-
-/* Appends the ids of text[0..len) (any bytes; see the invalid UTF-8 note
- * above) to `out`. On error `out` keeps only what it held before. */
-int tok_encode(const tok_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out,
-               char *err);
-
-enum {
-    TOK_DECODE_SKIP_SPECIAL = 1u << 0, /* drop added tokens marked "special" */
-};
-
-/* The text of ids[0..n): a malloc'd, NUL-terminated, valid UTF-8 string of
- * *out_len bytes. E0_ERANGE names the first id that is not a token. */
-int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
-               size_t *out_len, char *err);
+/* A growable id array (e0_ids, edge0.h); e0_tokenizer_encode appends to
+ * it, e0_tokenizer_decode and the E0_ENCODE_* / E0_DECODE_* flags are
+ * public too. */
+typedef e0_ids tok_ids;
 
 /* Incremental decoding for generation: push one id at a time and get the
  * text that is complete so far. A UTF-8 sequence split across tokens is held
  * back until its last byte arrives, so no output ever ends in half a
  * character; bytes that cannot become a character come out as U+FFFD exactly
- * where tok_decode puts them, so the concatenation of every push and the
- * final flush equals tok_decode of the same ids. No allocation:
+ * where e0_tokenizer_decode puts them, so the concatenation of every push and the
+ * final flush equals e0_tokenizer_decode of the same ids. No allocation:
  *
  *     char *buf = malloc(tok_stream_max(tk));     // once, at load
  *     tok_stream st;
- *     tok_stream_init(&st, TOK_DECODE_SKIP_SPECIAL);
+ *     tok_stream_init(&st, E0_DECODE_SKIP_SPECIAL);
  *     for each generated id:
  *         if (tok_stream_push(tk, &st, id, buf, tok_stream_max(tk), &n, err)) ...;
  *         fwrite(buf, 1, n, stdout);
@@ -193,10 +170,7 @@ size_t tok_stream_flush(tok_stream *s, char *out);
 
 /* Lookups (for chat templates and samplers). */
 
-/* 1 + the largest id of the vocabulary and the added tokens. A model's
- * config.json vocab_size may be larger (padded): ids in between are not
- * tokens, and decoding them fails with E0_ERANGE. */
-int32_t tok_vocab_size(const tok_tokenizer *t);
+/* e0_tokenizer_vocab_size (edge0.h). */
 /* The id of an added token's content ("<|im_start|>"), else of a vocabulary
  * entry spelled as in tokenizer.json ("Ġthe"); -1 if there is none. */
 int32_t tok_token_id(const tok_tokenizer *t, const char *s);

@@ -410,7 +410,7 @@ int tok_ld_finish(tok_ld *L, int rc, tok_tokenizer **out) {
     L->arena = (tok_buf){0};
     if (!rc && (rc = tok_build_fast(t, L->err))) e0_wrap(L->err, rc, "%s", L->name);
     if (rc) {
-        tok_free(t);
+        e0_tokenizer_free(t);
         L->t = NULL;
         return rc;
     }
@@ -418,7 +418,7 @@ int tok_ld_finish(tok_ld *L, int rc, tok_tokenizer **out) {
     return 0;
 }
 
-void tok_free(tok_tokenizer *t) {
+void e0_tokenizer_free(tok_tokenizer *t) {
     if (!t) return;
     for (size_t i = 0; i < t->n_norm; i++) {
         pcre2_code_free(t->norm[i].re);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <utf8proc.h>
 
 #define TOK_MAX_STEPS 64 /* normalizer / pre-tokenizer steps after flattening Sequences */
 
@@ -106,7 +107,7 @@ typedef struct {
     bool add_prefix_space; /* ByteLevel */
 } tok_pre;
 
-struct tok_tokenizer {
+struct e0_tokenizer {
     char *arena; /* every string, NUL-separated */
     size_t arena_len;
 
@@ -246,5 +247,62 @@ int tok_ld_finish_added(tok_ld *L, const tok_added_src *srcs);
  * *out; otherwise, or if finishing fails, frees everything. Returns rc or
  * the finishing error. */
 int tok_ld_finish(tok_ld *L, int rc, tok_tokenizer **out);
+
+int nf_map(const tok_norm *st, const char *s, size_t n, tok_buf *o, char *err);
+/* ---- shared by tokenizer.c and tokenizer_norm.c ---------------------------- */
+
+/* Decoders for text already known to be valid. */
+static inline size_t lead_len(uint8_t c) {
+    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+static inline uint32_t cp_at(const char *p, size_t *len) {
+    const uint8_t *s = (const uint8_t *)p;
+    size_t n = lead_len(s[0]);
+    uint32_t cp = n == 1 ? s[0] : n == 2 ? s[0] & 0x1Fu : n == 3 ? s[0] & 0x0Fu : s[0] & 0x07u;
+    for (size_t k = 1; k < n; k++)
+        cp = cp << 6 | (s[k] & 0x3Fu);
+    *len = n;
+    return cp;
+}
+
+/* The code point that ends at s + end (end > 0); *start is where it begins. */
+static inline uint32_t cp_before(const char *s, size_t end, size_t *start) {
+    size_t i = end - 1;
+    while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80)
+        i--;
+    size_t len;
+    *start = i;
+    return cp_at(s + i, &len);
+}
+
+/* Unicode White_Space (Rust's char::is_whitespace, Oniguruma's \s). */
+static inline bool is_ws(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+static inline int put_cp(tok_buf *b, uint32_t cp) {
+    uint8_t u[4];
+    utf8proc_ssize_t n = utf8proc_encode_char((utf8proc_int32_t)cp, u);
+    return tok_buf_put(b, u, (size_t)n);
+}
+
+/* Regex iteration (Oniguruma find_iter semantics; tokenizer.c). */
+typedef struct {
+    const pcre2_code *re;
+    const tok_tokenizer *t;
+    pcre2_match_data *md;
+    const char *p;
+    size_t n;
+    size_t pos;      /* where the next search starts */
+    size_t last_end; /* end of the last match returned; SIZE_MAX before the first */
+} re_iter;
+void re_start(re_iter *it, const tok_tokenizer *t, const pcre2_code *re,
+                     pcre2_match_data *md, const char *p, size_t n);
+int re_next(re_iter *it, size_t *s, size_t *e, char *err);
+
+size_t utf8_seq(const uint8_t *s, size_t n);
 
 #endif

@@ -157,7 +157,7 @@ static int parse_norm(tok_ld *L, const cJSON *o, const char *path, int depth) {
         if ((rc = get_str(L, o, path, "content", true, &c)) ||
             (rc = utf8_str(L, path, "content", c, &s->str, &s->str_len)))
             return rc;
-        t->n_norm++; /* owned from here: tok_free releases what is set */
+        t->n_norm++; /* owned from here: e0_tokenizer_free releases what is set */
         return get_pattern(L, o, path, &s->re);
     } else {
         return tok_ld_fail(L, E0_EUNSUPPORTED, "%s: normalizer type \"%s\" is not supported", path,
@@ -529,7 +529,7 @@ int tok_load_json(tok_tokenizer **out, const char *json, size_t len, const char 
     return tok_ld_finish(&L, rc, out);
 }
 
-int tok_load(tok_tokenizer **out, const char *path, char *err) {
+int e0_tokenizer_load(tok_tokenizer **out, const char *path, char *err) {
     char *buf;
     size_t len;
     *out = NULL;

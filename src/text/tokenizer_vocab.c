@@ -22,7 +22,7 @@
  *     out of the raw text before normalization, as there;
  *   - UNUSED ids are no token (decoding them fails with E0_ERANGE, as ids
  *     between the tokenizer's size and config.json's vocab_size do), so
- *     tok_vocab_size is the tokenizer's, not the padded count;
+ *     e0_tokenizer_vocab_size is the tokenizer's, not the padded count;
  *   - the pre-tokenizer comes from `pre` (table below): the normalizer and
  *     Split regex of the model family's tokenizer.json, then ByteLevel
  *     without prefix space or regex. The regexes are the tokenizer.json

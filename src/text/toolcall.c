@@ -31,7 +31,7 @@ typedef struct {
     size_t len, cap;
 } tbuf;
 
-struct tc_parser {
+struct e0_tc_parser {
     const cJSON *tools;
     int max_calls, calls;
     int state;
@@ -198,7 +198,7 @@ typedef struct {
 static int emit_piece(void *user, const char *s, size_t key, size_t klen, size_t v0, size_t v1);
 
 typedef struct {
-    const tc_sink *k;
+    const e0_tc_sink *k;
     void *user;
     int index;
     size_t from; /* args bytes handed on so far */
@@ -214,7 +214,7 @@ static int emit_piece(void *user, const char *s, size_t key, size_t klen, size_t
     return c->rc;
 }
 
-static int emit_call(tc_parser *p, const call *cl, const tc_sink *k, void *user) {
+static int emit_call(e0_tc_parser *p, const call *cl, const e0_tc_sink *k, void *user) {
     int rc = k->call(user, p->calls, cl->name, cl->name_len);
     if (rc) return rc;
     piece_ctx c = {k, user, p->calls, 0, 0};
@@ -331,7 +331,7 @@ static char param_type(const cJSON *tools, const char *fn, size_t fn_len, const 
 }
 
 /* Appends the value v[0..n) typed as `type` to p->args. */
-static int put_value(tc_parser *p, char type, const char *v, size_t n) {
+static int put_value(e0_tc_parser *p, char type, const char *v, size_t n) {
     if (type != 's') {
         size_t a = skip_ws(v, 0, n), z = n;
         while (z > a && is_ws(v[z - 1]))
@@ -382,7 +382,7 @@ static int value_end(const char *b, size_t v, size_t n, size_t *end, size_t *nex
 }
 
 /* b[i..] starts with "<function=". */
-static int parse_xml_call(tc_parser *p, const char *b, size_t i, size_t n, call *cl) {
+static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, call *cl) {
     size_t nm = i + strlen("<function="), k = nm;
     while (k < n && b[k] != '>' && b[k] != '\n' && b[k] != '<')
         k++;
@@ -433,7 +433,7 @@ static int parse_xml_call(tc_parser *p, const char *b, size_t i, size_t n, call 
 }
 
 /* Parses the call text in p->buf: P_MORE, P_DONE (cl filled), P_BAD, or E0_ENOMEM. */
-static int parse_call(tc_parser *p, call *cl) {
+static int parse_call(e0_tc_parser *p, call *cl) {
     const char *b = p->buf.p ? p->buf.p : "";
     size_t n = p->buf.len, i = skip_ws(b, 0, n);
     memset(cl, 0, sizeof *cl);
@@ -446,9 +446,9 @@ static int parse_call(tc_parser *p, call *cl) {
 
 /* ---- the stream ------------------------------------------------------------- */
 
-int tc_parser_new(tc_parser **out, const cJSON *tools, int max_calls, char *err) {
-    if (!out || max_calls < 1) return e0_fail(err, E0_EINVAL, "tc_parser_new: bad argument");
-    tc_parser *p = calloc(1, sizeof *p);
+int e0_tc_parser_new(e0_tc_parser **out, const cJSON *tools, int max_calls, char *err) {
+    if (!out || max_calls < 1) return e0_fail(err, E0_EINVAL, "e0_tc_parser_new: bad argument");
+    e0_tc_parser *p = calloc(1, sizeof *p);
     if (!p) return e0_fail(err, E0_ENOMEM, "tool-call parser: out of memory");
     p->tools = cJSON_IsArray(tools) ? tools : NULL;
     p->max_calls = max_calls;
@@ -456,7 +456,7 @@ int tc_parser_new(tc_parser **out, const cJSON *tools, int max_calls, char *err)
     return 0;
 }
 
-void tc_parser_free(tc_parser *p) {
+void e0_tc_parser_free(e0_tc_parser *p) {
     if (!p) return;
     free(p->buf.p);
     free(p->gap.p);
@@ -465,25 +465,25 @@ void tc_parser_free(tc_parser *p) {
     free(p);
 }
 
-int tc_calls(const tc_parser *p) {
+int e0_tc_calls(const e0_tc_parser *p) {
     return p->calls;
 }
-bool tc_full(const tc_parser *p) {
+bool e0_tc_full(const e0_tc_parser *p) {
     return p->state == ST_FULL;
 }
-bool tc_malformed(const tc_parser *p) {
+bool e0_tc_malformed(const e0_tc_parser *p) {
     return p->state == ST_MALFORMED;
 }
-bool tc_truncated(const tc_parser *p) {
+bool e0_tc_truncated(const e0_tc_parser *p) {
     return p->truncated;
 }
 
-static int send_content(const tc_sink *k, void *user, const char *s, size_t n) {
+static int send_content(const e0_tc_sink *k, void *user, const char *s, size_t n) {
     return n ? k->content(user, s, n) : 0;
 }
 
 /* The call text failed: everything held is content from now on. */
-static int give_up(tc_parser *p, const tc_sink *k, void *user) {
+static int give_up(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
     int rc = send_content(k, user, p->gap.p, p->gap.len);
     if (!rc) rc = send_content(k, user, TC_OPEN, strlen(TC_OPEN));
     if (!rc) rc = send_content(k, user, p->buf.p, p->buf.len);
@@ -492,7 +492,7 @@ static int give_up(tc_parser *p, const tc_sink *k, void *user) {
 }
 
 /* Works through p->buf as far as it can. */
-static int advance(tc_parser *p, const tc_sink *k, void *user) {
+static int advance(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
     for (;;) {
         if (p->state == ST_MALFORMED) {
             int rc = send_content(k, user, p->buf.p, p->buf.len);
@@ -566,7 +566,7 @@ static int advance(tc_parser *p, const tc_sink *k, void *user) {
     }
 }
 
-int tc_feed(tc_parser *p, const char *s, size_t n, const tc_sink *k, void *user) {
+int e0_tc_feed(e0_tc_parser *p, const char *s, size_t n, const e0_tc_sink *k, void *user) {
     if (!n) return 0;
     if (p->state == ST_FULL) return 0;
     if (p->state == ST_MALFORMED) return send_content(k, user, s, n);
@@ -574,7 +574,7 @@ int tc_feed(tc_parser *p, const char *s, size_t n, const tc_sink *k, void *user)
     return rc ? rc : advance(p, k, user);
 }
 
-int tc_finish(tc_parser *p, const tc_sink *k, void *user) {
+int e0_tc_finish(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
     int rc = 0;
     if (p->state == ST_CALL) {
         p->truncated = true;

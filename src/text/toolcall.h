@@ -11,12 +11,12 @@
  * number / integer / boolean / object / array / null values are parsed as
  * JSON, and kept as a string when they do not parse.
  *
- *     tc_parser *p;
- *     tc_parser_new(&p, tools, max_calls, err);    // tools: the request's array, borrowed
- *     tc_feed(p, piece, n, &sink, user);           // as text is generated
- *     tc_finish(p, &sink, user);                   // at the end
- *     if (tc_calls(p)) finish_reason = "tool_calls";
- *     tc_parser_free(p);
+ *     e0_tc_parser *p;
+ *     e0_tc_parser_new(&p, tools, max_calls, err);    // tools: the request's array, borrowed
+ *     e0_tc_feed(p, piece, n, &sink, user);           // as text is generated
+ *     e0_tc_finish(p, &sink, user);                   // at the end
+ *     if (e0_tc_calls(p)) finish_reason = "tool_calls";
+ *     e0_tc_parser_free(p);
  *
  * A call is handed to the sink only once it is complete and valid: its name
  * (sink.call), then its arguments as a JSON object text in one or more pieces
@@ -24,13 +24,13 @@
  * call goes to sink.content: text before a call, text after the last one.
  * Whitespace between a text and a call, or between calls, is dropped. A
  * "<tool_call>" that turns out malformed, and every byte after it, is content
- * (tc_malformed); one cut off by the end of generation is content too
- * (tc_truncated). So the streamed events, however the text is cut into
+ * (e0_tc_malformed); one cut off by the end of generation is content too
+ * (e0_tc_truncated). So the streamed events, however the text is cut into
  * pieces, are the same as for the whole text, and nothing of a call's markup
  * ever reaches content unless the call failed.
  *
  * After max_calls calls (1 when parallel_tool_calls is false) everything
- * else is dropped and tc_full says so, so that the caller can stop
+ * else is dropped and e0_tc_full says so, so that the caller can stop
  * generating.
  *
  * Details that are easy to get wrong:
@@ -46,7 +46,7 @@
  *  - "arguments" may be given as a string holding a JSON object (some
  *    models do); it is unwrapped.
  *
- * Threads: a tc_parser belongs to one stream and one thread at a time. */
+ * Threads: an e0_tc_parser belongs to one stream and one thread at a time. */
 #ifndef E0_TEXT_TOOLCALL_H
 #define E0_TEXT_TOOLCALL_H
 
@@ -55,35 +55,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "edge0.h"
+
 #define TC_OPEN  "<tool_call>"
 #define TC_CLOSE "</tool_call>"
 /* The longest call text kept while waiting for its end; longer is malformed. */
 #define TC_MAX_CALL (1u << 20)
 
-typedef struct {
-    int (*content)(void *user, const char *s, size_t n);
-    int (*call)(void *user, int index, const char *name, size_t n);
-    int (*args)(void *user, int index, const char *s, size_t n);
-} tc_sink;
-
-typedef struct tc_parser tc_parser;
-
-/* tools: the request's tools array (borrowed for the parser's life) or NULL;
- * max_calls >= 1. 0, or E0_ENOMEM / E0_EINVAL. */
-int tc_parser_new(tc_parser **out, const cJSON *tools, int max_calls, char *err);
-void tc_parser_free(tc_parser *p);
-/* Feeds generated text. Returns 0, E0_ENOMEM, or the first non-zero value a
- * sink function returned. */
-int tc_feed(tc_parser *p, const char *s, size_t n, const tc_sink *k, void *user);
-/* End of the text: hands on what is held back (a cut-off call as content). */
-int tc_finish(tc_parser *p, const tc_sink *k, void *user);
-/* Calls handed to the sink so far. */
-int tc_calls(const tc_parser *p);
-/* max_calls calls were made: what follows is dropped. */
-bool tc_full(const tc_parser *p);
-/* A "<tool_call>" did not parse (it and the rest went to content). */
-bool tc_malformed(const tc_parser *p);
-/* After tc_finish: the text ended inside a call (it went to content). */
-bool tc_truncated(const tc_parser *p);
+/* The parser's API (e0_tc_*) is public: edge0.h. */
 
 #endif

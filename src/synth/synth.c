@@ -3,8 +3,8 @@
  * in four parts: shapes, the plan (every tensor's name, shape, dtype), the
  * generators (one job of rows at a time) and config.json; io/stwriter.c
  * lays out and writes the shards (threads, progress, atomic directory). */
-#include "model/synth.h"
-#include "model/synth_int.h"
+#include "synth/synth.h"
+#include "synth/synth_int.h"
 
 #include "io/safetensors.h"
 #include "io/stwriter.h"
@@ -29,28 +29,28 @@
  * ====================================================================== */
 
 /* clang-format off */
-static const synth_shape SHAPES[] = {
-    {.name = "qwen3.6-35b-a3b", .released = "Qwen/Qwen3.6-35B-A3B", .family = SYNTH_QWEN3_5_MOE,
+static const e0_synth_shape SHAPES[] = {
+    {.name = "qwen3.6-35b-a3b", .released = "Qwen/Qwen3.6-35B-A3B", .family = E0_SYNTH_QWEN3_5_MOE,
      .hidden = 2048, .n_layers = 40, .vocab = 248320,
      .n_heads = 16, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
      .full_attention_interval = 4,
      .n_experts = 256, .top_k = 8, .moe_inter = 512, .shared_inter = 512,
      .max_pos = 262144, .bos = -1, .eos = 248046},
-    {.name = "qwen3-30b-a3b", .released = "Qwen/Qwen3-30B-A3B", .family = SYNTH_QWEN3_MOE,
+    {.name = "qwen3-30b-a3b", .released = "Qwen/Qwen3-30B-A3B", .family = E0_SYNTH_QWEN3_MOE,
      .hidden = 2048, .n_layers = 48, .vocab = 151936,
      .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .partial_rotary = 1.0, .rope_theta = 1e6,
      .n_experts = 128, .top_k = 8, .moe_inter = 768, .dense_inter = 6144,
      .max_pos = 40960, .bos = 151643, .eos = 151645},
     {.name = "qwen3-next-80b-a3b", .released = "Qwen/Qwen3-Next-80B-A3B-Instruct",
-     .family = SYNTH_QWEN3_NEXT,
+     .family = E0_SYNTH_QWEN3_NEXT,
      .hidden = 2048, .n_layers = 48, .vocab = 151936,
      .n_heads = 16, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
      .full_attention_interval = 4,
      .n_experts = 512, .top_k = 10, .moe_inter = 512, .shared_inter = 512, .dense_inter = 5120,
      .max_pos = 262144, .bos = 151643, .eos = 151645},
-    {.name = "qwen3.5-122b-a10b", .released = "Qwen/Qwen3.5-122B-A10B", .family = SYNTH_QWEN3_5_MOE,
+    {.name = "qwen3.5-122b-a10b", .released = "Qwen/Qwen3.5-122B-A10B", .family = E0_SYNTH_QWEN3_5_MOE,
      .hidden = 3072, .n_layers = 48, .vocab = 248320,
      .n_heads = 32, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 16, .lin_v_heads = 64, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
@@ -59,7 +59,7 @@ static const synth_shape SHAPES[] = {
      .max_pos = 262144, .bos = -1, .eos = 248046},
     /* A Qwen3.5/3.6-style hybrid small enough to build in a second, with the
      * Qwen3 tokenizer's vocabulary so it can run real text (edge0 demo). */
-    {.name = "tiny", .released = "", .family = SYNTH_QWEN3_5_MOE,
+    {.name = "tiny", .released = "", .family = E0_SYNTH_QWEN3_5_MOE,
      .hidden = 256, .n_layers = 4, .vocab = 151936,
      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 2, .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4,
@@ -71,7 +71,7 @@ static const synth_shape SHAPES[] = {
      * 32768: per token about a tenth of the real shape's dense and routed
      * bytes, in the same proportions, in ~1.9 GB (benchmarks of decode and
      * batching on machines that cannot hold the real shape). */
-    {.name = "mid", .released = "", .family = SYNTH_QWEN3_5_MOE,
+    {.name = "mid", .released = "", .family = E0_SYNTH_QWEN3_5_MOE,
      .hidden = 2048, .n_layers = 4, .vocab = 32768,
      .n_heads = 16, .n_kv_heads = 2, .head_dim = 256, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4,
@@ -79,12 +79,12 @@ static const synth_shape SHAPES[] = {
      .n_experts = 256, .top_k = 8, .moe_inter = 512, .shared_inter = 512,
      .max_pos = 262144, .bos = -1, .eos = 32767},
     /* The same for the other two families (tests). */
-    {.name = "tiny-qwen3moe", .released = "", .family = SYNTH_QWEN3_MOE,
+    {.name = "tiny-qwen3moe", .released = "", .family = E0_SYNTH_QWEN3_MOE,
      .hidden = 256, .n_layers = 4, .vocab = 151936,
      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 1.0, .rope_theta = 1e6,
      .n_experts = 32, .top_k = 4, .moe_inter = 128, .dense_inter = 512,
      .max_pos = 40960, .bos = 151643, .eos = 151645},
-    {.name = "tiny-qwen3next", .released = "", .family = SYNTH_QWEN3_NEXT,
+    {.name = "tiny-qwen3next", .released = "", .family = E0_SYNTH_QWEN3_NEXT,
      .hidden = 256, .n_layers = 4, .vocab = 151936,
      .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
      .lin_k_heads = 2, .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4,
@@ -96,65 +96,39 @@ static const synth_shape SHAPES[] = {
 
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
-const synth_shape *synth_find(const char *name) {
+const e0_synth_shape *e0_synth_find(const char *name) {
     for (size_t i = 0; name && i < N_SHAPES; i++)
         if (strcmp(SHAPES[i].name, name) == 0) return &SHAPES[i];
     return NULL;
 }
 
-const char *synth_names(void) {
+const char *e0_synth_names(void) {
     return "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny, mid, "
            "tiny-qwen3moe, "
            "tiny-qwen3next";
 }
 
-size_t synth_count(void) {
+size_t e0_synth_count(void) {
     return N_SHAPES;
 }
 
-const synth_shape *synth_at(size_t i) {
+const e0_synth_shape *e0_synth_at(size_t i) {
     return i < N_SHAPES ? &SHAPES[i] : NULL;
 }
 
-void synth_opts_default(synth_opts *o) {
+void e0_synth_opts_default(e0_synth_opts *o) {
     memset(o, 0, sizeof *o);
-    o->format = SYNTH_MLX;
+    o->format = E0_SYNTH_MLX;
     o->seed = 1;
 }
 
 /* ======================================================================
- * Scaling (see synth.h): target stds of every kind of tensor.
+ * Scaling: the stds are synth_common.c's (synth_gains_of).
  * ====================================================================== */
 
-#define SILU2    0.35578 /* E[silu(z)^2], z ~ N(0, 1) */
-#define SIG2     0.29338 /* E[sigmoid(z)^2] */
-#define SKEW_AMP 0.5f    /* per-element amplitude of the planted direction in the embedding */
+#define SKEW_AMP 0.5f /* per-element amplitude of the planted direction in the embedding */
 
 typedef synth_gains gains;
-
-synth_gains synth_gains_of(const synth_shape *s) {
-    const double H = s->hidden, gamma = 1.0 / sqrt((double)s->n_layers);
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE;
-    gains g = {.gamma = gamma, .embed = 1.0f};
-    g.in = (float)(1.0 / sqrt(H));
-    g.router = (float)(1.0 / sqrt(H)); /* logits ~ N(0, 1) per token */
-    g.lm_head = (float)(3.0 / sqrt(H));
-    /* attention output: values of RMS ~1 (times the sigmoid gate when gated) */
-    g.o_proj =
-        (float)(gamma / ((hybrid ? sqrt(SIG2) : 1.0) * sqrt((double)s->n_heads * s->head_dim)));
-    /* DeltaNet: RMS-normed heads times silu(z) */
-    g.out_proj =
-        (float)(gamma / (sqrt(SILU2) * sqrt((double)s->lin_v_heads * s->lin_v_dim + 1e-9)));
-    /* MoE: top-k experts with near-equal weights (sum of k independent outputs
-     * scaled by ~1/k); the hybrids split the block's output with the shared
-     * expert, whose sigmoid gate averages sqrt(SIG2). */
-    const double routed = hybrid ? gamma / sqrt(2.0) : gamma;
-    g.down = (float)(routed * sqrt((double)s->top_k) / (sqrt(SILU2) * sqrt((double)s->moe_inter)));
-    g.sh_down = hybrid ? (float)(gamma / sqrt(2.0) /
-                                 (sqrt(SIG2) * sqrt(SILU2) * sqrt((double)s->shared_inter)))
-                       : 0;
-    return g;
-}
 
 /* ======================================================================
  * The plan: every tensor, its shard and offset, before any byte is written.
@@ -180,8 +154,8 @@ typedef struct {
 } item;
 
 typedef struct {
-    const synth_shape *s;
-    synth_opts o;
+    const e0_synth_shape *s;
+    e0_synth_opts o;
     gains g;
     item *it;
     size_t n, cap;
@@ -217,7 +191,7 @@ static item *add_item(plan *p, const char *name, item_kind kind, int ndim, const
  * `bits`, HF: bf16 `base`.weight, or `base` itself when `bare`). */
 static void add_mat(plan *p, const char *base, int64_t lead, int64_t rows, int64_t cols, float std,
                     int bits, item_dir dir, int layer, bool bare) {
-    const bool mlx = p->o.format == SYNTH_MLX;
+    const bool mlx = p->o.format == E0_SYNTH_MLX;
     uint64_t sh[3], *q = sh;
     if (lead) *q++ = (uint64_t)lead;
     q[0] = (uint64_t)rows;
@@ -257,12 +231,12 @@ static void add_norm(plan *p, const char *name, int64_t n, float base) {
 #define NM(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
 
 static void plan_deltanet(plan *p, const char *b, bool mlx) {
-    const synth_shape *s = p->s;
+    const e0_synth_shape *s = p->s;
     const gains *g = &p->g;
     const int64_t H = s->hidden, Kd = (int64_t)s->lin_k_heads * s->lin_k_dim;
     const int64_t Vd = (int64_t)s->lin_v_heads * s->lin_v_dim, Hv = s->lin_v_heads, C = 2 * Kd + Vd;
     char nm[NAME_LEN];
-    if (s->family == SYNTH_QWEN3_NEXT) {
+    if (s->family == E0_SYNTH_QWEN3_NEXT) {
         add_mat(p, NM("%slinear_attn.in_proj_qkvz", b), 0, 2 * Kd + 2 * Vd, H, g->in, 4, DIR_NONE,
                 -1, false);
         add_mat(p, NM("%slinear_attn.in_proj_ba", b), 0, 2 * Hv, H, g->in, 4, DIR_NONE, -1, false);
@@ -283,9 +257,9 @@ static void plan_deltanet(plan *p, const char *b, bool mlx) {
 }
 
 static void plan_attention(plan *p, const char *b, float nb) {
-    const synth_shape *s = p->s;
+    const e0_synth_shape *s = p->s;
     const gains *g = &p->g;
-    const int64_t H = s->hidden, hd = s->head_dim, gated = s->family != SYNTH_QWEN3_MOE ? 2 : 1;
+    const int64_t H = s->hidden, hd = s->head_dim, gated = s->family != E0_SYNTH_QWEN3_MOE ? 2 : 1;
     char nm[NAME_LEN];
     add_mat(p, NM("%sself_attn.q_proj", b), 0, s->n_heads * hd * gated, H, g->in, 4, DIR_NONE, -1,
             false);
@@ -300,7 +274,7 @@ static void plan_attention(plan *p, const char *b, float nb) {
 }
 
 static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
-    const synth_shape *s = p->s;
+    const e0_synth_shape *s = p->s;
     const gains *g = &p->g;
     const int64_t H = s->hidden, I = s->moe_inter, E = s->n_experts, Is = s->shared_inter;
     char nm[NAME_LEN];
@@ -310,7 +284,7 @@ static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
         add_mat(p, NM("%smlp.switch_mlp.gate_proj", b), E, I, H, g->in, 4, DIR_NONE, -1, false);
         add_mat(p, NM("%smlp.switch_mlp.up_proj", b), E, I, H, g->in, 4, DIR_NONE, -1, false);
         add_mat(p, NM("%smlp.switch_mlp.down_proj", b), E, H, I, g->down, 4, DIR_NONE, -1, false);
-    } else if (s->family == SYNTH_QWEN3_5_MOE) {
+    } else if (s->family == E0_SYNTH_QWEN3_5_MOE) {
         /* fused 3-D, no .weight suffix: gate rows on top, up rows below */
         add_mat(p, NM("%smlp.experts.gate_up_proj", b), E, 2 * I, H, g->in, 4, DIR_NONE, -1, true);
         add_mat(p, NM("%smlp.experts.down_proj", b), E, H, I, g->down, 4, DIR_NONE, -1, true);
@@ -325,7 +299,7 @@ static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
                     false);
         }
     }
-    if (s->family == SYNTH_QWEN3_MOE) return;
+    if (s->family == E0_SYNTH_QWEN3_MOE) return;
     add_mat(p, NM("%smlp.shared_expert.gate_proj", b), 0, Is, H, g->in, 4, DIR_NONE, -1, false);
     add_mat(p, NM("%smlp.shared_expert.up_proj", b), 0, Is, H, g->in, 4, DIR_NONE, -1, false);
     add_mat(p, NM("%smlp.shared_expert.down_proj", b), 0, H, Is, g->sh_down, 4, DIR_NONE, -1,
@@ -334,9 +308,9 @@ static void plan_moe(plan *p, const char *b, int layer, bool mlx) {
 }
 
 static void plan_tensors(plan *p) {
-    const synth_shape *s = p->s;
-    const bool mlx = p->o.format == SYNTH_MLX, q35 = s->family == SYNTH_QWEN3_5_MOE;
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE;
+    const e0_synth_shape *s = p->s;
+    const bool mlx = p->o.format == E0_SYNTH_MLX, q35 = s->family == E0_SYNTH_QWEN3_5_MOE;
+    const bool hybrid = s->family != E0_SYNTH_QWEN3_MOE;
     const char *pre = q35 ? (mlx ? "language_model.model." : "model.language_model.") : "model.";
     const char *lm = q35 && mlx ? "language_model.lm_head" : "lm_head";
     /* hybrid norms: mlx stores 1 + w, HF stores w (zero-centred) */
@@ -381,7 +355,7 @@ static int plan_layout(plan *p, char *err) {
     }
     const stw_layout_opts lo = {.shard_bytes = p->o.shard_bytes,
                                 .job_bytes = CHUNK_BYTES,
-                                .format = p->o.format == SYNTH_MLX ? "mlx" : "pt"};
+                                .format = p->o.format == E0_SYNTH_MLX ? "mlx" : "pt"};
     return stw_layout(&p->w, &lo, err);
 }
 
@@ -392,10 +366,10 @@ static void plan_free(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *err) {
+static int plan_build(plan *p, const e0_synth_shape *s, const e0_synth_opts *o, char *err) {
     memset(p, 0, sizeof *p);
     if (!s) return e0_fail(err, E0_EINVAL, "no shape given");
-    if (o->format != SYNTH_MLX && o->format != SYNTH_HF)
+    if (o->format != E0_SYNTH_MLX && o->format != E0_SYNTH_HF)
         return e0_fail(err, E0_EINVAL, "unknown format");
     if (!(o->route_skew >= 0 && o->route_skew <= 8))
         return e0_fail(err, E0_EINVAL, "route skew %g is outside [0, 8]", o->route_skew);
@@ -421,10 +395,10 @@ static int plan_build(plan *p, const synth_shape *s, const synth_opts *o, char *
     return plan_layout(p, err);
 }
 
-int synth_plan_info(const synth_shape *shape, const synth_opts *o, synth_info *info, char *err) {
-    synth_opts d;
-    synth_opts_default(&d);
-    if (o && o->format == SYNTH_GGUF) return synth_gguf_plan_info(shape, o, info, err);
+int e0_synth_plan_info(const e0_synth_shape *shape, const e0_synth_opts *o, e0_synth_info *info, char *err) {
+    e0_synth_opts d;
+    e0_synth_opts_default(&d);
+    if (o && o->format == E0_SYNTH_GGUF) return synth_gguf_plan_info(shape, o, info, err);
     memset(info, 0, sizeof *info);
     plan p;
     int rc = plan_build(&p, shape, o ? o : &d, err);
@@ -559,19 +533,6 @@ static void gen_bmat(const plan *p, const item *t, xrng *r, int64_t n, const flo
         }
 }
 
-float synth_group_uniform(xrng *r, float std, float v[SYNTH_GROUP]) {
-    const float k = std * 1.7320508f / 32768.0f; /* uniform on [-sqrt(3) std, sqrt(3) std] */
-    float sum = 0;
-    for (int i = 0; i < SYNTH_GROUP; i += 4) {
-        uint64_t x = xr_next(r);
-        for (int j = 0; j < 4; j++) {
-            v[i + j] = ((float)(uint16_t)(x >> (16 * j)) - 32767.5f) * k;
-            sum += v[i + j];
-        }
-    }
-    return sum;
-}
-
 static void put_val(uint8_t dt, void *out, int64_t i, float v) {
     if (dt == ST_F32)
         memcpy((uint8_t *)out + 4 * i, &v, 4);
@@ -579,22 +540,6 @@ static void put_val(uint8_t dt, void *out, int64_t i, float v) {
         uint16_t h = e0_f32_to_bf16(v);
         memcpy((uint8_t *)out + 2 * i, &h, 2);
     }
-}
-
-float synth_vec_value(xrng *r, synth_vkind kind, float base, int64_t fan) {
-    switch (kind) {
-    case SYNTH_V_NORM:
-        return base + (float)((int)(xr_next(r) % 5) - 2) / 128.0f;
-    case SYNTH_V_ALOG:
-        return logf(1.0f + 15.0f * (float)xr_unif(r));
-    case SYNTH_V_DTBIAS: { /* softplus(dt_bias) = dt */
-        double dt = exp(log(1e-3) + xr_unif(r) * (log(1e-1) - log(1e-3)));
-        return (float)(dt + log(-expm1(-dt)));
-    }
-    case SYNTH_V_CONV:
-        return (float)((xr_unif(r) * 2.0 - 1.0) * 1.7320508 / sqrt((double)fan));
-    }
-    return 0;
 }
 
 /* Small tensors, generated whole. */
@@ -641,8 +586,8 @@ static void cfg_quant(sbuf *b, const plan *p, const char *key, const char *ind) 
 
 /* The text model's settings, as the released config.json spells them. */
 static void cfg_text(sbuf *b, const plan *p, const char *in) {
-    const synth_shape *s = p->s;
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE, q35 = s->family == SYNTH_QWEN3_5_MOE;
+    const e0_synth_shape *s = p->s;
+    const bool hybrid = s->family != E0_SYNTH_QWEN3_MOE, q35 = s->family == E0_SYNTH_QWEN3_5_MOE;
     sb_printf(b, "%s\"attention_bias\": false,\n%s\"attention_dropout\": 0.0,\n", in, in);
     if (s->bos >= 0)
         sb_printf(b, "%s\"bos_token_id\": %d,\n", in, s->bos);
@@ -705,10 +650,10 @@ static void cfg_text(sbuf *b, const plan *p, const char *in) {
 }
 
 static char *config_json(const plan *p) {
-    const synth_shape *s = p->s;
-    const bool mlx = p->o.format == SYNTH_MLX, q35 = s->family == SYNTH_QWEN3_5_MOE;
+    const e0_synth_shape *s = p->s;
+    const bool mlx = p->o.format == E0_SYNTH_MLX, q35 = s->family == E0_SYNTH_QWEN3_5_MOE;
     const char *arch = q35                             ? "Qwen3_5MoeForConditionalGeneration"
-                       : s->family == SYNTH_QWEN3_NEXT ? "Qwen3NextForCausalLM"
+                       : s->family == E0_SYNTH_QWEN3_NEXT ? "Qwen3NextForCausalLM"
                                                        : "Qwen3MoeForCausalLM";
     sbuf b = {0};
     sb_printf(&b, "{\n  \"architectures\": [\"%s\"],\n", arch);
@@ -756,21 +701,21 @@ static int finish(void *ctx, const char *dir, bool sync, char *err) {
 /* The progress of the writer as synth reports it: data bytes written. */
 static void on_progress(void *ctx, const stw_progress *sp) {
     const plan *p = ctx;
-    _Static_assert((int)STW_SYNCING == (int)SYNTH_SYNCING && (int)STW_DONE == (int)SYNTH_DONE,
+    _Static_assert((int)STW_SYNCING == (int)E0_SYNTH_SYNCING && (int)STW_DONE == (int)E0_SYNTH_DONE,
                    "phases map one to one");
-    const synth_progress pr = {.phase = (synth_phase)sp->phase,
+    const e0_synth_progress pr = {.phase = (e0_synth_phase)sp->phase,
                                .done = sp->written,
                                .total = p->w.total_data,
                                .seconds = sp->seconds};
     p->o.progress(p->o.progress_ctx, &pr);
 }
 
-int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts *o, char *err) {
-    synth_opts d;
-    synth_opts_default(&d);
+int e0_synth_write_opts(const e0_synth_shape *shape, const char *dst, const e0_synth_opts *o, char *err) {
+    e0_synth_opts d;
+    e0_synth_opts_default(&d);
     if (!o) o = &d;
     if (!dst || !*dst) return e0_fail(err, E0_EINVAL, "no destination directory given");
-    if (o->format == SYNTH_GGUF) return synth_gguf_write(shape, dst, o, err);
+    if (o->format == E0_SYNTH_GGUF) return synth_gguf_write(shape, dst, o, err);
     struct stat st;
     if (lstat(dst, &st) == 0)
         return e0_fail(err, E0_EINVAL, "%s already exists; remove it or choose another path", dst);
@@ -793,9 +738,9 @@ int synth_write_opts(const synth_shape *shape, const char *dst, const synth_opts
     return rc;
 }
 
-int synth_write(const synth_shape *shape, const char *dst, uint64_t seed, char *err) {
-    synth_opts o;
-    synth_opts_default(&o);
+int e0_synth_write(const e0_synth_shape *shape, const char *dst, uint64_t seed, char *err) {
+    e0_synth_opts o;
+    e0_synth_opts_default(&o);
     o.seed = seed;
-    return synth_write_opts(shape, dst, &o, err);
+    return e0_synth_write_opts(shape, dst, &o, err);
 }

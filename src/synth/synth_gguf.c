@@ -24,7 +24,7 @@
  *   - everything else (token_embd included, since output is not tied): Q4_K;
  *   - a row length that is not a multiple of 256 falls back: Q4_K -> Q5_0,
  *     Q6_K -> Q8_0 (tensor_type_fallback; the tiny shapes' experts).
- * Other mixes (synth_opts.gguf_mix, the same rules for those ftypes, no
+ * Other mixes (e0_synth_opts.gguf_mix, the same rules for those ftypes, no
  * imatrix): Q8_0: every matrix Q8_0 (output too); Q4_0: Q4_0, output Q6_K;
  * IQ4_XS: IQ4_XS, output Q6_K, Q5_K for the attn_v-like tensors when heads
  * >= 4 x kv heads and for ffn_down in the first eighth of the layers;
@@ -32,7 +32,7 @@
  * generator here). IQ4 blocks are only near zero-mean (iq4_codes).
  *
  * Random blocks: random codes, f16 scales sized so every tensor has the std
- * the safetensors formats give it (model/synth_int.h, synth.h: activations
+ * the safetensors formats give it (synth/synth_int.h, synth.h: activations
  * stay O(1), each block adds RMS ~1/sqrt(layers)), and every block's (Q4_K:
  * every sub-block's) codes adjusted to a fixed sum so its dequantized mean
  * is exactly 0: no matrix maps a shared offset of its inputs into a shared
@@ -49,7 +49,7 @@
  * planting a routing direction needs structured embedding rows. */
 #include "io/gguf.h"
 #include "io/stwriter.h"
-#include "model/synth_int.h"
+#include "synth/synth_int.h"
 #include "quant/ggml.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -68,7 +68,7 @@
 #error "synth_gguf.c stores blocks in host byte order, which must be little-endian"
 #endif
 
-_Static_assert(SYNTH_GTYPES == GGML_NTYPES, "synth_info's type table covers every ggml type");
+_Static_assert(E0_SYNTH_GTYPES == GGML_NTYPES, "e0_synth_info's type table covers every ggml type");
 
 #define QK_K        GGML_QK_K
 #define CHUNK_BYTES (8u << 20) /* per job: bounded memory is threads x this */
@@ -95,8 +95,8 @@ typedef struct {
 } gtensor;
 
 typedef struct {
-    const synth_shape *s;
-    synth_opts o;
+    const e0_synth_shape *s;
+    e0_synth_opts o;
     synth_gains g;
     gtensor *t;
     size_t n, cap;
@@ -165,17 +165,17 @@ static void add_q(gplan *p, const char *name, qrule rule, int layer, float std, 
     const int n = p->s->n_layers;
     uint32_t type = GGML_Q4_K;
     switch (p->o.gguf_mix) {
-    case SYNTH_MIX_Q4_K_M:
+    case E0_SYNTH_MIX_Q4_K_M:
         if (rule == Q_OUTPUT) type = ne0 % QK_K ? GGML_Q8_0 : GGML_Q6_K;
         if ((rule == Q_MORE_V || rule == Q_MORE_DOWN) && more_bits(layer, n)) type = GGML_Q6_K;
         break;
-    case SYNTH_MIX_Q8_0:
+    case E0_SYNTH_MIX_Q8_0:
         type = GGML_Q8_0;
         break;
-    case SYNTH_MIX_Q4_0:
+    case E0_SYNTH_MIX_Q4_0:
         type = rule == Q_OUTPUT ? GGML_Q6_K : GGML_Q4_0;
         break;
-    case SYNTH_MIX_IQ4_XS: /* without an imatrix */
+    case E0_SYNTH_MIX_IQ4_XS: /* without an imatrix */
         type = rule == Q_OUTPUT ? GGML_Q6_K : GGML_IQ4_XS;
         if (rule == Q_MORE_V && p->s->n_heads >= 4 * p->s->n_kv_heads) type = GGML_Q5_K;
         if (rule == Q_MORE_DOWN && layer < n / 8) type = GGML_Q5_K;
@@ -198,9 +198,9 @@ static void add_vec(gplan *p, const char *name, synth_vkind vk, float base, uint
 #define NM(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
 
 static void plan_layer(gplan *p, int L) {
-    const synth_shape *s = p->s;
+    const e0_synth_shape *s = p->s;
     const synth_gains *g = &p->g;
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE;
+    const bool hybrid = s->family != E0_SYNTH_QWEN3_MOE;
     const uint64_t H = (uint64_t)s->hidden, hd = (uint64_t)s->head_dim, E = (uint64_t)s->n_experts;
     const uint64_t I = (uint64_t)s->moe_inter, Is = (uint64_t)s->shared_inter;
     char nm[GNAME_LEN];
@@ -213,7 +213,7 @@ static void plan_layer(gplan *p, int L) {
         const uint64_t C = 2 * Kd + Vd, K = (uint64_t)s->conv_kernel;
         add_q(p, NM("blk.%d.attn_qkv.weight", L), Q_MORE_V, L, g->in, 2, H, C, 0);
         add_q(p, NM("blk.%d.attn_gate.weight", L), Q_PLAIN, L, g->in, 2, H, Vd, 0);
-        if (s->family == SYNTH_QWEN3_NEXT) {
+        if (s->family == E0_SYNTH_QWEN3_NEXT) {
             add_q(p, NM("blk.%d.ssm_ba.weight", L), Q_PLAIN, L, g->in, 2, H, 2 * Hv, 0);
         } else {
             add_q(p, NM("blk.%d.ssm_beta.weight", L), Q_PLAIN, L, g->in, 2, H, Hv, 0);
@@ -260,7 +260,7 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 static void plan_tensors(gplan *p) {
-    const synth_shape *s = p->s;
+    const e0_synth_shape *s = p->s;
     const uint64_t H = (uint64_t)s->hidden, V = (uint64_t)s->vocab;
     add_q(p, "output.weight", Q_OUTPUT, 0, p->g.lm_head, 2, H, V, 0);
     add_vec(p, "output_norm.weight", SYNTH_V_NORM, 1.0f, H);
@@ -309,7 +309,7 @@ typedef struct {
     int32_t eos, bos;
 } gtok;
 
-static void tok_free(gtok *k) {
+static void gtok_free(gtok *k) {
     cJSON_Delete(k->json);
     cJSON_Delete(k->cfg);
     free(k->tokens);
@@ -332,7 +332,7 @@ static cJSON *read_json(const char *path, size_t max, char *err) {
 
 /* The vocabulary of tokenizer.json padded to `vocab` ids, its merges as
  * "A B", and the chat template of the tokenizer_config.json beside it. */
-static int tok_load(gtok *k, const char *path, int vocab, char *err) {
+static int gtok_load(gtok *k, const char *path, int vocab, char *err) {
     memset(k, 0, sizeof *k);
     k->eos = k->bos = -1;
     if (!path || !*path)
@@ -426,8 +426,8 @@ static int tok_load(gtok *k, const char *path, int vocab, char *err) {
 
 /* Every key of part 0, in the order the converter and llama-quantize write. */
 static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
-    const synth_shape *s = p->s;
-    const bool hybrid = s->family != SYNTH_QWEN3_MOE, q35 = s->family == SYNTH_QWEN3_5_MOE;
+    const e0_synth_shape *s = p->s;
+    const bool hybrid = s->family != E0_SYNTH_QWEN3_MOE, q35 = s->family == E0_SYNTH_QWEN3_5_MOE;
     const char *a = q35 ? "qwen35moe" : hybrid ? "qwen3next" : "qwen3moe";
     char name[192], key[96];
     snprintf(name, sizeof name, "edge0 synth %s (random weights%s%s)", s->name,
@@ -531,7 +531,7 @@ static void gplan_free(gplan *p) {
 }
 
 /* The plan, the parts' writers with every key and tensor (not opened). */
-static int gplan_build(gplan *p, const synth_shape *s, const synth_opts *o, const char *dst,
+static int gplan_build(gplan *p, const e0_synth_shape *s, const e0_synth_opts *o, const char *dst,
                        char *err) {
     memset(p, 0, sizeof *p);
     if (!s) return e0_fail(err, E0_EINVAL, "no shape given");
@@ -554,7 +554,7 @@ static int gplan_build(gplan *p, const synth_shape *s, const synth_opts *o, cons
     p->paths = calloc((size_t)p->n_parts, sizeof *p->paths);
     if (!p->w || !p->paths) return e0_fail(err, E0_ENOMEM, "out of memory");
     gtok k;
-    int rc = tok_load(&k, o->tokenizer, s->vocab, err);
+    int rc = gtok_load(&k, o->tokenizer, s->vocab, err);
     for (int i = 0; !rc && i < p->n_parts; i++) {
         if (!(p->paths[i] = part_path(dst ? dst : "model.gguf", i, p->n_parts)))
             rc = e0_fail(err, E0_ENOMEM, "out of memory");
@@ -562,7 +562,7 @@ static int gplan_build(gplan *p, const synth_shape *s, const synth_opts *o, cons
         if (!rc && i == 0) rc = meta_add(p, p->w[0], &k, err);
         if (!rc && p->n_parts > 1) rc = split_add(p, p->w[i], i, err);
     }
-    tok_free(&k);
+    gtok_free(&k);
     for (size_t i = 0; !rc && i < p->n; i++) {
         const gtensor *t = &p->t[i];
         rc = gguf_writer_add_tensor(p->w[t->part], t->name, t->type, t->n_dims, t->ne, err);
@@ -570,7 +570,7 @@ static int gplan_build(gplan *p, const synth_shape *s, const synth_opts *o, cons
     return rc;
 }
 
-static void fill_info(const gplan *p, synth_info *info) {
+static void fill_info(const gplan *p, e0_synth_info *info) {
     memset(info, 0, sizeof *info);
     for (int i = 0; i < p->n_parts; i++)
         info->bytes += gguf_writer_size(p->w[i]);
@@ -585,7 +585,7 @@ static void fill_info(const gplan *p, synth_info *info) {
     info->n_shards = p->n_parts;
 }
 
-int synth_gguf_plan_info(const synth_shape *s, const synth_opts *o, synth_info *info, char *err) {
+int synth_gguf_plan_info(const e0_synth_shape *s, const e0_synth_opts *o, e0_synth_info *info, char *err) {
     gplan p;
     int rc = gplan_build(&p, s, o, NULL, err);
     if (!rc) fill_info(&p, info);
@@ -916,7 +916,7 @@ static int write_piece(void *ctx, uint32_t part, uint64_t off, const void *b, si
 /* The runner's progress as synth reports it: data bytes written. */
 static void on_progress(void *ctx, const stw_progress *sp) {
     const gplan *p = ctx;
-    const synth_progress pr = {.phase = (synth_phase)sp->phase,
+    const e0_synth_progress pr = {.phase = (e0_synth_phase)sp->phase,
                                .done = sp->written,
                                .total = p->jobs.total_data,
                                .seconds = sp->seconds};
@@ -943,11 +943,11 @@ static int plan_jobs(gplan *p, char *err) {
     return stw_layout_raw(&p->jobs, CHUNK_BYTES, err);
 }
 
-int synth_gguf_write(const synth_shape *s, const char *dst, const synth_opts *o, char *err) {
+int synth_gguf_write(const e0_synth_shape *s, const char *dst, const e0_synth_opts *o, char *err) {
     const double t0 = stw_now();
     gplan p;
     int rc = gplan_build(&p, s, o, dst, err);
-    synth_info info = {0};
+    e0_synth_info info = {0};
     if (!rc) fill_info(&p, &info);
     struct stat st;
     for (int i = 0; !rc && i < p.n_parts; i++)
@@ -980,7 +980,7 @@ int synth_gguf_write(const synth_shape *s, const char *dst, const synth_opts *o,
             unlink(p.paths[i]);
     if (!rc && !o->no_sync) stw_sync_parent(dst);
     if (!rc && o->progress) {
-        const synth_progress pr = {.phase = SYNTH_DONE,
+        const e0_synth_progress pr = {.phase = E0_SYNTH_DONE,
                                    .done = p.jobs.total_data,
                                    .total = p.jobs.total_data,
                                    .seconds = stw_now() - t0};

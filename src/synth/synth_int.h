@@ -1,11 +1,11 @@
 /* What the synth writers share (synth.c: mlx / hf safetensors;
  * synth_gguf.c: GGUF): the random streams, the per-tensor stds that keep
  * activations O(1) (synth.h explains the scaling) and the generators of
- * small tensors. Internal to src/model. */
-#ifndef E0_MODEL_SYNTH_INT_H
-#define E0_MODEL_SYNTH_INT_H
+ * small tensors (synth_common.c). Internal to src/synth. */
+#ifndef E0_SYNTH_SYNTH_INT_H
+#define E0_SYNTH_SYNTH_INT_H
 
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <stdint.h>
 
@@ -60,7 +60,7 @@ typedef struct {
     float o_proj, out_proj, down, sh_down;
 } synth_gains;
 
-synth_gains synth_gains_of(const synth_shape *s);
+synth_gains synth_gains_of(const e0_synth_shape *s);
 
 /* ---- generators --------------------------------------------------------- */
 
@@ -81,7 +81,7 @@ float synth_group_uniform(xrng *r, float std, float v[SYNTH_GROUP]);
 
 /* ---- the GGUF format (synth_gguf.c) ---------------------------------- */
 
-int synth_gguf_plan_info(const synth_shape *s, const synth_opts *o, synth_info *info, char *err);
-int synth_gguf_write(const synth_shape *s, const char *dst, const synth_opts *o, char *err);
+int synth_gguf_plan_info(const e0_synth_shape *s, const e0_synth_opts *o, e0_synth_info *info, char *err);
+int synth_gguf_write(const e0_synth_shape *s, const char *dst, const e0_synth_opts *o, char *err);
 
 #endif
