@@ -477,16 +477,16 @@ static void check_mtp_in(const char *out, bool keep) {
 static void test_mtp_keep_drop(void **state) {
     (void)state;
     char *root = new_root(), *drop = join(root, "drop"), *keep = join(root, "keep"), err[E0_ERR_MAX];
-    convert_opts o;
-    convert_opts_default(&o);
+    e0_convert_opts o;
+    e0_convert_opts_default(&o);
     o.no_sync = 1;
-    convert_info info;
-    if (convert_run(MTP_HF, drop, &o, &info, err)) fail_msg("%s", err);
+    e0_convert_info info;
+    if (e0_convert_run(MTP_HF, drop, &o, &info, err)) fail_msg("%s", err);
     assert_int_equal(info.dropped, 29);
     assert_int_equal(info.kept_mtp, 0);
     check_mtp_in(drop, false);
     o.keep_mtp = 1;
-    if (convert_run(MTP_HF, keep, &o, &info, err)) fail_msg("%s", err);
+    if (e0_convert_run(MTP_HF, keep, &o, &info, err)) fail_msg("%s", err);
     assert_int_equal(info.dropped, 0);
     assert_int_equal(info.kept_mtp, 29);
     check_mtp_in(keep, true);

@@ -371,7 +371,7 @@ static void test_mtp_config(void **state) {
  * layers are the model, whatever block follows them. */
 static void test_mtp_matches_hf(void **state) {
     (void)state;
-    assert_int_equal(mat_set_kernels(E0_KERNELS_EXACT), 0);
+    assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
     char err[E0_ERR_MAX];
     st_set *g;
     if (st_set_open_file(&g, tu_shared("fixtures/qwen35moe/golden.safetensors"), err)) fail_msg("%s", err);
@@ -394,7 +394,7 @@ static void test_mtp_matches_hf(void **state) {
     e0_engine_free(e);
     e0_engine_free(h);
     st_set_free(g);
-    mat_set_kernels(E0_KERNELS_AUTO);
+    e0_set_kernels(E0_KERNELS_AUTO);
 }
 
 /* `info` names the MTP draft head and its bytes; demo, chat and serve run
