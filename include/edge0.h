@@ -236,9 +236,11 @@ typedef struct {
     uint64_t session_bytes; /* one sequence's session: KV cache, states, scratch at n_ctx */
     char io_note[512], budget_note[512];
     int32_t gpu;               /* the GPU open will compute on, or E0_GPU_OFF */
-    uint64_t gpu_weight_bytes; /* device memory the weights take there */
+    uint64_t gpu_weight_bytes; /* device memory the weights take there (the expert cache included) */
+    int32_t gpu_slots;         /* its VRAM expert cache's slots (0: every expert resident) */
+    uint64_t gpu_slot_bytes;   /* one slot: an expert of the largest layer in device form */
     uint64_t gpu_session_bytes; /* one session's KV cache, states and scratch there */
-    uint64_t vram_budget;      /* the budget they were held against */
+    uint64_t vram_budget;      /* the budget they were held against (auto resolved) */
     char gpu_note[512];        /* the GPU chosen, or why none ("" when E0_GPU_OFF) */
 } e0_plan;
 int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
@@ -263,6 +265,13 @@ typedef struct {
     uint64_t spec_loads, spec_used; /* next-layer experts loaded on a guess; of those, routed to */
     double io_wait_s, compute_s;    /* time the expert layer waited for bytes / computed experts */
     uint64_t peak_rss;              /* bytes */
+    /* the GPU (all 0 without one): its VRAM expert cache (slots 0: every
+     * expert resident) and the bytes it copied in over PCIe */
+    int32_t vram_slots;
+    uint64_t vram_hits, vram_misses; /* expert lookups of MoE calls */
+    uint64_t pcie_bytes;             /* expert bytes copied host to device */
+    double pcie_gbs;                 /* host-to-device bandwidth measured at open (pinned), GB/s */
+    double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);

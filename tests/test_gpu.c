@@ -5,7 +5,12 @@
  *    weights resident on the GPU: prefill then decode, logits within 5e-3
  *    relative L2 of the CPU under --kernels exact at every position, the
  *    same argmax at every position; the GPU run repeated gives the same
- *    bits.
+ *    bits; the same model with a VRAM expert cache of the least slots (and
+ *    a few more) gives the all-resident run's bits while copying misses;
+ *  - through the engine (e0_engine_open with a VRAM budget): a budget
+ *    that leaves the experts to the cache decodes 64 greedy tokens with
+ *    logits bit-identical to the all-resident engine's; a budget under the
+ *    least the model needs fails open with that figure.
  * Without an NVIDIA driver or GPU (CI) every test is skipped and says why;
  * E0_REQUIRE_GPU=1 (make test-gpu) turns that into a failure. */
 #include "testutil.h"
@@ -269,6 +274,30 @@ static float *gpu_logits(gpu_model *g, const int32_t *ids, int V) {
     return lg;
 }
 
+/* The model again with a VRAM expert cache of the least slots and of a few
+ * more: the all-resident run's logits (want) bit for bit, misses copied. */
+static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *want, const char *name) {
+    char err[E0_ERR_MAX];
+    gpu_sizes z;
+    if (gpu_model_sizes(&e->model, &z, err)) fail_msg("%s", err);
+    if (!z.min_slots) return; /* no MoE layer */
+    for (int extra = 0; extra <= 5; extra += 5) {
+        gpu_model *gc;
+        const uint64_t held0 = g_dev->held;
+        if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, z.min_slots + extra, err)) fail_msg("%s: %s", name, err);
+        float *got = gpu_logits(gc, ids, V);
+        const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
+        printf("  %-39s VRAM cache of %d slots: %llu hits, %llu misses, %.1f MiB copied in, %s\n", "",
+               gc->vc->n_slots, (unsigned long long)gc->vc->hits, (unsigned long long)gc->vc->misses,
+               (double)gc->vc->bytes_in / 1048576.0, same ? "bit-identical" : "DIFFERS");
+        assert_true(same);
+        assert_true(gc->vc->misses > 0);
+        gpu_model_free(gc);
+        assert_int_equal(g_dev->held, held0);
+        free(got);
+    }
+}
+
 static void test_models(void **state) {
     (void)state;
     NEED_GPU();
@@ -294,7 +323,7 @@ static void test_models(void **state) {
         float *ref = cpu_logits(e, ids, V);
         gpu_model *g;
         const uint64_t held0 = g_dev->held;
-        if (gpu_model_new(&g, g_dev, &e->model, e->top_k, err)) fail_msg("%s: %s", path, err);
+        if (gpu_model_new(&g, g_dev, &e->model, e->top_k, 0, err)) fail_msg("%s: %s", path, err);
         float *got = gpu_logits(g, ids, V), *again = gpu_logits(g, ids, V);
         double worst = 0;
         int bad_argmax = 0;
@@ -310,6 +339,7 @@ static void test_models(void **state) {
         assert_true(worst < 5e-3);
         assert_int_equal(bad_argmax, 0);
         assert_true(same);
+        check_cached(e, ids, V, got, MODELS[mi][1]);
         gpu_model_free(g);
         assert_int_equal(g_dev->held, held0);
         free(ref), free(got), free(again);
@@ -319,10 +349,95 @@ static void test_models(void **state) {
     assert_true(ran > 0);
 }
 
+/* n greedy tokens after the prompt ids through the engine's session (on
+ * its GPU): the tokens, and every step's logits in lg. */
+static void greedy(e0_engine *e, const int32_t *prompt, int np, int n, int32_t *toks, float *lg, int V) {
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = 128;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    if (e0_session_eval(s, prompt, (size_t)np, E0_LOGITS_LAST, lg, err)) fail_msg("%s", err);
+    for (int i = 0; i < n; i++) {
+        toks[i] = (int32_t)tu_argmax(lg + (size_t)i * V, (size_t)V);
+        if (i + 1 < n && e0_session_eval(s, toks + i, 1, E0_LOGITS_LAST, lg + (size_t)(i + 1) * V, err))
+            fail_msg("%s", err);
+    }
+    e0_session_free(s);
+}
+
+static void test_budgets(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const char *const files[][2] = {{"qwen35moe", "mlx"}, {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"},
+                                           {"qwen3next", "hf-fused"}, {"gguf/qwen3moe", "model-Q4_0.gguf"}};
+    enum { NP = 8, NG = 64 };
+    int ran = 0;
+    for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
+        char err[E0_ERR_MAX];
+        const char *path = tu_checkpoint(files[fi][0], files[fi][1]);
+        if (access(path, R_OK)) {
+            printf("  %-20s %-18s not here (%s), not run\n", files[fi][0], files[fi][1], path);
+            continue;
+        }
+        ran++;
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.gpu = 0;
+        o.n_ctx = 128;
+        o.n_threads = 2;
+        e0_engine *all;
+        if (e0_engine_open(&all, path, &o, err)) fail_msg("%s: %s", path, err);
+        e0_plan p;
+        if (e0_engine_plan(path, &o, &p, err)) fail_msg("%s: %s", path, err);
+        assert_int_equal(p.gpu_slots, 0);
+        gpu_sizes z;
+        if (gpu_model_sizes(&all->model, &z, err)) fail_msg("%s", err);
+        const int V = all->model.cfg.vocab;
+        int32_t prompt[NP], ta[NG], tc[NG];
+        for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(rnd_u32() % (uint32_t)V);
+        float *la = malloc((size_t)NG * V * 4), *lc = malloc((size_t)NG * V * 4);
+        greedy(all, prompt, NP, NG, ta, la, V);
+        e0_engine_free(all);
+
+        const uint64_t least = z.dense + p.gpu_session_bytes + (uint64_t)z.min_slots * z.slot;
+        o.vram_budget = least + 3 * z.slot;
+        e0_engine *cached;
+        if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
+        e0_plan pc;
+        if (e0_engine_plan(path, &o, &pc, err)) fail_msg("%s: %s", path, err);
+        assert_int_equal(pc.gpu_slots, z.min_slots + 3);
+        greedy(cached, prompt, NP, NG, tc, lc, V);
+        e0_stats st;
+        e0_engine_stats(cached, &st);
+        const bool same = memcmp(ta, tc, sizeof ta) == 0 && memcmp(la, lc, (size_t)NG * V * 4) == 0;
+        printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots (%llu hits, %llu misses, %.1f MiB in): %s\n",
+               files[fi][0], files[fi][1], NG, st.vram_slots, (unsigned long long)st.vram_hits,
+               (unsigned long long)st.vram_misses, (double)st.pcie_bytes / 1048576.0,
+               same ? "tokens and logits bit-identical to all resident" : "DIFFER");
+        assert_true(same);
+        assert_int_equal(st.vram_slots, z.min_slots + 3);
+        assert_true(st.vram_misses > 0);
+        e0_engine_free(cached);
+
+        o.vram_budget = least - 1; /* one byte short: a named GPU fails open and says what it needs */
+        e0_engine *none = NULL;
+        const int rc = e0_engine_open(&none, path, &o, err);
+        printf("  %-20s %-18s one byte under: %s\n", "", "", err);
+        assert_int_not_equal(rc, 0);
+        assert_null(none);
+        assert_non_null(strstr(err, "needs at least"));
+        free(la), free(lc);
+    }
+    assert_true(ran > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_formats),
         cmocka_unit_test(test_models),
+        cmocka_unit_test(test_budgets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

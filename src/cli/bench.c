@@ -327,6 +327,13 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
         cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
         cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
+        if (ph->d.vram_slots) {
+            const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
+            cJSON_AddNumberToObject(o, "decode_vram_hit_rate", vk ? (double)ph->d.vram_hits / (double)vk : 0);
+            cJSON_AddNumberToObject(o, "decode_pcie_bytes_per_token", per_tok(ph->d.pcie_bytes, ph->d.decode_tokens));
+            cJSON_AddNumberToObject(o, "prefill_pcie_bytes", (double)ph->p.pcie_bytes);
+            cJSON_AddNumberToObject(o, "pcie_gbs", ph->d.pcie_gbs);
+        }
         if (ph->traced) {
             cJSON_AddStringToObject(o, "cache_policy", cache_policy_name(ph->policy));
             cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
@@ -351,6 +358,8 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
            ptok, 100 * io_frac, (double)ph->p.bytes_read / (1 << 20));
     if (ph->p.full_layers)
         printf(", %llu whole-layer loads", (unsigned long long)ph->p.full_layers);
+    if (ph->p.vram_slots)
+        printf(", %.1f MiB copied into the VRAM expert cache", (double)ph->p.pcie_bytes / (1 << 20));
     printf("\n  decode %d tokens: %.2f tok/s, %.0f ms/token\n", n_decode, dtok, 1e3 / dtok);
     printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM "
            "bandwidth\n",
@@ -364,6 +373,15 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
             read / (1 << 20), read * dtok / 1e9, 100 * cold_ratio);
     printf("    cache hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
            lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
+    if (ph->d.vram_slots) {
+        const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
+        const double pb = per_tok(ph->d.pcie_bytes, ph->d.decode_tokens);
+        printf("    VRAM expert cache (%d slots): hit rate %.1f%%, %.1f MiB/token over PCIe -> %.2f GB/s = %.0f%% "
+               "of the %.1f GB/s measured at start; routing read back %.2f s, copies %.2f s\n",
+               ph->d.vram_slots, vk ? 100.0 * (double)ph->d.vram_hits / (double)vk : 0.0, pb / (1 << 20),
+               pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
+               ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
+    }
     if (ph->d.spec_loads)
         printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",
                (double)ph->d.spec_loads / n_decode,

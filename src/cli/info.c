@@ -91,6 +91,9 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "gpu", p.gpu);
         cJSON_AddNumberToObject(o, "gpu_weight_bytes", (double)p.gpu_weight_bytes);
         cJSON_AddNumberToObject(o, "gpu_session_bytes", (double)p.gpu_session_bytes);
+        cJSON_AddNumberToObject(o, "gpu_expert_slots", p.gpu_slots);
+        cJSON_AddNumberToObject(o, "gpu_slot_bytes", (double)p.gpu_slot_bytes);
+        cJSON_AddNumberToObject(o, "vram_budget", (double)p.vram_budget);
         cJSON_AddStringToObject(o, "compute", p.gpu_note[0] ? p.gpu_note : "CPU");
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);

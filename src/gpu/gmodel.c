@@ -37,9 +37,10 @@ static int layer_mats(const e0_layer *ly, const e0_mat **mats, gpu_mat **slots, 
     return n;
 }
 
-int gpu_model_bytes(const e0_model *m, uint64_t *bytes, char *err) {
+int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
     const e0_config *c = &m->cfg;
-    uint64_t total = gpu_mat_bytes(&m->lm_head);
+    memset(z, 0, sizeof *z);
+    z->dense = gpu_mat_bytes(&m->lm_head);
     gpu_fmt f;
     int rc = gpu_fmt_of(&m->lm_head, &f, err);
     if (rc) return e0_wrap(err, rc, "lm_head");
@@ -49,18 +50,20 @@ int gpu_model_bytes(const e0_model *m, uint64_t *bytes, char *err) {
         const int n = layer_mats(ly, mats, (gpu_mat *[32]){0}, NULL);
         for (int i = 0; i < n; i++) {
             if ((rc = gpu_fmt_of(mats[i], &f, err))) return e0_wrap(err, rc, "layer %d", li);
-            total += gpu_mat_bytes(mats[i]);
+            z->dense += gpu_mat_bytes(mats[i]);
         }
         if (ly->moe && ly->experts) {
             const e0_expert *x = &ly->experts[0];
-            if ((rc = gpu_fmt_of(&x->gate, &f, err)) || (rc = gpu_fmt_of(&x->down, &f, err)))
+            if ((rc = gpu_fmt_of(&x->gate, &f, err)) || (rc = gpu_fmt_of(&x->up, &f, err)) ||
+                (rc = gpu_fmt_of(&x->down, &f, err)))
                 return e0_wrap(err, rc, "layer %d experts", li);
-            total += (uint64_t)c->n_experts *
-                     (gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down));
+            const uint64_t one = gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
+            z->experts += (uint64_t)c->n_experts * one;
+            if (one > z->slot) z->slot = one;
+            z->min_slots = c->n_experts;
         }
-        total += 64 * 1024; /* norms, conv, A, dt_bias: far less */
+        z->dense += 64 * 1024; /* norms, conv, A, dt_bias: far less */
     }
-    *bytes = total;
     return 0;
 }
 
@@ -98,7 +101,7 @@ static int upload_layer(gpu_model *g, int li, char *err) {
         if (!rc) rc = put_floats(d, &gl->dt_bias, ly->dt_bias, (size_t)c->lin_v_heads, what, err);
         if (!rc) rc = put_floats(d, &gl->lin_norm, ly->lin_norm, (size_t)c->lin_v_dim, what, err);
     }
-    if (!rc && ly->moe && ly->experts) {
+    if (!rc && ly->moe && ly->experts && !g->vc) {
         const int E = c->n_experts;
         const e0_mat **gs = malloc(3 * (size_t)E * sizeof *gs);
         if (!gs) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -116,7 +119,7 @@ static int upload_layer(gpu_model *g, int li, char *err) {
     return rc;
 }
 
-int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, char *err) {
+int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, int n_slots, char *err) {
     *out = NULL;
     const e0_config *c = &m->cfg;
     if (c->route_stickiness > 0)
@@ -139,6 +142,7 @@ int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, cha
     g->L = calloc((size_t)c->n_layers, sizeof *g->L);
     const uint64_t held0 = d->held;
     int rc = g->L ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
+    if (!rc && n_slots > 0) rc = vcache_new(g, n_slots, err);
     for (int li = 0; !rc && li < c->n_layers; li++) rc = upload_layer(g, li, err);
     if (!rc) rc = gpu_mat_upload(d, &m->lm_head, &g->lm_head, "lm_head", err);
     if (!rc) rc = put_floats(d, &g->final_norm, m->final_norm, (size_t)c->hidden, "final norm", err);
@@ -163,9 +167,11 @@ void gpu_model_free(gpu_model *g) {
         gpu_mat *slots[32];
         const int n = layer_mats(&g->m->layers[li], mats, slots, gl);
         for (int i = 0; i < n; i++) gpu_mat_free(d, slots[i], 1);
-        gpu_mat_free(d, &gl->xg, c->n_experts);
-        gpu_mat_free(d, &gl->xu, c->n_experts);
-        gpu_mat_free(d, &gl->xd, c->n_experts);
+        if (!g->vc) {
+            gpu_mat_free(d, &gl->xg, c->n_experts);
+            gpu_mat_free(d, &gl->xu, c->n_experts);
+            gpu_mat_free(d, &gl->xd, c->n_experts);
+        }
         const int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
         gpu_free(d, gl->in_norm, (size_t)c->hidden * 4);
         gpu_free(d, gl->post_norm, (size_t)c->hidden * 4);
@@ -176,6 +182,7 @@ void gpu_model_free(gpu_model *g) {
         gpu_free(d, gl->dt_bias, (size_t)c->lin_v_heads * 4);
         gpu_free(d, gl->lin_norm, (size_t)c->lin_v_dim * 4);
     }
+    vcache_free(g);
     gpu_mat_free(d, &g->lm_head, 1);
     gpu_free(d, g->final_norm, (size_t)c->hidden * 4);
     gpu_free(d, g->inv_freq, (size_t)(c->rotary_dim / 2) * 4);
@@ -437,6 +444,10 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
     if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 512, 0, a2, "expert grouping", err);
+    if (!rc && s->g->vc) { /* the experts in the cache's slots: the kernels take slots for experts */
+        rc = vcache_map(s->g, li, nact, exps, err);
+        exps = s->g->vc->dslots;
+    }
     const int max_act = P < E ? P : E;
     if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, T, err);
     if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, T, err);

@@ -5,10 +5,14 @@
  * grouped on the device, model/moe.c's arithmetic per token); the host
  * copies in the embedded ids' rows and copies out the logits.
  *
- * This is the all-resident tier: dense weights, every routed expert and
- * the lm_head in device memory (gpu_model_bytes says how much). The VRAM
- * expert cache that streams experts into a budget builds on it
- * (docs/design.md, backends).
+ * Two tiers (gpu_model_sizes says how much each takes). All resident:
+ * dense weights, every routed expert and the lm_head in device memory.
+ * The VRAM expert cache: the dense weights resident and the routed
+ * experts in n_slots slots of one pool shared by all layers (gpu/vcache.c),
+ * filled from the checkpoint's pages on demand; a MoE layer then reads its
+ * active experts back to the host once (one wait a layer), copies in the
+ * missing ones and runs the same kernels on the slots: the logits are
+ * bit-identical to the all-resident tier's (docs/design.md §9).
  *
  * Arithmetic: f32 throughout, weights dequantized from their checkpoint
  * format as the CPU's scalar references do; sums in another order than
@@ -31,6 +35,24 @@ typedef struct {
     CUdeviceptr in_norm, post_norm, q_norm, k_norm, conv_w, A, dt_bias, lin_norm;
 } gpu_layer;
 
+/* The VRAM expert cache: n_slots slots of slot_bytes in one pool, each
+ * holding one expert's gate, up and down (at the offsets of its layer's
+ * xg / xu / xd), in LRU order. */
+typedef struct {
+    CUdeviceptr pool;
+    uint64_t slot_bytes;
+    int32_t n_slots, E;
+    int32_t *key_of;       /* [n_slots]: layer * E + expert held, or -1 */
+    int32_t *slot_of;      /* [n_layers * E]: its slot, or -1 */
+    int32_t *prev, *next;  /* the LRU list over slots, head the latest used */
+    int32_t head, tail;
+    int32_t *hx;           /* host: [E] active experts, then their slots */
+    CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
+    uint64_t hits, misses; /* expert lookups of MoE calls */
+    uint64_t bytes_in;     /* copied in from the host */
+    double wait_s, copy_s; /* host time waiting for the routing / copying misses */
+} gpu_vcache;
+
 typedef struct gpu_model {
     gpu_dev *d;
     const e0_model *m;
@@ -38,17 +60,35 @@ typedef struct gpu_model {
     gpu_layer *L;
     gpu_mat lm_head;
     CUdeviceptr final_norm, inv_freq;
-    uint64_t bytes; /* device memory the weights take */
+    uint64_t bytes;  /* device memory the weights take (the cache's pool included) */
+    gpu_vcache *vc;  /* the VRAM expert cache, or NULL: every expert resident */
 } gpu_model;
 
-/* Device bytes the weights of m take on the GPU (what gpu_model_new
- * allocates for them), and whether every matrix has a GPU kernel (0, or
- * E0_EUNSUPPORTED naming the first that does not). */
-int gpu_model_bytes(const e0_model *m, uint64_t *bytes, char *err);
-/* Copies every weight of m to the device. m must outlive the result;
- * top_k is the routing top-k in force. */
-int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, char *err);
+/* What the weights of m take on the GPU, and whether every matrix has a
+ * GPU kernel (0, or E0_EUNSUPPORTED naming the first that does not). */
+typedef struct {
+    uint64_t dense;   /* every weight but the routed experts (lm_head, norms included) */
+    uint64_t experts; /* every routed expert */
+    uint64_t slot;    /* one expert of the largest layer: a slot of the VRAM cache */
+    int32_t min_slots; /* the experts one MoE call may need at once: the cache's least */
+} gpu_sizes;
+int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err);
+/* Copies m's weights to the device: all of them (n_slots 0), or the dense
+ * ones and a VRAM expert cache of n_slots slots (at least min_slots). m
+ * must outlive the result; top_k is the routing top-k in force. */
+int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, int n_slots, char *err);
 void gpu_model_free(gpu_model *g);
+
+/* The cache (gpu/vcache.c). vcache_new lays out the slots (the layers'
+ * xg / xu / xd point into the pool) and allocates them. */
+int vcache_new(gpu_model *g, int n_slots, char *err);
+void vcache_free(gpu_model *g);
+/* For a MoE call of layer li whose active experts the device holds (nact,
+ * exps: moe_sort's), in stream order: waits for them, copies the missing
+ * experts into slots (least recently used first, never one this call
+ * uses), and writes the slots in exps' order to x->dslots, which the
+ * expert kernels then take as their experts. */
+int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *err);
 
 typedef struct gpu_sess gpu_sess;
 

@@ -362,6 +362,27 @@ int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *ou
     return 0;
 }
 
+int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sbytes, char *err) {
+    gpu_fmt f;
+    int rc = gpu_fmt_of(m, &f, err);
+    if (rc) return rc;
+    uint64_t wb, sb;
+    part_bytes(m, &wb, &sb);
+    mat_fill(out, m, f);
+    *wbytes = up256(wb);
+    *sbytes = up256(sb);
+    return 0;
+}
+
+int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
+    uint64_t wb, sb;
+    part_bytes(m, &wb, &sb);
+    int rc = gpu_put(d, g->w + (uint64_t)i * (uint64_t)g->estride, m->w, wb, err);
+    if (!rc && sb) rc = gpu_put(d, g->s + (uint64_t)i * (uint64_t)g->sstride, m->scales, sb, err);
+    if (!rc && sb) rc = gpu_put(d, g->b + (uint64_t)i * (uint64_t)g->sstride, m->biases, sb, err);
+    return rc;
+}
+
 int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err) {
     const e0_mat *one[1] = {m};
     return gpu_mat_upload_stack(d, one, 1, out, what, err);

@@ -115,6 +115,13 @@ int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, 
  * one stacked allocation. */
 int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *out,
                          const char *what, char *err);
+/* The device form of m without its memory (w, s, b left 0), and the device
+ * bytes of its weights and of its scales (and again of its biases), each
+ * rounded up to 256: the parts of a slot of the VRAM expert cache. */
+int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sbytes, char *err);
+/* Copies m into part i of g (w + i * estride, s and b + i * sstride), in
+ * stream order; m's memory may change when it returns. */
+int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err);
 /* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
 

@@ -2,6 +2,8 @@
  * edge0.h that reads an open engine (model/model.h). */
 #include "model/model.h"
 
+#include "gpu/gmodel.h"
+
 #include "stream/cachesim.h"
 #include "stream/switchglu.h"
 #include "util/err.h"
@@ -48,6 +50,16 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
     st->compute_s = c.compute_s;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) st->peak_rss = (uint64_t)ru.ru_maxrss * 1024u;
+    if (e->gpu) st->pcie_gbs = e->gpu->h2d_gbs;
+    const gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
+    if (vc) {
+        st->vram_slots = vc->n_slots;
+        st->vram_hits = vc->hits;
+        st->vram_misses = vc->misses;
+        st->pcie_bytes = vc->bytes_in;
+        st->vram_wait_s = vc->wait_s;
+        st->vram_copy_s = vc->copy_s;
+    }
 }
 
 void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses) {
@@ -58,6 +70,8 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 
 void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
+    gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
+    if (vc) vc->hits = vc->misses = vc->bytes_in = 0, vc->wait_s = vc->copy_s = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
 }

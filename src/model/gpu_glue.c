@@ -53,27 +53,43 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     snprintf(name, sizeof name, "%s", d->name);
     const double free_gib = gib(d->free_at_open);
     gpu_close(d); /* engine_gpu_open opens it again: the plan alone (edge0 info) uploads nothing */
-    uint64_t wb;
-    if ((rc = gpu_model_bytes(&e->model, &wb, why)))
+    gpu_sizes z;
+    if ((rc = gpu_model_sizes(&e->model, &z, why)))
         CPU_BECAUSE(rc, "GPU %d (%s): %s", ord, name, why);
     const uint64_t sb = gpu_sess_bytes(&e->model, e->top_k, n_ctx, PLAN_BATCH < n_ctx ? PLAN_BATCH : n_ctx,
                                        e->opts.kv_type == E0_KV_F16);
-    if (wb + sb > budget)
+    const uint64_t least = z.dense + sb + (uint64_t)z.min_slots * z.slot;
+    if (least > budget || (z.experts && !z.slot))
         CPU_BECAUSE(E0_ENOMEM,
-                    "GPU %d (%s): the model needs %.2f GiB of device memory (%.2f GiB of weights, all "
-                    "resident, and %.2f GiB for a session of %d positions) and the VRAM budget is "
-                    "%.2f GiB (%.2f GiB free)%s",
-                    ord, name, gib(wb + sb), gib(wb), gib(sb), n_ctx, gib(budget), free_gib,
+                    "GPU %d (%s): the model needs at least %.2f GiB of device memory (%.2f GiB of dense "
+                    "weights, %.2f GiB for a session of %d positions, %d expert slots of %.1f MiB) and "
+                    "the VRAM budget is %.2f GiB (%.2f GiB free)%s",
+                    ord, name, gib(least), gib(z.dense), gib(sb), n_ctx, z.min_slots,
+                    (double)z.slot / 1048576.0, gib(budget), free_gib,
                     e->opts.vram_budget ? "" : "; --vram-budget sets it");
+    /* every expert resident when they fit; else as many slots as the budget holds */
+    const uint64_t room = budget - z.dense - sb;
+    e->gpu_slots = z.dense + z.experts + sb <= budget ? 0 : (int32_t)(room / z.slot);
+    e->gpu_weight_bytes = z.dense + (e->gpu_slots ? (uint64_t)e->gpu_slots * z.slot : z.experts);
+    e->gpu_slot_bytes = z.slot;
+    e->gpu_session_bytes = sb;
+    e->gpu_budget = budget;
     if (e->model.cfg.route_stickiness > 0)
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
                     "computed on the CPU only", ord, name);
 #undef CPU_BECAUSE
     e->gpu_ordinal = ord;
+    char tier[160];
+    if (e->gpu_slots)
+        snprintf(tier, sizeof tier, "%.2f GiB of dense weights and a VRAM expert cache of %d slots (%.2f GiB, "
+                 "%.0f%% of the experts)", gib(z.dense), e->gpu_slots, gib((uint64_t)e->gpu_slots * z.slot),
+                 100.0 * (double)e->gpu_slots * (double)z.slot / (double)z.experts);
+    else
+        snprintf(tier, sizeof tier, "%.2f GiB of weights, every expert resident", gib(z.dense + z.experts));
     snprintf(e->gpu_note, sizeof e->gpu_note,
-             "GPU %d (%s): %.2f GiB of weights and %.2f GiB per session of %d positions in a VRAM "
-             "budget of %.2f GiB (%.2f GiB free)",
-             ord, name, gib(wb), gib(sb), n_ctx, gib(budget), free_gib);
+             "GPU %d (%s): %s, %.2f GiB per session of %d positions, in a VRAM budget of %.2f GiB "
+             "(%.2f GiB free)",
+             ord, name, tier, gib(sb), n_ctx, gib(budget), free_gib);
     /* the device reads the checkpoint's own formats: through the mapping,
      * without loading it into memory or repacking it for the CPU kernels */
     if (e->opts.io == E0_IO_AUTO || e->opts.io == E0_IO_LOAD) e->opts.io = E0_IO_MMAP;
@@ -86,7 +102,7 @@ int engine_gpu_open(e0_engine *e, char *err) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = gpu_open(&e->gpu, e->gpu_ordinal, why);
-    if (!rc) rc = gpu_model_new(&e->gmodel, e->gpu, &e->model, e->top_k, why);
+    if (!rc) rc = gpu_model_new(&e->gmodel, e->gpu, &e->model, e->top_k, e->gpu_slots, why);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc) {
         engine_gpu_close(e);

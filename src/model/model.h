@@ -36,6 +36,8 @@ struct e0_engine {
     double prefill_s, decode_s;
     /* the GPU (model/gpu_glue.c): in use when gmodel is set */
     int32_t gpu_ordinal;      /* the one chosen at prepare, or E0_GPU_OFF */
+    int32_t gpu_slots;        /* VRAM expert cache slots (0: every expert resident) */
+    uint64_t gpu_weight_bytes, gpu_slot_bytes, gpu_session_bytes, gpu_budget; /* the plan's figures */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
     char gpu_note[512];

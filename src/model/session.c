@@ -254,12 +254,11 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     p->gpu = e->gpu_ordinal;
     snprintf(p->gpu_note, sizeof p->gpu_note, "%s", e->gpu_note);
     if (e->gpu_ordinal >= 0) {
-        const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
-        char why[E0_ERR_MAX];
-        if (gpu_model_bytes(m, &p->gpu_weight_bytes, why)) p->gpu_weight_bytes = 0;
-        p->gpu_session_bytes = gpu_sess_bytes(m, e->top_k, n_ctx, n_ctx < 512 ? n_ctx : 512,
-                                              e->opts.kv_type == E0_KV_F16);
-        p->vram_budget = e->opts.vram_budget;
+        p->gpu_weight_bytes = e->gpu_weight_bytes;
+        p->gpu_session_bytes = e->gpu_session_bytes;
+        p->gpu_slots = e->gpu_slots;
+        p->gpu_slot_bytes = e->gpu_slot_bytes;
+        p->vram_budget = e->gpu_budget;
     }
     model_free(&e->model);
     free(e);
