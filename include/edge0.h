@@ -271,6 +271,9 @@ typedef struct {
     uint64_t vram_hits, vram_misses; /* expert lookups of MoE calls */
     uint64_t pcie_bytes;             /* expert bytes copied host to device */
     double pcie_gbs;                 /* host-to-device bandwidth measured at open (pinned), GB/s */
+    double hbm_gbs;                  /* device memory copy bandwidth measured at open (read + write) */
+    uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */
+    uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
 } e0_stats;
 

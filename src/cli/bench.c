@@ -300,6 +300,59 @@ static double per_tok(uint64_t bytes, uint64_t tokens) {
     return tokens ? (double)bytes / (double)tokens : 0;
 }
 
+static void report_json(cJSON *root, const char *name, const phase *ph, int n_prefill, int n_decode,
+                        double ptok, double dtok, double io_frac, double touched, double read,
+                        double warm_ratio, double cold_ratio, uint64_t lk) {
+    cJSON *o = cJSON_AddObjectToObject(root, name);
+    cJSON_AddNumberToObject(o, "prefill_tokens", n_prefill);
+    cJSON_AddNumberToObject(o, "prefill_tok_s", ptok);
+    cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", io_frac);
+    cJSON_AddNumberToObject(o, "prefill_bytes_read", (double)ph->p.bytes_read);
+    cJSON_AddNumberToObject(o, "prefill_whole_layer_loads", (double)ph->p.full_layers);
+    cJSON_AddNumberToObject(o, "decode_tokens", n_decode);
+    cJSON_AddNumberToObject(o, "decode_tok_s", dtok);
+    cJSON_AddNumberToObject(o, "decode_bytes_touched_per_token", touched);
+    cJSON_AddNumberToObject(o, "decode_bytes_read_per_token", read);
+    cJSON_AddNumberToObject(o, "decode_touched_bw_over_dram_bw", warm_ratio);
+    cJSON_AddNumberToObject(o, "decode_read_bw_over_disk_bw", cold_ratio);
+    cJSON_AddNumberToObject(o, "decode_lru_hit_rate",
+                            lk ? (double)ph->d.lru_hits / (double)lk : 0);
+    cJSON_AddNumberToObject(o, "decode_distinct_experts_per_layer", ph->distinct);
+    cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
+    cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
+    cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
+    if (ph->d.vram_slots) {
+        const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
+        cJSON_AddNumberToObject(o, "decode_vram_hit_rate", vk ? (double)ph->d.vram_hits / (double)vk : 0);
+        cJSON_AddNumberToObject(o, "decode_pcie_bytes_per_token", per_tok(ph->d.pcie_bytes, ph->d.decode_tokens));
+        cJSON_AddNumberToObject(o, "prefill_pcie_bytes", (double)ph->p.pcie_bytes);
+        cJSON_AddNumberToObject(o, "pcie_gbs", ph->d.pcie_gbs);
+    }
+    if (ph->d.gpu_token_bytes) {
+        cJSON_AddNumberToObject(o, "decode_gpu_bytes_per_token", (double)ph->d.gpu_token_bytes);
+        cJSON_AddNumberToObject(o, "gpu_memory_copy_gbs", ph->d.hbm_gbs);
+        cJSON_AddNumberToObject(o, "decode_gpu_bw_over_memory_bw",
+                                ph->d.hbm_gbs > 0 ? (double)ph->d.gpu_token_bytes * dtok / 1e9 / ph->d.hbm_gbs : 0);
+    }
+    if (ph->traced) {
+        cJSON_AddStringToObject(o, "cache_policy", cache_policy_name(ph->policy));
+        cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
+        for (int i = 0; i < 3; i++) {
+            const e0_cache_study *cs = &ph->study[i];
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddNumberToObject(r, "share_of_experts", STUDY_SHARES[i]);
+            cJSON_AddNumberToObject(r, "slots", cs->slots);
+            cJSON_AddNumberToObject(r, "requests", (double)cs->requests);
+            for (int p = 0; p < E0_POLICIES; p++)
+                if (p != E0_POLICY_ROUTER || cs->router_replayed)
+                    cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
+                                            cs->requests ? (double)cs->hits[p] / (double)cs->requests
+                                                         : 0);
+            cJSON_AddItemToArray(a, r);
+        }
+    }
+}
+
 static void report(const char *name, const phase *ph, int n_prefill, int n_decode, double dram,
                    double disk, uint64_t dense_bytes, bool mmap_io, bool json, cJSON *root) {
     const double ptok = n_prefill / ph->prefill_s, dtok = n_decode / ph->decode_s;
@@ -309,48 +362,8 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
     const double io_frac = ph->p.io_wait_s / ph->prefill_s;
     const uint64_t lk = ph->d.lru_hits + ph->d.lru_misses;
     if (json) {
-        cJSON *o = cJSON_AddObjectToObject(root, name);
-        cJSON_AddNumberToObject(o, "prefill_tokens", n_prefill);
-        cJSON_AddNumberToObject(o, "prefill_tok_s", ptok);
-        cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", io_frac);
-        cJSON_AddNumberToObject(o, "prefill_bytes_read", (double)ph->p.bytes_read);
-        cJSON_AddNumberToObject(o, "prefill_whole_layer_loads", (double)ph->p.full_layers);
-        cJSON_AddNumberToObject(o, "decode_tokens", n_decode);
-        cJSON_AddNumberToObject(o, "decode_tok_s", dtok);
-        cJSON_AddNumberToObject(o, "decode_bytes_touched_per_token", touched);
-        cJSON_AddNumberToObject(o, "decode_bytes_read_per_token", read);
-        cJSON_AddNumberToObject(o, "decode_touched_bw_over_dram_bw", warm_ratio);
-        cJSON_AddNumberToObject(o, "decode_read_bw_over_disk_bw", cold_ratio);
-        cJSON_AddNumberToObject(o, "decode_lru_hit_rate",
-                                lk ? (double)ph->d.lru_hits / (double)lk : 0);
-        cJSON_AddNumberToObject(o, "decode_distinct_experts_per_layer", ph->distinct);
-        cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
-        cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
-        cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
-        if (ph->d.vram_slots) {
-            const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
-            cJSON_AddNumberToObject(o, "decode_vram_hit_rate", vk ? (double)ph->d.vram_hits / (double)vk : 0);
-            cJSON_AddNumberToObject(o, "decode_pcie_bytes_per_token", per_tok(ph->d.pcie_bytes, ph->d.decode_tokens));
-            cJSON_AddNumberToObject(o, "prefill_pcie_bytes", (double)ph->p.pcie_bytes);
-            cJSON_AddNumberToObject(o, "pcie_gbs", ph->d.pcie_gbs);
-        }
-        if (ph->traced) {
-            cJSON_AddStringToObject(o, "cache_policy", cache_policy_name(ph->policy));
-            cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
-            for (int i = 0; i < 3; i++) {
-                const e0_cache_study *cs = &ph->study[i];
-                cJSON *r = cJSON_CreateObject();
-                cJSON_AddNumberToObject(r, "share_of_experts", STUDY_SHARES[i]);
-                cJSON_AddNumberToObject(r, "slots", cs->slots);
-                cJSON_AddNumberToObject(r, "requests", (double)cs->requests);
-                for (int p = 0; p < E0_POLICIES; p++)
-                    if (p != E0_POLICY_ROUTER || cs->router_replayed)
-                        cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
-                                                cs->requests ? (double)cs->hits[p] / (double)cs->requests
-                                                             : 0);
-                cJSON_AddItemToArray(a, r);
-            }
-        }
+        report_json(root, name, ph, n_prefill, n_decode, ptok, dtok, io_frac, touched, read, warm_ratio,
+                    cold_ratio, lk);
         return;
     }
     printf("%s:\n", name);
@@ -361,18 +374,27 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
     if (ph->p.vram_slots)
         printf(", %.1f MiB copied into the VRAM expert cache", (double)ph->p.pcie_bytes / (1 << 20));
     printf("\n  decode %d tokens: %.2f tok/s, %.0f ms/token\n", n_decode, dtok, 1e3 / dtok);
-    printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM "
-           "bandwidth\n",
-           touched / (1 << 20), touched * dtok / 1e9, 100 * warm_ratio);
-    if (mmap_io)
-        printf("    the checkpoint is read through the mapping (--io mmap: page faults) or at open\n"
-               "    (--io load), so reads are not counted here\n");
-    else
-        printf(
-            "    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n",
-            read / (1 << 20), read * dtok / 1e9, 100 * cold_ratio);
-    printf("    cache hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
-           lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
+    if (ph->d.gpu_token_bytes) {
+        const double tb = (double)ph->d.gpu_token_bytes;
+        printf("    the GPU reads %.1f MiB/token (dense weights + top-k experts a layer) -> %.1f GB/s = %.1f%% "
+               "of the device memory's %.0f GB/s (copy, measured at start)\n",
+               tb / (1 << 20), tb * dtok / 1e9, ph->d.hbm_gbs > 0 ? 100 * tb * dtok / 1e9 / ph->d.hbm_gbs : 0.0,
+               ph->d.hbm_gbs);
+    } else {
+        printf("    touched %.1f MiB/token (experts + resident weights) -> %.2f GB/s = %.0f%% of DRAM "
+               "bandwidth\n",
+               touched / (1 << 20), touched * dtok / 1e9, 100 * warm_ratio);
+    }
+    if (!ph->d.gpu_token_bytes) { /* the CPU's streaming (the GPU reads the checkpoint's mapping) */
+        if (mmap_io)
+            printf("    the checkpoint is read through the mapping (--io mmap: page faults) or at open\n"
+                   "    (--io load), so reads are not counted here\n");
+        else
+            printf("    read %.1f MiB/token from the checkpoint -> %.2f GB/s = %.0f%% of disk bandwidth\n",
+                   read / (1 << 20), read * dtok / 1e9, 100 * cold_ratio);
+        printf("    cache hit rate %.1f%%, I/O wait %.2f s, distinct experts per layer %.1f\n",
+               lk ? 100.0 * (double)ph->d.lru_hits / (double)lk : 0.0, ph->d.io_wait_s, ph->distinct);
+    }
     if (ph->d.vram_slots) {
         const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
         const double pb = per_tok(ph->d.pcie_bytes, ph->d.decode_tokens);

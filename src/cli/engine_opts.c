@@ -28,8 +28,9 @@ const char *CLI_ENGINE_HELP =
     "  --gpu auto|off|N     compute on NVIDIA GPU N (0, 1, ...); auto (default): on the first\n"
     "                       GPU when the driver finds one and the whole model fits its VRAM\n"
     "                       budget, else on the CPU, saying why; off: the CPU\n"
-    "  --vram-budget SIZE   device memory the GPU may hold (default: what is free, less\n"
-    "                       512 MiB or 5%)\n"
+    "  --vram-budget SIZE|auto  device memory the GPU may hold (auto, the default: what is\n"
+    "                       free, less 512 MiB or 5%); every expert resident when they fit,\n"
+    "                       else the dense weights resident and the experts in a VRAM cache\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kv-type f32|f16    the KV cache's values: f32 (default, exact attention) or f16\n"
     "                       (llama.cpp's default: half the cache's memory and of what decode\n"
@@ -198,8 +199,9 @@ static int memory_arg(cli_engine *c, const char *a, const char *v) {
             c->gpu = (int)n;
         }
     } else if (!strcmp(a, "--vram-budget")) {
-        if (!(c->vram_budget = cli_parse_size(v))) {
-            cli_error("--vram-budget: '%s' is not a size such as 8G or 512M", v);
+        c->vram_budget = 0; /* auto: what the driver reports free, less headroom */
+        if (strcmp(v, "auto") && !(c->vram_budget = cli_parse_size(v))) {
+            cli_error("--vram-budget: '%s' is not a size such as 8G or 512M, or auto", v);
             return -1;
         }
     } else {

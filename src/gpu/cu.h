@@ -45,6 +45,8 @@ enum {
 enum { CU_STREAM_NON_BLOCKING = 1 };
 enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
 enum { CU_MEMHOSTALLOC_PORTABLE = 1 };
+/* cuMemHostRegister: READ_ONLY lets a read-only mapping (a checkpoint's) be pinned */
+enum { CU_MEMHOSTREGISTER_PORTABLE = 1, CU_MEMHOSTREGISTER_READ_ONLY = 8 };
 /* cuModuleLoadDataEx options */
 enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
 /* cuFuncSetAttribute */
@@ -68,11 +70,14 @@ typedef struct {
     CUresult (*MemFree)(CUdeviceptr p);
     CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
     CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostRegister)(void *p, size_t bytes, unsigned flags);
+    CUresult (*MemHostUnregister)(void *p);
     CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes);
     CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
     CUresult (*MemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
     CUresult (*MemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
     CUresult (*ModuleLoadDataEx)(CUmodule *m, const void *image, unsigned n, int *opts, void **vals);
     CUresult (*ModuleUnload)(CUmodule m);

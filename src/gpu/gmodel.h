@@ -50,6 +50,10 @@ typedef struct {
     CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
     uint64_t hits, misses; /* expert lookups of MoE calls */
     uint64_t bytes_in;     /* copied in from the host */
+    void **pin;            /* vcache_pin_host's ranges of the checkpoint's mapping */
+    size_t *pin_len;
+    int n_pin;
+    uint64_t pinned;       /* their bytes */
     double wait_s, copy_s; /* host time waiting for the routing / copying misses */
 } gpu_vcache;
 
@@ -89,6 +93,13 @@ void vcache_free(gpu_model *g);
  * uses), and writes the slots in exps' order to x->dslots, which the
  * expert kernels then take as their experts. */
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *err);
+/* Pins the routed experts' pages of the checkpoint's mapping for the
+ * device (read-only host registration): misses are then copied by DMA at
+ * the link's speed, asynchronously, instead of through the driver's
+ * staging of pageable memory. Holds every expert byte in RAM until the
+ * model is freed: only where the memory budget has room for them. On
+ * failure nothing stays pinned and the cache works as before. */
+int vcache_pin_host(gpu_model *g, char *err);
 
 typedef struct gpu_sess gpu_sess;
 

@@ -115,6 +115,30 @@ static void measure_h2d(gpu_dev *d) {
     cu->MemFreeHost(h);
 }
 
+/* Device-to-device copy bandwidth (bytes read + written a second), the
+ * limit of a resident decode: three copies of 256 MiB. */
+static void measure_d2d(gpu_dev *d) {
+    const size_t n = 256u << 20;
+    CUdeviceptr p = 0, q = 0;
+    CUevent a = NULL, b = NULL;
+    const cu_api *cu = d->cu;
+    if (cu->MemAlloc(&p, n) == CU_SUCCESS && cu->MemAlloc(&q, n) == CU_SUCCESS &&
+        cu->EventCreate(&a, CU_EVENT_DEFAULT) == CU_SUCCESS && cu->EventCreate(&b, CU_EVENT_DEFAULT) == CU_SUCCESS) {
+        cu->MemsetD8Async(p, 1, n, d->st);
+        cu->MemcpyDtoDAsync(q, p, n, d->st); /* warm up */
+        cu->EventRecord(a, d->st);
+        for (int i = 0; i < 3; i++) cu->MemcpyDtoDAsync(q, p, n, d->st);
+        cu->EventRecord(b, d->st);
+        float ms = 0;
+        if (cu->EventSynchronize(b) == CU_SUCCESS && cu->EventElapsedTime(&ms, a, b) == CU_SUCCESS && ms > 0)
+            d->d2d_gbs = 3.0 * 2.0 * (double)n / (ms * 1e-3) / 1e9;
+    }
+    if (a) cu->EventDestroy(a);
+    if (b) cu->EventDestroy(b);
+    if (q) cu->MemFree(q);
+    if (p) cu->MemFree(p);
+}
+
 int gpu_open(gpu_dev **out, int ordinal, char *err) {
     *out = NULL;
     int n;
@@ -162,6 +186,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
         return rc;
     }
     measure_h2d(d);
+    measure_d2d(d);
     const char *pv = getenv("E0_GPU_PROFILE");
     d->profile = pv && *pv == '1' && cu->EventCreate(&d->pa, CU_EVENT_DEFAULT) == CU_SUCCESS &&
                  cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
@@ -443,7 +468,9 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
             CUdeviceptr y, int64_t ldy, int T, char *err) {
-    if (T >= gpu_tile_min_t()) {
+    /* tiles pay off from gpu_tile_min_t() pairs an expert on average: a
+     * prefill of 64 ids over 256 experts gives each about 2 */
+    if ((int64_t)T * k >= (int64_t)gpu_tile_min_t() * max_act) {
         long long lx = ldx, ly = ldy;
         int bp = by_pair;
         void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly};

@@ -77,6 +77,7 @@ typedef struct gpu_dev {
     uint64_t held;         /* bytes gpu_alloc'd and not freed */
     double jit_s;          /* seconds the PTX took to load */
     double h2d_gbs;        /* host-to-device bandwidth from pinned memory, measured at open */
+    double d2d_gbs;        /* device memory copy bandwidth (read + write), measured at open */
     bool profile;          /* $E0_GPU_PROFILE */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
@@ -135,8 +136,9 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
            int T, char *err);
 /* The same for the pairs of the active experts of a MoE call (kernels.cu
  * mm_moe_body): up to max_act experts; input row p / k (by_pair false)
- * or p of x; output row p of y. The counts stay on the device; T (the
- * call's tokens) chooses the form as gpu_mm does. */
+ * or p of x; output row p of y. The counts stay on the device; the pairs
+ * an expert gets on average (T * k / max_act) choose the form as T does
+ * for gpu_mm. */
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
             CUdeviceptr y, int64_t ldy, int T, char *err);

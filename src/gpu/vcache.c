@@ -26,6 +26,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Lays the three matrices of layer li's experts out in a slot from offset
  * 0: their device form in *xg / *xu / *xd (w, s, b as offsets), and the
@@ -106,9 +107,91 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     return 0;
 }
 
+static void unpin(gpu_model *g) {
+    gpu_vcache *x = g->vc;
+    for (int i = 0; i < x->n_pin; i++) g->d->cu->MemHostUnregister(x->pin[i]);
+    free(x->pin), free(x->pin_len);
+    x->pin = NULL, x->pin_len = NULL, x->n_pin = 0, x->pinned = 0;
+}
+
+typedef struct {
+    uintptr_t lo, hi;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The bytes of expert matrix m (weights, scales, biases) as page spans. */
+static int mat_spans(const e0_mat *m, span *v, uintptr_t pg) {
+    const void *p[3] = {m->w, m->type == E0_W_QAFF ? m->scales : NULL, m->type == E0_W_QAFF ? m->biases : NULL};
+    const uint64_t n[3] = {(uint64_t)mat_row_bytes(m) * (uint64_t)m->rows,
+                           (uint64_t)mat_srow_bytes(m) * (uint64_t)m->rows, (uint64_t)mat_srow_bytes(m) * (uint64_t)m->rows};
+    int k = 0;
+    for (int i = 0; i < 3; i++)
+        if (p[i] && n[i]) {
+            v[k].lo = (uintptr_t)p[i] & ~(pg - 1);
+            v[k].hi = ((uintptr_t)p[i] + n[i] + pg - 1) & ~(pg - 1);
+            k++;
+        }
+    return k;
+}
+
+int vcache_pin_host(gpu_model *g, char *err) {
+    gpu_vcache *x = g->vc;
+    const e0_model *m = g->m;
+    const e0_config *c = &m->cfg;
+    if (!x || x->n_pin) return 0;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const size_t cap = (size_t)c->n_layers * (size_t)x->E * 9;
+    span *v = malloc(cap * sizeof *v);
+    if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
+    size_t n = 0;
+    for (int li = 0; li < c->n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        if (!ly->moe || !ly->experts) continue;
+        for (int e = 0; e < x->E; e++) {
+            n += (size_t)mat_spans(&ly->experts[e].gate, v + n, pg);
+            n += (size_t)mat_spans(&ly->experts[e].up, v + n, pg);
+            n += (size_t)mat_spans(&ly->experts[e].down, v + n, pg);
+        }
+    }
+    qsort(v, n, sizeof *v, span_cmp);
+    size_t k = 0; /* merged in place: spans that touch or overlap are one */
+    for (size_t i = 0; i < n; i++) {
+        if (k && v[i].lo <= v[k - 1].hi) {
+            if (v[i].hi > v[k - 1].hi) v[k - 1].hi = v[i].hi;
+        } else {
+            v[k++] = v[i];
+        }
+    }
+    x->pin = calloc(k ? k : 1, sizeof *x->pin);
+    x->pin_len = calloc(k ? k : 1, sizeof *x->pin_len);
+    int rc = x->pin && x->pin_len ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < k; i++) {
+        void *p = (void *)v[i].lo;
+        const size_t len = (size_t)(v[i].hi - v[i].lo);
+        const CUresult r = g->d->cu->MemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
+        if (r != CU_SUCCESS) {
+            char why[128];
+            rc = e0_fail(err, E0_EIO, "pinning %.1f MiB of the checkpoint's experts for the GPU: %s",
+                         (double)len / 1048576.0, cu_errstr(r, why, sizeof why));
+            break;
+        }
+        x->pin[x->n_pin] = p;
+        x->pin_len[x->n_pin++] = len;
+        x->pinned += len;
+    }
+    free(v);
+    if (rc) unpin(g);
+    return rc;
+}
+
 void vcache_free(gpu_model *g) {
     gpu_vcache *x = g->vc;
     if (!x) return;
+    unpin(g);
     gpu_free(g->d, x->pool, x->slot_bytes * (uint64_t)x->n_slots);
     gpu_free(g->d, x->dslots, (size_t)x->E * sizeof(int32_t));
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx);

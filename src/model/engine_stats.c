@@ -50,7 +50,11 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
     st->compute_s = c.compute_s;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) st->peak_rss = (uint64_t)ru.ru_maxrss * 1024u;
-    if (e->gpu) st->pcie_gbs = e->gpu->h2d_gbs;
+    if (e->gpu) {
+        st->pcie_gbs = e->gpu->h2d_gbs;
+        st->hbm_gbs = e->gpu->d2d_gbs;
+        st->gpu_token_bytes = e->gpu_token_bytes;
+    }
     const gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
     if (vc) {
         st->vram_slots = vc->n_slots;
@@ -59,6 +63,7 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->pcie_bytes = vc->bytes_in;
         st->vram_wait_s = vc->wait_s;
         st->vram_copy_s = vc->copy_s;
+        st->host_pinned = vc->pinned;
     }
 }
 

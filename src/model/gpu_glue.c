@@ -4,8 +4,10 @@
 #include "gpu/gmodel.h"
 #include "model/model.h"
 #include "util/err.h"
+#include "util/meminfo.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +76,8 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     e->gpu_slot_bytes = z.slot;
     e->gpu_session_bytes = sb;
     e->gpu_budget = budget;
+    e->gpu_token_bytes = z.dense + (e->model.cfg.n_experts ? z.experts / (uint64_t)e->model.cfg.n_experts *
+                                                                 (uint64_t)e->top_k : 0);
     if (e->model.cfg.route_stickiness > 0)
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
                     "computed on the CPU only", ord, name);
@@ -96,6 +100,27 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     return 0;
 }
 
+/* With a VRAM expert cache: the experts' pages pinned for DMA when the
+ * host's memory (the budget, else the cgroup's limit or what is available)
+ * holds every expert with 2 GiB to spare; what happened, for the note.
+ * $E0_GPU_PIN=0 leaves them unpinned (experiments). */
+static void pin_experts(e0_engine *e, char *note, size_t n) {
+    const char *env = getenv("E0_GPU_PIN");
+    const uint64_t cg = mem_cgroup_limit(), avail = mem_available();
+    const uint64_t host = e->opts.mem_budget ? e->opts.mem_budget : cg && (!avail || cg < avail) ? cg : avail;
+    const uint64_t need = e->model.expert_bytes + (2ull << 30);
+    char why[E0_ERR_MAX];
+    if (env && !strcmp(env, "0"))
+        snprintf(note, n, "; experts not pinned ($E0_GPU_PIN=0): misses staged by the driver");
+    else if (host < need)
+        snprintf(note, n, "; experts not pinned (%.1f GiB with room to spare needs more than the %.1f GiB of "
+                 "host memory): misses staged by the driver", gib(need), gib(host));
+    else if (vcache_pin_host(e->gmodel, why))
+        snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
+    else
+        snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA", gib(e->gmodel->vc->pinned));
+}
+
 int engine_gpu_open(e0_engine *e, char *err) {
     if (e->gpu_ordinal < 0) return 0;
     char why[E0_ERR_MAX];
@@ -111,12 +136,15 @@ int engine_gpu_open(e0_engine *e, char *err) {
         e->gpu_ordinal = E0_GPU_OFF;
         return 0;
     }
+    char pin[E0_ERR_MAX] = "";
+    if (e->gmodel->vc) pin_experts(e, pin, sizeof pin);
     const size_t used = strlen(e->gpu_note);
     if (used < sizeof e->gpu_note)
         snprintf(e->gpu_note + used, sizeof e->gpu_note - used,
-                 "; uploaded in %.1f s; host-to-device %.1f GB/s (measured at start)",
+                 "; uploaded in %.1f s; host-to-device %.1f GB/s, device memory %.0f GB/s (measured at "
+                 "start)%s",
                  (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-                 e->gpu->h2d_gbs);
+                 e->gpu->h2d_gbs, e->gpu->d2d_gbs, pin);
     return 0;
 }
 

@@ -38,6 +38,7 @@ struct e0_engine {
     int32_t gpu_ordinal;      /* the one chosen at prepare, or E0_GPU_OFF */
     int32_t gpu_slots;        /* VRAM expert cache slots (0: every expert resident) */
     uint64_t gpu_weight_bytes, gpu_slot_bytes, gpu_session_bytes, gpu_budget; /* the plan's figures */
+    uint64_t gpu_token_bytes; /* weights a decoded token reads there: dense and top-k experts a layer */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
     char gpu_note[512];
