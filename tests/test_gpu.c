@@ -402,7 +402,7 @@ static void test_budgets(void **state) {
         e0_engine_free(all);
 
         const uint64_t least = z.dense + p.gpu_session_bytes + (uint64_t)z.min_slots * z.slot;
-        o.vram_budget = least + 3 * z.slot;
+        o.vram_budget = GPU_CTX_ALLOWANCE + least + 3 * z.slot;
         e0_engine *cached;
         if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
         e0_plan pc;
@@ -421,7 +421,7 @@ static void test_budgets(void **state) {
         assert_true(st.vram_misses > 0);
         e0_engine_free(cached);
 
-        o.vram_budget = least - 1; /* one byte short: a named GPU fails open and says what it needs */
+        o.vram_budget = GPU_CTX_ALLOWANCE + least - 1; /* one byte short: a named GPU fails open and says what it needs */
         e0_engine *none = NULL;
         const int rc = e0_engine_open(&none, path, &o, err);
         printf("  %-20s %-18s one byte under: %s\n", "", "", err);

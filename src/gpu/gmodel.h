@@ -68,6 +68,11 @@ typedef struct gpu_model {
     gpu_vcache *vc;  /* the VRAM expert cache, or NULL: every expert resident */
 } gpu_model;
 
+/* What the driver's context and the kernels' module take of the card
+ * beside edge0's allocations (an H100: 733 MiB): a --vram-budget, which
+ * counts the process's whole use of the card, keeps this much for them. */
+#define GPU_CTX_ALLOWANCE (768ull << 20)
+
 /* What the weights of m take on the GPU, and whether every matrix has a
  * GPU kernel (0, or E0_EUNSUPPORTED naming the first that does not). */
 typedef struct {

@@ -49,7 +49,13 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     gpu_dev *d;
     if ((rc = gpu_open(&d, ord, why))) CPU_BECAUSE(rc, "%s", why);
     const size_t headroom = d->free_at_open / 20 > (512u << 20) ? d->free_at_open / 20 : (512u << 20);
-    const uint64_t budget = e->opts.vram_budget ? e->opts.vram_budget
+    /* A given budget is the process's whole use of the card, as nvidia-smi
+     * shows it: the driver's context and the kernels' module take
+     * GPU_CTX_ALLOWANCE of it (an H100 showed 733 MiB over what edge0
+     * allocated). The automatic one starts from what is free with the
+     * context made, so it has paid for it already. */
+    const uint64_t given = e->opts.vram_budget;
+    const uint64_t budget = given ? (given > GPU_CTX_ALLOWANCE ? given - GPU_CTX_ALLOWANCE : 0)
                             : d->free_at_open > headroom ? d->free_at_open - headroom : 0;
     char name[sizeof d->name];
     snprintf(name, sizeof name, "%s", d->name);
@@ -65,10 +71,11 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
         CPU_BECAUSE(E0_ENOMEM,
                     "GPU %d (%s): the model needs at least %.2f GiB of device memory (%.2f GiB of dense "
                     "weights, %.2f GiB for a session of %d positions, %d expert slots of %.1f MiB) and "
-                    "the VRAM budget is %.2f GiB (%.2f GiB free)%s",
+                    "the VRAM budget leaves %.2f GiB for them (%.2f GiB free)%s",
                     ord, name, gib(least), gib(z.dense), gib(sb), n_ctx, z.min_slots,
                     (double)z.slot / 1048576.0, gib(budget), free_gib,
-                    e->opts.vram_budget ? "" : "; --vram-budget sets it");
+                    given ? "; 768 MiB of --vram-budget is kept for the driver's context"
+                          : "; --vram-budget sets it");
     /* every expert resident when they fit; else as many slots as the budget holds */
     const uint64_t room = budget - z.dense - sb;
     e->gpu_slots = z.dense + z.experts + sb <= budget ? 0 : (int32_t)(room / z.slot);
@@ -92,8 +99,9 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
         snprintf(tier, sizeof tier, "%.2f GiB of weights, every expert resident", gib(z.dense + z.experts));
     snprintf(e->gpu_note, sizeof e->gpu_note,
              "GPU %d (%s): %s, %.2f GiB per session of %d positions, in a VRAM budget of %.2f GiB "
-             "(%.2f GiB free)",
-             ord, name, tier, gib(sb), n_ctx, gib(budget), free_gib);
+             "(%s%.2f GiB free)",
+             ord, name, tier, gib(sb), n_ctx, gib(budget), given ? "the given one less 0.75 GiB for the driver; " : "",
+             free_gib);
     /* the device reads the checkpoint's own formats: through the mapping,
      * without loading it into memory or repacking it for the CPU kernels */
     if (e->opts.io == E0_IO_AUTO || e->opts.io == E0_IO_LOAD) e->opts.io = E0_IO_MMAP;
