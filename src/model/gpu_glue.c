@@ -147,12 +147,13 @@ int engine_gpu_open(e0_engine *e, char *err) {
     char pin[E0_ERR_MAX] = "";
     if (e->gmodel->vc) pin_experts(e, pin, sizeof pin);
     const size_t used = strlen(e->gpu_note);
-    if (used < sizeof e->gpu_note)
+    if (used < sizeof e->gpu_note &&
         snprintf(e->gpu_note + used, sizeof e->gpu_note - used,
                  "; uploaded in %.1f s; host-to-device %.1f GB/s, device memory %.0f GB/s (measured at "
-                 "start)%s",
+                 "start)%.200s",
                  (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
-                 e->gpu->h2d_gbs, e->gpu->d2d_gbs, pin);
+                 e->gpu->h2d_gbs, e->gpu->d2d_gbs, pin) >= (int)(sizeof e->gpu_note - used))
+        memcpy(e->gpu_note + sizeof e->gpu_note - 4, "...", 4); /* said so when cut */
     return 0;
 }
 
