@@ -9,6 +9,8 @@
  */
 #include "server/think.h"
 
+#include "util/sbuf.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,16 +109,7 @@ static int step(srv_think *t, srv_think_fn fn, void *user) {
 
 int srv_think_feed(srv_think *t, const char *s, size_t n, srv_think_fn fn, void *user) {
     if (!n) return 0;
-    if (t->len + n > t->cap) {
-        size_t cap = t->cap ? t->cap : 64;
-        while (cap < t->len + n) cap *= 2;
-        char *p = realloc(t->pend, cap);
-        if (!p) return -1;
-        t->pend = p;
-        t->cap = cap;
-    }
-    memcpy(t->pend + t->len, s, n);
-    t->len += n;
+    if (buf_append(&t->pend, &t->len, &t->cap, s, n)) return -1;
     return step(t, fn, user);
 }
 

@@ -59,43 +59,13 @@
 #include "text/slice.h"
 
 #include "util/err.h"
+#include "util/sbuf.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- growable output buffer -------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s) {
-    sb_put(b, s, strlen(s));
-}
 
 /* ---- string slices (the Python str methods the template uses) ----------- */
 
@@ -396,7 +366,7 @@ static int msg_content(const cJSON *m, size_t i, const char *sep, chat_msg *out,
             return e0_fail(err, E0_ENOMEM, "messages[%zu].content: out of memory", i);
         }
         out->owned = b.p;
-        out->content = (slice){b.p, b.len};
+        out->content = (slice){b.p, b.n};
     } else {
         return e0_fail(err, E0_EFORMAT,
                        "messages[%zu].content: not a string or an array of text parts", i);
@@ -896,7 +866,7 @@ int chat_render(const cJSON *messages, const chat_opts *o, char **out, size_t *l
         return rc;
     }
     *out = b.p;
-    if (len) *len = b.len;
+    if (len) *len = b.n;
     return 0;
 }
 

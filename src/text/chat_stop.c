@@ -5,6 +5,7 @@
 #include "text/slice.h"
 
 #include "util/err.h"
+#include "util/sbuf.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -92,16 +93,7 @@ int chat_stop_feed(chat_stop *s, const char *piece, size_t len, chat_emit *e) {
     e->stop = s->hit;
     if (s->hit >= 0) return 0;
     stop_drop(s);
-    if (s->len + len > s->cap) {
-        size_t cap = s->cap;
-        while (cap < s->len + len)
-            cap *= 2;
-        char *p = realloc(s->buf, cap);
-        if (!p) return E0_ENOMEM;
-        s->buf = p, s->cap = cap;
-    }
-    if (len) memcpy(s->buf + s->len, piece, len);
-    s->len += len;
+    if (buf_append(&s->buf, &s->len, &s->cap, piece, len)) return E0_ENOMEM;
     e->text = s->buf;
 
     /* The earliest complete stop string. Nothing emitted earlier can start

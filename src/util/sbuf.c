@@ -32,6 +32,12 @@ void sb_printf(sbuf *b, const char *fmt, ...) {
     }
 }
 
+void sb_put(sbuf *b, const char *s, size_t n) {
+    if (!b->oom && buf_append(&b->p, &b->n, &b->cap, s, n)) b->oom = true;
+}
+
+void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
 void sb_free(sbuf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);

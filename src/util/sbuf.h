@@ -13,6 +13,10 @@ typedef struct {
 } sbuf;
 
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends n bytes of s (sb_puts: a string), keeping the buffer
+ * NUL-terminated. */
+void sb_put(sbuf *b, const char *s, size_t n);
+void sb_puts(sbuf *b, const char *s);
 
 /* Appends n bytes of s to the NUL-terminated buffer *p of *len bytes and
  * *cap capacity, growing it by doubling (from 256): 0, or -1 when out of
