@@ -6,6 +6,7 @@
 
 #include "quant/ggml.h"
 #include "util/err.h"
+#include "util/sbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,38 +16,20 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    bool oom;
-} bytes;
-
-static void put(bytes *b, const void *p, size_t n) {
-    if (b->oom) return;
-    if (b->n + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n)
-            nc *= 2;
-        uint8_t *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
+/* The header is binary, built in a util/sbuf: NUL bytes are data here, and
+ * the NUL the buffer keeps after its n bytes is never written. */
+static void put(sbuf *b, const void *p, size_t n) {
+    sb_put(b, p, n);
 }
 
-static void put_le(bytes *b, uint64_t v, unsigned n) {
+static void put_le(sbuf *b, uint64_t v, unsigned n) {
     uint8_t le[8];
     for (unsigned i = 0; i < n; i++)
         le[i] = (uint8_t)(v >> (8 * i));
     put(b, le, n);
 }
 
-static void put_str(bytes *b, const char *s) {
+static void put_str(sbuf *b, const char *s) {
     size_t l = strlen(s);
     put_le(b, l, 8);
     put(b, s, l);
@@ -62,7 +45,7 @@ typedef struct {
 
 struct gguf_writer {
     uint32_t alignment;
-    bytes kv; /* the encoded metadata entries */
+    sbuf kv; /* the encoded metadata entries */
     uint64_t n_kv;
     char **keys;
     wtensor *t;
@@ -262,7 +245,7 @@ static int write_at(gguf_writer *w, uint64_t off, const void *p, size_t len, cha
 
 int gguf_writer_open(gguf_writer *w, const char *path, char *err) {
     if (w->opened) return e0_fail(err, E0_EINVAL, "%s: GGUF writer already opened", path);
-    bytes h = {0};
+    sbuf h = {0};
     put(&h, "GGUF", 4);
     put_le(&h, 3, 4);
     put_le(&h, w->n_t, 8);
