@@ -5,6 +5,7 @@
 #include "io/gguf.h"
 
 #include "quant/ggml.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 
@@ -206,13 +207,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int
                        "GGUF writer: tensor %s: ne[0] = %" PRIu64 " is not a multiple of the %s "
                        "block size %d",
                        name, ne[0], ti->name, ti->blck);
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *nt = realloc(w->t, nc * sizeof *nt);
-        if (!nt) return e0_fail(err, E0_ENOMEM, "out of memory");
-        w->t = nt;
-        w->cap_t = nc;
-    }
+    if (arr_reserve((void **)&w->t, &w->cap_t, w->n_t + 1, sizeof *w->t))
+        return e0_fail(err, E0_ENOMEM, "out of memory");
     wtensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name))) return e0_fail(err, E0_ENOMEM, "out of memory");
