@@ -1,6 +1,8 @@
 /* Helpers the commands share (cli.h): errors, option values, files, clocks. */
 #include "cli/cli.h"
 
+#include "util/arr.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,13 +52,9 @@ int cli_parse_ids(const char *opt, const char *s, int32_t **out, size_t *n) {
             free(v);
             return -1;
         }
-        if (k == cap) {
-            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
+        if (arr_reserve((void **)&v, &cap, k + 1, sizeof *v)) {
+            free(v);
+            return -1;
         }
         v[k++] = (int32_t)x;
         p = *end ? end + 1 : end;
@@ -77,17 +75,20 @@ char *cli_read_text_file(const char *opt, const char *path) {
         cli_error("%s: cannot open %s: %s", opt, path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, n = 0, r;
-    char *b = malloc(cap);
-    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0)
-        if ((n += r) + 1 == cap) {
-            char *nb = cap < (64u << 20) ? realloc(b, cap *= 2) : NULL;
-            if (!nb) {
-                free(b);
-                b = NULL;
-            }
-            b = nb;
+    size_t cap = 0, n = 0;
+    char *b = NULL;
+    for (;;) {
+        /* full (or not yet allocated): 4096 bytes, doubled up to 64 MiB */
+        if (n + 1 >= cap &&
+            (cap >= (64u << 20) || arr_reserve((void **)&b, &cap, cap ? 2 * cap : 4096, 1))) {
+            free(b);
+            b = NULL;
+            break;
         }
+        const size_t r = fread(b + n, 1, cap - n - 1, f);
+        if (!r) break;
+        n += r;
+    }
     const bool bad = ferror(f);
     if (f != stdin) fclose(f);
     if (!b || bad) {

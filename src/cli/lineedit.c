@@ -9,6 +9,8 @@
  * $XDG_STATE_HOME/edge0/history (default ~/.local/state/edge0/history). */
 #include "cli/cli.h"
 
+#include "util/sbuf.h"
+
 #include <errno.h>
 #include <histedit.h>
 #include <stdio.h>
@@ -183,7 +185,7 @@ char *cli_line_read(cli_line *l, bool *interrupted) {
     l->paste_len = 0;
     l->pastes = 0;
     char *turn = NULL;
-    size_t len = 0;
+    size_t len = 0, cap = 0;
     for (;;) {
         char *line = read_one(l, turn ? "... " : "> ");
         if (!line) {
@@ -195,16 +197,11 @@ char *cli_line_read(cli_line *l, bool *interrupted) {
         size_t n = strlen(line);
         const bool more = n && line[n - 1] == '\\';
         if (more) line[--n] = '\n';
-        char *t = realloc(turn, len + n + 1);
-        if (!t) {
+        if (buf_append(&turn, &len, &cap, line, n)) {
             free(line);
             free(turn);
             return NULL;
         }
-        turn = t;
-        memcpy(turn + len, line, n);
-        len += n;
-        turn[len] = 0;
         free(line);
         if (!more) return turn;
     }

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "edge0.h"
+#include "util/arr.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -60,14 +61,9 @@ static int parse_ids(const char *s, e0_ids *ids) {
             cli_error("--decode: '%s' is not a comma-separated list of non-negative integers", s);
             return -1;
         }
-        if (ids->n == ids->cap) {
-            size_t cap = ids->cap ? 2 * ids->cap : 64;
-            int32_t *v = realloc(ids->v, cap * sizeof *v);
-            if (!v) {
-                cli_error("out of memory");
-                return -1;
-            }
-            ids->v = v, ids->cap = cap;
+        if (arr_reserve((void **)&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v)) {
+            cli_error("out of memory");
+            return -1;
         }
         ids->v[ids->n++] = (int32_t)x;
         p = *end ? end + 1 : end;

@@ -23,6 +23,7 @@
 #include "io/safetensors.h"
 #include "io/stwriter.h"
 #include "quant/quantize.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/num.h"
@@ -178,13 +179,7 @@ static int need(plan *p, const char *name, int ndim, const int64_t *shape, const
 
 static item *new_item(plan *p, const char *name, bool quant, int ndim, const uint64_t *shape,
                       int64_t cols) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 256;
-        item *ni = realloc(p->it, cap * sizeof *ni);
-        if (!ni) return NULL;
-        p->it = ni;
-        p->cap = cap;
-    }
+    if (arr_reserve((void **)&p->it, &p->cap, p->n + 1, sizeof *p->it)) return NULL;
     item *t = &p->it[p->n];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name))) return NULL;
@@ -214,13 +209,8 @@ static int add_seg(plan *p, const st_tensor *t, int64_t row0, int64_t n) {
             return 0;
         }
     }
-    if (p->nsg == p->capsg) {
-        size_t cap = p->capsg ? 2 * p->capsg : 1024;
-        seg *ns = realloc(p->sg, cap * sizeof *ns);
-        if (!ns) return e0_fail(p->err, E0_ENOMEM, "out of memory");
-        p->sg = ns;
-        p->capsg = cap;
-    }
+    if (arr_reserve((void **)&p->sg, &p->capsg, p->nsg + 1, sizeof *p->sg))
+        return e0_fail(p->err, E0_ENOMEM, "out of memory");
     p->sg[p->nsg++] = (seg){ti, row0, n};
     it->nseg++;
     return 0;

@@ -4,6 +4,7 @@
 
 #include "io/st_internal.h"
 #include "quant/ggml.h"
+#include "util/arr.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -188,15 +189,13 @@ void gguf_free(gguf_file *g) {
     free(g);
 }
 
-/* Grows *arr (of `size`-byte items) so that index `n` fits. */
+/* Grows *arr (of `size`-byte items) so that index `n` fits, the new items
+ * zeroed: gguf_free frees what the first n_kv / n_t entries point to, and
+ * an entry whose reading failed halfway is among them. */
 static int grow(void **arr, size_t *cap, size_t n, size_t size) {
-    if (n < *cap) return 0;
-    size_t nc = *cap ? 2 * *cap : 64;
-    void *p = realloc(*arr, nc * size);
-    if (!p) return E0_ENOMEM;
-    memset((char *)p + *cap * size, 0, (nc - *cap) * size);
-    *arr = p;
-    *cap = nc;
+    const size_t old = *cap;
+    if (arr_reserve(arr, cap, n + 1, size)) return E0_ENOMEM;
+    memset((char *)*arr + old * size, 0, (*cap - old) * size);
     return 0;
 }
 

@@ -5,7 +5,9 @@
 #include "io/gguf.h"
 
 #include "quant/ggml.h"
+#include "util/arr.h"
 #include "util/err.h"
+#include "util/sbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,38 +17,20 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    bool oom;
-} bytes;
-
-static void put(bytes *b, const void *p, size_t n) {
-    if (b->oom) return;
-    if (b->n + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n)
-            nc *= 2;
-        uint8_t *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
+/* The header is binary, built in a util/sbuf: NUL bytes are data here, and
+ * the NUL the buffer keeps after its n bytes is never written. */
+static void put(sbuf *b, const void *p, size_t n) {
+    sb_put(b, p, n);
 }
 
-static void put_le(bytes *b, uint64_t v, unsigned n) {
+static void put_le(sbuf *b, uint64_t v, unsigned n) {
     uint8_t le[8];
     for (unsigned i = 0; i < n; i++)
         le[i] = (uint8_t)(v >> (8 * i));
     put(b, le, n);
 }
 
-static void put_str(bytes *b, const char *s) {
+static void put_str(sbuf *b, const char *s) {
     size_t l = strlen(s);
     put_le(b, l, 8);
     put(b, s, l);
@@ -62,7 +46,7 @@ typedef struct {
 
 struct gguf_writer {
     uint32_t alignment;
-    bytes kv; /* the encoded metadata entries */
+    sbuf kv; /* the encoded metadata entries */
     uint64_t n_kv;
     char **keys;
     wtensor *t;
@@ -223,13 +207,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t gtype, int
                        "GGUF writer: tensor %s: ne[0] = %" PRIu64 " is not a multiple of the %s "
                        "block size %d",
                        name, ne[0], ti->name, ti->blck);
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *nt = realloc(w->t, nc * sizeof *nt);
-        if (!nt) return e0_fail(err, E0_ENOMEM, "out of memory");
-        w->t = nt;
-        w->cap_t = nc;
-    }
+    if (arr_reserve((void **)&w->t, &w->cap_t, w->n_t + 1, sizeof *w->t))
+        return e0_fail(err, E0_ENOMEM, "out of memory");
     wtensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name))) return e0_fail(err, E0_ENOMEM, "out of memory");
@@ -262,7 +241,7 @@ static int write_at(gguf_writer *w, uint64_t off, const void *p, size_t len, cha
 
 int gguf_writer_open(gguf_writer *w, const char *path, char *err) {
     if (w->opened) return e0_fail(err, E0_EINVAL, "%s: GGUF writer already opened", path);
-    bytes h = {0};
+    sbuf h = {0};
     put(&h, "GGUF", 4);
     put_le(&h, 3, 4);
     put_le(&h, w->n_t, 8);

@@ -2,6 +2,7 @@
 #include "io/safetensors.h"
 
 #include "io/st_internal.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/sbuf.h"
@@ -738,20 +739,16 @@ int st_set_open_dir(st_set **out, const char *dir, char *err) {
     if (!d)
         return e0_fail(err, E0_ENOTFOUND, "%s: cannot open directory: %s", dir, strerror(errno));
     char **paths = NULL;
-    uint32_t n = 0, cap = 0;
+    uint32_t n = 0;
+    size_t cap = 0;
     rc = 0;
     struct dirent *de;
     while ((de = readdir(d)) && !rc) {
         size_t l = strlen(de->d_name);
         if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors") != 0) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **np = realloc(paths, cap * sizeof *np);
-            if (!np) {
-                rc = e0_fail(err, E0_ENOMEM, "out of memory");
-                break;
-            }
-            paths = np;
+        if (arr_reserve((void **)&paths, &cap, (size_t)n + 1, sizeof *paths)) {
+            rc = e0_fail(err, E0_ENOMEM, "out of memory");
+            break;
         }
         if (!(paths[n] = e0_path_join(dir, de->d_name)))
             rc = e0_fail(err, E0_ENOMEM, "out of memory");

@@ -3,6 +3,7 @@
  * cancel), the index and the atomic directory. */
 #include "io/stwriter.h"
 
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/sbuf.h"
@@ -81,12 +82,7 @@ static int make_jobs(stw *w, uint64_t job_bytes) {
         int64_t per = cost ? (int64_t)(job_bytes / cost) : t->rows;
         if (per < 1) per = 1;
         for (int64_t r0 = 0; r0 < t->rows; r0 += per) {
-            if (w->njobs == cap) {
-                stw_job *nj = realloc(w->jobs, 2 * cap * sizeof *nj);
-                if (!nj) return -1;
-                w->jobs = nj;
-                cap *= 2;
-            }
+            if (arr_reserve((void **)&w->jobs, &cap, w->njobs + 1, sizeof *w->jobs)) return -1;
             const int64_t k = t->rows - r0 < per ? t->rows - r0 : per;
             w->jobs[w->njobs++] = (stw_job){(uint32_t)i, r0, k};
             if ((uint64_t)k * cost > w->max_cost) w->max_cost = (uint64_t)k * cost;

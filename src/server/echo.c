@@ -2,6 +2,7 @@
  * comes, and echo's, the prompt's own (engine_int.h). */
 #include "server/engine_int.h"
 
+#include "util/arr.h"
 #include "util/clock.h"
 
 #include <math.h>
@@ -11,13 +12,7 @@
 
 /* A token's log-probabilities, kept for the answer (j->mu held). */
 int srv_add_logprob(srv_job *j, const e0_token_info *tok) {
-    if (j->n_lp == j->cap_lp) {
-        size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
-        e0_token_info *p = realloc(j->lp, cap * sizeof *p);
-        if (!p) return -1;
-        j->lp = p;
-        j->cap_lp = cap;
-    }
+    if (arr_reserve((void **)&j->lp, &j->cap_lp, j->n_lp + 1, sizeof *j->lp)) return -1;
     j->lp[j->n_lp++] = *tok;
     return 0;
 }

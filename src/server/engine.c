@@ -4,6 +4,7 @@
 
 #include "server/prefix.h"
 #include "server/think.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
@@ -170,13 +171,8 @@ static int tc_content(void *user, const char *s, size_t n) {
 static int tc_call(void *user, int index, const char *name, size_t n) {
     gen_ctx *g = user;
     srv_job *j = g->j;
-    if (j->n_calls == j->cap_calls) {
-        int cap = j->cap_calls ? 2 * j->cap_calls : 4;
-        srv_call *c = realloc(j->calls, (size_t)cap * sizeof *c);
-        if (!c) return -1;
-        j->calls = c;
-        j->cap_calls = cap;
-    }
+    if (arr_reserve((void **)&j->calls, &j->cap_calls, (size_t)j->n_calls + 1, sizeof *j->calls))
+        return -1;
     srv_call *c = &j->calls[j->n_calls];
     memset(c, 0, sizeof *c);
     if (srv_buf_put(&c->name, name, n) || srv_buf_put(&c->args, "", 0)) {

@@ -117,7 +117,8 @@ struct srv_job {
     bool done;
     srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
     srv_call *calls;            /* tool calls so far (chat with tools) */
-    int n_calls, cap_calls;
+    int n_calls;
+    size_t cap_calls;
     e0_token_info *lp;          /* every generated token, when the request asked for logprobs */
     size_t n_lp, cap_lp;
     size_t n_prompt_lp;         /* completions with echo: lp[0..n_prompt_lp) are the prompt's tokens (lp[0] has no logprob) */

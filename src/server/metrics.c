@@ -3,7 +3,8 @@
  * with an le label, _sum and _count. */
 #include "server/metrics.h"
 
-#include <stdarg.h>
+#include "util/sbuf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,52 +119,19 @@ void srv_metrics_engine(srv_metrics *m, const e0_stats *st) {
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} tbuf;
-
-static void put(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(tbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-static void histo(tbuf *b, const char *name, const char *help, const srv_histo *h) {
-    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+static void histo(sbuf *b, const char *name, const char *help, const srv_histo *h) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
         cum += h->count[i];
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
     }
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->total, name,
-        h->sum, name, (unsigned long long)h->total);
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->total, name,
+              h->sum, name, (unsigned long long)h->total);
 }
 
-static void metric(tbuf *b, const char *name, const char *type, const char *help, double v) {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+static void metric(sbuf *b, const char *name, const char *type, const char *help, double v) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
 /* Resident set size now, from /proc/self/statm (0 if unreadable). */
@@ -188,16 +156,14 @@ void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r) {
 }
 
 char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len) {
-    tbuf b = {malloc(4096), 0, 4096, 0};
-    if (!b.p) return NULL;
-    b.p[0] = 0;
+    sbuf b = {0};
     pthread_mutex_lock(&m->mu);
     const e0_stats *st = &m->engine;
-    put(&b, "# HELP edge0_requests_total HTTP requests answered, by endpoint and status (499: the client left).\n"
-            "# TYPE edge0_requests_total counter\n");
+    sb_printf(&b, "# HELP edge0_requests_total HTTP requests answered, by endpoint and status (499: the client left).\n"
+                  "# TYPE edge0_requests_total counter\n");
     for (int i = 0; i < m->n_rows; i++)
-        put(&b, "edge0_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->rows[i].endpoint, m->rows[i].status,
-            (unsigned long long)m->rows[i].n);
+        sb_printf(&b, "edge0_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->rows[i].endpoint, m->rows[i].status,
+                  (unsigned long long)m->rows[i].n);
     metric(&b, "edge0_prompt_tokens_total", "counter", "Prompt tokens of finished generation requests.",
            (double)m->prompt_tokens);
     metric(&b, "edge0_cached_prompt_tokens_total", "counter",
@@ -205,16 +171,16 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_completion_tokens_total", "counter", "Generated tokens.", (double)m->completion_tokens);
     metric(&b, "edge0_requests_cancelled_total", "counter", "Generation requests cancelled by a client that left.",
            (double)m->cancelled);
-    put(&b, "# HELP edge0_request_duration_seconds Time from arrival to the last token, generation requests.\n"
-            "# TYPE edge0_request_duration_seconds histogram\n");
+    sb_printf(&b, "# HELP edge0_request_duration_seconds Time from arrival to the last token, generation requests.\n"
+                  "# TYPE edge0_request_duration_seconds histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < 10; i++) {
         cum += m->duration_le[i];
-        put(&b, "edge0_request_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[i], (unsigned long long)cum);
+        sb_printf(&b, "edge0_request_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[i], (unsigned long long)cum);
     }
-    put(&b, "edge0_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->duration_n);
-    put(&b, "edge0_request_duration_seconds_sum %.6f\nedge0_request_duration_seconds_count %llu\n", m->duration_sum,
-        (unsigned long long)m->duration_n);
+    sb_printf(&b, "edge0_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->duration_n);
+    sb_printf(&b, "edge0_request_duration_seconds_sum %.6f\nedge0_request_duration_seconds_count %llu\n", m->duration_sum,
+              (unsigned long long)m->duration_n);
     metric(&b, "edge0_queue_depth", "gauge", "Requests waiting for the engine.", queue_depth);
     metric(&b, "edge0_queue_capacity", "gauge", "Waiting requests the server accepts before answering 503.",
            queue_capacity);
@@ -236,15 +202,15 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
            (double)m->pc_evictions);
     metric(&b, "edge0_batch_size", "gauge", "Sequences in the last decode pass.", m->batch_last);
     histo(&b, "edge0_batch_size_per_step", "Decode passes by the number of sequences stepped together.", &m->batch);
-    put(&b, "# HELP edge0_decode_passes_total Decode passes by the number of sequences stepped together.\n"
-            "# TYPE edge0_decode_passes_total counter\n");
+    sb_printf(&b, "# HELP edge0_decode_passes_total Decode passes by the number of sequences stepped together.\n"
+                  "# TYPE edge0_decode_passes_total counter\n");
     for (int n = 1; n <= E0_MAX_SEQS; n++)
         if (m->batch_passes[n])
-            put(&b, "edge0_decode_passes_total{batch=\"%d\"} %llu\n", n, (unsigned long long)m->batch_passes[n]);
-    put(&b, "# HELP edge0_decode_pass_seconds_total Time in decode passes by the number of sequences stepped together.\n"
-            "# TYPE edge0_decode_pass_seconds_total counter\n");
+            sb_printf(&b, "edge0_decode_passes_total{batch=\"%d\"} %llu\n", n, (unsigned long long)m->batch_passes[n]);
+    sb_printf(&b, "# HELP edge0_decode_pass_seconds_total Time in decode passes by the number of sequences stepped together.\n"
+                  "# TYPE edge0_decode_pass_seconds_total counter\n");
     for (int n = 1; n <= E0_MAX_SEQS; n++)
-        if (m->batch_passes[n]) put(&b, "edge0_decode_pass_seconds_total{batch=\"%d\"} %.6f\n", n, m->batch_s[n]);
+        if (m->batch_passes[n]) sb_printf(&b, "edge0_decode_pass_seconds_total{batch=\"%d\"} %.6f\n", n, m->batch_s[n]);
     histo(&b, "edge0_prefill_seqs_per_pass", "Prefill passes by the number of sequences whose prompt chunks they carried.",
           &m->prefill_seqs);
     histo(&b, "edge0_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",
@@ -294,6 +260,6 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
         free(b.p);
         return NULL;
     }
-    *len = b.len;
+    *len = b.n;
     return b.p;
 }

@@ -8,6 +8,7 @@
 
 #include "io/safetensors.h"
 #include "io/stwriter.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 #include "util/file.h"
@@ -167,15 +168,9 @@ typedef struct {
 } plan;
 
 static item *add_item(plan *p, const char *name, item_kind kind, int ndim, const uint64_t *shape) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 1024;
-        item *it = realloc(p->it, cap * sizeof *it);
-        if (!it) {
-            p->oom = true;
-            return NULL;
-        }
-        p->it = it;
-        p->cap = cap;
+    if (arr_reserve((void **)&p->it, &p->cap, p->n + 1, sizeof *p->it)) {
+        p->oom = true;
+        return NULL;
     }
     item *t = &p->it[p->n++];
     memset(t, 0, sizeof *t);

@@ -51,6 +51,7 @@
 #include "io/stwriter.h"
 #include "synth/synth_int.h"
 #include "quant/ggml.h"
+#include "util/arr.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/num.h"
@@ -110,15 +111,9 @@ typedef struct {
 static gtensor *add_t(gplan *p, const char *name, gkind kind, uint32_t type, int n_dims,
                       const uint64_t *ne) {
     if (p->oom) return NULL;
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? 2 * p->cap : 256;
-        gtensor *nt = realloc(p->t, nc * sizeof *nt);
-        if (!nt) {
-            p->oom = true;
-            return NULL;
-        }
-        p->t = nt;
-        p->cap = nc;
+    if (arr_reserve((void **)&p->t, &p->cap, p->n + 1, sizeof *p->t)) {
+        p->oom = true;
+        return NULL;
     }
     gtensor *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);

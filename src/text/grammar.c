@@ -29,6 +29,7 @@
  */
 #include "text/grammar.h"
 
+#include "util/arr.h"
 #include "util/err.h"
 
 #include <stdlib.h>
@@ -43,36 +44,27 @@ enum { EL_SET = 0u, EL_REF = 1u, EL_END = 2u };
 
 typedef struct {
     uint32_t *e;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
     int32_t rule;
 } galt;
 
 struct gram_builder {
     galt *alts;
-    int32_t n_alts, cap_alts;
+    int32_t n_alts;
+    size_t cap_alts;
     int32_t n_rules;
     gram_set *sets; /* sets[0..256): the singletons */
-    int32_t n_sets, cap_sets;
+    int32_t n_sets;
+    size_t cap_sets;
     size_t n_elems;
     int err;
 };
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t size) {
-    if (need <= *cap) return true;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, (size_t)c * size);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 gram_builder *gb_new(void) {
     gram_builder *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    if (!grow((void **)&b->sets, &b->cap_sets, 512, sizeof *b->sets)) {
+    if (arr_reserve((void **)&b->sets, &b->cap_sets, 512, sizeof *b->sets)) {
         free(b);
         return NULL;
     }
@@ -108,7 +100,8 @@ int32_t gb_rule(gram_builder *b) {
 
 int32_t gb_alt(gram_builder *b, int32_t rule) {
     if (b->err || rule < 0 || rule >= b->n_rules) return fail_b(b, b->err ? b->err : E0_EINVAL);
-    if (!grow((void **)&b->alts, &b->cap_alts, b->n_alts + 1, sizeof *b->alts)) return fail_b(b, E0_ENOMEM);
+    if (arr_reserve((void **)&b->alts, &b->cap_alts, (size_t)b->n_alts + 1, sizeof *b->alts))
+        return fail_b(b, E0_ENOMEM);
     b->alts[b->n_alts] = (galt){NULL, 0, 0, rule};
     return b->n_alts++;
 }
@@ -124,15 +117,9 @@ static void put(gram_builder *b, int32_t alt, uint32_t e) {
         return;
     }
     galt *a = &b->alts[alt];
-    if (a->n == a->cap) {
-        uint32_t cap = a->cap ? 2 * a->cap : 8;
-        uint32_t *e2 = realloc(a->e, cap * sizeof *e2);
-        if (!e2) {
-            fail_b(b, E0_ENOMEM);
-            return;
-        }
-        a->e = e2;
-        a->cap = cap;
+    if (arr_reserve((void **)&a->e, &a->cap, (size_t)a->n + 1, sizeof *a->e)) {
+        fail_b(b, E0_ENOMEM);
+        return;
     }
     a->e[a->n++] = e;
 }
@@ -162,7 +149,7 @@ void gb_set(gram_builder *b, int32_t alt, const gram_set *s) {
             put(b, alt, EL(EL_SET, i));
             return;
         }
-    if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+    if (arr_reserve((void **)&b->sets, &b->cap_sets, (size_t)b->n_sets + 1, sizeof *b->sets)) {
         fail_b(b, E0_ENOMEM);
         return;
     }
@@ -308,7 +295,8 @@ static int check_left_recursion(const gram *g, char *err) {
     int32_t R = g->n_rules;
     uint8_t *nullable = calloc((size_t)R, 1), *color = calloc((size_t)R, 1);
     int32_t *eoff = calloc((size_t)R + 1, sizeof *eoff), *edge = NULL, *stack = NULL;
-    int32_t n_edges = 0, cap_edges = 0;
+    int32_t n_edges = 0;
+    size_t cap_edges = 0;
     int rc = 0;
     if (!nullable || !color || !eoff || !(stack = malloc((size_t)R * 2 * sizeof *stack))) goto oom;
     for (bool changed = true; changed;) {
@@ -326,7 +314,8 @@ static int check_left_recursion(const gram *g, char *err) {
         eoff[r] = n_edges;
         for (int32_t a = g->rule_off[r]; a < g->rule_off[r + 1]; a++)
             for (const uint32_t *e = g->el + g->alt_pos[a]; EL_TYPE(*e) == EL_REF; e++) {
-                if (!grow((void **)&edge, &cap_edges, n_edges + 1, sizeof *edge)) goto oom;
+                if (arr_reserve((void **)&edge, &cap_edges, (size_t)n_edges + 1, sizeof *edge))
+                    goto oom;
                 edge[n_edges++] = (int32_t)EL_VAL(*e);
                 if (!nullable[EL_VAL(*e)]) break;
             }
@@ -597,23 +586,27 @@ struct gram_matcher {
     uint32_t *npos;
     int32_t *npar;
     uint32_t *stamp;
-    int32_t n_nodes, cap_nodes;
+    int32_t n_nodes;
+    size_t cap_nodes;
     int32_t *nhash; /* node id + 1, 0 empty */
     uint32_t nhash_cap;
     /* states: tops spool[soff[s] .. soff[s] + slen[s]), complete sacc[s] */
     int32_t *soff, *slen;
     uint8_t *sacc;
-    int32_t n_states, cap_states;
+    int32_t n_states;
+    size_t cap_states;
     int32_t *spool;
-    int32_t n_spool, cap_spool;
+    int32_t n_spool;
+    size_t cap_spool;
     int32_t *shash;
     uint32_t shash_cap;
     int32_t *trans; /* [cap_states * 256]: 0 not yet known, -1 dead, k + 1 state k */
     uint8_t *sloop; /* [cap_states] 0 not known, 1 every plain byte leads back to the state, 2 not */
     uint32_t cur_stamp;
     /* scratch */
-    int32_t *work, n_work, cap_work; /* (pos, parent) pairs */
-    int32_t *tops, n_tops, cap_tops;
+    int32_t *work, n_work; /* (pos, parent) pairs */
+    int32_t *tops, n_tops;
+    size_t cap_work, cap_tops;
     int32_t *dstate; /* [max_depth + 1] the state at each trie depth */
     /* mask cache by state */
     int32_t ckey[CACHE_SLOTS];
@@ -654,15 +647,16 @@ static int32_t node_get(gram_matcher *m, uint32_t pos, int32_t par) {
         if (m->npos[i] == pos && m->npar[i] == par) return i;
     }
     if (m->n_nodes >= (1 << 26)) return FAILED;
-    if (m->n_nodes == m->cap_nodes) {
-        int32_t cap = m->cap_nodes ? 2 * m->cap_nodes : 1024;
-        uint32_t *p = realloc(m->npos, (size_t)cap * sizeof *p);
-        if (p) m->npos = p;
-        int32_t *q = realloc(m->npar, (size_t)cap * sizeof *q);
-        if (q) m->npar = q;
-        uint32_t *s = realloc(m->stamp, (size_t)cap * sizeof *s);
-        if (s) m->stamp = s;
-        if (!p || !q || !s) return FAILED;
+    if ((size_t)m->n_nodes == m->cap_nodes) {
+        /* npos, npar and stamp share cap_nodes: npos's growth picks the new
+         * capacity, the others are reserved to it, and cap_nodes changes only
+         * once all three have grown (one that grew before another failed is
+         * just larger than recorded) */
+        size_t cap = m->cap_nodes, cap_par = m->cap_nodes, cap_stamp = m->cap_nodes;
+        if (arr_reserve((void **)&m->npos, &cap, (size_t)m->n_nodes + 1, sizeof *m->npos) ||
+            arr_reserve((void **)&m->npar, &cap_par, cap, sizeof *m->npar) ||
+            arr_reserve((void **)&m->stamp, &cap_stamp, cap, sizeof *m->stamp))
+            return FAILED;
         m->cap_nodes = cap;
     }
     int32_t i = m->n_nodes++;
@@ -674,7 +668,8 @@ static int32_t node_get(gram_matcher *m, uint32_t pos, int32_t par) {
 }
 
 static bool push_work(gram_matcher *m, uint32_t pos, int32_t par) {
-    if (!grow((void **)&m->work, &m->cap_work, m->n_work + 2, sizeof *m->work)) return false;
+    if (arr_reserve((void **)&m->work, &m->cap_work, (size_t)m->n_work + 2, sizeof *m->work))
+        return false;
     m->work[m->n_work++] = (int32_t)pos;
     m->work[m->n_work++] = par;
     return true;
@@ -716,28 +711,25 @@ static int32_t state_get(gram_matcher *m, bool acc) {
             return s;
     }
     if (m->n_states >= GRAM_MAX_STATES || m->n_spool > INT32_MAX - n) return FAILED;
-    if (m->n_states == m->cap_states) {
-        int32_t cap = m->cap_states ? 2 * m->cap_states : 64;
-        int32_t *o = realloc(m->soff, (size_t)cap * sizeof *o);
-        if (o) m->soff = o;
-        int32_t *l = realloc(m->slen, (size_t)cap * sizeof *l);
-        if (l) m->slen = l;
-        uint8_t *a = realloc(m->sacc, (size_t)cap);
-        if (a) m->sacc = a;
-        int32_t *t = realloc(m->trans, (size_t)cap * 256 * sizeof *t);
-        if (t) {
-            memset(t + (size_t)m->cap_states * 256, 0, (size_t)(cap - m->cap_states) * 256 * sizeof *t);
-            m->trans = t;
-        }
-        uint8_t *sl = realloc(m->sloop, (size_t)cap);
-        if (sl) {
-            memset(sl + m->cap_states, 0, (size_t)(cap - m->cap_states));
-            m->sloop = sl;
-        }
-        if (!o || !l || !a || !t || !sl) return FAILED;
+    if ((size_t)m->n_states == m->cap_states) {
+        /* soff, slen, sacc, trans (256 entries a state) and sloop share
+         * cap_states, grown as npos and its fellows are (node_get); the new
+         * states' transitions and loops start unknown (0) */
+        const size_t old = m->cap_states;
+        size_t cap = old, cap_len = old, cap_acc = old, cap_trans = old * 256, cap_loop = old;
+        if (arr_reserve((void **)&m->soff, &cap, old + 1, sizeof *m->soff) ||
+            arr_reserve((void **)&m->slen, &cap_len, cap, sizeof *m->slen) ||
+            arr_reserve((void **)&m->sacc, &cap_acc, cap, sizeof *m->sacc) ||
+            arr_reserve((void **)&m->trans, &cap_trans, cap * 256, sizeof *m->trans) ||
+            arr_reserve((void **)&m->sloop, &cap_loop, cap, sizeof *m->sloop))
+            return FAILED;
+        memset(m->trans + old * 256, 0, (cap - old) * 256 * sizeof *m->trans);
+        memset(m->sloop + old, 0, cap - old);
         m->cap_states = cap;
     }
-    if (!grow((void **)&m->spool, &m->cap_spool, m->n_spool + n + 1, sizeof *m->spool)) return FAILED;
+    if (arr_reserve((void **)&m->spool, &m->cap_spool, (size_t)m->n_spool + (size_t)n + 1,
+                    sizeof *m->spool))
+        return FAILED;
     int32_t s = m->n_states++;
     m->soff[s] = m->n_spool;
     m->slen[s] = n;
@@ -771,7 +763,8 @@ static int32_t close_state(gram_matcher *m) {
         if (m->stamp[id] == m->cur_stamp) continue; /* seen in this step */
         m->stamp[id] = m->cur_stamp;
         if (EL_TYPE(e) == EL_SET) {
-            if (!grow((void **)&m->tops, &m->cap_tops, m->n_tops + 1, sizeof *m->tops)) return FAILED;
+            if (arr_reserve((void **)&m->tops, &m->cap_tops, (size_t)m->n_tops + 1, sizeof *m->tops))
+                return FAILED;
             m->tops[m->n_tops++] = id;
             continue;
         }

@@ -21,6 +21,7 @@
  */
 #include "text/schema.h"
 
+#include "util/arr.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -262,14 +263,13 @@ typedef struct {
 
 typedef struct {
     tnode *n;
-    int32_t len, cap;
+    int32_t len;
+    size_t cap;
 } trie;
 
 static int trie_add(trie *t, const char *s, size_t len) {
     if (!t->len) {
-        t->n = malloc(64 * sizeof *t->n);
-        if (!t->n) return -1;
-        t->cap = 64;
+        if (arr_reserve((void **)&t->n, &t->cap, 64, sizeof *t->n)) return -1;
         t->n[0] = (tnode){-1, -1, 0, false};
         t->len = 1;
     }
@@ -279,12 +279,7 @@ static int trie_add(trie *t, const char *s, size_t len) {
         while (k >= 0 && t->n[k].byte != (uint8_t)s[i])
             k = t->n[k].next;
         if (k < 0) {
-            if (t->len == t->cap) {
-                tnode *p = realloc(t->n, (size_t)t->cap * 2 * sizeof *p);
-                if (!p) return -1;
-                t->n = p;
-                t->cap *= 2;
-            }
+            if (arr_reserve((void **)&t->n, &t->cap, (size_t)t->len + 1, sizeof *t->n)) return -1;
             k = t->len++;
             t->n[k] = (tnode){-1, t->n[at].child, (uint8_t)s[i], false};
             t->n[at].child = k;

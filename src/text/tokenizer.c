@@ -30,6 +30,7 @@
  */
 #include "text/tokenizer_impl.h"
 
+#include "util/arr.h"
 #include "util/err.h"
 
 #include <pthread.h>
@@ -112,34 +113,19 @@ static int oom(enc *e) {
 
 static int push_id(enc *e, int32_t id) {
     tok_ids *o = e->out;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 256;
-        int32_t *v = cap < SIZE_MAX / sizeof *v ? realloc(o->v, cap * sizeof *v) : NULL;
-        if (!v) return oom(e);
-        o->v = v, o->cap = cap;
-    }
+    if (arr_reserve((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v)) return oom(e);
     o->v[o->n++] = id;
     return 0;
 }
 
 static int push_split(enc *e, size_t s, size_t en, bool m) {
-    if (e->sp_n == e->sp_cap) {
-        size_t cap = e->sp_cap ? 2 * e->sp_cap : 64;
-        split *v = realloc(e->sp, cap * sizeof *v);
-        if (!v) return oom(e);
-        e->sp = v, e->sp_cap = cap;
-    }
+    if (arr_reserve((void **)&e->sp, &e->sp_cap, e->sp_n + 1, sizeof *e->sp)) return oom(e);
     e->sp[e->sp_n++] = (split){s, en, m};
     return 0;
 }
 
 static int push_span(enc *e, spans *l, size_t s, size_t en) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        span *v = realloc(l->v, cap * sizeof *v);
-        if (!v) return oom(e);
-        l->v = v, l->cap = cap;
-    }
+    if (arr_reserve((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) return oom(e);
     l->v[l->n++] = (span){s, en};
     return 0;
 }
@@ -214,19 +200,17 @@ static int grow_sym(enc *e, size_t n) {
     if (n <= e->sym_cap) return 0;
     if (n > INT32_MAX / 4)
         return e0_fail(e->err, E0_ERANGE, "e0_tokenizer_encode: a piece of %zu bytes is too long", n);
-    size_t cap = e->sym_cap ? e->sym_cap : 64;
-    while (cap < n)
-        cap *= 2;
-    int32_t *a = realloc(e->sid, cap * sizeof *a);
-    if (a) e->sid = a;
-    int32_t *b = realloc(e->nx, cap * sizeof *b);
-    if (b) e->nx = b;
-    int32_t *c = realloc(e->pv, cap * sizeof *c);
-    if (c) e->pv = c;
-    cand *h = realloc(e->heap, 3 * cap * sizeof *h);
-    if (h) e->heap = h;
-    if (!a || !b || !c || !h) return oom(e);
-    e->sym_cap = cap, e->heap_cap = 3 * cap;
+    /* sid, nx and pv share sym_cap (the heap, 3 candidates per symbol):
+     * sid's growth picks the new capacity, the others are reserved to it, and
+     * the recorded capacities change only once all four have grown (an array
+     * that grew before another failed is just larger than recorded). */
+    size_t cap = e->sym_cap, cap_nx = e->sym_cap, cap_pv = e->sym_cap, cap_h = e->heap_cap;
+    if (arr_reserve((void **)&e->sid, &cap, n, sizeof *e->sid) ||
+        arr_reserve((void **)&e->nx, &cap_nx, cap, sizeof *e->nx) ||
+        arr_reserve((void **)&e->pv, &cap_pv, cap, sizeof *e->pv) ||
+        arr_reserve((void **)&e->heap, &cap_h, 3 * cap, sizeof *e->heap))
+        return oom(e);
+    e->sym_cap = cap, e->heap_cap = cap_h;
     return 0;
 }
 

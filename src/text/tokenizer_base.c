@@ -3,6 +3,8 @@
  * validation. */
 #include "text/tokenizer_impl.h"
 
+#include "util/arr.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +12,8 @@
 /* ---- Buffers, hashing, UTF-8 ----------------------------------------------- */
 
 int tok_buf_reserve(tok_buf *b, size_t extra) {
-    if (extra <= b->cap - b->n) return 0;
-    if (extra > SIZE_MAX / 2 - b->n) return -1;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n < extra)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p, b->cap = cap;
-    return 0;
+    if (extra > SIZE_MAX - b->n) return -1;
+    return arr_reserve((void **)&b->p, &b->cap, b->n + extra, 1);
 }
 
 int tok_buf_put(tok_buf *b, const void *s, size_t n) {

@@ -1,5 +1,6 @@
 #include "util/file.h"
 
+#include "util/arr.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -17,14 +18,9 @@ int e0_read_file(const char *path, char **out, size_t *len, size_t max, char *er
     size_t n = 0, cap = 0;
     int rc = 0;
     for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = e0_fail(err, E0_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = nb;
+        if (arr_reserve((void **)&buf, &cap, n + 4096 + 1, 1)) {
+            rc = e0_fail(err, E0_ENOMEM, "%s: out of memory", path);
+            break;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;

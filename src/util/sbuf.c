@@ -1,6 +1,9 @@
 #include "util/sbuf.h"
 
+#include "util/arr.h"
+
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +23,11 @@ void sb_printf(sbuf *b, const char *fmt, ...) {
             b->n += (size_t)k;
             return;
         }
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap <= b->n + (size_t)k) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
+        if ((size_t)k >= SIZE_MAX - b->n ||
+            arr_reserve((void **)&b->p, &b->cap, b->n + (size_t)k + 1, 1)) {
             b->oom = true;
             return;
         }
-        b->p = q;
-        b->cap = cap;
     }
 }
 
@@ -44,15 +43,7 @@ void sb_free(sbuf *b) {
 }
 
 int buf_append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *q = realloc(*p, c);
-        if (!q) return -1;
-        *p = q;
-        *cap = c;
-    }
+    if (n >= SIZE_MAX - *len || arr_reserve((void **)p, cap, *len + n + 1, 1)) return -1;
     if (n) memcpy(*p + *len, s, n);
     *len += n;
     (*p)[*len] = 0;

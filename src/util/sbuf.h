@@ -19,7 +19,7 @@ void sb_put(sbuf *b, const char *s, size_t n);
 void sb_puts(sbuf *b, const char *s);
 
 /* Appends n bytes of s to the NUL-terminated buffer *p of *len bytes and
- * *cap capacity, growing it by doubling (from 256): 0, or -1 when out of
+ * *cap capacity, growing it by doubling (util/arr.h): 0, or -1 when out of
  * memory (the buffer is unchanged). For string builders kept as separate
  * fields (srv_buf, the tool-call parser's buffers). */
 int buf_append(char **p, size_t *len, size_t *cap, const char *s, size_t n);
