@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Makes src/gpu/kernels.ptx from src/gpu/kernels.cu with nvcc (CUDA 12 or
-# later), or checks that the committed PTX was made from the source as it
-# is now (--check: no nvcc needed; `make test` runs it).
+# Makes src/gpu/kernels.ptx from src/gpu/kernels.cu (which includes
+# kernels_mm.cuh) with nvcc (CUDA 12 or later), or checks that the
+# committed PTX was made from the sources as they are now (--check: no nvcc
+# needed; `make test` runs it).
 #
 # The PTX is committed so that `make` builds the GPU backend on machines
 # without the CUDA toolkit: the binary embeds the text (src/gpu/ptx.S) and
@@ -9,17 +10,18 @@
 # backends). Its first line records the source's SHA-256 and the compiler.
 #
 #   scripts/gpu_ptx.sh            remake the PTX (needs nvcc)
-#   scripts/gpu_ptx.sh --check    fail if kernels.cu changed since
+#   scripts/gpu_ptx.sh --check    fail if kernels.cu or kernels_mm.cuh changed since
 set -eu
 cd "$(dirname "$0")/.."
 src=src/gpu/kernels.cu
 ptx=src/gpu/kernels.ptx
 arch=compute_75   # Turing and every later card; the driver JITs it for the one present
-sum=$(sha256sum "$src" | cut -d' ' -f1)
+# one digest over both sources, in a fixed order
+sum=$(cat "$src" src/gpu/kernels_mm.cuh | sha256sum | cut -d' ' -f1)
 if [ "${1:-}" = "--check" ]; then
     have=$(head -1 "$ptx" | sed -n 's/^\/\/ edge0: kernels.cu sha256 \([0-9a-f]*\) .*/\1/p')
     if [ "$have" != "$sum" ]; then
-        echo "gpu_ptx: $ptx was made from another $src (recorded ${have:-nothing}, now $sum):" >&2
+        echo "gpu_ptx: $ptx was made from another $src / kernels_mm.cuh (recorded ${have:-nothing}, now $sum):" >&2
         echo "         run scripts/gpu_ptx.sh where nvcc is (the GPU machine) and commit the result" >&2
         exit 1
     fi

@@ -4,8 +4,8 @@
  *  - every fixture family and layout and every GGUF fixture file, all
  *    weights resident on the GPU: prefill then decode, logits within 5e-3
  *    relative L2 of the CPU under --kernels exact at every position, the
- *    same argmax at every position; the GPU run repeated gives the same
- *    bits; the same model with a VRAM expert cache of the least slots (and
+ *    same argmax at every position; the GPU run repeated kernel by kernel
+ *    (no CUDA graph) with the fused products off gives the same bits; the same model with a VRAM expert cache of the least slots (and
  *    a few more) gives the all-resident run's bits while copying misses;
  *  - through the engine (e0_engine_open with a VRAM budget): a budget
  *    that leaves the experts to the cache decodes 64 greedy tokens with
@@ -231,6 +231,77 @@ static void test_mm_formats(void **state) {
     }
 }
 
+/* The fused forms give the separate kernels' bits: up to four matrices in
+ * one launch (gpu_mm_multi), gate and up with the SwiGLU (gpu_mm_glu, and
+ * over a MoE call's pairs gpu_mmx_glu), each against the same call with
+ * fusion off. */
+static void fetch_eq(CUdeviceptr a, CUdeviceptr b, size_t n, const char *what, const char *fmt) {
+    char err[E0_ERR_MAX];
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    if (gpu_get(g_dev, x, a, n * 4, err) || gpu_get(g_dev, y, b, n * 4, err)) fail_msg("%s", err);
+    if (memcmp(x, y, n * 4)) fail_msg("%s %s: the fused form differs from the separate kernels", fmt, what);
+    free(x), free(y);
+}
+
+static void test_mm_fused(void **state) {
+    (void)state;
+    NEED_GPU();
+    char err[E0_ERR_MAX];
+    const int64_t rows = 72, cols = 512, T = 3, k = 2, P = T * k;
+    for (int ci = 0; ci < NCASES; ci++) {
+        const fmt_case *c = &CASES[ci];
+        void *bufs[3];
+        e0_mat ms[3];
+        gpu_mat one[3], st[2];
+        for (int e = 0; e < 3; e++) ms[e] = make_mat(c, rows, cols, &bufs[e]);
+        for (int e = 0; e < 3; e++)
+            if (gpu_mat_upload(g_dev, &ms[e], &one[e], "test", err)) fail_msg("%s: %s", c->name, err);
+        const e0_mat *pa[3] = {&ms[0], &ms[1], &ms[2]}, *pb[3] = {&ms[2], &ms[0], &ms[1]};
+        if (gpu_mat_upload_stack(g_dev, pa, 3, &st[0], "test", err) ||
+            gpu_mat_upload_stack(g_dev, pb, 3, &st[1], "test", err))
+            fail_msg("%s: %s", c->name, err);
+        float x[3 * 512];
+        for (int i = 0; i < T * cols; i++) x[i] = rnd_f();
+        CUdeviceptr dx = dev_floats(x, (size_t)(T * cols)), out[2][4];
+        const size_t n = (size_t)(P * rows);
+        for (int f = 0; f < 2; f++)
+            for (int i = 0; i < 4; i++)
+                if (gpu_alloc(g_dev, &out[f][i], n * 4, "test", err)) fail_msg("%s", err);
+        /* pairs: token t to experts t % 3 and 2 - t % 3, grouped by expert */
+        int exps[3] = {0, 1, 2}, start[4] = {0, 2, 4, 6}, order[6] = {0, 5, 2, 3, 1, 4}, na = 3;
+        CUdeviceptr dn = dev_floats((const float *)&na, 1), de = dev_floats((const float *)exps, 3);
+        CUdeviceptr ds = dev_floats((const float *)start, 4), dor = dev_floats((const float *)order, 6);
+        for (int f = 0; f < 2; f++) {
+            g_dev->fuse = f == 0;
+            const gpu_mat *W[3] = {&one[0], &one[1], &one[2]};
+            const CUdeviceptr ys[3] = {out[f][0], out[f][1], out[f][2]};
+            const int64_t ld[3] = {rows, rows, rows};
+            if (gpu_mm_multi(g_dev, 3, W, dx, cols, ys, ld, (int)T, err)) fail_msg("%s: %s", c->name, err);
+            if (gpu_mm_glu(g_dev, &one[0], &one[1], dx, cols, out[f][3], out[f][2], (int)T, err))
+                fail_msg("%s: %s", c->name, err);
+        }
+        fetch_eq(out[0][0], out[1][0], (size_t)(T * rows), "grouped q", c->name);
+        fetch_eq(out[0][1], out[1][1], (size_t)(T * rows), "grouped k", c->name);
+        fetch_eq(out[0][3], out[1][3], (size_t)(T * rows), "gate-up", c->name);
+        for (int f = 0; f < 2; f++) {
+            g_dev->fuse = f == 0;
+            if (gpu_mmx_glu(g_dev, &st[0], &st[1], 3, dn, de, ds, dor, (int)k, dx, cols, out[f][0], out[f][1],
+                            (int)T, err))
+                fail_msg("%s: %s", c->name, err);
+        }
+        fetch_eq(out[0][0], out[1][0], n, "experts' gate-up", c->name);
+        g_dev->fuse = true;
+        for (int f = 0; f < 2; f++)
+            for (int i = 0; i < 4; i++) gpu_free(g_dev, out[f][i], n * 4);
+        gpu_free(g_dev, dx, (size_t)(T * cols) * 4), gpu_free(g_dev, dn, 4), gpu_free(g_dev, de, 12);
+        gpu_free(g_dev, ds, 16), gpu_free(g_dev, dor, 24);
+        for (int e = 0; e < 3; e++) gpu_mat_free(g_dev, &one[e], 1), free(bufs[e]);
+        gpu_mat_free(g_dev, &st[0], 3), gpu_mat_free(g_dev, &st[1], 3);
+    }
+    printf("  %d formats: grouped, gate-up and experts' gate-up products bit-identical to the separate kernels\n",
+           NCASES);
+}
+
 /* ---- whole models ------------------------------------------------------- */
 
 static const char *const MODELS[][2] = {
@@ -324,7 +395,14 @@ static void test_models(void **state) {
         gpu_model *g;
         const uint64_t held0 = g_dev->held;
         if (gpu_model_new(&g, g_dev, &e->model, e->top_k, 0, err)) fail_msg("%s: %s", path, err);
-        float *got = gpu_logits(g, ids, V), *again = gpu_logits(g, ids, V);
+        /* the rerun launches kernel by kernel, unfused: the same bits */
+        float *got = gpu_logits(g, ids, V);
+        const bool graphs = gpu_graphs_on(g_dev), fuse = g_dev->fuse;
+        gpu_set_graphs(g_dev, false);
+        g_dev->fuse = false;
+        float *again = gpu_logits(g, ids, V);
+        gpu_set_graphs(g_dev, graphs);
+        g_dev->fuse = fuse;
         double worst = 0;
         int bad_argmax = 0;
         for (int i = 0; i < NIDS; i++) {
@@ -333,7 +411,7 @@ static void test_models(void **state) {
             bad_argmax += tu_argmax(got + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
         }
         const bool same = memcmp(got, again, (size_t)NIDS * (size_t)V * 4) == 0;
-        printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun %s, %.1f MiB on the GPU\n",
+        printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun (no graph, unfused) %s, %.1f MiB on the GPU\n",
                MODELS[mi][0], MODELS[mi][1], worst, bad_argmax, NIDS, same ? "bit-identical" : "DIFFERS",
                (double)g->bytes / 1048576.0);
         assert_true(worst < 5e-3);
@@ -436,6 +514,7 @@ static void test_budgets(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_formats),
+        cmocka_unit_test(test_mm_fused),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_budgets),
     };

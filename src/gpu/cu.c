@@ -4,6 +4,7 @@
 #include "edge0.h"
 
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 typedef struct {
     void **slot;
     const char *name, *old;
+    bool optional; /* left NULL where the driver lacks it */
 } sym;
 
 static void load_once(void) {
@@ -32,51 +34,58 @@ static void load_once(void) {
     }
     cu_api *a = &g_api;
     const sym syms[] = {
-        {(void **)&a->Init, "cuInit", NULL},
-        {(void **)&a->DriverGetVersion, "cuDriverGetVersion", NULL},
-        {(void **)&a->DeviceGetCount, "cuDeviceGetCount", NULL},
-        {(void **)&a->DeviceGet, "cuDeviceGet", NULL},
-        {(void **)&a->DeviceGetName, "cuDeviceGetName", NULL},
-        {(void **)&a->DeviceTotalMem, "cuDeviceTotalMem_v2", NULL},
-        {(void **)&a->DeviceGetAttribute, "cuDeviceGetAttribute", NULL},
-        {(void **)&a->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL},
+        {(void **)&a->Init, "cuInit", NULL, false},
+        {(void **)&a->DriverGetVersion, "cuDriverGetVersion", NULL, false},
+        {(void **)&a->DeviceGetCount, "cuDeviceGetCount", NULL, false},
+        {(void **)&a->DeviceGet, "cuDeviceGet", NULL, false},
+        {(void **)&a->DeviceGetName, "cuDeviceGetName", NULL, false},
+        {(void **)&a->DeviceTotalMem, "cuDeviceTotalMem_v2", NULL, false},
+        {(void **)&a->DeviceGetAttribute, "cuDeviceGetAttribute", NULL, false},
+        {(void **)&a->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL, false},
         {(void **)&a->DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2",
-         "cuDevicePrimaryCtxRelease"},
-        {(void **)&a->CtxSetCurrent, "cuCtxSetCurrent", NULL},
-        {(void **)&a->CtxSynchronize, "cuCtxSynchronize", NULL},
-        {(void **)&a->MemGetInfo, "cuMemGetInfo_v2", NULL},
-        {(void **)&a->MemAlloc, "cuMemAlloc_v2", NULL},
-        {(void **)&a->MemFree, "cuMemFree_v2", NULL},
-        {(void **)&a->MemHostAlloc, "cuMemHostAlloc", NULL},
-        {(void **)&a->MemFreeHost, "cuMemFreeHost", NULL},
-        {(void **)&a->MemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister"},
-        {(void **)&a->MemHostUnregister, "cuMemHostUnregister", NULL},
-        {(void **)&a->MemcpyHtoD, "cuMemcpyHtoD_v2", NULL},
-        {(void **)&a->MemcpyDtoH, "cuMemcpyDtoH_v2", NULL},
-        {(void **)&a->MemcpyDtoD, "cuMemcpyDtoD_v2", NULL},
-        {(void **)&a->MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL},
-        {(void **)&a->MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL},
-        {(void **)&a->MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL},
-        {(void **)&a->MemsetD8Async, "cuMemsetD8Async", NULL},
-        {(void **)&a->ModuleLoadDataEx, "cuModuleLoadDataEx", NULL},
-        {(void **)&a->ModuleUnload, "cuModuleUnload", NULL},
-        {(void **)&a->ModuleGetFunction, "cuModuleGetFunction", NULL},
-        {(void **)&a->FuncSetAttribute, "cuFuncSetAttribute", NULL},
-        {(void **)&a->LaunchKernel, "cuLaunchKernel", NULL},
-        {(void **)&a->StreamCreate, "cuStreamCreate", NULL},
-        {(void **)&a->StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy"},
-        {(void **)&a->StreamSynchronize, "cuStreamSynchronize", NULL},
-        {(void **)&a->EventCreate, "cuEventCreate", NULL},
-        {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"},
-        {(void **)&a->EventRecord, "cuEventRecord", NULL},
-        {(void **)&a->EventSynchronize, "cuEventSynchronize", NULL},
-        {(void **)&a->EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"},
-        {(void **)&a->GetErrorName, "cuGetErrorName", NULL},
-        {(void **)&a->GetErrorString, "cuGetErrorString", NULL},
+         "cuDevicePrimaryCtxRelease", false},
+        {(void **)&a->CtxSetCurrent, "cuCtxSetCurrent", NULL, false},
+        {(void **)&a->CtxSynchronize, "cuCtxSynchronize", NULL, false},
+        {(void **)&a->MemGetInfo, "cuMemGetInfo_v2", NULL, false},
+        {(void **)&a->MemAlloc, "cuMemAlloc_v2", NULL, false},
+        {(void **)&a->MemFree, "cuMemFree_v2", NULL, false},
+        {(void **)&a->MemHostAlloc, "cuMemHostAlloc", NULL, false},
+        {(void **)&a->MemFreeHost, "cuMemFreeHost", NULL, false},
+        {(void **)&a->MemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister", false},
+        {(void **)&a->MemHostUnregister, "cuMemHostUnregister", NULL, false},
+        {(void **)&a->MemcpyHtoD, "cuMemcpyHtoD_v2", NULL, false},
+        {(void **)&a->MemcpyDtoH, "cuMemcpyDtoH_v2", NULL, false},
+        {(void **)&a->MemcpyDtoD, "cuMemcpyDtoD_v2", NULL, false},
+        {(void **)&a->MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL, false},
+        {(void **)&a->MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, false},
+        {(void **)&a->MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL, false},
+        {(void **)&a->MemsetD8Async, "cuMemsetD8Async", NULL, false},
+        {(void **)&a->ModuleLoadDataEx, "cuModuleLoadDataEx", NULL, false},
+        {(void **)&a->ModuleUnload, "cuModuleUnload", NULL, false},
+        {(void **)&a->ModuleGetFunction, "cuModuleGetFunction", NULL, false},
+        {(void **)&a->FuncSetAttribute, "cuFuncSetAttribute", NULL, false},
+        {(void **)&a->LaunchKernel, "cuLaunchKernel", NULL, false},
+        {(void **)&a->StreamCreate, "cuStreamCreate", NULL, false},
+        {(void **)&a->StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy", false},
+        {(void **)&a->StreamSynchronize, "cuStreamSynchronize", NULL, false},
+        {(void **)&a->EventCreate, "cuEventCreate", NULL, false},
+        {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy", false},
+        {(void **)&a->EventRecord, "cuEventRecord", NULL, false},
+        {(void **)&a->EventSynchronize, "cuEventSynchronize", NULL, false},
+        {(void **)&a->EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", false},
+        {(void **)&a->GetErrorName, "cuGetErrorName", NULL, false},
+        {(void **)&a->GetErrorString, "cuGetErrorString", NULL, false},
+        {(void **)&a->StreamBeginCapture, "cuStreamBeginCapture_v2", NULL, true},
+        {(void **)&a->StreamEndCapture, "cuStreamEndCapture", NULL, true},
+        {(void **)&a->GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", NULL, true},
+        {(void **)&a->GraphLaunch, "cuGraphLaunch", NULL, true},
+        {(void **)&a->GraphExecDestroy, "cuGraphExecDestroy", NULL, true},
+        {(void **)&a->GraphDestroy, "cuGraphDestroy", NULL, true},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *f = dlsym(h, syms[i].name);
         if (!f && syms[i].old) f = dlsym(h, syms[i].old);
+        if (!f && syms[i].optional) continue;
         if (!f) {
             snprintf(g_why, sizeof g_why, "%s lacks %s: the NVIDIA driver is too old (edge0 needs 11.0 or later)",
                      path, syms[i].name);

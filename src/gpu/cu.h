@@ -26,6 +26,8 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 enum {
     CU_SUCCESS = 0,
@@ -43,6 +45,8 @@ enum {
 };
 
 enum { CU_STREAM_NON_BLOCKING = 1 };
+/* cuStreamBeginCapture: only this thread's calls are checked against the capture */
+enum { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
 enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
 enum { CU_MEMHOSTALLOC_PORTABLE = 1 };
 /* cuMemHostRegister: READ_ONLY lets a read-only mapping (a checkpoint's) be pinned */
@@ -96,6 +100,14 @@ typedef struct {
     CUresult (*EventElapsedTime)(float *ms, CUevent a, CUevent b);
     CUresult (*GetErrorName)(CUresult r, const char **s);
     CUresult (*GetErrorString)(CUresult r, const char **s);
+    /* CUDA graphs (driver 11.4 or later); NULL where the driver lacks
+     * them, and the decode step then launches kernel by kernel */
+    CUresult (*StreamBeginCapture)(CUstream s, int mode);
+    CUresult (*StreamEndCapture)(CUstream s, CUgraph *g);
+    CUresult (*GraphInstantiateWithFlags)(CUgraphExec *e, CUgraph g, unsigned long long flags);
+    CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
+    CUresult (*GraphExecDestroy)(CUgraphExec e);
+    CUresult (*GraphDestroy)(CUgraph g);
 } cu_api;
 
 /* Opens libcuda.so.1 (or $E0_LIBCUDA) once per process and calls cuInit:

@@ -198,7 +198,7 @@ enum {
     B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_SCORES,
     B_PROJ, B_BA, B_MIX, B_MIXO, B_ZZ, B_BB, B_AA, B_O,
     B_RL, B_RIDX, B_RW, B_COUNT, B_NACT, B_EXPS, B_START, B_ORDER,
-    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS,
+    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS,
     B_N
 };
 
@@ -213,6 +213,9 @@ struct gpu_sess {
     CUdeviceptr *kc, *vc, *conv, *rec; /* per layer; 0 where the layer has none */
     size_t kv_bytes, conv_bytes, rec_bytes;
     float *xh; /* host: [n_batch, H] embedded rows */
+    int32_t posh; /* host: the position B_POS gets */
+    CUgraphExec step; /* the decode step (one id, its logits) as a graph, or NULL */
+    int step_tile;    /* gpu_tile_min_t() when it was captured */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -257,6 +260,7 @@ static void sess_sizes(const e0_model *m, int k, int n_ctx, int B, size_t *sz, s
     sz[B_SHG] = Bz * f;
     sz[B_YS] = Bz * H * f;
     sz[B_LOGITS] = (size_t)(B < LOGIT_ROWS ? B : LOGIT_ROWS) * (size_t)c->vocab * f;
+    sz[B_POS] = i4;
     *kv = (size_t)n_ctx * kvd * (f16 ? 2 : 4);
     *cv = (size_t)(c->conv_kernel > 1 ? c->conv_kernel - 1 : 0) * C * f;
     *rec = Hv * (size_t)c->lin_k_dim * (size_t)c->lin_v_dim * f;
@@ -275,6 +279,7 @@ uint64_t gpu_sess_bytes(const e0_model *m, int top_k, int n_ctx, int n_batch, bo
 void gpu_sess_free(gpu_sess *s) {
     if (!s) return;
     gpu_dev *d = s->g->d;
+    gpu_graph_free(d, s->step);
     for (int i = 0; i < B_N; i++) gpu_free(d, s->buf[i], s->size[i]);
     for (int li = 0; li < s->g->m->cfg.n_layers; li++) {
         if (s->kc) gpu_free(d, s->kc[li], s->kv_bytes);
@@ -341,10 +346,12 @@ int gpu_sess_new(gpu_sess **out, gpu_model *g, int n_ctx, int n_batch, bool kv_f
 static unsigned up32(int n) { return (unsigned)((n + 31) / 32 * 32); }
 static unsigned blocks(long long n, int per) { return (unsigned)((n + per - 1) / per); }
 
-static int rmsnorm_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, int n, int T, char *err) {
+/* x += r (r not 0), then y = the norm of x with w: rows of n, T of them. */
+static int rmsnorm_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr r, CUdeviceptr w, CUdeviceptr y, int n,
+                        int T, char *err) {
     float eps = s->g->m->cfg.rms_eps;
-    void *args[] = {&x, &w, &y, &n, &eps};
-    return gpu_launch(s->g->d, s->g->d->k.rmsnorm, (unsigned)T, 1, 1, 256, 0, args, "rmsnorm", err);
+    void *args[] = {&x, &r, &w, &y, &n, &eps};
+    return gpu_launch(s->g->d, s->g->d->k.rmsnorm, (unsigned)T, 1, 1, 512, 0, args, "rmsnorm", err);
 }
 
 static int add_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr y, long long n, char *err) {
@@ -352,12 +359,7 @@ static int add_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr y, long long n, char
     return gpu_launch(s->g->d, s->g->d->k.add_inplace, blocks(n, 256), 1, 1, 256, 0, args, "add", err);
 }
 
-static int swiglu_rows(gpu_sess *s, CUdeviceptr gg, CUdeviceptr u, long long n, char *err) {
-    void *args[] = {&gg, &u, &n};
-    return gpu_launch(s->g->d, s->g->d->k.swiglu, blocks(n, 256), 1, 1, 256, 0, args, "swiglu", err);
-}
-
-static int attention(gpu_sess *s, int li, int pos0, int T, char *err) {
+static int attention(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
     const e0_layer *ly = &s->g->m->layers[li];
     const gpu_layer *gl = &s->g->L[li];
@@ -366,19 +368,20 @@ static int attention(gpu_sess *s, int li, int pos0, int T, char *err) {
     int qrows = (int)ly->q.rows, kvd = nkv * hd, half = c->rotary_dim / 2;
     int per = c->attn_gated ? 2 * hd : hd, gated = c->attn_gated, f16 = s->f16, n_ctx = s->n_ctx;
     float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V];
-    int rc = gpu_mm(d, &gl->q, h, H, q, qrows, T, err);
-    if (!rc) rc = gpu_mm(d, &gl->k, h, H, k, kvd, T, err);
-    if (!rc) rc = gpu_mm(d, &gl->v, h, H, v, kvd, T, err);
+    CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V], posp = s->buf[B_POS];
+    const gpu_mat *W[3] = {&gl->q, &gl->k, &gl->v};
+    const CUdeviceptr ys[3] = {q, k, v};
+    const int64_t ld[3] = {qrows, kvd, kvd};
+    int rc = gpu_mm_multi(d, 3, W, h, H, ys, ld, T, err);
     CUdeviceptr qn = gl->q_norm, kn = gl->k_norm, inv = s->g->inv_freq;
-    void *a1[] = {&q, &k, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &pos0, &eps};
+    void *a1[] = {&q, &k, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &posp, &eps};
     if (!rc) rc = gpu_launch(d, d->k.qk_norm_rope, (unsigned)T, (unsigned)(nh + nkv), 1, up32(hd),
                              (unsigned)hd * 4, a1, "qk norm / rope", err);
     CUdeviceptr kc = s->kc[li], vc = s->vc[li];
-    void *a2[] = {&kc, &vc, &k, &v, &kvd, &pos0, &f16};
+    void *a2[] = {&kc, &vc, &k, &v, &kvd, &posp, &f16};
     if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)T, 1, 1, 256, 0, a2, "kv store", err);
     CUdeviceptr sc = s->buf[B_SCORES], att = s->buf[B_ATT];
-    void *a3[] = {&q, &kc, &vc, &sc, &att, &nh, &nkv, &hd, &per, &qrows, &pos0, &n_ctx, &scale, &gated, &f16};
+    void *a3[] = {&q, &kc, &vc, &sc, &att, &nh, &nkv, &hd, &per, &qrows, &posp, &n_ctx, &scale, &gated, &f16};
     if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)T, 1, 128, 0, a3, "attention", err);
     if (!rc) rc = gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);
     return rc;
@@ -399,19 +402,23 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     if (ly->packed || ly->ba_packed) {
         int P = ly->packed ? (int)ly->qkvz.rows : 0, ba_only = !ly->packed;
         if (ly->packed) {
-            rc = gpu_mm(d, &gl->qkvz, h, H, proj, P, T, err);
+            const gpu_mat *W[2] = {&gl->qkvz, &gl->ba};
+            const CUdeviceptr ys[2] = {proj, ba};
+            const int64_t ld[2] = {P, 2 * Hv};
+            rc = gpu_mm_multi(d, 2, W, h, H, ys, ld, T, err);
         } else {
-            rc = gpu_mm(d, &gl->qkv, h, H, mix, C, T, err);
-            if (!rc) rc = gpu_mm(d, &gl->z, h, H, zz, Vd, T, err);
+            const gpu_mat *W[3] = {&gl->qkv, &gl->z, &gl->ba};
+            const CUdeviceptr ys[3] = {mix, zz, ba};
+            const int64_t ld[3] = {C, Vd, 2 * Hv};
+            rc = gpu_mm_multi(d, 3, W, h, H, ys, ld, T, err);
         }
-        if (!rc) rc = gpu_mm(d, &gl->ba, h, H, ba, 2 * Hv, T, err);
         void *a[] = {&proj, &ba, &mix, &zz, &bb, &aa, &Hk, &Dk, &r, &Dv, &P, &ba_only};
         if (!rc) rc = gpu_launch(d, d->k.dn_unpack, (unsigned)T, 1, 1, 256, 0, a, "DeltaNet unpack", err);
     } else {
-        rc = gpu_mm(d, &gl->qkv, h, H, mix, C, T, err);
-        if (!rc) rc = gpu_mm(d, &gl->z, h, H, zz, Vd, T, err);
-        if (!rc) rc = gpu_mm(d, &gl->b, h, H, bb, Hv, T, err);
-        if (!rc) rc = gpu_mm(d, &gl->a, h, H, aa, Hv, T, err);
+        const gpu_mat *W[4] = {&gl->qkv, &gl->z, &gl->b, &gl->a};
+        const CUdeviceptr ys[4] = {mix, zz, bb, aa};
+        const int64_t ld[4] = {C, Vd, Hv, Hv};
+        rc = gpu_mm_multi(d, 4, W, h, H, ys, ld, T, err);
     }
     CUdeviceptr st = s->conv[li], w = gl->conv_w;
     void *a1[] = {&mix, &mixo, &st, &w, &T, &C, &K};
@@ -428,41 +435,41 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     return rc;
 }
 
+/* The MoE block of layer li on h, its output added onto x. */
 static int moe(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
     const e0_layer *ly = &s->g->m->layers[li];
     const gpu_layer *gl = &s->g->L[li];
     gpu_dev *d = s->g->d;
-    int H = c->hidden, E = c->n_experts, k = s->g->top_k, I = c->moe_inter, Is = c->shared_inter;
+    int H = c->hidden, E = c->n_experts, k = s->g->top_k, I = c->moe_inter;
     int renorm = c->norm_topk, P = T * k, shared = ly->has_shared;
     CUdeviceptr h = s->buf[B_H], rl = s->buf[B_RL], ridx = s->buf[B_RIDX], rw = s->buf[B_RW];
     CUdeviceptr cnt = s->buf[B_COUNT], nact = s->buf[B_NACT], exps = s->buf[B_EXPS];
     CUdeviceptr start = s->buf[B_START], order = s->buf[B_ORDER];
     CUdeviceptr gg = s->buf[B_G], u = s->buf[B_U], eo = s->buf[B_EO];
-    int rc = gpu_mm(d, &gl->router, h, H, rl, E, T, err);
+    CUdeviceptr shg = s->buf[B_SHG], ys = s->buf[B_YS], x = s->buf[B_X];
+    /* the router and the shared expert's gate read the same rows */
+    const gpu_mat *W[2] = {&gl->router, &gl->sh_router};
+    const CUdeviceptr yr[2] = {rl, shg};
+    const int64_t ld[2] = {E, 1};
+    int rc = gpu_mm_multi(d, shared ? 2 : 1, W, h, H, yr, ld, T, err);
     void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
     if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
-    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 512, 0, a2, "expert grouping", err);
+    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
     if (!rc && s->g->vc) { /* the experts in the cache's slots: the kernels take slots for experts */
         rc = vcache_map(s->g, li, nact, exps, err);
         exps = s->g->vc->dslots;
     }
     const int max_act = P < E ? P : E;
-    if (!rc) rc = gpu_mmx(d, &gl->xg, max_act, nact, exps, start, order, k, false, h, H, gg, I, T, err);
-    if (!rc) rc = gpu_mmx(d, &gl->xu, max_act, nact, exps, start, order, k, false, h, H, u, I, T, err);
-    if (!rc) rc = swiglu_rows(s, gg, u, (long long)P * I, err);
+    if (!rc) rc = gpu_mmx_glu(d, &gl->xg, &gl->xu, max_act, nact, exps, start, order, k, h, H, gg, u, T, err);
     if (!rc) rc = gpu_mmx(d, &gl->xd, max_act, nact, exps, start, order, k, true, gg, I, eo, H, T, err);
-    CUdeviceptr shg = s->buf[B_SHG], ys = s->buf[B_YS], y = s->buf[B_Y];
     if (!rc && shared) { /* the routed experts' hidden rows are done with: reuse g and u */
-        rc = gpu_mm(d, &gl->sh_router, h, H, shg, 1, T, err);
-        if (!rc) rc = gpu_mm(d, &gl->sh_gate, h, H, gg, Is, T, err);
-        if (!rc) rc = gpu_mm(d, &gl->sh_up, h, H, u, Is, T, err);
-        if (!rc) rc = swiglu_rows(s, gg, u, (long long)T * Is, err);
-        if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, Is, ys, H, T, err);
+        rc = gpu_mm_glu(d, &gl->sh_gate, &gl->sh_up, h, H, gg, u, T, err);
+        if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, c->shared_inter, ys, H, T, err);
     }
-    void *a3[] = {&eo, &rw, &shg, &ys, &y, &H, &k, &shared};
-    if (!rc) rc = gpu_launch(d, d->k.moe_combine, (unsigned)T, 1, 1, 256, 0, a3, "expert sum", err);
+    void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared};
+    if (!rc) rc = gpu_launch(d, d->k.moe_combine, blocks(H, 256), (unsigned)T, 1, 256, 0, a3, "expert sum", err);
     return rc;
 }
 
@@ -470,13 +477,62 @@ static int dense_mlp(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
     const gpu_layer *gl = &s->g->L[li];
     gpu_dev *d = s->g->d;
-    const int H = c->hidden, I = c->dense_inter;
     CUdeviceptr h = s->buf[B_H], gg = s->buf[B_G], u = s->buf[B_U];
-    int rc = gpu_mm(d, &gl->mlp_gate, h, H, gg, I, T, err);
-    if (!rc) rc = gpu_mm(d, &gl->mlp_up, h, H, u, I, T, err);
-    if (!rc) rc = swiglu_rows(s, gg, u, (long long)T * I, err);
-    if (!rc) rc = gpu_mm(d, &gl->mlp_down, gg, I, s->buf[B_Y], H, T, err);
+    int rc = gpu_mm_glu(d, &gl->mlp_gate, &gl->mlp_up, h, c->hidden, gg, u, T, err);
+    if (!rc) rc = gpu_mm(d, &gl->mlp_down, gg, c->dense_inter, s->buf[B_Y], c->hidden, T, err);
     return rc;
+}
+
+/* Every layer over the T rows of x (positions from B_POS). Each residual
+ * add happens in the norm after it (rmsnorm's r), the MoE block's in its
+ * sum; what is left of the last layer's is added at the end. */
+static int layers(gpu_sess *s, int T, char *err) {
+    const e0_model *m = s->g->m;
+    const int H = m->cfg.hidden;
+    CUdeviceptr x = s->buf[B_X], h = s->buf[B_H], y = s->buf[B_Y], r = 0;
+    int rc = 0;
+    for (int li = 0; !rc && li < m->cfg.n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        const gpu_layer *gl = &s->g->L[li];
+        rc = rmsnorm_rows(s, x, r, gl->in_norm, h, H, T, err);
+        if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, T, err);
+        if (!rc) rc = rmsnorm_rows(s, x, y, gl->post_norm, h, H, T, err);
+        if (!rc) rc = ly->moe ? moe(s, li, T, err) : dense_mlp(s, li, T, err);
+        r = ly->moe ? 0 : y;
+    }
+    if (!rc && r) rc = add_rows(s, x, r, (long long)T * H, err);
+    return rc;
+}
+
+/* The logits of rows first .. first + n - 1 (n <= LOGIT_ROWS) into B_LOGITS. */
+static int head(gpu_sess *s, int first, int n, char *err) {
+    const int H = s->g->m->cfg.hidden;
+    const CUdeviceptr xr = s->buf[B_X] + (CUdeviceptr)first * H * sizeof(float);
+    int rc = rmsnorm_rows(s, xr, 0, s->g->final_norm, s->buf[B_H], H, n, err);
+    if (!rc) rc = gpu_mm(s->g->d, &s->g->lm_head, s->buf[B_H], H, s->buf[B_LOGITS], s->g->m->cfg.vocab, n, err);
+    return rc;
+}
+
+/* One decode step (one id, its logits) by the session's graph, captured at
+ * the first step and again when the kernels' choice of form changes. */
+static int decode_graph(gpu_sess *s, char *err) {
+    gpu_dev *d = s->g->d;
+    if (s->step && s->step_tile != gpu_tile_min_t()) {
+        gpu_graph_free(d, s->step);
+        s->step = NULL;
+    }
+    int rc = 0;
+    if (!s->step) {
+        rc = gpu_capture_begin(d, err);
+        if (rc) return rc;
+        rc = layers(s, 1, err);
+        if (!rc) rc = head(s, 0, 1, err);
+        const int rc2 = gpu_capture_end(d, rc == 0, &s->step, err);
+        if (rc) return rc;
+        if (rc2) return rc2;
+        s->step_tile = gpu_tile_min_t();
+    }
+    return gpu_graph_launch(d, s->step, err);
 }
 
 int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, float *logits,
@@ -490,25 +546,21 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
                        s->n_batch, s->n_ctx);
     d->cu->CtxSetCurrent(d->ctx);
     for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
-    CUdeviceptr x = s->buf[B_X], h = s->buf[B_H], y = s->buf[B_Y];
-    int rc = gpu_put(d, x, s->xh, (size_t)T * H * sizeof(float), err);
-    for (int li = 0; !rc && li < c->n_layers; li++) {
-        const e0_layer *ly = &m->layers[li];
-        const gpu_layer *gl = &s->g->L[li];
-        rc = rmsnorm_rows(s, x, gl->in_norm, h, H, T, err);
-        if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, pos, T, err);
-        if (!rc) rc = add_rows(s, x, y, (long long)T * H, err);
-        if (!rc) rc = rmsnorm_rows(s, x, gl->post_norm, h, H, T, err);
-        if (!rc) rc = ly->moe ? moe(s, li, T, err) : dense_mlp(s, li, T, err);
-        if (!rc) rc = add_rows(s, x, y, (long long)T * H, err);
+    s->posh = pos;
+    int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)T * H * sizeof(float), err);
+    if (!rc) rc = gpu_put(d, s->buf[B_POS], &s->posh, sizeof s->posh, err);
+    /* a step whose launches never change: where no expert comes from the host */
+    if (!rc && T == 1 && logits && !s->g->vc && gpu_graphs_on(d)) {
+        rc = decode_graph(s, err);
+        if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)V * sizeof(float), err);
+        return rc;
     }
+    if (!rc) rc = layers(s, T, err);
     if (!rc && logits) {
         const int first = all ? 0 : T - 1;
         for (int t0 = first; !rc && t0 < T; t0 += LOGIT_ROWS) {
             const int n = T - t0 < LOGIT_ROWS ? T - t0 : LOGIT_ROWS;
-            const CUdeviceptr xr = x + (CUdeviceptr)t0 * H * sizeof(float);
-            rc = rmsnorm_rows(s, xr, s->g->final_norm, h, H, n, err);
-            if (!rc) rc = gpu_mm(d, &s->g->lm_head, h, H, s->buf[B_LOGITS], V, n, err);
+            rc = head(s, t0, n, err);
             float *dst = logits + (size_t)(t0 - first) * V;
             if (!rc) rc = gpu_get(d, dst, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
         }

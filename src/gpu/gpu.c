@@ -83,6 +83,12 @@ static int load_module(gpu_dev *d, char *err) {
         CU(d, d->cu->ModuleGetFunction(&d->k.mmt[f], d->mod, name), name);
         snprintf(name, sizeof name, "mmtx_%s", fmt_names[f]);
         CU(d, d->cu->ModuleGetFunction(&d->k.mmtx[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmg_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmg[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmxg_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmxg[f], d->mod, name), name);
+        snprintf(name, sizeof name, "mmm_%s", fmt_names[f]);
+        CU(d, d->cu->ModuleGetFunction(&d->k.mmm[f], d->mod, name), name);
     }
     return 0;
 }
@@ -190,6 +196,9 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *pv = getenv("E0_GPU_PROFILE");
     d->profile = pv && *pv == '1' && cu->EventCreate(&d->pa, CU_EVENT_DEFAULT) == CU_SUCCESS &&
                  cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
+    const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
+    gpu_set_graphs(d, !(gv && *gv == '0'));
+    d->fuse = !(fv && *fv == '0');
     *out = d;
     return 0;
 }
@@ -486,4 +495,118 @@ int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdevic
     void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly, &g};
     return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256,
                       shmem, args, "mm (experts)", err);
+}
+
+/* ---- CUDA graphs --------------------------------------------------------- */
+
+bool gpu_graphs_on(const gpu_dev *d) { return d->graphs; }
+
+void gpu_set_graphs(gpu_dev *d, bool on) {
+    const cu_api *cu = d->cu;
+    d->graphs = on && !d->profile && cu->StreamBeginCapture && cu->StreamEndCapture &&
+                cu->GraphInstantiateWithFlags && cu->GraphLaunch && cu->GraphExecDestroy && cu->GraphDestroy;
+}
+
+int gpu_capture_begin(gpu_dev *d, char *err) {
+    CU(d, d->cu->StreamBeginCapture(d->st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "starting a graph capture");
+    return 0;
+}
+
+int gpu_capture_end(gpu_dev *d, bool keep, CUgraphExec *out, char *err) {
+    *out = NULL;
+    CUgraph g = NULL;
+    const CUresult r = d->cu->StreamEndCapture(d->st, &g);
+    if (!keep || r != CU_SUCCESS) {
+        if (g) d->cu->GraphDestroy(g);
+        if (keep) return cu_fail(d, err, E0_EIO, "ending a graph capture", r);
+        return 0;
+    }
+    const CUresult ri = d->cu->GraphInstantiateWithFlags(out, g, 0);
+    d->cu->GraphDestroy(g);
+    if (ri != CU_SUCCESS) {
+        *out = NULL;
+        return cu_fail(d, err, E0_EIO, "instantiating a graph", ri);
+    }
+    return 0;
+}
+
+int gpu_graph_launch(gpu_dev *d, CUgraphExec g, char *err) {
+    CU(d, d->cu->GraphLaunch(g, d->st), "launching a graph");
+    return 0;
+}
+
+void gpu_graph_free(gpu_dev *d, CUgraphExec g) {
+    if (g) d->cu->GraphExecDestroy(g);
+}
+
+/* ---- the fused forms ------------------------------------------------------ */
+
+int gpu_swiglu(gpu_dev *d, CUdeviceptr g, CUdeviceptr u, long long n, char *err) {
+    void *args[] = {&g, &u, &n};
+    return gpu_launch(d, d->k.swiglu, (unsigned)((n + 255) / 256), 1, 1, 256, 0, args, "swiglu", err);
+}
+
+/* Whether gpu_mm takes the vector form for T tokens. */
+static bool vector_form(const gpu_mat *W, int T) { return T < gpu_tile_min_t() && W->cols <= 10880; }
+
+static bool same_form(const gpu_mat *a, const gpu_mat *b) { return a->fmt == b->fmt && a->cols == b->cols; }
+
+int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
+                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
+    bool one = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T);
+    for (int i = 1; one && i < n; i++) one = same_form(W[i], W[0]);
+    if (!one) {
+        int rc = 0;
+        for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
+        return rc;
+    }
+    gpu_multi M;
+    memset(&M, 0, sizeof M);
+    M.n = n;
+    for (int i = 0; i < n; i++) {
+        M.W[i] = *W[i];
+        M.y[i] = y[i];
+        M.ldy[i] = ldy[i];
+        M.first[i + 1] = M.first[i] + (W[i]->rows + 7) / 8;
+    }
+    for (int i = n + 1; i < 5; i++) M.first[i] = M.first[n];
+    long long lx = ldx;
+    unsigned shmem;
+    int g = staged_rows(W[0], &shmem);
+    void *args[] = {&M, &x, &lx, &T, &g};
+    return gpu_launch(d, d->k.mmm[W[0]->fmt], (unsigned)M.first[n], 1, 1, 256, shmem, args, "mm (grouped)", err);
+}
+
+int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, int64_t ldx,
+               CUdeviceptr g, CUdeviceptr u, int T, char *err) {
+    if (!d->fuse || !vector_form(G, T) || !same_form(G, U) || G->rows != U->rows) {
+        int rc = gpu_mm(d, G, x, ldx, g, G->rows, T, err);
+        if (!rc) rc = gpu_mm(d, U, x, ldx, u, U->rows, T, err);
+        if (!rc) rc = gpu_swiglu(d, g, u, (long long)T * G->rows, err);
+        return rc;
+    }
+    long long lx = ldx, ly = G->rows;
+    unsigned shmem;
+    int gs = staged_rows(G, &shmem);
+    void *args[] = {(void *)G, (void *)U, &x, &lx, &g, &ly, &T, &gs};
+    return gpu_launch(d, d->k.mmg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, 1, 256, shmem, args,
+                      "mm (gate, up)", err);
+}
+
+int gpu_mmx_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, int max_act, CUdeviceptr nact,
+                CUdeviceptr exps, CUdeviceptr start, CUdeviceptr order, int k, CUdeviceptr x,
+                int64_t ldx, CUdeviceptr g, CUdeviceptr u, int T, char *err) {
+    const bool tiles = (int64_t)T * k >= (int64_t)gpu_tile_min_t() * max_act;
+    if (!d->fuse || tiles || G->cols > 10880 || !same_form(G, U) || G->rows != U->rows) {
+        int rc = gpu_mmx(d, G, max_act, nact, exps, start, order, k, false, x, ldx, g, G->rows, T, err);
+        if (!rc) rc = gpu_mmx(d, U, max_act, nact, exps, start, order, k, false, x, ldx, u, U->rows, T, err);
+        if (!rc) rc = gpu_swiglu(d, g, u, (long long)T * k * G->rows, err);
+        return rc;
+    }
+    long long lx = ldx, ly = G->rows;
+    unsigned shmem;
+    int gs = staged_rows(G, &shmem);
+    void *args[] = {(void *)G, (void *)U, &nact, &exps, &start, &order, &k, &x, &lx, &g, &ly, &gs};
+    return gpu_launch(d, d->k.mmxg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, (unsigned)max_act, 256,
+                      shmem, args, "mm (experts' gate, up)", err);
 }

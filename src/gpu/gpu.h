@@ -44,9 +44,23 @@ typedef struct {
 } gpu_mat;
 _Static_assert(sizeof(gpu_mat) == 80, "gpu_mat mirrors struct gmat");
 
+/* Up to four matrices of one format and width that take the same input,
+ * for one launch (struct gmulti in kernels.cu, field for field): blocks
+ * first[i] .. first[i + 1] (of 8 rows) compute W[i] into y[i]. */
+typedef struct {
+    gpu_mat W[4];
+    CUdeviceptr y[4];
+    int64_t ldy[4];
+    int32_t first[5];
+    int32_t n;
+} gpu_multi;
+_Static_assert(sizeof(gpu_multi) == 408, "gpu_multi mirrors struct gmulti");
+
 /* The kernels, looked up once at open. */
 typedef struct {
     CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];   /* vector form: a warp a row, 4 tokens a pass */
+    CUfunction mmg[GPU_F_COUNT], mmxg[GPU_F_COUNT]; /* the same, gate and up at once: silu(g) * u */
+    CUfunction mmm[GPU_F_COUNT];                    /* the same, up to four matrices at once */
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
@@ -79,6 +93,8 @@ typedef struct gpu_dev {
     double h2d_gbs;        /* host-to-device bandwidth from pinned memory, measured at open */
     double d2d_gbs;        /* device memory copy bandwidth (read + write), measured at open */
     bool profile;          /* $E0_GPU_PROFILE */
+    bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
+    bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;
@@ -103,6 +119,22 @@ int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err);
 int gpu_sync(gpu_dev *d, char *err);
 int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                unsigned shmem, void **args, const char *what, char *err);
+
+/* ---- CUDA graphs ----------------------------------------------------------
+ * A decode step (the same launches at every position: the position is read
+ * from device memory) is captured once and replayed with one call, which
+ * takes the host out of the loop between kernels. On where the driver has
+ * graphs (11.4 or later), unless $E0_GPU_GRAPH=0 or the profile is on (its
+ * per-launch waits cannot be captured). */
+bool gpu_graphs_on(const gpu_dev *d);
+void gpu_set_graphs(gpu_dev *d, bool on); /* tests and bench; on only where the driver can */
+/* Launches between begin and end are recorded, not run. end with keep
+ * false (a launch in between failed) discards the recording and leaves
+ * *out NULL; keep true makes it a graph to launch. */
+int gpu_capture_begin(gpu_dev *d, char *err);
+int gpu_capture_end(gpu_dev *d, bool keep, CUgraphExec *out, char *err);
+int gpu_graph_launch(gpu_dev *d, CUgraphExec g, char *err);
+void gpu_graph_free(gpu_dev *d, CUgraphExec g);
 
 /* The format of a host matrix, or E0_EUNSUPPORTED naming what the GPU
  * kernels do not read (cols not a multiple of 32, an mlx group under 32,
@@ -142,5 +174,24 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
             CUdeviceptr y, int64_t ldy, int T, char *err);
+
+/* The fused forms. Each gives the bits of the separate calls it stands
+ * for (the same sums in the same order), so a model computes the same
+ * whether they are on or not; they fall back to the separate calls where
+ * they do not apply (tiles, formats that differ, fusion off). */
+/* y[i] = W[i] x for i < n <= 4 (gpu_mm each). */
+int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
+                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err);
+/* g[t] = silu(G x[t]) * (U x[t]): [T, G->rows] rows; u [T, U->rows] is
+ * scratch for the separate form. */
+int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, int64_t ldx,
+               CUdeviceptr g, CUdeviceptr u, int T, char *err);
+/* The same over the pairs of a MoE call (gpu_mmx, by_pair false): g and u
+ * [T * k, G->rows]. */
+int gpu_mmx_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, int max_act, CUdeviceptr nact,
+                CUdeviceptr exps, CUdeviceptr start, CUdeviceptr order, int k, CUdeviceptr x,
+                int64_t ldx, CUdeviceptr g, CUdeviceptr u, int T, char *err);
+/* g = silu(g) * u over n values. */
+int gpu_swiglu(gpu_dev *d, CUdeviceptr g, CUdeviceptr u, long long n, char *err);
 
 #endif
