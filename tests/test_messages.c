@@ -345,7 +345,20 @@ static void test_errors(void **state) {
         {"{\"model\":\"m\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "max_tokens"},
         {"{\"model\":\"m\",\"max_tokens\":2,\"service_tier\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
          "service_tier"},
-        {"{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"system\",\"content\":\"hi\"}]}", "messages[0].role"},
+        {"{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"tool\",\"content\":\"hi\"}]}", "messages[0].role"},
+        /* Claude Code's fields, wrong */
+        {"{\"model\":\"m\",\"max_tokens\":2,\"output_config\":{\"effort\":\"extreme\"},\"messages\":[{\"role\":\"user\","
+         "\"content\":\"hi\"}]}",
+         "output_config"},
+        {"{\"model\":\"m\",\"max_tokens\":2,\"context_management\":{\"edits\":[{\"type\":\"clear_tool_uses_20250919\"}]},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "clear_tool_uses_20250919"},
+        {"{\"model\":\"m\",\"max_tokens\":2,\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\","
+         "\"keep\":{\"type\":\"thinking_turns\",\"value\":-1}}]},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "keep.value"},
+        {"{\"model\":\"m\",\"max_tokens\":4000,\"thinking\":{\"type\":\"adaptive\",\"budget_tokens\":2000},\"messages\":[{"
+         "\"role\":\"user\",\"content\":\"hi\"}]}",
+         "budget_tokens"},
         {"{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
          "messages[0].content[0]"},
         {"{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\","
@@ -737,6 +750,88 @@ static void test_prefill(void **state) {
     cJSON_Delete(j);
 }
 
+/* What Claude Code sends (issue 39): POST /v1/messages?beta=true with
+ * anthropic-beta values, thinking {type: "adaptive"} (thinking on),
+ * output_config.effort, the system prompt as blocks with cache_control and
+ * a system message inside 'messages' (joined to the system prompt), and
+ * context_management's clear_thinking_20251015, which leaves the thinking
+ * of all but the last kept assistant turns out of the prompt. HEAD / and
+ * GET / answer without a key. */
+static char *agent_body(const char *extra) {
+    char *b = malloc(4096);
+    snprintf(b, 4096,
+             "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":32000,\"stream\":false," TOOLS ","
+             "\"system\":[{\"type\":\"text\",\"text\":\"You are Claude Code.\"},{\"type\":\"text\",\"text\":"
+             "\" Be brief.\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
+             "\"metadata\":{\"user_id\":\"user_abc\"},\"thinking\":{\"type\":\"adaptive\"},"
+             "\"output_config\":{\"effort\":\"high\"}%s%s,\"messages\":["
+             "{\"role\":\"system\",\"content\":\"Inner rules.\"},"
+             "{\"role\":\"user\",\"content\":\"go\"},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"FIRST-THOUGHT\","
+             "\"signature\":\"s1\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"search\",\"input\":"
+             "{\"query\":\"a\"}}]},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":\"r1\"}]},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"SECOND-THOUGHT\","
+             "\"signature\":\"s2\"},{\"type\":\"tool_use\",\"id\":\"toolu_2\",\"name\":\"search\",\"input\":"
+             "{\"query\":\"b\"}}]},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_2\",\"content\":"
+             "\"SCRIPT:thought</think>\\n\\ndone\"}]}]}",
+             extra ? "," : "", extra ? extra : "");
+    return b;
+}
+
+/* The prompt of one Claude Code request (extra: more members). */
+static char *agent_prompt(const char *extra) {
+    char *b = agent_body(extra), *out;
+    int st = su_http(port, dir, "POST", "/v1/messages?beta=true", b,
+                     HDR " -H 'anthropic-beta: claude-code-20250219,interleaved-thinking-2025-05-14,"
+                         "context-management-2025-06-27,fine-grained-tool-streaming-2025-05-14'",
+                     &out);
+    if (st != 200) fail_msg("status %d: %s\n%s", st, out, b);
+    cJSON *j = su_json(out, "the message");
+    assert_string_equal(su_str(j, "content.0.type"), "thinking"); /* adaptive: the model thinks */
+    cJSON_Delete(j);
+    free(out);
+    free(b);
+    pthread_mutex_lock(&prompt_mu);
+    char *p = strdup(last_prompt);
+    pthread_mutex_unlock(&prompt_mu);
+    return p;
+}
+
+static void test_claude_code(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(su_http(port, dir, "HEAD", "/", NULL, "--head", &out), 200);
+    free(out);
+    assert_int_equal(su_http(port, dir, "GET", "/", NULL, "", &out), 200);
+    assert_non_null(strstr(out, "edge0 is running"));
+    free(out);
+    char *p = agent_prompt(NULL);
+    /* the system message is the first (the template puts the tools before its text) */
+    const char *sys = strstr(p, "You are Claude Code. Be brief.\n\nInner rules.<|im_end|>");
+    if (strncmp(p, "<|im_start|>system\n", 19) || !sys || strstr(p + 19, "<|im_start|>") < sys)
+        fail_msg("the system prompt is not the blocks and the system message:\n%s", p);
+    assert_non_null(strstr(p, "FIRST-THOUGHT")); /* no edit: both turns' thinking (after the last query) */
+    assert_non_null(strstr(p, "SECOND-THOUGHT"));
+    static const char ON[] = "<|im_start|>assistant\n<think>\n";
+    assert_string_equal(p + strlen(p) - strlen(ON), ON); /* thinking on */
+    free(p);
+    p = agent_prompt("\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\"}]}");
+    assert_null(strstr(p, "FIRST-THOUGHT")); /* the default keeps the last turn's */
+    assert_non_null(strstr(p, "SECOND-THOUGHT"));
+    free(p);
+    p = agent_prompt("\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\",\"keep\":{\"type\":"
+                     "\"thinking_turns\",\"value\":0}}]}");
+    assert_null(strstr(p, "FIRST-THOUGHT"));
+    assert_null(strstr(p, "SECOND-THOUGHT"));
+    free(p);
+    p = agent_prompt("\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\",\"keep\":\"all\"}]}");
+    assert_non_null(strstr(p, "FIRST-THOUGHT"));
+    free(p);
+    printf("Claude Code's request shape: accepted; system blocks and message joined; clear_thinking applied\n");
+}
+
 static double cached_tokens(void) {
     char *out;
     assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, HDR, &out), 200);
@@ -826,6 +921,7 @@ int main(void) {
         cmocka_unit_test(test_tool_use),
         cmocka_unit_test(test_tool_turn_render),
         cmocka_unit_test(test_prefill),
+        cmocka_unit_test(test_claude_code),
         cmocka_unit_test(test_tool_turn_reuse),
         cmocka_unit_test(test_node_anthropic),
     };

@@ -234,8 +234,11 @@ static int append_str(cJSON *m, const char *name, const char *s, srv_error *e) {
 }
 
 /* One assistant message. *prefill: only text blocks (or a string), and so
- * usable as a prefill when it is the last message. */
-static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool *text_only, srv_error *e) {
+ * usable as a prefill when it is the last message. drop_thinking: its
+ * thinking blocks are checked and left out of the prompt (a
+ * context_management edit cleared them). */
+static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool drop_thinking, bool *text_only,
+                             srv_error *e) {
     *text_only = true;
     cJSON *m = add_message(msgs, "assistant");
     if (!m) return OOM(e);
@@ -260,7 +263,8 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
             static const char *const KNOWN[] = {"type", "thinking", "signature", "cache_control", NULL};
             const cJSON *t, *sig;
             if (only_known(b, KNOWN, p, e) || want_string(b, "thinking", p, true, &t, e) ||
-                want_string(b, "signature", p, false, &sig, e) || append_str(m, "reasoning_content", t->valuestring, e))
+                want_string(b, "signature", p, false, &sig, e) ||
+                (!drop_thinking && append_str(m, "reasoning_content", t->valuestring, e)))
                 return -1;
             *text_only = false;
         } else if (!strcmp(type, "redacted_thinking")) {
@@ -294,13 +298,72 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
     return 0;
 }
 
+/* Whether an assistant message holds thinking (or redacted thinking). */
+static bool has_thinking(const cJSON *m) {
+    const cJSON *r = member(m, "role"), *c = member(m, "content"), *b;
+    if (!cJSON_IsString(r) || strcmp(r->valuestring, "assistant") || !cJSON_IsArray(c)) return false;
+    cJSON_ArrayForEach(b, c) {
+        const cJSON *t = member(b, "type");
+        if (cJSON_IsString(t) && (!strcmp(t->valuestring, "thinking") || !strcmp(t->valuestring, "redacted_thinking")))
+            return true;
+    }
+    return false;
+}
+
+/* src (an OpenAI content: a string or text parts) moved onto parts. */
+static bool move_parts(cJSON *parts, cJSON *src) {
+    if (cJSON_IsArray(src)) {
+        cJSON *x;
+        while ((x = cJSON_DetachItemFromArray(src, 0)))
+            if (!cJSON_AddItemToArray(parts, x)) return cJSON_Delete(x), false;
+        return true;
+    }
+    cJSON *p = cJSON_CreateObject();
+    if (!p || !cJSON_AddItemToArray(parts, p)) return cJSON_Delete(p), false;
+    return cJSON_AddStringToObject(p, "type", "text") && cJSON_AddStringToObject(p, "text", src->valuestring);
+}
+
+/* A system message inside 'messages' (Claude Code sends them): its text
+ * joins the system prompt, after what is there with a blank line between,
+ * since the chat templates take one system message, at the start. */
+static int merge_system(const cJSON *c, const char *path, cJSON *msgs, srv_error *e) {
+    cJSON *add;
+    if (text_content(c, path, &add, e)) return -1;
+    cJSON *sys = cJSON_GetArrayItem(msgs, 0);
+    const cJSON *role = sys ? cJSON_GetObjectItemCaseSensitive(sys, "role") : NULL;
+    if (!cJSON_IsString(role) || strcmp(role->valuestring, "system")) { /* the first: a system message of its own */
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddStringToObject(m, "role", "system") || !cJSON_InsertItemInArray(msgs, 0, m)) {
+            cJSON_Delete(m);
+            cJSON_Delete(add);
+            return OOM(e);
+        }
+        cJSON_AddItemToObject(m, "content", add);
+        return 0;
+    }
+    cJSON *sep = cJSON_CreateString("\n\n"), *parts = cJSON_CreateArray();
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(sys, "content");
+    cJSON *was = old ? cJSON_Duplicate(old, 1) : NULL;
+    bool ok = sep && parts && was && move_parts(parts, was) && move_parts(parts, sep) && move_parts(parts, add);
+    cJSON_Delete(sep), cJSON_Delete(was), cJSON_Delete(add);
+    if (!ok || !cJSON_ReplaceItemInObjectCaseSensitive(sys, "content", parts)) {
+        cJSON_Delete(parts);
+        return OOM(e);
+    }
+    return 0;
+}
+
 /* messages -> OpenAI messages (after the system message, if any). A last
- * assistant message of text only is taken off as *prefill (malloc'd). */
-static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_error *e) {
+ * assistant message of text only is taken off as *prefill (malloc'd).
+ * keep_thinking >= 0: only the thinking of the last keep_thinking assistant
+ * messages that have some reaches the prompt (context_management). */
+static int convert_messages(const cJSON *body, cJSON *msgs, int keep_thinking, char **prefill, srv_error *e) {
     const cJSON *ms = member(body, "messages"), *m;
     if (!ms) return srv_fail(e, 400, BAD, "missing_field", "messages", "'messages' is required");
     if (!cJSON_IsArray(ms)) return srv_fail(e, 400, BAD, "invalid_type", "messages", "'messages' must be an array");
     if (!cJSON_GetArraySize(ms)) return srv_fail(e, 400, BAD, "invalid_value", "messages", "'messages' must not be empty");
+    int thinking_left = 0; /* assistant messages with thinking from here to the end */
+    cJSON_ArrayForEach(m, ms) thinking_left += has_thinking(m);
     int i = 0;
     cJSON_ArrayForEach(m, ms) {
         char p[64], cp[80];
@@ -314,9 +377,12 @@ static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_
         if (!c) return srv_fail(e, 400, BAD, "missing_field", cp, "'%s' is required", cp);
         if (!strcmp(role->valuestring, "user")) {
             if (user_message(c, cp, msgs, e)) return -1;
+        } else if (!strcmp(role->valuestring, "system")) {
+            if (merge_system(c, cp, msgs, e)) return -1;
         } else if (!strcmp(role->valuestring, "assistant")) {
-            bool text_only;
-            if (assistant_message(c, cp, msgs, &text_only, e)) return -1;
+            bool text_only, drop = false;
+            if (has_thinking(m)) drop = keep_thinking >= 0 && thinking_left-- > keep_thinking;
+            if (assistant_message(c, cp, msgs, drop, &text_only, e)) return -1;
             if (!m->next) { /* the last message: a prefill */
                 if (!text_only)
                     return srv_fail(e, 400, BAD, "invalid_value", cp,
@@ -329,9 +395,8 @@ static int convert_messages(const cJSON *body, cJSON *msgs, char **prefill, srv_
             }
         } else {
             return srv_fail(e, 400, BAD, "invalid_role", p,
-                            "'%s.role' must be \"user\" or \"assistant\", not \"%.64s\" (the system prompt is the "
-                            "top-level 'system')",
-                            p, role->valuestring);
+                            "'%s.role' must be \"user\", \"assistant\" or \"system\", not \"%.64s\"", p,
+                            role->valuestring);
         }
     }
     return 0;
@@ -424,19 +489,22 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
     if (!th) return 0;
     if (!cJSON_IsObject(th))
         return srv_fail(e, 400, BAD, "invalid_type", "thinking",
-                        "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+                        "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"} or "
+                        "{\"type\": \"disabled\"}");
     static const char *const KNOWN[] = {"type", "budget_tokens", NULL};
     if (only_known(th, KNOWN, "thinking", e) || want_string(th, "type", "thinking", true, &type, e)) return -1;
     budget = member(th, "budget_tokens");
-    if (!strcmp(type->valuestring, "disabled")) {
+    const bool off = !strcmp(type->valuestring, "disabled"), adaptive = !strcmp(type->valuestring, "adaptive");
+    if (off || adaptive) { /* adaptive: the model decides, and Qwen's thinking models think: on */
         if (budget)
             return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' belongs to type \"enabled\"");
-        *on = 0;
+        *on = adaptive;
         return 0;
     }
     if (strcmp(type->valuestring, "enabled"))
         return srv_fail(e, 400, BAD, "invalid_value", "thinking",
-                        "'thinking.type' must be \"enabled\" or \"disabled\", not \"%.64s\"", type->valuestring);
+                        "'thinking.type' must be \"enabled\", \"adaptive\" or \"disabled\", not \"%.64s\"",
+                        type->valuestring);
     if (!budget) return srv_fail(e, 400, BAD, "missing_field", "thinking", "'thinking.budget_tokens' is required");
     double b = cJSON_IsNumber(budget) ? budget->valuedouble : NAN;
     if (!isfinite(b) || floor(b) != b)
@@ -445,6 +513,78 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
     if (cJSON_IsNumber(mt) && b >= mt->valuedouble)
         return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' must be less than 'max_tokens'");
     *on = 1;
+    return 0;
+}
+
+/* output_config: {effort: low | medium | high | max}, checked. The effort
+ * has no effect: the Qwen models' thinking is on or off (the 'thinking'
+ * field), with no budget to scale; docs/api.md says so. */
+static int check_output_config(const cJSON *body, srv_error *e) {
+    const cJSON *oc = member(body, "output_config"), *eff;
+    if (!oc) return 0;
+    if (!cJSON_IsObject(oc)) return srv_fail(e, 400, BAD, "invalid_type", "output_config", "'output_config' must be an object");
+    static const char *const KNOWN[] = {"effort", NULL};
+    if (only_known(oc, KNOWN, "output_config", e) || want_string(oc, "effort", "output_config", false, &eff, e))
+        return -1;
+    static const char *const EFFORTS[] = {"low", "medium", "high", "max"};
+    for (size_t i = 0; eff && i < sizeof EFFORTS / sizeof *EFFORTS; i++)
+        if (!strcmp(eff->valuestring, EFFORTS[i])) return 0;
+    return eff ? srv_fail(e, 400, BAD, "invalid_value", "output_config",
+                          "'output_config.effort' must be \"low\", \"medium\", \"high\" or \"max\", not \"%.64s\"",
+                          eff->valuestring)
+               : 0;
+}
+
+/* context_management: {edits: [...]}: the edit edge0 applies is
+ * clear_thinking_20251015 (keep: {type: "thinking_turns", value: N},
+ * default 1, or "all"), which leaves the thinking of all but the last N
+ * assistant turns that have some out of the prompt: *keep = N, or -1 (no
+ * edit, or keep all). Other edits are refused by name. */
+static int convert_context_management(const cJSON *body, int *keep, srv_error *e) {
+    const cJSON *cm = member(body, "context_management"), *edits, *ed;
+    *keep = -1;
+    if (!cm) return 0;
+    static const char *const KNOWN[] = {"edits", NULL};
+    if (!cJSON_IsObject(cm))
+        return srv_fail(e, 400, BAD, "invalid_type", "context_management", "'context_management' must be an object");
+    if (only_known(cm, KNOWN, "context_management", e)) return -1;
+    edits = member(cm, "edits");
+    if (edits && !cJSON_IsArray(edits))
+        return srv_fail(e, 400, BAD, "invalid_type", "context_management.edits", "'context_management.edits' must be an array");
+    int i = 0;
+    cJSON_ArrayForEach(ed, edits) {
+        char p[64];
+        snprintf(p, sizeof p, "context_management.edits[%d]", i++);
+        static const char *const EK[] = {"type", "keep", NULL};
+        const cJSON *type, *k;
+        if (!cJSON_IsObject(ed)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
+        if (want_string(ed, "type", p, true, &type, e)) return -1;
+        if (strcmp(type->valuestring, "clear_thinking_20251015"))
+            return srv_fail(e, 400, BAD, "unsupported_value", p,
+                            "'%s.type': \"%.64s\" is not supported (edge0 applies clear_thinking_20251015)", p,
+                            type->valuestring);
+        if (only_known(ed, EK, p, e)) return -1;
+        k = member(ed, "keep");
+        if (!k) {
+            *keep = 1;
+        } else if (cJSON_IsString(k) && !strcmp(k->valuestring, "all")) {
+            *keep = -1;
+        } else {
+            static const char *const KK[] = {"type", "value", NULL};
+            char kp[80];
+            snprintf(kp, sizeof kp, "%s.keep", p);
+            const cJSON *kt, *kv = cJSON_IsObject(k) ? member(k, "value") : NULL;
+            if (!cJSON_IsObject(k))
+                return srv_fail(e, 400, BAD, "invalid_type", kp,
+                                "'%s' must be \"all\" or {\"type\": \"thinking_turns\", \"value\": N}", kp);
+            if (only_known(k, KK, kp, e) || want_string(k, "type", kp, true, &kt, e)) return -1;
+            if (strcmp(kt->valuestring, "thinking_turns"))
+                return srv_fail(e, 400, BAD, "invalid_value", kp, "'%s.type' must be \"thinking_turns\"", kp);
+            if (!cJSON_IsNumber(kv) || kv->valuedouble < 0 || kv->valuedouble > 1e6 || floor(kv->valuedouble) != kv->valuedouble)
+                return srv_fail(e, 400, BAD, "invalid_value", kp, "'%s.value' must be an integer of at least 0", kp);
+            *keep = (int)kv->valuedouble;
+        }
+    }
     return 0;
 }
 
@@ -494,7 +634,8 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
                      srv_error *e) {
     static const char *const TOP[] = {"model",       "messages", "max_tokens", "system",   "stop_sequences",
                                       "stream",      "temperature", "top_p",   "top_k",    "metadata",
-                                      "tools",       "tool_choice", "thinking", NULL};
+                                      "tools",       "tool_choice", "thinking", "output_config",
+                                      "context_management", NULL};
     const cJSON *model = member(body, "model"), *sys = member(body, "system");
     if (only_known(body, TOP, "", e)) return -1;
     if (!model) return srv_fail(e, 400, BAD, "missing_field", "model", "'model' is required");
@@ -509,7 +650,9 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
             return OOM(e);
         }
     }
-    if (convert_messages(body, msgs, prefill, e) || convert_tools(body, o, e) || convert_tool_choice(body, o, choice, e) ||
+    int keep = -1;
+    if (convert_context_management(body, &keep, e) || check_output_config(body, e) ||
+        convert_messages(body, msgs, keep, prefill, e) || convert_tools(body, o, e) || convert_tool_choice(body, o, choice, e) ||
         convert_thinking(body, thinking, e) || convert_sampling(body, o, count_only, e))
         return -1;
     if (*prefill && *thinking == 1)

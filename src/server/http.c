@@ -76,6 +76,7 @@ enum {
     EP_COUNT_TOKENS,
     EP_MODELS,
     EP_HEALTH,
+    EP_ROOT,
     EP_METRICS,
     EP_TOKENIZE,
     EP_DETOKENIZE,
@@ -92,6 +93,7 @@ static const struct {
     [EP_COUNT_TOKENS] = {"/v1/messages/count_tokens", "/messages/count_tokens", "POST", "count_tokens"},
     [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
     [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
+    [EP_ROOT] = {"/", "/", "GET", "root"}, /* clients probe it (Claude Code: HEAD /) */
     [EP_METRICS] = {"/metrics", "/v1/metrics", "GET", "metrics"},
     [EP_TOKENIZE] = {"/tokenize", "/v1/tokenize", "POST", "tokenize"},
     [EP_DETOKENIZE] = {"/detokenize", "/v1/detokenize", "POST", "detokenize"},
@@ -633,7 +635,7 @@ static enum MHD_Result on_headers(srv *S, struct MHD_Connection *c, req_ctx *cx,
                  url, ROUTES[cx->ep].method);
         return send_error(c, cx, &e, MHD_HTTP_HEADER_ALLOW, get ? "GET, HEAD" : ROUTES[cx->ep].method);
     }
-    if (cx->ep != EP_HEALTH && !authorized(S, c)) {
+    if (cx->ep != EP_HEALTH && cx->ep != EP_ROOT && !authorized(S, c)) {
         srv_error e;
         srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL, "%s",
                  cx->anthropic ? "invalid x-api-key: a valid API key is required in the header 'x-api-key: KEY'"
@@ -690,6 +692,10 @@ static enum MHD_Result dispatch(srv *S, struct MHD_Connection *c, req_ctx *cx, c
     case EP_HEALTH: {
         char *ok = strdup("{\"status\":\"ok\"}");
         return ok ? send_body(c, cx, 200, ok, strlen(ok), "application/json", NULL, NULL) : MHD_NO;
+    }
+    case EP_ROOT: {
+        char *ok = strdup("edge0 is running\n");
+        return ok ? send_body(c, cx, 200, ok, strlen(ok), "text/plain; charset=utf-8", NULL, NULL) : MHD_NO;
     }
     case EP_TOKENIZE:
     case EP_DETOKENIZE:
