@@ -5,8 +5,7 @@
  *    weights resident on the GPU: prefill then decode, logits within 5e-3
  *    relative L2 of the CPU under --kernels exact at every position, the
  *    same argmax at every position; the GPU run repeated kernel by kernel
- *    (no CUDA graph) with the fused products off and the vector form's
- *    inputs taken the other way (staged / in place) gives the same bits; the same model with a VRAM expert cache of the least slots (and
+ *    (no CUDA graph) with the fused products off gives the same bits; the same model with a VRAM expert cache of the least slots (and
  *    a few more) gives the all-resident run's bits while copying misses;
  *  - through the engine (e0_engine_open with a VRAM budget): a budget
  *    that leaves the experts to the cache decodes 64 greedy tokens with
@@ -159,9 +158,8 @@ static void test_mm_formats(void **state) {
     NEED_GPU();
     char err[E0_ERR_MAX];
     const int64_t rows = 72, cols = 512;
-    /* T 1, 3, 9 in the vector form (inputs read in place), 70 in the tiled one,
-     * then 3 and 9 tiled, then 1, 3, 9 with the inputs staged in shared memory */
-    const int Ts[] = {1, 3, 9, 70, 3, 9, 1, 3, 9};
+    /* T 1, 3, 9 in the vector form, 70 in the tiled one, then 3 and 9 tiled */
+    const int Ts[] = {1, 3, 9, 70, 3, 9};
     for (int ci = 0; ci < NCASES; ci++) {
         const fmt_case *c = &CASES[ci];
         void *bufs[3];
@@ -174,8 +172,7 @@ static void test_mm_formats(void **state) {
         double worst = 0;
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
             const int T = Ts[ti];
-            gpu_set_tile_min_t(ti >= 4 && ti < 6 ? 0 : 16);
-            g_dev->stage_x = ti >= 6; /* the last three: inputs staged in shared memory */
+            gpu_set_tile_min_t(ti >= 4 ? 0 : 16);
             float *x = malloc((size_t)(T * cols) * 4), *ref = malloc((size_t)(T * rows) * 4),
                   *got = malloc((size_t)(T * rows) * 4);
             for (int64_t i = 0; i < T * cols; i++) x[i] = rnd_f();
@@ -226,7 +223,6 @@ static void test_mm_formats(void **state) {
             free(x), free(ref), free(got), free(pg), free(pr);
         }
         gpu_set_tile_min_t(-1);
-        g_dev->stage_x = false;
         printf("  %-10s worst relative L2 %.2e\n", c->name, worst);
         assert_true(worst < 1e-5);
         gpu_mat_free(g_dev, &one, 1);
@@ -401,14 +397,12 @@ static void test_models(void **state) {
         if (gpu_model_new(&g, g_dev, &e->model, e->top_k, 0, err)) fail_msg("%s: %s", path, err);
         /* the rerun launches kernel by kernel, unfused: the same bits */
         float *got = gpu_logits(g, ids, V);
-        const bool graphs = gpu_graphs_on(g_dev), fuse = g_dev->fuse, stage = g_dev->stage_x;
+        const bool graphs = gpu_graphs_on(g_dev), fuse = g_dev->fuse;
         gpu_set_graphs(g_dev, false);
         g_dev->fuse = false;
-        g_dev->stage_x = !stage;
         float *again = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, graphs);
         g_dev->fuse = fuse;
-        g_dev->stage_x = stage;
         double worst = 0;
         int bad_argmax = 0;
         for (int i = 0; i < NIDS; i++) {
@@ -417,9 +411,8 @@ static void test_models(void **state) {
             bad_argmax += tu_argmax(got + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
         }
         const bool same = memcmp(got, again, (size_t)NIDS * (size_t)V * 4) == 0;
-        printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun (no graph, unfused, %s) %s, %.1f MiB on the GPU\n",
-               MODELS[mi][0], MODELS[mi][1], worst, bad_argmax, NIDS, stage ? "inputs in place" : "inputs staged",
-               same ? "bit-identical" : "DIFFERS",
+        printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun (no graph, unfused) %s, %.1f MiB on the GPU\n",
+               MODELS[mi][0], MODELS[mi][1], worst, bad_argmax, NIDS, same ? "bit-identical" : "DIFFERS",
                (double)g->bytes / 1048576.0);
         assert_true(worst < 5e-3);
         assert_int_equal(bad_argmax, 0);

@@ -199,8 +199,6 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
-    const char *sv = getenv("E0_GPU_STAGE_X");
-    d->stage_x = sv && *sv == '1';
     *out = d;
     return 0;
 }
@@ -434,18 +432,10 @@ void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n) {
     memset(m, 0, sizeof *m);
 }
 
-/* How the vector-form kernels take their input rows (kernels_mm.cuh
- * place_x): read in place, TT = 4 tokens a pass, where the rows are
- * 16-byte aligned (ldx a multiple of 4) and staging is not asked for
- * ($E0_GPU_STAGE_X=1): g = -4, no shared memory. Otherwise staged in
- * shared memory, at most 4 rows at once within the 48 KiB every card gives
- * a block without asking (each row takes cols / 32 chunks of 36 floats,
- * XS): g > 0 and *shmem its bytes. The sums are the same either way. */
-static int x_form(const gpu_dev *d, const gpu_mat *W, int64_t ldx, unsigned *shmem) {
-    if (!d->stage_x && ldx % 4 == 0) {
-        *shmem = 0;
-        return -4;
-    }
+/* Input rows the matmul kernels stage in shared memory at once (at most
+ * kernels.cu's TT = 4), within the 48 KiB every card gives a block without
+ * asking: each row takes cols / 32 chunks of 36 floats (XS). */
+static int staged_rows(const gpu_mat *W, unsigned *shmem) {
     const unsigned row = (unsigned)(W->cols / 32) * 36u * 4u;
     int g = (int)((48u * 1024u) / row);
     if (g > 4) g = 4;
@@ -479,7 +469,7 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
         return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
     long long lx = ldx, ly = ldy;
     unsigned shmem;
-    int g = x_form(d, W, ldx, &shmem);
+    int g = staged_rows(W, &shmem);
     void *args[] = {(void *)W, &x, &lx, &y, &ly, &T, &g};
     return gpu_launch(d, d->k.mm[W->fmt], (unsigned)((W->rows + 7) / 8), 1, 1, 256, shmem, args, "mm", err);
 }
@@ -501,7 +491,7 @@ int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdevic
     long long lx = ldx, ly = ldy;
     int bp = by_pair;
     unsigned shmem;
-    int g = x_form(d, W, ldx, &shmem);
+    int g = staged_rows(W, &shmem);
     void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly, &g};
     return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256,
                       shmem, args, "mm (experts)", err);
@@ -582,7 +572,7 @@ int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int6
     for (int i = n + 1; i < 5; i++) M.first[i] = M.first[n];
     long long lx = ldx;
     unsigned shmem;
-    int g = x_form(d, W[0], ldx, &shmem);
+    int g = staged_rows(W[0], &shmem);
     void *args[] = {&M, &x, &lx, &T, &g};
     return gpu_launch(d, d->k.mmm[W[0]->fmt], (unsigned)M.first[n], 1, 1, 256, shmem, args, "mm (grouped)", err);
 }
@@ -597,7 +587,7 @@ int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, in
     }
     long long lx = ldx, ly = G->rows;
     unsigned shmem;
-    int gs = x_form(d, G, ldx, &shmem);
+    int gs = staged_rows(G, &shmem);
     void *args[] = {(void *)G, (void *)U, &x, &lx, &g, &ly, &T, &gs};
     return gpu_launch(d, d->k.mmg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, 1, 256, shmem, args,
                       "mm (gate, up)", err);
@@ -615,7 +605,7 @@ int gpu_mmx_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, int max_act, CUd
     }
     long long lx = ldx, ly = G->rows;
     unsigned shmem;
-    int gs = x_form(d, G, ldx, &shmem);
+    int gs = staged_rows(G, &shmem);
     void *args[] = {(void *)G, (void *)U, &nact, &exps, &start, &order, &k, &x, &lx, &g, &ly, &gs};
     return gpu_launch(d, d->k.mmxg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, (unsigned)max_act, 256,
                       shmem, args, "mm (experts' gate, up)", err);

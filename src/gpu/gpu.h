@@ -95,7 +95,6 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
-    bool stage_x;          /* vector-form inputs staged in shared memory ($E0_GPU_STAGE_X=1), not read in place */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;

@@ -205,34 +205,12 @@ __device__ __forceinline__ void stage_x(float *sx, const float *const *xs, int n
             sx[((size_t)i * nc + v / 32) * XS + v % 32] = xs[i][v];
 }
 
-/* The n <= TT input rows xs[i] where row_dot reads them: staged in shared
- * memory (g > 0: the whole block takes part), chunk c of row i at xp[i] +
- * c * XS; or read in place (g < 0: the rows of a decode step, which every
- * warp reads from the cache; no barrier, so each warp's weight loads start
- * at once), chunk c at xs[i] + c * 32 (rows 16-byte aligned: the host
- * checks). The products and sums are the same either way. */
-__device__ __forceinline__ int place_x(float *sx, const float *const *xs, int n, int cols, int g,
-                                       const float *xp[TT]) {
-    if (g < 0) {
-#pragma unroll
-        for (int i = 0; i < TT; i++) xp[i] = xs[i];
-        return 32;
-    }
-    __syncthreads();
-    stage_x(sx, xs, n, cols);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < TT; i++) xp[i] = sx + (size_t)i * (cols / 32) * XS;
-    return XS;
-}
-
-/* One row r of W against the n <= TT input rows placed by place_x (chunk
- * c of row i at xp[i] + c * cs): acc[i] = W[r] . x_i, summed across the
- * warp; every lane gets it. */
+/* One row r of W against the n <= TT staged input rows: acc[i] = W[r] .
+ * x_i, summed across the warp; every lane gets it. */
 template <int F>
 __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, const uint8_t *sbase,
-                                        const uint8_t *bbase, int r, const float *const xp[TT], int cs,
-                                        int n, float acc[TT]) {
+                                        const uint8_t *bbase, int r, const float *sx, int n,
+                                        float acc[TT]) {
     const int lane = threadIdx.x & 31;
     const uint8_t *row = wbase + (size_t)r * W.row_bytes;
     const uint8_t *srow = sbase ? sbase + (size_t)r * W.srow_bytes : nullptr;
@@ -246,7 +224,7 @@ __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, con
 #pragma unroll
         for (int i = 0; i < TT; i++) {
             if (i >= n) break;
-            const float4 *x4 = (const float4 *)(xp[i] + (size_t)c * cs);
+            const float4 *x4 = (const float4 *)(sx + ((size_t)i * nc + c) * XS);
             float a = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -276,8 +254,7 @@ __device__ __forceinline__ float pick(const float acc[TT], int lane) {
  * plain form sums it and the product formed as the swiglu kernel forms it,
  * so the fused form gives the bits of the separate kernels. Dynamic shared
  * memory: g * (cols / 32) * XS floats, g <= TT the tokens staged at once
- * (the host sizes it); g < 0: -g tokens at once read in place, no shared
- * memory (place_x). */
+ * (the host sizes it). */
 template <int F, bool GLU>
 __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r, const float *x,
                                         long long ldx, float *y, long long ldy, int T, int g) {
@@ -285,19 +262,20 @@ __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r, con
     float *sx = (float *)smem4;
     const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
-    const int step = g < 0 ? -g : g;
-    for (int t0 = 0; t0 < T; t0 += step) {
-        const int n = T - t0 < step ? T - t0 : step;
-        const float *xs[TT], *xp[TT];
+    for (int t0 = 0; t0 < T; t0 += g) {
+        const int n = T - t0 < g ? T - t0 : g;
+        const float *xs[TT];
 #pragma unroll
         for (int i = 0; i < TT; i++) xs[i] = x + (size_t)(t0 + (i < n ? i : 0)) * ldx;
-        const int cs = place_x(sx, xs, n, W.cols, g, xp);
+        __syncthreads();
+        stage_x(sx, xs, n, W.cols);
+        __syncthreads();
         if (!live) continue;
         float acc[TT];
-        row_dot<F>(W, W.w, W.s, W.b, r, xp, cs, n, acc);
+        row_dot<F>(W, W.w, W.s, W.b, r, sx, n, acc);
         float a = pick(acc, lane);
         if (GLU) {
-            row_dot<F>(U, U.w, U.s, U.b, r, xp, cs, n, acc);
+            row_dot<F>(U, U.w, U.s, U.b, r, sx, n, acc);
             a = silu(a) * pick(acc, lane);
         }
         if (lane < n) y[(size_t)(t0 + lane) * ldy + r] = a;
@@ -362,22 +340,23 @@ __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const
     const uint8_t *ub = GLU ? U.w + (size_t)e * U.estride : nullptr;
     const uint8_t *usb = GLU && U.s ? U.s + (size_t)e * U.sstride : nullptr;
     const uint8_t *ubb = GLU && U.b ? U.b + (size_t)e * U.sstride : nullptr;
-    const int step = g < 0 ? -g : g;
-    for (int i0 = p0; i0 < p1; i0 += step) {
-        const int n = p1 - i0 < step ? p1 - i0 : step;
-        const float *xs[TT], *xp[TT];
+    for (int i0 = p0; i0 < p1; i0 += g) {
+        const int n = p1 - i0 < g ? p1 - i0 : g;
+        const float *xs[TT];
 #pragma unroll
         for (int i = 0; i < TT; i++) {
             const int p = order[i0 + (i < n ? i : 0)];
             xs[i] = x + (size_t)(by_pair ? p : p / k) * ldx;
         }
-        const int cs = place_x(sx, xs, n, W.cols, g, xp);
+        __syncthreads();
+        stage_x(sx, xs, n, W.cols);
+        __syncthreads();
         if (!live) continue;
         float acc[TT];
-        row_dot<F>(W, wb, sb, bb, r, xp, cs, n, acc);
+        row_dot<F>(W, wb, sb, bb, r, sx, n, acc);
         float v = pick(acc, lane);
         if (GLU) {
-            row_dot<F>(U, ub, usb, ubb, r, xp, cs, n, acc);
+            row_dot<F>(U, ub, usb, ubb, r, sx, n, acc);
             v = silu(v) * pick(acc, lane);
         }
         if (lane < n) y[(size_t)order[i0 + lane] * ldy + r] = v;
