@@ -73,23 +73,18 @@ static int load_module(gpu_dev *d, char *err) {
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
-    for (int f = 0; f < GPU_F_COUNT; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "mm_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mm[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmx_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmx[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmt_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmt[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmtx_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmtx[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmg_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmg[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmxg_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmxg[f], d->mod, name), name);
-        snprintf(name, sizeof name, "mmm_%s", fmt_names[f]);
-        CU(d, d->cu->ModuleGetFunction(&d->k.mmm[f], d->mod, name), name);
-    }
+    /* each product form, one kernel a weight format: "<form>_<format>" */
+    struct {
+        CUfunction *f;
+        const char *form;
+    } forms[] = {{d->k.mm, "mm"},   {d->k.mmx, "mmx"}, {d->k.mmt, "mmt"}, {d->k.mmtx, "mmtx"},
+                 {d->k.mmg, "mmg"}, {d->k.mmxg, "mmxg"}, {d->k.mmm, "mmm"}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        for (int f = 0; f < GPU_F_COUNT; f++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s_%s", forms[i].form, fmt_names[f]);
+            CU(d, d->cu->ModuleGetFunction(&forms[i].f[f], d->mod, name), name);
+        }
     return 0;
 }
 
