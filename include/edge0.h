@@ -968,7 +968,10 @@ int e0_pass_next_half(const e0_pass *p);
  * pieces (sink.args; they concatenate to the whole object). Text that is
  * not a call goes to sink.content. A "<tool_call>" that turns out
  * malformed, and every byte after it, is content (e0_tc_malformed); one cut
- * off by the end of generation is content too (e0_tc_truncated). The
+ * off by the end of generation (e0_tc_truncated) is handed on as far as it
+ * got, at e0_tc_finish: the XML form with its complete parameters, the JSON
+ * form with its name and no arguments, and nothing where the name is not
+ * whole; its markup never reaches content. The
  * events do not depend on how the text is cut into pieces. After max_calls
  * calls everything else is dropped and e0_tc_full says so. One stream and
  * one thread at a time per parser (src/text/toolcall.h has the details). */

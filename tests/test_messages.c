@@ -750,6 +750,29 @@ static void test_prefill(void **state) {
     cJSON_Delete(j);
 }
 
+/* A tool call cut off by max_tokens: stop_reason max_tokens and the call
+ * as far as it got (its complete parameters) as a tool_use block; its
+ * markup never in a text block. */
+static void test_truncated_call(void **state) {
+    (void)state;
+    cJSON *j = message("{\"model\":\"m\",\"max_tokens\":50," TOOLS ",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "\"SCRIPT:</think>\\n\\nLooking.\\n<tool_call>\\n<function=search>\\n<parameter=query>\\nhal~\"}]}");
+    assert_string_equal(su_str(j, "stop_reason"), "max_tokens");
+    const cJSON *c = su_at(j, "content"), *b;
+    int uses = 0;
+    cJSON_ArrayForEach(b, c) {
+        const char *t = su_str(b, "type");
+        if (!strcmp(t, "text")) assert_null(strstr(su_str(b, "text"), "<tool_call>"));
+        if (!strcmp(t, "tool_use")) {
+            uses++;
+            assert_string_equal(su_str(b, "name"), "search");
+            assert_int_equal(cJSON_GetArraySize(su_at(b, "input")), 0);
+        }
+    }
+    assert_int_equal(uses, 1);
+    cJSON_Delete(j);
+}
+
 /* What Claude Code sends (issue 39): POST /v1/messages?beta=true with
  * anthropic-beta values, thinking {type: "adaptive"} (thinking on),
  * output_config.effort, the system prompt as blocks with cache_control and
@@ -922,6 +945,7 @@ int main(void) {
         cmocka_unit_test(test_tool_turn_render),
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_claude_code),
+        cmocka_unit_test(test_truncated_call),
         cmocka_unit_test(test_tool_turn_reuse),
         cmocka_unit_test(test_node_anthropic),
     };

@@ -1512,28 +1512,40 @@ static void test_tool_calls(void **state) {
 }
 
 /* A malformed call ends as content with finish_reason "stop"; one cut off by
- * max_tokens as content with "length"; plain and streamed alike. */
+ * max_tokens as the call as far as it got (its complete parameters) with
+ * "length", never its markup in content; plain and streamed alike. */
 static void test_tool_calls_broken(void **state) {
     (void)state;
     static const struct {
-        const char *script, *finish, *content;
+        const char *script, *finish, *content, *call, *args;
     } cases[] = {
         {"</think>\\n\\nOK.\\n<tool_call>\\n{\\\"name\\\": 7}\\n</tool_call>", "stop",
-         "OK.\n<tool_call>\n{\"name\": 7}\n</tool_call>"},
-        {"</think>\\n\\n<tool_call>\\n<function=search>\\n<parameter=query>\\nhalf~", "length",
-         "<tool_call>\n<function=search>\n<parameter=query>\nhalf"},
+         "OK.\n<tool_call>\n{\"name\": 7}\n</tool_call>", NULL, NULL},
+        {"</think>\\n\\n<tool_call>\\n<function=search>\\n<parameter=query>\\nhalf~", "length", NULL, "search", "{}"},
+        {"</think>\\n\\nLet me look.\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nBern\\n</parameter>\\n"
+         "<parameter=days>\\n2~",
+         "length", "Let me look.", "get_weather", "{\"city\": \"Bern\"}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cJSON *j = ip_chat(cases[i].script, NULL);
         assert_string_equal(str(j, "choices.0.finish_reason"), cases[i].finish);
-        assert_string_equal(str(j, "choices.0.message.content"), cases[i].content);
-        assert_null(cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls"));
+        const cJSON *c = at(j, "choices.0.message.content");
+        if (cases[i].content) assert_string_equal(c->valuestring, cases[i].content);
+        else assert_true(cJSON_IsNull(c) || (cJSON_IsString(c) && !*c->valuestring));
+        const cJSON *calls = cJSON_GetObjectItem(at(j, "choices.0.message"), "tool_calls");
+        if (!cases[i].call) {
+            assert_null(calls);
+        } else {
+            assert_int_equal(cJSON_GetArraySize(calls), 1);
+            assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.name"), cases[i].call);
+            assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.arguments"), cases[i].args);
+        }
         cJSON_Delete(j);
         tstream ts;
         ip_stream(cases[i].script, NULL, &ts);
         assert_string_equal(ts.finish, cases[i].finish);
-        assert_string_equal(ts.content, cases[i].content);
-        assert_int_equal(ts.n, 0);
+        assert_string_equal(ts.content, cases[i].content ? cases[i].content : "");
+        assert_int_equal(ts.n, cases[i].call ? 1 : 0);
     }
 }
 

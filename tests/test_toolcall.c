@@ -208,15 +208,34 @@ static void test_plain_text(void **state) {
 static void test_broken(void **state) {
     (void)state;
     result r;
-    /* truncated: the call is content, flagged */
-    const char *cut = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ";
-    parse(cut, 8, &r);
-    assert_int_equal(r.n, 0);
+    /* truncated (the end of generation inside a call): the call as far as it
+     * got, never its markup: the JSON form's name with no arguments, the XML
+     * form's complete parameters; nothing where the name is not whole */
+    parse("Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ", 8, &r);
     assert_true(r.truncated);
-    assert_string_equal(r.content, cut);
+    assert_string_equal(r.content, "Sure.");
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.name[0], "f");
+    assert_string_equal(r.args[0], "{}");
     parse("<tool_call>\n<function=f>\n<parameter=a>\nhalf a val", 8, &r);
     assert_true(r.truncated);
-    assert_string_equal(r.content, "<tool_call>\n<function=f>\n<parameter=a>\nhalf a val");
+    assert_string_equal(r.content, "");
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.args[0], "{}");
+    parse("<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n<parameter=b>\nha", 8, &r);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.args[0], "{\"a\": \"whole\"}");
+    parse("<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n</function>\n</tool_", 8, &r);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.args[0], "{\"a\": \"whole\"}");
+    static const char *no_name[] = {"Hm.\n<tool_call>\n<function=f", "Hm.\n<tool_call>\n{\"name\": \"f",
+                                    "Hm.\n<tool_call>\n", "Hm.\n<tool_call>\n{\"arguments\": {}, \"na"};
+    for (size_t i = 0; i < sizeof no_name / sizeof *no_name; i++) {
+        parse(no_name[i], 8, &r);
+        assert_true(r.truncated);
+        assert_int_equal(r.n, 0);
+        assert_string_equal(r.content, "Hm.");
+    }
 
     /* malformed: the call and everything after it are content */
     static const char *bad[] = {

@@ -381,8 +381,15 @@ static int value_end(const char *b, size_t v, size_t n, size_t *end, size_t *nex
     return P_MORE;
 }
 
-/* b[i..] starts with "<function=". */
-static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, call *cl) {
+/* b[i..] starts with "<function=". partial (the text was cut off by the
+ * end of generation): where more text would be needed after the name,
+ * the call as far as its complete parameters instead. */
+static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, bool partial, call *cl) {
+#define MORE()                    \
+    do {                          \
+        if (partial) goto cut;    \
+        return P_MORE;            \
+    } while (0)
     size_t nm = i + strlen("<function="), k = nm;
     while (k < n && b[k] != '>' && b[k] != '\n' && b[k] != '<')
         k++;
@@ -393,23 +400,27 @@ static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, ca
     size_t at = k + 1;
     for (int np = 0;; np++) {
         at = skip_ws(b, at, n);
-        if (at == n) return P_MORE;
+        if (at == n) MORE();
         int a = match(b, at, n, "<parameter="), f = match(b, at, n, "</function>");
         if (f == 1) {
             at += strlen("</function>");
             break;
         }
-        if (a != 1) return a == 0 || f == 0 ? P_MORE : P_BAD;
+        if (a != 1) {
+            if (a == 0 || f == 0) MORE();
+            return P_BAD;
+        }
         size_t k0 = at + strlen("<parameter="), k1 = k0;
         while (k1 < n && b[k1] != '>' && b[k1] != '\n' && b[k1] != '<')
             k1++;
-        if (k1 == n) return P_MORE;
+        if (k1 == n) MORE();
         if (b[k1] != '>' || k1 == k0) return P_BAD;
         size_t v = k1 + 1;
-        if (v == n) return P_MORE;
+        if (v == n) MORE();
         if (b[v] == '\n') v++;
         size_t ve, next;
         int r = value_end(b, v, n, &ve, &next);
+        if (r == P_MORE) MORE();
         if (r != P_DONE) return r;
         if (ve > v && b[ve - 1] == '\n') ve--;
         if (ve < v) ve = v; /* "<parameter=a>\n</parameter>": empty */
@@ -422,25 +433,59 @@ static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, ca
     }
     at = skip_ws(b, at, n);
     int m = match(b, at, n, TC_CLOSE);
-    if (m <= 0) return m == 0 ? P_MORE : P_BAD;
+    if (m == 0) MORE();
+    if (m < 0) return P_BAD;
+    at += strlen(TC_CLOSE);
+    if (0) {
+    cut:
+        at = n;
+    }
     if (tb_put(&p->args, "}", 1)) return E0_ENOMEM;
     cl->name = b + nm;
     cl->name_len = k - nm;
     cl->args = p->args.p;
     cl->args_len = p->args.len;
-    cl->consumed = at + strlen(TC_CLOSE);
+    cl->consumed = at;
+    return P_DONE;
+#undef MORE
+}
+
+/* The JSON form cut off: its name where the text has it whole (the
+ * object's first member, "name": "...", as the templates write it), with
+ * no arguments. */
+static int parse_json_partial(const char *b, size_t i, size_t n, call *cl) {
+    size_t q = skip_ws(b, i + 1, n);
+    if (match(b, q, n, "\"name\"") != 1) return P_MORE;
+    q = skip_ws(b, q + 6, n);
+    if (q == n || b[q] != ':') return P_MORE;
+    q = skip_ws(b, q + 1, n);
+    if (q == n || b[q] != '"') return P_MORE;
+    size_t e = q + 1;
+    while (e < n && b[e] != '"' && b[e] != '\\')
+        e++;
+    if (e == n || b[e] != '"' || !valid_name(b + q + 1, e - q - 1)) return P_MORE;
+    cl->name = b + q + 1;
+    cl->name_len = e - q - 1;
+    cl->args = "{}", cl->args_len = 2;
+    cl->consumed = n;
     return P_DONE;
 }
 
-/* Parses the call text in p->buf: P_MORE, P_DONE (cl filled), P_BAD, or E0_ENOMEM. */
-static int parse_call(e0_tc_parser *p, call *cl) {
+/* Parses the call text in p->buf: P_MORE, P_DONE (cl filled), P_BAD, or
+ * E0_ENOMEM. partial: the text ends here (generation stopped); P_DONE
+ * then means the call as far as it got (parse_xml_call, parse_json_partial). */
+static int parse_call(e0_tc_parser *p, bool partial, call *cl) {
     const char *b = p->buf.p ? p->buf.p : "";
     size_t n = p->buf.len, i = skip_ws(b, 0, n);
     memset(cl, 0, sizeof *cl);
     if (i == n) return P_MORE;
-    if (b[i] == '{') return parse_json_call(b, i, n, cl);
+    if (b[i] == '{') {
+        int r = parse_json_call(b, i, n, cl);
+        if (r == P_MORE && partial) r = parse_json_partial(b, i, n, cl);
+        return r;
+    }
     int m = match(b, i, n, "<function=");
-    if (m == 1) return parse_xml_call(p, b, i, n, cl);
+    if (m == 1) return parse_xml_call(p, b, i, n, partial, cl);
     return m == 0 ? P_MORE : P_BAD;
 }
 
@@ -541,7 +586,7 @@ static int advance(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
         }
         /* ST_CALL */
         call cl;
-        int r = parse_call(p, &cl);
+        int r = parse_call(p, false, &cl);
         if (r == P_MORE && p->buf.len > TC_MAX_CALL) r = P_BAD;
         if (r < P_BAD) { /* out of memory */
             cJSON_Delete(cl.owned), free(cl.owned_args);
@@ -576,9 +621,15 @@ int e0_tc_feed(e0_tc_parser *p, const char *s, size_t n, const e0_tc_sink *k, vo
 
 int e0_tc_finish(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
     int rc = 0;
-    if (p->state == ST_CALL) {
+    if (p->state == ST_CALL) { /* cut off: the call as far as it got, never its markup */
         p->truncated = true;
-        rc = give_up(p, k, user);
+        call cl;
+        int r = parse_call(p, true, &cl);
+        if (r == P_DONE) rc = emit_call(p, &cl, k, user);
+        else if (r < P_BAD) rc = r;
+        if (r == P_DONE && !rc) p->calls++;
+        cJSON_Delete(cl.owned), free(cl.owned_args);
+        if (r == P_BAD) rc = give_up(p, k, user); /* not a call after all: what it was is content */
     } else if (p->state == ST_TEXT) {
         size_t n = p->buf.len;
         if (p->calls) /* whitespace after the last call is the template's */

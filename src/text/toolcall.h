@@ -24,10 +24,14 @@
  * call goes to sink.content: text before a call, text after the last one.
  * Whitespace between a text and a call, or between calls, is dropped. A
  * "<tool_call>" that turns out malformed, and every byte after it, is content
- * (e0_tc_malformed); one cut off by the end of generation is content too
- * (e0_tc_truncated). So the streamed events, however the text is cut into
- * pieces, are the same as for the whole text, and nothing of a call's markup
- * ever reaches content unless the call failed.
+ * (e0_tc_malformed); one cut off by the end of generation (max_tokens) is
+ * handed on at e0_tc_finish as far as it got: the XML form with the
+ * parameters that were complete (the one cut off left out, so the arguments
+ * are a valid object), the JSON form with its name and "{}", nothing when
+ * even the name was cut (e0_tc_truncated says so in every case). So the
+ * streamed events, however the text is cut into pieces, are the same as for
+ * the whole text, and nothing of a call's markup ever reaches content unless
+ * the call failed.
  *
  * After max_calls calls (1 when parallel_tool_calls is false) everything
  * else is dropped and e0_tc_full says so, so that the caller can stop
