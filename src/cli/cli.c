@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include "util/arr.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -75,28 +76,14 @@ char *cli_read_text_file(const char *opt, const char *path) {
         cli_error("%s: cannot open %s: %s", opt, path, strerror(errno));
         return NULL;
     }
-    size_t cap = 0, n = 0;
-    char *b = NULL;
-    for (;;) {
-        /* full (or not yet allocated): 4096 bytes, doubled up to 64 MiB */
-        if (n + 1 >= cap &&
-            (cap >= (64u << 20) || arr_reserve((void **)&b, &cap, cap ? 2 * cap : 4096, 1))) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        const size_t r = fread(b + n, 1, cap - n - 1, f);
-        if (!r) break;
-        n += r;
-    }
-    const bool bad = ferror(f);
+    char *b = NULL, err[E0_ERR_MAX];
+    size_t n = 0;
+    const int rc = e0_read_stream(f, strcmp(path, "-") ? path : "standard input", &b, &n, 64u << 20, err);
     if (f != stdin) fclose(f);
-    if (!b || bad) {
-        cli_error("%s: cannot read %s%s", opt, path, b ? "" : " (over 64 MiB, or out of memory)");
-        free(b);
+    if (rc) {
+        cli_error("%s: cannot read %s", opt, err);
         return NULL;
     }
-    b[n] = 0;
     while (n && (b[n - 1] == '\n' || b[n - 1] == '\r'))
         b[--n] = 0;
     if (!n || strlen(b) != n) {

@@ -9,31 +9,26 @@
 #include <string.h>
 #include <unistd.h>
 
-int e0_read_file(const char *path, char **out, size_t *len, size_t max, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return e0_fail(err, errno == ENOENT ? E0_ENOTFOUND : E0_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
+int e0_read_stream(FILE *f, const char *name, char **out, size_t *len, size_t max, char *err) {
     char *buf = NULL;
     size_t n = 0, cap = 0;
     int rc = 0;
     for (;;) {
         if (arr_reserve((void **)&buf, &cap, n + 4096 + 1, 1)) {
-            rc = e0_fail(err, E0_ENOMEM, "%s: out of memory", path);
+            rc = e0_fail(err, E0_ENOMEM, "%s: out of memory", name);
             break;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (n > max) {
-            rc = e0_fail(err, E0_EFORMAT, "%s: larger than %zu bytes", path, max);
+            rc = e0_fail(err, E0_EFORMAT, "%s: larger than %zu bytes", name, max);
             break;
         }
         if (r == 0) {
-            if (ferror(f)) rc = e0_fail(err, E0_EIO, "%s: read failed", path);
+            if (ferror(f)) rc = e0_fail(err, E0_EIO, "%s: read failed", name);
             break;
         }
     }
-    fclose(f);
     if (rc) {
         free(buf);
         return rc;
@@ -42,6 +37,16 @@ int e0_read_file(const char *path, char **out, size_t *len, size_t max, char *er
     *out = buf;
     *len = n;
     return 0;
+}
+
+int e0_read_file(const char *path, char **out, size_t *len, size_t max, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return e0_fail(err, errno == ENOENT ? E0_ENOTFOUND : E0_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    int rc = e0_read_stream(f, path, out, len, max, err);
+    fclose(f);
+    return rc;
 }
 
 char *e0_path_join(const char *dir, const char *name) {
