@@ -217,17 +217,19 @@ static void test_broken(void **state) {
     assert_int_equal(r.n, 1);
     assert_string_equal(r.name[0], "f");
     assert_string_equal(r.args[0], "{}");
-    parse("<tool_call>\n<function=f>\n<parameter=a>\nhalf a val", 8, &r);
-    assert_true(r.truncated);
-    assert_string_equal(r.content, "");
-    assert_int_equal(r.n, 1);
-    assert_string_equal(r.args[0], "{}");
-    parse("<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n<parameter=b>\nha", 8, &r);
-    assert_int_equal(r.n, 1);
-    assert_string_equal(r.args[0], "{\"a\": \"whole\"}");
-    parse("<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n</function>\n</tool_", 8, &r);
-    assert_int_equal(r.n, 1);
-    assert_string_equal(r.args[0], "{\"a\": \"whole\"}");
+    static const char *const cut[][2] = {
+        {"<tool_call>\n<function=f>\n<parameter=a>\nhalf a val", "{}"},
+        {"<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n<parameter=b>\nha", "{\"a\": \"whole\"}"},
+        {"<tool_call>\n<function=f>\n<parameter=a>\nwhole\n</parameter>\n</function>\n</tool_", "{\"a\": \"whole\"}"},
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        parse(cut[i][0], 8, &r);
+        assert_true(r.truncated);
+        assert_string_equal(r.content, "");
+        assert_int_equal(r.n, 1);
+        assert_string_equal(r.name[0], "f");
+        assert_string_equal(r.args[0], cut[i][1]);
+    }
     static const char *no_name[] = {"Hm.\n<tool_call>\n<function=f", "Hm.\n<tool_call>\n{\"name\": \"f",
                                     "Hm.\n<tool_call>\n", "Hm.\n<tool_call>\n{\"arguments\": {}, \"na"};
     for (size_t i = 0; i < sizeof no_name / sizeof *no_name; i++) {
