@@ -452,16 +452,31 @@ int gpu_tile_min_t(void) {
 
 void gpu_set_tile_min_t(int t) { g_tile_t = t; }
 
+/* The widest input the vector forms stage: one row's 340 chunks fill the 48 KiB. */
+enum { VEC_MAX_COLS = 10880 };
+
+/* Which form a product takes: tiles for T tokens (gpu_mm), or for T * k
+ * pairs over max_act experts, where tiles pay off from gpu_tile_min_t()
+ * pairs an expert on average (a prefill of 64 ids over 256 experts gives
+ * each about 2). */
+static bool tiles_for(int T) { return T >= gpu_tile_min_t(); }
+static bool expert_tiles_for(int T, int k, int max_act) {
+    return (int64_t)T * k >= (int64_t)gpu_tile_min_t() * max_act;
+}
+
+static int too_wide(const gpu_mat *W, char *err) {
+    return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take %d)", W->cols, VEC_MAX_COLS);
+}
+
 int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
            int T, char *err) {
-    if (T >= gpu_tile_min_t()) {
+    if (tiles_for(T)) {
         long long lx = ldx, ly = ldy;
         void *args[] = {(void *)W, &x, &lx, &y, &ly, &T};
         return gpu_launch(d, d->k.mmt[W->fmt], (unsigned)((W->rows + 63) / 64), (unsigned)((T + 63) / 64), 1,
                           256, 0, args, "mm (tiles)", err);
     }
-    if (W->cols > 10880) /* one row's 340 chunks fill the 48 KiB */
-        return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
+    if (W->cols > VEC_MAX_COLS) return too_wide(W, err);
     long long lx = ldx, ly = ldy;
     unsigned shmem;
     int g = staged_rows(W, &shmem);
@@ -472,17 +487,14 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
             CUdeviceptr start, CUdeviceptr order, int k, bool by_pair, CUdeviceptr x, int64_t ldx,
             CUdeviceptr y, int64_t ldy, int T, char *err) {
-    /* tiles pay off from gpu_tile_min_t() pairs an expert on average: a
-     * prefill of 64 ids over 256 experts gives each about 2 */
-    if ((int64_t)T * k >= (int64_t)gpu_tile_min_t() * max_act) {
+    if (expert_tiles_for(T, k, max_act)) {
         long long lx = ldx, ly = ldy;
         int bp = by_pair;
         void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly};
         return gpu_launch(d, d->k.mmtx[W->fmt], (unsigned)((W->rows + 63) / 64), 1, (unsigned)max_act, 256,
                           0, args, "mm (expert tiles)", err);
     }
-    if (W->cols > 10880)
-        return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take 10880)", W->cols);
+    if (W->cols > VEC_MAX_COLS) return too_wide(W, err);
     long long lx = ldx, ly = ldy;
     int bp = by_pair;
     unsigned shmem;
@@ -541,8 +553,8 @@ int gpu_swiglu(gpu_dev *d, CUdeviceptr g, CUdeviceptr u, long long n, char *err)
     return gpu_launch(d, d->k.swiglu, (unsigned)((n + 255) / 256), 1, 1, 256, 0, args, "swiglu", err);
 }
 
-/* Whether gpu_mm takes the vector form for T tokens. */
-static bool vector_form(const gpu_mat *W, int T) { return T < gpu_tile_min_t() && W->cols <= 10880; }
+/* Whether gpu_mm takes the vector form for T tokens (else tiles, or too wide). */
+static bool vector_form(const gpu_mat *W, int T) { return !tiles_for(T) && W->cols <= VEC_MAX_COLS; }
 
 static bool same_form(const gpu_mat *a, const gpu_mat *b) { return a->fmt == b->fmt && a->cols == b->cols; }
 
@@ -591,8 +603,8 @@ int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, in
 int gpu_mmx_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, int max_act, CUdeviceptr nact,
                 CUdeviceptr exps, CUdeviceptr start, CUdeviceptr order, int k, CUdeviceptr x,
                 int64_t ldx, CUdeviceptr g, CUdeviceptr u, int T, char *err) {
-    const bool tiles = (int64_t)T * k >= (int64_t)gpu_tile_min_t() * max_act;
-    if (!d->fuse || tiles || G->cols > 10880 || !same_form(G, U) || G->rows != U->rows) {
+    const bool vector = !expert_tiles_for(T, k, max_act) && G->cols <= VEC_MAX_COLS;
+    if (!d->fuse || !vector || !same_form(G, U) || G->rows != U->rows) {
         int rc = gpu_mmx(d, G, max_act, nact, exps, start, order, k, false, x, ldx, g, G->rows, T, err);
         if (!rc) rc = gpu_mmx(d, U, max_act, nact, exps, start, order, k, false, x, ldx, u, U->rows, T, err);
         if (!rc) rc = gpu_swiglu(d, g, u, (long long)T * k * G->rows, err);
