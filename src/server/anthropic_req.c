@@ -518,7 +518,7 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
 
 /* output_config: {effort: low | medium | high | max}, checked. The effort
  * has no effect: the Qwen models' thinking is on or off (the 'thinking'
- * field), with no budget to scale; docs/api.md says so. */
+ * field), with no budget to scale; docs/design.md §8.5 says so. */
 static int check_output_config(const cJSON *body, srv_error *e) {
     const cJSON *oc = member(body, "output_config"), *eff;
     if (!oc) return 0;

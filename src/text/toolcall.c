@@ -219,7 +219,9 @@ static int emit_call(e0_tc_parser *p, const call *cl, const e0_tc_sink *k, void 
     if (rc) return rc;
     piece_ctx c = {k, user, p->calls, 0, 0};
     if ((rc = walk_members(cl->args, 0, cl->args_len, emit_piece, &c))) return rc;
-    return k->args(user, p->calls, cl->args + c.from, cl->args_len - c.from);
+    if ((rc = k->args(user, p->calls, cl->args + c.from, cl->args_len - c.from))) return rc;
+    p->calls++;
+    return 0;
 }
 
 /* ---- the JSON form ---------------------------------------------------------- */
@@ -436,10 +438,10 @@ static int parse_xml_call(e0_tc_parser *p, const char *b, size_t i, size_t n, bo
     if (m == 0) MORE();
     if (m < 0) return P_BAD;
     at += strlen(TC_CLOSE);
-    if (0) {
-    cut:
-        at = n;
-    }
+    goto close;
+cut: /* partial: the text ends inside the call; it is taken whole */
+    at = n;
+close:
     if (tb_put(&p->args, "}", 1)) return E0_ENOMEM;
     cl->name = b + nm;
     cl->name_len = k - nm;
@@ -605,7 +607,6 @@ static int advance(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
         if (rc) return rc;
         tb_eat(&p->buf, cl.consumed);
         p->gap.len = 0;
-        p->calls++;
         p->state = p->calls >= p->max_calls ? ST_FULL : ST_TEXT;
         p->lead = true;
     }
@@ -626,10 +627,9 @@ int e0_tc_finish(e0_tc_parser *p, const e0_tc_sink *k, void *user) {
         call cl;
         int r = parse_call(p, true, &cl);
         if (r == P_DONE) rc = emit_call(p, &cl, k, user);
+        else if (r == P_BAD) rc = give_up(p, k, user); /* not a call after all: what it was is content */
         else if (r < P_BAD) rc = r;
-        if (r == P_DONE && !rc) p->calls++;
         cJSON_Delete(cl.owned), free(cl.owned_args);
-        if (r == P_BAD) rc = give_up(p, k, user); /* not a call after all: what it was is content */
     } else if (p->state == ST_TEXT) {
         size_t n = p->buf.len;
         if (p->calls) /* whitespace after the last call is the template's */
