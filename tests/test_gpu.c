@@ -352,17 +352,28 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
     gpu_sizes z;
     if (gpu_model_sizes(&e->model, &z, err)) fail_msg("%s", err);
     if (!z.min_slots) return; /* no MoE layer */
-    for (int extra = 0; extra <= 5; extra += 5) {
+    for (int run = 0; run < 3; run++) { /* the least slots and a few more, copied in; then staged by the device */
+        /* the staged run: room for a staging slot per layer and routed expert beside */
+        const int extra = run == 2 ? e->model.cfg.n_layers * e->top_k + 5 : run ? 5 : 0;
         gpu_model *gc;
         const uint64_t held0 = g_dev->held;
         if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, z.min_slots + extra, err)) fail_msg("%s: %s", name, err);
+        bool mapped = false;
+        char why[E0_ERR_MAX] = "";
+        if (run == 2) {
+            if (vcache_pin_host(gc, err) || vcache_map_host(gc, e->top_k, &mapped, why, err)) fail_msg("%s: %s", name, err);
+            if (!mapped) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
+        }
         float *got = gpu_logits(gc, ids, V);
         const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
-        printf("  %-39s VRAM cache of %d slots: %llu hits, %llu misses, %.1f MiB copied in, %s\n", "",
-               gc->vc->n_slots, (unsigned long long)gc->vc->hits, (unsigned long long)gc->vc->misses,
-               (double)gc->vc->bytes_in / 1048576.0, same ? "bit-identical" : "DIFFERS");
+        printf("  %-39s VRAM cache of %d slots%s: %llu hits, %llu misses, %.1f MiB copied in, %.1f MiB staged by the "
+               "device, %s\n", "", gc->vc->n_slots, mapped ? ", misses staged by the device" : "",
+               (unsigned long long)gc->vc->hits, (unsigned long long)gc->vc->misses,
+               (double)gc->vc->bytes_in / 1048576.0, (double)gc->vc->bytes_mapped / 1048576.0,
+               same ? "bit-identical" : "DIFFERS");
         assert_true(same);
         assert_true(gc->vc->misses > 0);
+        if (mapped) assert_true(gc->vc->bytes_mapped > 0);
         gpu_model_free(gc);
         assert_int_equal(g_dev->held, held0);
         free(got);
@@ -477,27 +488,38 @@ static void test_budgets(void **state) {
         for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(rnd_u32() % (uint32_t)V);
         float *la = malloc((size_t)NG * V * 4), *lc = malloc((size_t)NG * V * 4);
         greedy(all, prompt, NP, NG, ta, la, V);
+        const int ns = all->model.cfg.n_layers * all->top_k; /* staging slots */
         e0_engine_free(all);
 
         const uint64_t least = z.dense + p.gpu_session_bytes + (uint64_t)z.min_slots * z.slot;
-        o.vram_budget = GPU_CTX_ALLOWANCE + least + 3 * z.slot;
-        e0_engine *cached;
-        if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
-        e0_plan pc;
-        if (e0_engine_plan(path, &o, &pc, err)) fail_msg("%s: %s", path, err);
-        assert_int_equal(pc.gpu_slots, z.min_slots + 3);
-        greedy(cached, prompt, NP, NG, tc, lc, V);
-        e0_stats st;
-        e0_engine_stats(cached, &st);
-        const bool same = memcmp(ta, tc, sizeof ta) == 0 && memcmp(la, lc, (size_t)NG * V * 4) == 0;
-        printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots (%llu hits, %llu misses, %.1f MiB in): %s\n",
-               files[fi][0], files[fi][1], NG, st.vram_slots, (unsigned long long)st.vram_hits,
-               (unsigned long long)st.vram_misses, (double)st.pcie_bytes / 1048576.0,
-               same ? "tokens and logits bit-identical to all resident" : "DIFFER");
-        assert_true(same);
-        assert_int_equal(st.vram_slots, z.min_slots + 3);
-        assert_true(st.vram_misses > 0);
-        e0_engine_free(cached);
+        for (int copied = 0; copied < 2; copied++) { /* misses staged by the device where they can be, then copied in */
+            /* the staged run: room for a staging slot per layer and routed expert beside */
+            const int extra = copied ? 3 : ns + 3;
+            o.vram_budget = GPU_CTX_ALLOWANCE + least + (uint64_t)extra * z.slot;
+            if (copied) setenv("E0_GPU_MAPPED", "0", 1);
+            e0_engine *cached;
+            if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
+            e0_plan pc;
+            if (e0_engine_plan(path, &o, &pc, err)) fail_msg("%s: %s", path, err);
+            assert_int_equal(pc.gpu_slots, z.min_slots + extra);
+            greedy(cached, prompt, NP, NG, tc, lc, V);
+            e0_stats st;
+            e0_engine_stats(cached, &st);
+            const bool same = memcmp(ta, tc, sizeof ta) == 0 && memcmp(la, lc, (size_t)NG * V * 4) == 0;
+            const char *note = e0_engine_gpu_note(cached);
+            printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots, misses %s (%llu hits, %llu misses, "
+                   "%.1f MiB over PCIe): %s\n", files[fi][0], files[fi][1], NG, st.vram_slots,
+                   strstr(note, "staged by the device") ? "staged by the device" : "copied in", (unsigned long long)st.vram_hits,
+                   (unsigned long long)st.vram_misses, (double)st.pcie_bytes / 1048576.0,
+                   same ? "tokens and logits bit-identical to all resident" : "DIFFER");
+            assert_true(same);
+            assert_int_equal(st.vram_slots, z.min_slots + extra);
+            /* GGUF stacks lie evenly strided: their decode steps are staged by the device */
+            if (!copied && strstr(files[fi][1], ".gguf")) assert_non_null(strstr(note, "staged by the device"));
+            assert_true(st.vram_misses > 0);
+            e0_engine_free(cached);
+        }
+        unsetenv("E0_GPU_MAPPED");
 
         o.vram_budget = GPU_CTX_ALLOWANCE + least - 1; /* one byte short: a named GPU fails open and says what it needs */
         e0_engine *none = NULL;

@@ -486,10 +486,10 @@ void cli_print_stats(e0_engine *e, FILE *f) {
     }
     if (st.vram_slots)
         fprintf(f, "  VRAM expert cache: %d slots, %llu hits, %llu misses (hit rate %.1f%%); PCIe %.1f MiB "
-                   "copied in (%.2f MiB/token, %.1f GB/s measured at start); routing read back %.3f s, "
-                   "copies %.3f s\n",
+                   "(%.1f MiB staged by the device) (%.2f MiB/token, %.1f GB/s measured at start); routing read back "
+                   "%.3f s, copies %.3f s\n",
                 st.vram_slots, (unsigned long long)st.vram_hits, (unsigned long long)st.vram_misses,
-                pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes),
+                pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes), mib(st.pcie_read_bytes),
                 tokens ? mib(st.pcie_bytes) / (double)tokens : 0.0, st.pcie_gbs, st.vram_wait_s,
                 st.vram_copy_s);
     fprintf(f, "  peak RSS %.1f MiB\n", mib(st.peak_rss));

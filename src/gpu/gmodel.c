@@ -455,11 +455,21 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     int rc = gpu_mm_multi(d, shared ? 2 : 1, W, h, H, yr, ld, T, err);
     void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
     if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
-    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order};
+    /* a device-staged decode step: slots from the device's table, misses staged by moe_stage */
+    const gpu_vcache *vc = s->g->vc;
+    const bool mapped = vc && vc->mapped && T == 1;
+    const size_t at = (size_t)li * (size_t)E * sizeof(int32_t), ak = (size_t)li * (size_t)k * sizeof(int32_t);
+    CUdeviceptr tab = mapped ? vc->dtab + at : 0, used = mapped ? vc->dused + at : 0;
+    CUdeviceptr stage = mapped ? vc->dstage + ak : 0, slog = mapped ? vc->dlog + ak : 0;
+    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
     if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
-    if (!rc && s->g->vc) { /* the experts in the cache's slots: the kernels take slots for experts */
+    if (!rc && mapped) {
+        void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
+        rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);
+    }
+    if (!rc && vc && !mapped) { /* the experts in the cache's slots: the kernels take slots for experts */
         rc = vcache_map(s->g, li, nact, exps, err);
-        exps = s->g->vc->dslots;
+        exps = vc->dslots;
     }
     const int max_act = P < E ? P : E;
     if (!rc) rc = gpu_mmx_glu(d, &gl->xg, &gl->xu, max_act, nact, exps, start, order, k, h, H, gg, u, T, err);
@@ -549,10 +559,14 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
     s->posh = pos;
     int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)T * H * sizeof(float), err);
     if (!rc) rc = gpu_put(d, s->buf[B_POS], &s->posh, sizeof s->posh, err);
-    /* a step whose launches never change: where no expert comes from the host */
-    if (!rc && T == 1 && logits && !s->g->vc && gpu_graphs_on(d)) {
+    /* a device-staged decode step: the cache's tables as the host left them, its uses read after */
+    const bool mapped = s->g->vc && s->g->vc->mapped && T == 1;
+    if (!rc && mapped) rc = vcache_prepare(s->g, err);
+    /* a step whose launches never change: where the host decides nothing between layers */
+    if (!rc && T == 1 && logits && (!s->g->vc || mapped) && gpu_graphs_on(d)) {
         rc = decode_graph(s, err);
         if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)V * sizeof(float), err);
+        if (!rc && mapped) rc = vcache_step(s->g, err);
         return rc;
     }
     if (!rc) rc = layers(s, T, err);
@@ -566,5 +580,6 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
         }
     }
     if (!rc) rc = gpu_sync(d, err);
+    if (!rc && mapped) rc = vcache_step(s->g, err);
     return rc;
 }

@@ -55,6 +55,22 @@ typedef struct {
     int n_pin;
     uint64_t pinned;       /* their bytes */
     double wait_s, copy_s; /* host time waiting for the routing / copying misses */
+    /* Device-staged decode (vcache_map_host): a decode step's misses are
+     * copied in by the device into staging slots (k a layer, outside the
+     * LRU list), routing never leaves the device, and between steps the
+     * host makes each staged expert a cache slot in place of the least
+     * recently used one, which becomes the staging slot (vcache_step). */
+    bool mapped;
+    bool tab_dirty;        /* slot_of or stage changed since the device's copies were written */
+    int32_t n_layers, k;
+    int32_t *stage;        /* [n_layers * k] the staging slots of each layer */
+    int32_t *hlog;         /* [n_layers * k] the host's copy of dlog */
+    int32_t *hused;        /* [n_layers * E] the host's copy of dused */
+    CUdeviceptr dtab;      /* [n_layers * E] slot_of on the device */
+    CUdeviceptr dused;     /* [n_layers * E] pairs each expert served since the last step */
+    CUdeviceptr dstage;    /* [n_layers * k] stage on the device */
+    CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
+    uint64_t bytes_mapped; /* expert bytes the device staged over the link */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -105,6 +121,21 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
  * model is freed: only where the memory budget has room for them. On
  * failure nothing stays pinned and the cache works as before. */
 int vcache_pin_host(gpu_model *g, char *err);
+/* After vcache_pin_host: lets the device bring a decode step's misses in
+ * itself from the pinned pages (no host wait between layers; the cache is
+ * updated between steps). 0 with *on set, or 0 with *on false and why (at
+ * least E0_ERR_MAX bytes) saying what stands in the way (the device cannot
+ * use host pointers, a layer's experts not evenly strided or aligned, too
+ * few slots for E and a staging slot per layer and routed expert,
+ * $E0_GPU_MAPPED=0); nonzero only for a device error. */
+int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err);
+/* Around a device-staged decode step (gpu_sess_eval, T = 1):
+ * vcache_prepare writes the slot and staging tables where they changed
+ * (in stream order); vcache_step, after the step, reads which experts it
+ * used and staged (a wait), counts hits and misses, and makes every staged
+ * expert a cache slot in place of the least recently used. */
+int vcache_prepare(gpu_model *g, char *err);
+int vcache_step(gpu_model *g, char *err);
 
 typedef struct gpu_sess gpu_sess;
 

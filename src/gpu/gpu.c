@@ -69,7 +69,7 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
         {&d->k.dn_rec128, "dn_rec128"},
         {&d->k.route, "route"},           {&d->k.moe_sort, "moe_sort"},
-        {&d->k.moe_combine, "moe_combine"},
+        {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
@@ -468,6 +468,15 @@ static int too_wide(const gpu_mat *W, char *err) {
     return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take %d)", W->cols, VEC_MAX_COLS);
 }
 
+/* Blocks of the vector forms' plain and gate-up products: one a MM_WARPS
+ * rows, at most 8 an SM (a full SM of 256-thread blocks); a taller matrix
+ * (the lm_head) has each warp take every grid's-worth row after its first,
+ * with its input staged once. */
+static unsigned vec_blocks(const gpu_dev *d, int rows) {
+    const unsigned want = (unsigned)((rows + 7) / 8), most = 8u * (unsigned)(d->sms > 0 ? d->sms : 1);
+    return want < most ? want : most;
+}
+
 int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr y, int64_t ldy,
            int T, char *err) {
     if (tiles_for(T)) {
@@ -481,7 +490,7 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
     unsigned shmem;
     int g = staged_rows(W, &shmem);
     void *args[] = {(void *)W, &x, &lx, &y, &ly, &T, &g};
-    return gpu_launch(d, d->k.mm[W->fmt], (unsigned)((W->rows + 7) / 8), 1, 1, 256, shmem, args, "mm", err);
+    return gpu_launch(d, d->k.mm[W->fmt], vec_blocks(d, W->rows), 1, 1, 256, shmem, args, "mm", err);
 }
 
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
@@ -596,7 +605,7 @@ int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, in
     unsigned shmem;
     int gs = staged_rows(G, &shmem);
     void *args[] = {(void *)G, (void *)U, &x, &lx, &g, &ly, &T, &gs};
-    return gpu_launch(d, d->k.mmg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, 1, 256, shmem, args,
+    return gpu_launch(d, d->k.mmg[G->fmt], vec_blocks(d, G->rows), 1, 1, 256, shmem, args,
                       "mm (gate, up)", err);
 }
 

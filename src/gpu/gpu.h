@@ -41,8 +41,14 @@ typedef struct {
     int32_t rows, cols;
     int32_t fmt, group, stype; /* gpu_fmt; mlx affine group; scales' e0_stype */
     int32_t pad;
+    /* The VRAM cache's experts in pinned host memory, where the device
+     * brings a decode step's misses in itself (moe_stage; 0 otherwise):
+     * expert e at hw + e * hestride, its scales and biases at hs / hb +
+     * e * hsstride. */
+    CUdeviceptr hw, hs, hb;
+    int64_t hestride, hsstride;
 } gpu_mat;
-_Static_assert(sizeof(gpu_mat) == 80, "gpu_mat mirrors struct gmat");
+_Static_assert(sizeof(gpu_mat) == 120, "gpu_mat mirrors struct gmat");
 
 /* Up to four matrices of one format and width that take the same input,
  * for one launch (struct gmulti in kernels.cu, field for field): blocks
@@ -54,7 +60,7 @@ typedef struct {
     int32_t first[5];
     int32_t n;
 } gpu_multi;
-_Static_assert(sizeof(gpu_multi) == 408, "gpu_multi mirrors struct gmulti");
+_Static_assert(sizeof(gpu_multi) == 568, "gpu_multi mirrors struct gmulti");
 
 /* The kernels, looked up once at open. */
 typedef struct {
@@ -64,7 +70,7 @@ typedef struct {
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
-    CUfunction route, moe_sort, moe_combine;
+    CUfunction route, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
 
 /* Per-kernel time under $E0_GPU_PROFILE=1: each launch is timed with

@@ -39,7 +39,11 @@ struct gmat {
     int rows, cols;
     int fmt, group, stype; /* stype: 0 bf16, 1 f16, 2 f32 */
     int pad;
+    /* the VRAM cache: the experts in pinned host memory (moe_stage's source) */
+    const uint8_t *hw, *hs, *hb;
+    long long hestride, hsstride;
 };
+
 
 __device__ __forceinline__ float bf16f(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
 __device__ __forceinline__ float f16f(uint16_t v) { return __half2float(__ushort_as_half(v)); }
@@ -427,7 +431,12 @@ extern "C" __global__ void route(const float *logits, int *idx, float *w, int T,
  * start[a + 1]); count[e]: expert e's pairs. One block of 1024 threads,
  * thread e owning expert e (E <= 1024): the counts in shared memory (the
  * integer atomics give the same counts in any order), one block-wide scan
- * places the experts, and each expert's thread writes its pairs in order. */
+ * places the experts, and each expert's thread writes its pairs in order.
+ * With tab (a decode step's P = k pairs over the VRAM cache: each expert
+ * of the layer's slot, or -1), exps[a] is the expert's slot, or where no
+ * slot holds it staging slot stage[a] with slog[a] = e (else -1) for
+ * moe_stage to fill, and used[e] counts the pairs each expert served (the
+ * host's statistics). */
 __device__ __forceinline__ int warp_scan_incl(int v) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -439,11 +448,13 @@ __device__ __forceinline__ int warp_scan_incl(int v) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-    moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order) {
+    moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
+             const int *tab, int *used, const int *stage, int *slog) {
     __shared__ int cnt[1024];
     __shared__ int wpairs[32], wact[32];
     const int e = threadIdx.x, lane = e & 31, w = e >> 5;
     cnt[e] = 0;
+    if (tab && e < P) slog[e] = -1;
     __syncthreads();
     for (int p = e; p < P; p += blockDim.x) {
         const int x = idx[p];
@@ -465,7 +476,14 @@ extern "C" __global__ void __launch_bounds__(1024)
     const int rank = sa - on + (w ? wact[w - 1] : 0);   /* experts present below e */
     if (e < E) count[e] = c;
     if (on) {
-        exps[rank] = e;
+        if (tab) { /* the VRAM cache's slot of e, or staging slot `rank` for moe_stage to fill */
+            const int slot = tab[e];
+            exps[rank] = slot >= 0 ? slot : stage[rank];
+            if (slot < 0) slog[rank] = e;
+            used[e] += c;
+        } else {
+            exps[rank] = e;
+        }
         start[rank] = first;
         int at = first;
         for (int p = 0; p < P && at < first + c; p++)
@@ -475,6 +493,45 @@ extern "C" __global__ void __launch_bounds__(1024)
         *nact = wact[31];
         start[wact[31]] = wpairs[31];
     }
+}
+
+/* A decode step's misses brought in by the device (moe_sort's slog: slot
+ * a's expert, or -1): copies each from the pinned host pages (G, U, D's
+ * host views) into its staging slot exps[a], 16 bytes a thread, four loads
+ * in flight, so that the link's reads overlap. grid (chunks, k), block 256. */
+__device__ __forceinline__ void stage_part(uint8_t *dst, const uint8_t *src, long long n) {
+    const long long n16 = n / 16, step = (long long)gridDim.x * blockDim.x;
+    const uint4 *s4 = (const uint4 *)src;
+    uint4 *d4 = (uint4 *)dst;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * step < n16; i += 4 * step) {
+        const uint4 a = s4[i], b = s4[i + step], c = s4[i + 2 * step], d = s4[i + 3 * step];
+        d4[i] = a, d4[i + step] = b, d4[i + 2 * step] = c, d4[i + 3 * step] = d;
+    }
+    for (; i < n16; i += step) d4[i] = s4[i];
+    if (blockIdx.x == 0)
+        for (long long j = n16 * 16 + threadIdx.x; j < n; j += blockDim.x) dst[j] = src[j];
+}
+
+__device__ __forceinline__ void stage_mat(const gmat &W, int slot, int e) {
+    const long long wb = (long long)W.rows * W.row_bytes, sb = (long long)W.rows * W.srow_bytes;
+    stage_part((uint8_t *)W.w + (size_t)slot * W.estride, W.hw + (size_t)e * W.hestride, wb);
+    if (sb) {
+        stage_part((uint8_t *)W.s + (size_t)slot * W.sstride, W.hs + (size_t)e * W.hsstride, sb);
+        stage_part((uint8_t *)W.b + (size_t)slot * W.sstride, W.hb + (size_t)e * W.hsstride, sb);
+    }
+}
+
+extern "C" __global__ void moe_stage(const int *nact, const int *exps, const int *slog, const gmat G,
+                                     const gmat U, const gmat D) {
+    const int a = blockIdx.y;
+    if (a >= *nact) return;
+    const int e = slog[a];
+    if (e < 0) return;
+    const int slot = exps[a];
+    stage_mat(G, slot, e);
+    stage_mat(U, slot, e);
+    stage_mat(D, slot, e);
 }
 
 /* The MoE block's output added onto the residual: x[t] += the sum over

@@ -248,19 +248,19 @@ __device__ __forceinline__ float pick(const float acc[TT], int lane) {
     return a;
 }
 
-/* Row r of y[t] = W x[t] for t < T, computed by one warp of a block of
- * 256 (every thread of the block calls it: it stages x); GLU: row r of
+/* Rows r0, r0 + rstep, ... of y[t] = W x[t] for t < T, each computed by
+ * one warp of a block of 256 (every thread of the block calls it: it
+ * stages x, once for all the warp's rows); GLU: those rows of
  * silu(W x[t]) * (U x[t]) instead, each product summed exactly as the
  * plain form sums it and the product formed as the swiglu kernel forms it,
  * so the fused form gives the bits of the separate kernels. Dynamic shared
  * memory: g * (cols / 32) * XS floats, g <= TT the tokens staged at once
  * (the host sizes it). */
 template <int F, bool GLU>
-__device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r, const float *x,
+__device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r0, int rstep, const float *x,
                                         long long ldx, float *y, long long ldy, int T, int g) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
-    const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
     for (int t0 = 0; t0 < T; t0 += g) {
         const int n = T - t0 < g ? T - t0 : g;
@@ -270,24 +270,28 @@ __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r, con
         __syncthreads();
         stage_x(sx, xs, n, W.cols);
         __syncthreads();
-        if (!live) continue;
-        float acc[TT];
-        row_dot<F>(W, W.w, W.s, W.b, r, sx, n, acc);
-        float a = pick(acc, lane);
-        if (GLU) {
-            row_dot<F>(U, U.w, U.s, U.b, r, sx, n, acc);
-            a = silu(a) * pick(acc, lane);
+        for (int r = r0; r < W.rows; r += rstep) {
+            float acc[TT];
+            row_dot<F>(W, W.w, W.s, W.b, r, sx, n, acc);
+            float a = pick(acc, lane);
+            if (GLU) {
+                row_dot<F>(U, U.w, U.s, U.b, r, sx, n, acc);
+                a = silu(a) * pick(acc, lane);
+            }
+            if (lane < n) y[(size_t)(t0 + lane) * ldy + r] = a;
         }
-        if (lane < n) y[(size_t)(t0 + lane) * ldy + r] = a;
     }
 }
 
 /* y[t, r] = W[r] . x[t] (GLU: silu(W[r] . x[t]) * (U[r] . x[t])):
- * grid (ceil(rows / MM_WARPS)), block 256. */
+ * grid (up to ceil(rows / MM_WARPS)), block 256; a grid with fewer blocks
+ * walks the rows in steps of the grid (the lm_head's 248k rows: x staged
+ * once a block, not once every 8 rows). */
 template <int F, bool GLU>
 __device__ void mm_body(const gmat &W, const gmat &U, const float *x, long long ldx, float *y,
                         long long ldy, int T, int g) {
-    mm_rows<F, GLU>(W, U, blockIdx.x * MM_WARPS + (threadIdx.x >> 5), x, ldx, y, ldy, T, g);
+    mm_rows<F, GLU>(W, U, blockIdx.x * MM_WARPS + (threadIdx.x >> 5), gridDim.x * MM_WARPS, x, ldx, y,
+                    ldy, T, g);
 }
 
 /* Up to four matrices of one format and width that take the same input,
@@ -315,7 +319,7 @@ __device__ void mmm_body(const gmulti &M, const float *x, long long ldx, int T, 
     float *y = i == 0 ? M.y[0] : i == 1 ? M.y[1] : i == 2 ? M.y[2] : M.y[3];
     const long long ldy = i == 0 ? M.ldy[0] : i == 1 ? M.ldy[1] : i == 2 ? M.ldy[2] : M.ldy[3];
     const int first = i == 0 ? M.first[0] : i == 1 ? M.first[1] : i == 2 ? M.first[2] : M.first[3];
-    mm_rows<F, false>(W, W, (b - first) * MM_WARPS + (threadIdx.x >> 5), x, ldx, y, ldy, T, g);
+    mm_rows<F, false>(W, W, (b - first) * MM_WARPS + (threadIdx.x >> 5), W.rows, x, ldx, y, ldy, T, g);
 }
 
 /* The MoE form: blockIdx.z = active expert a < *nact (expert exps[a]);

@@ -24,6 +24,7 @@
 #include "util/clock.h"
 #include "util/err.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     g->vc = x;
     x->n_slots = n_slots;
     x->E = E;
+    x->n_layers = c->n_layers;
     int rc = 0;
     for (int li = 0; !rc && li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
@@ -106,6 +108,9 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     }
     return 0;
 }
+
+static size_t keys_bytes(const gpu_vcache *x) { return (size_t)x->n_layers * (size_t)x->E * sizeof(int32_t); }
+static size_t stage_bytes(const gpu_vcache *x) { return (size_t)x->n_layers * (size_t)x->k * sizeof(int32_t); }
 
 static void unpin(gpu_model *g) {
     gpu_vcache *x = g->vc;
@@ -172,7 +177,8 @@ int vcache_pin_host(gpu_model *g, char *err) {
     for (size_t i = 0; !rc && i < k; i++) {
         void *p = (void *)v[i].lo;
         const size_t len = (size_t)(v[i].hi - v[i].lo);
-        const CUresult r = g->d->cu->MemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
+        const CUresult r = g->d->cu->MemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY |
+                                                           CU_MEMHOSTREGISTER_DEVICEMAP);
         if (r != CU_SUCCESS) {
             char why[128];
             rc = e0_fail(err, E0_EIO, "pinning %.1f MiB of the checkpoint's experts for the GPU: %s",
@@ -194,7 +200,12 @@ void vcache_free(gpu_model *g) {
     unpin(g);
     gpu_free(g->d, x->pool, x->slot_bytes * (uint64_t)x->n_slots);
     gpu_free(g->d, x->dslots, (size_t)x->E * sizeof(int32_t));
+    if (x->dtab) gpu_free(g->d, x->dtab, keys_bytes(x));
+    if (x->dused) gpu_free(g->d, x->dused, keys_bytes(x));
+    if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
+    if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx);
+    free(x->hused), free(x->stage), free(x->hlog);
     free(x);
     g->vc = NULL;
 }
@@ -216,7 +227,7 @@ static void touch(gpu_vcache *x, int i) {
 static int fill(gpu_model *g, int li, int e, int i, char *err) {
     gpu_vcache *x = g->vc;
     const int old = x->key_of[i];
-    if (old >= 0) x->slot_of[old] = -1;
+    if (old >= 0) x->slot_of[old] = -1, x->tab_dirty = true;
     x->key_of[i] = -1;
     const e0_expert *ex = &g->m->layers[li].experts[e];
     const gpu_layer *gl = &g->L[li];
@@ -227,6 +238,7 @@ static int fill(gpu_model *g, int li, int e, int i, char *err) {
     const int key = li * x->E + e;
     x->key_of[i] = key;
     x->slot_of[key] = i;
+    x->tab_dirty = true;
     x->bytes_in += gpu_mat_bytes(&ex->gate) + gpu_mat_bytes(&ex->up) + gpu_mat_bytes(&ex->down);
     return 0;
 }
@@ -260,5 +272,161 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
     }
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
+    return rc;
+}
+
+/* ---- device-staged decode ---------------------------------------------------
+ * A decode step reads each routed weight once. Its misses are copied in by
+ * the device (moe_stage, 16-byte loads from the pinned pages, many in
+ * flight) into staging slots that moe_sort hands the expert kernels, so the
+ * step needs no host between its layers and runs as one graph, as all
+ * resident. (The expert kernels reading the pinned pages themselves were
+ * tried first: their few loads in flight got a quarter of the link,
+ * docs/experiments.md session 29.) Between steps the host swaps each staged
+ * expert into the cache for the least recently used slot, which becomes
+ * that staging slot: LRU, as the copying path, with no copy. */
+
+/* Part `which` (0 gate, 1 up, 2 down) of expert x. */
+static const e0_mat *part(const e0_expert *x, int which) {
+    return which == 0 ? &x->gate : which == 1 ? &x->up : &x->down;
+}
+
+/* The host's experts of one layer's matrix `which` as moe_stage's source
+ * (hw, hestride, hs, hb, hsstride), where every expert lies at one stride
+ * from the first, 16-byte aligned; false where they do not. */
+static bool host_view(const e0_expert *xs, int E, int which, gpu_mat *gm) {
+    const e0_mat *m0 = part(&xs[0], which), *m1 = part(&xs[E > 1 ? 1 : 0], which);
+    const bool aff = m0->type == E0_W_QAFF;
+    const uintptr_t w0 = (uintptr_t)m0->w, s0 = aff ? (uintptr_t)m0->scales : 0, b0 = aff ? (uintptr_t)m0->biases : 0;
+    const uintptr_t ws = (uintptr_t)m1->w - w0, ss = aff ? (uintptr_t)m1->scales - s0 : 0;
+    if (!w0 || (w0 | ws | s0 | b0 | ss) % 16) return false;
+    if (aff && (!s0 || !b0 || (uintptr_t)m1->biases - b0 != ss)) return false;
+    for (int e = 0; e < E; e++) {
+        const e0_mat *m = part(&xs[e], which);
+        if ((uintptr_t)m->w != w0 + (uintptr_t)e * ws) return false;
+        if (aff && ((uintptr_t)m->scales != s0 + (uintptr_t)e * ss || (uintptr_t)m->biases != b0 + (uintptr_t)e * ss))
+            return false;
+    }
+    gm->hw = (CUdeviceptr)w0;
+    gm->hs = (CUdeviceptr)s0;
+    gm->hb = (CUdeviceptr)b0;
+    gm->hestride = (int64_t)ws;
+    gm->hsstride = (int64_t)ss;
+    return true;
+}
+
+/* Slot i out of the LRU list. */
+static void unlink_slot(gpu_vcache *x, int i) {
+    const int p = x->prev[i], n = x->next[i];
+    if (p >= 0) x->next[p] = n;
+    else x->head = n;
+    if (n >= 0) x->prev[n] = p;
+    else x->tail = p;
+    x->prev[i] = x->next[i] = -1;
+}
+
+/* Slot i (out of the list) in at its head. */
+static void link_head(gpu_vcache *x, int i) {
+    x->prev[i] = -1;
+    x->next[i] = x->head;
+    if (x->head >= 0) x->prev[x->head] = i;
+    else x->tail = i;
+    x->head = i;
+}
+
+int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err) {
+    gpu_vcache *x = g->vc;
+    const e0_model *m = g->m;
+    *on = false;
+    const char *env = getenv("E0_GPU_MAPPED");
+    int v = 0;
+    if (env && !strcmp(env, "0")) return snprintf(why, E0_ERR_MAX, "$E0_GPU_MAPPED=0"), 0;
+    if (!x || !x->n_pin) return snprintf(why, E0_ERR_MAX, "the experts are not pinned"), 0;
+    const int ns = x->n_layers * top_k;
+    if (x->n_slots < x->E + ns)
+        return snprintf(why, E0_ERR_MAX, "%d slots leave no room for %d staging slots beside %d", x->n_slots, ns,
+                        x->E), 0;
+    if (g->d->cu->DeviceGetAttribute(&v, CU_ATTR_HOST_POINTER_FOR_REGISTERED_MEM, g->d->dev) != CU_SUCCESS || !v)
+        return snprintf(why, E0_ERR_MAX, "the device cannot read pinned host memory at its address"), 0;
+    for (int li = 0; li < m->cfg.n_layers; li++) {
+        const e0_layer *ly = &m->layers[li];
+        gpu_layer *gl = &g->L[li];
+        gpu_mat *gs[3] = {&gl->xg, &gl->xu, &gl->xd};
+        if (!ly->moe || !ly->experts) continue;
+        for (int i = 0; i < 3; i++)
+            if (!host_view(ly->experts, x->E, i, gs[i]))
+                return snprintf(why, E0_ERR_MAX, "layer %d's experts are not evenly strided in memory", li), 0;
+    }
+    x->k = top_k;
+    x->hused = calloc((size_t)x->n_layers * (size_t)x->E, sizeof *x->hused);
+    x->stage = malloc(stage_bytes(x));
+    x->hlog = malloc(stage_bytes(x));
+    if (!x->hused || !x->stage || !x->hlog) return e0_fail(err, E0_ENOMEM, "out of memory");
+    for (int j = 0; j < ns; j++) { /* the staging slots come off the list's tail */
+        const int i = x->tail;
+        const int old = x->key_of[i];
+        if (old >= 0) x->slot_of[old] = -1, x->key_of[i] = -1;
+        unlink_slot(x, i);
+        x->stage[j] = i;
+    }
+    int rc = gpu_alloc(g->d, &x->dtab, keys_bytes(x), "the VRAM cache's slot table", err);
+    if (!rc) rc = gpu_alloc(g->d, &x->dused, keys_bytes(x), "the VRAM cache's use counts", err);
+    if (!rc) rc = gpu_alloc(g->d, &x->dstage, stage_bytes(x), "the VRAM cache's staging slots", err);
+    if (!rc) rc = gpu_alloc(g->d, &x->dlog, stage_bytes(x), "the VRAM cache's staging slots", err);
+    if (!rc) rc = gpu_zero(g->d, x->dused, keys_bytes(x), err);
+    if (rc) return rc;
+    x->tab_dirty = true;
+    x->mapped = *on = true;
+    return 0;
+}
+
+int vcache_prepare(gpu_model *g, char *err) {
+    gpu_vcache *x = g->vc;
+    if (!x->tab_dirty) return 0;
+    x->tab_dirty = false;
+    int rc = gpu_put(g->d, x->dtab, x->slot_of, keys_bytes(x), err);
+    if (!rc) rc = gpu_put(g->d, x->dstage, x->stage, stage_bytes(x), err);
+    return rc;
+}
+
+/* Device bytes of layer li's expert: a slot's worth, what a miss brings in. */
+static uint64_t expert_bytes(const gpu_model *g, int li) {
+    const e0_expert *x = &g->m->layers[li].experts[0];
+    return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
+}
+
+int vcache_step(gpu_model *g, char *err) {
+    gpu_vcache *x = g->vc;
+    const int E = x->E, k = x->k;
+    const double t0 = now_s();
+    int rc = gpu_get(g->d, x->hused, x->dused, keys_bytes(x), err);
+    if (!rc) rc = gpu_get(g->d, x->hlog, x->dlog, stage_bytes(x), err);
+    if (!rc) rc = gpu_zero(g->d, x->dused, keys_bytes(x), err);
+    x->wait_s += now_s() - t0;
+    for (int li = 0; !rc && li < x->n_layers; li++) {
+        const int32_t *u = x->hused + (size_t)li * E;
+        for (int e = 0; e < E; e++) {
+            if (!u[e]) continue;
+            const int i = x->slot_of[li * E + e];
+            if (i >= 0) x->hits++, touch(x, i);
+        }
+        for (int a = 0; a < k; a++) { /* the staged: a slot each, for the least recently used */
+            const int e = x->hlog[li * k + a];
+            if (e < 0) continue;
+            if (e >= E || !u[e] || x->slot_of[li * E + e] >= 0)
+                return e0_fail(err, E0_EIO, "layer %d: expert %d staged, not a miss of the step", li, e);
+            const int s = x->stage[li * k + a], v = x->tail, old = x->key_of[v];
+            x->misses++;
+            x->bytes_mapped += expert_bytes(g, li);
+            unlink_slot(x, v);
+            if (old >= 0) x->slot_of[old] = -1;
+            x->key_of[v] = -1;
+            x->stage[li * k + a] = v;
+            x->key_of[s] = li * E + e;
+            x->slot_of[li * E + e] = s;
+            link_head(x, s);
+            x->tab_dirty = true;
+        }
+    }
     return rc;
 }

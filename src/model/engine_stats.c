@@ -60,7 +60,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->vram_slots = vc->n_slots;
         st->vram_hits = vc->hits;
         st->vram_misses = vc->misses;
-        st->pcie_bytes = vc->bytes_in;
+        st->pcie_bytes = vc->bytes_in + vc->bytes_mapped;
+        st->pcie_read_bytes = vc->bytes_mapped;
         st->vram_wait_s = vc->wait_s;
         st->vram_copy_s = vc->copy_s;
         st->host_pinned = vc->pinned;
@@ -76,7 +77,7 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
-    if (vc) vc->hits = vc->misses = vc->bytes_in = 0, vc->wait_s = vc->copy_s = 0;
+    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_mapped = 0, vc->wait_s = vc->copy_s = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
 }

@@ -125,8 +125,14 @@ static void pin_experts(e0_engine *e, char *note, size_t n) {
                  "host memory): misses staged by the driver", gib(need), gib(host));
     else if (vcache_pin_host(e->gmodel, why))
         snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
-    else
-        snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA", gib(e->gmodel->vc->pinned));
+    else {
+        bool on;
+        char no[E0_ERR_MAX] = "";
+        if (vcache_map_host(e->gmodel, e->top_k, &on, no, why)) snprintf(no, sizeof no, "%.300s", why);
+        snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA; a decode step's misses %s%.300s%s",
+                 gib(e->gmodel->vc->pinned), on ? "staged by the device" : "copied in by the host (not staged by the device: ",
+                 on ? "" : no, on ? "" : ")");
+    }
 }
 
 int engine_gpu_open(e0_engine *e, char *err) {
