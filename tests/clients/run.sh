@@ -28,7 +28,7 @@ openai_responses:tool            responses: POST /v1/responses is a 404 on main
 openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
 agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
 codex:exec                       responses: codex speaks only /v1/responses
-claude:print                     messages: thinking adaptive, output_config, context_management, system role are a 400 on main
+claude:clean                     messages: Claude Code gets 400s for thinking adaptive, output_config, context_management, a system role (it retries without them)
 "
 
 ALL_CASES="
@@ -36,7 +36,7 @@ openai_chat:plain openai_chat:stream openai_chat:tool openai_chat:tool_keywords
 openai_chat:json_schema openai_chat:json_schema_keywords
 openai_responses:plain openai_responses:stream openai_responses:tool openai_responses:json_schema_keywords
 anthropic:plain anthropic:tool anthropic:tool_keywords
-ai_sdk:object langchain:structured agents:tool codex:exec claude:print
+ai_sdk:object langchain:structured agents:tool codex:exec claude:print claude:clean
 "
 
 bin=${E0_BIN:-build/edge0}
