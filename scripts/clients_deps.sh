@@ -37,13 +37,15 @@ npm_install() {
     mkdir -p "$dir"
     local log
     log=$(mktemp)
-    if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error --save-exact "$@" >"$log" 2>&1; then
+    if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error --save-exact \
+        --fetch-retries=2 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 "$@" >"$log" 2>&1; then
         if grep -Eqi 'ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|ECONNRESET|network' "$log"; then
-            echo "edge0 clients_deps: cannot reach the npm registry ($(npm config get registry)):" >&2
+            echo "edge0 clients_deps: cannot reach the npm registry ($(npm config get registry)) to install $*:" >&2
+            grep -E -m 3 'npm error (code|errno|FetchError|network)' "$log" >&2 || tail -n 5 "$log" >&2
         else
             echo "edge0 clients_deps: npm install $* into $dir failed:" >&2
+            tail -n 20 "$log" >&2
         fi
-        tail -n 20 "$log" >&2
         rm -f "$log"
         exit 1
     fi

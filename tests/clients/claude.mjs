@@ -72,8 +72,10 @@ await run('claude', {
   async clean() {
     const { msgs } = await claude();
     const bad = msgs.filter((s) => s.status !== 200);
-    check(bad.length === 0, `${bad.length} of ${msgs.length} /v1/messages requests refused (` +
-      bad.map((s) => s.status).join(',') + ')');
+    const why = (s) => {
+      try { return `${s.status} ${JSON.parse(s.error).error.message}`; } catch (x) { return String(s.status); }
+    };
+    check(bad.length === 0, `${bad.length} of ${msgs.length} /v1/messages requests refused: ` + [...new Set(bad.map(why))].join('; '));
     return `${msgs.length} /v1/messages requests, all accepted`;
   },
 });

@@ -1,7 +1,7 @@
 // A logging HTTP proxy in front of `edge0 serve` for the client tests: it
 // forwards every request as it came (method, path, headers, body) and
 // streams the answer back, and keeps what the clients sent (method, path,
-// status, the JSON body) so that a test can check what a client did. An
+// status, the JSON body, the start of an error answer) so that a test can check what a client did. An
 // optional edit(body, req) may change a JSON request body before it is
 // forwarded; it returns the body to send.
 import http from 'node:http';
@@ -29,6 +29,10 @@ export async function startProxy(target, edit) {
       const fwd = http.request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers }, (r) => {
         entry.status = r.statusCode;
         res.writeHead(r.statusCode, r.headers);
+        if (r.statusCode >= 400) { // keep the start of an error's body
+          entry.error = '';
+          r.on('data', (d) => { if (entry.error.length < 2000) entry.error += d.toString('utf8'); });
+        }
         r.pipe(res);
       });
       fwd.on('error', (e) => {

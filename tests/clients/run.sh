@@ -28,7 +28,7 @@ openai_responses:tool            responses: POST /v1/responses is a 404 on main
 openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
 agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
 codex:exec                       responses: codex speaks only /v1/responses
-claude:clean                     messages: Claude Code gets 400s for thinking adaptive, output_config, context_management, a system role (it retries without them)
+claude:clean                     messages: edge0 refuses fields Claude Code sends (tools[].defer_loading, thinking.display; it retries without them)
 "
 
 ALL_CASES="
