@@ -27,6 +27,7 @@ openai_responses:stream          responses: POST /v1/responses is a 404 on main
 openai_responses:tool            responses: POST /v1/responses is a 404 on main
 openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
 agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
+agents:tool_typed                responses: text.format json_schema together with tool_choice "required"
 codex:exec                       responses: codex speaks only /v1/responses
 claude:clean                     messages: edge0 refuses fields Claude Code sends (tools[].defer_loading, thinking.display; it retries without them)
 "
@@ -37,7 +38,7 @@ openai_chat:json_schema openai_chat:json_schema_keywords
 openai_responses:plain openai_responses:stream openai_responses:tool openai_responses:json_schema_keywords
 anthropic:plain anthropic:tool anthropic:tool_keywords
 ai_sdk:object ai_sdk:object_plain langchain:structured langchain:structured_plain
-agents:tool codex:exec claude:print claude:clean
+agents:tool agents:tool_typed codex:exec claude:print claude:clean
 "
 
 bin=${E0_BIN:-build/edge0}
