@@ -55,7 +55,7 @@ function checkCalls(msg, finish, schema, name, what) {
 
 async function forced(schema) {
   const tools = [{ type: 'function', function: { name: 'lookup', description: 'Look a record up', parameters: schema } },
-    { type: 'function', function: { name: 'noop', parameters: { type: 'object', properties: {} } } }];
+    { type: 'function', function: { name: 'noop', parameters: { type: 'object', properties: {}, additionalProperties: false } } }];
   const req = { model, messages, tools, max_tokens: 600, chat_template_kwargs: { enable_thinking: false } };
   let n = 0;
   let r = await client.chat.completions.create({ ...req, tool_choice: 'required', parallel_tool_calls: false });
