@@ -11,7 +11,7 @@
 # Environment: E0_BIN (default build/edge0), E0_CLIENT_TIMEOUT (seconds per
 # case, default 120), E0_VERBOSE=1 (print each client's whole output).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 
 # Cases expected to fail until the branch named beside them is merged (edge0
 # issue 39). After merging a branch, remove its lines: a case listed here
@@ -27,7 +27,7 @@ openai_responses:stream          responses: POST /v1/responses is a 404 on main
 openai_responses:tool            responses: POST /v1/responses is a 404 on main
 openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
 agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
-agents:tool_typed                responses: text.format json_schema together with tool_choice "required"
+agents:tool_typed                responses: text.format json_schema together with tool_choice required
 codex:exec                       responses: codex speaks only /v1/responses
 claude:clean                     messages: edge0 refuses fields Claude Code sends (tools[].defer_loading, thinking.display; it retries without them)
 "
@@ -47,7 +47,8 @@ key=edge0-clients-key
 [ -x "$bin" ] || { echo "clients: no edge0 binary at $bin (make first, or set E0_BIN)" >&2; exit 1; }
 
 node_bin=$(scripts/clients_deps.sh | tail -n 1) || { echo "clients: scripts/clients_deps.sh failed" >&2; exit 1; }
-export PATH="$(dirname "$node_bin"):$PATH"
+PATH="$(dirname "$node_bin"):$PATH"
+export PATH
 export EDGE0_CLIENTS=${EDGE0_CLIENTS:-$HOME/.cache/edge0-clients}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/edge0-clients.XXXXXX")
@@ -63,9 +64,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The demo model, as `edge0 demo` builds it (src/cli/demo.c), served as "edge0".
-"$bin" synth --shape tiny --seed 1 "$tmp/edge0" >"$tmp/synth.log" 2>&1 &&
-    cp assets/qwen3-tokenizer/tokenizer.json "$tmp/edge0/" ||
-    { cat "$tmp/synth.log" >&2; echo "clients: cannot build the demo model" >&2; exit 1; }
+if ! "$bin" synth --shape tiny --seed 1 "$tmp/edge0" >"$tmp/synth.log" 2>&1 ||
+    ! cp assets/qwen3-tokenizer/tokenizer.json "$tmp/edge0/"; then
+    cat "$tmp/synth.log" >&2
+    echo "clients: cannot build the demo model" >&2
+    exit 1
+fi
 # --no-think: thinking off unless a request asks for it (noise never ends a
 # thought); --ctx: room for Claude Code's and Codex's long system prompts.
 "$bin" serve "$tmp/edge0" --port 0 --api-key "$key" --name edge0 --no-think --ctx 32768 \
