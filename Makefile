@@ -25,7 +25,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_OBJ := $(BUILD)/tests/testutil.o $(BUILD)/tests/srvutil.o
 
-.PHONY: all deps test test-gpu graph demo asan tsan tsan-build fuzz bench format help clean FORCE
+.PHONY: all deps test test-clients test-gpu graph demo asan tsan tsan-build fuzz bench format help clean FORCE
 all: $(BUILD)/edge0
 
 # `edge0 --version`: the release and the git revision the binary was built
@@ -76,6 +76,14 @@ test: deps
 	@scripts/include_graph.py --objects $(BUILD)
 	@$(MAKE) --no-print-directory tsan-build
 	@E0_BIN=$(BUILD)/edge0 E0_SHARED=$(SHARED) TSAN_OPTIONS=halt_on_error=1 tests/run.sh $(TESTS) $(TSAN_TESTS)
+
+# The real clients (openai, @anthropic-ai/sdk, codex, claude, the Agents SDK,
+# the AI SDK, LangChain) against `edge0 serve` on the demo model; their pinned
+# versions and a Node to run them come from the npm registry into ~/.cache
+# (scripts/clients_deps.sh). tests/clients/run.sh lists the cases expected to fail.
+test-clients: deps
+	@$(MAKE) --no-print-directory $(BUILD)/edge0
+	@E0_BIN=$(BUILD)/edge0 tests/clients/run.sh
 
 # On a machine with an NVIDIA GPU: the GPU tests must run, not skip.
 test-gpu: $(BUILD)/edge0 $(BUILD)/tests/test_gpu
@@ -149,6 +157,7 @@ help:
 	@echo "make          build build/edge0"
 	@echo "make demo     install missing packages, build, run the built-in demo"
 	@echo "make test     install missing packages, build, run every test"
+	@echo "make test-clients  the npm clients, codex and claude against edge0 serve (tests/clients)"
 	@echo "make test-gpu the GPU tests, which must find a GPU (skipped by make test without one)"
 	@echo "make asan     the test suite under AddressSanitizer + UBSan"
 	@echo "make graph    the include graph of src/ by room (and $(BUILD)/include_graph.dot)"
