@@ -855,6 +855,53 @@ static void test_claude_code(void **state) {
     printf("Claude Code's request shape: accepted; system blocks and message joined; clear_thinking applied\n");
 }
 
+/* Replaces the first `from` in s (malloc'd) by `to`. */
+static char *replace1(char *s, const char *from, const char *to) {
+    char *at = strstr(s, from);
+    assert_non_null(at);
+    char *out = malloc(strlen(s) + strlen(to) + 1);
+    sprintf(out, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+    free(s);
+    return out;
+}
+
+/* What later Claude Code releases add (2.1.332): tools with defer_loading,
+ * strict, eager_input_streaming, input_examples and allowed_callers
+ * (accepted, without effect), and thinking.display "omitted" (the thinking
+ * block comes back, empty); an unknown display value is a 400. */
+static void test_claude_code_later(void **state) {
+    (void)state;
+    char *b = agent_body(NULL), *out;
+    b = replace1(b, "{\"name\":\"search\",", "{\"name\":\"search\",\"defer_loading\":true,\"strict\":true,"
+                 "\"eager_input_streaming\":true,\"input_examples\":[{\"query\":\"x\"}],\"allowed_callers\":[\"direct\"],");
+    b = replace1(b, "\"thinking\":{\"type\":\"adaptive\"}", "\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"}");
+    int st = su_http(port, dir, "POST", "/v1/messages?beta=true", b, HDR, &out);
+    if (st != 200) fail_msg("status %d: %s\n%s", st, out, b);
+    cJSON *j = su_json(out, "the message");
+    assert_string_equal(su_str(j, "content.0.type"), "thinking");
+    assert_string_equal(su_str(j, "content.0.thinking"), ""); /* the script thought "thought": omitted */
+    cJSON_Delete(j);
+    free(out);
+    char *plain = replace1(strdup(b), "\"display\":\"omitted\"", "\"display\":\"summarized\"");
+    assert_int_equal(su_http(port, dir, "POST", "/v1/messages", plain, HDR, &out), 200);
+    j = su_json(out, "the message");
+    assert_string_equal(su_str(j, "content.0.thinking"), "thought");
+    cJSON_Delete(j);
+    free(out);
+    char *stream = replace1(strdup(b), "\"stream\":false", "\"stream\":true");
+    assert_int_equal(su_http(port, dir, "POST", "/v1/messages", stream, HDR, &out), 200);
+    assert_non_null(strstr(out, "\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\""));
+    assert_null(strstr(out, "thinking_delta")); /* omitted: no thinking text streamed */
+    assert_non_null(strstr(out, "message_stop"));
+    free(out);
+    char *bad = replace1(strdup(b), "\"display\":\"omitted\"", "\"display\":\"full\"");
+    assert_int_equal(su_http(port, dir, "POST", "/v1/messages", bad, HDR, &out), 400);
+    assert_non_null(strstr(out, "thinking.display"));
+    free(out);
+    free(b), free(plain), free(stream), free(bad);
+    printf("Claude Code 2.1.332's tool fields and thinking.display: accepted; \"omitted\" returns the block empty\n");
+}
+
 static double cached_tokens(void) {
     char *out;
     assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, HDR, &out), 200);
@@ -945,6 +992,7 @@ int main(void) {
         cmocka_unit_test(test_tool_turn_render),
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_claude_code),
+        cmocka_unit_test(test_claude_code_later),
         cmocka_unit_test(test_truncated_call),
         cmocka_unit_test(test_tool_turn_reuse),
         cmocka_unit_test(test_node_anthropic),

@@ -116,7 +116,7 @@ char *srv_anthropic_message_json(const srv_job *j, const char *model, size_t *le
     bool first = true;
     if (j->reasoning.len) {
         srv_put(&b, "{\"type\":\"thinking\",\"thinking\":");
-        srv_json_str(&b, j->reasoning.p, j->reasoning.len);
+        srv_json_str(&b, j->reasoning.p, j->req.hide_thinking ? 0 : j->reasoning.len);
         srv_put(&b, ",\"signature\":\"\"}");
         first = false;
     }
@@ -160,17 +160,22 @@ static void block_stop(srv_anth_stream *st, srv_buf *b) {
     st->open = SRV_ANTH_NONE;
 }
 
+/* Opens a thinking or text block unless it is the open one. */
+static void block_open(srv_anth_stream *st, srv_buf *b, int kind) {
+    const char *key = kind == SRV_ANTH_THINKING ? "thinking" : "text";
+    if (st->open == kind) return;
+    block_stop(st, b);
+    event(b, "content_block_start");
+    srv_putf(b, "{\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"%s\",\"%s\":\"\"%s}}\n\n",
+             st->index, key, key, kind == SRV_ANTH_THINKING ? ",\"signature\":\"\"" : "");
+    st->open = kind;
+}
+
 /* A delta of thinking or text, opening its block first when needed. */
 static void block_delta(srv_anth_stream *st, srv_buf *b, int kind, const char *s, size_t n) {
     if (!n) return;
     const char *key = kind == SRV_ANTH_THINKING ? "thinking" : "text";
-    if (st->open != kind) {
-        block_stop(st, b);
-        event(b, "content_block_start");
-        srv_putf(b, "{\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"%s\",\"%s\":\"\"%s}}\n\n",
-                 st->index, key, key, kind == SRV_ANTH_THINKING ? ",\"signature\":\"\"" : "");
-        st->open = kind;
-    }
+    block_open(st, b, kind);
     event(b, "content_block_delta");
     srv_putf(b, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":{\"type\":\"%s_delta\",\"%s\":", st->index, key,
              key);
@@ -223,7 +228,9 @@ void srv_anth_stream_events(srv_anth_stream *st, srv_buf *b, const srv_job *j, c
         st->phase = 1;
     }
     const char *content = j->content.p ? j->content.p : "";
-    if (j->reasoning.len > st->r_sent)
+    if (j->reasoning.len > st->r_sent && j->req.hide_thinking) /* display "omitted": the block, empty */
+        block_open(st, b, SRV_ANTH_THINKING);
+    else if (j->reasoning.len > st->r_sent)
         block_delta(st, b, SRV_ANTH_THINKING, j->reasoning.p + st->r_sent, j->reasoning.len - st->r_sent);
     st->r_sent = j->reasoning.len;
     for (; st->calls_sent < j->n_calls; st->calls_sent++) {

@@ -421,7 +421,12 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
                             "'%s.type': \"%.64s\" (a server tool) is not supported; tools here are client tools "
                             "{name, description, input_schema}",
                             p, type->valuestring);
-        static const char *const KNOWN[] = {"type", "name", "description", "input_schema", "cache_control", NULL};
+        /* defer_loading (offered from the start: edge0 has no tool search), strict (forced calls are
+         * constrained whatever it says), eager_input_streaming, input_examples, allowed_callers:
+         * accepted and without effect (docs/design.md §8.5) */
+        static const char *const KNOWN[] = {"type", "name", "description", "input_schema", "cache_control",
+                                            "defer_loading", "strict", "eager_input_streaming", "input_examples",
+                                            "allowed_callers", NULL};
         if (only_known(t, KNOWN, p, e) || check_cache_control(t, p, e) || want_string(t, "name", p, true, &name, e) ||
             want_string(t, "description", p, false, &desc, e))
             return -1;
@@ -482,7 +487,19 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, s
     return ok ? 0 : OOM(e);
 }
 
-/* thinking -> enable_thinking; *on: -1 absent, 0 disabled, 1 enabled. */
+/* thinking.display: null or "summarized" (thinking shown) or "omitted"
+ * (its blocks come back empty: *omit). */
+static int check_display(const cJSON *th, bool *omit, srv_error *e) {
+    const cJSON *d = member(th, "display");
+    *omit = false;
+    if (!d || cJSON_IsNull(d)) return 0;
+    if (cJSON_IsString(d) && !strcmp(d->valuestring, "summarized")) return 0;
+    if (cJSON_IsString(d) && !strcmp(d->valuestring, "omitted")) return *omit = true, 0;
+    return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.display' must be \"summarized\" or \"omitted\"");
+}
+
+/* thinking -> enable_thinking; *on: -1 absent, 0 disabled, 1 enabled, 2
+ * enabled with its text omitted from the answer (display "omitted"). */
 static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
     const cJSON *th = member(body, "thinking"), *type, *budget, *mt = member(body, "max_tokens");
     *on = -1;
@@ -491,14 +508,17 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
         return srv_fail(e, 400, BAD, "invalid_type", "thinking",
                         "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"} or "
                         "{\"type\": \"disabled\"}");
-    static const char *const KNOWN[] = {"type", "budget_tokens", NULL};
-    if (only_known(th, KNOWN, "thinking", e) || want_string(th, "type", "thinking", true, &type, e)) return -1;
+    static const char *const KNOWN[] = {"type", "budget_tokens", "display", NULL};
+    bool omit;
+    if (only_known(th, KNOWN, "thinking", e) || want_string(th, "type", "thinking", true, &type, e) ||
+        check_display(th, &omit, e))
+        return -1;
     budget = member(th, "budget_tokens");
     const bool off = !strcmp(type->valuestring, "disabled"), adaptive = !strcmp(type->valuestring, "adaptive");
     if (off || adaptive) { /* adaptive: the model decides, and Qwen's thinking models think: on */
         if (budget)
             return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' belongs to type \"enabled\"");
-        *on = adaptive;
+        *on = adaptive ? 1 + omit : 0;
         return 0;
     }
     if (strcmp(type->valuestring, "enabled"))
@@ -512,7 +532,7 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
     if (b < 1024) return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' must be at least 1024");
     if (cJSON_IsNumber(mt) && b >= mt->valuedouble)
         return srv_fail(e, 400, BAD, "invalid_value", "thinking", "'thinking.budget_tokens' must be less than 'max_tokens'");
-    *on = 1;
+    *on = 1 + omit;
     return 0;
 }
 
@@ -655,11 +675,11 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
         convert_messages(body, msgs, keep, prefill, e) || convert_tools(body, o, e) || convert_tool_choice(body, o, choice, e) ||
         convert_thinking(body, thinking, e) || convert_sampling(body, o, count_only, e))
         return -1;
-    if (*prefill && *thinking == 1)
+    if (*prefill && *thinking >= 1)
         return srv_fail(e, 400, BAD, "invalid_value", "messages",
                         "a final assistant message (a prefill) cannot be continued with thinking enabled");
     if (*prefill) *thinking = 0;
-    if (*thinking >= 0 && !cJSON_AddBoolToObject(o, "enable_thinking", *thinking)) return OOM(e);
+    if (*thinking >= 0 && !cJSON_AddBoolToObject(o, "enable_thinking", *thinking > 0)) return OOM(e);
     return 0;
 }
 
@@ -692,6 +712,7 @@ int srv_anthropic_request(srv_request *r, bool count_only, const char *body, siz
                      choice, strcmp(choice, "any") ? "named function" : "\"required\"", was);
         }
     }
+    r->hide_thinking = thinking == 2;
     if (!rc && srv_request_render(r, prompt, prompt_len, e)) rc = -1;
     if (!rc && prefill) {
         size_t n = strlen(prefill);

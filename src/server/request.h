@@ -97,6 +97,7 @@ typedef struct {
     size_t prompt_len;
     bool echo;               /* completions: the answer's text starts with the prompt */
     bool enable_thinking;    /* chat */
+    bool hide_thinking;      /* Anthropic's thinking.display "omitted": thinking blocks come back empty */
     bool stream, include_usage;
     e0_sample_opts sample;   /* defaults overridden by the request; .stop points into stop[] or the defaults' */
     char *stop[SRV_MAX_STOP]; /* the request's stop strings (owned) */

@@ -29,7 +29,6 @@ openai_responses:json_schema_keywords responses+schema: /v1/responses and the ke
 agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
 agents:tool_typed                responses: text.format json_schema together with tool_choice required
 codex:exec                       responses: codex speaks only /v1/responses
-claude:clean                     messages (issue 39, no branch yet): edge0 refuses fields Claude Code sends (tools[].defer_loading, thinking.display; it retries without them)
 "
 
 ALL_CASES="
