@@ -568,6 +568,8 @@ static int translate(const cJSON *body, cJSON *o, srv_resp_info *info, srv_error
     if (ins) sb_puts(&t.sys, ins->valuestring);
     int rc = convert_input(body, &t, e);
     if (!rc && t.sys.oom) rc = OOM(e);
+    if (!rc && !cJSON_GetArraySize(t.msgs))
+        rc = srv_fail(e, 400, BAD, "invalid_value", "input", "'input' holds no user or assistant message");
     if (!rc && t.sys.n) { /* the system message, first */
         cJSON *m = cJSON_CreateObject();
         if (!m || !cJSON_AddStringToObject(m, "role", "system") || !cJSON_AddStringToObject(m, "content", t.sys.p) ||
@@ -577,8 +579,6 @@ static int translate(const cJSON *body, cJSON *o, srv_resp_info *info, srv_error
         }
     }
     sb_free(&t.sys);
-    if (!rc && !cJSON_GetArraySize(t.msgs))
-        rc = srv_fail(e, 400, BAD, "invalid_value", "input", "'input' holds no user or assistant message");
     if (rc || convert_tools(body, o, info, e) || convert_tool_choice(body, o, e) || convert_text(body, o, e) ||
         convert_reasoning(body, o, e) || convert_sampling(body, o, e))
         return -1;
