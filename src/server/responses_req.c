@@ -32,7 +32,7 @@ static const cJSON *member(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-static bool str_is(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
+static bool str_eq(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
 
 /* o.name as a string: required or not; *out NULL when absent. */
 static int want_string(const cJSON *o, const char *name, const char *path, bool required, const cJSON **out,
@@ -279,7 +279,9 @@ static int convert_input(const cJSON *body, tr_input *t, srv_error *e) {
 /* ---- tools ----------------------------------------------------------------------- */
 
 /* Adds a type to the comma-separated list of ignored tool types (once). */
-static int ignore_type(srv_resp_info *info, const char *type, srv_error *e) {
+static int ignore_type(srv_resp_info *info, const char *type, const char *path, srv_error *e) {
+    if (!*type || strchr(type, ','))
+        return srv_fail(e, 400, BAD, "invalid_value", path, "'%s.type' must be a tool type (not empty, no ',')", path);
     const char *l = info->ignored;
     size_t n = strlen(type);
     for (const char *at = l; at && (at = strstr(at, type)); at += n)
@@ -333,7 +335,7 @@ static int namespace_tool(const cJSON *t, const char *p, cJSON *out, srv_resp_in
         if (!cJSON_IsObject(f)) return srv_fail(e, 400, BAD, "invalid_type", fp, "'%s' must be an object", fp);
         if (want_string(f, "type", fp, true, &type, e)) return -1;
         if (strcmp(type->valuestring, "function")) {
-            if (ignore_type(info, type->valuestring, e)) return -1;
+            if (ignore_type(info, type->valuestring, fp, e)) return -1;
             continue;
         }
         if (want_string(f, "name", fp, true, &name, e)) return -1;
@@ -371,7 +373,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_resp_info *info, srv_e
         else if (!strcmp(type->valuestring, "function"))
             rc = want_string(t, "name", p, true, &name, e) ? -1 : function_tool(t, p, name->valuestring, out, e);
         else if (!strcmp(type->valuestring, "namespace")) rc = namespace_tool(t, p, out, info, e);
-        else rc = ignore_type(info, type->valuestring, e); /* a hosted tool edge0 cannot run */
+        else rc = ignore_type(info, type->valuestring, p, e); /* a hosted tool edge0 cannot run */
         if (rc) break;
     }
     if (!rc && cJSON_GetArraySize(out) && !cJSON_AddItemToObject(o, "tools", out)) rc = OOM(e);
@@ -496,7 +498,7 @@ static int check_others(const cJSON *body, srv_error *e) {
     }
     if ((v = member(body, "store")) && !cJSON_IsBool(v))
         return srv_fail(e, 400, BAD, "invalid_type", "store", "'store' must be true or false");
-    if ((v = member(body, "truncation")) && !str_is(v, "auto") && !str_is(v, "disabled"))
+    if ((v = member(body, "truncation")) && !str_eq(v, "auto") && !str_eq(v, "disabled"))
         return srv_fail(e, 400, BAD, "invalid_value", "truncation", "'truncation' must be \"auto\" or \"disabled\"");
     if ((v = member(body, "include"))) {
         const cJSON *s;
