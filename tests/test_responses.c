@@ -393,6 +393,8 @@ static void test_errors(void **state) {
         {"{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":3}]}", "tools[0].parameters"},
         {"{\"input\":\"hi\",\"tools\":[{\"type\":\"namespace\",\"name\":\"n\"}]}", "tools[0].tools"},
         {"{\"input\":\"hi\",\"tools\":{}}", "tools"},
+        {"{\"input\":\"hi\",\"tools\":[{\"type\":\"x\\r\\nSet-Cookie: a=b\"}]}", "tools[0].type"},
+        {"{\"input\":\"hi\",\"tools\":[{\"type\":\"\"}]}", "tools[0].type"},
         {"{\"input\":\"hi\",\"tool_choice\":\"sometimes\"}", "tool_choice"},
         {"{\"input\":\"hi\",\"tools\":[{\"type\":\"web_search\"}],\"tool_choice\":{\"type\":\"web_search\"}}", "tool_choice"},
         {"{\"input\":\"hi\",\"tool_choice\":\"required\"}", "tool_choice"},

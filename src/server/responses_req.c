@@ -280,8 +280,14 @@ static int convert_input(const cJSON *body, tr_input *t, srv_error *e) {
 
 /* Adds a type to the comma-separated list of ignored tool types (once). */
 static int ignore_type(srv_resp_info *info, const char *type, const char *path, srv_error *e) {
-    if (!*type || strchr(type, ','))
-        return srv_fail(e, 400, BAD, "invalid_value", path, "'%s.type' must be a tool type (not empty, no ',')", path);
+    /* it goes into a header: letters, digits, '_', '.', '-' only */
+    size_t k = 0;
+    while (k < 64 && ((type[k] >= 'a' && type[k] <= 'z') || (type[k] >= 'A' && type[k] <= 'Z') ||
+                      (type[k] >= '0' && type[k] <= '9') || type[k] == '_' || type[k] == '.' || type[k] == '-'))
+        k++;
+    if (!k || type[k])
+        return srv_fail(e, 400, BAD, "invalid_value", path,
+                        "'%s.type' is not a tool type (up to 64 letters, digits, '_', '.' or '-')", path);
     const char *l = info->ignored;
     size_t n = strlen(type);
     for (const char *at = l; at && (at = strstr(at, type)); at += n)
