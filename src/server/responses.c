@@ -10,7 +10,7 @@
  * call's on the call's id), so the stream's items and the final response's
  * agree. A message cut off by max_output_tokens is "incomplete", every
  * other item "completed" (a cut-off call is reported as far as it got,
- * design.md §8.6). A stream sends exactly
+ * docs/design.md §8.6). A stream sends exactly
  *   response.created, response.in_progress,
  *   (output_item.added, <the item's events>, output_item.done)*,
  *   response.completed | response.incomplete

@@ -1,5 +1,5 @@
 /* The OpenAI Responses API, a third front over the same engine:
- * POST /v1/responses (and /responses), plain and streamed.
+ * POST /v1/responses (and /responses), plain and streamed (docs/design.md §8.8).
  *
  * As the Anthropic front does (anthropic.h), a Responses request is
  * translated into the chat request it means (request.h) and goes through
