@@ -438,6 +438,13 @@ static void test_errors(void **state) {
                         "\"some_future_field\":1}");
     assert_string_equal(su_str(j, "reasoning.summary"), "auto");
     cJSON_Delete(j);
+    /* the path without /v1, and the requests in /metrics under their endpoint */
+    assert_int_equal(su_http(port, dir, "POST", "/responses", "{\"input\":\"hi\",\"max_output_tokens\":1}", HDR, NULL),
+                     200);
+    assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, HDR, &out), 200);
+    assert_non_null(strstr(out, "edge0_requests_total{endpoint=\"responses\",status=\"200\"}"));
+    assert_non_null(strstr(out, "edge0_requests_total{endpoint=\"responses\",status=\"400\"}"));
+    free(out);
 }
 
 /* ---- second group: scripted output ------------------------------------------------
