@@ -22,6 +22,7 @@
 #include "srvutil.h"
 
 #include "edge0.h"
+#include "server/responses.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -447,6 +448,45 @@ static void test_errors(void **state) {
     free(out);
 }
 
+/* A job that fails while it streams (the engine's 500, or 503 at shutdown):
+ * after what was sent, an error event and response.failed with the error. */
+static void test_stream_failure(void **state) {
+    (void)state;
+    srv_job *j = srv_job_new();
+    snprintf(j->id, sizeof j->id, "resp_ABCDEFGHIJKLMNOPQRSTUVWX");
+    srv_buf_put(&j->content, "Half", 4);
+    srv_resp_stream st = {0};
+    srv_buf out = {0};
+    assert_true(srv_resp_stream_news(&st, j));
+    srv_resp_stream_events(&st, &out, j, "m");
+    assert_false(srv_resp_stream_news(&st, j));
+    j->done = true;
+    j->status = 500;
+    snprintf(j->err, sizeof j->err, "expert bytes could not be read");
+    assert_true(srv_resp_stream_news(&st, j));
+    srv_resp_stream_events(&st, &out, j, "m");
+    assert_int_equal(st.phase, 2);
+    srv_buf_put(&out, "", 0);
+    char *err = strstr(out.p, "event: error\n");
+    assert_non_null(err);
+    sse s;
+    stream_parse(out.p, &s);
+    assert_string_equal(s.last, "response.failed");
+    assert_string_equal(su_str(s.final, "status"), "failed");
+    assert_string_equal(su_str(s.final, "error.message"), "expert bytes could not be read");
+    assert_string_equal(s.text, "Half");
+    assert_string_equal(su_str(s.final, "output.0.status"), "incomplete"); /* the item closed, cut short */
+    char *data = strndup(strchr(err, '{'), (size_t)(strstr(err, "\n\n") - strchr(err, '{')));
+    cJSON *e = su_json(data, "the error event");
+    free(data);
+    assert_string_equal(su_str(e, "code"), "server_error");
+    assert_string_equal(su_str(e, "message"), "expert bytes could not be read");
+    cJSON_Delete(e);
+    sse_free(&s);
+    free(out.p);
+    srv_job_unref(j);
+}
+
 /* ---- second group: scripted output ------------------------------------------------
  *
  * srv_start in this process with srv_opts.generate = `scripted`: it answers
@@ -747,6 +787,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain),       cmocka_unit_test(test_stream),      cmocka_unit_test(test_ignored_tools),
         cmocka_unit_test(test_forced_tool), cmocka_unit_test(test_json_schema), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_stream_failure),
     };
     const struct CMUnitTest scripted_tests[] = {
         cmocka_unit_test(test_calls),

@@ -8,13 +8,14 @@
  * (content before a call is one message, content after it another). An
  * item's id depends only on the response's id and its output_index (a
  * call's on the call's id), so the stream's items and the final response's
- * agree. A message cut off by max_output_tokens is "incomplete", every
- * other item "completed" (a cut-off call is reported as far as it got,
- * docs/design.md §8.6). A stream sends exactly
+ * agree. A message cut off (max_output_tokens, a failure) is "incomplete",
+ * every other item "completed" (a cut-off call is reported as far as it
+ * got, docs/design.md §8.6). A stream sends exactly
  *   response.created, response.in_progress,
  *   (output_item.added, <the item's events>, output_item.done)*,
  *   response.completed | response.incomplete
- * or, when the job fails, error and response.failed after what was sent. */
+ * or, when the job fails, the open item closed "incomplete", then error and
+ * response.failed (whose output is what was generated). */
 #include "server/responses.h"
 
 #include "server/anthropic.h"
@@ -28,6 +29,9 @@
 static bool incomplete(const srv_job *j) {
     return j->status == 200 && j->res.finish != E0_FINISH_STOP && j->res.finish != E0_FINISH_CANCELLED;
 }
+
+/* The answer stopped before its end: by max_output_tokens, or a failure. */
+static bool cut_short(const srv_job *j) { return j->status != 200 || incomplete(j); }
 
 /* An output item's id: prefix and 24 characters from the response id and the index. */
 static void item_id(char *out, size_t n, const srv_job *j, const char *prefix, int index) {
@@ -104,7 +108,7 @@ static void output_json(srv_buf *b, const srv_job *j) {
         if (end > at) {
             bool last = i == j->n_calls;
             srv_put(b, index ? "," : "");
-            message_item(b, j, index++, last && incomplete(j) ? "incomplete" : "completed", content + at, end - at);
+            message_item(b, j, index++, last && cut_short(j) ? "incomplete" : "completed", content + at, end - at);
             at = end;
         }
         if (i == j->n_calls) break;
@@ -134,7 +138,7 @@ static void response_json(srv_buf *b, const srv_job *j, const char *model, bool 
     srv_put(b, ",\"model\":");
     srv_json_cstr(b, model);
     srv_put(b, ",\"output\":");
-    if (done && j->status == 200) output_json(b, j);
+    if (done) output_json(b, j); /* a failed job's: what was generated */
     else srv_put(b, "[]");
     if (j->resp && j->resp->echo && *j->resp->echo) {
         srv_put(b, ",");
@@ -277,6 +281,7 @@ bool srv_resp_stream_news(const srv_resp_stream *st, const srv_job *j) {
 
 /* The end: the open item closed, then the whole response; or the error. */
 static void stream_end(srv_resp_stream *st, srv_buf *b, const srv_job *j, const char *model) {
+    item_close(st, b, j, cut_short(j) ? "incomplete" : "completed");
     if (j->status != 200) {
         event(st, b, "error");
         srv_put(b, ",\"code\":");
@@ -286,7 +291,6 @@ static void stream_end(srv_resp_stream *st, srv_buf *b, const srv_job *j, const 
         srv_put(b, ",\"param\":null}\n\n");
         event(st, b, "response.failed");
     } else {
-        item_close(st, b, j, incomplete(j) ? "incomplete" : "completed");
         event(st, b, incomplete(j) ? "response.incomplete" : "response.completed");
     }
     srv_put(b, ",\"response\":");

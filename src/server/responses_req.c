@@ -631,10 +631,18 @@ static int make_echo(const cJSON *body, const srv_request *r, srv_resp_info *inf
     return 0;
 }
 
-/* Errors of the translated request in the words of this one. */
+/* Errors of the translated request in the words of this one. The chat
+ * messages are not numbered as the input items are: their errors name
+ * 'input' and keep the chat message's words. */
 static void reword(srv_error *e) {
-    static const char *const MAP[][2] = {{"response_format", "text.format"}, {"max_tokens", "max_output_tokens"},
-                                         {"messages", "input"}};
+    if (!strncmp(e->param, "messages", 8)) {
+        char was[sizeof e->message];
+        snprintf(was, sizeof was, "%s", e->message);
+        snprintf(e->param, sizeof e->param, "input");
+        snprintf(e->message, sizeof e->message, "'input', as the chat messages it makes: %.440s", was);
+        return;
+    }
+    static const char *const MAP[][2] = {{"response_format", "text.format"}, {"max_tokens", "max_output_tokens"}};
     for (size_t i = 0; i < sizeof MAP / sizeof *MAP; i++) {
         size_t n = strlen(MAP[i][0]);
         if (strncmp(e->param, MAP[i][0], n)) continue;
