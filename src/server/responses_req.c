@@ -233,8 +233,9 @@ static int reasoning_item(tr_input *t, const cJSON *it, const char *p, srv_error
     }
     const cJSON *enc;
     if (!rc && want_string(it, "encrypted_content", p, false, &enc, e)) rc = -1;
-    cJSON *m = rc ? NULL : assistant(t);
-    if (!rc) rc = !m || text.oom ? OOM(e) : text.n ? append_str(m, "reasoning_content", text.p, e) : 0;
+    /* no text (encrypted only, or an empty summary): nothing of the turn, not even an empty one */
+    cJSON *m = rc || !text.n ? NULL : assistant(t);
+    if (!rc && text.n) rc = !m || text.oom ? OOM(e) : append_str(m, "reasoning_content", text.p, e);
     sb_free(&text);
     return rc;
 }
