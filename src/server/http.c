@@ -128,6 +128,7 @@ static void common_headers(const srv *S, struct MHD_Response *r) {
     const char *origin = S->o.cors;
     if (!origin) return;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Edge0-Ignored-Tools"); /* responses.h */
     if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
