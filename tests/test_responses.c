@@ -336,6 +336,44 @@ static void test_forced_tool(void **state) {
         }
 }
 
+/* A forced call cut off by max_output_tokens: incomplete, the call as far
+ * as it got (valid JSON arguments) or none, never markup in a message. */
+static void test_forced_cut(void **state) {
+    (void)state;
+    int calls = 0;
+    for (int n = 4; n <= 40; n += 6) {
+        char b[1024];
+        snprintf(b, sizeof b,
+                 "{\"input\":\"Go\",\"max_output_tokens\":%d," NO_THINK ",\"tool_choice\":\"required\",\"tools\":[{"
+                 "\"type\":\"function\",\"name\":\"note\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+                 "\"text\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}},\"required\":[\"text\",\"n\"]}}]}",
+                 n);
+        cJSON *j = response(b);
+        const cJSON *it;
+        if (strcmp(su_str(j, "status"), "incomplete")) {
+            cJSON_Delete(j); /* the call was short enough to end */
+            continue;
+        }
+        assert_string_equal(su_str(j, "incomplete_details.reason"), "max_output_tokens");
+        cJSON_ArrayForEach(it, su_at(j, "output")) {
+            const char *t = su_str(it, "type");
+            if (!strcmp(t, "function_call")) {
+                cJSON *a = su_json(su_str(it, "arguments"), "the cut call's arguments");
+                assert_true(cJSON_IsObject(a));
+                cJSON_Delete(a);
+                calls++;
+            } else {
+                char *x = text_of(j);
+                if (strstr(x, "<tool_call>") || strstr(x, "<function")) fail_msg("markup in the text: %s", x);
+                free(x);
+            }
+        }
+        cJSON_Delete(j);
+    }
+    printf("forced calls cut off: %d reported as far as they got\n", calls);
+    assert_true(calls > 0);
+}
+
 /* text.format json_schema on the noise weights: the text is valid JSON of the schema. */
 static void test_json_schema(void **state) {
     (void)state;
@@ -789,7 +827,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain),       cmocka_unit_test(test_stream),      cmocka_unit_test(test_ignored_tools),
         cmocka_unit_test(test_forced_tool), cmocka_unit_test(test_json_schema), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_stream_failure),
+        cmocka_unit_test(test_forced_cut),  cmocka_unit_test(test_stream_failure),
     };
     const struct CMUnitTest scripted_tests[] = {
         cmocka_unit_test(test_calls),
