@@ -291,7 +291,8 @@ static void test_ignored_tools(void **state) {
 }
 
 /* tool_choice required and named on the noise weights: constrained
- * decoding gives a function_call item whose arguments are valid JSON. */
+ * decoding gives a function_call item whose arguments are valid JSON
+ * (with text.format too: the call is the whole output). */
 static void test_forced_tool(void **state) {
     (void)state;
     static const char BODY[] =
@@ -299,13 +300,17 @@ static void test_forced_tool(void **state) {
         "\"function\",\"name\":\"set\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"on\":{"
         "\"type\":\"boolean\"},\"mode\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"on\",\"mode\"],\"additionalProperties\":"
         "false}},{\"type\":\"namespace\",\"name\":\"ns\",\"tools\":[{\"type\":\"function\",\"name\":\"get\",\"parameters\":{"
-        "\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"boolean\"}},\"required\":[\"k\"]}}]}],\"tool_choice\":%s%s}";
+        "\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"boolean\"}},\"required\":[\"k\"]}}]}],\"tool_choice\":%s%s%s}";
     static const char *const CHOICE[] = {"\"required\"", "{\"type\":\"function\",\"name\":\"set\"}",
                                          "{\"type\":\"function\",\"name\":\"get\",\"namespace\":\"ns\"}"};
     for (int i = 0; i < 3; i++)
         for (int stream = 0; stream < 2; stream++) {
             char b[2048];
-            snprintf(b, sizeof b, BODY, CHOICE[i], stream ? ",\"stream\":true" : "");
+            /* a named function with text.format, as the Agents SDK sends them: the call is the output */
+            snprintf(b, sizeof b, BODY, CHOICE[i], stream ? ",\"stream\":true" : "",
+                     i == 1 ? ",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"o\",\"schema\":{\"type\":"
+                              "\"object\",\"properties\":{\"s\":{\"type\":\"string\"}}}}}"
+                            : "");
             sse s = {0};
             cJSON *j = NULL;
             if (stream) stream_of(b, &s);

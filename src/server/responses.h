@@ -44,7 +44,10 @@
  *   tool_choice         auto | none | required | {type: "function", name}
  *   text.format         text | json_object | json_schema {name, schema, strict}
  *                       -> response_format (constrained decoding); verbosity
- *                       is accepted and has no effect
+ *                       is accepted and has no effect. With a forced call
+ *                       (tool_choice required or a function) the call is the
+ *                       whole output, so the format is checked and not
+ *                       applied (the Agents SDK sends both on its first turn)
  *   reasoning           {effort, summary}: effort "none" or "minimal" turns
  *                       thinking off, any other effort on, absent: the
  *                       server's default; summary is accepted: the summary

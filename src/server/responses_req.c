@@ -591,6 +591,12 @@ static int translate(const cJSON *body, cJSON *o, srv_resp_info *info, srv_error
     if (rc || convert_tools(body, o, info, e) || convert_tool_choice(body, o, e) || convert_text(body, o, e) ||
         convert_reasoning(body, o, e) || convert_sampling(body, o, e))
         return -1;
+    /* A forced call is the whole output of this turn: text.format has no
+     * text to shape here (the Agents SDK sends both, the format meant for
+     * the turn that answers), so only the call's grammar is enforced. */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    if ((str_eq(tc, "required") || cJSON_IsObject(tc)) && cJSON_GetObjectItemCaseSensitive(o, "tools"))
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "response_format");
     return 0;
 }
 
