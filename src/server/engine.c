@@ -248,8 +248,11 @@ static int on_piece(void *user, const e0_token_info *tok, const char *s, size_t 
     }
     bool stop = j->cancel || g->oom;
     if (!stop) {
+        const bool in_think = srv_think_in_reasoning(&g->think);
         int rc = j->req.kind == SRV_CHAT ? srv_think_feed(&g->think, s, n, think_out, g) : add_text(j, 0, s, n);
         if (rc) stop = g->oom = true;
+        /* a token of the thinking: inside the block before or after it (its tags count) */
+        if (tok && j->req.kind == SRV_CHAT && (in_think || srv_think_in_reasoning(&g->think))) j->reasoning_tokens++;
         if (g->tc && e0_tc_full(g->tc)) stop = true; /* parallel_tool_calls false: one call, then done */
         pthread_cond_broadcast(&j->cv);
     }

@@ -108,6 +108,8 @@ struct srv_job {
     size_t n_ids;
     bool anthropic;    /* answered in the Messages API's shape (anthropic.h) */
     bool prefilled;    /* the prompt ends with a prefill: no conversation to continue */
+    bool responses;    /* answered in the Responses API's shape (responses.h) */
+    struct srv_resp_info *resp; /* what that answer repeats of the request (owned), or NULL */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* signalled when text is added, and when done */
@@ -116,6 +118,7 @@ struct srv_job {
     bool cancel;       /* the client left, or the server stops */
     bool done;
     srv_buf reasoning, content; /* the answer so far (chat: split; completions: all content) */
+    int32_t reasoning_tokens;   /* chat: generated tokens inside the think block, its tags included */
     srv_call *calls;            /* tool calls so far (chat with tools) */
     int n_calls;
     size_t cap_calls;

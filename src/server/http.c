@@ -33,6 +33,7 @@
 #include "server/openai.h"
 
 #include "server/anthropic.h"
+#include "server/responses.h"
 #include "server/engine.h"
 #include "server/json.h"
 #include "server/metrics.h"
@@ -73,6 +74,7 @@ enum {
     EP_CHAT,
     EP_COMPLETIONS,
     EP_MESSAGES,
+    EP_RESPONSES,
     EP_COUNT_TOKENS,
     EP_MODELS,
     EP_HEALTH,
@@ -90,6 +92,7 @@ static const struct {
     [EP_CHAT] = {"/v1/chat/completions", "/chat/completions", "POST", "chat_completions"},
     [EP_COMPLETIONS] = {"/v1/completions", "/completions", "POST", "completions"},
     [EP_MESSAGES] = {"/v1/messages", "/messages", "POST", "messages"},
+    [EP_RESPONSES] = {"/v1/responses", "/responses", "POST", "responses"},
     [EP_COUNT_TOKENS] = {"/v1/messages/count_tokens", "/messages/count_tokens", "POST", "count_tokens"},
     [EP_MODELS] = {"/v1/models", "/models", "GET", "models"},
     [EP_HEALTH] = {"/health", "/v1/health", "GET", "health"},
@@ -125,6 +128,7 @@ static void common_headers(const srv *S, struct MHD_Response *r) {
     const char *origin = S->o.cors;
     if (!origin) return;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Edge0-Ignored-Tools"); /* responses.h */
     if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
@@ -203,6 +207,7 @@ typedef struct {
     srv_buf out;        /* formatted, not yet handed to libmicrohttpd */
     size_t out_pos;
     srv_anth_stream an; /* a Messages API stream's progress */
+    srv_resp_stream rs; /* a Responses API stream's progress */
 } stream_ctx;
 
 static void chunk_open(stream_ctx *sc) {
@@ -312,6 +317,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         sc->out.len = sc->out_pos = 0;
         if (sc->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&j->mu);
+        if (j->responses) { /* response.created at once, then events as the answer grows */
+            while (!srv_resp_stream_news(&sc->rs, j))
+                if (wait_job(j)) {
+                    pthread_mutex_unlock(&j->mu);
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+            srv_resp_stream_events(&sc->rs, &sc->out, j, sc->S->model_name);
+            if (sc->rs.phase == 2) sc->phase = 2;
+            pthread_mutex_unlock(&j->mu);
+            if (!sc->out.p) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+            continue;
+        }
         if (j->anthropic) { /* message_start at once, then events as the answer grows */
             while (!srv_anth_stream_news(&sc->an, j))
                 if (wait_job(j)) {
@@ -372,23 +389,31 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
     cx->job = j;
     const char *body = cx->body.p ? cx->body.p : "";
     j->anthropic = cx->ep == EP_MESSAGES;
-    if (j->anthropic ? srv_anthropic_request(&j->req, false, body, cx->body.len, &S->o.defaults, &j->prompt,
-                                             &j->prompt_len, &j->prefilled, &e)
-                     : srv_request_parse(&j->req, kind, body, cx->body.len, &S->o.defaults, &e) ||
-                           srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
+    j->responses = cx->ep == EP_RESPONSES;
+    if (j->responses ? srv_responses_request(&j->req, &j->resp, body, cx->body.len, &S->o.defaults, &j->prompt,
+                                             &j->prompt_len, &e)
+        : j->anthropic ? srv_anthropic_request(&j->req, false, body, cx->body.len, &S->o.defaults, &j->prompt,
+                                               &j->prompt_len, &j->prefilled, &e)
+                       : srv_request_parse(&j->req, kind, body, cx->body.len, &S->o.defaults, &e) ||
+                             srv_request_render(&j->req, &j->prompt, &j->prompt_len, &e))
         return send_error(c, cx, &e, NULL, NULL);
+    /* hosted tools edge0 cannot run: left out of the prompt, said in a header and the log */
+    const char *ignored = j->resp ? j->resp->ignored : NULL;
+    if (ignored) fprintf(stderr, "edge0: %s %s: tools left out (edge0 cannot run them): %s\n", cx->method, cx->url, ignored);
     char err[E0_ERR_MAX];
     int rc = e0_text_encode(S->o.text, j->prompt, j->prompt_len, &j->ids, &j->n_ids, err);
     if (rc == E0_ENOMEM) return fail(c, cx, 500, "server_error", "out_of_memory", "%s", err);
     if (rc) return fail(c, cx, 400, "invalid_request_error", "invalid_prompt", "the prompt cannot be tokenized: %s", err);
     if (j->n_ids >= (size_t)S->o.n_ctx) {
-        srv_fail(&e, 400, "invalid_request_error", "context_length_exceeded", kind == SRV_CHAT ? "messages" : "prompt",
+        srv_fail(&e, 400, "invalid_request_error", "context_length_exceeded",
+                 j->responses ? "input" : kind == SRV_CHAT ? "messages" : "prompt",
                  "the prompt has %zu tokens but the context holds %d: shorten it, or start the server with a larger --ctx",
                  j->n_ids, (int)S->o.n_ctx);
         return send_error(c, cx, &e, NULL, NULL);
     }
     uint64_t seq = __atomic_add_fetch(&S->seq, 1, __ATOMIC_RELAXED);
     if (j->anthropic) srv_anthropic_id(j->id, sizeof j->id, "msg_", seq ^ (uint64_t)S->started << 20);
+    else if (j->responses) srv_anthropic_id(j->id, sizeof j->id, "resp_", seq ^ (uint64_t)S->started << 20);
     else snprintf(j->id, sizeof j->id, "%s-%llu", kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)seq);
     j->created = (int64_t)time(NULL);
     j->t0 = cx->t0;
@@ -422,6 +447,7 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        if (ignored) MHD_add_response_header(r, "X-Edge0-Ignored-Tools", ignored);
         enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         cx->answered = true;
@@ -444,9 +470,11 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
         return send_error(c, cx, &e, NULL, NULL);
     }
     size_t len;
-    char *answer = j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len) : srv_openai_answer_json(S, j, &len);
+    char *answer = j->responses   ? srv_responses_json(j, S->model_name, &len)
+                   : j->anthropic ? srv_anthropic_message_json(j, S->model_name, &len)
+                                  : srv_openai_answer_json(S, j, &len);
     if (!answer) return MHD_NO;
-    return send_body(c, cx, 200, answer, len, "application/json", NULL, NULL);
+    return send_body(c, cx, 200, answer, len, "application/json", ignored ? "X-Edge0-Ignored-Tools" : NULL, ignored);
 }
 
 /* POST /v1/messages/count_tokens: the prompt's token count, as the

@@ -2,6 +2,7 @@
  * (engine.h: srv_job_new, srv_job_ref / unref, cancel, the end of a
  * connection). */
 #include "server/engine_int.h"
+#include "server/responses.h"
 
 #include "util/clock.h"
 
@@ -37,6 +38,7 @@ void srv_job_unref(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (left) return;
     srv_request_free(&j->req);
+    srv_resp_info_free(j->resp);
     free(j->prompt);
     free(j->ids);
     free(j->reasoning.p);

@@ -30,6 +30,8 @@ void srv_think_init_opened(srv_think *t) {
     t->has_reasoning = true;
 }
 
+bool srv_think_in_reasoning(const srv_think *t) { return t->state == R_LEAD || t->state == R; }
+
 void srv_think_free(srv_think *t) {
     free(t->pend);
     memset(t, 0, sizeof *t);

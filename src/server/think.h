@@ -38,6 +38,9 @@ void srv_think_init_opened(srv_think *t);
 void srv_think_free(srv_think *t);
 /* Returns 0, or non-zero when `fn` or an allocation failed. */
 int srv_think_feed(srv_think *t, const char *s, size_t n, srv_think_fn fn, void *user);
+/* The text fed so far ends inside the think block (after "<think>",
+ * before "</think>"): what comes next is reasoning unless it closes it. */
+bool srv_think_in_reasoning(const srv_think *t);
 /* End of the text: hands out what is still held back. */
 int srv_think_finish(srv_think *t, srv_think_fn fn, void *user);
 
