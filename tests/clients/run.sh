@@ -22,22 +22,14 @@ openai_chat:json_schema_keywords schema: pattern/format/minimum/maximum are a 40
 anthropic:tool_keywords          schema: pattern/format/minimum/maximum are a 400 on main
 ai_sdk:object                    schema: zod .regex/.min/.max give pattern/minimum/maximum, a 400 on main
 langchain:structured             schema: the zod schema's .regex/.min/.max are a 400 on main
-openai_responses:plain           responses: POST /v1/responses is a 404 on main
-openai_responses:stream          responses: POST /v1/responses is a 404 on main
-openai_responses:tool            responses: POST /v1/responses is a 404 on main
 openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
-agents:tool                      responses: the Agents SDK's default model speaks /v1/responses
-agents:tool_typed                responses: text.format json_schema together with tool_choice required
-codex:exec                       responses: codex speaks only /v1/responses
 "
 
 ALL_CASES="
 openai_chat:plain openai_chat:stream openai_chat:tool openai_chat:tool_keywords
 openai_chat:json_schema openai_chat:json_schema_keywords
-openai_responses:plain openai_responses:stream openai_responses:tool openai_responses:json_schema_keywords
 anthropic:plain anthropic:tool anthropic:tool_keywords
 ai_sdk:object ai_sdk:object_plain langchain:structured langchain:structured_plain
-agents:tool agents:tool_typed codex:exec claude:print claude:clean
 "
 
 bin=${E0_BIN:-build/edge0}
