@@ -28,8 +28,10 @@ openai_responses:json_schema_keywords responses+schema: /v1/responses and the ke
 ALL_CASES="
 openai_chat:plain openai_chat:stream openai_chat:tool openai_chat:tool_keywords
 openai_chat:json_schema openai_chat:json_schema_keywords
+openai_responses:plain openai_responses:stream openai_responses:tool openai_responses:json_schema_keywords
 anthropic:plain anthropic:tool anthropic:tool_keywords
 ai_sdk:object ai_sdk:object_plain langchain:structured langchain:structured_plain
+agents:tool agents:tool_typed codex:exec claude:print claude:clean
 "
 
 bin=${E0_BIN:-build/edge0}
