@@ -21,6 +21,8 @@
  */
 #include "text/schema_int.h"
 
+#include "text/schema_regex.h"
+
 #include "util/arr.h"
 #include "util/err.h"
 
@@ -32,15 +34,19 @@
 
 /* ---- schemas -------------------------------------------------------------------- */
 
-
 static const char *const TYPE_NAMES[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
 
 static const char *const ANNOTATIONS[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
-                                          "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+                                          "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
+                                          "contentMediaType", "contentEncoding", "$anchor"};
+/* Checked after generation (text/schema_check.h), not by the grammar. */
+static const char *const CHECKED[] = {"not", "uniqueItems", "multipleOf", "minProperties", "maxProperties",
+                                      "propertyNames"};
 static const char *const KEYWORDS[] = {"type",      "properties", "required", "additionalProperties", "items",
                                        "minItems",  "maxItems",   "enum",     "const",                "anyOf",
                                        "oneOf",     "allOf",      "minLength", "maxLength",           "nullable",
-                                       "minimum",   "$ref"};
+                                       "minimum",   "$ref",       "maximum",   "exclusiveMinimum",    "exclusiveMaximum",
+                                       "pattern",   "format"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -53,7 +59,7 @@ static bool in_list(const char *k, const char *const *list, size_t n) {
 int sc_check_keywords(sc *c, const cJSON *s) {
     const cJSON *k;
     cJSON_ArrayForEach(k, s) {
-        if (!IN(k->string, KEYWORDS) && !IN(k->string, ANNOTATIONS))
+        if (!IN(k->string, KEYWORDS) && !IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED))
             return sc_fail(c, E0_EUNSUPPORTED, "the JSON schema keyword '%.64s' is not supported", k->string);
     }
     return 0;
@@ -61,10 +67,12 @@ int sc_check_keywords(sc *c, const cJSON *s) {
 
 const cJSON *sc_kw(const cJSON *s, const char *name) { return cJSON_GetObjectItemCaseSensitive(s, name); }
 
-/* Constraining keywords other than the annotations and `allowed`. */
+/* Constraining keywords other than the annotations, the ones checked after
+ * generation and `allowed`. */
 const char *sc_other_keyword(const cJSON *s, const char *const *allowed, size_t n) {
     const cJSON *k;
-    cJSON_ArrayForEach(k, s) if (!IN(k->string, ANNOTATIONS) && !in_list(k->string, allowed, n)) return k->string;
+    cJSON_ArrayForEach(k, s) if (!IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED) &&
+                                 !in_list(k->string, allowed, n)) return k->string;
     return NULL;
 }
 
@@ -296,6 +304,62 @@ int32_t sc_object(sc *c, const cJSON *s, int depth) {
     return c->rc ? -1 : sc_chk(c, r);
 }
 
+/* The fixed patterns of "format" (docs/design.md §8.6): every string they
+ * make is valid for ajv-formats' full mode; other formats are annotations. */
+static const char *format_pattern(const char *f) {
+#define DATE_RX                                                                                                        \
+    "((\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29|\\d{4}-((0[13578]|1[02])-(0[1-9]|" \
+    "[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8])))"
+#define TIME_RX "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
+#define LABEL_RX(n) "[a-z0-9]([a-z0-9-]{0," #n "}[a-z0-9])?"
+#define OCTET_RX "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+    static const char *const F[][2] = {
+        {"date", "^" DATE_RX "$"},
+        {"time", "^" TIME_RX "$"},
+        {"date-time", "^" DATE_RX "T" TIME_RX "$"},
+        {"email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+){0,3}@(" LABEL_RX(20) "\\.){1,3}[a-z]{2,10}$"},
+        {"uri", "^https?://" LABEL_RX(20) "(\\." LABEL_RX(20) "){0,3}(/[A-Za-z0-9._~-]{0,20}){0,5}$"},
+        {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
+        {"ipv4", "^" OCTET_RX "(\\." OCTET_RX "){3}$"},
+        {"ipv6", "^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){7}$"},
+        {"hostname", "^" LABEL_RX(61) "(\\." LABEL_RX(61) "){0,2}$"},
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++)
+        if (!strcmp(f, F[i][0])) return F[i][1];
+    return NULL;
+}
+
+/* A string by minLength / maxLength, pattern or format (a pattern wins
+ * over a format; a length beside either is checked after generation). raw:
+ * the XML form's value without quotes. */
+int32_t sc_string_schema(sc *c, const cJSON *s, bool raw) {
+    gram_builder *b = c->b;
+    int32_t lo = 0, hi = -1, body = -1;
+    if (get_count(c, s, "minLength", &lo) || get_count(c, s, "maxLength", &hi)) return -1;
+    if (hi >= 0 && hi < lo) return sc_fail(c, E0_EINVAL, "'maxLength' is below 'minLength'");
+    const cJSON *pat = sc_kw(s, "pattern"), *fmt = sc_kw(s, "format");
+    if (pat && !cJSON_IsString(pat)) return sc_fail(c, E0_EINVAL, "'pattern' must be a string");
+    if (fmt && !cJSON_IsString(fmt)) return sc_fail(c, E0_EINVAL, "'format' must be a string");
+    const char *rx = pat ? pat->valuestring : fmt ? format_pattern(fmt->valuestring) : NULL;
+    if (rx) {
+        char e[E0_ERR_MAX];
+        int rc = rx_rule(b, rx, raw ? RX_FORM_RAW : RX_FORM_JSON, &body, e);
+        if (rc)
+            return sc_fail(c, rc, "'%s' \"%.80s\" %s: %s", pat ? "pattern" : "format", pat ? rx : fmt->valuestring,
+                           rc == E0_EUNSUPPORTED ? "is not supported" : "is refused", e);
+    } else if (raw) {
+        body = gb_rep(b, rx_any_char(b, RX_FORM_RAW), lo, hi);
+    } else {
+        return sc_string(c, lo, hi);
+    }
+    if (raw) return sc_chk(c, body);
+    int32_t r = gb_rule(b), a = gb_alt(b, r);
+    gb_str(b, a, "\"");
+    gb_ref(b, a, body);
+    gb_str(b, a, "\"");
+    return sc_chk(c, r);
+}
+
 static int32_t array_rule(sc *c, const cJSON *s, int depth) {
     const cJSON *items = sc_kw(s, "items");
     int32_t min = 0, max = -1;
@@ -375,26 +439,13 @@ int32_t sc_value(sc *c, const cJSON *s, int depth) {
     int types;
     if (sc_types_of(c, s, &types)) return -1;
     if (sc_kw(s, "enum") || sc_kw(s, "const")) return sc_enum(c, s, types, false);
-    const cJSON *min = sc_kw(s, "minimum");
-    bool sign = true, zero = true;
-    if (min) {
-        if (!cJSON_IsNumber(min) || (min->valuedouble != 0 && min->valuedouble != 1) ||
-            (min->valuedouble == 1 && (types & T_NUM)) || !(types & (T_INT | T_NUM)))
-            return sc_fail(c, E0_EUNSUPPORTED, "'minimum' is supported only as 0 (numbers) or 1 (integers)");
-        sign = false;
-        zero = min->valuedouble == 0;
-    }
+    bool bounded = sc_has_bounds(s);
     int32_t r = gb_rule(b);
     if (types & T_NULL) gb_str(b, gb_alt(b, r), "null");
     if (types & T_BOOL) gb_str(b, gb_alt(b, r), "true"), gb_str(b, gb_alt(b, r), "false");
-    if (types & T_NUM) gb_ref(b, gb_alt(b, r), sc_number(c, sign));
-    else if (types & T_INT) gb_ref(b, gb_alt(b, r), sc_int(c, sign, zero));
-    if (types & T_STR) {
-        int32_t lo = 0, hi = -1;
-        if (get_count(c, s, "minLength", &lo) || get_count(c, s, "maxLength", &hi)) return -1;
-        if (hi >= 0 && hi < lo) return sc_fail(c, E0_EINVAL, "'maxLength' is below 'minLength'");
-        gb_ref(b, gb_alt(b, r), sc_string(c, lo, hi));
-    }
+    if (types & T_NUM) gb_ref(b, gb_alt(b, r), bounded ? sc_number_bounded(c, s) : sc_number(c, true));
+    else if (types & T_INT) gb_ref(b, gb_alt(b, r), bounded ? sc_int_bounded(c, s) : sc_int(c, true, true));
+    if (types & T_STR) gb_ref(b, gb_alt(b, r), sc_string_schema(c, s, false));
     if (types & T_ARR) gb_ref(b, gb_alt(b, r), array_rule(c, s, depth));
     if (types & T_OBJ) gb_ref(b, gb_alt(b, r), sc_object(c, s, depth));
     return c->rc ? -1 : sc_chk(c, r);

@@ -84,4 +84,13 @@ int sc_members_get(sc *c, const cJSON *s, members *m);
 int32_t sc_object(sc *c, const cJSON *s, int depth);
 int32_t sc_value(sc *c, const cJSON *s, int depth);
 
+/* Bounded numbers (schema_num.c): minimum, maximum and their exclusive forms. */
+bool sc_has_bounds(const cJSON *s);
+int32_t sc_int_bounded(sc *c, const cJSON *s);
+int32_t sc_number_bounded(sc *c, const cJSON *s);
+
+/* Strings with pattern / format / lengths (schema.c); raw: the XML form's
+ * unquoted value. */
+int32_t sc_string_schema(sc *c, const cJSON *s, bool raw);
+
 #endif

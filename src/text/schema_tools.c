@@ -122,9 +122,10 @@ static int32_t xml_param(sc *c, const char *key, const cJSON *p, int32_t raw_tex
     gb_str(b, a, key);
     gb_str(b, a, ">\n");
     if (!p || (cJSON_IsObject(p) && xml_reads_string(p))) {
+        static const char *const STR_KW[] = {"type", "enum", "const", "nullable", "pattern", "format", "minLength",
+                                             "maxLength"};
         if (p) {
-            static const char *const STR_KW[] = {"type", "enum", "const", "nullable"};
-            const char *o = sc_other_keyword(p, STR_KW, 4);
+            const char *o = sc_other_keyword(p, STR_KW, sizeof STR_KW / sizeof *STR_KW);
             if (o)
                 return sc_fail(c, E0_EUNSUPPORTED,
                                "'%.64s' is not supported on a parameter the XML tool-call form writes as raw text", o);
@@ -134,6 +135,9 @@ static int32_t xml_param(sc *c, const char *key, const cJSON *p, int32_t raw_tex
             int types;
             if (sc_types_of(c, p, &types)) return -1;
             gb_ref(b, a, sc_enum(c, p, T_STR, true));
+            gb_str(b, a, "\n</parameter>\n");
+        } else if (p && (sc_kw(p, "pattern") || sc_kw(p, "format") || sc_kw(p, "minLength") || sc_kw(p, "maxLength"))) {
+            gb_ref(b, a, sc_string_schema(c, p, true));
             gb_str(b, a, "\n</parameter>\n");
         } else {
             gb_ref(b, a, raw_text);
