@@ -506,8 +506,8 @@ static void test_request_parse(void **state) {
          "\"function\":{\"name\":\"f\"}}",
          "invalid_value", "tool_choice"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\","
-         "\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"",
-         "unsupported_value", "tools"},
+         "\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}}}],\"tool_choice\":\"required\"",
+         "unsupported_value", "tools"}, /* a back-reference: formats and plain patterns are enforced */
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\","
          "\"response_format\":{\"type\":\"json_object\"}",
          "unsupported_value", "response_format"},
@@ -518,8 +518,8 @@ static void test_request_parse(void **state) {
         {"\"response_format\":{\"type\":\"xml\"}", "unsupported_value", "response_format"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "invalid_value", "response_format"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
-         "\"string\",\"pattern\":\"a\"}}}",
-         "unsupported_value", "response_format"},
+         "\"string\",\"pattern\":\"(?=a)\"}}}",
+         "unsupported_value", "response_format"}, /* lookahead */
         {"\"response_format\":\"json\"", "invalid_type", "response_format"},
         {"\"logprobs\":1", "invalid_type", "logprobs"},
         {"\"top_logprobs\":2", "invalid_value", "top_logprobs"},
