@@ -12,6 +12,7 @@
 #include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/schema.h"
+#include "text/schema_check.h"
 #include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -291,6 +292,40 @@ static void test_schema_keywords(void **state) {
     e0_grammar_free(g);
     gram_vocab_free(v);
     cJSON_Delete(tools);
+}
+
+/* The check after generation (schema_check.c). */
+static void test_schema_check(void **state) {
+    (void)state;
+    static const struct {
+        const char *schema, *value, *why; /* why NULL: valid */
+    } C[] = {
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "[1,2,3]", NULL},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "[1,{\"a\":2},{\"a\":2}]", "/: uniqueItems"},
+        {"{\"type\":\"number\",\"multipleOf\":0.5}", "2.5", NULL},
+        {"{\"type\":\"number\",\"multipleOf\":0.5}", "2.25", "multipleOf"},
+        {"{\"not\":{\"type\":\"string\"}}", "3", NULL},
+        {"{\"not\":{\"type\":\"string\"}}", "\"x\"", "not"},
+        {"{\"type\":\"object\",\"minProperties\":2}", "{\"a\":1}", "minProperties"},
+        {"{\"type\":\"object\",\"maxProperties\":1}", "{\"a\":1}", NULL},
+        {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2}}", "{\"abc\":1}", "/abc: maxLength"},
+        {"{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/i\"},"
+         "\"uniqueItems\":true}},\"$defs\":{\"i\":{\"type\":\"integer\",\"minimum\":0}}}",
+         "{\"t\":[0,-1]}", "/t/1: minimum"},
+        {"{\"type\":\"string\",\"pattern\":\"^a\",\"minLength\":3}", "\"ab\"", "minLength"},
+        {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"uniqueItems\":true}]}", "[1,1]", "anyOf"},
+        {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"uniqueItems\":true}]}", "[1,2]", NULL},
+        {"{\"$ref\":\"#\"}", "1", "deep"},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+        cJSON *s = cJSON_Parse(C[i].schema), *v = cJSON_Parse(C[i].value);
+        char why[256];
+        int got = schema_check(s, v, why, sizeof why);
+        if (got != (C[i].why != NULL) || (C[i].why && !strstr(why, C[i].why)))
+            fail_msg("%s on %s: got %d \"%s\"", C[i].schema, C[i].value, got, got ? why : "");
+        cJSON_Delete(s);
+        cJSON_Delete(v);
+    }
 }
 
 static int schema_err(const char *json, char *err) {
@@ -637,7 +672,7 @@ int main(void) {
         cmocka_unit_test(test_builder),        cmocka_unit_test(test_schema_values),
         cmocka_unit_test(test_schema_errors),  cmocka_unit_test(test_tool_forms),
         cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_random_walk),
-        cmocka_unit_test(test_schema_keywords),
+        cmocka_unit_test(test_schema_keywords), cmocka_unit_test(test_schema_check),
         cmocka_unit_test(test_resample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
