@@ -396,6 +396,12 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
                        : res.finish == E0_FINISH_CANCELLED ? "cancelled"
                                                            : "length";
+    if (!rc && j->req.check_schema && res.finish == E0_FINISH_STOP) { /* the check after generation */
+        cJSON *v = cJSON_ParseWithLength(j->content.p ? j->content.p : "", j->content.len);
+        if (!v) snprintf(j->schema_violation, sizeof j->schema_violation, "the answer is not JSON");
+        else e0_schema_check(j->req.check_schema, v, j->schema_violation, sizeof j->schema_violation);
+        cJSON_Delete(v);
+    }
     pthread_mutex_unlock(&j->mu);
     e0_tc_parser_free(g->tc);
     /* the answer's end: the conversation's next turn resumes here */

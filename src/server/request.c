@@ -358,7 +358,11 @@ static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e) {
     }
     if (!json) return 0;
     rc = e0_grammar_response_format(rf, &r->grammar, err);
-    return rc ? grammar_fail(e, rc, "response_format", err) : 0;
+    if (rc) return grammar_fail(e, rc, "response_format", err);
+    const cJSON *js = field(rf, "json_schema"), *schema = js ? field(js, "schema") : NULL;
+    if (schema && !(r->check_schema = cJSON_Duplicate(schema, 1)))
+        return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    return 0;
 }
 
 /* logprobs: bool; top_logprobs: 0..20, only with logprobs (as OpenAI). */
@@ -482,6 +486,7 @@ int srv_request_render(const srv_request *r, char **out, size_t *len, srv_error 
 }
 
 void srv_request_free(srv_request *r) {
+    cJSON_Delete(r->check_schema);
     cJSON_Delete(r->messages);
     free(r->tools_json);
     cJSON_Delete(r->tools);

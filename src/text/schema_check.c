@@ -171,6 +171,10 @@ static bool valid(ck *c, const cJSON *s, const cJSON *v, const char *path, int d
     return check_comb(c, s, v, path, depth);
 }
 
+int e0_schema_check(const cJSON *schema, const cJSON *value, char *why, size_t why_len) {
+    return schema_check(schema, value, why, why_len);
+}
+
 int schema_check(const cJSON *schema, const cJSON *value, char *why, size_t why_len) {
     ck c = {schema, why, why_len, false};
     if (why && why_len) *why = 0;
