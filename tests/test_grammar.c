@@ -230,6 +230,20 @@ static void test_schema_keywords(void **state) {
     CASES("{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b@example.com\"", 1}, {"\"a@b\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a/b\"", 1}, {"\"example.com\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"no-such-format\"}", {"\"anything\"", 1});
+    /* allOf merged; keywords beside $ref and anyOf */
+    CASES("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
+          "{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{\"minimum\":3}},\"required\":[\"b\"]}],"
+          "\"additionalProperties\":false}",
+          {"{\"a\":3,\"b\":\"x\"}", 1}, {"{\"a\":1,\"b\":\"x\"}", -1}, {"{\"a\":3}", -1}, {"{\"a\":3,\"b\":\"x\",\"c\":1}", -1});
+    CASES("{\"allOf\":[{\"type\":\"number\",\"minimum\":0},{\"type\":\"integer\",\"maximum\":5,\"minimum\":2}]}", {"1", -1},
+          {"2", 1}, {"5", 1}, {"6", -1}, {"2.5", -1});
+    CASES("{\"$defs\":{\"P\":{\"type\":\"integer\",\"minimum\":1}},\"$ref\":\"#/$defs/P\",\"maximum\":3}", {"0", -1},
+          {"3", 1}, {"4", -1});
+    CASES("{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^ab$\"}]}", {"\"a\"", 1}, {"\"ab\"", 1},
+          {"\"abc\"", -1}, {"1", -1});
+    CASES("{\"type\":\"object\",\"properties\":{\"x\":{\"allOf\":[{\"$ref\":\"#/$defs/X\"}],\"description\":\"d\"}},"
+          "\"$defs\":{\"X\":{\"type\":\"string\",\"maxLength\":2}}}",
+          {"{\"x\":\"ab\"}", 1}, {"{\"x\":\"abc\"}", -1});
     /* integer bounds, exhaustively */
     gram_vocab *v = bytes_vocab();
     static const struct {
@@ -363,8 +377,9 @@ static void test_schema_errors(void **state) {
         {"{\"type\":\"number\",\"minimum\":\"x\"}", "'minimum' must be a number", E0_EINVAL},
         {"{\"type\":\"array\",\"prefixItems\":[{}]}", "'prefixItems'", E0_EUNSUPPORTED},
         {"{\"type\":\"array\",\"items\":[{}]}", "tuple", E0_EUNSUPPORTED},
-        {"{\"allOf\":[{},{}]}", "'allOf'", E0_EUNSUPPORTED},
-        {"{\"anyOf\":[{}],\"type\":\"object\"}", "'anyOf' beside 'type'", E0_EUNSUPPORTED},
+        {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "do not intersect", E0_EINVAL},
+        {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern' two different", E0_EUNSUPPORTED},
+        {"{\"anyOf\":[{}],\"oneOf\":[{}],\"type\":\"object\"}", "both 'anyOf' and 'oneOf'", E0_EUNSUPPORTED},
         {"{\"$ref\":\"http://x/y\"}", "'$ref'", E0_EUNSUPPORTED},
         {"{\"$ref\":\"#\"}", "recurses", E0_EUNSUPPORTED},
         {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "recurses", E0_EUNSUPPORTED},

@@ -375,7 +375,7 @@ static int32_t array_rule(sc *c, const cJSON *s, int depth) {
     return c->rc ? -1 : sc_list(c, "[", "]", item, min, max);
 }
 
-static const cJSON *resolve_ref(sc *c, const cJSON *ref) {
+const cJSON *sc_resolve_ref(sc *c, const cJSON *ref) {
     if (!cJSON_IsString(ref)) return sc_fail(c, E0_EINVAL, "'$ref' must be a string"), NULL;
     const char *r = ref->valuestring;
     if (!strcmp(r, "#")) return c->doc;
@@ -399,12 +399,19 @@ int32_t sc_value(sc *c, const cJSON *s, int depth) {
     if (cJSON_IsFalse(s)) return sc_fail(c, E0_EINVAL, "the schema false allows no value");
     if (!cJSON_IsObject(s)) return sc_fail(c, E0_EINVAL, "a schema must be an object or a boolean");
     if (sc_check_keywords(c, s)) return -1;
-    const cJSON *ref = sc_kw(s, "$ref");
+    const cJSON *ref = sc_kw(s, "$ref"), *all = sc_kw(s, "allOf");
+    static const char *const ONE_REF[] = {"$ref"}, *const BRANCHES[] = {"anyOf", "oneOf"}, *const ALL[] = {"allOf"};
+    if (all ? !cJSON_IsArray(all) || (all->child && all->child->next) || sc_other_keyword(s, ALL, 1)
+        : ref ? sc_other_keyword(s, ONE_REF, 1) != NULL
+              : (sc_kw(s, "anyOf") || sc_kw(s, "oneOf")) && sc_other_keyword(s, BRANCHES, 2)) {
+        const cJSON *m = sc_merge(c, s); /* keywords side by side: one schema */
+        return m ? sc_value(c, m, depth + 1) : -1;
+    }
     if (ref) {
         static const char *const ONLY[] = {"$ref"};
         const char *o = sc_other_keyword(s, ONLY, 1);
         if (o) return sc_fail(c, E0_EUNSUPPORTED, "'$ref' beside '%.64s' is not supported", o);
-        const cJSON *t = resolve_ref(c, ref);
+        const cJSON *t = sc_resolve_ref(c, ref);
         if (!t) return -1;
         for (int i = 0; i < c->n_refs; i++)
             if (c->refs[i].target == t) return c->refs[i].rule;
@@ -425,8 +432,6 @@ int32_t sc_value(sc *c, const cJSON *s, int depth) {
         const char *o = sc_other_keyword(s, COMB + k, 1);
         if (o) return sc_fail(c, E0_EUNSUPPORTED, "'%s' beside '%.64s' is not supported", COMB[k], o);
         if (!cJSON_IsArray(l) || !l->child) return sc_fail(c, E0_EINVAL, "'%s' must be a non-empty array", COMB[k]);
-        if (k == 2 && l->child->next)
-            return sc_fail(c, E0_EUNSUPPORTED, "'allOf' with more than one schema is not supported");
         int32_t r = gb_rule(b), i = 0;
         cJSON_ArrayForEach(it, l) {
             size_t at = sc_path_push(c, "/%s/%d", COMB[k], i++);

@@ -23,6 +23,7 @@ typedef struct {
     } refs[SC_MAX_REFS];
     int n_refs;
     int32_t ws, chr, str, num, any, key_free_json, key_free_xml, think_ws;
+    cJSON *owned; /* schemas made by sc_merge, freed when the compile ends */
     char path[256];
 } sc;
 
@@ -83,6 +84,12 @@ void sc_members_free(members *m);
 int sc_members_get(sc *c, const cJSON *s, members *m);
 int32_t sc_object(sc *c, const cJSON *s, int depth);
 int32_t sc_value(sc *c, const cJSON *s, int depth);
+const cJSON *sc_resolve_ref(sc *c, const cJSON *ref);
+
+/* allOf and keywords beside $ref / anyOf / oneOf merged into one schema
+ * (schema_merge.c), owned by c; NULL after an error. */
+const cJSON *sc_merge(sc *c, const cJSON *s);
+cJSON *sc_distribute(sc *c, cJSON *r, int depth);
 
 /* Bounded numbers (schema_num.c): minimum, maximum and their exclusive forms. */
 bool sc_has_bounds(const cJSON *s);

@@ -49,6 +49,8 @@ static int finish(sc *c, int32_t body, gram **out) {
         }
     }
     gb_free(b);
+    cJSON_Delete(c->owned);
+    c->owned = NULL;
     return c->rc;
 }
 
