@@ -232,8 +232,8 @@ static void test_schema_keywords(void **state) {
     CASES("{\"type\":\"string\",\"format\":\"no-such-format\"}", {"\"anything\"", 1});
     /* allOf merged; keywords beside $ref and anyOf */
     CASES("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
-          "{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{\"minimum\":3}},\"required\":[\"b\"]}],"
-          "\"additionalProperties\":false}",
+          "{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{\"minimum\":3}},\"required\":[\"b\"],"
+          "\"additionalProperties\":false}]}",
           {"{\"a\":3,\"b\":\"x\"}", 1}, {"{\"a\":1,\"b\":\"x\"}", -1}, {"{\"a\":3}", -1}, {"{\"a\":3,\"b\":\"x\",\"c\":1}", -1});
     CASES("{\"allOf\":[{\"type\":\"number\",\"minimum\":0},{\"type\":\"integer\",\"maximum\":5,\"minimum\":2}]}", {"1", -1},
           {"2", 1}, {"5", 1}, {"6", -1}, {"2.5", -1});
@@ -378,6 +378,8 @@ static void test_schema_errors(void **state) {
         {"{\"type\":\"array\",\"prefixItems\":[{}]}", "'prefixItems'", E0_EUNSUPPORTED},
         {"{\"type\":\"array\",\"items\":[{}]}", "tuple", E0_EUNSUPPORTED},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "do not intersect", E0_EINVAL},
+        {"{\"allOf\":[{\"properties\":{\"a\":{}},\"required\":[\"a\"]}],\"additionalProperties\":false}",
+         "forbidden by the other's additionalProperties", E0_EINVAL}, /* as JSON Schema reads it: no value */
         {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern' two different", E0_EUNSUPPORTED},
         {"{\"anyOf\":[{}],\"oneOf\":[{}],\"type\":\"object\"}", "both 'anyOf' and 'oneOf'", E0_EUNSUPPORTED},
         {"{\"$ref\":\"http://x/y\"}", "'$ref'", E0_EUNSUPPORTED},

@@ -2,8 +2,11 @@
  * (schema_int.h: sc_merge).
  *
  * The merge of two schemas keeps what each says alone and intersects what
- * both say: types intersect (integer within number), properties unite (a
- * key both list gets {"allOf": [its two schemas]}, merged when compiled),
+ * both say: types intersect (integer within number), properties unite as
+ * JSON Schema reads them (a key one side lists is held to the other side's
+ * additionalProperties: dropped where that is false, a 400 if also
+ * required; a key both give a schema gets {"allOf": [both]}, merged when
+ * compiled),
  * required unites, lower bounds take the larger and upper bounds the
  * smaller, enums intersect, items / propertyNames / two additionalProperties
  * schemas become an allOf, additionalProperties false wins, uniqueItems
@@ -165,6 +168,50 @@ static cJSON *flatten(sc *c, const cJSON *s, int depth) {
     return acc;
 }
 
+/* What schema s gives key k: its property, else its additionalProperties
+ * (NULL: any value; *forbid: none). */
+static const cJSON *prop_of(const cJSON *s, const char *k, bool *forbid) {
+    const cJSON *p = sc_kw(sc_kw(s, "properties"), k), *ap = sc_kw(s, "additionalProperties");
+    *forbid = !p && cJSON_IsFalse(ap);
+    return p ? p : cJSON_IsObject(ap) ? ap : NULL;
+}
+
+static bool required_in(const cJSON *s, const char *k) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, sc_kw(s, "required")) if (cJSON_IsString(it) && !strcmp(it->valuestring, k)) return true;
+    return false;
+}
+
+/* The merged properties, as JSON Schema reads each side: a key one side
+ * lists is held, on the other side, to that side's additionalProperties. */
+static int merge_props(sc *c, cJSON *r, const cJSON *a, const cJSON *b) {
+    if (!sc_kw(a, "properties") && !sc_kw(b, "properties")) return 0;
+    cJSON *props = cJSON_CreateObject();
+    if (!props) return sc_fail(c, E0_ENOMEM, "out of memory");
+    for (int side = 0; side < 2; side++) {
+        const cJSON *k;
+        cJSON_ArrayForEach(k, sc_kw(side ? b : a, "properties")) {
+            if (sc_kw(props, k->string)) continue;
+            bool fa, fb;
+            const cJSON *pa = prop_of(a, k->string, &fa), *pb = prop_of(b, k->string, &fb);
+            if (fa || fb) {
+                if (required_in(a, k->string) || required_in(b, k->string))
+                    return cJSON_Delete(props), sc_fail(c, E0_EINVAL,
+                                                        "allOf: \"%.64s\" is required by one schema and forbidden by "
+                                                        "the other's additionalProperties",
+                                                        k->string);
+                continue; /* never written */
+            }
+            cJSON *v = pa && pb ? all_of2(pa, pb) : cJSON_Duplicate(pa ? pa : pb, 1);
+            if (!v) return cJSON_Delete(props), sc_fail(c, E0_ENOMEM, "out of memory");
+            cJSON_AddItemToObject(props, k->string, v);
+        }
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "properties");
+    cJSON_AddItemToObject(r, "properties", props);
+    return 0;
+}
+
 /* The merge of two flattened schemas (new, the caller's). */
 static cJSON *merge2(sc *c, const cJSON *a, const cJSON *b, int depth) {
     cJSON *r = cJSON_CreateObject();
@@ -183,6 +230,7 @@ static cJSON *merge2(sc *c, const cJSON *a, const cJSON *b, int depth) {
         branches |= !strcmp(k->string, "anyOf") || !strcmp(k->string, "oneOf");
         if (!sc_kw(a, k->string)) cJSON_AddItemToObject(r, k->string, cJSON_Duplicate(k, 1));
     }
+    if (merge_props(c, r, a, b)) return cJSON_Delete(r), NULL;
     return branches ? sc_distribute(c, r, depth) : r;
 }
 
