@@ -230,6 +230,12 @@ static void test_schema_keywords(void **state) {
     CASES("{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b@example.com\"", 1}, {"\"a@b\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a/b\"", 1}, {"\"example.com\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"no-such-format\"}", {"\"anything\"", 1});
+    /* maps: propertyNames and the counts */
+    CASES("{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]{1,3}$\"},\"maxProperties\":2,"
+          "\"minProperties\":1,\"additionalProperties\":{\"type\":\"integer\"}}",
+          {"{}", -1}, {"{\"ab\":1}", 1}, {"{\"ab\":1,\"c\":2}", 1}, {"{\"ab\":1,\"c\":2,\"d\":3}", -1},
+          {"{\"abcd\":1}", -1}, {"{\"A\":1}", -1}, {"{\"ab\":\"x\"}", -1});
+    CASES("{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"y\"]}}", {"{\"x\":[]}", 1}, {"{\"z\":1}", -1});
     /* allOf merged; keywords beside $ref and anyOf */
     CASES("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
           "{\"properties\":{\"b\":{\"type\":\"string\"},\"a\":{\"minimum\":3}},\"required\":[\"b\"],"

@@ -127,6 +127,15 @@ static char *gen_schema(int depth, bool *has_defs) {
                  lo, lo + 5);
         return b;
     }
+    if (kind == 8 && rnd(2)) { /* a map */
+        char *v = gen_schema(depth + 1, has_defs);
+        snprintf(b, 65536,
+                 "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-c]{1,2}$\"},\"maxProperties\":%u,"
+                 "\"additionalProperties\":%s}",
+                 rnd(4), v);
+        free(v);
+        return b;
+    }
     if (kind == 7) { /* a $ref to the definitions */
         *has_defs = true;
         snprintf(b, 65536, "{\"$ref\":\"#/$defs/d%u\"}", rnd(2));

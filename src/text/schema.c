@@ -224,10 +224,44 @@ int sc_members_get(sc *c, const cJSON *s, members *m) {
  *   first(i) = member_i ws after(i+1) [| first(i+1) when optional]
  *   after(i) = "," ws member_i ws after(i+1) [| after(i+1) when optional]
  * and at the end the extra members, if allowed. */
+/* A map (no listed properties): keys by propertyNames, counts by
+ * minProperties / maxProperties (a repeated key, which JSON.parse folds,
+ * is left to the check after generation). */
+static int32_t map_rule(sc *c, const cJSON *s, const members *m, int depth) {
+    gram_builder *b = c->b;
+    int32_t lo = 0, hi = -1, key;
+    if (get_count(c, s, "minProperties", &lo) || get_count(c, s, "maxProperties", &hi)) return -1;
+    if (hi >= 0 && hi < lo) return sc_fail(c, E0_EINVAL, "'maxProperties' is below 'minProperties'");
+    const cJSON *pn = sc_kw(s, "propertyNames");
+    size_t at = sc_path_push(c, "/propertyNames");
+    if (pn && !cJSON_IsObject(pn) && !cJSON_IsTrue(pn))
+        key = sc_fail(c, E0_EINVAL, "'propertyNames' must be a schema object");
+    else if (cJSON_IsObject(pn) && (sc_kw(pn, "enum") || sc_kw(pn, "const")))
+        key = sc_enum(c, pn, T_STR, false);
+    else
+        key = cJSON_IsObject(pn) ? sc_string_schema(c, pn, false) : sc_string(c, 0, -1);
+    sc_path_pop(c, at);
+    at = sc_path_push(c, "/additionalProperties");
+    int32_t v = m->extra_schema ? sc_value(c, m->extra_schema, depth + 1) : sc_any(c), ws = sc_ws(c);
+    sc_path_pop(c, at);
+    int32_t mem = gb_rule(b), a = gb_alt(b, mem);
+    gb_ref(b, a, key);
+    gb_ref(b, a, ws);
+    gb_str(b, a, ":");
+    gb_ref(b, a, ws);
+    gb_ref(b, a, v);
+    return c->rc ? -1 : sc_list(c, "{", "}", sc_chk(c, mem), lo, hi);
+}
+
 int32_t sc_object(sc *c, const cJSON *s, int depth) {
     gram_builder *b = c->b;
     members m;
     if (sc_members_get(c, s, &m)) return sc_members_free(&m), -1;
+    if (!m.n && m.extra) {
+        int32_t r = map_rule(c, s, &m, depth);
+        sc_members_free(&m);
+        return r;
+    }
     int32_t ws = sc_ws(c), *mem = calloc((size_t)m.n + 1, sizeof *mem);
     if (!mem) return sc_members_free(&m), sc_fail(c, E0_ENOMEM, "out of memory");
     for (int i = 0; i < m.n && !c->rc; i++) {
