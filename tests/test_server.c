@@ -1078,6 +1078,43 @@ static void test_metrics(void **state) {
     free(log);
 }
 
+/* JSON Schema keywords (docs/design.md §8.6): a pattern is enforced by the
+ * grammar (and measured on /metrics); a keyword checked after generation
+ * that no answer can meet (three distinct items out of two values) is
+ * generated three times and then reported. */
+static void test_schema_keywords(void **state) {
+    (void)state;
+    char *m;
+    assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
+    double g0 = metric(m, "edge0_grammar_requests_total");
+    free(m);
+    char *b = chat_body("x", 60, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                                 "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
+                                 "{\"type\":\"string\",\"pattern\":\"^[a-z]{3}-\\\\d{2}$\"}}}");
+    cJSON *j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    if (!strcmp(str(j, "choices.0.finish_reason"), "stop")) {
+        cJSON *v = cJSON_Parse(str(j, "choices.0.message.content"));
+        assert_true(cJSON_IsString(v) && strlen(v->valuestring) == 6 && v->valuestring[3] == '-');
+        cJSON_Delete(v);
+    }
+    assert_null(cJSON_GetObjectItem(j, "x_edge0_schema_violation"));
+    cJSON_Delete(j);
+    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                            "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"u\",\"schema\":"
+                            "{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"minItems\":3,\"maxItems\":3,"
+                            "\"uniqueItems\":true}}}");
+    j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+    assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "uniqueItems"));
+    cJSON_Delete(j);
+    assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
+    assert_true(metric(m, "edge0_grammar_requests_total") == g0 + 4); /* the pattern, and the array three times */
+    assert_true(metric(m, "edge0_grammar_seconds_total") > 0);
+    free(m);
+}
+
 /* ---- HTTP basics on the real binary -------------------------------------------------- */
 
 static char *curl_raw(const char *args) {
@@ -1755,6 +1792,7 @@ int main(void) {
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_http_basics),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_node_constrained),
