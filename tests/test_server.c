@@ -1112,6 +1112,7 @@ static void test_schema_keywords(void **state) {
     assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
     assert_true(metric(m, "edge0_grammar_requests_total") == g0 + 4); /* the pattern, and the array three times */
     assert_true(metric(m, "edge0_grammar_seconds_total") > 0);
+    assert_true(metric(m, "edge0_grammar_compile_seconds_total") > 0);
     free(m);
 }
 

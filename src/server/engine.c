@@ -423,7 +423,7 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     else finish_job(E, j, 200, NULL);
     srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
                            res.finish == E0_FINISH_CANCELLED, j->seconds);
-    if (j->req.grammar) srv_metrics_grammar(E->m, &res);
+    if (j->req.grammar) srv_metrics_grammar(E->m, &res, j->req.grammar_compile_s);
     slot_release(E, sl);
 }
 

@@ -61,8 +61,9 @@ void srv_openai_usage_json(srv_buf *b, const e0_gen_result *r) {
 static void grammar_timings(srv_buf *b, const srv_job *j) {
     const e0_gen_result *r = &j->res;
     if (!j->req.grammar) return;
-    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d", r->mask_s * 1e3,
-            r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks);
+    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d,\"grammar_compile_ms\":%.3f",
+             r->mask_s * 1e3, r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks,
+             j->req.grammar_compile_s * 1e3);
 }
 
 /* llama.cpp's "timings" object: what was evaluated and how fast (and, with

@@ -40,7 +40,9 @@ static int32_t same_len(sc *c, const char *a, const char *z, int n) {
         gb_ref(b, x, same_len(c, a + 1, z + 1, n - 1));
         return sc_chk(c, r);
     }
-    bool lo_full = strspn(a + 1, "0") == (size_t)(n - 1), hi_full = strspn(z + 1, "9") == (size_t)(n - 1);
+    bool lo_full = true, hi_full = true; /* a's rest all 0, z's all 9 (neither is NUL-terminated) */
+    for (int i = 1; i < n; i++)
+        lo_full &= a[i] == '0', hi_full &= z[i] == '9';
     char nines[20], zeros[20];
     memset(nines, '9', sizeof nines), memset(zeros, '0', sizeof zeros);
     if (!lo_full) {
