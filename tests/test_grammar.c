@@ -230,6 +230,14 @@ static void test_schema_keywords(void **state) {
     CASES("{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b@example.com\"", 1}, {"\"a@b\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://example.com/a/b\"", 1}, {"\"example.com\"", -1});
     CASES("{\"type\":\"string\",\"format\":\"no-such-format\"}", {"\"anything\"", 1});
+    /* tuples (Pydantic's Tuple[int, str]; draft 7's items array) */
+    CASES("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"minItems\":2,"
+          "\"maxItems\":2}",
+          {"[1,\"a\"]", 1}, {"[1]", -1}, {"[\"a\",1]", -1}, {"[1,\"a\",2]", -1}, {"[]", -1});
+    CASES("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":{\"type\":\"boolean\"}}", {"[]", 1},
+          {"[1]", 1}, {"[1,true,false]", 1}, {"[true]", -1}, {"[1,2]", -1});
+    CASES("{\"type\":\"array\",\"items\":[{\"const\":1}],\"additionalItems\":false}", {"[1]", 1}, {"[]", 1},
+          {"[1,1]", -1});
     /* maps: propertyNames and the counts */
     CASES("{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]{1,3}$\"},\"maxProperties\":2,"
           "\"minProperties\":1,\"additionalProperties\":{\"type\":\"integer\"}}",
@@ -381,8 +389,8 @@ static void test_schema_errors(void **state) {
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer", E0_EINVAL},
         {"{\"type\":\"integer\",\"exclusiveMinimum\":4,\"exclusiveMaximum\":5}", "no integer", E0_EINVAL},
         {"{\"type\":\"number\",\"minimum\":\"x\"}", "'minimum' must be a number", E0_EINVAL},
-        {"{\"type\":\"array\",\"prefixItems\":[{}]}", "'prefixItems'", E0_EUNSUPPORTED},
-        {"{\"type\":\"array\",\"items\":[{}]}", "tuple", E0_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"contains\":{}}", "'contains'", E0_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}", "more items", E0_EINVAL},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "do not intersect", E0_EINVAL},
         {"{\"allOf\":[{\"properties\":{\"a\":{}},\"required\":[\"a\"]}],\"additionalProperties\":false}",
          "forbidden by the other's additionalProperties", E0_EINVAL}, /* as JSON Schema reads it: no value */

@@ -105,6 +105,14 @@ static char *gen_schema(int depth, bool *has_defs) {
         gen_scalar(b, 4096);
         return b;
     }
+    if (kind == 4 && rnd(3) == 0) { /* a tuple */
+        char *x = gen_schema(depth + 1, has_defs), *y = gen_schema(depth + 1, has_defs), *z = gen_schema(3, has_defs);
+        uint32_t lo = rnd(3);
+        snprintf(b, 65536, "{\"type\":\"array\",\"prefixItems\":[%s,%s],\"items\":%s,\"minItems\":%u,\"maxItems\":%u}", x,
+                 y, rnd(2) ? "false" : z, lo, lo + rnd(3));
+        free(x), free(y), free(z);
+        return b;
+    }
     if (kind == 4) { /* array */
         char *it = gen_schema(depth + 1, has_defs);
         uint32_t lo = rnd(3);

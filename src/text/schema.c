@@ -46,7 +46,7 @@ static const char *const KEYWORDS[] = {"type",      "properties", "required", "a
                                        "minItems",  "maxItems",   "enum",     "const",                "anyOf",
                                        "oneOf",     "allOf",      "minLength", "maxLength",           "nullable",
                                        "minimum",   "$ref",       "maximum",   "exclusiveMinimum",    "exclusiveMaximum",
-                                       "pattern",   "format"};
+                                       "pattern",   "format",     "prefixItems", "additionalItems"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -394,13 +394,70 @@ int32_t sc_string_schema(sc *c, const cJSON *s, bool raw) {
     return sc_chk(c, r);
 }
 
+/* A tuple: prefixItems (or draft 7's items as an array), then the rest by
+ * items (additionalItems): "[" ws first(0) "]" with
+ *   first(i) = p_i ws after(i+1) [| "" when i >= min]
+ *   after(i) = "," ws p_i ws after(i+1) [| "" when i >= min], after(n) = the rest. */
+static int32_t tuple_rule(sc *c, const cJSON *prefix, const cJSON *rest, int32_t min, int32_t max, int depth) {
+    gram_builder *b = c->b;
+    int n = cJSON_GetArraySize(prefix), i = 0;
+    if (max >= 0 && n > max) n = max;
+    if (n > SCHEMA_MAX_ENUM) return sc_fail(c, E0_ERANGE, "more than %d tuple items", SCHEMA_MAX_ENUM);
+    int32_t ws = sc_ws(c), item = -1, tail = gb_rule(b), *p = calloc((size_t)n + 1, sizeof *p);
+    if (!p) return sc_fail(c, E0_ENOMEM, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, prefix) {
+        if (i == n || c->rc) break;
+        size_t at = sc_path_push(c, "/prefixItems/%d", i);
+        p[i++] = sc_value(c, it, depth + 1);
+        sc_path_pop(c, at);
+    }
+    if (!cJSON_IsFalse(rest) && (max < 0 || max > n)) { /* the rest: ("," ws item ws){min - n, max - n} */
+        size_t at = sc_path_push(c, "/items");
+        item = cJSON_IsObject(rest) ? sc_value(c, rest, depth + 1) : sc_any(c);
+        sc_path_pop(c, at);
+        int32_t more = gb_rule(b), a = gb_alt(b, more);
+        gb_str(b, a, ",");
+        gb_ref(b, a, ws);
+        gb_ref(b, a, item);
+        gb_ref(b, a, ws);
+        gb_ref(b, gb_alt(b, tail), gb_rep(b, more, min > n ? min - n : 0, max < 0 ? -1 : max - n));
+    } else if (min > n) {
+        free(p);
+        return sc_fail(c, E0_EINVAL, "'minItems' asks for more items than the tuple allows");
+    } else {
+        gb_alt(b, tail);
+    }
+    int32_t after = tail, first = -1;
+    for (int k = n; k-- > 0 && !c->rc;) {
+        int32_t na = gb_rule(b), nf = gb_rule(b), a = gb_alt(b, na);
+        gb_str(b, a, ",");
+        gb_ref(b, a, ws), gb_ref(b, a, p[k]), gb_ref(b, a, ws), gb_ref(b, a, after);
+        a = gb_alt(b, nf);
+        gb_ref(b, a, p[k]), gb_ref(b, a, ws), gb_ref(b, a, after);
+        if (k >= min) gb_alt(b, na), gb_alt(b, nf);
+        after = na, first = nf;
+    }
+    free(p);
+    if (first < 0) return c->rc ? -1 : sc_list(c, "[", "]", item >= 0 ? item : sc_any(c), min, max < 0 || item >= 0 ? max : 0);
+    int32_t r = gb_rule(b), a = gb_alt(b, r);
+    gb_str(b, a, "[");
+    gb_ref(b, a, ws);
+    gb_ref(b, a, first);
+    gb_str(b, a, "]");
+    return c->rc ? -1 : sc_chk(c, r);
+}
+
 static int32_t array_rule(sc *c, const cJSON *s, int depth) {
-    const cJSON *items = sc_kw(s, "items");
+    const cJSON *items = sc_kw(s, "items"), *prefix = sc_kw(s, "prefixItems");
     int32_t min = 0, max = -1;
     if (get_count(c, s, "minItems", &min) || get_count(c, s, "maxItems", &max)) return -1;
     if (max >= 0 && max < min) return sc_fail(c, E0_EINVAL, "'maxItems' is below 'minItems'");
+    if (cJSON_IsArray(items) && !prefix) prefix = items, items = sc_kw(s, "additionalItems"); /* draft 7 */
+    if (prefix && !cJSON_IsArray(prefix)) return sc_fail(c, E0_EINVAL, "'prefixItems' must be an array of schemas");
     if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
-        return sc_fail(c, E0_EUNSUPPORTED, "'items' as an array (tuple validation) is not supported; use one schema");
+        return sc_fail(c, E0_EINVAL, "'items' must be a schema (or, before 'prefixItems', an array of schemas)");
+    if (prefix) return tuple_rule(c, prefix, items, min, max, depth);
     if (cJSON_IsFalse(items) && min > 0) return sc_fail(c, E0_EINVAL, "'items': false with 'minItems' above 0");
     size_t at = sc_path_push(c, "/items");
     int32_t item = cJSON_IsObject(items) ? sc_value(c, items, depth + 1) : sc_any(c);

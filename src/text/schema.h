@@ -19,6 +19,7 @@
  * or an array of names: object, array, string, number, integer, boolean,
  * null), properties, required, additionalProperties (false; true, absent or
  * a schema allow other keys), items (one schema), minItems, maxItems, enum,
+ * prefixItems (tuples; draft 7's items array and additionalItems too),
  * const, anyOf, oneOf (read as anyOf: a value matches at least one branch,
  * exactly one when the branches are disjoint), allOf (merged:
  * schema_merge.c), minLength, maxLength, pattern (schema_regex.h), format

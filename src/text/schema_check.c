@@ -77,11 +77,15 @@ static bool check_array(ck *c, const cJSON *s, const cJSON *v, const char *path,
     const cJSON *k = kw(s, "minItems"), *it;
     if (k && cJSON_IsNumber(k) && n < k->valuedouble) return bad(c, path, "minItems");
     if ((k = kw(s, "maxItems")) && cJSON_IsNumber(k) && n > k->valuedouble) return bad(c, path, "maxItems");
-    const cJSON *items = kw(s, "items");
+    const cJSON *items = kw(s, "items"), *prefix = kw(s, "prefixItems");
+    if (cJSON_IsArray(items) && !prefix) prefix = items, items = kw(s, "additionalItems"); /* draft 7 tuples */
+    const cJSON *pi = cJSON_IsArray(prefix) ? prefix->child : NULL;
     cJSON_ArrayForEach(it, v) {
         char p[256];
         snprintf(p, sizeof p, "%s/%d", path, i++);
-        if (items && (cJSON_IsObject(items) || cJSON_IsBool(items)) && !valid(c, items, it, p, depth + 1)) return false;
+        const cJSON *sch = pi ? pi : items;
+        if (pi) pi = pi->next;
+        if (sch && (cJSON_IsObject(sch) || cJSON_IsBool(sch)) && !valid(c, sch, it, p, depth + 1)) return false;
         if (cJSON_IsTrue(kw(s, "uniqueItems")))
             for (const cJSON *o = it->next; o; o = o->next)
                 if (cJSON_Compare(it, o, true)) return bad(c, path, "uniqueItems");

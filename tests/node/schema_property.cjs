@@ -11,7 +11,7 @@ const os = require('os');
 const path = require('path');
 
 const root = process.env.EDGE0_NPM || path.join(os.homedir(), '.cache', 'edge0-npm');
-const Ajv = require(path.join(root, 'node_modules', 'ajv'));
+const Ajv = require(path.join(root, 'node_modules', 'ajv', 'dist', '2020')); // prefixItems, $defs
 const addFormats = require(path.join(root, 'node_modules', 'ajv-formats'));
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv, { mode: 'full' });
