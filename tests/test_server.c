@@ -1109,8 +1109,19 @@ static void test_schema_keywords(void **state) {
     assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
     assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "uniqueItems"));
     cJSON_Delete(j);
+    /* a forced tool call's arguments, the same way */
+    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tool_choice\":"
+                            "\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                            "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"const\":1},"
+                            "\"minItems\":2,\"maxItems\":2,\"uniqueItems\":true}},\"required\":[\"a\"],"
+                            "\"additionalProperties\":false}}}]");
+    j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "tool call 0 (f): /a: uniqueItems"));
+    cJSON_Delete(j);
     assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
-    assert_true(metric(m, "edge0_grammar_requests_total") == g0 + 4); /* the pattern, and the array three times */
+    assert_true(metric(m, "edge0_grammar_requests_total") == g0 + 7); /* the pattern; the array and the call three times */
     assert_true(metric(m, "edge0_grammar_seconds_total") > 0);
     assert_true(metric(m, "edge0_grammar_compile_seconds_total") > 0);
     free(m);
