@@ -396,6 +396,11 @@ static void test_schema_errors(void **state) {
          "forbidden by the other's additionalProperties", E0_EINVAL}, /* as JSON Schema reads it: no value */
         {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern' two different", E0_EUNSUPPORTED},
         {"{\"anyOf\":[{}],\"oneOf\":[{}],\"type\":\"object\"}", "both 'anyOf' and 'oneOf'", E0_EUNSUPPORTED},
+        {"{\"$defs\":{\"d\":{\"type\":\"object\",\"properties\":{\"x\":{\"allOf\":[{\"$ref\":\"#/$defs/d\"},{\"$ref\":"
+         "\"#/$defs/d\"}]}}}},\"$ref\":\"#/$defs/d\"}",
+         "steps", E0_ERANGE}, /* merges that double at every level */
+        {"{\"$defs\":{\"n\":{\"allOf\":[{\"$ref\":\"#/$defs/n\"},{\"$ref\":\"#/$defs/n\"}]}},\"$ref\":\"#/$defs/n\"}",
+         "allOf", E0_ERANGE},
         {"{\"$ref\":\"http://x/y\"}", "'$ref'", E0_EUNSUPPORTED},
         {"{\"$ref\":\"#\"}", "recurses", E0_EUNSUPPORTED},
         {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "recurses", E0_EUNSUPPORTED},

@@ -36,46 +36,6 @@
 
 static const char *const TYPE_NAMES[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
 
-static const char *const ANNOTATIONS[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
-                                          "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
-                                          "contentMediaType", "contentEncoding", "$anchor"};
-/* Checked after generation (text/schema_check.h), not by the grammar. */
-static const char *const CHECKED[] = {"not", "uniqueItems", "multipleOf", "minProperties", "maxProperties",
-                                      "propertyNames"};
-static const char *const KEYWORDS[] = {"type",      "properties", "required", "additionalProperties", "items",
-                                       "minItems",  "maxItems",   "enum",     "const",                "anyOf",
-                                       "oneOf",     "allOf",      "minLength", "maxLength",           "nullable",
-                                       "minimum",   "$ref",       "maximum",   "exclusiveMinimum",    "exclusiveMaximum",
-                                       "pattern",   "format",     "prefixItems", "additionalItems"};
-
-static bool in_list(const char *k, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
-}
-#define IN(k, L) in_list(k, L, sizeof L / sizeof *L)
-
-/* Any keyword not in the lists is refused by name. */
-int sc_check_keywords(sc *c, const cJSON *s) {
-    const cJSON *k;
-    cJSON_ArrayForEach(k, s) {
-        if (!IN(k->string, KEYWORDS) && !IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED))
-            return sc_fail(c, E0_EUNSUPPORTED, "the JSON schema keyword '%.64s' is not supported", k->string);
-    }
-    return 0;
-}
-
-const cJSON *sc_kw(const cJSON *s, const char *name) { return cJSON_GetObjectItemCaseSensitive(s, name); }
-
-/* Constraining keywords other than the annotations, the ones checked after
- * generation and `allowed`. */
-const char *sc_other_keyword(const cJSON *s, const char *const *allowed, size_t n) {
-    const cJSON *k;
-    cJSON_ArrayForEach(k, s) if (!IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED) &&
-                                 !in_list(k->string, allowed, n)) return k->string;
-    return NULL;
-}
-
 int sc_types_of(sc *c, const cJSON *s, int *out) {
     const cJSON *t = sc_kw(s, "type");
     *out = 0;
@@ -464,21 +424,6 @@ static int32_t array_rule(sc *c, const cJSON *s, int depth) {
     sc_path_pop(c, at);
     if (cJSON_IsFalse(items)) max = 0;
     return c->rc ? -1 : sc_list(c, "[", "]", item, min, max);
-}
-
-const cJSON *sc_resolve_ref(sc *c, const cJSON *ref) {
-    if (!cJSON_IsString(ref)) return sc_fail(c, E0_EINVAL, "'$ref' must be a string"), NULL;
-    const char *r = ref->valuestring;
-    if (!strcmp(r, "#")) return c->doc;
-    const char *name = !strncmp(r, "#/$defs/", 8) ? r + 8 : !strncmp(r, "#/definitions/", 14) ? r + 14 : NULL;
-    if (!name || strchr(name, '/') || strchr(name, '~'))
-        return sc_fail(c, E0_EUNSUPPORTED,
-                       "'$ref' \"%.64s\" is not supported: only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\"", r),
-               NULL;
-    const cJSON *defs = sc_kw(c->doc, r[2] == '$' ? "$defs" : "definitions"), *t = defs ? sc_kw(defs, name) : NULL;
-    if (!t || (!cJSON_IsObject(t) && !cJSON_IsBool(t)))
-        return sc_fail(c, E0_EINVAL, "'$ref' \"%.64s\" names no schema", r), NULL;
-    return t;
 }
 
 int32_t sc_value(sc *c, const cJSON *s, int depth) {

@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SC_MAX_REFS 256
+#define SC_MAX_REFS        256
+#define SC_MAX_MERGE_STEPS 4096
 
 typedef struct {
     gram_builder *b;
@@ -24,6 +25,7 @@ typedef struct {
     int n_refs;
     int32_t ws, chr, str, num, any, key_free_json, key_free_xml, think_ws;
     cJSON *owned; /* schemas made by sc_merge, freed when the compile ends */
+    int32_t merge_steps; /* flatten / merge calls so far (SC_MAX_MERGE_STEPS: $refs can make them exponential) */
     char path[256];
 } sc;
 
@@ -73,10 +75,13 @@ int32_t sc_trie_exact(sc *c, const trie *t, int32_t node);
 int32_t sc_trie_except(sc *c, const trie *t, int32_t node, const gram_set *cs, const char *term, int32_t free_r,
                        int depth);
 
-/* Schemas (schema.c). */
+/* Keywords (schema_json.c): the lists of known ones, $ref targets. */
 const cJSON *sc_kw(const cJSON *s, const char *name);
 int sc_check_keywords(sc *c, const cJSON *s);
 const char *sc_other_keyword(const cJSON *s, const char *const *allowed, size_t n);
+const cJSON *sc_resolve_ref(sc *c, const cJSON *ref);
+
+/* Schemas (schema.c). */
 int sc_types_of(sc *c, const cJSON *s, int *out);
 int32_t sc_enum(sc *c, const cJSON *s, int types, bool raw);
 int32_t sc_extra_key(sc *c, const char *const *keys, int n, bool xml);
@@ -84,7 +89,6 @@ void sc_members_free(members *m);
 int sc_members_get(sc *c, const cJSON *s, members *m);
 int32_t sc_object(sc *c, const cJSON *s, int depth);
 int32_t sc_value(sc *c, const cJSON *s, int depth);
-const cJSON *sc_resolve_ref(sc *c, const cJSON *ref);
 
 /* allOf and keywords beside $ref / anyOf / oneOf merged into one schema
  * (schema_merge.c), owned by c; NULL after an error. */

@@ -1,6 +1,7 @@
 /* The JSON pieces every schema grammar shares (whitespace, strings,
- * numbers, any value, lists) and tries of literal strings (schema_int.h).
- * Made once per compile where they do not vary. */
+ * numbers, any value, lists), tries of literal strings, and the keyword
+ * lists and $ref targets the other schema files look up (schema_int.h).
+ * Pieces are made once per compile where they do not vary. */
 #include "text/schema_int.h"
 
 #include "util/arr.h"
@@ -277,3 +278,59 @@ int32_t sc_trie_except(sc *c, const trie *t, int32_t node, const gram_set *cs, c
     return sc_chk(c, r);
 }
 
+/* ---- keywords ------------------------------------------------------------------- */
+
+static const char *const ANNOTATIONS[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
+                                          "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions",
+                                          "contentMediaType", "contentEncoding", "$anchor"};
+/* Checked after generation (text/schema_check.h), not by the grammar. */
+static const char *const CHECKED[] = {"not", "uniqueItems", "multipleOf", "minProperties", "maxProperties",
+                                      "propertyNames"};
+static const char *const KEYWORDS[] = {"type",      "properties", "required", "additionalProperties", "items",
+                                       "minItems",  "maxItems",   "enum",     "const",                "anyOf",
+                                       "oneOf",     "allOf",      "minLength", "maxLength",           "nullable",
+                                       "minimum",   "$ref",       "maximum",   "exclusiveMinimum",    "exclusiveMaximum",
+                                       "pattern",   "format",     "prefixItems", "additionalItems"};
+
+static bool in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return true;
+    return false;
+}
+#define IN(k, L) in_list(k, L, sizeof L / sizeof *L)
+
+/* Any keyword not in the lists is refused by name. */
+int sc_check_keywords(sc *c, const cJSON *s) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, s) {
+        if (!IN(k->string, KEYWORDS) && !IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED))
+            return sc_fail(c, E0_EUNSUPPORTED, "the JSON schema keyword '%.64s' is not supported", k->string);
+    }
+    return 0;
+}
+
+const cJSON *sc_kw(const cJSON *s, const char *name) { return cJSON_GetObjectItemCaseSensitive(s, name); }
+
+/* Constraining keywords other than the annotations, the ones checked after
+ * generation and `allowed`. */
+const char *sc_other_keyword(const cJSON *s, const char *const *allowed, size_t n) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, s) if (!IN(k->string, ANNOTATIONS) && !IN(k->string, CHECKED) &&
+                                 !in_list(k->string, allowed, n)) return k->string;
+    return NULL;
+}
+
+const cJSON *sc_resolve_ref(sc *c, const cJSON *ref) {
+    if (!cJSON_IsString(ref)) return sc_fail(c, E0_EINVAL, "'$ref' must be a string"), NULL;
+    const char *r = ref->valuestring;
+    if (!strcmp(r, "#")) return c->doc;
+    const char *name = !strncmp(r, "#/$defs/", 8) ? r + 8 : !strncmp(r, "#/definitions/", 14) ? r + 14 : NULL;
+    if (!name || strchr(name, '/') || strchr(name, '~'))
+        return sc_fail(c, E0_EUNSUPPORTED,
+                       "'$ref' \"%.64s\" is not supported: only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\"", r),
+               NULL;
+    const cJSON *defs = sc_kw(c->doc, r[2] == '$' ? "$defs" : "definitions"), *t = defs ? sc_kw(defs, name) : NULL;
+    if (!t || (!cJSON_IsObject(t) && !cJSON_IsBool(t)))
+        return sc_fail(c, E0_EINVAL, "'$ref' \"%.64s\" names no schema", r), NULL;
+    return t;
+}

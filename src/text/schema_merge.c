@@ -147,6 +147,8 @@ static cJSON *merge2(sc *c, const cJSON *a, const cJSON *b, int depth);
  * anyOf / oneOf may remain, distributed by merge2). */
 static cJSON *flatten(sc *c, const cJSON *s, int depth) {
     if (depth > SCHEMA_MAX_DEPTH) return sc_fail(c, E0_ERANGE, "allOf nested deeper than %d levels", SCHEMA_MAX_DEPTH), NULL;
+    if (++c->merge_steps > SC_MAX_MERGE_STEPS)
+        return sc_fail(c, E0_ERANGE, "allOf / $ref merging takes more than %d steps", SC_MAX_MERGE_STEPS), NULL;
     if (!(s = deref(c, s))) return NULL;
     if (cJSON_IsFalse(s)) return sc_fail(c, E0_EINVAL, "allOf: the schema false allows no value"), NULL;
     if (!cJSON_IsObject(s)) return cJSON_CreateObject();
