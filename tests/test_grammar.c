@@ -320,6 +320,20 @@ static void test_schema_keywords(void **state) {
     e0_grammar_free(g);
     gram_vocab_free(v);
     cJSON_Delete(tools);
+    /* parameters as a $ref and an allOf (Pydantic, zod's .and()): merged */
+    tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"$defs\":{\"A\":{"
+                        "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"maximum\":5}},\"required\":[\"a\"]}},"
+                        "\"allOf\":[{\"$ref\":\"#/$defs/A\"},{\"properties\":{\"b\":{\"type\":\"boolean\"}}}]}}}]");
+    v = bytes_vocab();
+    assert_int_equal(e0_grammar_tools(tools, NULL, 1, E0_TOOL_FORM_JSON, &g, err), 0);
+    expect(g, v, 0, "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": 5, \"b\": true}}\n</tool_call>", 1);
+    expect(g, v, 0, "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": 6", -1);
+    e0_grammar_free(g);
+    assert_int_equal(e0_grammar_tools(tools, NULL, 1, E0_TOOL_FORM_XML, &g, err), 0);
+    expect(g, v, 0, "<tool_call>\n<function=g>\n<parameter=a>\n3\n</parameter>\n</function>\n</tool_call>", 1);
+    e0_grammar_free(g);
+    gram_vocab_free(v);
+    cJSON_Delete(tools);
 }
 
 /* The check after generation (schema_check.c). */

@@ -161,6 +161,7 @@ static int32_t tool_call(sc *c, const cJSON *fn, e0_tool_form form) {
     if (params) {
         int types;
         if (!cJSON_IsObject(params)) return sc_fail(c, E0_EINVAL, "must be a JSON schema object");
+        if ((sc_kw(params, "allOf") || sc_kw(params, "$ref")) && !(params = sc_merge(c, params))) return -1;
         if (sc_check_keywords(c, params) || sc_types_of(c, params, &types)) return -1;
         if (!(types & T_OBJ)) return sc_fail(c, E0_EINVAL, "'type' must be \"object\"");
         static const char *const OBJ_KW[] = {"type", "properties", "required", "additionalProperties", "$defs",
