@@ -71,7 +71,7 @@ static void uint_range(sc *c, int32_t r, long long lo, long long hi) {
     for (int n = 1; n <= 15 && lo <= hi; n++, p *= 10) {
         long long top = p * 10 - 1, a = lo > (n == 1 ? 0 : p) ? lo : (n == 1 ? 0 : p), z = hi < top ? hi : top;
         if (a > z) continue;
-        char sa[20], sz[20];
+        char sa[24], sz[24];
         snprintf(sa, sizeof sa, "%lld", a), snprintf(sz, sizeof sz, "%lld", z);
         gb_ref(c->b, gb_alt(c->b, r), same_len(c, sa, sz, n));
     }
