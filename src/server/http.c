@@ -478,7 +478,9 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
             return MHD_NO;
         }
     pthread_mutex_unlock(&j->mu);
-    for (int k = 0; k < SCHEMA_RETRIES && j->status == 200 && j->schema_violation[0] && j->req.sample.temperature > 0; k++)
+    for (int k = 0; k < SCHEMA_RETRIES && !j->anthropic && j->status == 200 && j->schema_violation[0] &&
+                    j->req.sample.temperature > 0;
+         k++)
         if (!(j = retry_job(S, c, cx, j, k))) {
             if (!(j = cx->job)->done) { /* the client left during the retry */
                 cx->status = 499;
