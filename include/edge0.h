@@ -1021,6 +1021,12 @@ int e0_grammar_response_format(const struct cJSON *response_format, e0_grammar *
 int e0_grammar_tools(const struct cJSON *tools, const char *name, int max_calls, e0_tool_form form,
                      e0_grammar **out, char *err);
 void e0_grammar_free(e0_grammar *g);
+/* The check after generation (docs/design.md §8.6): whether `value`
+ * satisfies `schema` in the keywords a grammar does not enforce
+ * (uniqueItems, not, multipleOf, minProperties, maxProperties,
+ * propertyNames, lengths beside a pattern). 0: it does; 1: it does not,
+ * with the path and keyword in why. */
+int e0_schema_check(const struct cJSON *schema, const struct cJSON *value, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

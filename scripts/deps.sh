@@ -34,7 +34,7 @@ fi
 # thinking blocks and the stream helper's thinking_delta / signature_delta
 npm_dir=${EDGE0_NPM:-$HOME/.cache/edge0-npm}
 # ajv: validates the structured outputs of tests/node/openai_constrained.cjs
-for want in openai@4.95.0 @anthropic-ai/sdk@0.39.0 ajv@8.17.1; do
+for want in openai@4.95.0 @anthropic-ai/sdk@0.39.0 ajv@8.17.1 ajv-formats@3.0.1; do
     name=${want%@*}
     version=${want##*@}
     have=$(node -p "try { require('$npm_dir/node_modules/$name/package.json').version } catch (e) { '' }" 2>/dev/null || true)

@@ -506,8 +506,8 @@ static void test_request_parse(void **state) {
          "\"function\":{\"name\":\"f\"}}",
          "invalid_value", "tool_choice"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\","
-         "\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"",
-         "unsupported_value", "tools"},
+         "\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}}}],\"tool_choice\":\"required\"",
+         "unsupported_value", "tools"}, /* a back-reference: formats and plain patterns are enforced */
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\","
          "\"response_format\":{\"type\":\"json_object\"}",
          "unsupported_value", "response_format"},
@@ -518,8 +518,8 @@ static void test_request_parse(void **state) {
         {"\"response_format\":{\"type\":\"xml\"}", "unsupported_value", "response_format"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "invalid_value", "response_format"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
-         "\"string\",\"pattern\":\"a\"}}}",
-         "unsupported_value", "response_format"},
+         "\"string\",\"pattern\":\"(?=a)\"}}}",
+         "unsupported_value", "response_format"}, /* lookahead */
         {"\"response_format\":\"json\"", "invalid_type", "response_format"},
         {"\"logprobs\":1", "invalid_type", "logprobs"},
         {"\"top_logprobs\":2", "invalid_value", "top_logprobs"},
@@ -1076,6 +1076,55 @@ static void test_metrics(void **state) {
     assert_non_null(strstr(log, "POST /v1/chat/completions 200 prompt="));
     assert_non_null(strstr(log, " 413 body_too_large "));
     free(log);
+}
+
+/* JSON Schema keywords (docs/design.md §8.6): a pattern is enforced by the
+ * grammar (and measured on /metrics); a keyword checked after generation
+ * that no answer can meet (three distinct items out of two values) is
+ * generated three times and then reported. */
+static void test_schema_keywords(void **state) {
+    (void)state;
+    char *m;
+    assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
+    double g0 = metric(m, "edge0_grammar_requests_total");
+    free(m);
+    char *b = chat_body("x", 60, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                                 "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
+                                 "{\"type\":\"string\",\"pattern\":\"^[a-z]{3}-\\\\d{2}$\"}}}");
+    cJSON *j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    if (!strcmp(str(j, "choices.0.finish_reason"), "stop")) {
+        cJSON *v = cJSON_Parse(str(j, "choices.0.message.content"));
+        assert_true(cJSON_IsString(v) && strlen(v->valuestring) == 6 && v->valuestring[3] == '-');
+        cJSON_Delete(v);
+    }
+    assert_null(cJSON_GetObjectItem(j, "x_edge0_schema_violation"));
+    cJSON_Delete(j);
+    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                            "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"u\",\"schema\":"
+                            "{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"minItems\":3,\"maxItems\":3,"
+                            "\"uniqueItems\":true}}}");
+    j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+    assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "uniqueItems"));
+    cJSON_Delete(j);
+    /* a forced tool call's arguments, the same way */
+    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tool_choice\":"
+                            "\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                            "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"const\":1},"
+                            "\"minItems\":2,\"maxItems\":2,\"uniqueItems\":true}},\"required\":[\"a\"],"
+                            "\"additionalProperties\":false}}}]");
+    j = json_ok("POST", "/v1/chat/completions", b);
+    free(b);
+    assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+    assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "tool call 0 (f): /a: uniqueItems"));
+    cJSON_Delete(j);
+    assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
+    assert_true(metric(m, "edge0_grammar_requests_total") == g0 + 7); /* the pattern; the array and the call three times */
+    assert_true(metric(m, "edge0_grammar_seconds_total") > 0);
+    assert_true(metric(m, "edge0_grammar_compile_seconds_total") > 0);
+    free(m);
 }
 
 /* ---- HTTP basics on the real binary -------------------------------------------------- */
@@ -1755,6 +1804,7 @@ int main(void) {
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_http_basics),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_node_constrained),

@@ -379,6 +379,33 @@ static void slot_release(srv_engine *E, srv_slot *sl) {
     srv_job_unref(j);
 }
 
+/* The check after generation (docs/design.md §8.6.1): a json_schema
+ * answer, or forced tool calls' arguments against their tools' parameters;
+ * what fails goes to j->schema_violation (j->mu held). */
+static void check_answer(srv_job *j) {
+    char *why = j->schema_violation;
+    size_t n = sizeof j->schema_violation;
+    if (j->req.check_schema) {
+        cJSON *v = cJSON_ParseWithLength(j->content.p ? j->content.p : "", j->content.len);
+        if (!v) snprintf(why, n, "the answer is not JSON");
+        else e0_schema_check(j->req.check_schema, v, why, n);
+        cJSON_Delete(v);
+    }
+    for (int i = 0; j->req.force_tools && i < j->n_calls && !*why; i++) {
+        const srv_call *c = &j->calls[i];
+        const cJSON *t, *params = NULL;
+        cJSON_ArrayForEach(t, j->req.tools) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function"), *nm = cJSON_GetObjectItemCaseSensitive(f, "name");
+            if (cJSON_IsString(nm) && c->name.p && !strcmp(nm->valuestring, c->name.p))
+                params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        }
+        cJSON *v = params ? cJSON_ParseWithLength(c->args.p ? c->args.p : "", c->args.len) : NULL;
+        char w[128];
+        if (v && e0_schema_check(params, v, w, sizeof w)) snprintf(why, n, "tool call %d (%.40s): %.80s", i, c->name.p, w);
+        cJSON_Delete(v);
+    }
+}
+
 /* The end of the slot's request: its answer's last state, what the session
  * now holds, the metrics; then the slot is free. */
 static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const e0_gen_result *gres) {
@@ -399,6 +426,7 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     j->finish_reason = res.finish == E0_FINISH_STOP      ? (j->n_calls ? "tool_calls" : "stop")
                        : res.finish == E0_FINISH_CANCELLED ? "cancelled"
                                                            : "length";
+    if (!rc && res.finish == E0_FINISH_STOP) check_answer(j);
     pthread_mutex_unlock(&j->mu);
     e0_tc_parser_free(g->tc);
     /* the answer's end: the conversation's next turn resumes here */
@@ -420,7 +448,7 @@ static void slot_end(srv_engine *E, srv_slot *sl, int rc, const char *err, const
     else finish_job(E, j, 200, NULL);
     srv_metrics_generation(E->m, res.prompt_tokens, res.reused_tokens, res.completion_tokens,
                            res.finish == E0_FINISH_CANCELLED, j->seconds);
-    if (j->req.grammar) srv_metrics_grammar(E->m, &res);
+    if (j->req.grammar) srv_metrics_grammar(E->m, &res, j->req.grammar_compile_s);
     slot_release(E, sl);
 }
 

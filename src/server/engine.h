@@ -128,6 +128,7 @@ struct srv_job {
     /* Valid once done: */
     e0_gen_result res;
     const char *finish_reason; /* "stop", "length", "tool_calls", "cancelled" (static) */
+    char schema_violation[160]; /* response_format json_schema: what the check after generation found, or "" */
     int status;        /* 200, or the HTTP status of the failure */
     char err[E0_ERR_MAX];
     double seconds;    /* arrival to done */

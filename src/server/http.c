@@ -381,6 +381,47 @@ static void stream_free(void *cls) {
 
 /* ---- endpoints ------------------------------------------------------------------ */
 
+#define SCHEMA_RETRIES 2 /* generations again after a failed check after generation (docs/design.md §8.6) */
+
+/* The same request generated again (another seed) after j's answer failed
+ * the check after generation; j is logged and handed over. The new job, or
+ * NULL (then j stays the answer). Not streamed: a stream has sent its text. */
+static srv_job *retry_job(srv *S, struct MHD_Connection *c, req_ctx *cx, srv_job *j, int attempt) {
+    srv_error e;
+    srv_job *n = srv_job_new();
+    if (!n) return NULL;
+    bool ok = !srv_request_parse(&n->req, j->req.kind, cx->body.p ? cx->body.p : "", cx->body.len, &S->o.defaults, &e) &&
+              (n->prompt = malloc(j->prompt_len + 1)) && (n->ids = malloc(j->n_ids * sizeof *n->ids + 1));
+    if (ok) {
+        memcpy(n->prompt, j->prompt, j->prompt_len + 1);
+        n->prompt_len = j->prompt_len;
+        memcpy(n->ids, j->ids, j->n_ids * sizeof *n->ids);
+        n->n_ids = j->n_ids;
+        if (n->req.sample.seed) n->req.sample.seed += (uint64_t)attempt + 1;
+        memcpy(n->id, j->id, sizeof n->id);
+        n->created = j->created;
+        n->t0 = j->t0;
+        n->fd = client_fd(c);
+        ok = !srv_engine_submit(S->E, n);
+    }
+    if (!ok) {
+        n->id[0] = 0;
+        srv_job_unref(n);
+        return NULL;
+    }
+    pthread_mutex_lock(&n->mu);
+    while (!n->done)
+        if (wait_job(n)) break;
+    bool done = n->done;
+    pthread_mutex_unlock(&n->mu);
+    snprintf(j->method, sizeof j->method, "%s", cx->method); /* the first answer's log line */
+    snprintf(j->url, sizeof j->url, "%s", cx->url);
+    srv_job_connection_over(j, 200, false);
+    srv_job_unref(j);
+    cx->job = n;
+    return done && n->status == 200 ? n : NULL;
+}
+
 static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx) {
     srv_kind kind = cx->ep == EP_COMPLETIONS ? SRV_COMPLETION : SRV_CHAT;
     srv_error e;
@@ -463,6 +504,15 @@ static enum MHD_Result do_generate(srv *S, struct MHD_Connection *c, req_ctx *cx
             return MHD_NO;
         }
     pthread_mutex_unlock(&j->mu);
+    for (int k = 0; k < SCHEMA_RETRIES && !j->anthropic && j->status == 200 && j->schema_violation[0] &&
+                    j->req.sample.temperature > 0;
+         k++)
+        if (!(j = retry_job(S, c, cx, j, k))) {
+            if (!(j = cx->job)->done) { /* the client left during the retry */
+                cx->status = 499;
+                return MHD_NO;
+            }
+        }
     if (j->status != 200) {
         srv_fail(&e, j->status, j->status < 500 ? "invalid_request_error" : "server_error",
                  job_error_code(j), NULL,

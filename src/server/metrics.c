@@ -145,8 +145,9 @@ static double rss_now(void) {
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
-void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r) {
+void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r, double compile_s) {
     pthread_mutex_lock(&m->mu);
+    m->grammar_compile_s += compile_s;
     m->grammar_requests++;
     m->grammar_tokens += (uint64_t)r->completion_tokens;
     m->grammar_masks += (uint64_t)r->masks;
@@ -233,6 +234,8 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
            "Full token masks computed (the sampled token broke the grammar).", (double)m->grammar_masks);
     metric(&b, "edge0_grammar_seconds_total", "counter",
            "Time spent constraining tokens (checks and masks), part of the decode time.", m->grammar_s);
+    metric(&b, "edge0_grammar_compile_seconds_total", "counter",
+           "Time compiling schemas and tool definitions into grammars (patterns included).", m->grammar_compile_s);
     metric(&b, "edge0_grammar_decode_seconds_total", "counter", "Decode time of the requests with a grammar.",
            m->grammar_decode_s);
     metric(&b, "edge0_grammar_seconds_per_token", "gauge", "Constraining time per token under a grammar.",

@@ -41,6 +41,7 @@ typedef struct {
     /* constrained decoding (requests with a grammar) */
     uint64_t grammar_requests, grammar_tokens, grammar_masks;
     double grammar_s, grammar_decode_s; /* time constraining tokens; the decode time of those requests */
+    double grammar_compile_s;           /* time compiling their schemas into grammars */
     /* continuous batching (engine.h): decode passes by their batch size,
      * prefill passes by the sequences they carried (merged chunks), time to
      * first token and between tokens of each request */
@@ -64,7 +65,7 @@ void srv_metrics_generation(srv_metrics *m, int32_t prompt, int32_t cached, int3
 void srv_metrics_engine(srv_metrics *m, const e0_stats *st);
 /* A finished request with a grammar: its tokens, full masks, and the time
  * spent constraining them next to its decode time (e0_gen_result). */
-void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r);
+void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r, double compile_s);
 /* The scheduler's slots (the gauge edge0_slots). */
 void srv_metrics_slots(srv_metrics *m, int slots);
 /* The prefix cache's counters (prefix_counters), as they stand. */

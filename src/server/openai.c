@@ -61,8 +61,9 @@ void srv_openai_usage_json(srv_buf *b, const e0_gen_result *r) {
 static void grammar_timings(srv_buf *b, const srv_job *j) {
     const e0_gen_result *r = &j->res;
     if (!j->req.grammar) return;
-    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d", r->mask_s * 1e3,
-            r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks);
+    srv_putf(b, ",\"grammar_ms\":%.3f,\"grammar_per_token_ms\":%.4f,\"grammar_masks\":%d,\"grammar_compile_ms\":%.3f",
+             r->mask_s * 1e3, r->completion_tokens ? r->mask_s * 1e3 / r->completion_tokens : 0.0, r->masks,
+             j->req.grammar_compile_s * 1e3);
 }
 
 /* llama.cpp's "timings" object: what was evaluated and how fast (and, with
@@ -235,7 +236,12 @@ char *srv_openai_answer_json(const srv *S, const srv_job *j, size_t *len) {
     size_t chars = 0;
     if (chat) srv_openai_logprobs_json(&b, S, j, 0, j->n_lp);
     else srv_openai_comp_logprobs_json(&b, S, j, 0, j->n_lp, &chars);
-    srv_putf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", srv_openai_finish(j));
+    srv_putf(&b, ",\"finish_reason\":\"%s\"}]", srv_openai_finish(j));
+    if (*j->schema_violation) { /* the check after generation failed (docs/design.md §8.6) */
+        srv_put(&b, ",\"x_edge0_schema_violation\":");
+        srv_json_str(&b, j->schema_violation, strlen(j->schema_violation));
+    }
+    srv_put(&b, ",\"usage\":");
     srv_openai_usage_json(&b, &j->res);
     srv_put(&b, ",\"timings\":");
     srv_openai_timings_json(&b, j);

@@ -12,6 +12,7 @@
  */
 #include "server/request.h"
 
+#include "util/clock.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -341,6 +342,16 @@ static int grammar_fail(srv_error *e, int rc, const char *param, const char *msg
 
 /* response_format json_object / json_schema and tool_choice "required" or a
  * named function: the grammar the output must follow (text/schema.h). */
+static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e);
+
+/* parse_grammar, timed (the compile time is on /metrics). */
+static int parse_grammar_timed(srv_request *r, const cJSON *body, srv_error *e) {
+    double t0 = now_s();
+    int rc = parse_grammar(r, body, e);
+    r->grammar_compile_s = now_s() - t0;
+    return rc;
+}
+
 static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e) {
     const cJSON *rf = field(body, "response_format");
     bool json = rf && !str_is(field(rf, "type"), "text");
@@ -358,7 +369,11 @@ static int parse_grammar(srv_request *r, const cJSON *body, srv_error *e) {
     }
     if (!json) return 0;
     rc = e0_grammar_response_format(rf, &r->grammar, err);
-    return rc ? grammar_fail(e, rc, "response_format", err) : 0;
+    if (rc) return grammar_fail(e, rc, "response_format", err);
+    const cJSON *js = field(rf, "json_schema"), *schema = js ? field(js, "schema") : NULL;
+    if (schema && !(r->check_schema = cJSON_Duplicate(schema, 1)))
+        return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    return 0;
 }
 
 /* logprobs: bool; top_logprobs: 0..20, only with logprobs (as OpenAI). */
@@ -404,7 +419,7 @@ static int parse_chat(srv_request *r, cJSON *body, const srv_defaults *d, srv_er
     }
     if (want_bool(body, "enable_thinking", &r->enable_thinking, e) < 0) return -1;
     if (want_bool(body, "think", &r->enable_thinking, e) < 0) return -1;
-    return parse_grammar(r, body, e);
+    return parse_grammar_timed(r, body, e);
 }
 
 static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
@@ -416,7 +431,7 @@ static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
     if (!*p->valuestring) return srv_fail(e, 400, BAD, "invalid_value", "prompt", "'prompt' must not be empty");
     r->prompt_len = strlen(p->valuestring);
     if (!(r->prompt = strdup(p->valuestring))) return srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-    return parse_grammar(r, body, e);
+    return parse_grammar_timed(r, body, e);
 }
 
 int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t len, const srv_defaults *d,
@@ -482,6 +497,7 @@ int srv_request_render(const srv_request *r, char **out, size_t *len, srv_error 
 }
 
 void srv_request_free(srv_request *r) {
+    cJSON_Delete(r->check_schema);
     cJSON_Delete(r->messages);
     free(r->tools_json);
     cJSON_Delete(r->tools);

@@ -104,6 +104,8 @@ typedef struct {
     bool force_tools;        /* chat: tool_choice "required" or a named function */
     char *force_name;        /* chat: the named function (owned), or NULL */
     e0_grammar *grammar;     /* the output's grammar (owned; sample.grammar points to it), or NULL */
+    double grammar_compile_s; /* the time compiling it */
+    cJSON *check_schema;     /* response_format json_schema: checked after generation (owned), or NULL */
 } srv_request;
 
 /* Parses and validates a body. 0, or -1 with *e filled (status 400); *r is

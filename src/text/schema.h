@@ -15,18 +15,25 @@
  * The reasoning is not constrained (a budget that closes it is the caller's,
  * see generate.c); the answer after it is.
  *
- * JSON schema keywords supported: type (a name or an array of names: object,
- * array, string, number, integer, boolean, null), properties, required,
- * additionalProperties (false; true, absent or a schema allow other keys),
- * items (one schema), minItems, maxItems, enum, const, anyOf, oneOf (read as
- * anyOf: a value matches at least one branch, exactly one when the branches
- * are disjoint), allOf of one schema, minLength, maxLength, nullable
- * (OpenAPI), minimum 0 or 1 on integers (no sign / no zero), $ref to "#",
- * "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed when it consumes
- * text), and the annotations title, description, default, examples,
- * $schema, $id, $comment, deprecated, readOnly, writeOnly, $defs,
- * definitions. Any other keyword is an E0_EUNSUPPORTED error naming it and
- * where it is (never ignored).
+ * JSON schema keywords (docs/design.md §8.6.1 has the table): type (a name
+ * or an array of names: object, array, string, number, integer, boolean,
+ * null), properties, required, additionalProperties (false; true, absent or
+ * a schema allow other keys), items (one schema), minItems, maxItems, enum,
+ * prefixItems (tuples; draft 7's items array and additionalItems too),
+ * const, anyOf, oneOf (read as anyOf: a value matches at least one branch,
+ * exactly one when the branches are disjoint), allOf (merged:
+ * schema_merge.c), minLength, maxLength, pattern (schema_regex.h), format
+ * (date, time, date-time, email, uri, uuid, ipv4, ipv6, hostname; others are
+ * annotations), minimum / maximum / exclusiveMinimum / exclusiveMaximum
+ * (schema_num.c), nullable (OpenAPI), $ref to "#", "#/$defs/NAME" or
+ * "#/definitions/NAME" (recursion allowed when it consumes text; keywords
+ * beside it merged as allOf), propertyNames and min/maxProperties on maps;
+ * the keywords checked after generation (text/schema_check.h): not,
+ * uniqueItems, multipleOf, and min/maxProperties, propertyNames elsewhere;
+ * the annotations title, description, default, examples, $schema, $id,
+ * $anchor, $comment, deprecated, readOnly, writeOnly, contentMediaType,
+ * contentEncoding, $defs, definitions. Any other keyword is an
+ * E0_EUNSUPPORTED error naming it and where it is (never ignored).
  *
  * Output shape, and the bounds that make a random model finish:
  *  - properties come in the order the schema lists them (required ones
@@ -50,7 +57,8 @@
  * calls separated by "\n". In the XML form a parameter's value is written as
  * the tool-call parser reads it: raw text for a parameter it reads as a
  * string (type string, or no type and no anyOf/oneOf), JSON otherwise; a
- * raw value never holds "</parameter>".
+ * raw value never holds "</parameter>" (one with a pattern, format or
+ * length: its wildcards never produce '<').
  *
  * Pure: no model, no I/O; fuzz/fuzz_schema.c runs it alone. */
 #ifndef E0_TEXT_SCHEMA_H

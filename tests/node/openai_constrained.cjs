@@ -133,9 +133,14 @@ async function main() {
     assert.strictEqual(o.choices[0].finish_reason, 'length');
   }
 
+  // pattern and format are enforced; a back-reference is the construct still refused
+  const pr = await c3.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 60,
+    chat_template_kwargs: { enable_thinking: false },
+    response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a+-[0-9]{2}$' } } } });
+  if (pr.choices[0].finish_reason === 'stop') assert.match(JSON.parse(pr.choices[0].message.content), /^a+-[0-9]{2}$/);
   await assert.rejects(c3.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }],
-    response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a+$' } } } }),
-  (e) => e.status === 400 && e.param === 'response_format' && /'pattern'/.test(e.message));
+    response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '(a)\\1' } } } }),
+  (e) => e.status === 400 && e.param === 'response_format' && /'pattern'/.test(e.message) && /back-ref/.test(e.message));
   await assert.rejects(c35.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }], tools,
     tool_choice: { type: 'function', function: { name: 'nope' } } }),
   (e) => e.status === 400 && e.param === 'tool_choice');

@@ -77,8 +77,8 @@ async function main() {
     tool_choice: { type: 'function', function: { name: 'missing' } } }),
   (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'tool_choice');
   await assert.rejects(client.chat.completions.create({ model: 'm', messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } } }),
-  (e) => e.status === 400 && e.param === 'response_format' && /'format'/.test(e.message));
+    json_schema: { name: 'x', schema: { type: 'string', pattern: '(?<=a)b' } } } }),
+  (e) => e.status === 400 && e.param === 'response_format' && /'pattern'/.test(e.message));
 
   const m = await client.models.retrieve('m');
   assert.strictEqual(m.id, 'm');
