@@ -17,12 +17,6 @@ cd "$(dirname "$0")/../.." || exit 1
 # issue 39). After merging a branch, remove its lines: a case listed here
 # that passes fails the run, so the list stays true.
 EXPECTED_FAIL="
-openai_chat:tool_keywords        schema: pattern/format/minimum/maximum are a 400 on main
-openai_chat:json_schema_keywords schema: pattern/format/minimum/maximum are a 400 on main
-anthropic:tool_keywords          schema: pattern/format/minimum/maximum are a 400 on main
-ai_sdk:object                    schema: zod .regex/.min/.max give pattern/minimum/maximum, a 400 on main
-langchain:structured             schema: the zod schema's .regex/.min/.max are a 400 on main
-openai_responses:json_schema_keywords responses+schema: /v1/responses and the keywords
 "
 
 ALL_CASES="
