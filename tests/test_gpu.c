@@ -496,7 +496,7 @@ static void test_budgets(void **state) {
             /* the staged run: room for a staging slot per layer and routed expert beside */
             const int extra = copied ? 3 : ns + 3;
             o.vram_budget = GPU_CTX_ALLOWANCE + least + (uint64_t)extra * z.slot;
-            if (copied) setenv("E0_GPU_MAPPED", "0", 1);
+            setenv("E0_GPU_MAPPED", copied ? "0" : "1", 1);
             e0_engine *cached;
             if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
             e0_plan pc;

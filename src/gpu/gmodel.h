@@ -126,8 +126,8 @@ int vcache_pin_host(gpu_model *g, char *err);
  * updated between steps). 0 with *on set, or 0 with *on false and why (at
  * least E0_ERR_MAX bytes) saying what stands in the way (the device cannot
  * use host pointers, a layer's experts not evenly strided or aligned, too
- * few slots for E and a staging slot per layer and routed expert,
- * $E0_GPU_MAPPED=0); nonzero only for a device error. */
+ * few slots for E and a staging slot per layer and routed expert);
+ * nonzero only for a device error. */
 int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err);
 /* Around a device-staged decode step (gpu_sess_eval, T = 1):
  * vcache_prepare writes the slot and staging tables where they changed

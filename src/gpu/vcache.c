@@ -338,9 +338,7 @@ int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err) {
     gpu_vcache *x = g->vc;
     const e0_model *m = g->m;
     *on = false;
-    const char *env = getenv("E0_GPU_MAPPED");
     int v = 0;
-    if (env && !strcmp(env, "0")) return snprintf(why, E0_ERR_MAX, "$E0_GPU_MAPPED=0"), 0;
     if (!x || !x->n_pin) return snprintf(why, E0_ERR_MAX, "the experts are not pinned"), 0;
     const int ns = x->n_layers * top_k;
     if (x->n_slots < x->E + ns)

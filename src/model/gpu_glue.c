@@ -126,9 +126,12 @@ static void pin_experts(e0_engine *e, char *note, size_t n) {
     else if (vcache_pin_host(e->gmodel, why))
         snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
     else {
-        bool on;
-        char no[E0_ERR_MAX] = "";
-        if (vcache_map_host(e->gmodel, e->top_k, &on, no, why)) snprintf(no, sizeof no, "%.300s", why);
+        /* device-staged decode: off until measured on a card ($E0_GPU_MAPPED=1 turns it on) */
+        const char *st = getenv("E0_GPU_MAPPED");
+        bool on = false;
+        char no[E0_ERR_MAX] = "off by default until measured; $E0_GPU_MAPPED=1 turns it on";
+        if (st && !strcmp(st, "1") && vcache_map_host(e->gmodel, e->top_k, &on, no, why))
+            snprintf(no, sizeof no, "%.300s", why);
         snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA; a decode step's misses %s%.300s%s",
                  gib(e->gmodel->vc->pinned), on ? "staged by the device" : "copied in by the host (not staged by the device: ",
                  on ? "" : no, on ? "" : ")");
