@@ -2,6 +2,7 @@
  * the generators of values. Both writers (synth.c, synth_gguf.c) call in;
  * nothing here calls out to them. */
 #include "synth/synth_int.h"
+#include "io/gguf.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -104,6 +105,8 @@ const char *e0_synth_route_about(size_t i) {
 
 int synth_route_of(const e0_synth_opts *o, const synth_route **out, char *err) {
     *out = NULL;
+    if (!(o->route_stickiness >= 0 && o->route_stickiness <= 1))
+        return e0_fail(err, E0_EINVAL, "route stickiness %g is outside [0, 1]", o->route_stickiness);
     if (!o->route_profile) return 0;
     for (size_t i = 0; i < N_ROUTES; i++)
         if (!strcmp(ROUTES[i].name, o->route_profile)) *out = &ROUTES[i];
@@ -114,4 +117,21 @@ int synth_route_of(const e0_synth_opts *o, const synth_route **out, char *err) {
         return e0_fail(err, E0_EINVAL, "route profile '%s' sets the routing itself: give it without "
                        "route skew or stickiness", o->route_profile);
     return 0;
+}
+
+int synth_route_gguf(gguf_writer *w, const e0_synth_opts *o, char *err) {
+    const synth_route *rt;
+    int rc = synth_route_of(o, &rt, err);
+    if (!rc && o->route_stickiness > 0)
+        rc = gguf_writer_add_f32(w, "edge0.route_stickiness", (float)o->route_stickiness, err);
+    if (rc || !rt) return rc;
+    const uint64_t seed = o->seed & ((1ull << 53) - 1); /* as config.json's */
+    if (!rc) rc = gguf_writer_add_str(w, "edge0.route_profile", rt->name, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_popularity", (float)rt->popularity, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_recent", (float)rt->recent, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_window", (float)rt->window, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_decay", (float)rt->decay, err);
+    if (!rc) rc = gguf_writer_add_u32(w, "edge0.route_window_len", (uint32_t)rt->window_len, err);
+    if (!rc) rc = gguf_writer_add_u64(w, "edge0.route_seed", seed, err);
+    return rc;
 }

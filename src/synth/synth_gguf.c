@@ -46,7 +46,8 @@
  * tokenizer.ggml.* and tokenizer.chat_template from a tokenizer.json (the
  * Qwen3 one in assets/; its vocabulary is padded with [PADn] tokens up to
  * the shape's vocab size, as the converter pads). --route-skew is refused:
- * planting a routing direction needs structured embedding rows. */
+ * planting a routing direction needs structured embedding rows; route
+ * stickiness and a route profile are edge0.route_* keys (synth_common.c). */
 #include "io/gguf.h"
 #include "io/stwriter.h"
 #include "synth/synth_int.h"
@@ -486,20 +487,7 @@ static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
     /* LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q8_0, _IQ4_XS, _Q4_0 */
     static const uint32_t ftype[] = {15, 7, 30, 2};
     U32("general.file_type", ftype[p->o.gguf_mix]);
-    /* The router's synthetic routing (io/config_route.c reads them back) */
-    const synth_route *rt = NULL;
-    if (!rc) rc = synth_route_of(&p->o, &rt, err);
-    if (p->o.route_stickiness > 0) F32("edge0.route_stickiness", p->o.route_stickiness);
-    if (rt) {
-        const uint64_t seed = p->o.seed & ((1ull << 53) - 1); /* as config.json's */
-        if (!rc) rc = gguf_writer_add_str(w, "edge0.route_profile", rt->name, err);
-        F32("edge0.route_popularity", rt->popularity);
-        F32("edge0.route_recent", rt->recent);
-        F32("edge0.route_window", rt->window);
-        F32("edge0.route_decay", rt->decay);
-        U32("edge0.route_window_len", rt->window_len);
-        if (!rc) rc = gguf_writer_add_u64(w, "edge0.route_seed", seed, err);
-    }
+    if (!rc) rc = synth_route_gguf(w, &p->o, err); /* edge0.route_* */
 #undef KEY
 #undef U32
 #undef F32
@@ -548,8 +536,6 @@ static int gplan_build(gplan *p, const e0_synth_shape *s, const e0_synth_opts *o
         return e0_fail(err, E0_EUNSUPPORTED,
                        "--route-skew is not available for the gguf format (its planted routing "
                        "direction needs structured embedding rows); use --format mlx or hf");
-    if (!(o->route_stickiness >= 0 && o->route_stickiness <= 1))
-        return e0_fail(err, E0_EINVAL, "route stickiness %g is outside [0, 1]", o->route_stickiness);
     const synth_route *rt;
     int rc0 = synth_route_of(o, &rt, err);
     if (rc0) return rc0;

@@ -91,6 +91,10 @@ typedef struct {
 /* The profile named o->route_profile, NULL when none is asked for; fails
  * on an unknown name or with route_skew / route_stickiness also given. */
 int synth_route_of(const e0_synth_opts *o, const synth_route **out, char *err);
+/* The GGUF keys edge0.route_stickiness (when > 0) and edge0.route_* of
+ * the profile (io/config_route.c reads them back). */
+struct gguf_writer;
+int synth_route_gguf(struct gguf_writer *w, const e0_synth_opts *o, char *err);
 
 /* ---- the GGUF format (synth_gguf.c) ---------------------------------- */
 
