@@ -711,6 +711,10 @@ typedef struct {
     uint64_t seed;
     double route_skew;    /* 0: near-uniform routing; S > 0: Zipf(S)-like expert popularity */
     double route_stickiness; /* [0, 1]: share of experts kept from the previous token (above) */
+    const char *route_profile; /* NULL, or a routing profile fitted to a released model's
+                                  measured routing (e0_synth_route_profiles(); synth/synth.h):
+                                  recorded in config.json / GGUF metadata and applied by the
+                                  router; excludes route_skew and route_stickiness */
     int n_threads;        /* generator threads; 0: one per core, at most 8 */
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
                              one file, else a split set NAME-0000K-of-0000N.gguf */
@@ -750,6 +754,11 @@ int e0_synth_plan_info(const e0_synth_shape *shape, const e0_synth_opts *o, e0_s
  * DST.tmp-XXXXXX, synced, and renamed without replacing anything; on any
  * failure nothing is left behind. */
 int e0_synth_write_opts(const e0_synth_shape *shape, const char *dst, const e0_synth_opts *o, char *err);
+
+/* The routing profiles' names, ", "-separated ("qwen36, qwen3-30b"), and
+ * one line about profile i (NULL past the last). */
+const char *e0_synth_route_profiles(void);
+const char *e0_synth_route_about(size_t i);
 
 /* e0_synth_write_opts with the defaults (mlx, no skew) and `seed`. */
 int e0_synth_write(const e0_synth_shape *shape, const char *dst, uint64_t seed, char *err);

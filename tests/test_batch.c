@@ -284,6 +284,30 @@ static void test_batch_other_kernels(void **state) {
     assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0);
 }
 
+/* A routing profile's recency bonus follows each sequence's own past. */
+static void test_batch_profile(void **state) {
+    (void)state;
+    char *root = tu_tmpdir(), *dir = tu_synth_profile(root, "profile", "qwen36");
+    char err[E0_ERR_MAX];
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.io = E0_IO_MMAP;
+    e0_engine *e;
+    if (e0_engine_open(&e, dir, &o, err)) fail_msg("%s", err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    plan p = {.V = (size_t)info.vocab_size};
+    plan_ids(&p, info.vocab_size, 98u);
+    reference(e, &p);
+    run_schedule(e, &p, "tiny synth, route profile qwen36");
+    plan_free(&p);
+    e0_engine_free(e);
+    free(dir);
+    tu_rmtree(root);
+    free(root);
+}
+
 /* Route stickiness keeps each sequence's own previous experts. */
 static void test_batch_sticky(void **state) {
     (void)state;
@@ -472,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_batch_default_kernels),
         cmocka_unit_test(test_batch_other_kernels),
         cmocka_unit_test(test_batch_sticky),
+        cmocka_unit_test(test_batch_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

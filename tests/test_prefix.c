@@ -290,6 +290,20 @@ static void test_conversation_qwen3moe(void **state) {
     e0_engine_free(e);
 }
 
+/* A routing profile reads the experts of the last positions: the snapshot
+ * keeps them. */
+static void test_conversation_profile(void **state) {
+    (void)state;
+    if (TSAN) skip();
+    char *root = tu_tmpdir(), *dir = tu_synth_profile(root, "profile", "qwen3-30b");
+    e0_engine *e = open_dir(dir);
+    run_conversations(e, "tiny synth, route profile qwen3-30b");
+    e0_engine_free(e);
+    free(dir);
+    tu_rmtree(root);
+    free(root);
+}
+
 /* Route stickiness reads each position's previous experts: the snapshot
  * keeps them. */
 static void test_conversation_sticky(void **state) {
@@ -856,6 +870,7 @@ int main(void) {
         cmocka_unit_test(test_conversation_qwen35moe_mlx),
         cmocka_unit_test(test_conversation_qwen3moe),
         cmocka_unit_test(test_conversation_sticky),
+        cmocka_unit_test(test_conversation_profile),
         cmocka_unit_test(test_snapshot_empty),
         cmocka_unit_test(test_restore_mismatch),
         cmocka_unit_test(test_reusable),

@@ -142,6 +142,17 @@ char *tu_synth_sticky(const char *root, const char *name, double P) {
     return dir;
 }
 
+char *tu_synth_profile(const char *root, const char *name, const char *profile) {
+    char *dir = e0_path_join(root, name);
+    e0_synth_opts so;
+    e0_synth_opts_default(&so);
+    so.no_sync = 1;
+    so.route_profile = profile;
+    char err[E0_ERR_MAX];
+    if (e0_synth_write_opts(e0_synth_find("tiny"), dir, &so, err)) fail_msg("%s: %s", dir, err);
+    return dir;
+}
+
 const tu_config TU_CONFIGS[TU_NCONFIGS] = {
     {"exact, 1-slot LRU", E0_PATH_EXACT, E0_IO_PREAD, 1, ""},
     {"exact, LRU", E0_PATH_EXACT, E0_IO_PREAD, 4096, ""},

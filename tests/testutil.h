@@ -66,6 +66,8 @@ char *tu_write(const char *dir, const char *name, const void *data, size_t len);
 /* The tiny synthetic model with route stickiness P written into the new
  * directory root/NAME (fails the test on error); returns its malloc'd path. */
 char *tu_synth_sticky(const char *root, const char *name, double P);
+/* The same with the routing profile `profile` (synth --route-profile). */
+char *tu_synth_profile(const char *root, const char *name, const char *profile);
 
 /* Runs a shell command line; returns its exit status (-1 if it did not exit). */
 int tu_run(const char *cmd);

@@ -1,4 +1,5 @@
-/* edge0 synth --shape NAME [--format mlx|hf|gguf] [--route-skew S] [--route-stickiness P] DST
+/* edge0 synth --shape NAME [--format mlx|hf|gguf] [--route-skew S] [--route-stickiness P]
+ *             [--route-profile NAME] DST
  * Random-weight checkpoint of a real model's shape, with a progress bar on
  * stderr (a line every few seconds when stderr is not a terminal). */
 #include "cli/cli.h"
@@ -46,9 +47,16 @@ static void help(FILE *f) {
                "                     not with gguf)\n"
                "  --route-stickiness P  0..1: each token keeps round(P x top-k) of the previous\n"
                "                     token's experts per layer (default 0; recorded in\n"
-               "                     config.json and applied by the router, so a sticky variant\n"
-               "                     is a copy of DST with symlinked shards and P edited;\n"
-               "                     not with gguf)\n"
+               "                     config.json, or gguf's edge0.route_stickiness, and applied\n"
+               "                     by the router, so a sticky variant is a copy of DST with\n"
+               "                     symlinked shards and P edited)\n"
+               "  --route-profile NAME  routing fitted to a released model's measured decode\n"
+               "                     routing (below): per-layer expert popularity and a bonus\n"
+               "                     for the experts of the last tokens, added to the router's\n"
+               "                     logits (recorded in config.json edge0_synth.route_* or gguf\n"
+               "                     edge0.route_* keys; CPU only; not with --route-skew or\n"
+               "                     --route-stickiness). scripts/route_stats.py checks a\n"
+               "                     `bench --trace` of it against the published figures\n"
                "  --seed N           PRNG seed (default 1)\n"
                "  --threads N        generator threads (default: one per core, at most 8)\n"
                "  --shard-gb N       largest shard in GiB (default 5; gguf: one file unless\n"
@@ -62,7 +70,11 @@ static void help(FILE *f) {
                "  --dry-run          print the size and layout (gguf: the type mix), write\n"
                "                     nothing\n"
                "\n"
-               "shapes (size in the mlx format):\n");
+               "route profiles (fitted with E and k of the model named; use a shape with\n"
+               "the same, e.g. tiny-e256 / mid for qwen36, tiny-e128 for qwen3-30b):\n");
+    for (size_t i = 0; e0_synth_route_about(i); i++)
+        fprintf(f, "  %s\n", e0_synth_route_about(i));
+    fprintf(f, "\nshapes (size in the mlx format):\n");
     e0_synth_opts o;
     e0_synth_opts_default(&o);
     for (size_t i = 0; i < e0_synth_count(); i++) {
@@ -177,6 +189,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_OPT("--tokenizer", CLI_STR, &tok, .need = "a tokenizer.json path"),
         CLI_OPT("--route-skew", CLI_FN, &o.route_skew, .fn = opt_route_skew),
         CLI_OPT("--route-stickiness", CLI_FN, &o.route_stickiness, .fn = opt_route_stickiness),
+        CLI_OPT("--route-profile", CLI_STR, &o.route_profile, .need = "a profile name (see edge0 synth --help)"),
         CLI_OPT("--sparse", CLI_ISET, &o.sparse),
         CLI_OPT("--seed", CLI_FN, &o.seed, .fn = opt_seed),
         {0},
@@ -203,10 +216,6 @@ int cmd_synth(int argc, char **argv) {
         }
         if (o.sparse) {
             cli_error("synth: --sparse is for --format mlx or hf");
-            return 2;
-        }
-        if (o.route_stickiness > 0) { /* it lives in config.json, which a GGUF file has not */
-            cli_error("synth: --route-stickiness is not available with --format gguf (use mlx or hf)");
             return 2;
         }
         if (!tok && cli_find_tokenizer("synth", "--format gguf", tok_path, sizeof tok_path))
@@ -243,6 +252,10 @@ int cmd_synth(int argc, char **argv) {
     else
         printf("routing: near-uniform over experts (no skew; --route-skew S plants Zipf-like "
                "popularity)\n");
+    if (o.route_profile)
+        printf("routing: profile %s, fitted to a released model's measured routing (config "
+               "edge0_synth.route_* / gguf edge0.route_*, applied by the router)\n",
+               o.route_profile);
     if (o.route_stickiness > 0)
         printf("routing: sticky, each token keeps %g of the previous token's experts per layer "
                "(config.json edge0_synth.route_stickiness, applied by the router)\n",

@@ -298,6 +298,7 @@ int config_parse(e0_config *c, const char *text, size_t len, const char *path, c
         e0_wrap(err, rc, "in \"edge0_synth\"");
         goto done;
     }
+    if (cJSON_IsObject(syn) && (rc = config_route_json(c, syn, path, err))) goto done;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization");
     if (!q) q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (q && !cJSON_IsNull(q)) rc = parse_quant(&x, c, q);
@@ -342,5 +343,6 @@ void config_free(e0_config *c) {
     free(c->layer_moe);
     for (int i = 0; i < c->n_q_over; i++) free(c->q_over[i].module);
     free(c->q_over);
+    free(c->route.bias);
     memset(c, 0, sizeof *c);
 }

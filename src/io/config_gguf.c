@@ -27,6 +27,9 @@
  *   ARCH.full_attention_interval          full_attention_interval (over the main
  *                                         layers; the MTP layers are attention)
  *   tokenizer.ggml.eos_token_id, eot_token_id   eos_token_id
+ *   edge0.route_stickiness, edge0.route_profile, route_popularity, ...
+ *                                         edge0_synth's route keys of synthetic
+ *                                         checkpoints (io/config_route.c)
  * The vocabulary size is the token embedding's row count (the caller
  * passes it). Routing weights are renormalised in every family, as
  * llama.cpp does for these architectures (Qwen3-MoE releases set
@@ -326,6 +329,7 @@ int config_from_gguf(e0_config *c, const gguf_file *g, int32_t vocab, char *err)
     if (!rc) rc = parse(&x, c);
     if (!rc) rc = add_eos_key(&x, c, "tokenizer.ggml.eos_token_id");
     if (!rc) rc = add_eos_key(&x, c, "tokenizer.ggml.eot_token_id");
+    if (!rc) rc = config_route_gguf(c, g, err); /* synthetic checkpoints' edge0.route_* */
     if (rc) config_free(c);
     return rc;
 }

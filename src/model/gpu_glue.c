@@ -88,6 +88,9 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     if (e->model.cfg.route_stickiness > 0)
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
                     "computed on the CPU only", ord, name);
+    if (config_route_on(&e->model.cfg))
+        CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's routing profile is "
+                    "applied on the CPU only", ord, name);
 #undef CPU_BECAUSE
     e->gpu_ordinal = ord;
     char tier[160];

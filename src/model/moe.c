@@ -110,10 +110,48 @@ static void sticky_record(const int32_t *idx, const float *w, int k, uint16_t *o
         out[j] = (uint16_t)idx[ord[j]];
 }
 
-/* Stickiness over a batch, run by run in position order: a run's token i
- * follows its token i - 1, the first one the session's previous position. */
+/* A routing profile (io/config.h e0_route_cfg) on one token's logits, in
+ * place: + its spread x (the layer's popularity offsets + the bonus of the
+ * experts chosen at positions p - 1, ..., p - window_len, the nearest
+ * counting); `hist` is the session's route history, `stride` values per
+ * position. The logits then route as the router's own (route()), and the
+ * router policy's predictions see the same ones. */
+static void profile_apply(const e0_route_cfg *r, int layer, float *lg, int E, int k,
+                          const uint16_t *hist, size_t p, size_t stride) {
+    double m = 0, v = 0;
+    for (int e = 0; e < E; e++)
+        m += lg[e];
+    m /= E;
+    for (int e = 0; e < E; e++)
+        v += (lg[e] - m) * (lg[e] - m);
+    const float sd = (float)sqrt(v / E);
+    if (!(sd > 0)) return; /* constant logits (a sparse checkpoint): nothing to scale */
+    if (r->bias)
+        for (int e = 0; e < E; e++)
+            lg[e] += sd * r->bias[(size_t)layer * E + e];
+    const size_t W = r->window_len > 1 ? (size_t)r->window_len : 1;
+    uint64_t seen[1024]; /* experts already given a bonus (E <= 65536: session.c) */
+    memset(seen, 0, ((size_t)E + 63) / 64 * sizeof *seen);
+    double bonus = r->recent;
+    for (size_t d = 1; d <= W && d <= p; d++) {
+        if (d == 2) bonus = r->window;
+        else if (d > 2) bonus *= r->decay;
+        const uint16_t *row = hist + (p - d) * stride;
+        for (int j = 0; j < k; j++) {
+            const int e = row[j];
+            if (seen[e >> 6] >> (e & 63) & 1) continue; /* its nearest use counts */
+            seen[e >> 6] |= 1ull << (e & 63);
+            lg[e] += sd * (float)bonus;
+        }
+    }
+}
+
+/* Routing profile and stickiness over a batch, run by run in position
+ * order: a run's token i follows its token i - 1, the first one the
+ * session's previous position. */
 static void sticky_tokens(const e0_batch *b, int layer, int E, int k, bool renorm) {
     const e0_config *c = &b->run[0].s->m->cfg;
+    const bool prof = config_route_on(c);
     const int n = (int)lround(c->route_stickiness * k);
     const size_t L = (size_t)c->n_layers;
     e0_scratch *S = b->S;
@@ -123,7 +161,12 @@ static void sticky_tokens(const e0_batch *b, int layer, int E, int k, bool renor
             const size_t t = (size_t)(b->run[r].t0 + i), p = (size_t)s->pos + (size_t)i;
             int32_t *idx = S->ridx + t * k;
             float *w = S->rw + t * k;
-            if (p > 0)
+            if (prof) {
+                float *lg = S->rlogits + t * E;
+                profile_apply(&c->route, layer, lg, E, k, s->route_hist + (size_t)layer * k, p, L * k);
+                route(lg, E, k, renorm, idx, w);
+            }
+            if (p > 0 && n > 0)
                 sticky_apply(S->rlogits + t * E, E, k, n, renorm,
                              s->route_hist + ((p - 1) * L + (size_t)layer) * (size_t)k, idx, w);
             sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);

@@ -389,11 +389,12 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
     s->rec = calloc(L, sizeof *s->rec);
     s->hist = calloc((size_t)s->n_ctx, sizeof *s->hist);
     bad |= !s->kc || !s->vc || !s->conv || !s->rec || !s->hist;
-    if (c->route_stickiness > 0) {
+    if (config_route_kept(c)) {
         if (c->n_experts > 65536 || topk > E0_STICKY_MAX_K) {
             e0_session_free(s);
             return e0_fail(err, E0_EUNSUPPORTED,
-                           "route stickiness needs at most 65536 experts and top-k %d", E0_STICKY_MAX_K);
+                           "route stickiness and routing profiles need at most 65536 experts and top-k %d",
+                           E0_STICKY_MAX_K);
         }
         s->route_hist = calloc((size_t)s->n_ctx * L * topk, sizeof *s->route_hist);
         bad |= !s->route_hist;

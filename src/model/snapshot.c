@@ -48,7 +48,7 @@ static size_t layer_bytes(const e0_engine *e, int li, size_t pos) {
 
 /* uint16 route entries per position (0 without route stickiness). */
 static size_t route_per_pos(const e0_engine *e) {
-    return e->model.cfg.route_stickiness > 0 ? (size_t)e->model.cfg.n_layers * (size_t)e->top_k : 0;
+    return config_route_kept(&e->model.cfg) ? (size_t)e->model.cfg.n_layers * (size_t)e->top_k : 0;
 }
 
 static size_t align16(size_t n) {

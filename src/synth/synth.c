@@ -79,6 +79,20 @@ static const e0_synth_shape SHAPES[] = {
      .full_attention_interval = 4,
      .n_experts = 256, .top_k = 8, .moe_inter = 512, .shared_inter = 512,
      .max_pos = 262144, .bos = -1, .eos = 32767},
+    /* tiny's width with a released model's expert count and top-k, for
+     * routing studies (synth --route-profile) that need E and k right. */
+    {.name = "tiny-e256", .released = "", .family = E0_SYNTH_QWEN3_5_MOE,
+     .hidden = 256, .n_layers = 4, .vocab = 151936,
+     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 0.25, .rope_theta = 1e7,
+     .lin_k_heads = 2, .lin_v_heads = 4, .lin_k_dim = 64, .lin_v_dim = 64, .conv_kernel = 4,
+     .full_attention_interval = 4,
+     .n_experts = 256, .top_k = 8, .moe_inter = 64, .shared_inter = 128,
+     .max_pos = 262144, .bos = -1, .eos = 151645},
+    {.name = "tiny-e128", .released = "", .family = E0_SYNTH_QWEN3_MOE,
+     .hidden = 256, .n_layers = 4, .vocab = 151936,
+     .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .partial_rotary = 1.0, .rope_theta = 1e6,
+     .n_experts = 128, .top_k = 8, .moe_inter = 64, .dense_inter = 512,
+     .max_pos = 40960, .bos = 151643, .eos = 151645},
     /* The same for the other two families (tests). */
     {.name = "tiny-qwen3moe", .released = "", .family = E0_SYNTH_QWEN3_MOE,
      .hidden = 256, .n_layers = 4, .vocab = 151936,
@@ -106,7 +120,7 @@ const e0_synth_shape *e0_synth_find(const char *name) {
 const char *e0_synth_names(void) {
     return "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny, mid, "
            "tiny-qwen3moe, "
-           "tiny-qwen3next";
+           "tiny-qwen3next, tiny-e256, tiny-e128";
 }
 
 size_t e0_synth_count(void) {
@@ -371,6 +385,9 @@ static int plan_build(plan *p, const e0_synth_shape *s, const e0_synth_opts *o, 
     if (!(o->route_stickiness >= 0 && o->route_stickiness <= 1))
         return e0_fail(err, E0_EINVAL, "route stickiness %g is outside [0, 1]",
                        o->route_stickiness);
+    const synth_route *rt;
+    int rc = synth_route_of(o, &rt, err);
+    if (rc) return rc;
     if (s->hidden % GROUP || s->moe_inter % GROUP || (s->shared_inter && s->shared_inter % GROUP) ||
         (s->head_dim * s->n_heads) % GROUP || (s->lin_v_dim * s->lin_v_heads) % GROUP)
         return e0_fail(err, E0_EINVAL, "shape %s: dimensions must be multiples of %d", s->name,
@@ -652,14 +669,24 @@ static char *config_json(const plan *p) {
                                                        : "Qwen3MoeForCausalLM";
     sbuf b = {0};
     sb_printf(&b, "{\n  \"architectures\": [\"%s\"],\n", arch);
+    const synth_route *rt = NULL;
+    char dummy[E0_ERR_MAX];
+    synth_route_of(&p->o, &rt, dummy); /* checked by plan_build */
     sb_printf(&b,
               "  \"edge0_synth\": {\"shape\": \"%s\", \"released\": \"%s\", \"format\": \"%s\", "
               "\"seed\": %llu, "
-              "\"route_skew\": %g, \"route_stickiness\": %g, \"routing\": \"%s\", "
-              "\"writer\": \"edge0 synth\"},\n",
+              "\"route_skew\": %g, \"route_stickiness\": %g, \"routing\": \"%s\", ",
               s->name, s->released, mlx ? "mlx" : "hf", (unsigned long long)p->o.seed,
               p->o.route_skew, p->o.route_stickiness,
-              p->o.route_skew > 0 ? "zipf" : "near-uniform");
+              rt ? "profile" : p->o.route_skew > 0 ? "zipf" : "near-uniform");
+    if (rt)
+        sb_printf(&b,
+                  "\"route_profile\": \"%s\", \"route_popularity\": %g, \"route_recent\": %g, "
+                  "\"route_window\": %g, \"route_decay\": %g, \"route_window_len\": %d, "
+                  "\"route_seed\": %llu, ",
+                  rt->name, rt->popularity, rt->recent, rt->window, rt->decay, rt->window_len,
+                  (unsigned long long)(p->o.seed & ((1ull << 53) - 1)));
+    sb_printf(&b, "\"writer\": \"edge0 synth\"},\n");
     if (q35) {
         sb_printf(&b, "  \"model_type\": \"qwen3_5_moe\",\n  \"tie_word_embeddings\": false,\n  "
                       "\"text_config\": {\n");

@@ -53,6 +53,15 @@
  * per layer (exactly n unless the router already repeats more). P = 0 and
  * no key route identically. A sticky variant of a checkpoint is its
  * directory with the safetensors symlinked and config.json edited.
+ *
+ * Route profiles (--route-profile NAME; synth_common.c's table) are not in
+ * the weights either: "edge0_synth" gets route_profile, route_popularity,
+ * route_recent, route_window, route_decay, route_window_len and route_seed
+ * (GGUF: edge0.route_* keys), and the router adds a per-layer popularity
+ * and a recency bonus to each token's logits (io/config.h e0_route_cfg,
+ * model/moe.c profile_apply). Each profile's parameters were fitted with
+ * scripts/route_stats.py on bench traces (docs/experiments.md, session 29
+ * routing profiles; bench/routes/).
  */
 #ifndef E0_SYNTH_SYNTH_H
 #define E0_SYNTH_SYNTH_H

@@ -2,8 +2,12 @@
  * the generators of values. Both writers (synth.c, synth_gguf.c) call in;
  * nothing here calls out to them. */
 #include "synth/synth_int.h"
+#include "io/gguf.h"
+#include "util/err.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -71,4 +75,63 @@ float synth_vec_value(xrng *r, synth_vkind kind, float base, int64_t fan) {
         return (float)((xr_unif(r) * 2.0 - 1.0) * 1.7320508 / sqrt((double)fan));
     }
     return 0;
+}
+
+/* ======================================================================
+ * Routing profiles (synth.h): parameters of the router's profile (io/
+ * config.h e0_route_cfg), fitted so that scripts/route_stats.py shows a
+ * 128-token greedy decode within 5 points / 10% of the published figures
+ * (docs/experiments.md, session 29).
+ * ====================================================================== */
+
+static const synth_route ROUTES[] = {
+    {"qwen36", "Qwen3.6-35B-A3B's measured decode routing (E=256, k=8): 37% kept from the "
+               "previous token, LRU 16/32/64 hits 50/70/83%, top-16/32 experts 42/60%",
+     0.43, 1.79, 1.31, 0.904, 128},
+    {"qwen3-30b", "Qwen3-30B-A3B's measured decode routing (E=128, k=8): 45% kept from the "
+                  "previous token, 80% within 8 tokens, an LRU of 40% of the experts hits 90-95%",
+     1.02, 1.22, 0.95, 0.889, 64},
+};
+
+#define N_ROUTES (sizeof ROUTES / sizeof *ROUTES)
+
+const char *e0_synth_route_profiles(void) {
+    return "qwen36, qwen3-30b";
+}
+
+const char *e0_synth_route_about(size_t i) {
+    return i < N_ROUTES ? ROUTES[i].about : NULL;
+}
+
+int synth_route_of(const e0_synth_opts *o, const synth_route **out, char *err) {
+    *out = NULL;
+    if (!(o->route_stickiness >= 0 && o->route_stickiness <= 1))
+        return e0_fail(err, E0_EINVAL, "route stickiness %g is outside [0, 1]", o->route_stickiness);
+    if (!o->route_profile) return 0;
+    for (size_t i = 0; i < N_ROUTES; i++)
+        if (!strcmp(ROUTES[i].name, o->route_profile)) *out = &ROUTES[i];
+    if (!*out)
+        return e0_fail(err, E0_EINVAL, "unknown route profile '%s' (known: %s)", o->route_profile,
+                       e0_synth_route_profiles());
+    if (o->route_skew > 0 || o->route_stickiness > 0)
+        return e0_fail(err, E0_EINVAL, "route profile '%s' sets the routing itself: give it without "
+                       "route skew or stickiness", o->route_profile);
+    return 0;
+}
+
+int synth_route_gguf(gguf_writer *w, const e0_synth_opts *o, char *err) {
+    const synth_route *rt;
+    int rc = synth_route_of(o, &rt, err);
+    if (!rc && o->route_stickiness > 0)
+        rc = gguf_writer_add_f32(w, "edge0.route_stickiness", (float)o->route_stickiness, err);
+    if (rc || !rt) return rc;
+    const uint64_t seed = o->seed & ((1ull << 53) - 1); /* as config.json's */
+    if (!rc) rc = gguf_writer_add_str(w, "edge0.route_profile", rt->name, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_popularity", (float)rt->popularity, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_recent", (float)rt->recent, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_window", (float)rt->window, err);
+    if (!rc) rc = gguf_writer_add_f32(w, "edge0.route_decay", (float)rt->decay, err);
+    if (!rc) rc = gguf_writer_add_u32(w, "edge0.route_window_len", (uint32_t)rt->window_len, err);
+    if (!rc) rc = gguf_writer_add_u64(w, "edge0.route_seed", seed, err);
+    return rc;
 }

@@ -46,7 +46,8 @@
  * tokenizer.ggml.* and tokenizer.chat_template from a tokenizer.json (the
  * Qwen3 one in assets/; its vocabulary is padded with [PADn] tokens up to
  * the shape's vocab size, as the converter pads). --route-skew is refused:
- * planting a routing direction needs structured embedding rows. */
+ * planting a routing direction needs structured embedding rows; route
+ * stickiness and a route profile are edge0.route_* keys (synth_common.c). */
 #include "io/gguf.h"
 #include "io/stwriter.h"
 #include "synth/synth_int.h"
@@ -486,6 +487,7 @@ static int meta_add(gplan *p, gguf_writer *w, const gtok *k, char *err) {
     /* LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q8_0, _IQ4_XS, _Q4_0 */
     static const uint32_t ftype[] = {15, 7, 30, 2};
     U32("general.file_type", ftype[p->o.gguf_mix]);
+    if (!rc) rc = synth_route_gguf(w, &p->o, err); /* edge0.route_* */
 #undef KEY
 #undef U32
 #undef F32
@@ -534,6 +536,9 @@ static int gplan_build(gplan *p, const e0_synth_shape *s, const e0_synth_opts *o
         return e0_fail(err, E0_EUNSUPPORTED,
                        "--route-skew is not available for the gguf format (its planted routing "
                        "direction needs structured embedding rows); use --format mlx or hf");
+    const synth_route *rt;
+    int rc0 = synth_route_of(o, &rt, err);
+    if (rc0) return rc0;
     p->s = s;
     p->o = *o;
     p->g = synth_gains_of(s);

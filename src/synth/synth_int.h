@@ -79,6 +79,23 @@ float synth_vec_value(xrng *r, synth_vkind kind, float base, int64_t fan);
  * row); returns their sum, which the caller subtracts (mean 0). */
 float synth_group_uniform(xrng *r, float std, float v[SYNTH_GROUP]);
 
+/* ---- routing profiles (synth_common.c) ------------------------------- */
+
+/* The router's parameters of one profile (io/config.h e0_route_cfg). */
+typedef struct {
+    const char *name, *about;
+    double popularity, recent, window, decay;
+    int window_len;
+} synth_route;
+
+/* The profile named o->route_profile, NULL when none is asked for; fails
+ * on an unknown name or with route_skew / route_stickiness also given. */
+int synth_route_of(const e0_synth_opts *o, const synth_route **out, char *err);
+/* The GGUF keys edge0.route_stickiness (when > 0) and edge0.route_* of
+ * the profile (io/config_route.c reads them back). */
+struct gguf_writer;
+int synth_route_gguf(struct gguf_writer *w, const e0_synth_opts *o, char *err);
+
 /* ---- the GGUF format (synth_gguf.c) ---------------------------------- */
 
 int synth_gguf_plan_info(const e0_synth_shape *s, const e0_synth_opts *o, e0_synth_info *info, char *err);
