@@ -147,6 +147,9 @@ int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, int
     if (!rc) rc = gpu_mat_upload(d, &m->lm_head, &g->lm_head, "lm_head", err);
     if (!rc) rc = put_floats(d, &g->final_norm, m->final_norm, (size_t)c->hidden, "final norm", err);
     if (!rc) rc = put_floats(d, &g->inv_freq, m->rope_inv_freq, (size_t)(c->rotary_dim / 2), "rope", err);
+    if (!rc && config_route_on(c) && c->route.bias)
+        rc = put_floats(d, &g->rbias, c->route.bias, (size_t)c->n_layers * (size_t)c->n_experts,
+                        "the routing profile", err);
     if (!rc) rc = gpu_sync(d, err);
     g->bytes = d->held - held0;
     if (rc) {
@@ -186,6 +189,7 @@ void gpu_model_free(gpu_model *g) {
     gpu_mat_free(d, &g->lm_head, 1);
     gpu_free(d, g->final_norm, (size_t)c->hidden * 4);
     gpu_free(d, g->inv_freq, (size_t)(c->rotary_dim / 2) * 4);
+    if (g->rbias) gpu_free(d, g->rbias, (size_t)c->n_layers * (size_t)c->n_experts * 4);
     free(g->L);
     free(g);
 }
@@ -198,7 +202,7 @@ enum {
     B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_SCORES,
     B_PROJ, B_BA, B_MIX, B_MIXO, B_ZZ, B_BB, B_AA, B_O,
     B_RL, B_RIDX, B_RW, B_COUNT, B_NACT, B_EXPS, B_START, B_ORDER,
-    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS,
+    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS, B_RHIST,
     B_N
 };
 
@@ -261,6 +265,8 @@ static void sess_sizes(const e0_model *m, int k, int n_ctx, int B, size_t *sz, s
     sz[B_YS] = Bz * H * f;
     sz[B_LOGITS] = (size_t)(B < LOGIT_ROWS ? B : LOGIT_ROWS) * (size_t)c->vocab * f;
     sz[B_POS] = i4;
+    /* a routing profile's history: each position's experts of each layer */
+    sz[B_RHIST] = config_route_on(c) ? (size_t)n_ctx * (size_t)c->n_layers * (size_t)k * i4 : i4;
     *kv = (size_t)n_ctx * kvd * (f16 ? 2 : 4);
     *cv = (size_t)(c->conv_kernel > 1 ? c->conv_kernel - 1 : 0) * C * f;
     *rec = Hv * (size_t)c->lin_k_dim * (size_t)c->lin_v_dim * f;
@@ -453,8 +459,17 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     const CUdeviceptr yr[2] = {rl, shg};
     const int64_t ld[2] = {E, 1};
     int rc = gpu_mm_multi(d, shared ? 2 : 1, W, h, H, yr, ld, T, err);
-    void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
-    if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
+    if (config_route_on(c)) { /* a synthetic checkpoint's routing profile: token after token */
+        const e0_route_cfg *r = &c->route;
+        CUdeviceptr posp = s->buf[B_POS], hist = s->buf[B_RHIST], bias = s->g->rbias;
+        int L = c->n_layers, wl = r->window > 0 && r->window_len > 1 ? r->window_len : 1;
+        double recent = r->recent, window = r->window, decay = r->decay;
+        void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm, &posp, &li, &L, &bias, &hist, &recent, &window, &decay, &wl};
+        if (!rc) rc = gpu_launch(d, d->k.route_profile, 1, 1, 1, 32, 0, a1, "routing (profile)", err);
+    } else {
+        void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
+        if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
+    }
     /* a device-staged decode step: slots from the device's table, misses staged by moe_stage */
     const gpu_vcache *vc = s->g->vc;
     const bool mapped = vc && vc->mapped && T == 1;

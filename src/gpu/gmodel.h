@@ -80,6 +80,7 @@ typedef struct gpu_model {
     gpu_layer *L;
     gpu_mat lm_head;
     CUdeviceptr final_norm, inv_freq;
+    CUdeviceptr rbias; /* a routing profile's popularity offsets [n_layers x E] (io/config.h), or 0 */
     uint64_t bytes;  /* device memory the weights take (the cache's pool included) */
     gpu_vcache *vc;  /* the VRAM expert cache, or NULL: every expert resident */
 } gpu_model;

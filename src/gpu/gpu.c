@@ -68,7 +68,8 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.dn_qknorm, "dn_qknorm"},   {&d->k.dn_rec, "dn_rec"},
         {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
         {&d->k.dn_rec128, "dn_rec128"},
-        {&d->k.route, "route"},           {&d->k.moe_sort, "moe_sort"},
+        {&d->k.route, "route"},           {&d->k.route_profile, "route_profile"},
+        {&d->k.moe_sort, "moe_sort"},
         {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)

@@ -70,7 +70,7 @@ typedef struct {
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
-    CUfunction route, moe_sort, moe_stage, moe_combine;
+    CUfunction route, route_profile, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
 
 /* Per-kernel time under $E0_GPU_PROFILE=1: each launch is timed with

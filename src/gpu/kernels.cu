@@ -390,13 +390,10 @@ DN_REC(dn_rec128, 128)
  * ties), renormalised when renorm (model/moe.c route). One warp a token:
  * lanes take experts lane, lane + 32, ...; each pick is a warp-wide
  * argmax. grid ceil(T / 4), block 128. */
-extern "C" __global__ void route(const float *logits, int *idx, float *w, int T, int E, int k,
-                                 int renorm) {
-    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (t >= T) return;
-    const float *l = logits + (size_t)t * E;
-    int *id = idx + (size_t)t * k;
-    float *wt = w + (size_t)t * k;
+/* One token's top-k of E logits l, by one warp (every lane calls it):
+ * ids into id, weights into wt (renormalised over the k when renorm). */
+__device__ void route_warp(const float *l, int *id, float *wt, int E, int k, int renorm) {
+    const int lane = threadIdx.x & 31;
     float mx = -INFINITY;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
 #pragma unroll
@@ -424,6 +421,66 @@ extern "C" __global__ void route(const float *logits, int *idx, float *w, int T,
     }
     if (renorm && lane == 0)
         for (int j = 0; j < k; j++) wt[j] /= tot;
+}
+
+extern "C" __global__ void route(const float *logits, int *idx, float *w, int T, int E, int k,
+                                 int renorm) {
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= T) return;
+    route_warp(logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
+}
+
+/* A synthetic checkpoint's routing profile (model/moe.c profile_apply, in
+ * its order and precision), then the top-k: token after token (each sees
+ * the experts the ones before it chose), by one warp. Each token's logits,
+ * in units of their standard deviation over the experts, get the layer's
+ * popularity bias and, for an expert last chosen d tokens back (its
+ * nearest use), recent (d = 1) or window * decay^(d - 2) (d <= W); its
+ * choice goes into hist [position][layer][k] (n_layers L). Positions from
+ * *posp. grid 1, block 32. */
+extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int T, int E, int k, int renorm,
+                                         const int *posp, int layer, int L, const float *bias, int *hist,
+                                         double recent, double window, double decay, int W) {
+    __shared__ unsigned seen[32]; /* E <= 1024 */
+    const int lane = threadIdx.x & 31;
+    for (int t = 0; t < T; t++) {
+        float *l = logits + (size_t)t * E;
+        const int p = *posp + t;
+        double m = 0.0, v = 0.0;
+        for (int e = lane; e < E; e += 32) m += l[e];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+        m /= E;
+        for (int e = lane; e < E; e += 32) v += ((double)l[e] - m) * ((double)l[e] - m);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const float sd = (float)sqrt(v / E);
+        if (sd > 0.0f) {
+            if (bias)
+                for (int e = lane; e < E; e += 32) l[e] += sd * bias[(size_t)layer * E + e];
+            seen[lane] = 0;
+            __syncwarp();
+            double bonus = recent;
+            for (int d = 1; d <= W && d <= p; d++) {
+                if (d == 2) bonus = window;
+                else if (d > 2) bonus *= decay;
+                if (lane < k) {
+                    const int e = hist[((size_t)(p - d) * L + layer) * k + lane];
+                    /* a row's k experts are distinct: one lane an expert */
+                    if (!(seen[e >> 5] >> (e & 31) & 1)) {
+                        atomicOr(&seen[e >> 5], 1u << (e & 31));
+                        l[e] += sd * (float)bonus;
+                    }
+                }
+                __syncwarp();
+            }
+        }
+        __syncwarp();
+        route_warp(l, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
+        __syncwarp();
+        if (lane < k) hist[((size_t)p * L + layer) * k + lane] = idx[(size_t)t * k + lane];
+        __syncwarp();
+    }
 }
 
 /* The T * k (token, slot) pairs grouped by expert, in expert order and pair
