@@ -37,7 +37,8 @@ static char *write_synth(const char *root, const char *name, const char *profile
         so.tokenizer = QWEN3_TOKENIZER;
     }
     char err[E0_ERR_MAX];
-    if (e0_synth_write_opts(e0_synth_find("tiny-e256"), dst, &so, err)) fail_msg("%s: %s", dst, err);
+    if (e0_synth_write_opts(e0_synth_find("tiny-e256"), dst, &so, err))
+        fail_msg("%s: %s", dst, err);
     return dst;
 }
 
@@ -202,10 +203,10 @@ static void test_profile_errors(void **state) {
     so.format = E0_SYNTH_GGUF;
     so.tokenizer = QWEN3_TOKENIZER;
     assert_int_equal(e0_synth_plan_info(e0_synth_find("tiny-e256"), &so, &info, err), E0_EINVAL);
-    static const char *const bad[] = {
-        "\"route_popularity\": 9", "\"route_recent\": -1", "\"route_decay\": 1.5",
-        "\"route_window_len\": 2.5", "\"route_window\": \"x\"", "\"route_profile\": 3",
-        "\"route_seed\": -1"};
+    static const char *const bad[] = {"\"route_popularity\": 9", "\"route_recent\": -1",
+                                      "\"route_decay\": 1.5",    "\"route_window_len\": 2.5",
+                                      "\"route_window\": \"x\"", "\"route_profile\": 3",
+                                      "\"route_seed\": -1"};
     static const char *const named[] = {"route_popularity", "route_recent", "route_decay",
                                         "route_window_len", "route_window", "route_profile",
                                         "route_seed"};

@@ -12,8 +12,8 @@
 #include <string.h>
 
 /* Value ranges, shared by both sources. */
-#define POP_MAX 8.0
-#define BONUS_MAX 16.0
+#define POP_MAX    8.0
+#define BONUS_MAX  16.0
 #define WINDOW_MAX 4096
 
 static uint64_t splitmix(uint64_t *s) {
@@ -41,7 +41,8 @@ int config_route_init(e0_config *c, char *err) {
      * about -popularity (synth/synth.c's route skew uses the same scale). */
     const double norm = E > 1 ? sqrt(2.0 * log((double)E)) / 1.6 : 1.0;
     for (int l = 0; l < c->n_layers; l++) {
-        uint64_t s = r->seed * 0x100000001b3ull + (uint64_t)l * 0x9e3779b97f4a7c15ull + 0x726f757465ull;
+        uint64_t s =
+            r->seed * 0x100000001b3ull + (uint64_t)l * 0x9e3779b97f4a7c15ull + 0x726f757465ull;
         for (int e = 0; e < E; e++)
             perm[e] = e;
         for (int e = E - 1; e > 0; e--) {
@@ -61,11 +62,14 @@ int config_route_init(e0_config *c, char *err) {
 /* The profile's values in range, else a message naming `key`'s source. */
 static int check(const e0_route_cfg *r, const char *where, char *err) {
     if (!(r->popularity >= 0 && r->popularity <= POP_MAX))
-        return e0_fail(err, E0_EFORMAT, "%sroute_popularity must be a number in [0, %g]", where, POP_MAX);
+        return e0_fail(err, E0_EFORMAT, "%sroute_popularity must be a number in [0, %g]", where,
+                       POP_MAX);
     if (!(r->recent >= 0 && r->recent <= BONUS_MAX))
-        return e0_fail(err, E0_EFORMAT, "%sroute_recent must be a number in [0, %g]", where, BONUS_MAX);
+        return e0_fail(err, E0_EFORMAT, "%sroute_recent must be a number in [0, %g]", where,
+                       BONUS_MAX);
     if (!(r->window >= 0 && r->window <= BONUS_MAX))
-        return e0_fail(err, E0_EFORMAT, "%sroute_window must be a number in [0, %g]", where, BONUS_MAX);
+        return e0_fail(err, E0_EFORMAT, "%sroute_window must be a number in [0, %g]", where,
+                       BONUS_MAX);
     if (!(r->decay >= 0 && r->decay <= 1))
         return e0_fail(err, E0_EFORMAT, "%sroute_decay must be a number in [0, 1]", where);
     if (r->window_len < 0 || r->window_len > WINDOW_MAX)
@@ -90,8 +94,10 @@ int config_route_json(e0_config *c, const cJSON *syn, const char *path, char *er
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(syn, "route_profile");
     if (nm && !cJSON_IsNull(nm)) {
         if (!cJSON_IsString(nm) || strlen(nm->valuestring) >= sizeof r->name)
-            return e0_fail(err, E0_EFORMAT, "%s: \"edge0_synth\".\"route_profile\" must be a string of "
-                           "at most %zu bytes", path, sizeof r->name - 1);
+            return e0_fail(err, E0_EFORMAT,
+                           "%s: \"edge0_synth\".\"route_profile\" must be a string of "
+                           "at most %zu bytes",
+                           path, sizeof r->name - 1);
         strcpy(r->name, nm->valuestring);
     }
     int rc;
@@ -103,11 +109,15 @@ int config_route_json(e0_config *c, const cJSON *syn, const char *path, char *er
         (rc = json_num(syn, "route_seed", path, &seed, err)))
         return rc;
     if (!(len >= 0 && len <= WINDOW_MAX && len == floor(len)))
-        return e0_fail(err, E0_EFORMAT, "%s: \"edge0_synth\".\"route_window_len\" must be an integer in "
-                       "[0, %d]", path, WINDOW_MAX);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s: \"edge0_synth\".\"route_window_len\" must be an integer in "
+                       "[0, %d]",
+                       path, WINDOW_MAX);
     if (!(seed >= 0 && seed <= 9007199254740992.0 && seed == floor(seed)))
-        return e0_fail(err, E0_EFORMAT, "%s: \"edge0_synth\".\"route_seed\" must be an integer in "
-                       "[0, 2^53]", path);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s: \"edge0_synth\".\"route_seed\" must be an integer in "
+                       "[0, 2^53]",
+                       path);
     r->window_len = (int)len;
     r->seed = (uint64_t)seed;
     char where[300];
@@ -147,7 +157,8 @@ int config_route_gguf(e0_config *c, const gguf_file *g, char *err) {
         (rc = gguf_num(g, "route_window", &r->window, err)) ||
         (rc = gguf_num(g, "route_decay", &r->decay, err)))
         return rc;
-    if ((rc = gguf_get_u32(g, "edge0.route_window_len", &len, err)) && rc != E0_ENOTFOUND) return rc;
+    if ((rc = gguf_get_u32(g, "edge0.route_window_len", &len, err)) && rc != E0_ENOTFOUND)
+        return rc;
     if ((rc = gguf_get_u64(g, "edge0.route_seed", &r->seed, err)) && rc != E0_ENOTFOUND) return rc;
     if (len > WINDOW_MAX)
         return e0_fail(err, E0_EFORMAT, "%s: edge0.route_window_len must be an integer in [0, %d]",
