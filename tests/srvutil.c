@@ -1,6 +1,7 @@
 /* Helpers for the end-to-end server tests (srvutil.h). */
 #include "srvutil.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +147,82 @@ cJSON *su_json(const char *text, const char *what) {
     cJSON *j = cJSON_Parse(text);
     if (!j) fail_msg("%s: not JSON: %s", what, text);
     return j;
+}
+
+/* ---- a scripted generator for in-process servers -------------------------- */
+
+static pthread_mutex_t prompt_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *last_prompt;
+
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return back + 1 < need ? i - 1 : n;
+}
+
+int su_scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
+    (void)o;
+    memset(r, 0, sizeof *r);
+    r->prompt_tokens = (int32_t)n;
+    size_t hn, same = 0;
+    const int32_t *h = e0_session_history(s, &hn);
+    while (same < hn && same < n && h[same] == prompt[same]) same++;
+    if (same < hn || same == n) {
+        e0_session_reset(s);
+        same = 0;
+    }
+    r->reused_tokens = (int32_t)same;
+    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
+    char *text = NULL, *done = NULL;
+    size_t len, dlen, sent = 0, ns = 0;
+    int32_t *ids = NULL;
+    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
+    if (rc) return rc;
+    pthread_mutex_lock(&prompt_mu);
+    free(last_prompt);
+    last_prompt = strdup(text);
+    pthread_mutex_unlock(&prompt_mu);
+    const char *p = text, *at = NULL;
+    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
+    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
+    if (tr && (!end || tr < end)) end = tr;
+    if (!end) end = at = text + len;
+    r->finish = E0_FINISH_STOP;
+    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
+    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
+    for (size_t i = 0; !rc && i < ns; i++) {
+        free(done);
+        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
+        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
+        r->completion_tokens++;
+        e0_token_info tok = {.id = ids[i]};
+        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
+            r->finish = E0_FINISH_CANCELLED;
+            break;
+        }
+        if (cut > sent) sent = cut;
+        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
+    }
+    free(done);
+    free(ids);
+    free(text);
+    return rc;
+}
+
+char *su_last_prompt(void) {
+    pthread_mutex_lock(&prompt_mu);
+    char *p = strdup(last_prompt ? last_prompt : "");
+    pthread_mutex_unlock(&prompt_mu);
+    return p;
+}
+
+void su_scripted_free(void) {
+    pthread_mutex_lock(&prompt_mu);
+    free(last_prompt);
+    last_prompt = NULL;
+    pthread_mutex_unlock(&prompt_mu);
 }

@@ -6,6 +6,7 @@
 #define E0_SRVUTIL_H
 
 #include "testutil.h"
+#include "edge0.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -37,5 +38,16 @@ const char *su_str(const cJSON *j, const char *path);
 double su_num(const cJSON *j, const char *path);
 /* Parses text as JSON; fails the test (showing `what`) when it is not. */
 cJSON *su_json(const char *text, const char *what);
+
+/* A generate function for an in-process server (srv_opts.generate): it
+ * answers with the text after the last "SCRIPT:" in the prompt (to the end
+ * of that turn or tool result), token by token; a final '~' is left out
+ * and ends it as max_tokens would. It keeps the prompt it was given
+ * (decoded): su_last_prompt returns a copy ("" before any), su_scripted_free
+ * forgets it. */
+int su_scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
+                e0_token_fn fn, void *user, e0_gen_result *r, char *err);
+char *su_last_prompt(void);
+void su_scripted_free(void);
 
 #endif

@@ -14,7 +14,7 @@
  * tool_use through the official client (constrained decoding).
  *
  * Second group: the server in this process with the model's output
- * scripted (a random model never writes a tool call; see `scripted`).
+ * scripted (a random model never writes a tool call; see su_scripted in srvutil.h).
  * thinking, text and tool_use blocks plain and streamed (input_json_delta
  * pieces that rebuild the input); the tool conversations of
  * tests/data/chat_tools_golden.jsonl sent in Anthropic's form (tool_use
@@ -411,77 +411,14 @@ static void test_errors(void **state) {
 
 /* ---- second group: scripted output ------------------------------------------------
  *
- * srv_start in this process with srv_opts.generate = `scripted`: it answers
- * with the text after the last "SCRIPT:" in the prompt (to the end of that
- * turn or tool result), in pieces of about 3 bytes, and keeps the prompt it
- * was given (decoded) for the rendering checks. */
+ * srv_start in this process with srv_opts.generate = su_scripted
+ * (tests/srvutil.h): it answers with the text after the last "SCRIPT:" in
+ * the prompt and keeps the prompt it was given (su_last_prompt). */
 
 static e0_engine *ip_eng;
 static e0_text *ip_text;
 static srv *ip_srv;
 static char *ip_dir;
-static pthread_mutex_t prompt_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *last_prompt;
-
-static size_t utf8_whole(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
-    if (i == 0) return n;
-    unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return back + 1 < need ? i - 1 : n;
-}
-
-static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
-    (void)o;
-    memset(r, 0, sizeof *r);
-    r->prompt_tokens = (int32_t)n;
-    size_t hn, same = 0;
-    const int32_t *h = e0_session_history(s, &hn);
-    while (same < hn && same < n && h[same] == prompt[same]) same++;
-    if (same < hn || same == n) {
-        e0_session_reset(s);
-        same = 0;
-    }
-    r->reused_tokens = (int32_t)same;
-    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
-    char *text = NULL, *done = NULL;
-    size_t len, dlen, sent = 0, ns = 0;
-    int32_t *ids = NULL;
-    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
-    if (rc) return rc;
-    pthread_mutex_lock(&prompt_mu);
-    free(last_prompt);
-    last_prompt = strdup(text);
-    pthread_mutex_unlock(&prompt_mu);
-    const char *p = text, *at = NULL;
-    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
-    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
-    if (tr && (!end || tr < end)) end = tr;
-    if (!end) end = at = text + len;
-    r->finish = E0_FINISH_STOP;
-    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
-    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
-    for (size_t i = 0; !rc && i < ns; i++) {
-        free(done);
-        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
-        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
-        r->completion_tokens++;
-        e0_token_info tok = {.id = ids[i]};
-        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
-            r->finish = E0_FINISH_CANCELLED;
-            break;
-        }
-        if (cut > sent) sent = cut;
-        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
-    }
-    free(done);
-    free(ids);
-    free(text);
-    return rc;
-}
-
 static void ip_start(e0_chat_format format) {
     char err[E0_ERR_MAX];
     srv_opts so;
@@ -492,7 +429,7 @@ static void ip_start(e0_chat_format format) {
     so.port = 0;
     so.api_key = KEY;
     so.n_ctx = 2048;
-    so.generate = scripted;
+    so.generate = su_scripted;
     so.defaults.chat_format = format;
     if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
     port = srv_port(ip_srv);
@@ -516,8 +453,7 @@ static int ip_teardown(void **state) {
     srv_stop(ip_srv);
     e0_text_free(ip_text);
     e0_engine_free(ip_eng);
-    free(last_prompt);
-    last_prompt = NULL;
+    su_scripted_free();
     tu_rmtree(ip_dir);
     free(ip_dir);
     dir = NULL;
@@ -708,11 +644,11 @@ static void test_tool_turn_render(void **state) {
             char *body = anthropic_body(g), *out;
             int st = post("/v1/messages", body, NULL, &out);
             if (st != 200) fail_msg("%s/%s: status %d: %s\n%s", want_tmpl, su_str(g, "name"), st, out, body);
-            pthread_mutex_lock(&prompt_mu);
-            if (!last_prompt || strcmp(last_prompt, su_str(g, "rendered")))
+            char *lp = su_last_prompt();
+            if (strcmp(lp, su_str(g, "rendered")))
                 fail_msg("%s/%s: the prompt\n%s\nis not the reference rendering\n%s", want_tmpl, su_str(g, "name"),
-                         last_prompt ? last_prompt : "(none)", su_str(g, "rendered"));
-            pthread_mutex_unlock(&prompt_mu);
+                         *lp ? lp : "(none)", su_str(g, "rendered"));
+            free(lp);
             checked[f]++;
             free(out);
             free(body);
@@ -730,10 +666,10 @@ static void test_prefill(void **state) {
     (void)state;
     cJSON *j = message("{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":\"SCRIPT:, and "
                        "more.\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"So far\"}]}]}");
-    pthread_mutex_lock(&prompt_mu);
+    char *lp = su_last_prompt();
     static const char TAIL[] = "<|im_start|>assistant\n<think>\n\n</think>\n\nSo far";
-    assert_true(strlen(last_prompt) > strlen(TAIL) && !strcmp(last_prompt + strlen(last_prompt) - strlen(TAIL), TAIL));
-    pthread_mutex_unlock(&prompt_mu);
+    assert_true(strlen(lp) > strlen(TAIL) && !strcmp(lp + strlen(lp) - strlen(TAIL), TAIL));
+    free(lp);
     assert_string_equal(su_str(j, "content.0.text"), ", and more.");
     assert_int_equal(cJSON_GetArraySize(su_at(j, "content")), 1);
     assert_string_equal(su_str(j, "stop_reason"), "end_turn");
@@ -743,9 +679,9 @@ static void test_prefill(void **state) {
                 "\"input\":{\"query\":\"q\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
                 "\"toolu_1\",\"is_error\":true,\"content\":[{\"type\":\"text\",\"text\":\"boom\"}]},{\"type\":\"text\","
                 "\"text\":\"SCRIPT:</think>\\n\\nnoted\"}]}]}");
-    pthread_mutex_lock(&prompt_mu);
-    assert_non_null(strstr(last_prompt, "<tool_response>\nError: boom\n</tool_response>"));
-    pthread_mutex_unlock(&prompt_mu);
+    lp = su_last_prompt();
+    assert_non_null(strstr(lp, "<tool_response>\nError: boom\n</tool_response>"));
+    free(lp);
     assert_string_equal(su_str(j, "content.0.text"), "noted");
     cJSON_Delete(j);
 }
@@ -816,9 +752,7 @@ static char *agent_prompt(const char *extra) {
     cJSON_Delete(j);
     free(out);
     free(b);
-    pthread_mutex_lock(&prompt_mu);
-    char *p = strdup(last_prompt);
-    pthread_mutex_unlock(&prompt_mu);
+    char *p = su_last_prompt();
     return p;
 }
 

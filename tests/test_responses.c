@@ -14,7 +14,7 @@
  * field, previous_response_id -> 400.
  *
  * Second group: the server in this process with the model's output
- * scripted (a random model never writes a tool call, see `scripted`):
+ * scripted (a random model never writes a tool call, see su_scripted in srvutil.h):
  * reasoning, message and function_call items plain and streamed; the
  * items sent back with function_call_output items render the tool turn and
  * continue the session; Codex's namespace tools (the call answered as
@@ -534,77 +534,14 @@ static void test_stream_failure(void **state) {
 
 /* ---- second group: scripted output ------------------------------------------------
  *
- * srv_start in this process with srv_opts.generate = `scripted`: it answers
- * with the text after the last "SCRIPT:" in the prompt (to the end of that
- * turn or tool result), token by token; a final '~' is left out and ends it
- * as max_tokens would. It keeps the prompt it was given (decoded). */
+ * srv_start in this process with srv_opts.generate = su_scripted
+ * (tests/srvutil.h): it answers with the text after the last "SCRIPT:" in
+ * the prompt and keeps the prompt it was given (su_last_prompt). */
 
 static e0_engine *ip_eng;
 static e0_text *ip_text;
 static srv *ip_srv;
 static char *ip_dir;
-static pthread_mutex_t prompt_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *last_prompt;
-
-static size_t utf8_whole(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
-    if (i == 0) return n;
-    unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return back + 1 < need ? i - 1 : n;
-}
-
-static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
-    (void)o;
-    memset(r, 0, sizeof *r);
-    r->prompt_tokens = (int32_t)n;
-    size_t hn, same = 0;
-    const int32_t *h = e0_session_history(s, &hn);
-    while (same < hn && same < n && h[same] == prompt[same]) same++;
-    if (same < hn || same == n) {
-        e0_session_reset(s);
-        same = 0;
-    }
-    r->reused_tokens = (int32_t)same;
-    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
-    char *text = NULL, *done = NULL;
-    size_t len, dlen, sent = 0, ns = 0;
-    int32_t *ids = NULL;
-    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
-    if (rc) return rc;
-    pthread_mutex_lock(&prompt_mu);
-    free(last_prompt);
-    last_prompt = strdup(text);
-    pthread_mutex_unlock(&prompt_mu);
-    const char *p = text, *at = NULL;
-    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
-    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
-    if (tr && (!end || tr < end)) end = tr;
-    if (!end) end = at = text + len;
-    r->finish = E0_FINISH_STOP;
-    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
-    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
-    for (size_t i = 0; !rc && i < ns; i++) {
-        free(done);
-        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
-        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
-        r->completion_tokens++;
-        e0_token_info tok = {.id = ids[i]};
-        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
-            r->finish = E0_FINISH_CANCELLED;
-            break;
-        }
-        if (cut > sent) sent = cut;
-        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
-    }
-    free(done);
-    free(ids);
-    free(text);
-    return rc;
-}
-
 static int ip_setup(void **state) {
     (void)state;
     ip_dir = tu_tmpdir();
@@ -622,7 +559,7 @@ static int ip_setup(void **state) {
     so.port = 0;
     so.api_key = KEY;
     so.n_ctx = 2048;
-    so.generate = scripted;
+    so.generate = su_scripted;
     so.defaults.chat_format = E0_CHAT_QWEN35;
     if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
     port = srv_port(ip_srv);
@@ -634,20 +571,14 @@ static int ip_teardown(void **state) {
     srv_stop(ip_srv);
     e0_text_free(ip_text);
     e0_engine_free(ip_eng);
-    free(last_prompt);
-    last_prompt = NULL;
+    su_scripted_free();
     tu_rmtree(ip_dir);
     free(ip_dir);
     dir = NULL;
     return 0;
 }
 
-static char *prompt_now(void) {
-    pthread_mutex_lock(&prompt_mu);
-    char *p = strdup(last_prompt ? last_prompt : "");
-    pthread_mutex_unlock(&prompt_mu);
-    return p;
-}
+static char *prompt_now(void) { return su_last_prompt(); }
 
 #define TOOLS                                                                                                          \
     "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{\"type\":"   \
