@@ -154,6 +154,7 @@ cJSON *su_json(const char *text, const char *what) {
 static pthread_mutex_t prompt_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *last_prompt;
 
+/* The length of the longest prefix of s[0..n) that ends on a character boundary. */
 static size_t utf8_whole(const char *s, size_t n) {
     size_t i = n, back = 0;
     while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
@@ -163,6 +164,10 @@ static size_t utf8_whole(const char *s, size_t n) {
     return back + 1 < need ? i - 1 : n;
 }
 
+/* Evaluates the prompt (after the part of the session's history it starts
+ * with) and then the script's tokens one by one, as e0_generate would, so
+ * the session holds what a real answer leaves behind and the server's
+ * prompt reuse sees it. */
 int su_scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                     e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
     (void)o;

@@ -1307,10 +1307,10 @@ static void test_logprobs(void **state) {
 /* ---- tool calls: an in-process server whose model output is scripted --------------------
  *
  * A random model never writes a tool call, so these tests run srv_start in
- * this process with srv_opts.generate set to `scripted`: it answers with the
- * text after the last "SCRIPT:" in the prompt (up to the end of that turn),
- * in pieces of about 3 bytes; a script ending in "~" ends as if cut off by
- * max_tokens. Everything else is the real server: parsing, rendering with
+ * this process with srv_opts.generate set to su_scripted (tests/srvutil.h):
+ * it answers with the text after the last "SCRIPT:" in the prompt (up to
+ * the end of that turn), token by token; a script ending in "~" ends as if
+ * cut off by max_tokens. Everything else is the real server: parsing, rendering with
  * Qwen3.5's template, the engine thread, the tool-call parser, HTTP. */
 
 static e0_engine *ip_eng;
@@ -1318,68 +1318,6 @@ static e0_text *ip_text;
 static srv *ip_srv;
 static server ip;
 static char *ip_dir;
-
-/* The length of the longest prefix of s[0..n) that ends on a character boundary. */
-static size_t utf8_whole(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
-    if (i == 0) return n;
-    unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return back + 1 < need ? i - 1 : n;
-}
-
-/* Evaluates the prompt (after the part of the session's history it starts
- * with) and then the script's tokens one by one, as e0_generate would, so
- * the session holds what a real answer leaves behind and the server's
- * prompt reuse sees it. The script ends at the end of its turn or tool
- * result. */
-static int scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
-                    e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
-    (void)o;
-    memset(r, 0, sizeof *r);
-    r->prompt_tokens = (int32_t)n;
-    size_t hn, same = 0;
-    const int32_t *h = e0_session_history(s, &hn);
-    while (same < hn && same < n && h[same] == prompt[same]) same++;
-    if (same < hn || same == n) {
-        e0_session_reset(s);
-        same = 0;
-    }
-    r->reused_tokens = (int32_t)same;
-    int rc = e0_session_eval(s, prompt + same, n - same, E0_LOGITS_NONE, NULL, err);
-    char *text = NULL, *done = NULL;
-    size_t len, dlen, sent = 0, ns = 0;
-    int32_t *ids = NULL;
-    if (!rc) rc = e0_text_decode(t, prompt, n, &text, &len, err);
-    if (rc) return rc;
-    const char *p = text, *at = NULL;
-    while ((p = strstr(p, "SCRIPT:"))) at = p += 7;
-    const char *end = at ? strstr(at, "<|im_end|>") : NULL, *tr = at ? strstr(at, "\n</tool_response>") : NULL;
-    if (tr && (!end || tr < end)) end = tr;
-    if (!end) end = at = text + len;
-    r->finish = E0_FINISH_STOP;
-    if (end > at && end[-1] == '~') end--, r->finish = E0_FINISH_LENGTH;
-    if (end > at) rc = e0_text_encode(t, at, (size_t)(end - at), &ids, &ns, err);
-    for (size_t i = 0; !rc && i < ns; i++) {
-        /* the text of the ids so far, handed on in whole characters */
-        free(done);
-        if ((rc = e0_text_decode(t, ids, i + 1, &done, &dlen, err))) break;
-        size_t cut = i + 1 == ns ? dlen : utf8_whole(done, dlen);
-        r->completion_tokens++;
-        e0_token_info tok = {.id = ids[i]};
-        if (fn(user, &tok, done + sent, cut > sent ? cut - sent : 0)) {
-            r->finish = E0_FINISH_CANCELLED;
-            break;
-        }
-        if (cut > sent) sent = cut;
-        rc = e0_session_eval(s, &ids[i], 1, E0_LOGITS_NONE, NULL, err);
-    }
-    free(done);
-    free(ids);
-    free(text);
-    return rc;
-}
 
 static int ip_setup(void **state) {
     (void)state;
@@ -1402,7 +1340,7 @@ static int ip_setup(void **state) {
     so.api_key = KEY;
     so.n_ctx = 2048;
     so.cors = "https://app.example";
-    so.generate = scripted;
+    so.generate = su_scripted;
     so.defaults.chat_format = E0_CHAT_QWEN35;
     if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
     ip.port = srv_port(ip_srv);
@@ -1415,6 +1353,7 @@ static int ip_teardown(void **state) {
     srv_stop(ip_srv);
     e0_text_free(ip_text);
     e0_engine_free(ip_eng);
+    su_scripted_free();
     tu_rmtree(ip_dir);
     free(ip_dir);
     dir = NULL;
