@@ -27,11 +27,6 @@
 #define BAD "invalid_request_error"
 #define OOM(e) srv_fail(e, 500, "api_error", "out_of_memory", NULL, "out of memory")
 
-static const cJSON *member(const cJSON *o, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 /* Every member of o is one of `known` (a NULL-terminated list); else a 400 naming it. */
 static int only_known(const cJSON *o, const char *const *known, const char *path, srv_error *e) {
     const cJSON *m;
@@ -49,7 +44,7 @@ static int only_known(const cJSON *o, const char *const *known, const char *path
 
 /* cache_control: accepted where Anthropic allows it, and ignored. */
 static int check_cache_control(const cJSON *o, const char *path, srv_error *e) {
-    const cJSON *c = member(o, "cache_control");
+    const cJSON *c = srv_member(o, "cache_control");
     if (c && !cJSON_IsObject(c))
         return srv_fail(e, 400, BAD, "invalid_type", path, "'%s.cache_control' must be an object", path);
     return 0;
@@ -57,7 +52,7 @@ static int check_cache_control(const cJSON *o, const char *path, srv_error *e) {
 
 static int want_string(const cJSON *o, const char *name, const char *path, bool required, const cJSON **out,
                        srv_error *e) {
-    const cJSON *v = member(o, name);
+    const cJSON *v = srv_member(o, name);
     *out = v;
     if (!v && !required) return 0;
     if (!v) return srv_fail(e, 400, BAD, "missing_field", path, "'%s.%s' is required", path, name);
@@ -89,7 +84,7 @@ static int unknown_block(const char *type, const char *path, srv_error *e) {
 /* A text block {type: "text", text, cache_control?, citations?}: its text appended to parts as an OpenAI part. */
 static int text_block(const cJSON *b, const char *path, cJSON *parts, srv_error *e) {
     static const char *const KNOWN[] = {"type", "text", "cache_control", "citations", NULL};
-    const cJSON *t, *cit = member(b, "citations");
+    const cJSON *t, *cit = srv_member(b, "citations");
     if (only_known(b, KNOWN, path, e) || check_cache_control(b, path, e) || want_string(b, "text", path, true, &t, e))
         return -1;
     if (cit && !(cJSON_IsArray(cit) && !cJSON_GetArraySize(cit)))
@@ -127,16 +122,6 @@ static int text_content(const cJSON *c, const char *path, cJSON **out, srv_error
     return 0;
 }
 
-static cJSON *add_message(cJSON *msgs, const char *role) {
-    cJSON *m = cJSON_CreateObject();
-    if (!m) return NULL;
-    if (!cJSON_AddItemToArray(msgs, m)) {
-        cJSON_Delete(m);
-        return NULL;
-    }
-    return cJSON_AddStringToObject(m, "role", role) ? m : NULL;
-}
-
 /* is_error: the template has no error flag, so the model reads "Error: "
  * before the result (before its first text part, or alone for none). */
 static int prefix_error(cJSON **oc) {
@@ -164,7 +149,7 @@ static int prefix_error(cJSON **oc) {
 /* One user message: text blocks gather into user messages, each tool_result is a tool message. */
 static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error *e) {
     if (cJSON_IsString(c)) {
-        cJSON *m = add_message(msgs, "user");
+        cJSON *m = srv_add_message(msgs, "user");
         return m && cJSON_AddStringToObject(m, "content", c->valuestring) ? 0 : OOM(e);
     }
     if (!cJSON_IsArray(c))
@@ -179,7 +164,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
         if (!type) return -1;
         if (!strcmp(type, "text")) {
             if (!parts) {
-                cJSON *m = add_message(msgs, "user");
+                cJSON *m = srv_add_message(msgs, "user");
                 if (!m || !(parts = cJSON_AddArrayToObject(m, "content"))) return OOM(e);
             }
             if (text_block(b, p, parts, e)) return -1;
@@ -187,7 +172,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
         }
         if (strcmp(type, "tool_result")) return unknown_block(type, p, e);
         static const char *const KNOWN[] = {"type", "tool_use_id", "content", "is_error", "cache_control", NULL};
-        const cJSON *id, *content = member(b, "content"), *err = member(b, "is_error");
+        const cJSON *id, *content = srv_member(b, "content"), *err = srv_member(b, "is_error");
         if (only_known(b, KNOWN, p, e) || check_cache_control(b, p, e) || want_string(b, "tool_use_id", p, true, &id, e))
             return -1;
         if (err && !cJSON_IsBool(err))
@@ -201,7 +186,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
             cJSON_Delete(oc);
             return OOM(e);
         }
-        cJSON *m = add_message(msgs, "tool");
+        cJSON *m = srv_add_message(msgs, "tool");
         if (!m || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring)) {
             cJSON_Delete(oc);
             return OOM(e);
@@ -213,7 +198,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
         parts = NULL; /* text after a result is a new user message */
     }
     if (!i) {
-        cJSON *m = add_message(msgs, "user");
+        cJSON *m = srv_add_message(msgs, "user");
         return m && cJSON_AddStringToObject(m, "content", "") ? 0 : OOM(e);
     }
     return 0;
@@ -221,16 +206,7 @@ static int user_message(const cJSON *c, const char *path, cJSON *msgs, srv_error
 
 /* Appends s to the string member `name` of m (created empty). */
 static int append_str(cJSON *m, const char *name, const char *s, srv_error *e) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
-    if (!v) return cJSON_AddStringToObject(m, name, s) ? 0 : OOM(e);
-    size_t a = strlen(v->valuestring), b = strlen(s);
-    char *t = malloc(a + b + 1);
-    if (!t) return OOM(e);
-    memcpy(t, v->valuestring, a);
-    memcpy(t + a, s, b + 1);
-    int ok = cJSON_SetValuestring(v, t) != NULL;
-    free(t);
-    return ok ? 0 : OOM(e);
+    return srv_append_str(m, name, s) ? 0 : OOM(e);
 }
 
 /* One assistant message. *prefill: only text blocks (or a string), and so
@@ -240,7 +216,7 @@ static int append_str(cJSON *m, const char *name, const char *s, srv_error *e) {
 static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool drop_thinking, bool *text_only,
                              srv_error *e) {
     *text_only = true;
-    cJSON *m = add_message(msgs, "assistant");
+    cJSON *m = srv_add_message(msgs, "assistant");
     if (!m) return OOM(e);
     if (cJSON_IsString(c)) return cJSON_AddStringToObject(m, "content", c->valuestring) ? 0 : OOM(e);
     if (!cJSON_IsArray(c))
@@ -274,7 +250,7 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
             *text_only = false;
         } else if (!strcmp(type, "tool_use")) {
             static const char *const KNOWN[] = {"type", "id", "name", "input", "cache_control", NULL};
-            const cJSON *id, *name, *input = member(b, "input");
+            const cJSON *id, *name, *input = srv_member(b, "input");
             if (only_known(b, KNOWN, p, e) || check_cache_control(b, p, e) || want_string(b, "id", p, true, &id, e) ||
                 want_string(b, "name", p, true, &name, e))
                 return -1;
@@ -300,10 +276,10 @@ static int assistant_message(const cJSON *c, const char *path, cJSON *msgs, bool
 
 /* Whether an assistant message holds thinking (or redacted thinking). */
 static bool has_thinking(const cJSON *m) {
-    const cJSON *r = member(m, "role"), *c = member(m, "content"), *b;
+    const cJSON *r = srv_member(m, "role"), *c = srv_member(m, "content"), *b;
     if (!cJSON_IsString(r) || strcmp(r->valuestring, "assistant") || !cJSON_IsArray(c)) return false;
     cJSON_ArrayForEach(b, c) {
-        const cJSON *t = member(b, "type");
+        const cJSON *t = srv_member(b, "type");
         if (cJSON_IsString(t) && (!strcmp(t->valuestring, "thinking") || !strcmp(t->valuestring, "redacted_thinking")))
             return true;
     }
@@ -358,7 +334,7 @@ static int merge_system(const cJSON *c, const char *path, cJSON *msgs, srv_error
  * keep_thinking >= 0: only the thinking of the last keep_thinking assistant
  * messages that have some reaches the prompt (context_management). */
 static int convert_messages(const cJSON *body, cJSON *msgs, int keep_thinking, char **prefill, srv_error *e) {
-    const cJSON *ms = member(body, "messages"), *m;
+    const cJSON *ms = srv_member(body, "messages"), *m;
     if (!ms) return srv_fail(e, 400, BAD, "missing_field", "messages", "'messages' is required");
     if (!cJSON_IsArray(ms)) return srv_fail(e, 400, BAD, "invalid_type", "messages", "'messages' must be an array");
     if (!cJSON_GetArraySize(ms)) return srv_fail(e, 400, BAD, "invalid_value", "messages", "'messages' must not be empty");
@@ -372,7 +348,7 @@ static int convert_messages(const cJSON *body, cJSON *msgs, int keep_thinking, c
         i++;
         if (!cJSON_IsObject(m)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
         static const char *const KNOWN[] = {"role", "content", NULL};
-        const cJSON *role, *c = member(m, "content");
+        const cJSON *role, *c = srv_member(m, "content");
         if (only_known(m, KNOWN, p, e) || want_string(m, "role", p, true, &role, e)) return -1;
         if (!c) return srv_fail(e, 400, BAD, "missing_field", cp, "'%s' is required", cp);
         if (!strcmp(role->valuestring, "user")) {
@@ -404,7 +380,7 @@ static int convert_messages(const cJSON *body, cJSON *msgs, int keep_thinking, c
 
 /* tools -> OpenAI tools: {type: "function", function: {name, description, parameters}}. */
 static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
-    const cJSON *ts = member(body, "tools"), *t;
+    const cJSON *ts = srv_member(body, "tools"), *t;
     if (!ts) return 0;
     if (!cJSON_IsArray(ts)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
     cJSON *out = cJSON_AddArrayToObject(o, "tools");
@@ -414,7 +390,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
         char p[64];
         snprintf(p, sizeof p, "tools[%d]", i++);
         if (!cJSON_IsObject(t)) return srv_fail(e, 400, BAD, "invalid_type", p, "'%s' must be an object", p);
-        const cJSON *type, *name, *desc, *schema = member(t, "input_schema");
+        const cJSON *type, *name, *desc, *schema = srv_member(t, "input_schema");
         if (want_string(t, "type", p, false, &type, e)) return -1;
         if (type && strcmp(type->valuestring, "custom"))
             return srv_fail(e, 400, BAD, "unsupported_value", p,
@@ -450,7 +426,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_error *e) {
 
 /* tool_choice -> OpenAI tool_choice and parallel_tool_calls. *kind gets the Anthropic type. */
 static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, srv_error *e) {
-    const cJSON *tc = member(body, "tool_choice"), *type, *name, *dp;
+    const cJSON *tc = srv_member(body, "tool_choice"), *type, *name, *dp;
     *kind = NULL;
     if (!tc) return 0;
     if (!cJSON_IsObject(tc))
@@ -477,7 +453,7 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, s
     }
     if (name && strcmp(t, "tool"))
         return srv_fail(e, 400, BAD, "invalid_value", "tool_choice", "'tool_choice.name' belongs to type \"tool\"");
-    if ((dp = member(tc, "disable_parallel_tool_use"))) {
+    if ((dp = srv_member(tc, "disable_parallel_tool_use"))) {
         if (!cJSON_IsBool(dp))
             return srv_fail(e, 400, BAD, "invalid_type", "tool_choice",
                             "'tool_choice.disable_parallel_tool_use' must be true or false");
@@ -490,7 +466,7 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, const char **kind, s
 /* thinking.display: null or "summarized" (thinking shown) or "omitted"
  * (its blocks come back empty: *omit). */
 static int check_display(const cJSON *th, bool *omit, srv_error *e) {
-    const cJSON *d = member(th, "display");
+    const cJSON *d = srv_member(th, "display");
     *omit = false;
     if (!d || cJSON_IsNull(d)) return 0;
     if (cJSON_IsString(d) && !strcmp(d->valuestring, "summarized")) return 0;
@@ -501,7 +477,7 @@ static int check_display(const cJSON *th, bool *omit, srv_error *e) {
 /* thinking -> enable_thinking; *on: -1 absent, 0 disabled, 1 enabled, 2
  * enabled with its text omitted from the answer (display "omitted"). */
 static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
-    const cJSON *th = member(body, "thinking"), *type, *budget, *mt = member(body, "max_tokens");
+    const cJSON *th = srv_member(body, "thinking"), *type, *budget, *mt = srv_member(body, "max_tokens");
     *on = -1;
     if (!th) return 0;
     if (!cJSON_IsObject(th))
@@ -513,7 +489,7 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
     if (only_known(th, KNOWN, "thinking", e) || want_string(th, "type", "thinking", true, &type, e) ||
         check_display(th, &omit, e))
         return -1;
-    budget = member(th, "budget_tokens");
+    budget = srv_member(th, "budget_tokens");
     const bool off = !strcmp(type->valuestring, "disabled"), adaptive = !strcmp(type->valuestring, "adaptive");
     if (off || adaptive) { /* adaptive: the model decides, and Qwen's thinking models think: on */
         if (budget)
@@ -540,7 +516,7 @@ static int convert_thinking(const cJSON *body, int *on, srv_error *e) {
  * has no effect: the Qwen models' thinking is on or off (the 'thinking'
  * field), with no budget to scale; docs/design.md §8.5 says so. */
 static int check_output_config(const cJSON *body, srv_error *e) {
-    const cJSON *oc = member(body, "output_config"), *eff;
+    const cJSON *oc = srv_member(body, "output_config"), *eff;
     if (!oc) return 0;
     if (!cJSON_IsObject(oc)) return srv_fail(e, 400, BAD, "invalid_type", "output_config", "'output_config' must be an object");
     static const char *const KNOWN[] = {"effort", NULL};
@@ -561,14 +537,14 @@ static int check_output_config(const cJSON *body, srv_error *e) {
  * assistant turns that have some out of the prompt: *keep = N, or -1 (no
  * edit, or keep all). Other edits are refused by name. */
 static int convert_context_management(const cJSON *body, int *keep, srv_error *e) {
-    const cJSON *cm = member(body, "context_management"), *edits, *ed;
+    const cJSON *cm = srv_member(body, "context_management"), *edits, *ed;
     *keep = -1;
     if (!cm) return 0;
     static const char *const KNOWN[] = {"edits", NULL};
     if (!cJSON_IsObject(cm))
         return srv_fail(e, 400, BAD, "invalid_type", "context_management", "'context_management' must be an object");
     if (only_known(cm, KNOWN, "context_management", e)) return -1;
-    edits = member(cm, "edits");
+    edits = srv_member(cm, "edits");
     if (edits && !cJSON_IsArray(edits))
         return srv_fail(e, 400, BAD, "invalid_type", "context_management.edits", "'context_management.edits' must be an array");
     int i = 0;
@@ -584,7 +560,7 @@ static int convert_context_management(const cJSON *body, int *keep, srv_error *e
                             "'%s.type': \"%.64s\" is not supported (edge0 applies clear_thinking_20251015)", p,
                             type->valuestring);
         if (only_known(ed, EK, p, e)) return -1;
-        k = member(ed, "keep");
+        k = srv_member(ed, "keep");
         if (!k) {
             *keep = 1;
         } else if (cJSON_IsString(k) && !strcmp(k->valuestring, "all")) {
@@ -593,7 +569,7 @@ static int convert_context_management(const cJSON *body, int *keep, srv_error *e
             static const char *const KK[] = {"type", "value", NULL};
             char kp[80];
             snprintf(kp, sizeof kp, "%s.keep", p);
-            const cJSON *kt, *kv = cJSON_IsObject(k) ? member(k, "value") : NULL;
+            const cJSON *kt, *kv = cJSON_IsObject(k) ? srv_member(k, "value") : NULL;
             if (!cJSON_IsObject(k))
                 return srv_fail(e, 400, BAD, "invalid_type", kp,
                                 "'%s' must be \"all\" or {\"type\": \"thinking_turns\", \"value\": N}", kp);
@@ -612,18 +588,18 @@ static int convert_context_management(const cJSON *body, int *keep, srv_error *e
  * under the OpenAI names (srv_request_parse applies the rest). */
 static int convert_sampling(const cJSON *body, cJSON *o, bool count_only, srv_error *e) {
     const cJSON *v;
-    if (!(v = member(body, "max_tokens")) && !count_only)
+    if (!(v = srv_member(body, "max_tokens")) && !count_only)
         return srv_fail(e, 400, BAD, "missing_field", "max_tokens", "'max_tokens' is required");
-    if ((v = member(body, "temperature")) &&
+    if ((v = srv_member(body, "temperature")) &&
         (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)))
         return srv_fail(e, 400, BAD, "invalid_value", "temperature", "'temperature' must be a number in [0, 1]");
-    if ((v = member(body, "top_k")) && cJSON_IsNumber(v) && v->valuedouble < 0)
+    if ((v = srv_member(body, "top_k")) && cJSON_IsNumber(v) && v->valuedouble < 0)
         return srv_fail(e, 400, BAD, "invalid_value", "top_k", "'top_k' must be at least 0");
     static const char *const COPY[][2] = {{"max_tokens", "max_tokens"}, {"temperature", "temperature"},
                                           {"top_p", "top_p"},           {"top_k", "top_k"},
                                           {"stream", "stream"},         {"stop_sequences", "stop"}};
     for (size_t i = 0; i < sizeof COPY / sizeof *COPY; i++) {
-        if (!(v = member(body, COPY[i][0]))) continue;
+        if (!(v = srv_member(body, COPY[i][0]))) continue;
         if (i == 5) { /* stop_sequences: the OpenAI name would show in its errors */
             const cJSON *s;
             bool ok = cJSON_IsArray(v);
@@ -640,7 +616,7 @@ static int convert_sampling(const cJSON *body, cJSON *o, bool count_only, srv_er
             return OOM(e);
         }
     }
-    const cJSON *md = member(body, "metadata"), *uid;
+    const cJSON *md = srv_member(body, "metadata"), *uid;
     if (md) {
         if (!cJSON_IsObject(md)) return srv_fail(e, 400, BAD, "invalid_type", "metadata", "'metadata' must be an object");
         static const char *const KNOWN[] = {"user_id", NULL};
@@ -656,7 +632,7 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
                                       "stream",      "temperature", "top_p",   "top_k",    "metadata",
                                       "tools",       "tool_choice", "thinking", "output_config",
                                       "context_management", NULL};
-    const cJSON *model = member(body, "model"), *sys = member(body, "system");
+    const cJSON *model = srv_member(body, "model"), *sys = srv_member(body, "system");
     if (only_known(body, TOP, "", e)) return -1;
     if (!model) return srv_fail(e, 400, BAD, "missing_field", "model", "'model' is required");
     if (!cJSON_IsString(model)) return srv_fail(e, 400, BAD, "invalid_type", "model", "'model' must be a string");
@@ -665,7 +641,7 @@ static int translate(const cJSON *body, bool count_only, cJSON *o, char **prefil
     if (sys) {
         cJSON *c, *m;
         if (text_content(sys, "system", &c, e)) return -1;
-        if (!(m = add_message(msgs, "system")) || !cJSON_AddItemToObject(m, "content", c)) {
+        if (!(m = srv_add_message(msgs, "system")) || !cJSON_AddItemToObject(m, "content", c)) {
             cJSON_Delete(c);
             return OOM(e);
         }

@@ -507,3 +507,34 @@ void srv_request_free(srv_request *r) {
     for (int i = 0; i < SRV_MAX_STOP; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }
+
+/* ---- helpers of the translating fronts ------------------------------------------ */
+
+const cJSON *srv_member(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+cJSON *srv_add_message(cJSON *msgs, const char *role) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m) return NULL;
+    if (!cJSON_AddItemToArray(msgs, m)) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    return cJSON_AddStringToObject(m, "role", role) ? m : NULL;
+}
+
+bool srv_append_str(cJSON *m, const char *name, const char *s) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
+    if (!v) return cJSON_AddStringToObject(m, name, s) != NULL;
+    if (!cJSON_IsString(v)) return false;
+    size_t a = strlen(v->valuestring), b = strlen(s);
+    char *x = malloc(a + b + 1);
+    if (!x) return false;
+    memcpy(x, v->valuestring, a);
+    memcpy(x + a, s, b + 1);
+    const bool ok = cJSON_SetValuestring(v, x) != NULL;
+    free(x);
+    return ok;
+}

@@ -73,6 +73,15 @@ typedef struct {
 } srv_error;
 
 /* Fills *e and returns -1, so parsers can `return srv_fail(e, ...)`. */
+/* cJSON helpers of the fronts that translate a body into the chat request
+ * it means (anthropic_req.c, responses_req.c). srv_member: o.name, NULL
+ * when absent or null. srv_add_message: {"role": role} appended to msgs,
+ * or NULL (out of memory). srv_append_str: s appended to the string member
+ * `name` of m (created empty); false when out of memory. */
+const cJSON *srv_member(const cJSON *o, const char *name);
+cJSON *srv_add_message(cJSON *msgs, const char *role);
+bool srv_append_str(cJSON *m, const char *name, const char *s);
+
 int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 

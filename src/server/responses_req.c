@@ -27,17 +27,12 @@
 #define BAD "invalid_request_error"
 #define OOM(e) srv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory")
 
-static const cJSON *member(const cJSON *o, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 static bool str_eq(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
 
 /* o.name as a string: required or not; *out NULL when absent. */
 static int want_string(const cJSON *o, const char *name, const char *path, bool required, const cJSON **out,
                        srv_error *e) {
-    const cJSON *v = member(o, name);
+    const cJSON *v = srv_member(o, name);
     *out = v;
     if (!v && !required) return 0;
     char p[128];
@@ -62,16 +57,6 @@ typedef struct {
     sbuf sys;      /* the system prompt: instructions, then system and developer messages */
     cJSON *asst;   /* the assistant turn being gathered, or NULL */
 } tr_input;
-
-static cJSON *add_message(cJSON *msgs, const char *role) {
-    cJSON *m = cJSON_CreateObject();
-    if (!m) return NULL;
-    if (!cJSON_AddItemToArray(msgs, m)) {
-        cJSON_Delete(m);
-        return NULL;
-    }
-    return cJSON_AddStringToObject(m, "role", role) ? m : NULL;
-}
 
 /* The text of a content: a string, or parts input_text / output_text
  * (text) and refusal (refusal), joined with `sep`. Media parts are a 400. */
@@ -109,23 +94,14 @@ static int content_text(const cJSON *c, const char *path, const char *sep, sbuf 
 
 /* The assistant turn being gathered, opened (content "") when there is none. */
 static cJSON *assistant(tr_input *t) {
-    if (!t->asst && (t->asst = add_message(t->msgs, "assistant")) && !cJSON_AddStringToObject(t->asst, "content", ""))
+    if (!t->asst && (t->asst = srv_add_message(t->msgs, "assistant")) && !cJSON_AddStringToObject(t->asst, "content", ""))
         t->asst = NULL;
     return t->asst;
 }
 
 /* Appends s to the string member `name` of m (created empty). */
 static int append_str(cJSON *m, const char *name, const char *s, srv_error *e) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
-    if (!v) return cJSON_AddStringToObject(m, name, s) ? 0 : OOM(e);
-    size_t a = strlen(v->valuestring), b = strlen(s);
-    char *x = malloc(a + b + 1);
-    if (!x) return OOM(e);
-    memcpy(x, v->valuestring, a);
-    memcpy(x + a, s, b + 1);
-    int ok = cJSON_SetValuestring(v, x) != NULL;
-    free(x);
-    return ok ? 0 : OOM(e);
+    return srv_append_str(m, name, s) ? 0 : OOM(e);
 }
 
 /* Codex's flat name of a namespaced function (malloc'd). */
@@ -140,7 +116,7 @@ static char *flat_name(const char *ns, const char *name) {
 }
 
 static int message_item(tr_input *t, const cJSON *it, const char *p, srv_error *e) {
-    const cJSON *role, *c = member(it, "content");
+    const cJSON *role, *c = srv_member(it, "content");
     char cp[96];
     snprintf(cp, sizeof cp, "%s.content", p);
     if (want_string(it, "role", p, true, &role, e)) return -1;
@@ -153,7 +129,7 @@ static int message_item(tr_input *t, const cJSON *it, const char *p, srv_error *
         rc = content_text(c, cp, "\n", &t->sys, e);
     } else if (!strcmp(r, "user")) {
         t->asst = NULL;
-        cJSON *m = add_message(t->msgs, "user");
+        cJSON *m = srv_add_message(t->msgs, "user");
         rc = content_text(c, cp, "\n", &text, e);
         if (!rc && (text.oom || !m || !cJSON_AddStringToObject(m, "content", text.p ? text.p : ""))) rc = OOM(e);
     } else if (!strcmp(r, "assistant")) {
@@ -189,7 +165,7 @@ static int function_call_item(tr_input *t, const cJSON *it, const char *p, srv_e
 }
 
 static int function_output_item(tr_input *t, const cJSON *it, const char *p, srv_error *e) {
-    const cJSON *id, *out = member(it, "output");
+    const cJSON *id, *out = srv_member(it, "output");
     char op[96];
     snprintf(op, sizeof op, "%s.output", p);
     if (want_string(it, "call_id", p, true, &id, e)) return -1;
@@ -197,7 +173,7 @@ static int function_output_item(tr_input *t, const cJSON *it, const char *p, srv
     sbuf text = {0};
     int rc = content_text(out, op, "\n", &text, e);
     t->asst = NULL;
-    cJSON *m = rc ? NULL : add_message(t->msgs, "tool");
+    cJSON *m = rc ? NULL : srv_add_message(t->msgs, "tool");
     if (!rc && (text.oom || !m || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring) ||
                 !cJSON_AddStringToObject(m, "content", text.p ? text.p : "")))
         rc = OOM(e);
@@ -212,7 +188,7 @@ static int reasoning_item(tr_input *t, const cJSON *it, const char *p, srv_error
     sbuf text = {0};
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
-        const cJSON *arr = member(it, KEYS[k][0]), *part;
+        const cJSON *arr = srv_member(it, KEYS[k][0]), *part;
         char ap[96];
         snprintf(ap, sizeof ap, "%s.%s", p, KEYS[k][0]);
         if (arr && !cJSON_IsArray(arr)) rc = srv_fail(e, 400, BAD, "invalid_type", ap, "'%s' must be an array", ap);
@@ -241,10 +217,10 @@ static int reasoning_item(tr_input *t, const cJSON *it, const char *p, srv_error
 }
 
 static int convert_input(const cJSON *body, tr_input *t, srv_error *e) {
-    const cJSON *in = member(body, "input"), *it;
+    const cJSON *in = srv_member(body, "input"), *it;
     if (!in) return srv_fail(e, 400, BAD, "missing_field", "input", "'input' is required");
     if (cJSON_IsString(in)) {
-        cJSON *m = add_message(t->msgs, "user");
+        cJSON *m = srv_add_message(t->msgs, "user");
         return m && cJSON_AddStringToObject(m, "content", in->valuestring) ? 0 : OOM(e);
     }
     if (!cJSON_IsArray(in)) return srv_fail(e, 400, BAD, "invalid_type", "input", "'input' must be a string or an array of items");
@@ -305,7 +281,7 @@ static int ignore_type(srv_resp_info *info, const char *type, const char *path, 
 /* One function tool {type, name, description?, parameters?, strict?} as a
  * chat tool named `name` (the flat name of a namespaced one). */
 static int function_tool(const cJSON *t, const char *p, const char *name, cJSON *out, srv_error *e) {
-    const cJSON *desc, *params = member(t, "parameters"), *strict = member(t, "strict");
+    const cJSON *desc, *params = srv_member(t, "parameters"), *strict = srv_member(t, "strict");
     char pp[128];
     if (want_string(t, "description", p, false, &desc, e)) return -1;
     snprintf(pp, sizeof pp, "%s.parameters", p);
@@ -328,7 +304,7 @@ static int function_tool(const cJSON *t, const char *p, const char *name, cJSON 
 
 /* A namespace {type, name, description?, tools: [function...]}: its functions, flat-named and remembered. */
 static int namespace_tool(const cJSON *t, const char *p, cJSON *out, srv_resp_info *info, srv_error *e) {
-    const cJSON *ns, *desc, *tools = member(t, "tools"), *f;
+    const cJSON *ns, *desc, *tools = srv_member(t, "tools"), *f;
     char tp[96];
     snprintf(tp, sizeof tp, "%s.tools", p);
     if (want_string(t, "name", p, true, &ns, e) || want_string(t, "description", p, false, &desc, e)) return -1;
@@ -365,7 +341,7 @@ static int namespace_tool(const cJSON *t, const char *p, cJSON *out, srv_resp_in
 }
 
 static int convert_tools(const cJSON *body, cJSON *o, srv_resp_info *info, srv_error *e) {
-    const cJSON *ts = member(body, "tools"), *t;
+    const cJSON *ts = srv_member(body, "tools"), *t;
     if (!ts) return 0;
     if (!cJSON_IsArray(ts)) return srv_fail(e, 400, BAD, "invalid_type", "tools", "'tools' must be an array");
     cJSON *out = cJSON_CreateArray();
@@ -390,7 +366,7 @@ static int convert_tools(const cJSON *body, cJSON *o, srv_resp_info *info, srv_e
 
 /* tool_choice: auto | none | required | {type: "function", name, namespace?}. */
 static int convert_tool_choice(const cJSON *body, cJSON *o, srv_error *e) {
-    const cJSON *tc = member(body, "tool_choice"), *type, *name, *ns;
+    const cJSON *tc = srv_member(body, "tool_choice"), *type, *name, *ns;
     if (!tc) return 0;
     if (cJSON_IsString(tc)) {
         const char *s = tc->valuestring;
@@ -424,14 +400,14 @@ static int convert_tool_choice(const cJSON *body, cJSON *o, srv_error *e) {
 
 /* text: {format: {type: text | json_object | json_schema, name, schema, strict, description}, verbosity}. */
 static int convert_text(const cJSON *body, cJSON *o, srv_error *e) {
-    const cJSON *tx = member(body, "text"), *f, *type, *verb, *name, *schema, *strict;
+    const cJSON *tx = srv_member(body, "text"), *f, *type, *verb, *name, *schema, *strict;
     if (!tx) return 0;
     if (!cJSON_IsObject(tx)) return srv_fail(e, 400, BAD, "invalid_type", "text", "'text' must be an object");
     if (want_string(tx, "verbosity", "text", false, &verb, e)) return -1;
     if (verb && strcmp(verb->valuestring, "low") && strcmp(verb->valuestring, "medium") && strcmp(verb->valuestring, "high"))
         return srv_fail(e, 400, BAD, "invalid_value", "text.verbosity",
                         "'text.verbosity' must be \"low\", \"medium\" or \"high\"");
-    if (!(f = member(tx, "format"))) return 0;
+    if (!(f = srv_member(tx, "format"))) return 0;
     if (!cJSON_IsObject(f)) return srv_fail(e, 400, BAD, "invalid_type", "text.format", "'text.format' must be an object");
     if (want_string(f, "type", "text.format", true, &type, e)) return -1;
     const char *t = type->valuestring;
@@ -443,8 +419,8 @@ static int convert_text(const cJSON *body, cJSON *o, srv_error *e) {
         return srv_fail(e, 400, BAD, "unsupported_value", "text.format",
                         "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not \"%.64s\"", t);
     if (want_string(f, "name", "text.format", true, &name, e)) return -1;
-    schema = member(f, "schema");
-    strict = member(f, "strict");
+    schema = srv_member(f, "schema");
+    strict = srv_member(f, "strict");
     if (!cJSON_IsObject(schema))
         return srv_fail(e, 400, BAD, schema ? "invalid_type" : "missing_field", "text.format.schema",
                         "'text.format.schema' must be a JSON schema object");
@@ -462,7 +438,7 @@ static int convert_text(const cJSON *body, cJSON *o, srv_error *e) {
 
 /* reasoning: {effort, summary, generate_summary}: effort none / minimal is thinking off, others on. */
 static int convert_reasoning(const cJSON *body, cJSON *o, srv_error *e) {
-    const cJSON *rs = member(body, "reasoning"), *eff, *sum;
+    const cJSON *rs = srv_member(body, "reasoning"), *eff, *sum;
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) return srv_fail(e, 400, BAD, "invalid_type", "reasoning", "'reasoning' must be an object");
     static const char *const EFFORT[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
@@ -496,18 +472,18 @@ static int check_others(const cJSON *body, srv_error *e) {
     for (size_t i = 0; i < sizeof STRINGS / sizeof *STRINGS; i++)
         if (want_string(body, STRINGS[i], "", false, &v, e)) return -1;
     for (size_t i = 0; i < sizeof OBJECTS / sizeof *OBJECTS; i++)
-        if ((v = member(body, OBJECTS[i])) && !cJSON_IsObject(v))
+        if ((v = srv_member(body, OBJECTS[i])) && !cJSON_IsObject(v))
             return srv_fail(e, 400, BAD, "invalid_type", OBJECTS[i], "'%s' must be an object", OBJECTS[i]);
-    if ((v = member(body, "metadata"))) {
+    if ((v = srv_member(body, "metadata"))) {
         const cJSON *m;
         cJSON_ArrayForEach(m, v) if (!cJSON_IsString(m))
             return srv_fail(e, 400, BAD, "invalid_type", "metadata", "'metadata.%.64s' must be a string", m->string);
     }
-    if ((v = member(body, "store")) && !cJSON_IsBool(v))
+    if ((v = srv_member(body, "store")) && !cJSON_IsBool(v))
         return srv_fail(e, 400, BAD, "invalid_type", "store", "'store' must be true or false");
-    if ((v = member(body, "truncation")) && !str_eq(v, "auto") && !str_eq(v, "disabled"))
+    if ((v = srv_member(body, "truncation")) && !str_eq(v, "auto") && !str_eq(v, "disabled"))
         return srv_fail(e, 400, BAD, "invalid_value", "truncation", "'truncation' must be \"auto\" or \"disabled\"");
-    if ((v = member(body, "include"))) {
+    if ((v = srv_member(body, "include"))) {
         const cJSON *s;
         if (!cJSON_IsArray(v)) return srv_fail(e, 400, BAD, "invalid_type", "include", "'include' must be an array of strings");
         cJSON_ArrayForEach(s, v) {
@@ -518,22 +494,22 @@ static int check_others(const cJSON *body, srv_error *e) {
                                 "(chat completions report logprobs)");
         }
     }
-    if (member(body, "previous_response_id") || member(body, "conversation")) {
-        const char *f = member(body, "previous_response_id") ? "previous_response_id" : "conversation";
+    if (srv_member(body, "previous_response_id") || srv_member(body, "conversation")) {
+        const char *f = srv_member(body, "previous_response_id") ? "previous_response_id" : "conversation";
         return srv_fail(e, 400, BAD, "unsupported_value", f,
                         "'%s' is not supported: edge0 keeps no responses or conversations (store is always false); "
                         "send the whole conversation in 'input'",
                         f);
     }
-    if ((v = member(body, "background")) && !cJSON_IsFalse(v))
+    if ((v = srv_member(body, "background")) && !cJSON_IsFalse(v))
         return srv_fail(e, 400, BAD, "unsupported_value", "background", "'background' responses are not supported by edge0");
-    if (member(body, "prompt"))
+    if (srv_member(body, "prompt"))
         return srv_fail(e, 400, BAD, "unsupported_value", "prompt",
                         "'prompt' (a stored prompt template) is not supported: edge0 keeps no prompts");
-    if ((v = member(body, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+    if ((v = srv_member(body, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
         return srv_fail(e, 400, BAD, "unsupported_value", "top_logprobs",
                         "'top_logprobs' is not supported by edge0's Responses API (chat completions report logprobs)");
-    if ((v = member(body, "max_tool_calls")) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+    if ((v = srv_member(body, "max_tool_calls")) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
         return srv_fail(e, 400, BAD, "unsupported_value", "max_tool_calls",
                         "'max_tool_calls' other than 1 is not supported (parallel_tool_calls false allows one call)");
     return 0;
@@ -542,23 +518,23 @@ static int check_others(const cJSON *body, srv_error *e) {
 /* max_output_tokens, temperature, top_p, stream, parallel_tool_calls, under the chat names. */
 static int convert_sampling(const cJSON *body, cJSON *o, srv_error *e) {
     const cJSON *v;
-    if ((v = member(body, "max_output_tokens")) &&
+    if ((v = srv_member(body, "max_output_tokens")) &&
         (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < 1))
         return srv_fail(e, 400, BAD, "invalid_value", "max_output_tokens", "'max_output_tokens' must be an integer of at least 1");
-    if ((v = member(body, "temperature")) && (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2)))
+    if ((v = srv_member(body, "temperature")) && (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 2)))
         return srv_fail(e, 400, BAD, "invalid_value", "temperature", "'temperature' must be a number in [0, 2]");
-    if ((v = member(body, "top_p")) && (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)))
+    if ((v = srv_member(body, "top_p")) && (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)))
         return srv_fail(e, 400, BAD, "invalid_value", "top_p", "'top_p' must be a number in (0, 1]");
     static const char *const BOOLS[] = {"stream", "parallel_tool_calls"};
     for (int i = 0; i < 2; i++)
-        if ((v = member(body, BOOLS[i])) && !cJSON_IsBool(v))
+        if ((v = srv_member(body, BOOLS[i])) && !cJSON_IsBool(v))
             return srv_fail(e, 400, BAD, "invalid_type", BOOLS[i], "'%s' must be true or false", BOOLS[i]);
-    if ((v = member(body, "max_tool_calls")) && !cJSON_AddBoolToObject(o, "parallel_tool_calls", false)) return OOM(e);
+    if ((v = srv_member(body, "max_tool_calls")) && !cJSON_AddBoolToObject(o, "parallel_tool_calls", false)) return OOM(e);
     static const char *const COPY[][2] = {{"max_output_tokens", "max_tokens"}, {"temperature", "temperature"},
                                           {"top_p", "top_p"}, {"stream", "stream"}, {"parallel_tool_calls",
                                           "parallel_tool_calls"}};
     for (size_t i = 0; i < sizeof COPY / sizeof *COPY; i++) {
-        if (!(v = member(body, COPY[i][0])) || cJSON_GetObjectItemCaseSensitive(o, COPY[i][1])) continue;
+        if (!(v = srv_member(body, COPY[i][0])) || cJSON_GetObjectItemCaseSensitive(o, COPY[i][1])) continue;
         cJSON *d = cJSON_Duplicate(v, 1);
         if (!d || !cJSON_AddItemToObject(o, COPY[i][1], d)) {
             cJSON_Delete(d);
@@ -604,7 +580,7 @@ static int translate(const cJSON *body, cJSON *o, srv_resp_info *info, srv_error
 
 /* A member of body copied into the echo under `name`, or `dflt` (JSON) when absent. */
 static bool echo_copy(cJSON *echo, const cJSON *body, const char *name, const char *dflt) {
-    const cJSON *v = member(body, name);
+    const cJSON *v = srv_member(body, name);
     cJSON *d = v ? cJSON_Duplicate(v, 1) : cJSON_Parse(dflt);
     if (d && cJSON_AddItemToObject(echo, name, d)) return true;
     cJSON_Delete(d);
@@ -614,7 +590,7 @@ static bool echo_copy(cJSON *echo, const cJSON *body, const char *name, const ch
 /* The request's parameters as the response repeats them (OpenAI's order). */
 static int make_echo(const cJSON *body, const srv_request *r, srv_resp_info *info, srv_error *e) {
     cJSON *echo = cJSON_CreateObject(), *rs = NULL, *tx = NULL;
-    const cJSON *rq = member(body, "reasoning"), *tq = member(body, "text");
+    const cJSON *rq = srv_member(body, "reasoning"), *tq = srv_member(body, "text");
     bool ok = echo && echo_copy(echo, body, "instructions", "null") &&
               echo_copy(echo, body, "max_output_tokens", "null") && echo_copy(echo, body, "metadata", "{}") &&
               cJSON_AddBoolToObject(echo, "parallel_tool_calls", r->parallel_tool_calls) &&
