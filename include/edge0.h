@@ -293,6 +293,7 @@ typedef enum {
     E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
     E0_POLICY_ROUTER, /* last step's experts held, the rest by router probabilities (default) */
+    E0_POLICY_RECENT, /* decayed per-step request counts + router popularity */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES
 } e0_policy;

@@ -8,8 +8,13 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#ifndef RECENT_HALF_LIFE
+#define RECENT_HALF_LIFE (getenv("RHL") ? atof(getenv("RHL")) : 4.0)
+#define RECENT_POP_WEIGHT (getenv("RPW") ? atof(getenv("RPW")) : 1.0)
+#endif
+
 const char *cachesim_name(cachesim_policy p) {
-    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "belady"};
+    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "recent", "belady"};
     return p >= 0 && p < CACHESIM_N ? names[p] : "?";
 }
 
@@ -157,6 +162,36 @@ static double router_score(const scorer *sc, uint32_t x) {
     return routecount_score(((const router_scorer *)sc)->rc, x);
 }
 
+/* The recent policy: the router policy's observations and popularity, plus
+ * each key's requests decayed by 2^(-1/h) a step of its layer (cachesim.h). */
+typedef struct {
+    router_scorer r;
+    double *dc;       /* [n_keys]: decayed request count as of step at[key] */
+    int64_t *at;      /* [n_keys] */
+    double *tokens;   /* [n_layers]: tokens observed (the popularity's denominator) */
+    double grow, pop_w;
+} recent_scorer;
+
+static void recent_request(scorer *sc, size_t i, uint32_t x) {
+    recent_scorer *m = (recent_scorer *)sc;
+    const size_t j0 = m->r.j;
+    router_request(sc, i, x);
+    for (size_t j = j0; j < m->r.j; j++)
+        m->tokens[m->r.o->layer[j]] += m->r.o->tokens[j];
+    const int64_t now = m->r.rc->layer_step[x / (uint32_t)m->r.o->n_experts];
+    if (m->at[x] != now) m->dc[x] = m->dc[x] * exp2((double)(m->at[x] - now) / m->grow) + 1.0;
+    m->at[x] = now;
+}
+
+static double recent_score(const scorer *sc, uint32_t x) {
+    const recent_scorer *m = (const recent_scorer *)sc;
+    const int32_t E = m->r.o->n_experts, layer = (int32_t)(x / (uint32_t)E);
+    const int64_t now = m->r.rc->layer_step[layer];
+    const double use = m->dc[x] * exp2((double)(m->at[x] - now) / m->grow);
+    const double t = m->tokens[layer];
+    return use + (t > 0 ? m->pop_w * E * routecount_pop(m->r.rc, x) / t : 0.0);
+}
+
 /* Observations fit the keys: layers x experts = n_keys, each call's layer
  * and tokens in range, in request order. */
 static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err) {
@@ -172,6 +207,26 @@ static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err
             return e0_fail(err, E0_EINVAL, "router observation %zu (layer %d, %d tokens, at %zu) "
                            "is out of range or order", j, o->layer[j], o->tokens[j], o->at[j]);
     return 0;
+}
+
+static uint64_t run_recent(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
+                           int32_t cap, double half_life, const cachesim_obs *obs, routecount *rc,
+                           int32_t *slot_of, int32_t *slots, size_t *last) {
+    recent_scorer m = {{{recent_request, recent_score}, rc, obs, obs->logits, 0},
+                       calloc(n_keys, sizeof(double)), calloc(n_keys, sizeof(int64_t)),
+                       calloc((size_t)obs->n_layers, sizeof(double)), RECENT_HALF_LIFE,
+                       RECENT_POP_WEIGHT};
+    (void)half_life;
+    uint64_t hits = UINT64_MAX; /* out of memory */
+    if (m.dc && m.at && m.tokens) {
+        for (uint32_t x = 0; x < n_keys; x++)
+            m.at[x] = -1; /* before every step: its first request counts 1 */
+        hits = run_scored(keys, n, from, n_keys, cap, &m.r.base, slot_of, slots, last);
+    }
+    free(m.dc);
+    free(m.at);
+    free(m.tokens);
+    return hits;
 }
 
 enum { L_T1 = 1, L_T2, L_B1, L_B2 };
@@ -274,7 +329,7 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
             return e0_fail(err, E0_EINVAL, "trace key %u at %zu is not below %u", keys[i], i,
                            n_keys);
     routecount counts = {0};
-    if (p == CACHESIM_ROUTER) {
+    if (p == CACHESIM_ROUTER || p == CACHESIM_RECENT) {
         int rc0 = check_obs(obs, n, n_keys, err);
         if (!rc0)
             rc0 = routecount_init(&counts, obs->n_layers, obs->n_experts,
@@ -312,6 +367,9 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
         *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
         break;
     }
+    case CACHESIM_RECENT:
+        *hits = run_recent(keys, n, from, n_keys, cap, half_life, obs, &counts, k.prev, slots, a);
+        break;
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
         break;

@@ -38,6 +38,7 @@ typedef enum {
     CACHESIM_LFU,
     CACHESIM_ARC,
     CACHESIM_ROUTER,
+    CACHESIM_RECENT,
     CACHESIM_BELADY,
     CACHESIM_N,
 } cachesim_policy;

@@ -59,6 +59,11 @@ static inline int routecount_held(const routecount *r, uint32_t key) {
     return r->last_req[key] >= since;
 }
 
+/* The key's summed probabilities, in probability-tokens (decayed). */
+static inline double routecount_pop(const routecount *r, uint32_t key) {
+    return r->pop[key] * r->inv_up;
+}
+
 /* Held keys score 2^512 x (1 + pop), above any ranked one (pop is at most
  * the number of tokens observed); the popularity orders each group (among
  * held keys to the precision of 1 + pop). */
