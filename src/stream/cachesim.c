@@ -8,10 +8,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#ifndef RECENT_HALF_LIFE
-#define RECENT_HALF_LIFE (getenv("RHL") ? atof(getenv("RHL")) : 4.0)
-#define RECENT_POP_WEIGHT (getenv("RPW") ? atof(getenv("RPW")) : 1.0)
-#endif
 
 const char *cachesim_name(cachesim_policy p) {
     static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "recent", "belady"};
@@ -209,24 +205,26 @@ static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err
     return 0;
 }
 
-static uint64_t run_recent(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys,
-                           int32_t cap, double half_life, const cachesim_obs *obs, routecount *rc,
-                           int32_t *slot_of, int32_t *slots, size_t *last) {
+/* The recent policy's hits in *hits; 0 or E0_ENOMEM. */
+static int run_recent(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys, int32_t cap,
+                      const cachesim_obs *obs, routecount *rc, int32_t *slot_of, int32_t *slots,
+                      size_t *last, uint64_t *hits, char *err) {
     recent_scorer m = {{{recent_request, recent_score}, rc, obs, obs->logits, 0},
-                       calloc(n_keys, sizeof(double)), calloc(n_keys, sizeof(int64_t)),
-                       calloc((size_t)obs->n_layers, sizeof(double)), RECENT_HALF_LIFE,
-                       RECENT_POP_WEIGHT};
-    (void)half_life;
-    uint64_t hits = UINT64_MAX; /* out of memory */
+                       calloc(n_keys, sizeof(double)), malloc(n_keys * sizeof(int64_t)),
+                       calloc((size_t)obs->n_layers, sizeof(double)), CACHESIM_RECENT_HALF_LIFE,
+                       CACHESIM_RECENT_POP_WEIGHT};
+    int rc0 = 0;
     if (m.dc && m.at && m.tokens) {
         for (uint32_t x = 0; x < n_keys; x++)
-            m.at[x] = -1; /* before every step: its first request counts 1 */
-        hits = run_scored(keys, n, from, n_keys, cap, &m.r.base, slot_of, slots, last);
+            m.at[x] = -1; /* before every step: a first request counts 1 */
+        *hits = run_scored(keys, n, from, n_keys, cap, &m.r.base, slot_of, slots, last);
+    } else {
+        rc0 = e0_fail(err, E0_ENOMEM, "out of memory for the recent policy's counts");
     }
     free(m.dc);
     free(m.at);
     free(m.tokens);
-    return hits;
+    return rc0;
 }
 
 enum { L_T1 = 1, L_T2, L_B1, L_B2 };
@@ -368,7 +366,7 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
         break;
     }
     case CACHESIM_RECENT:
-        *hits = run_recent(keys, n, from, n_keys, cap, half_life, obs, &counts, k.prev, slots, a);
+        rc = run_recent(keys, n, from, n_keys, cap, obs, &counts, k.prev, slots, a, hits, err);
         break;
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
