@@ -158,34 +158,8 @@ static double router_score(const scorer *sc, uint32_t x) {
     return routecount_score(((const router_scorer *)sc)->rc, x);
 }
 
-/* The recent policy: the router policy's observations and popularity, plus
- * each key's requests decayed by 2^(-1/h) a step of its layer (cachesim.h). */
-typedef struct {
-    router_scorer r;
-    double *dc;       /* [n_keys]: decayed request count as of step at[key] */
-    int64_t *at;      /* [n_keys] */
-    double *tokens;   /* [n_layers]: tokens observed (the popularity's denominator) */
-    double grow, pop_w;
-} recent_scorer;
-
-static void recent_request(scorer *sc, size_t i, uint32_t x) {
-    recent_scorer *m = (recent_scorer *)sc;
-    const size_t j0 = m->r.j;
-    router_request(sc, i, x);
-    for (size_t j = j0; j < m->r.j; j++)
-        m->tokens[m->r.o->layer[j]] += m->r.o->tokens[j];
-    const int64_t now = m->r.rc->layer_step[x / (uint32_t)m->r.o->n_experts];
-    if (m->at[x] != now) m->dc[x] = m->dc[x] * exp2((double)(m->at[x] - now) / m->grow) + 1.0;
-    m->at[x] = now;
-}
-
 static double recent_score(const scorer *sc, uint32_t x) {
-    const recent_scorer *m = (const recent_scorer *)sc;
-    const int32_t E = m->r.o->n_experts, layer = (int32_t)(x / (uint32_t)E);
-    const int64_t now = m->r.rc->layer_step[layer];
-    const double use = m->dc[x] * exp2((double)(m->at[x] - now) / m->grow);
-    const double t = m->tokens[layer];
-    return use + (t > 0 ? m->pop_w * E * routecount_pop(m->r.rc, x) / t : 0.0);
+    return routecount_recent_score(((const router_scorer *)sc)->rc, x, CACHESIM_RECENT_POP_WEIGHT);
 }
 
 /* Observations fit the keys: layers x experts = n_keys, each call's layer
@@ -203,28 +177,6 @@ static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err
             return e0_fail(err, E0_EINVAL, "router observation %zu (layer %d, %d tokens, at %zu) "
                            "is out of range or order", j, o->layer[j], o->tokens[j], o->at[j]);
     return 0;
-}
-
-/* The recent policy's hits in *hits; 0 or E0_ENOMEM. */
-static int run_recent(const uint32_t *keys, size_t n, size_t from, uint32_t n_keys, int32_t cap,
-                      const cachesim_obs *obs, routecount *rc, int32_t *slot_of, int32_t *slots,
-                      size_t *last, uint64_t *hits, char *err) {
-    recent_scorer m = {{{recent_request, recent_score}, rc, obs, obs->logits, 0},
-                       calloc(n_keys, sizeof(double)), malloc(n_keys * sizeof(int64_t)),
-                       calloc((size_t)obs->n_layers, sizeof(double)), CACHESIM_RECENT_HALF_LIFE,
-                       CACHESIM_RECENT_POP_WEIGHT};
-    int rc0 = 0;
-    if (m.dc && m.at && m.tokens) {
-        for (uint32_t x = 0; x < n_keys; x++)
-            m.at[x] = -1; /* before every step: a first request counts 1 */
-        *hits = run_scored(keys, n, from, n_keys, cap, &m.r.base, slot_of, slots, last);
-    } else {
-        rc0 = e0_fail(err, E0_ENOMEM, "out of memory for the recent policy's counts");
-    }
-    free(m.dc);
-    free(m.at);
-    free(m.tokens);
-    return rc0;
 }
 
 enum { L_T1 = 1, L_T2, L_B1, L_B2 };
@@ -332,6 +284,8 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
         if (!rc0)
             rc0 = routecount_init(&counts, obs->n_layers, obs->n_experts,
                                   half_life > 0 ? half_life : INFINITY, err);
+        if (!rc0 && p == CACHESIM_RECENT)
+            rc0 = routecount_track_use(&counts, CACHESIM_RECENT_HALF_LIFE, err);
         if (rc0) return rc0;
     }
     klinks k = {malloc(n_keys * sizeof(int32_t)), malloc(n_keys * sizeof(int32_t)),
@@ -365,9 +319,11 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
         *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
         break;
     }
-    case CACHESIM_RECENT:
-        rc = run_recent(keys, n, from, n_keys, cap, obs, &counts, k.prev, slots, a, hits, err);
+    case CACHESIM_RECENT: {
+        router_scorer r = {{router_request, recent_score}, &counts, obs, obs->logits, 0};
+        *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
         break;
+    }
     case CACHESIM_BELADY:
         *hits = run_belady(keys, n, from, n_keys, cap, k.prev, slots, a, b);
         break;
