@@ -293,7 +293,10 @@ out:
 }
 
 static const char *cache_policy_name(int policy) {
-    return policy == E0_CACHE_LFU ? "lfu" : policy == E0_CACHE_ROUTER ? "router" : "lru";
+    return policy == E0_CACHE_LFU      ? "lfu"
+           : policy == E0_CACHE_ROUTER ? "router"
+           : policy == E0_CACHE_RECENT ? "recent"
+                                       : "lru";
 }
 
 static double per_tok(uint64_t bytes, uint64_t tokens) {

@@ -13,7 +13,7 @@
 
 typedef enum { F_BOOL, F_INT, F_FLOAT, F_POLICY } ftype;
 
-static const char *const POLICY_NAMES[] = {"lru", "lfu", "router"}; /* E0_CACHE_* */
+static const char *const POLICY_NAMES[] = {"lru", "lfu", "router", "recent"}; /* E0_CACHE_* */
 enum { NPOLICIES = sizeof POLICY_NAMES / sizeof *POLICY_NAMES };
 
 static const struct {

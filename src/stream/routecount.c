@@ -107,13 +107,15 @@ int routecount_track_use(routecount *r, double half_life, char *err) {
     for (size_t i = 0; i < n; i++)
         r->use_at[i] = -1; /* before every step: a first request counts 1 */
     r->use_half_life = half_life;
+    for (int d = 0; d < 64; d++)
+        r->use_decay[d] = exp2(-d / half_life);
     return 0;
 }
 
 double routecount_recent_score(const routecount *r, uint32_t key, double pop_weight) {
     const int32_t layer = (int32_t)(key / (uint32_t)r->n_experts);
-    const double use =
-        r->use[key] * exp2((double)(r->use_at[key] - r->layer_step[layer]) / r->use_half_life);
+    const int64_t d = r->layer_step[layer] - r->use_at[key]; /* >= 0 */
+    const double use = d >= 0 && d < 64 ? r->use[key] * r->use_decay[d] : 0.0;
     const double t = r->tokens[layer];
     return use + (t > 0 ? pop_weight * r->n_experts * r->pop[key] * r->inv_up / t : 0.0);
 }

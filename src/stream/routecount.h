@@ -45,6 +45,7 @@ typedef struct {
     int64_t *use_at;     /* [keys] */
     double *tokens;      /* [n_layers]: tokens observed */
     double use_half_life;
+    double use_decay[64]; /* 2^(-d / use_half_life), d steps; older uses count 0 */
 } routecount;
 
 /* pop_half_life in steps (> 0; INFINITY: no decay). */

@@ -43,7 +43,7 @@ typedef struct xentry xentry;
 int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
                int32_t n_experts, char *err);
 void xcache_free(xcache *c);
-/* Eviction policy (E0_CACHE_LRU / _LFU / _ROUTER); LFU counts halve every
+/* Eviction policy (E0_CACHE_LRU / _LFU / _ROUTER / _RECENT); LFU counts halve every
  * `half_life` demand requests, ROUTER's popularity every `half_life` steps
  * (routecount.h). Call before the first acquire. */
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err);
