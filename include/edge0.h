@@ -122,9 +122,9 @@ typedef struct {
     int32_t prefill_hot;         /* hot stack size during prefill (0) */
     int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
     int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
-    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU, _ROUTER or _RECENT (ROUTER) */
+    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU, _ROUTER or _RECENT (RECENT) */
     float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
-    float router_half_life;      /* ROUTER: summed probabilities halve every this many steps (256) */
+    float router_half_life;      /* ROUTER, RECENT: summed probabilities halve every this many steps (256) */
 } e0_layer_opts;
 
 /* e0_engine_opts.budget_mode */
@@ -292,8 +292,8 @@ typedef enum {
     E0_POLICY_LRU,    /* least recently used */
     E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
-    E0_POLICY_ROUTER, /* last step's experts held, the rest by router probabilities (default) */
-    E0_POLICY_RECENT, /* decayed per-step request counts + router popularity */
+    E0_POLICY_ROUTER, /* last step's experts held, the rest by router probabilities */
+    E0_POLICY_RECENT, /* decayed per-step request counts + router popularity (default) */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES
 } e0_policy;

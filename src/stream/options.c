@@ -54,7 +54,7 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->prefetch_cap = 48;
     l->load_threads = 8;
     l->prefetch_threads = 4;
-    l->cache_policy = E0_CACHE_ROUTER; /* docs/experiments.md section 73 */
+    l->cache_policy = E0_CACHE_RECENT; /* docs/experiments.md, session 29 cache policy */
     l->cache_half_life = 1.0f;
     l->router_half_life = 256.0f;
     o->path = E0_PATH_AUTO;

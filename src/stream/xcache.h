@@ -14,7 +14,9 @@
  * per (layer, expert) whether cached or not, so a bundle that comes back
  * is judged by its history (docs/experiments.md, cache policy study). With
  * E0_CACHE_ROUTER each layer's last-step keys held and the rest ranked by
- * the router's probabilities (stream/routecount.h), fed by xcache_observe().
+ * the router's probabilities (stream/routecount.h), fed by xcache_observe();
+ * with E0_CACHE_RECENT (the engine's default) the lowest of decayed
+ * per-step request counts plus router popularity (routecount.h).
  *
  * Loading: acquiring a key that is absent takes a free or evictable slot,
  * marks it LOADING and sets *need_load; that caller (or an I/O thread it
