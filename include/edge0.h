@@ -122,16 +122,16 @@ typedef struct {
     int32_t prefill_hot;         /* hot stack size during prefill (0) */
     int32_t warm_willneed;       /* madvise(WILLNEED) over ranges about to be read (false) */
     int32_t top_k;               /* routing top-k override, 0 = the model's (changes the model) */
-    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU or _ROUTER (ROUTER) */
+    int32_t cache_policy;        /* shared cache eviction: E0_CACHE_LRU, _LFU, _ROUTER or _RECENT (RECENT) */
     float cache_half_life;       /* LFU: counts halve every this x cache_slots demand requests (1) */
-    float router_half_life;      /* ROUTER: summed probabilities halve every this many steps (256) */
+    float router_half_life;      /* ROUTER, RECENT: summed probabilities halve every this many steps (256) */
 } e0_layer_opts;
 
 /* e0_engine_opts.budget_mode */
 enum { E0_BUDGET_AUTO = 0, E0_BUDGET_OFF = 1 };
 
 /* Eviction policies of the shared expert cache (stream/xcache.h). */
-enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1, E0_CACHE_ROUTER = 2 };
+enum { E0_CACHE_LRU = 0, E0_CACHE_LFU = 1, E0_CACHE_ROUTER = 2, E0_CACHE_RECENT = 3 };
 
 typedef struct {
     int n_threads;       /* compute threads; 0 = one per core */
@@ -292,7 +292,8 @@ typedef enum {
     E0_POLICY_LRU,    /* least recently used */
     E0_POLICY_LFU,    /* decayed request counts, half-life cache_half_life x slots requests */
     E0_POLICY_ARC,    /* adaptive replacement (recency + frequency lists) */
-    E0_POLICY_ROUTER, /* last step's experts held, the rest by router probabilities (default) */
+    E0_POLICY_ROUTER, /* last step's experts held, the rest by router probabilities */
+    E0_POLICY_RECENT, /* decayed per-step request counts + router popularity (default) */
     E0_POLICY_BELADY, /* offline optimum: evict the one needed furthest ahead */
     E0_POLICIES
 } e0_policy;
@@ -304,7 +305,7 @@ typedef struct {
     bool router_replayed;           /* false: too many router logits to keep (hits[ROUTER] 0) */
 } e0_cache_study;
 const char *e0_policy_name(e0_policy p);
-/* The shared cache's own eviction policy in force (E0_CACHE_LRU / _LFU / _ROUTER). */
+/* The shared cache's own eviction policy in force (E0_CACHE_LRU / _LFU / _ROUTER / _RECENT). */
 int e0_engine_cache_policy(const e0_engine *e);
 int e0_engine_trace_start(e0_engine *e, size_t cap, size_t tokens, char *err);
 /* Requests recorded so far; *keys (may be NULL) gets them as

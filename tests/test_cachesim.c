@@ -135,6 +135,45 @@ static void test_router(void **state) {
     assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 4, 0, 4, 2, 0, &o, &h, err), E0_EINVAL);
 }
 
+/* The recent policy by hand (half-life 2 steps: a request weighs 2^(-s/2)
+ * after s steps; popularity weight 0.5), 1 layer of 4 experts, one request
+ * a step. All logits equal: every key's popularity term is the same 0.5,
+ * so the decayed counts decide. Requests 0 0 0 1 2 0 with 2 slots: at
+ * request 2, key 0's count is (1 + 2^-0.5 + 2^-1) x 2^-1 = 1.10 and key
+ * 1's 2^-0.5 = 0.71: 1 goes and the last 0 hits: 3 hits (steps 2, 3, 6),
+ * where LRU evicts 0 (2 hits) and so does the router policy (1 is held as
+ * the previous step's). Logits [10 0 0 0]: requests 0 1 2 0 with 2 slots:
+ * at request 2 key 0 scores 2^-1 + 0.5 x 4 x ~1 = 2.5, key 1 0.71 + ~0:
+ * 1 goes, 0 hits (1 hit); the router policy holds 1 and misses (0). */
+static void test_recent(void **state) {
+    (void)state;
+    const uint32_t k[] = {0, 0, 0, 1, 2, 0}, k4[] = {0, 1, 2, 0};
+    size_t at[6] = {0, 1, 2, 3, 4, 5};
+    int32_t layer[6] = {0}, tokens[6] = {1, 1, 1, 1, 1, 1};
+    float lg[24] = {0};
+    cachesim_obs o = {6, at, layer, tokens, lg, 1, 4};
+    char err[E0_ERR_MAX];
+    uint64_t h;
+    assert_int_equal(cachesim_run(CACHESIM_RECENT, k, 6, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 3);
+    assert_int_equal(cachesim_run(CACHESIM_LRU, k, 6, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 2);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k, 6, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 2);
+    /* warm-up requests are not counted: from 3 on only the last 0 hits */
+    assert_int_equal(cachesim_run(CACHESIM_RECENT, k, 6, 3, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 1);
+    for (int i = 0; i < 6; i++)
+        lg[i * 4] = 10.0f;
+    o.n = 4;
+    assert_int_equal(cachesim_run(CACHESIM_RECENT, k4, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 1);
+    assert_int_equal(cachesim_run(CACHESIM_ROUTER, k4, 4, 0, 4, 2, 0, &o, &h, err), 0);
+    assert_int_equal(h, 0);
+    /* it needs the router logits, as the router policy does */
+    assert_int_equal(cachesim_run(CACHESIM_RECENT, k4, 4, 0, 4, 2, 0, NULL, &h, err), E0_EINVAL);
+}
+
 /* Random traces: Belady is never beaten, a cache as large as the key set
  * misses only the first request of each key, and cap 1 hits only repeats. */
 static void test_properties(void **state) {
@@ -181,7 +220,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_textbook),  cmocka_unit_test(test_scan_resistance),
         cmocka_unit_test(test_lfu_decay), cmocka_unit_test(test_router),
-        cmocka_unit_test(test_properties),
+        cmocka_unit_test(test_recent),    cmocka_unit_test(test_properties),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

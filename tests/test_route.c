@@ -245,7 +245,8 @@ static void test_sticky_cli_config(void **state) {
  * each policy's hits are its simulation's exactly (the router policy's
  * replayed from the router logits the trace recorded; the simulation knows
  * no pins, and here no victim it picks is pinned: one token's experts are
- * the last requested), and the router policy hits more than LRU. */
+ * the last requested), and the router policy hits more than LRU; the
+ * recent policy likewise. */
 static void test_router_policy(void **state) {
     (void)state;
     char *root = tu_tmpdir();
@@ -277,6 +278,20 @@ static void test_router_policy(void **state) {
     assert_int_equal(sb.lru_hits, cb.hits[E0_POLICY_LRU]);
     assert_int_equal(sa.lru_hits, ca.hits[E0_POLICY_ROUTER]);
     assert_true(ca.hits[E0_POLICY_ROUTER] > ca.hits[E0_POLICY_LRU]);
+    /* the recent policy (cachesim.h) likewise: the same logits, its
+     * simulation's hits exactly, more than LRU */
+    e0_engine *r = open_with(dir, E0_CACHE_RECENT, 40);
+    assert_int_equal(e0_engine_cache_policy(r), E0_CACHE_RECENT);
+    decode_same(r, b);
+    e0_stats sr;
+    e0_engine_stats(r, &sr);
+    e0_cache_study cr;
+    assert_int_equal(e0_engine_cache_study(r, 40, 0, &cr, err), 0);
+    printf("  recent %llu (simulated %llu)\n", (unsigned long long)sr.lru_hits,
+           (unsigned long long)cr.hits[E0_POLICY_RECENT]);
+    assert_int_equal(sr.lru_hits, cr.hits[E0_POLICY_RECENT]);
+    assert_true(cr.hits[E0_POLICY_RECENT] > cr.hits[E0_POLICY_LRU]);
+    e0_engine_free(r);
     e0_engine_free(a);
     e0_engine_free(b);
     free(dir);

@@ -303,7 +303,7 @@ static void *worker(void *p) {
 
 static void test_concurrent(void **state) {
     (void)state;
-    for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_ROUTER; policy++) {
+    for (int policy = E0_CACHE_LRU; policy <= E0_CACHE_RECENT; policy++) {
         xcache *c = make(12);
         char err[512];
         assert_int_equal(xcache_set_policy(c, policy, 50, err), 0);

@@ -293,7 +293,10 @@ out:
 }
 
 static const char *cache_policy_name(int policy) {
-    return policy == E0_CACHE_LFU ? "lfu" : policy == E0_CACHE_ROUTER ? "router" : "lru";
+    return policy == E0_CACHE_LFU      ? "lfu"
+           : policy == E0_CACHE_ROUTER ? "router"
+           : policy == E0_CACHE_RECENT ? "recent"
+                                       : "lru";
 }
 
 static double per_tok(uint64_t bytes, uint64_t tokens) {
@@ -344,7 +347,7 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
             cJSON_AddNumberToObject(r, "slots", cs->slots);
             cJSON_AddNumberToObject(r, "requests", (double)cs->requests);
             for (int p = 0; p < E0_POLICIES; p++)
-                if (p != E0_POLICY_ROUTER || cs->router_replayed)
+                if ((p != E0_POLICY_ROUTER && p != E0_POLICY_RECENT) || cs->router_replayed)
                     cJSON_AddNumberToObject(r, e0_policy_name((e0_policy)p),
                                             cs->requests ? (double)cs->hits[p] / (double)cs->requests
                                                          : 0);
@@ -417,7 +420,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
             const e0_cache_study *cs = &ph->study[i];
             printf("      %2.0f%% of experts (%5d slots):", 100 * STUDY_SHARES[i], cs->slots);
             for (int p = 0; p < E0_POLICIES; p++)
-                if (p != E0_POLICY_ROUTER || cs->router_replayed)
+                if ((p != E0_POLICY_ROUTER && p != E0_POLICY_RECENT) || cs->router_replayed)
                     printf(" %s %5.1f%%", e0_policy_name((e0_policy)p),
                            cs->requests ? 100.0 * (double)cs->hits[p] / (double)cs->requests : 0.0);
                 else

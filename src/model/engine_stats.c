@@ -170,8 +170,8 @@ int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_stu
     stream_trace_obs(e->stream, &obs);
     out->router_replayed = obs.n > 0;
     for (int p = 0; p < E0_POLICIES; p++) {
-        if (p == E0_POLICY_ROUTER && !out->router_replayed) continue;
-        const double h = p == E0_POLICY_ROUTER ? (double)e->opts.layer.router_half_life
+        if ((p == E0_POLICY_ROUTER || p == E0_POLICY_RECENT) && !out->router_replayed) continue;
+        const double h = p == E0_POLICY_ROUTER || p == E0_POLICY_RECENT ? (double)e->opts.layer.router_half_life
                                                : (double)e->opts.layer.cache_half_life * slots;
         int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots, h, &obs, &out->hits[p],
                               err);

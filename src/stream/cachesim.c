@@ -8,8 +8,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+
 const char *cachesim_name(cachesim_policy p) {
-    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "belady"};
+    static const char *const names[CACHESIM_N] = {"lru", "lfu", "arc", "router", "recent", "belady"};
     return p >= 0 && p < CACHESIM_N ? names[p] : "?";
 }
 
@@ -157,6 +158,10 @@ static double router_score(const scorer *sc, uint32_t x) {
     return routecount_score(((const router_scorer *)sc)->rc, x);
 }
 
+static double recent_score(const scorer *sc, uint32_t x) {
+    return routecount_recent_score(((const router_scorer *)sc)->rc, x, CACHESIM_RECENT_POP_WEIGHT);
+}
+
 /* Observations fit the keys: layers x experts = n_keys, each call's layer
  * and tokens in range, in request order. */
 static int check_obs(const cachesim_obs *o, size_t n, uint32_t n_keys, char *err) {
@@ -274,11 +279,13 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
             return e0_fail(err, E0_EINVAL, "trace key %u at %zu is not below %u", keys[i], i,
                            n_keys);
     routecount counts = {0};
-    if (p == CACHESIM_ROUTER) {
+    if (p == CACHESIM_ROUTER || p == CACHESIM_RECENT) {
         int rc0 = check_obs(obs, n, n_keys, err);
         if (!rc0)
             rc0 = routecount_init(&counts, obs->n_layers, obs->n_experts,
                                   half_life > 0 ? half_life : INFINITY, err);
+        if (!rc0 && p == CACHESIM_RECENT)
+            rc0 = routecount_track_use(&counts, CACHESIM_RECENT_HALF_LIFE, err);
         if (rc0) return rc0;
     }
     klinks k = {malloc(n_keys * sizeof(int32_t)), malloc(n_keys * sizeof(int32_t)),
@@ -309,6 +316,11 @@ int cachesim_run(cachesim_policy p, const uint32_t *keys, size_t n, size_t from,
     }
     case CACHESIM_ROUTER: {
         router_scorer r = {{router_request, router_score}, &counts, obs, obs->logits, 0};
+        *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
+        break;
+    }
+    case CACHESIM_RECENT: {
+        router_scorer r = {{router_request, recent_score}, &counts, obs, obs->logits, 0};
         *hits = run_scored(keys, n, from, n_keys, cap, &r.base, k.prev, slots, a);
         break;
     }

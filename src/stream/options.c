@@ -13,7 +13,7 @@
 
 typedef enum { F_BOOL, F_INT, F_FLOAT, F_POLICY } ftype;
 
-static const char *const POLICY_NAMES[] = {"lru", "lfu", "router"}; /* E0_CACHE_* */
+static const char *const POLICY_NAMES[] = {"lru", "lfu", "router", "recent"}; /* E0_CACHE_* */
 enum { NPOLICIES = sizeof POLICY_NAMES / sizeof *POLICY_NAMES };
 
 static const struct {
@@ -54,7 +54,7 @@ void e0_engine_opts_default(e0_engine_opts *o) {
     l->prefetch_cap = 48;
     l->load_threads = 8;
     l->prefetch_threads = 4;
-    l->cache_policy = E0_CACHE_ROUTER; /* docs/experiments.md section 73 */
+    l->cache_policy = E0_CACHE_RECENT; /* docs/experiments.md, session 29 cache policy */
     l->cache_half_life = 1.0f;
     l->router_half_life = 256.0f;
     o->path = E0_PATH_AUTO;

@@ -40,6 +40,12 @@ typedef struct {
     int64_t *layer_step; /* [n_layers]: the step of the layer's last observation */
     int32_t last_layer;  /* of the last observation; a step starts at or below it */
     float *prob;         /* [n_experts] scratch */
+    /* the recent policy's counts (routecount_track_use; NULL: off) */
+    double *use;         /* [keys]: decayed requests as of step use_at[key] */
+    int64_t *use_at;     /* [keys] */
+    double *tokens;      /* [n_layers]: tokens observed */
+    double use_half_life;
+    double use_decay[64]; /* 2^(-d / use_half_life), d steps; older uses count 0 */
 } routecount;
 
 /* pop_half_life in steps (> 0; INFINITY: no decay). */
@@ -52,11 +58,26 @@ void routecount_observe(routecount *r, int32_t layer, const float *logits, int32
  * that loads it (xcache_acquire). */
 void routecount_request(routecount *r, uint32_t key);
 
+/* Also keep each key's requests decayed by 2^(-1/half_life) per step of its
+ * layer (a step's repeats count once) and each layer's tokens, for
+ * routecount_recent_score. Call after init, before any observation. */
+int routecount_track_use(routecount *r, double half_life, char *err);
+
+/* The recent policy's score (stream/cachesim.h): use + pop_weight x E x
+ * pop / tokens of the key's layer (E x that is 1 for an expert of average
+ * popularity). Needs routecount_track_use. */
+double routecount_recent_score(const routecount *r, uint32_t key, double pop_weight);
+
 /* Whether the key is held (above). */
 static inline int routecount_held(const routecount *r, uint32_t key) {
     const int32_t layer = (int32_t)(key / (uint32_t)r->n_experts);
     const int64_t since = r->layer_step[layer] - (layer == r->last_layer ? 1 : 0);
     return r->last_req[key] >= since;
+}
+
+/* The key's summed probabilities, in probability-tokens (decayed). */
+static inline double routecount_pop(const routecount *r, uint32_t key) {
+    return r->pop[key] * r->inv_up;
 }
 
 /* Held keys score 2^512 x (1 + pop), above any ranked one (pop is at most

@@ -219,7 +219,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     if (o->io == E0_IO_PREAD && lo->cache_slots > 0 &&
         ((rc = xcache_new(&s->xc, lo->cache_slots, s->bundle_bytes, s->n_layers, s->E, err)) != 0 ||
          (rc = xcache_set_policy(s->xc, lo->cache_policy,
-                                 lo->cache_policy == E0_CACHE_ROUTER
+                                 lo->cache_policy == E0_CACHE_ROUTER ||
+                                         lo->cache_policy == E0_CACHE_RECENT
                                      ? (double)lo->router_half_life
                                      : (double)lo->cache_half_life * lo->cache_slots,
                                  err)) != 0))

@@ -39,11 +39,11 @@ struct xcache {
     int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
-    int policy;              /* E0_CACHE_LRU / _LFU / _ROUTER */
+    int policy;              /* E0_CACHE_LRU / _LFU / _ROUTER / _RECENT */
     double half_life;        /* LFU: in demand requests */
     double *score;           /* LFU: [n_layers * n_experts] log2 of the decayed count */
     uint64_t clock;          /* LFU: demand requests so far */
-    routecount rc;           /* ROUTER: the router's probabilities and last requests */
+    routecount rc;           /* ROUTER, RECENT: the router's probabilities and requests */
     uint32_t *trace;         /* [trace_cap] demand requests, in order */
     size_t trace_cap, trace_n;
     uint64_t trace_dropped;
@@ -138,7 +138,8 @@ void xcache_free(xcache *c) {
 }
 
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
-    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER)
+    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER &&
+        policy != E0_CACHE_RECENT)
         return e0_fail(err, E0_EINVAL, "unknown cache policy %d", policy);
     if (policy != E0_CACHE_LRU && !(half_life > 0))
         return e0_fail(err, E0_EINVAL, "cache half-life %g must be positive", half_life);
@@ -146,8 +147,10 @@ int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
     c->score = NULL;
     routecount_free(&c->rc);
     const size_t n = (size_t)c->n_layers * (size_t)c->n_experts;
-    if (policy == E0_CACHE_ROUTER) {
-        const int rc = routecount_init(&c->rc, c->n_layers, c->n_experts, half_life, err);
+    if (policy == E0_CACHE_ROUTER || policy == E0_CACHE_RECENT) {
+        int rc = routecount_init(&c->rc, c->n_layers, c->n_experts, half_life, err);
+        if (!rc && policy == E0_CACHE_RECENT)
+            rc = routecount_track_use(&c->rc, CACHESIM_RECENT_HALF_LIFE, err);
         if (rc) return rc;
     } else if (policy == E0_CACHE_LFU) {
         if (!(c->score = malloc((n ? n : 1) * sizeof *c->score)))
@@ -161,13 +164,15 @@ int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
     return 0;
 }
 
-/* A key's score under a scoring policy: LFU's log2 decayed count, or the
- * router policy's score (routecount.h). */
+/* A key's score under a scoring policy: LFU's log2 decayed count, the
+ * router policy's score or the recent policy's (routecount.h). */
 static double key_score(const xcache *c, size_t key) {
-    return c->score ? c->score[key] : routecount_score(&c->rc, (uint32_t)key);
+    if (c->score) return c->score[key];
+    return c->rc.use ? routecount_recent_score(&c->rc, (uint32_t)key, CACHESIM_RECENT_POP_WEIGHT)
+                     : routecount_score(&c->rc, (uint32_t)key);
 }
 
-/* The unpinned READY entry LFU or ROUTER evicts: the lowest score, the
+/* The unpinned READY entry LFU, ROUTER or RECENT evicts: the lowest score, the
  * least recently released (earliest in the list) on ties. O(evictable)
  * under `mu`: ~1k-5k entries, a few microseconds per miss against a
  * bundle read of about a millisecond. */

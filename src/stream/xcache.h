@@ -14,7 +14,9 @@
  * per (layer, expert) whether cached or not, so a bundle that comes back
  * is judged by its history (docs/experiments.md, cache policy study). With
  * E0_CACHE_ROUTER each layer's last-step keys held and the rest ranked by
- * the router's probabilities (stream/routecount.h), fed by xcache_observe().
+ * the router's probabilities (stream/routecount.h), fed by xcache_observe();
+ * with E0_CACHE_RECENT (the engine's default) the lowest of decayed
+ * per-step request counts plus router popularity (routecount.h).
  *
  * Loading: acquiring a key that is absent takes a free or evictable slot,
  * marks it LOADING and sets *need_load; that caller (or an I/O thread it
@@ -43,7 +45,7 @@ typedef struct xentry xentry;
 int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
                int32_t n_experts, char *err);
 void xcache_free(xcache *c);
-/* Eviction policy (E0_CACHE_LRU / _LFU / _ROUTER); LFU counts halve every
+/* Eviction policy (E0_CACHE_LRU / _LFU / _ROUTER / _RECENT); LFU counts halve every
  * `half_life` demand requests, ROUTER's popularity every `half_life` steps
  * (routecount.h). Call before the first acquire. */
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err);
