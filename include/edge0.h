@@ -269,8 +269,8 @@ typedef struct {
      * expert resident) and the bytes it copied in over PCIe */
     int32_t vram_slots;
     uint64_t vram_hits, vram_misses; /* expert lookups of MoE calls */
-    uint64_t pcie_bytes;             /* expert bytes over PCIe: copied into slots, or read in place */
-    uint64_t pcie_read_bytes;        /* of them, staged by the device (a decode step's misses) */
+    uint64_t pcie_bytes;             /* expert bytes over PCIe: copied into slots by the host or staged by the device */
+    uint64_t pcie_staged_bytes;        /* of them, staged by the device (a decode step's misses) */
     double pcie_gbs;                 /* host-to-device bandwidth measured at open (pinned), GB/s */
     double hbm_gbs;                  /* device memory copy bandwidth measured at open (read + write) */
     uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */

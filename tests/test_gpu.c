@@ -359,22 +359,22 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
         gpu_model *gc;
         const uint64_t held0 = g_dev->held;
         if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, z.min_slots + extra, err)) fail_msg("%s: %s", name, err);
-        bool mapped = false;
+        bool staged = false;
         char why[E0_ERR_MAX] = "";
         if (run == 2) {
-            if (vcache_pin_host(gc, err) || vcache_map_host(gc, e->top_k, &mapped, why, err)) fail_msg("%s: %s", name, err);
-            if (!mapped) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
+            if (vcache_pin_host(gc, err) || vcache_stage_on(gc, e->top_k, &staged, why, err)) fail_msg("%s: %s", name, err);
+            if (!staged) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
         }
         float *got = gpu_logits(gc, ids, V);
         const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
         printf("  %-39s VRAM cache of %d slots%s: %llu hits, %llu misses, %.1f MiB copied in, %.1f MiB staged by the "
-               "device, %s\n", "", gc->vc->n_slots, mapped ? ", misses staged by the device" : "",
+               "device, %s\n", "", gc->vc->n_slots, staged ? ", misses staged by the device" : "",
                (unsigned long long)gc->vc->hits, (unsigned long long)gc->vc->misses,
-               (double)gc->vc->bytes_in / 1048576.0, (double)gc->vc->bytes_mapped / 1048576.0,
+               (double)gc->vc->bytes_in / 1048576.0, (double)gc->vc->bytes_staged / 1048576.0,
                same ? "bit-identical" : "DIFFERS");
         assert_true(same);
         assert_true(gc->vc->misses > 0);
-        if (mapped) assert_true(gc->vc->bytes_mapped > 0);
+        if (staged) assert_true(gc->vc->bytes_staged > 0);
         gpu_model_free(gc);
         assert_int_equal(g_dev->held, held0);
         free(got);
@@ -497,7 +497,7 @@ static void test_budgets(void **state) {
             /* the staged run: room for a staging slot per layer and routed expert beside */
             const int extra = copied ? 3 : ns + 3;
             o.vram_budget = GPU_CTX_ALLOWANCE + least + (uint64_t)extra * z.slot;
-            setenv("E0_GPU_MAPPED", copied ? "0" : "1", 1);
+            setenv("E0_GPU_STAGE", copied ? "0" : "1", 1);
             e0_engine *cached;
             if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
             e0_plan pc;
@@ -520,7 +520,7 @@ static void test_budgets(void **state) {
             assert_true(st.vram_misses > 0);
             e0_engine_free(cached);
         }
-        unsetenv("E0_GPU_MAPPED");
+        unsetenv("E0_GPU_STAGE");
 
         o.vram_budget = GPU_CTX_ALLOWANCE + least - 1; /* one byte short: a named GPU fails open and says what it needs */
         e0_engine *none = NULL;

@@ -404,7 +404,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         printf("    VRAM expert cache (%d slots): hit rate %.1f%%, %.1f MiB/token over PCIe (%.1f staged by the device) -> "
                "%.2f GB/s = %.0f%% of the %.1f GB/s measured at start; routing read back %.2f s, copies %.2f s\n",
                ph->d.vram_slots, vk ? 100.0 * (double)ph->d.vram_hits / (double)vk : 0.0, pb / (1 << 20),
-               per_tok(ph->d.pcie_read_bytes, ph->d.decode_tokens) / (1 << 20),
+               per_tok(ph->d.pcie_staged_bytes, ph->d.decode_tokens) / (1 << 20),
                pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
                ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
     }

@@ -489,7 +489,7 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                    "(%.1f MiB staged by the device) (%.2f MiB/token, %.1f GB/s measured at start); routing read back "
                    "%.3f s, copies %.3f s\n",
                 st.vram_slots, (unsigned long long)st.vram_hits, (unsigned long long)st.vram_misses,
-                pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes), mib(st.pcie_read_bytes),
+                pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes), mib(st.pcie_staged_bytes),
                 tokens ? mib(st.pcie_bytes) / (double)tokens : 0.0, st.pcie_gbs, st.vram_wait_s,
                 st.vram_copy_s);
     fprintf(f, "  peak RSS %.1f MiB\n", mib(st.peak_rss));

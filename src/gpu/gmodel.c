@@ -462,7 +462,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     if (config_route_on(c)) { /* a synthetic checkpoint's routing profile: token after token */
         const e0_route_cfg *r = &c->route;
         CUdeviceptr posp = s->buf[B_POS], hist = s->buf[B_RHIST], bias = s->g->rbias;
-        int L = c->n_layers, wl = r->window > 0 && r->window_len > 1 ? r->window_len : 1;
+        int L = c->n_layers, wl = r->window_len > 1 ? r->window_len : 1; /* as profile_apply's W */
         double recent = r->recent, window = r->window, decay = r->decay;
         void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm, &posp, &li, &L, &bias, &hist, &recent, &window, &decay, &wl};
         if (!rc) rc = gpu_launch(d, d->k.route_profile, 1, 1, 1, 32, 0, a1, "routing (profile)", err);
@@ -472,17 +472,17 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     }
     /* a device-staged decode step: slots from the device's table, misses staged by moe_stage */
     const gpu_vcache *vc = s->g->vc;
-    const bool mapped = vc && vc->mapped && T == 1;
+    const bool staged = vc && vc->staged && T == 1;
     const size_t at = (size_t)li * (size_t)E * sizeof(int32_t), ak = (size_t)li * (size_t)k * sizeof(int32_t);
-    CUdeviceptr tab = mapped ? vc->dtab + at : 0, used = mapped ? vc->dused + at : 0;
-    CUdeviceptr stage = mapped ? vc->dstage + ak : 0, slog = mapped ? vc->dlog + ak : 0;
+    CUdeviceptr tab = staged ? vc->dtab + at : 0, used = staged ? vc->dused + at : 0;
+    CUdeviceptr stage = staged ? vc->dstage + ak : 0, slog = staged ? vc->dlog + ak : 0;
     void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
     if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
-    if (!rc && mapped) {
+    if (!rc && staged) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
         rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);
     }
-    if (!rc && vc && !mapped) { /* the experts in the cache's slots: the kernels take slots for experts */
+    if (!rc && vc && !staged) { /* the experts in the cache's slots: the kernels take slots for experts */
         rc = vcache_map(s->g, li, nact, exps, err);
         exps = vc->dslots;
     }
@@ -575,13 +575,13 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
     int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)T * H * sizeof(float), err);
     if (!rc) rc = gpu_put(d, s->buf[B_POS], &s->posh, sizeof s->posh, err);
     /* a device-staged decode step: the cache's tables as the host left them, its uses read after */
-    const bool mapped = s->g->vc && s->g->vc->mapped && T == 1;
-    if (!rc && mapped) rc = vcache_prepare(s->g, err);
+    const bool staged = s->g->vc && s->g->vc->staged && T == 1;
+    if (!rc && staged) rc = vcache_prepare(s->g, err);
     /* a step whose launches never change: where the host decides nothing between layers */
-    if (!rc && T == 1 && logits && (!s->g->vc || mapped) && gpu_graphs_on(d)) {
+    if (!rc && T == 1 && logits && (!s->g->vc || staged) && gpu_graphs_on(d)) {
         rc = decode_graph(s, err);
         if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)V * sizeof(float), err);
-        if (!rc && mapped) rc = vcache_step(s->g, err);
+        if (!rc && staged) rc = vcache_step(s->g, err);
         return rc;
     }
     if (!rc) rc = layers(s, T, err);
@@ -595,6 +595,6 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
         }
     }
     if (!rc) rc = gpu_sync(d, err);
-    if (!rc && mapped) rc = vcache_step(s->g, err);
+    if (!rc && staged) rc = vcache_step(s->g, err);
     return rc;
 }

@@ -55,12 +55,12 @@ typedef struct {
     int n_pin;
     uint64_t pinned;       /* their bytes */
     double wait_s, copy_s; /* host time waiting for the routing / copying misses */
-    /* Device-staged decode (vcache_map_host): a decode step's misses are
+    /* Device-staged decode (vcache_stage_on): a decode step's misses are
      * copied in by the device into staging slots (k a layer, outside the
      * LRU list), routing never leaves the device, and between steps the
      * host makes each staged expert a cache slot in place of the least
      * recently used one, which becomes the staging slot (vcache_step). */
-    bool mapped;
+    bool staged;
     bool tab_dirty;        /* slot_of or stage changed since the device's copies were written */
     int32_t n_layers, k;
     int32_t *stage;        /* [n_layers * k] the staging slots of each layer */
@@ -70,7 +70,7 @@ typedef struct {
     CUdeviceptr dused;     /* [n_layers * E] pairs each expert served since the last step */
     CUdeviceptr dstage;    /* [n_layers * k] stage on the device */
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
-    uint64_t bytes_mapped; /* expert bytes the device staged over the link */
+    uint64_t bytes_staged; /* expert bytes the device staged over the link */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -129,7 +129,7 @@ int vcache_pin_host(gpu_model *g, char *err);
  * use host pointers, a layer's experts not evenly strided or aligned, too
  * few slots for E and a staging slot per layer and routed expert);
  * nonzero only for a device error. */
-int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err);
+int vcache_stage_on(gpu_model *g, int top_k, bool *on, char *why, char *err);
 /* Around a device-staged decode step (gpu_sess_eval, T = 1):
  * vcache_prepare writes the slot and staging tables where they changed
  * (in stream order); vcache_step, after the step, reads which experts it

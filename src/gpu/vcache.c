@@ -223,12 +223,19 @@ static void touch(gpu_vcache *x, int i) {
     x->head = i;
 }
 
+/* Device bytes of layer li's expert: a slot's worth, what a miss brings in (every expert of a layer alike). */
+static uint64_t expert_bytes(const gpu_model *g, int li) {
+    const e0_expert *x = &g->m->layers[li].experts[0];
+    return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
+}
+
 /* Expert e of layer li copied into slot i (given up by whatever it held). */
 static int fill(gpu_model *g, int li, int e, int i, char *err) {
     gpu_vcache *x = g->vc;
     const int old = x->key_of[i];
-    if (old >= 0) x->slot_of[old] = -1, x->tab_dirty = true;
+    if (old >= 0) x->slot_of[old] = -1;
     x->key_of[i] = -1;
+    x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
     const e0_expert *ex = &g->m->layers[li].experts[e];
     const gpu_layer *gl = &g->L[li];
     int rc = gpu_mat_put(g->d, &gl->xg, i, &ex->gate, err);
@@ -238,8 +245,7 @@ static int fill(gpu_model *g, int li, int e, int i, char *err) {
     const int key = li * x->E + e;
     x->key_of[i] = key;
     x->slot_of[key] = i;
-    x->tab_dirty = true;
-    x->bytes_in += gpu_mat_bytes(&ex->gate) + gpu_mat_bytes(&ex->up) + gpu_mat_bytes(&ex->down);
+    x->bytes_in += expert_bytes(g, li);
     return 0;
 }
 
@@ -334,7 +340,7 @@ static void link_head(gpu_vcache *x, int i) {
     x->head = i;
 }
 
-int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err) {
+int vcache_stage_on(gpu_model *g, int top_k, bool *on, char *why, char *err) {
     gpu_vcache *x = g->vc;
     const e0_model *m = g->m;
     *on = false;
@@ -374,7 +380,7 @@ int vcache_map_host(gpu_model *g, int top_k, bool *on, char *why, char *err) {
     if (!rc) rc = gpu_zero(g->d, x->dused, keys_bytes(x), err);
     if (rc) return rc;
     x->tab_dirty = true;
-    x->mapped = *on = true;
+    x->staged = *on = true;
     return 0;
 }
 
@@ -385,12 +391,6 @@ int vcache_prepare(gpu_model *g, char *err) {
     int rc = gpu_put(g->d, x->dtab, x->slot_of, keys_bytes(x), err);
     if (!rc) rc = gpu_put(g->d, x->dstage, x->stage, stage_bytes(x), err);
     return rc;
-}
-
-/* Device bytes of layer li's expert: a slot's worth, what a miss brings in. */
-static uint64_t expert_bytes(const gpu_model *g, int li) {
-    const e0_expert *x = &g->m->layers[li].experts[0];
-    return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
 int vcache_step(gpu_model *g, char *err) {
@@ -415,7 +415,7 @@ int vcache_step(gpu_model *g, char *err) {
                 return e0_fail(err, E0_EIO, "layer %d: expert %d staged, not a miss of the step", li, e);
             const int s = x->stage[li * k + a], v = x->tail, old = x->key_of[v];
             x->misses++;
-            x->bytes_mapped += expert_bytes(g, li);
+            x->bytes_staged += expert_bytes(g, li);
             unlink_slot(x, v);
             if (old >= 0) x->slot_of[old] = -1;
             x->key_of[v] = -1;

@@ -60,8 +60,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->vram_slots = vc->n_slots;
         st->vram_hits = vc->hits;
         st->vram_misses = vc->misses;
-        st->pcie_bytes = vc->bytes_in + vc->bytes_mapped;
-        st->pcie_read_bytes = vc->bytes_mapped;
+        st->pcie_bytes = vc->bytes_in + vc->bytes_staged;
+        st->pcie_staged_bytes = vc->bytes_staged;
         st->vram_wait_s = vc->wait_s;
         st->vram_copy_s = vc->copy_s;
         st->host_pinned = vc->pinned;
@@ -77,7 +77,7 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
-    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_mapped = 0, vc->wait_s = vc->copy_s = 0;
+    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = 0, vc->wait_s = vc->copy_s = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
 }
@@ -170,9 +170,9 @@ int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_stu
     stream_trace_obs(e->stream, &obs);
     out->router_replayed = obs.n > 0;
     for (int p = 0; p < E0_POLICIES; p++) {
-        if ((p == E0_POLICY_ROUTER || p == E0_POLICY_RECENT) && !out->router_replayed) continue;
-        const double h = p == E0_POLICY_ROUTER || p == E0_POLICY_RECENT ? (double)e->opts.layer.router_half_life
-                                               : (double)e->opts.layer.cache_half_life * slots;
+        const bool routed = p == E0_POLICY_ROUTER || p == E0_POLICY_RECENT; /* they read the router */
+        if (routed && !out->router_replayed) continue;
+        const double h = routed ? (double)e->opts.layer.router_half_life : (double)e->opts.layer.cache_half_life * slots;
         int rc = cachesim_run((cachesim_policy)p, t, n, from, keys, slots, h, &obs, &out->hits[p],
                               err);
         if (rc) return rc;

@@ -18,6 +18,12 @@ static double gib(uint64_t b) { return (double)b / 1073741824.0; }
  * n_ctx positions in batches of 512 ids (e0_session_opts' defaults). */
 enum { PLAN_BATCH = 512 };
 
+/* $name is set to v (the experiments' switches). */
+static bool env_is(const char *name, const char *v) {
+    const char *x = getenv(name);
+    return x && !strcmp(x, v);
+}
+
 /* A named device fails with the reason; E0_GPU_AUTO stays on the CPU and
  * keeps the reason in gpu_note. */
 __attribute__((format(printf, 5, 6))) static int cpu_because(e0_engine *e, bool named, char *err,
@@ -89,8 +95,7 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
                     "computed on the CPU only", ord, name);
     /* the GPU's profile routing (kernels.cu route_profile) is written, not yet run on a card */
-    const char *rp = getenv("E0_GPU_ROUTE_PROFILE");
-    if (config_route_on(&e->model.cfg) && !(rp && !strcmp(rp, "1")))
+    if (config_route_on(&e->model.cfg) && !env_is("E0_GPU_ROUTE_PROFILE", "1"))
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's routing profile is "
                     "applied on the CPU until the GPU's is checked on a card ($E0_GPU_ROUTE_PROFILE=1 "
                     "tries it)", ord, name);
@@ -119,12 +124,11 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
  * holds every expert with 2 GiB to spare; what happened, for the note.
  * $E0_GPU_PIN=0 leaves them unpinned (experiments). */
 static void pin_experts(e0_engine *e, char *note, size_t n) {
-    const char *env = getenv("E0_GPU_PIN");
     const uint64_t cg = mem_cgroup_limit(), avail = mem_available();
     const uint64_t host = e->opts.mem_budget ? e->opts.mem_budget : cg && (!avail || cg < avail) ? cg : avail;
     const uint64_t need = e->model.expert_bytes + (2ull << 30);
     char why[E0_ERR_MAX];
-    if (env && !strcmp(env, "0"))
+    if (env_is("E0_GPU_PIN", "0"))
         snprintf(note, n, "; experts not pinned ($E0_GPU_PIN=0): misses staged by the driver");
     else if (host < need)
         snprintf(note, n, "; experts not pinned (%.1f GiB with room to spare needs more than the %.1f GiB of "
@@ -132,11 +136,10 @@ static void pin_experts(e0_engine *e, char *note, size_t n) {
     else if (vcache_pin_host(e->gmodel, why))
         snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
     else {
-        /* device-staged decode: off until measured on a card ($E0_GPU_MAPPED=1 turns it on) */
-        const char *st = getenv("E0_GPU_MAPPED");
+        /* device-staged decode: off until measured on a card ($E0_GPU_STAGE=1 turns it on) */
         bool on = false;
-        char no[E0_ERR_MAX] = "off by default until measured; $E0_GPU_MAPPED=1 turns it on";
-        if (st && !strcmp(st, "1") && vcache_map_host(e->gmodel, e->top_k, &on, no, why))
+        char no[E0_ERR_MAX] = "off by default until measured; $E0_GPU_STAGE=1 turns it on";
+        if (env_is("E0_GPU_STAGE", "1") && vcache_stage_on(e->gmodel, e->top_k, &on, no, why))
             snprintf(no, sizeof no, "%.300s", why);
         snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA; a decode step's misses %s%.300s%s",
                  gib(e->gmodel->vc->pinned), on ? "staged by the device" : "copied in by the host (not staged by the device: ",
