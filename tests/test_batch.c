@@ -284,10 +284,9 @@ static void test_batch_other_kernels(void **state) {
     assert_int_equal(e0_set_kernels(E0_KERNELS_AUTO), 0);
 }
 
-/* A routing profile's recency bonus follows each sequence's own past. */
-static void test_batch_profile(void **state) {
-    (void)state;
-    char *root = tu_tmpdir(), *dir = tu_synth_profile(root, "profile", "qwen36");
+/* The batching schedule on a synthetic checkpoint whose router keeps a
+ * history (the ids from seed), its reference run alone; label names it. */
+static void batch_history(char *root, char *dir, unsigned seed, const char *label) {
     char err[E0_ERR_MAX];
     e0_engine_opts o;
     e0_engine_opts_default(&o);
@@ -298,9 +297,9 @@ static void test_batch_profile(void **state) {
     e0_model_info info;
     e0_engine_info(e, &info);
     plan p = {.V = (size_t)info.vocab_size};
-    plan_ids(&p, info.vocab_size, 98u);
+    plan_ids(&p, info.vocab_size, seed);
     reference(e, &p);
-    run_schedule(e, &p, "tiny synth, route profile qwen36");
+    run_schedule(e, &p, label);
     plan_free(&p);
     e0_engine_free(e);
     free(dir);
@@ -308,28 +307,18 @@ static void test_batch_profile(void **state) {
     free(root);
 }
 
+/* A routing profile's recency bonus follows each sequence's own past. */
+static void test_batch_profile(void **state) {
+    (void)state;
+    char *root = tu_tmpdir();
+    batch_history(root, tu_synth_profile(root, "profile", "qwen36"), 98u, "tiny synth, route profile qwen36");
+}
+
 /* Route stickiness keeps each sequence's own previous experts. */
 static void test_batch_sticky(void **state) {
     (void)state;
-    char *root = tu_tmpdir(), *dir = tu_synth_sticky(root, "sticky", 0.5);
-    char err[E0_ERR_MAX];
-    e0_engine_opts o;
-    e0_engine_opts_default(&o);
-    o.n_threads = 2;
-    o.io = E0_IO_MMAP;
-    e0_engine *e;
-    if (e0_engine_open(&e, dir, &o, err)) fail_msg("%s", err);
-    e0_model_info info;
-    e0_engine_info(e, &info);
-    plan p = {.V = (size_t)info.vocab_size};
-    plan_ids(&p, info.vocab_size, 99u);
-    reference(e, &p);
-    run_schedule(e, &p, "tiny synth, route stickiness 0.5");
-    plan_free(&p);
-    e0_engine_free(e);
-    free(dir);
-    tu_rmtree(root);
-    free(root);
+    char *root = tu_tmpdir();
+    batch_history(root, tu_synth_sticky(root, "sticky", 0.5), 99u, "tiny synth, route stickiness 0.5");
 }
 
 /* ---- the kernels alone --------------------------------------------------- */
