@@ -34,6 +34,11 @@ export async function startProxy(target, edit) {
           r.on('data', (d) => { if (entry.error.length < 2000) entry.error += d.toString('utf8'); });
         }
         r.pipe(res);
+        // A client may hang up once it has the last event it needs (Codex
+        // does after response.completed), before the server's end of the
+        // stream: unpiped, the rest of the answer would never be read and the
+        // connection to the server would keep this process alive.
+        res.on('close', () => { if (!r.complete) r.destroy(); });
       });
       fwd.on('error', (e) => {
         entry.status = 502;

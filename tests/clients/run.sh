@@ -21,7 +21,6 @@ EXPECTED_FAIL="
 # Cases that fail on some runs for a reason not yet found: a failure is
 # printed as "unstable" and does not fail the run; a pass counts as ok.
 UNSTABLE="
-codex:exec                       about 1 run in 3 times out after 120 s (found in session 29's last check; cause unknown)
 "
 
 ALL_CASES="
