@@ -550,7 +550,6 @@ static void test_route_profile(void **state) {
     so.route_profile = "qwen36";
     if (e0_synth_write_opts(e0_synth_find("tiny-e256"), dst, &so, err)) fail_msg("%s: %s", dst, err);
     assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
-    setenv("E0_GPU_ROUTE_PROFILE", "1", 1);
     int32_t tok[2][NG], prompt[NP];
     float *lg[2];
     int V = 0;
@@ -569,7 +568,6 @@ static void test_route_profile(void **state) {
         greedy(e, prompt, NP, NG, tok[g], lg[g], V);
         e0_engine_free(e);
     }
-    unsetenv("E0_GPU_ROUTE_PROFILE");
     double worst = 0;
     for (int i = 0; i < NG; i++) {
         const double r = tu_rel_l2(lg[1] + (size_t)i * V, lg[0] + (size_t)i * V, (size_t)V);

@@ -94,11 +94,6 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     if (e->model.cfg.route_stickiness > 0)
         CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's route stickiness is "
                     "computed on the CPU only", ord, name);
-    /* the GPU's profile routing (kernels.cu route_profile) is written, not yet run on a card */
-    if (config_route_on(&e->model.cfg) && !env_is("E0_GPU_ROUTE_PROFILE", "1"))
-        CPU_BECAUSE(E0_EUNSUPPORTED, "GPU %d (%s): this synthetic checkpoint's routing profile is "
-                    "applied on the CPU until the GPU's is checked on a card ($E0_GPU_ROUTE_PROFILE=1 "
-                    "tries it)", ord, name);
 #undef CPU_BECAUSE
     e->gpu_ordinal = ord;
     char tier[160];
@@ -136,9 +131,10 @@ static void pin_experts(e0_engine *e, char *note, size_t n) {
     else if (vcache_pin_host(e->gmodel, why))
         snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
     else {
-        /* device-staged decode: off until measured on a card ($E0_GPU_STAGE=1 turns it on) */
+        /* device-staged decode: off by default, it loses on uniform routing
+         * and wins on real-like routing (docs/experiments.md, session 30) */
         bool on = false;
-        char no[E0_ERR_MAX] = "off by default until measured; $E0_GPU_STAGE=1 turns it on";
+        char no[E0_ERR_MAX] = "off by default; $E0_GPU_STAGE=1 turns it on";
         if (env_is("E0_GPU_STAGE", "1") && vcache_stage_on(e->gmodel, e->top_k, &on, no, why))
             snprintf(no, sizeof no, "%.300s", why);
         snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA; a decode step's misses %s%.300s%s",
