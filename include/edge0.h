@@ -429,6 +429,30 @@ size_t e0_snapshot_size(const e0_engine *e, int32_t n_pos);
 const int32_t *e0_snapshot_ids(const e0_snapshot *snap, size_t *n);
 void e0_snapshot_free(e0_snapshot *snap);
 
+/* ---- Routing replay (edge0 bench --replay) ----------------------------- *
+ * A recorded routing trace (io/routes.h: `edge0 bench --trace`'s text, or
+ * scripts/route_convert.py's from a published capture) drives a session's
+ * MoE layers instead of their routers, so that the expert cache, the I/O
+ * and the timing run as under that routing. The model still computes: the
+ * trace's experts, each weighted with the router's own probability for it,
+ * renormalised over the k as the model renormalises its top-k. A trace is
+ * immutable once loaded and may drive any number of sessions of engines of
+ * its shape at once; free it after them. CPU sessions only. */
+typedef struct e0_routes e0_routes;
+
+/* Reads the trace at path for e's model (its layers, experts and top-k):
+ * E0_EFORMAT naming file:line for a malformed trace, E0_EINVAL naming the
+ * shape to convert to for another model's. */
+int e0_routes_load(const e0_engine *e, const char *path, e0_routes **out, char *err);
+void e0_routes_free(e0_routes *r);
+/* The decode tokens the trace holds. */
+int32_t e0_routes_tokens(const e0_routes *r);
+/* From now on position p of s (p0 its position now) routes as the trace's
+ * token (offset + p - p0) mod its tokens, in every MoE layer the token
+ * names (the others by the router); r NULL routes by the router again.
+ * E0_EINVAL for another shape's trace, E0_EUNSUPPORTED on the GPU. */
+int e0_session_replay(e0_session *s, const e0_routes *r, int32_t offset, char *err);
+
 /* ---- Text in, text out ------------------------------------------------- *
  * A model's tokenizer (tokenizer.json, byte-level BPE), its chat format
  * (ChatML as the Qwen templates render it) and sampling. An e0_text is

@@ -29,7 +29,7 @@
 
 static const char *HELP =
     "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
-    "                         [--stats] [--trace FILE] [--batch LIST]\n"
+    "                         [--stats] [--trace FILE] [--replay FILE] [--batch LIST]\n"
     "\n"
     "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
     "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
@@ -48,7 +48,20 @@ static const char *HELP =
     "decode's through LRU, decayed-count LFU, ARC and the offline optimum\n"
     "(Belady) at 10%, 30% and 50% of all experts, the prefill warming each.\n"
     "--trace FILE writes the last phase's requests: a '# layers L experts E\n"
-    "decode_from F' line, then 'layer expert' per request.\n"
+    "decode_from F top_k K' line, then 'layer expert' per request, each decode\n"
+    "token's after a '# token T' line (T = 0, 1, ...).\n"
+    "\n"
+    "--replay FILE routes every decode token by a recorded trace instead of the\n"
+    "router: --trace's format (scripts/route_convert.py makes one from a published\n"
+    "capture, e.g. bench/routes/real/), for this model's layers, experts and\n"
+    "top-k. Decode token t takes the trace's token t mod its length (the prefill\n"
+    "routes by the router); a token's layers the trace does not name, too. The\n"
+    "model still computes: the trace's experts, weighted with the router's own\n"
+    "probabilities for them, renormalised over the k as the model does. The\n"
+    "cache, the reads and the timing are then those of that routing; speculative\n"
+    "loads and the router-reading cache policies still see the router's logits\n"
+    "(--opt prefetch_cap=0 --cache-policy lru leave them out). Under --batch,\n"
+    "sequence i of N starts at the trace's token i * length / N. CPU only.\n"
     "\n"
     "--batch LIST (e.g. 1,2,4,8) adds batched decode, the server's continuous\n"
     "batching without the server: for each N, N sequences each prefill their\n"
@@ -188,6 +201,9 @@ typedef struct {
     int moe_layers;
     bool traced;     /* the cache's requests were recorded */
     size_t decode_from; /* trace index of the first decode request */
+    size_t *tok_at;     /* [decode + 1] trace index of each decode token's first request */
+    const e0_routes *routes; /* --replay's trace, or NULL */
+    int n_decode;
     e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
     int policy;              /* the engine cache's own (E0_CACHE_*) */
 } phase;
@@ -250,6 +266,9 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
         out->traced = rc == 0;
         rc = 0;
     }
+    out->n_decode = n_decode;
+    free(out->tok_at);
+    out->tok_at = out->traced ? calloc((size_t)n_decode + 1, sizeof *out->tok_at) : NULL;
     uint64_t h = BENCH_SEED;
     random_ids(&h, ids, n_prefill, info.vocab_size);
     e0_engine_stats_reset(e);
@@ -257,17 +276,20 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
     out->prefill_s = now_s() - t0;
     out->decode_from = e0_engine_trace(e, NULL);
+    if (out->routes && (rc = e0_session_replay(s, out->routes, 0, err))) goto out;
     e0_engine_stats(e, &out->p);
     e0_engine_stats_reset(e);
     t0 = now_s();
     for (int k = 0; k < n_decode; k++) {
         int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size); /* greedy */
+        if (out->tok_at) out->tok_at[k] = e0_engine_trace(e, NULL);
         if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
         if (isatty(2))
             fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
                     (k + 1) / (now_s() - t0));
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
+    if (out->tok_at) out->tok_at[n_decode] = e0_engine_trace(e, NULL);
     out->decode_s = now_s() - t0;
     e0_engine_stats(e, &out->d);
     out->distinct = 0;
@@ -433,8 +455,9 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
     }
 }
 
-/* The phase's requests as text, for replaying other policies offline. */
-static int write_trace(e0_engine *e, const char *path, size_t decode_from, char *err) {
+/* The phase's requests as text, for replaying other policies offline and
+ * for --replay (io/routes.h): each decode token's after a '# token' line. */
+static int write_trace(e0_engine *e, const char *path, const phase *ph, char *err) {
     e0_model_info info;
     e0_engine_info(e, &info);
     const uint32_t *keys;
@@ -444,10 +467,13 @@ static int write_trace(e0_engine *e, const char *path, size_t decode_from, char 
         snprintf(err, E0_ERR_MAX, "%s: cannot create the trace file", path);
         return E0_EIO;
     }
-    fprintf(f, "# layers %d experts %d decode_from %zu\n", info.n_layers, info.n_experts,
-            decode_from);
-    for (size_t i = 0; i < n; i++)
+    fprintf(f, "# layers %d experts %d decode_from %zu top_k %d\n", info.n_layers, info.n_experts,
+            ph->decode_from, info.top_k);
+    for (size_t i = 0, t = 0; i < n; i++) {
+        for (; ph->tok_at && (int)t < ph->n_decode && ph->tok_at[t] == i; t++)
+            fprintf(f, "# token %zu\n", t);
         fprintf(f, "%u %u\n", keys[i] / (uint32_t)info.n_experts, keys[i] % (uint32_t)info.n_experts);
+    }
     if (fclose(f) != 0) {
         snprintf(err, E0_ERR_MAX, "%s: write failed", path);
         return E0_EIO;
@@ -462,8 +488,8 @@ enum { BATCH_LEVELS = 16, BATCH_SEQS_MAX = 256 };
 /* N sequences, each prefilled with its own n_prefill pseudo-random ids (one
  * e0_session_eval each), then n_decode greedy steps of all N in one
  * e0_session_eval_batch pass each: the prefill and decode times. */
-static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double *prefill_s,
-                       double *decode_s, double *read, char *err) {
+static int run_batched(e0_engine *e, const e0_routes *routes, int N, int n_prefill, int n_decode,
+                       double *prefill_s, double *decode_s, double *read, char *err) {
     e0_model_info info;
     e0_engine_info(e, &info);
     e0_session_opts so;
@@ -487,6 +513,9 @@ static int run_batched(e0_engine *e, int N, int n_prefill, int n_decode, double 
         rc = e0_session_eval(ss[i], ids, (size_t)n_prefill, E0_LOGITS_LAST,
                              logits + (size_t)i * (size_t)info.vocab_size, err);
         *prefill_s += now_s() - t0;
+        /* --replay: sequence i of N from the trace's token i * length / N */
+        const int32_t nt = e0_routes_tokens(routes);
+        if (!rc && routes) rc = e0_session_replay(ss[i], routes, (int32_t)((int64_t)i * nt / N), err);
         if (rc) goto out;
     }
     e0_engine_stats_reset(e);
@@ -588,15 +617,16 @@ static void report_setup(e0_engine *e, const char *model, const e0_model_info *i
 }
 
 /* Batched decode at each level (after an untimed warm-up), reported. */
-static int bench_batched(e0_engine *e, const int *levels, int n_levels, int n_prefill, int n_decode,
-                         bool json, cJSON *root, char *err) {
+static int bench_batched(e0_engine *e, const e0_routes *routes, const int *levels, int n_levels,
+                         int n_prefill, int n_decode, bool json, cJSON *root, char *err) {
     double pp[BATCH_LEVELS], tg[BATCH_LEVELS], rd[BATCH_LEVELS];
     /* untimed: the first passes' page faults (scratch, KV cache) and caches */
     fprintf(stderr, "edge0 bench: batched decode, warming up...\n");
-    if (run_batched(e, levels[0], 8, 4, &pp[0], &tg[0], &rd[0], err)) return -1;
+    if (run_batched(e, routes, levels[0], 8, 4, &pp[0], &tg[0], &rd[0], err)) return -1;
     for (int i = 0; i < n_levels; i++) {
         fprintf(stderr, "edge0 bench: batched decode, %d sequences...\n", levels[i]);
-        if (run_batched(e, levels[i], n_prefill, n_decode, &pp[i], &tg[i], &rd[i], err)) return -1;
+        if (run_batched(e, routes, levels[i], n_prefill, n_decode, &pp[i], &tg[i], &rd[i], err))
+            return -1;
     }
     report_batched(levels, n_levels, pp, tg, rd, n_prefill, n_decode, json, root);
     return 0;
@@ -612,8 +642,30 @@ static int opt_batch(void *ptr, const char *name, const char *v) {
     return parse_batch_list(v, b->lv, b->n);
 }
 
+/* --replay FILE for e's model, said in the report. */
+static int load_replay(e0_engine *e, const char *path, e0_routes **out, bool json, cJSON *root,
+                       char *err) {
+    int rc = e0_routes_load(e, path, out, err);
+    if (rc) return rc;
+    const int32_t n = e0_routes_tokens(*out);
+    if (json) {
+        cJSON_AddStringToObject(root, "replay", path);
+        cJSON_AddNumberToObject(root, "replay_tokens", n);
+    } else {
+        printf("routing: replayed from %s (%d decode tokens: decode token t takes the trace's "
+               "token t mod %d; the router's weights for its experts)\n", path, n, n);
+    }
+    return 0;
+}
+
+static void print_json(const cJSON *root) {
+    char *s = cJSON_Print(root);
+    if (s) puts(s);
+    free(s);
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *trace_path = NULL;
+    const char *model = NULL, *trace_path = NULL, *replay_path = NULL;
     long n_prefill = 512, n_decode = 64;
     bool json = false, skip_cold = false, skip_warm = false;
     int levels[BATCH_LEVELS], n_levels = 0;
@@ -624,6 +676,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_OPT("--prefill", CLI_LONG, &n_prefill, .lo = 1, .hi = 1 << 20),
         CLI_OPT("--decode", CLI_LONG, &n_decode, .lo = 1, .hi = 1 << 20),
         CLI_OPT("--trace", CLI_STR, &trace_path, .need = "a file name"),
+        CLI_OPT("--replay", CLI_STR, &replay_path, .need = "a routing trace file"),
         CLI_OPT("--batch", CLI_FN, &batch, .fn = opt_batch),
         CLI_OPT("--json", CLI_SET, &json),
         CLI_OPT("--skip-cold", CLI_SET, &skip_cold),
@@ -668,7 +721,10 @@ int cmd_bench(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
     int status = 0;
-    phase ph;
+    e0_routes *routes = NULL;
+    phase ph = {0};
+    if (replay_path && load_replay(e, replay_path, &routes, json, root, err)) goto fail;
+    ph.routes = routes;
     const bool trace = ce.stats || trace_path;
     if (!skip_cold) {
         e0_engine_drop_cache(e);
@@ -683,7 +739,7 @@ int cmd_bench(int argc, char **argv) {
         }
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, trace, false, &ph, err)) goto fail;
-        if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
+        if (trace_path && ph.traced && write_trace(e, trace_path, &ph, err)) goto fail;
         report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
     }
@@ -703,7 +759,7 @@ int cmd_bench(int argc, char **argv) {
         }
         fprintf(stderr, "edge0 bench: warm run...\n");
         if (run_phase(e, (int)n_prefill, (int)n_decode, trace, mmap_io, &ph, err)) goto fail;
-        if (trace_path && ph.traced && write_trace(e, trace_path, ph.decode_from, err)) goto fail;
+        if (trace_path && ph.traced && write_trace(e, trace_path, &ph, err)) goto fail;
         report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
     }
@@ -712,19 +768,18 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
             e0_engine_warm_cache(e);
         }
-        if (bench_batched(e, levels, n_levels, (int)n_prefill, (int)n_decode, json, root, err)) goto fail;
+        if (bench_batched(e, routes, levels, n_levels, (int)n_prefill, (int)n_decode, json, root, err))
+            goto fail;
     }
-    if (json) {
-        char *s = cJSON_Print(root);
-        if (s) puts(s);
-        free(s);
-    }
+    if (json) print_json(root);
     if (!json) printf("peak RSS %.0f MiB\n", (double)cli_peak_rss() / (1 << 20));
     goto done;
 fail:
     cli_error("%s", err);
     status = 1;
 done:
+    free(ph.tok_at);
+    e0_routes_free(routes);
     cJSON_Delete(root);
     e0_engine_free(e);
     return status;

@@ -55,6 +55,10 @@ struct e0_session {
     /* [n_ctx, n_layers, top_k]: each position's final experts per layer,
      * highest weight first; only for models with route stickiness (moe.c) */
     uint16_t *route_hist;
+    /* routing replay (e0_session_replay, model/replay.c): position p takes
+     * token (replay_off + p - replay_p0) mod its tokens of the trace; NULL: the router */
+    const struct e0_routes *replay;
+    int64_t replay_off, replay_p0;
     e0_scratch s;
     /* the prefill pass paused between layers (session_eval_part, pass_begin):
      * NULL when none is in progress, &own (session_eval_part's) or a
@@ -137,6 +141,10 @@ void attn_forward_batch(const e0_batch *b, int layer, const float *in, float *ou
 void deltanet_forward_batch(const e0_batch *b, int layer, const float *in, float *out);
 /* Fails only when expert bytes cannot be read (E0_EIO, message in err). */
 int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out, char *err);
+/* The experts the session's replayed trace gives position p in `layer`
+ * ([top_k]), NULL where the router decides (no replay, or the trace's token
+ * does not name the layer). */
+const int32_t *replay_experts(const e0_session *s, int layer, int64_t p);
 void mlp_forward_batch(const e0_batch *b, int layer, const float *in, float *out);
 
 /* Keeps the longest part of the session's history that is a prefix of

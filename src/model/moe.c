@@ -47,6 +47,26 @@ static void route(const float *logits, int E, int k, bool renorm, int32_t *idx, 
     }
 }
 
+/* w = the token's own probabilities (softmax over all E logits, computed
+ * as route() does) of the experts idx, renormalised to sum 1 when `renorm`:
+ * the router's weights for experts chosen otherwise (stickiness, replay). */
+static void reweigh(const float *logits, int E, int k, bool renorm, const int32_t *idx, float *w) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += expf(logits[e] - mx);
+    for (int j = 0; j < k; j++)
+        w[j] = expf(logits[idx[j]] - mx) / sum;
+    if (renorm) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += w[j];
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
 /* Route stickiness (synth/synth.h; synthetic checkpoints whose config.json
  * sets edge0_synth.route_stickiness): make the token share at least n of
  * its k experts with the previous position's, `prev` (that position's final
@@ -77,20 +97,7 @@ static void sticky_apply(const float *logits, int E, int k, int n, bool renorm,
         idx[j] = prev[c++];
         shared++;
     }
-    float mx = -INFINITY, sum = 0.0f;
-    for (int e = 0; e < E; e++)
-        mx = logits[e] > mx ? logits[e] : mx;
-    for (int e = 0; e < E; e++)
-        sum += expf(logits[e] - mx);
-    for (int j = 0; j < k; j++)
-        w[j] = expf(logits[idx[j]] - mx) / sum;
-    if (renorm) {
-        float s = 0.0f;
-        for (int j = 0; j < k; j++)
-            s += w[j];
-        for (int j = 0; j < k; j++)
-            w[j] /= s;
-    }
+    reweigh(logits, E, k, renorm, idx, w);
 }
 
 /* The token's final experts, highest weight first (lower id on ties), as
@@ -146,10 +153,12 @@ static void profile_apply(const e0_route_cfg *r, int layer, float *lg, int E, in
     }
 }
 
-/* Routing profile and stickiness over a batch, run by run in position
- * order: a run's token i follows its token i - 1, the first one the
- * session's previous position. */
-static void sticky_tokens(const e0_batch *b, int layer, int E, int k, bool renorm) {
+/* Routing profile, stickiness and replay over a batch, run by run in
+ * position order: a run's token i follows its token i - 1, the first one
+ * the session's previous position. A replayed session's token takes the
+ * trace's experts (model/replay.c) with the router's weights for them
+ * (reweigh); the route history records what was used. */
+static void route_overrides(const e0_batch *b, int layer, int E, int k, bool renorm) {
     const e0_config *c = &b->run[0].s->m->cfg;
     const bool prof = config_route_on(c);
     const int n = (int)lround(c->route_stickiness * k);
@@ -157,19 +166,25 @@ static void sticky_tokens(const e0_batch *b, int layer, int E, int k, bool renor
     e0_scratch *S = b->S;
     for (int r = 0; r < b->nrun; r++) {
         const e0_session *s = b->run[r].s;
+        if (!s->route_hist && !s->replay) continue;
         for (int i = 0; i < b->run[r].n; i++) {
             const size_t t = (size_t)(b->run[r].t0 + i), p = (size_t)s->pos + (size_t)i;
             int32_t *idx = S->ridx + t * k;
             float *w = S->rw + t * k;
-            if (prof) {
+            if (prof && s->route_hist) {
                 float *lg = S->rlogits + t * E;
                 profile_apply(&c->route, layer, lg, E, k, s->route_hist + (size_t)layer * k, p, L * k);
                 route(lg, E, k, renorm, idx, w);
             }
-            if (p > 0 && n > 0)
+            if (p > 0 && n > 0 && s->route_hist)
                 sticky_apply(S->rlogits + t * E, E, k, n, renorm,
                              s->route_hist + ((p - 1) * L + (size_t)layer) * (size_t)k, idx, w);
-            sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
+            const int32_t *rep = replay_experts(s, layer, (int64_t)p);
+            if (rep) {
+                memcpy(idx, rep, (size_t)k * sizeof *idx);
+                reweigh(S->rlogits + t * E, E, k, renorm, idx, w);
+            }
+            if (s->route_hist) sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
         }
     }
 }
@@ -230,7 +245,9 @@ int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out,
     mat_matmul_f32(&ly->router, in, H, T, S->rlogits, E); /* f32 activations: near-ties decide routing */
     route_job rj = {S, E, k, c->norm_topk};
     pool_for(T, 1, route_tokens, &rj);
-    if (s0->route_hist) sticky_tokens(b, layer, E, k, c->norm_topk);
+    bool over = false;
+    for (int r = 0; r < b->nrun; r++) over |= b->run[r].s->route_hist || b->run[r].s->replay;
+    if (over) route_overrides(b, layer, E, k, c->norm_topk);
     stream_observe(s0->eng->stream, layer, S->rlogits, T);
     int rc = stream_experts(s0->eng->stream, layer, in, b, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;
