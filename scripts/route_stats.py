@@ -4,13 +4,16 @@
   scripts/route_stats.py TRACE [--profile NAME] [--top-k K] [--layers LIST]
 
 TRACE is one of:
-  - `edge0 bench --trace FILE`'s output: a '# layers L experts E decode_from F'
-    line, then 'layer expert' per cache request. Only the decode's requests
-    (from index F) are read: a one-token step requests its k experts in every
+  - `edge0 bench --trace FILE`'s output (or scripts/route_convert.py's): a
+    '# layers L experts E decode_from F [top_k K]' line, then 'layer expert'
+    per cache request. Only the decode's requests (from index F) are read.
+    Since session 30 a '# token T' line opens each decode token's requests;
+    in older traces (none) a one-token step requests its k experts in every
     layer, in layer order, so each run of one layer's requests is one token
     (runs longer than k, as with a single MoE layer, are cut into k's; k is
-    the most common run length unless --top-k is given). Run bench with the
-    expert cache (e.g. --io pread or --mem-budget) and no prefetch guesses.
+    the header's top_k, else the most common run length, unless --top-k is
+    given). Run bench with the expert cache (e.g. --io pread or --mem-budget)
+    and no prefetch guesses.
   - JSONL, one object per line, either {"layer": L, "token": T, "experts":
     [...]} (one token of one layer; "experts" in any order), or a route
     capture line {"layer": "...layers.8.mlp.experts", "topk_ids": [[...], ...],
@@ -72,9 +75,16 @@ def read_bench(lines, top_k):
     if len(h) < 7 or h[:2] != ["#", "layers"] or h[3] != "experts" or h[5] != "decode_from":
         die("not a bench trace header: " + lines[0][:80])
     L, E, fr = int(h[2]), int(h[4]), int(h[6])
-    reqs = []
+    if len(h) >= 9 and h[7] == "top_k" and not top_k:
+        top_k = int(h[8])
+    reqs, marks = [], []  # marks: request index where each '# token' opens
     for i, l in enumerate(lines[1:]):
         if not l.strip():
+            continue
+        if l.startswith("#"):
+            a = l[1:].split()
+            if a[:1] == ["token"]:
+                marks.append(len(reqs))
             continue
         a = l.split()
         if len(a) != 2:
@@ -83,6 +93,8 @@ def read_bench(lines, top_k):
         if not (0 <= la < L and 0 <= ex < E):
             die("line %d: layer or expert out of range" % (i + 2))
         reqs.append((la, ex))
+    if marks:
+        return read_tokens(reqs, marks, E, top_k)
     reqs = reqs[fr:]
     runs = []
     for la, ex in reqs:
@@ -99,6 +111,22 @@ def read_bench(lines, top_k):
             die("layer %d: a run of %d requests is not a multiple of top-k %d" % (la, len(ex), k))
         for j in range(0, len(ex), k):
             per.setdefault(la, []).append(ex[j:j + k])
+    return per, E, k
+
+
+def read_tokens(reqs, marks, E, top_k):
+    """Tokens delimited by '# token' lines: per layer, each token's experts."""
+    per = {}
+    for t, a in enumerate(marks):
+        b = marks[t + 1] if t + 1 < len(marks) else len(reqs)
+        tok = {}
+        for la, ex in reqs[a:b]:
+            tok.setdefault(la, []).append(ex)
+        for la, ex in tok.items():
+            per.setdefault(la, []).append(ex)
+    if not per:
+        die("no decode requests after the '# token' lines")
+    k = top_k or Counter(len(t) for v in per.values() for t in v).most_common(1)[0][0]
     return per, E, k
 
 
