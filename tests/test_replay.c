@@ -39,7 +39,8 @@ static char *write_trace(const char *dir) {
                     h = h * 6364136223846793005ull + 1442695040888963407ull;
                     g_ids[t][l][j] = (int32_t)(h >> 33) % EXPERTS;
                     dup = false;
-                    for (int i = 0; i < j; i++) dup |= g_ids[t][l][i] == g_ids[t][l][j];
+                    for (int i = 0; i < j; i++)
+                        dup |= g_ids[t][l][i] == g_ids[t][l][j];
                 }
                 n += snprintf(txt + n, (size_t)(1 << 16) - (size_t)n, "%d %d\n", l, g_ids[t][l][j]);
             }
@@ -111,14 +112,16 @@ static size_t check_step(const uint32_t *keys, size_t n, const int *tok, int ns)
             }
         if (router) { /* the router's experts: k requests of this layer */
             assert_int_equal(ns, 1);
-            for (int j = 0; j < K; j++, at++) assert_int_equal(keys[at] / EXPERTS, (uint32_t)l);
+            for (int j = 0; j < K; j++, at++)
+                assert_int_equal(keys[at] / EXPERTS, (uint32_t)l);
             continue;
         }
         for (int j = 0; j < nw; j++, at++) {
             assert_true(at < n);
             assert_int_equal(keys[at] / EXPERTS, (uint32_t)l);
             assert_true(in_set(want, nw, (int32_t)(keys[at] % EXPERTS)));
-            for (int i = 0; i < j; i++) assert_int_not_equal(keys[at - 1 - i], keys[at]);
+            for (int i = 0; i < j; i++)
+                assert_int_not_equal(keys[at - 1 - i], keys[at]);
         }
     }
     return at;
@@ -154,14 +157,16 @@ static void test_replay_one(void **state) {
         at += check_step(keys + at, n - at, &tok, 1);
     }
     assert_int_equal(at, n);
-    for (int v = 0; v < 16; v++) assert_true(lg[v] == lg[v]); /* the model computed */
+    for (int v = 0; v < 16; v++)
+        assert_true(lg[v] == lg[v]); /* the model computed */
     /* off again: the router's routing, which the trace's first token is not */
     if (e0_session_replay(s, NULL, 0, err)) fail_msg("%s", err);
     if (e0_engine_trace_start(e, 1 << 16, 64, err)) fail_msg("%s", err);
     if (e0_session_eval(s, &id, 1, E0_LOGITS_LAST, lg, err)) fail_msg("%s", err);
     assert_int_equal(e0_engine_trace(e, &keys), (size_t)LAYERS * K);
     int same = 0;
-    for (int j = 0; j < K; j++) same += in_set(g_ids[STEPS % TOKENS][0], K, (int32_t)keys[j]);
+    for (int j = 0; j < K; j++)
+        same += in_set(g_ids[STEPS % TOKENS][0], K, (int32_t)keys[j]);
     assert_true(same < K);
     free(lg);
     e0_session_free(s);
@@ -199,9 +204,65 @@ static void test_replay_batch(void **state) {
         at += check_step(keys + at, n - at, tok, 2);
         assert_int_equal(at, n);
     }
-    for (int i = 0; i < 2; i++) e0_session_free(ss[i]);
+    for (int i = 0; i < 2; i++)
+        e0_session_free(ss[i]);
     e0_routes_free(r);
     e0_engine_free(e);
+}
+
+/* The weights: replaying the router's own routing (recorded from a plain
+ * decode) gives that decode's logits, up to the order the k weighted
+ * outputs are summed in (the trace lists a layer's experts in request
+ * order, the router by weight; 2e-7 at the first step, 3e-5 once the
+ * states carry it): the trace's experts get the router's renormalised
+ * probabilities (weights 1/k are 0.3 off at the first step). */
+static void test_replay_own_routing(void **state) {
+    enum { STEPS = 6 };
+    e0_engine *e = open_engine();
+    e0_model_info in;
+    e0_engine_info(e, &in);
+    const size_t V = (size_t)in.vocab_size;
+    float *want = malloc(STEPS * V * sizeof *want), *got = malloc(V * sizeof *got);
+    const int32_t prompt[3] = {5, 9, 11};
+    int32_t ids[STEPS];
+    char err[E0_ERR_MAX];
+    e0_session *s;
+    if (e0_session_new(e, NULL, &s, err)) fail_msg("%s", err);
+    if (e0_session_eval(s, prompt, 3, E0_LOGITS_LAST, got, err)) fail_msg("%s", err);
+    if (e0_engine_trace_start(e, 1 << 16, 64, err)) fail_msg("%s", err);
+    for (int t = 0; t < STEPS; t++) {
+        ids[t] = (int32_t)tu_argmax(t ? want + (size_t)(t - 1) * V : got, V);
+        if (e0_session_eval(s, &ids[t], 1, E0_LOGITS_LAST, want + (size_t)t * V, err))
+            fail_msg("%s", err);
+    }
+    const uint32_t *keys;
+    assert_int_equal(e0_engine_trace(e, &keys), (size_t)STEPS * LAYERS * K);
+    char *txt = malloc(1 << 16);
+    int n = snprintf(txt, 1 << 16, "# layers %d experts %d decode_from 0\n", LAYERS, EXPERTS);
+    for (int i = 0; i < STEPS * LAYERS * K; i++) {
+        if (i % (LAYERS * K) == 0)
+            n += snprintf(txt + n, (size_t)(1 << 16) - (size_t)n, "# token %d\n", i / (LAYERS * K));
+        n += snprintf(txt + n, (size_t)(1 << 16) - (size_t)n, "%u %u\n", keys[i] / EXPERTS,
+                      keys[i] % EXPERTS);
+    }
+    char *p = tu_write(g_dir, "own.trace", txt, (size_t)n);
+    e0_routes *r;
+    if (e0_routes_load(e, p, &r, err)) fail_msg("%s", err);
+    e0_session_reset(s);
+    if (e0_session_eval(s, prompt, 3, E0_LOGITS_LAST, got, err)) fail_msg("%s", err);
+    if (e0_session_replay(s, r, 0, err)) fail_msg("%s", err);
+    for (int t = 0; t < STEPS; t++) {
+        if (e0_session_eval(s, &ids[t], 1, E0_LOGITS_LAST, got, err)) fail_msg("%s", err);
+        const double d = tu_rel_l2(got, want + (size_t)t * V, V);
+        if (!(d < 1e-3)) fail_msg("step %d: replayed logits %.3g off the router's", t, d);
+    }
+    e0_routes_free(r);
+    e0_session_free(s);
+    e0_engine_free(e);
+    free(p);
+    free(txt);
+    free(want);
+    free(got);
 }
 
 /* A trace `text` is refused with a message containing its path and `want`. */
@@ -228,7 +289,8 @@ static void test_replay_malformed(void **state) {
             ":3: decode token 0 names 2 experts of layer 1, want 8");
     refused(e, "# layers 4 experts 256 decode_from 0\n# token 1\n", E0_EFORMAT,
             ":2: token 1 where token 0 is next");
-    refused(e, "# layers 4 experts 256 decode_from 0\n0 x\n", E0_EFORMAT, ":2: want 'LAYER EXPERT'");
+    refused(e, "# layers 4 experts 256 decode_from 0\n0 x\n", E0_EFORMAT,
+            ":2: want 'LAYER EXPERT'");
     refused(e, "# layers 4 experts 256 decode_from 3\n0 1\n", E0_EFORMAT, ": no decode requests");
     refused(e, "# layers 48 experts 256 decode_from 0\n0 1\n", E0_EINVAL,
             ": the trace is for 48 layers x 256 experts, the model has 4 x 256: convert it with "
@@ -268,7 +330,8 @@ static void test_replay_bench(void **state) {
     free(txt);
     const char *bad_trace = "# layers 4 experts 256 decode_from 0\n0 999\n";
     char *p = tu_write(g_dir, "bad.trace", bad_trace, strlen(bad_trace));
-    snprintf(cmd, sizeof cmd, "%s bench %s --skip-cold --replay %s > %s 2>&1", tu_bin(), g_model, p, log);
+    snprintf(cmd, sizeof cmd, "%s bench %s --skip-cold --replay %s > %s 2>&1", tu_bin(), g_model, p,
+             log);
     assert_int_equal(tu_run(cmd), 1);
     if (e0_read_file(log, &txt, &len, 1 << 24, err)) fail_msg("%s", err);
     char want[600];
@@ -282,9 +345,8 @@ static void test_replay_bench(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replay_one),
-        cmocka_unit_test(test_replay_batch),
-        cmocka_unit_test(test_replay_malformed),
+        cmocka_unit_test(test_replay_one),         cmocka_unit_test(test_replay_batch),
+        cmocka_unit_test(test_replay_own_routing), cmocka_unit_test(test_replay_malformed),
         cmocka_unit_test(test_replay_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

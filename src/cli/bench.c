@@ -516,7 +516,8 @@ static int run_batched(e0_engine *e, const e0_routes *routes, int N, int n_prefi
         *prefill_s += now_s() - t0;
         /* --replay: sequence i of N from the trace's token i * length / N */
         const int32_t nt = e0_routes_tokens(routes);
-        if (!rc && routes) rc = e0_session_replay(ss[i], routes, (int32_t)((int64_t)i * nt / N), err);
+        if (!rc && routes)
+            rc = e0_session_replay(ss[i], routes, (int32_t)((int64_t)i * nt / N), err);
         if (rc) goto out;
     }
     e0_engine_stats_reset(e);
@@ -654,7 +655,8 @@ static int load_replay(e0_engine *e, const char *path, e0_routes **out, bool jso
         cJSON_AddNumberToObject(root, "replay_tokens", n);
     } else {
         printf("routing: replayed from %s (%d decode tokens: decode token t takes the trace's "
-               "token t mod %d; the router's weights for its experts)\n", path, n, n);
+               "token t mod %d; the router's weights for its experts)\n",
+               path, n, n);
     }
     return 0;
 }
@@ -769,7 +771,8 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
             e0_engine_warm_cache(e);
         }
-        if (bench_batched(e, routes, levels, n_levels, (int)n_prefill, (int)n_decode, json, root, err))
+        if (bench_batched(e, routes, levels, n_levels, (int)n_prefill, (int)n_decode, json, root,
+                          err))
             goto fail;
     }
     if (json) print_json(root);

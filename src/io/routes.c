@@ -18,7 +18,8 @@ typedef struct {
 } cur;
 
 static void skip_ws(cur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++;
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r'))
+        c->p++;
 }
 
 /* A decimal number of at most 9 digits; false when there is none. */
@@ -80,7 +81,8 @@ static int open_token(parser *ps, int64_t line, char *err) {
     }
     ps->r->n_tokens++;
     int32_t *w = row(ps);
-    for (size_t i = 0; i < per; i++) w[i] = -1;
+    for (size_t i = 0; i < per; i++)
+        w[i] = -1;
     memset(ps->cnt, 0, (size_t)ps->L * sizeof *ps->cnt);
     ps->tok_line = line;
     return 0;
@@ -96,7 +98,8 @@ static int close_token(parser *ps, char *err) {
             return e0_fail(err, E0_EFORMAT,
                            "%s:%lld: decode token %d names %d experts of layer %d, want %d (the "
                            "model's top-k)",
-                           ps->name, (long long)ps->first[l], ps->r->n_tokens - 1, ps->cnt[l], l, ps->k);
+                           ps->name, (long long)ps->first[l], ps->r->n_tokens - 1, ps->cnt[l], l,
+                           ps->k);
     }
     if (!named)
         return e0_fail(err, E0_EFORMAT, "%s:%lld: decode token %d has no requests", ps->name,
@@ -107,8 +110,8 @@ static int close_token(parser *ps, char *err) {
 static int header(parser *ps, cur *c, char *err) {
     int64_t L, E, F, K = ps->k;
     if (!word(c, "#") || !word(c, "layers") || !num(c, &L) || !word(c, "experts") || !num(c, &E) ||
-        !word(c, "decode_from") || !num(c, &F) || (!at_end(c) && (!word(c, "top_k") || !num(c, &K))) ||
-        !at_end(c))
+        !word(c, "decode_from") || !num(c, &F) ||
+        (!at_end(c) && (!word(c, "top_k") || !num(c, &K))) || !at_end(c))
         return e0_fail(err, E0_EFORMAT,
                        "%s:1: not a routing trace header ('# layers L experts E decode_from F "
                        "[top_k K]')",
@@ -137,8 +140,9 @@ static int marker(parser *ps, cur *c, int64_t line, char *err) {
                        "%s:%lld: '# token' before the decode's first request (decode_from %lld)",
                        ps->name, (long long)line, (long long)ps->from);
     if (ps->marked == 0)
-        return e0_fail(err, E0_EFORMAT, "%s:%lld: a '# token' line after decode requests without one",
-                       ps->name, (long long)line);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s:%lld: a '# token' line after decode requests without one", ps->name,
+                       (long long)line);
     if (t != ps->r->n_tokens)
         return e0_fail(err, E0_EFORMAT, "%s:%lld: token %lld where token %d is next", ps->name,
                        (long long)line, (long long)t, ps->r->n_tokens);
@@ -162,13 +166,15 @@ static int request(parser *ps, cur *c, int64_t line, char *err) {
     if (rc) return rc;
     ps->prev = l;
     if (ps->cnt[l] == ps->k)
-        return e0_fail(err, E0_EFORMAT, "%s:%lld: more than %d experts for layer %lld in decode token %d",
-                       ps->name, (long long)line, ps->k, (long long)l, ps->r->n_tokens - 1);
+        return e0_fail(err, E0_EFORMAT,
+                       "%s:%lld: more than %d experts for layer %lld in decode token %d", ps->name,
+                       (long long)line, ps->k, (long long)l, ps->r->n_tokens - 1);
     int32_t *w = row(ps) + (size_t)l * (size_t)ps->k;
     for (int32_t j = 0; j < ps->cnt[l]; j++)
         if (w[j] == x)
-            return e0_fail(err, E0_EFORMAT, "%s:%lld: expert %lld twice for layer %lld in decode token %d",
-                           ps->name, (long long)line, (long long)x, (long long)l, ps->r->n_tokens - 1);
+            return e0_fail(err, E0_EFORMAT,
+                           "%s:%lld: expert %lld twice for layer %lld in decode token %d", ps->name,
+                           (long long)line, (long long)x, (long long)l, ps->r->n_tokens - 1);
     if (ps->cnt[l] == 0) ps->first[l] = line;
     w[ps->cnt[l]++] = (int32_t)x;
     return 0;
@@ -183,14 +189,16 @@ static int parse_lines(parser *ps, const char *text, size_t len, char *err) {
         cur c = {p, nl ? nl : end};
         p = nl ? nl + 1 : end;
         line++;
-        if (line == 1)
+        if (line == 1) {
             rc = header(ps, &c, err);
-        else if (at_end(&c))
+        } else if (at_end(&c)) {
             continue;
-        else if (*c.p == '#')
-            rc = (c.p++, word(&c, "token")) ? marker(ps, &c, line, err) : 0; /* else a comment */
-        else
+        } else if (*c.p == '#') {
+            c.p++;
+            if (word(&c, "token")) rc = marker(ps, &c, line, err); /* other '#' lines: comments */
+        } else {
             rc = request(ps, &c, line, err);
+        }
     }
     if (rc) return rc;
     if (line == 0) return e0_fail(err, E0_EFORMAT, "%s:1: empty, not a routing trace", ps->name);
@@ -205,8 +213,10 @@ int routes_parse(const char *text, size_t len, const char *name, int32_t L, int3
                  struct e0_routes *out, char *err) {
     memset(out, 0, sizeof *out);
     if (L < 1 || E < 1 || k < 1 || k > E)
-        return e0_fail(err, E0_EINVAL, "%s: no routing to replay on a model of %d layers, %d experts, "
-                       "top-%d", name, L, E, k);
+        return e0_fail(err, E0_EINVAL,
+                       "%s: no routing to replay on a model of %d layers, %d experts, "
+                       "top-%d",
+                       name, L, E, k);
     parser ps = {.name = name, .L = L, .E = E, .k = k, .marked = -1, .r = out};
     ps.cnt = calloc((size_t)L, sizeof *ps.cnt);
     ps.first = calloc((size_t)L, sizeof *ps.first);

@@ -184,7 +184,8 @@ static void route_overrides(const e0_batch *b, int layer, int E, int k, bool ren
                 memcpy(idx, rep, (size_t)k * sizeof *idx);
                 reweigh(S->rlogits + t * E, E, k, renorm, idx, w);
             }
-            if (s->route_hist) sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
+            if (s->route_hist)
+                sticky_record(idx, w, k, s->route_hist + (p * L + (size_t)layer) * (size_t)k);
         }
     }
 }
@@ -246,7 +247,8 @@ int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out,
     route_job rj = {S, E, k, c->norm_topk};
     pool_for(T, 1, route_tokens, &rj);
     bool over = false;
-    for (int r = 0; r < b->nrun; r++) over |= b->run[r].s->route_hist || b->run[r].s->replay;
+    for (int r = 0; r < b->nrun; r++)
+        over |= b->run[r].s->route_hist || b->run[r].s->replay;
     if (over) route_overrides(b, layer, E, k, c->norm_topk);
     stream_observe(s0->eng->stream, layer, S->rlogits, T);
     int rc = stream_experts(s0->eng->stream, layer, in, b, S->ridx, S->rw, k, S->eo, S, err);

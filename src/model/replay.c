@@ -42,12 +42,16 @@ int32_t e0_routes_tokens(const e0_routes *r) {
 
 int e0_session_replay(e0_session *s, const e0_routes *r, int32_t offset, char *err) {
     const e0_config *c = &s->m->cfg;
-    if (r && (r->n_layers != c->n_layers || r->n_experts != c->n_experts || r->top_k != s->eng->top_k))
-        return e0_fail(err, E0_EINVAL, "the routing trace is for %d layers x %d experts top-%d, the "
-                       "model has %d x %d top-%d", r->n_layers, r->n_experts, r->top_k, c->n_layers,
-                       c->n_experts, s->eng->top_k);
+    if (r &&
+        (r->n_layers != c->n_layers || r->n_experts != c->n_experts || r->top_k != s->eng->top_k))
+        return e0_fail(err, E0_EINVAL,
+                       "the routing trace is for %d layers x %d experts top-%d, the "
+                       "model has %d x %d top-%d",
+                       r->n_layers, r->n_experts, r->top_k, c->n_layers, c->n_experts,
+                       s->eng->top_k);
     if (r && s->gs)
-        return e0_fail(err, E0_EUNSUPPORTED, "routing replay runs on the CPU only (the session is on "
+        return e0_fail(err, E0_EUNSUPPORTED,
+                       "routing replay runs on the CPU only (the session is on "
                        "the GPU: --gpu off)");
     s->replay = r;
     s->replay_off = r ? (int64_t)offset % r->n_tokens : 0;
@@ -59,6 +63,7 @@ const int32_t *replay_experts(const e0_session *s, int layer, int64_t p) {
     const e0_routes *r = s->replay;
     if (!r) return NULL;
     const int64_t n = r->n_tokens, t = ((s->replay_off + p - s->replay_p0) % n + n) % n;
-    const int32_t *ids = r->ids + ((size_t)t * (size_t)r->n_layers + (size_t)layer) * (size_t)r->top_k;
+    const int32_t *ids =
+        r->ids + ((size_t)t * (size_t)r->n_layers + (size_t)layer) * (size_t)r->top_k;
     return ids[0] >= 0 ? ids : NULL;
 }
