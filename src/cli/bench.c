@@ -203,7 +203,7 @@ typedef struct {
     bool traced;     /* the cache's requests were recorded */
     size_t decode_from; /* trace index of the first decode request */
     size_t *tok_at;     /* [decode + 1] trace index of each decode token's first request */
-    const e0_routes *routes; /* --replay's trace, or NULL */
+    e0_routes *routes;  /* --replay's trace (the phase's caller owns it), or NULL */
     int n_decode;
     e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
     int policy;              /* the engine cache's own (E0_CACHE_*) */
@@ -724,10 +724,8 @@ int cmd_bench(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
     int status = 0;
-    e0_routes *routes = NULL;
     phase ph = {0};
-    if (replay_path && load_replay(e, replay_path, &routes, json, root, err)) goto fail;
-    ph.routes = routes;
+    if (replay_path && load_replay(e, replay_path, &ph.routes, json, root, err)) goto fail;
     const bool trace = ce.stats || trace_path;
     if (!skip_cold) {
         e0_engine_drop_cache(e);
@@ -771,7 +769,7 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "edge0 bench: reading the checkpoint into the page cache...\n");
             e0_engine_warm_cache(e);
         }
-        if (bench_batched(e, routes, levels, n_levels, (int)n_prefill, (int)n_decode, json, root,
+        if (bench_batched(e, ph.routes, levels, n_levels, (int)n_prefill, (int)n_decode, json, root,
                           err))
             goto fail;
     }
@@ -783,7 +781,7 @@ fail:
     status = 1;
 done:
     free(ph.tok_at);
-    e0_routes_free(routes);
+    e0_routes_free(ph.routes);
     cJSON_Delete(root);
     e0_engine_free(e);
     return status;
