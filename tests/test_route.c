@@ -21,21 +21,8 @@
 enum { STEPS = 24, LAYERS = 4, EXPERTS = 32, K = 4 };
 
 static e0_engine *open_with(const char *dir, int policy, int32_t slots) {
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    eo.n_threads = 2;
-    eo.io = E0_IO_PREAD; /* the trace is the shared cache's */
-    eo.layer.cache_slots = slots;
-    eo.layer.cache_policy = policy;
-    eo.layer.prefetch_cap = 0; /* no speculative loads: every request is the router's */
-    e0_engine *e;
+    e0_engine *e = tu_open_cached(dir, slots, policy, LAYERS, EXPERTS, K);
     char err[E0_ERR_MAX];
-    if (e0_engine_open(&e, dir, &eo, err)) fail_msg("%s", err);
-    e0_model_info in;
-    e0_engine_info(e, &in);
-    assert_int_equal(in.n_layers, LAYERS);
-    assert_int_equal(in.n_experts, EXPERTS);
-    assert_int_equal(in.top_k, K);
     if (e0_engine_trace_start(e, 1 << 16, STEPS, err)) fail_msg("%s", err);
     return e;
 }

@@ -47,20 +47,10 @@ static char *write_synth(const char *root, const char *name, const char *profile
  * (averaged over layers and steps >= 1) and the share of the decode's
  * selections that the 16 most used experts of each layer take. */
 static double decode_reuse(const char *path, double *top16) {
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    eo.n_threads = 2;
-    eo.io = E0_IO_PREAD;
-    eo.layer.cache_slots = 256;
-    eo.layer.prefetch_cap = 0;
-    e0_engine *e;
+    e0_engine *e = tu_open_cached(path, 256, -1, LAYERS, EXPERTS, K);
     char err[E0_ERR_MAX];
-    if (e0_engine_open(&e, path, &eo, err)) fail_msg("%s", err);
     e0_model_info in;
     e0_engine_info(e, &in);
-    assert_int_equal(in.n_layers, LAYERS);
-    assert_int_equal(in.n_experts, EXPERTS);
-    assert_int_equal(in.top_k, K);
     if (e0_engine_trace_start(e, 1 << 16, STEPS, err)) fail_msg("%s", err);
     e0_session *s;
     if (e0_session_new(e, NULL, &s, err)) fail_msg("%s", err);

@@ -153,6 +153,26 @@ char *tu_synth_profile(const char *root, const char *name, const char *profile) 
     return dir;
 }
 
+e0_engine *tu_open_cached(const char *dir, int32_t slots, int policy, int32_t layers,
+                          int32_t experts, int32_t top_k) {
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    eo.n_threads = 2;
+    eo.io = E0_IO_PREAD; /* the trace is the shared cache's */
+    eo.layer.cache_slots = slots;
+    if (policy >= 0) eo.layer.cache_policy = policy;
+    eo.layer.prefetch_cap = 0; /* no speculative loads: every request is the router's */
+    e0_engine *e;
+    char err[E0_ERR_MAX];
+    if (e0_engine_open(&e, dir, &eo, err)) fail_msg("%s: %s", dir, err);
+    e0_model_info in;
+    e0_engine_info(e, &in);
+    assert_int_equal(in.n_layers, layers);
+    assert_int_equal(in.n_experts, experts);
+    assert_int_equal(in.top_k, top_k);
+    return e;
+}
+
 const tu_config TU_CONFIGS[TU_NCONFIGS] = {
     {"exact, 1-slot LRU", E0_PATH_EXACT, E0_IO_PREAD, 1, ""},
     {"exact, LRU", E0_PATH_EXACT, E0_IO_PREAD, 4096, ""},

@@ -69,6 +69,14 @@ char *tu_synth_sticky(const char *root, const char *name, double P);
 /* The same with the routing profile `profile` (synth --route-profile). */
 char *tu_synth_profile(const char *root, const char *name, const char *profile);
 
+/* The model at dir opened so that its expert cache sees every routed
+ * expert (the routing tests read routing from its request trace): 2
+ * threads, pread I/O, `slots` cache slots, no speculative loads, cache
+ * policy `policy` (< 0: the engine's default); fails the test unless the
+ * model has `layers` layers, `experts` experts and top-k `top_k`. */
+e0_engine *tu_open_cached(const char *dir, int32_t slots, int policy, int32_t layers,
+                          int32_t experts, int32_t top_k);
+
 /* Runs a shell command line; returns its exit status (-1 if it did not exit). */
 int tu_run(const char *cmd);
 
