@@ -466,9 +466,6 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         double recent = r->recent, window = r->window, decay = r->decay;
         void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm, &posp, &li, &L, &bias, &hist, &recent, &window, &decay, &wl};
         if (!rc) rc = gpu_launch(d, d->k.route_profile, 1, 1, 1, 32, 0, a1, "routing (profile)", err);
-    } else {
-        void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
-        if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     }
     /* a device-staged decode step: slots from the device's table, misses staged by moe_stage */
     const gpu_vcache *vc = s->g->vc;
@@ -476,8 +473,19 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     const size_t at = (size_t)li * (size_t)E * sizeof(int32_t), ak = (size_t)li * (size_t)k * sizeof(int32_t);
     CUdeviceptr tab = staged ? vc->dtab + at : 0, used = staged ? vc->dused + at : 0;
     CUdeviceptr stage = staged ? vc->dstage + ak : 0, slog = staged ? vc->dlog + ak : 0;
-    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
-    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
+    /* routing and grouping in one launch where the device does (d->route_sort) */
+    const bool one = !config_route_on(c) && d->fuse && d->route_sort && T <= 32;
+    if (one) {
+        void *a[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
+        if (!rc) rc = gpu_launch(d, d->k.route_sort, 1, 1, 1, 1024, 0, a, "routing and grouping", err);
+    } else {
+        if (!config_route_on(c)) {
+            void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
+            if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
+        }
+        void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
+        if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
+    }
     if (!rc && staged) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
         rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);

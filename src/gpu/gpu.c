@@ -69,7 +69,7 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
         {&d->k.dn_rec128, "dn_rec128"},
         {&d->k.route, "route"},           {&d->k.route_profile, "route_profile"},
-        {&d->k.moe_sort, "moe_sort"},
+        {&d->k.moe_sort, "moe_sort"},     {&d->k.route_sort, "route_sort"},
         {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
@@ -195,6 +195,8 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
+    const char *rv = getenv("E0_GPU_ROUTE_SORT");
+    d->route_sort = rv && *rv == '1';
     *out = d;
     return 0;
 }
