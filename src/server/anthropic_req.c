@@ -665,18 +665,13 @@ int srv_anthropic_request(srv_request *r, bool count_only, const char *body, siz
     if (prefilled) *prefilled = false;
     *prompt = NULL;
     *prompt_len = 0;
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    if (!j) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
-        return srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body is not valid JSON (near byte %ld)", off);
-    }
+    cJSON *j = srv_parse_object(body, len, e);
+    if (!j) return -1;
     cJSON *o = cJSON_CreateObject();
     char *prefill = NULL, *text = NULL;
     const char *choice = NULL;
     int thinking = -1, rc = 0;
-    if (!cJSON_IsObject(j)) rc = srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
-    else if (!o) rc = OOM(e);
+    if (!o) rc = OOM(e);
     else rc = translate(j, count_only, o, &prefill, &choice, &thinking, e);
     if (!rc && !(text = cJSON_PrintUnformatted(o))) rc = OOM(e);
     if (!rc && srv_request_parse(r, SRV_CHAT, text, strlen(text), d, e)) {

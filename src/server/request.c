@@ -434,19 +434,28 @@ static int parse_completion(srv_request *r, const cJSON *body, srv_error *e) {
     return parse_grammar_timed(r, body, e);
 }
 
-int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t len, const srv_defaults *d,
-                      srv_error *e) {
-    memset(r, 0, sizeof *r);
-    r->kind = kind;
+cJSON *srv_parse_object(const char *body, size_t len, srv_error *e) {
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!j) {
         const char *at = cJSON_GetErrorPtr();
         long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
-        return srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body is not valid JSON (near byte %ld)", off);
+        srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body is not valid JSON (near byte %ld)", off);
+    } else if (!cJSON_IsObject(j)) {
+        srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
+        cJSON_Delete(j);
+        j = NULL;
     }
+    return j;
+}
+
+int srv_request_parse(srv_request *r, srv_kind kind, const char *body, size_t len, const srv_defaults *d,
+                      srv_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    cJSON *j = srv_parse_object(body, len, e);
+    if (!j) return -1;
     int rc = 0;
-    if (!cJSON_IsObject(j)) rc = srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
-    const cJSON *model = rc ? NULL : field(j, "model");
+    const cJSON *model = field(j, "model");
     if (model && !cJSON_IsString(model)) rc = srv_fail(e, 400, BAD, "invalid_type", "model", "'model' must be a string");
     double n;
     int k = 0;

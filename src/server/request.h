@@ -85,6 +85,10 @@ bool srv_append_str(cJSON *m, const char *name, const char *s);
 int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/* A request body parsed as a JSON object (the caller deletes it), or NULL
+ * with *e a 400: not valid JSON (near which byte), or not an object. */
+cJSON *srv_parse_object(const char *body, size_t len, srv_error *e);
+
 /* What a request gets for the fields it leaves out (the server's options). */
 typedef struct {
     e0_sample_opts sample; /* max_tokens 0: until end of turn or the end of the context */

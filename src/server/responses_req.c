@@ -648,18 +648,13 @@ int srv_responses_request(srv_request *r, srv_resp_info **info, const char *body
     *info = NULL;
     *prompt = NULL;
     *prompt_len = 0;
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    if (!j) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
-        return srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body is not valid JSON (near byte %ld)", off);
-    }
+    cJSON *j = srv_parse_object(body, len, e);
+    if (!j) return -1;
     cJSON *o = cJSON_CreateObject();
     srv_resp_info *in = calloc(1, sizeof *in);
     char *text = NULL;
     int rc = 0;
-    if (!cJSON_IsObject(j)) rc = srv_fail(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object");
-    else if (!o || !in) rc = OOM(e);
+    if (!o || !in) rc = OOM(e);
     else rc = translate(j, o, in, e);
     if (!rc && !(text = cJSON_PrintUnformatted(o))) rc = OOM(e);
     if (!rc && srv_request_parse(r, SRV_CHAT, text, strlen(text), d, e)) {
