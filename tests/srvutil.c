@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "edge0.h"
+#include "server/server.h"
 #include "synth/synth.h"
 
 static double now(void) {
@@ -230,4 +231,57 @@ void su_scripted_free(void) {
     free(last_prompt);
     last_prompt = NULL;
     pthread_mutex_unlock(&prompt_mu);
+}
+
+void su_inproc_open(su_inproc *ip) {
+    memset(ip, 0, sizeof *ip);
+    ip->dir = tu_tmpdir();
+    char err[E0_ERR_MAX];
+    const char *m = su_model(ip->dir);
+    e0_engine_opts eo;
+    e0_engine_opts_default(&eo);
+    if (e0_engine_open(&ip->eng, m, &eo, err) || e0_text_open(&ip->text, m, err)) fail_msg("%s", err);
+}
+
+void su_inproc_start(su_inproc *ip, const char *key, e0_chat_format format, const char *cors) {
+    char err[E0_ERR_MAX];
+    srv_opts so;
+    srv_opts_default(&so);
+    so.engine = ip->eng;
+    so.text = ip->text;
+    so.model_name = "m";
+    so.port = 0;
+    so.api_key = key;
+    so.n_ctx = 2048;
+    so.cors = cors;
+    so.generate = su_scripted;
+    so.defaults.chat_format = format;
+    if (srv_start(&ip->srv, &so, err)) fail_msg("%s", err);
+    ip->port = srv_port(ip->srv);
+}
+
+void su_inproc_stop(su_inproc *ip) {
+    srv_stop(ip->srv);
+    ip->srv = NULL;
+}
+
+void su_inproc_close(su_inproc *ip) {
+    if (ip->srv) su_inproc_stop(ip);
+    e0_text_free(ip->text);
+    e0_engine_free(ip->eng);
+    su_scripted_free();
+    tu_rmtree(ip->dir);
+    free(ip->dir);
+    memset(ip, 0, sizeof *ip);
+}
+
+double su_metric(int port, const char *dir, const char *headers, const char *name) {
+    char *out, key[256];
+    assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, headers, &out), 200);
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(out, key);
+    if (!at) fail_msg("no %s in /metrics", name);
+    double v = atof(at + strlen(key));
+    free(out);
+    return v;
 }

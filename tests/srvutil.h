@@ -50,4 +50,26 @@ int su_scripted(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n
 char *su_last_prompt(void);
 void su_scripted_free(void);
 
+/* A server in this process over su_model in a new temp dir, answered by
+ * su_scripted: su_inproc_open opens the engine and the text; su_inproc_start
+ * serves them with the tests' settings (model "m", a free port, api key
+ * `key`, 2048 positions, su_scripted) in chat format `format`, with CORS for
+ * `cors` (NULL: none); su_inproc_stop stops the server only (to start it
+ * again), su_inproc_close everything, the dir included. */
+struct srv;
+typedef struct {
+    char *dir;
+    e0_engine *eng;
+    e0_text *text;
+    struct srv *srv;
+    int port;
+} su_inproc;
+void su_inproc_open(su_inproc *ip);
+void su_inproc_start(su_inproc *ip, const char *key, e0_chat_format format, const char *cors);
+void su_inproc_stop(su_inproc *ip);
+void su_inproc_close(su_inproc *ip);
+
+/* The value of a counter or gauge NAME in GET /metrics. */
+double su_metric(int port, const char *dir, const char *headers, const char *name);
+
 #endif

@@ -415,47 +415,23 @@ static void test_errors(void **state) {
  * (tests/srvutil.h): it answers with the text after the last "SCRIPT:" in
  * the prompt and keeps the prompt it was given (su_last_prompt). */
 
-static e0_engine *ip_eng;
-static e0_text *ip_text;
-static srv *ip_srv;
-static char *ip_dir;
+static su_inproc ip;
 static void ip_start(e0_chat_format format) {
-    char err[E0_ERR_MAX];
-    srv_opts so;
-    srv_opts_default(&so);
-    so.engine = ip_eng;
-    so.text = ip_text;
-    so.model_name = "m";
-    so.port = 0;
-    so.api_key = KEY;
-    so.n_ctx = 2048;
-    so.generate = su_scripted;
-    so.defaults.chat_format = format;
-    if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
-    port = srv_port(ip_srv);
+    su_inproc_start(&ip, KEY, format, NULL);
+    port = ip.port;
 }
 
 static int ip_setup(void **state) {
     (void)state;
-    ip_dir = tu_tmpdir();
-    dir = ip_dir;
-    char err[E0_ERR_MAX];
-    const char *m = su_model(ip_dir);
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    if (e0_engine_open(&ip_eng, m, &eo, err) || e0_text_open(&ip_text, m, err)) fail_msg("%s", err);
+    su_inproc_open(&ip);
+    dir = ip.dir;
     ip_start(E0_CHAT_QWEN35);
     return 0;
 }
 
 static int ip_teardown(void **state) {
     (void)state;
-    srv_stop(ip_srv);
-    e0_text_free(ip_text);
-    e0_engine_free(ip_eng);
-    su_scripted_free();
-    tu_rmtree(ip_dir);
-    free(ip_dir);
+    su_inproc_close(&ip);
     dir = NULL;
     return 0;
 }
@@ -627,7 +603,7 @@ static void test_tool_turn_render(void **state) {
     int checked[2] = {0, 0};
     for (int f = 0; f < 2; f++) {
         const char *want_tmpl = f ? "qwen35" : "qwen3";
-        srv_stop(ip_srv);
+        su_inproc_stop(&ip);
         ip_start(f ? E0_CHAT_QWEN35 : E0_CHAT_QWEN3);
         for (char *line = all, *nl; *line; line = nl + 1) {
             nl = strchr(line, '\n');
@@ -836,15 +812,6 @@ static void test_claude_code_later(void **state) {
     printf("Claude Code 2.1.332's tool fields and thinking.display: accepted; \"omitted\" returns the block empty\n");
 }
 
-static double cached_tokens(void) {
-    char *out;
-    assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, HDR, &out), 200);
-    const char *at = strstr(out, "\nedge0_cached_prompt_tokens_total ");
-    assert_non_null(at);
-    double v = atof(at + strlen("\nedge0_cached_prompt_tokens_total "));
-    free(out);
-    return v;
-}
 
 /* An agent's next turn (the answer's blocks sent back as they came, and
  * the tool results) continues the session: the whole first turn is reused. */
@@ -868,11 +835,11 @@ static void test_tool_turn_reuse(void **state) {
     }
     cJSON_AddItemToArray(msgs, u);
     char *text = cJSON_PrintUnformatted(body);
-    double before = cached_tokens();
+    double before = su_metric(port, dir, HDR, "edge0_cached_prompt_tokens_total");
     cJSON *j2 = message(text);
     assert_string_equal(su_str(j2, "content.0.text"), "Sunny in Z\xc3\xbcrich.");
     assert_string_equal(su_str(j2, "stop_reason"), "end_turn");
-    double reused = cached_tokens() - before;
+    double reused = su_metric(port, dir, HDR, "edge0_cached_prompt_tokens_total") - before;
     if ((int)reused != history) fail_msg("the next turn reused %.0f tokens, not the %d of the first turn", reused, history);
     printf("tool turn reuse: %d of %d prompt tokens reused\n", history, (int)su_num(j2, "usage.input_tokens"));
     free(text);

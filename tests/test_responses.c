@@ -538,42 +538,19 @@ static void test_stream_failure(void **state) {
  * (tests/srvutil.h): it answers with the text after the last "SCRIPT:" in
  * the prompt and keeps the prompt it was given (su_last_prompt). */
 
-static e0_engine *ip_eng;
-static e0_text *ip_text;
-static srv *ip_srv;
-static char *ip_dir;
+static su_inproc ip;
 static int ip_setup(void **state) {
     (void)state;
-    ip_dir = tu_tmpdir();
-    dir = ip_dir;
-    char err[E0_ERR_MAX];
-    const char *m = su_model(ip_dir);
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    if (e0_engine_open(&ip_eng, m, &eo, err) || e0_text_open(&ip_text, m, err)) fail_msg("%s", err);
-    srv_opts so;
-    srv_opts_default(&so);
-    so.engine = ip_eng;
-    so.text = ip_text;
-    so.model_name = "m";
-    so.port = 0;
-    so.api_key = KEY;
-    so.n_ctx = 2048;
-    so.generate = su_scripted;
-    so.defaults.chat_format = E0_CHAT_QWEN35;
-    if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
-    port = srv_port(ip_srv);
+    su_inproc_open(&ip);
+    dir = ip.dir;
+    su_inproc_start(&ip, KEY, E0_CHAT_QWEN35, NULL);
+    port = ip.port;
     return 0;
 }
 
 static int ip_teardown(void **state) {
     (void)state;
-    srv_stop(ip_srv);
-    e0_text_free(ip_text);
-    e0_engine_free(ip_eng);
-    su_scripted_free();
-    tu_rmtree(ip_dir);
-    free(ip_dir);
+    su_inproc_close(&ip);
     dir = NULL;
     return 0;
 }
@@ -662,15 +639,6 @@ static void test_calls(void **state) {
     cJSON_Delete(j);
 }
 
-static double cached_tokens(void) {
-    char *out;
-    assert_int_equal(su_http(port, dir, "GET", "/metrics", NULL, HDR, &out), 200);
-    const char *at = strstr(out, "\nedge0_cached_prompt_tokens_total ");
-    assert_non_null(at);
-    double v = atof(at + strlen("\nedge0_cached_prompt_tokens_total "));
-    free(out);
-    return v;
-}
 
 /* An agent's next turn: the output items sent back as they came, then
  * function_call_output items. The tool results reach the prompt, and the
@@ -704,7 +672,7 @@ static void test_round_trip(void **state) {
     }
     cJSON_ReplaceItemInObject(body, "input", in);
     char *text = cJSON_PrintUnformatted(body);
-    double before = cached_tokens();
+    double before = su_metric(port, dir, HDR, "edge0_cached_prompt_tokens_total");
     cJSON *j2 = response(text);
     char *t = text_of(j2);
     assert_string_equal(t, "Sunny in Z\xc3\xbcrich.");
@@ -713,7 +681,7 @@ static void test_round_trip(void **state) {
     assert_non_null(strstr(p, "<tool_response>\nDOC-RESULT\n</tool_response>"));
     assert_non_null(strstr(p, "<function=mcp__docs__search>")); /* the call, flat again */
     free(p);
-    double reused = cached_tokens() - before;
+    double reused = su_metric(port, dir, HDR, "edge0_cached_prompt_tokens_total") - before;
     if ((int)reused != history) fail_msg("the next turn reused %.0f tokens, not the %d of the first turn", reused, history);
     printf("round trip: %d of %d prompt tokens reused\n", history, (int)su_num(j2, "usage.input_tokens"));
     free(t);

@@ -1313,49 +1313,22 @@ static void test_logprobs(void **state) {
  * cut off by max_tokens. Everything else is the real server: parsing, rendering with
  * Qwen3.5's template, the engine thread, the tool-call parser, HTTP. */
 
-static e0_engine *ip_eng;
-static e0_text *ip_text;
-static srv *ip_srv;
+static su_inproc inp;
 static server ip;
-static char *ip_dir;
 
 static int ip_setup(void **state) {
     (void)state;
-    ip_dir = tu_tmpdir();
-    dir = ip_dir; /* request bodies go here (the first group's dir is gone) */
-    char err[E0_ERR_MAX], m[4200], cmd[8800];
-    snprintf(m, sizeof m, "%s/m", ip_dir);
-    if (e0_synth_write(e0_synth_find("tiny"), m, 11, err)) fail_msg("%s", err);
-    snprintf(cmd, sizeof cmd, "cp assets/qwen3-tokenizer/tokenizer.json %s/", m);
-    assert_int_equal(tu_run(cmd), 0);
-    e0_engine_opts eo;
-    e0_engine_opts_default(&eo);
-    if (e0_engine_open(&ip_eng, m, &eo, err) || e0_text_open(&ip_text, m, err)) fail_msg("%s", err);
-    srv_opts so;
-    srv_opts_default(&so);
-    so.engine = ip_eng;
-    so.text = ip_text;
-    so.model_name = "m";
-    so.port = 0;
-    so.api_key = KEY;
-    so.n_ctx = 2048;
-    so.cors = "https://app.example";
-    so.generate = su_scripted;
-    so.defaults.chat_format = E0_CHAT_QWEN35;
-    if (srv_start(&ip_srv, &so, err)) fail_msg("%s", err);
-    ip.port = srv_port(ip_srv);
-    snprintf(ip.log, sizeof ip.log, "%s/none.log", ip_dir);
+    su_inproc_open(&inp);
+    dir = inp.dir; /* request bodies go here (the first group's dir is gone) */
+    su_inproc_start(&inp, KEY, E0_CHAT_QWEN35, "https://app.example");
+    ip.port = inp.port;
+    snprintf(ip.log, sizeof ip.log, "%s/none.log", inp.dir);
     return 0;
 }
 
 static int ip_teardown(void **state) {
     (void)state;
-    srv_stop(ip_srv);
-    e0_text_free(ip_text);
-    e0_engine_free(ip_eng);
-    su_scripted_free();
-    tu_rmtree(ip_dir);
-    free(ip_dir);
+    su_inproc_close(&inp);
     dir = NULL;
     return 0;
 }
