@@ -103,6 +103,9 @@ typedef struct gpu_dev {
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     bool route_sort;       /* with fuse, a decode step's routing and grouping in one launch (route_sort);
                               off until measured on a card: $E0_GPU_ROUTE_SORT=1 */
+    bool pdl_ptx;          /* the module is kernels_pdl.ptx (pick_ptx in gpu.c: $E0_GPU_PDL) */
+    bool pdl;              /* launches with programmatic stream serialization (needs pdl_ptx) */
+    bool pdl_prefetch;     /* the products' L2 prefetch before they wait ($E0_GPU_PDL_PREFETCH=1) */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;
