@@ -354,32 +354,44 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
     gpu_sizes z;
     if (gpu_model_sizes(&e->model, &z, err)) fail_msg("%s", err);
     if (!z.min_slots) return; /* no MoE layer */
-    for (int run = 0; run < 3; run++) { /* the least slots and a few more, copied in; then staged by the device */
-        /* the staged run: room for a staging slot per layer and routed expert beside */
-        const int extra = run == 2 ? e->model.cfg.n_layers * e->top_k + 5 : run ? 5 : 0;
+    /* the least slots and a few more, copied in; then staged by the device; then room for two
+     * layers' experts, so that the prefill brings layers in whole on the copy stream (from
+     * pageable pages, then from pinned ones with the decode staged) */
+    const int ns = e->model.cfg.n_layers * e->top_k; /* staging slots */
+    const int slots[5] = {z.min_slots, z.min_slots + 5, z.min_slots + ns + 5, 2 * z.min_slots + 5,
+                          2 * z.min_slots + ns + 5};
+    const bool whole = (int64_t)NPRE * e->top_k >= 2 * (int64_t)e->model.cfg.n_experts;
+    const bool whole_was = g_dev->whole;
+    g_dev->whole = true;
+    for (int run = 0; run < 5; run++) {
         gpu_model *gc;
         const uint64_t held0 = g_dev->held;
-        if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, z.min_slots + extra, err)) fail_msg("%s: %s", name, err);
+        if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, slots[run], err)) fail_msg("%s: %s", name, err);
         bool staged = false;
         char why[E0_ERR_MAX] = "";
-        if (run == 2) {
+        if (run == 2 || run == 4) {
             if (vcache_pin_host(gc, err) || vcache_stage_on(gc, e->top_k, &staged, why, err)) fail_msg("%s: %s", name, err);
             if (!staged) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
         }
         float *got = gpu_logits(gc, ids, V);
         const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
         printf("  %-39s VRAM cache of %d slots%s: %llu hits, %llu misses, %.1f MiB copied in, %.1f MiB staged by the "
-               "device, %s\n", "", gc->vc->n_slots, staged ? ", misses staged by the device" : "",
-               (unsigned long long)gc->vc->hits, (unsigned long long)gc->vc->misses,
-               (double)gc->vc->bytes_in / 1048576.0, (double)gc->vc->bytes_staged / 1048576.0,
+               "device, %llu layers brought in whole, %s\n", "", gc->vc->n_slots,
+               staged ? ", misses staged by the device" : "", (unsigned long long)gc->vc->hits,
+               (unsigned long long)gc->vc->misses, (double)gc->vc->bytes_in / 1048576.0,
+               (double)gc->vc->bytes_staged / 1048576.0, (unsigned long long)gc->vc->whole_layers,
                same ? "bit-identical" : "DIFFERS");
         assert_true(same);
         assert_true(gc->vc->misses > 0);
         if (staged) assert_true(gc->vc->bytes_staged > 0);
+        /* the prefill's layers come in whole exactly where the list holds two layers' experts */
+        if (whole && run >= 3) assert_true(gc->vc->whole_layers > 0);
+        if (run < 3) assert_int_equal(gc->vc->whole_layers, 0);
         gpu_model_free(gc);
         assert_int_equal(g_dev->held, held0);
         free(got);
     }
+    g_dev->whole = whole_was;
 }
 
 static void test_models(void **state) {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 31, call 1 (issue 38): programmatic dependent launch. test_gpu with the PDL module (its
+# Session 31, call 1 (issue 38): programmatic dependent launch, and the VRAM cache's whole-layer prefill. test_gpu with the PDL module (its
 # graph-and-fused run launches with PDL and route_sort, the rerun without: the same bits), then
 # decode alternated over the variants: main's launches (compute_75 PTX), route_sort, the PDL PTX with
 # plain launches, PDL launches, PDL launches with the products' L2 prefetch, all with route_sort;
@@ -43,7 +43,12 @@ V4="E0_GPU_ROUTE_SORT=1 E0_GPU_PDL=1 E0_GPU_PDL_PREFETCH=1"
 for i in 1 2; do
     for v in "$V0" "$V1" "$V2" "$V3" "$V4"; do left 60 && run resident "--decode 128" $v; done
 done
-for v in "$V0" "$V3" "$V4"; do left 60 && run 8G "--decode 64 --vram-budget 8G" $v; done
+# whole-layer prefill (E0_GPU_WHOLE=1) against the per-layer readback (E0_GPU_WHOLE=0), 8 and 16 GiB
+for b in 8G 16G; do
+    left 60 && run $b "--decode 64 --vram-budget $b" $V0 E0_GPU_WHOLE=0
+    left 60 && run $b "--decode 64 --vram-budget $b" $V0 E0_GPU_WHOLE=1
+done
+for v in "$V3" "$V4"; do left 60 && run 8G "--decode 64 --vram-budget 8G" $v E0_GPU_WHOLE=1; done
 left 200 || { echo "=== end (no time for the same run) $(el)"; exit 0; }
 echo "=== synth q30 $(el)"
 .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf 2>&1 | tail -1

@@ -70,6 +70,7 @@ static void load_once(void) {
         {(void **)&a->StreamCreate, "cuStreamCreate", NULL, false},
         {(void **)&a->StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy", false},
         {(void **)&a->StreamSynchronize, "cuStreamSynchronize", NULL, false},
+        {(void **)&a->StreamWaitEvent, "cuStreamWaitEvent", NULL, false},
         {(void **)&a->EventCreate, "cuEventCreate", NULL, false},
         {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy", false},
         {(void **)&a->EventRecord, "cuEventRecord", NULL, false},

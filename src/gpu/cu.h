@@ -121,6 +121,7 @@ typedef struct {
     CUresult (*StreamCreate)(CUstream *s, unsigned flags);
     CUresult (*StreamDestroy)(CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);
+    CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
     CUresult (*EventCreate)(CUevent *e, unsigned flags);
     CUresult (*EventDestroy)(CUevent e);
     CUresult (*EventRecord)(CUevent e, CUstream s);

@@ -220,6 +220,8 @@ struct gpu_sess {
     int32_t posh; /* host: the position B_POS gets */
     CUgraphExec step; /* the decode step (one id, its logits) as a graph, or NULL */
     int step_tile;    /* gpu_tile_min_t() when it was captured */
+    bool whole;       /* this pass brings its MoE layers in whole (vcache_whole_ok) */
+    int wait_mark;    /* then: the copy stream's mark the current MoE layer waits for */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -473,6 +475,12 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     const size_t at = (size_t)li * (size_t)E * sizeof(int32_t), ak = (size_t)li * (size_t)k * sizeof(int32_t);
     CUdeviceptr tab = staged ? vc->dtab + at : 0, used = staged ? vc->dused + at : 0;
     CUdeviceptr stage = staged ? vc->dstage + ak : 0, slog = staged ? vc->dlog + ak : 0;
+    /* a whole-layer prefill: every expert of the layer has a slot once its copies are done, and
+     * the grouping takes the slots from the device's table */
+    if (s->whole) {
+        rc = rc ? rc : gpu_wait_copy_mark(d, s->wait_mark, err);
+        tab = vc->dtab + at;
+    }
     /* routing and grouping in one launch where the device does (d->route_sort) */
     const bool one = !config_route_on(c) && d->fuse && d->route_sort && T <= 32;
     if (one) {
@@ -490,7 +498,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
         rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);
     }
-    if (!rc && vc && !staged) { /* the experts in the cache's slots: the kernels take slots for experts */
+    if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
         rc = vcache_map(s->g, li, nact, exps, err);
         exps = vc->dslots;
     }
@@ -516,17 +524,46 @@ static int dense_mlp(gpu_sess *s, int li, int T, char *err) {
     return rc;
 }
 
+/* The first MoE layer from li on, or -1. */
+static int next_moe(const e0_model *m, int li) {
+    for (; li < m->cfg.n_layers; li++)
+        if (m->layers[li].moe && m->layers[li].experts) return li;
+    return -1;
+}
+
+/* Whole-layer prefill: layer li's experts brought in on the copy stream
+ * once the stream's work so far is done (the layers before have finished
+ * with the slots it takes), the copies marked with mark. */
+static int bring_in(gpu_sess *s, int li, int mark, char *err) {
+    int rc = gpu_copy_after(s->g->d, err);
+    if (!rc) rc = vcache_layer_in(s->g, li, err);
+    if (!rc) rc = gpu_copy_mark(s->g->d, mark, err);
+    return rc;
+}
+
 /* Every layer over the T rows of x (positions from B_POS). Each residual
  * add happens in the norm after it (rmsnorm's r), the MoE block's in its
- * sum; what is left of the last layer's is added at the end. */
+ * sum; what is left of the last layer's is added at the end. In a
+ * whole-layer prefill, the next MoE layer's experts are brought in as a
+ * MoE layer starts, so that their copies overlap its compute. */
 static int layers(gpu_sess *s, int T, char *err) {
     const e0_model *m = s->g->m;
     const int H = m->cfg.hidden;
     CUdeviceptr x = s->buf[B_X], h = s->buf[B_H], y = s->buf[B_Y], r = 0;
-    int rc = 0;
+    int rc = 0, mark = 0;
+    s->whole = vcache_whole_ok(s->g, T);
+    int ahead = s->whole ? next_moe(m, 0) : -1; /* the MoE layer brought in last */
+    if (ahead >= 0) rc = bring_in(s, ahead, mark, err);
     for (int li = 0; !rc && li < m->cfg.n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
         const gpu_layer *gl = &s->g->L[li];
+        if (s->whole && li == ahead) { /* its copies are under `mark`: the next layer's under the other */
+            s->wait_mark = mark;
+            ahead = next_moe(m, li + 1);
+            mark ^= 1;
+            if (ahead >= 0) rc = bring_in(s, ahead, mark, err);
+            if (rc) break;
+        }
         rc = rmsnorm_rows(s, x, r, gl->in_norm, h, H, T, err);
         if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, T, err);
         if (!rc) rc = rmsnorm_rows(s, x, y, gl->post_norm, h, H, T, err);

@@ -71,6 +71,7 @@ typedef struct {
     CUdeviceptr dstage;    /* [n_layers * k] stage on the device */
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
+    uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -130,6 +131,12 @@ int vcache_pin_host(gpu_model *g, char *err);
  * few slots for E and a staging slot per layer and routed expert);
  * nonzero only for a device error. */
 int vcache_stage_on(gpu_model *g, int top_k, bool *on, char *why, char *err);
+/* Whole-layer prefill (vcache.c says why): whether a pass of T ids brings
+ * its MoE layers' experts in whole, and vcache_layer_in, which does it for
+ * layer li on the copy stream (after gpu_copy_after) and writes the
+ * layer's row of the device's slot table (dtab) there too. */
+bool vcache_whole_ok(const gpu_model *g, int T);
+int vcache_layer_in(gpu_model *g, int li, char *err);
 /* Around a device-staged decode step (gpu_sess_eval, T = 1):
  * vcache_prepare writes the slot and staging tables where they changed
  * (in stream order); vcache_step, after the step, reads which experts it

@@ -193,6 +193,10 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     size_t total = 0;
     if (r == CU_SUCCESS) r = cu->MemGetInfo(&d->free_at_open, &total);
     if (r == CU_SUCCESS) r = cu->StreamCreate(&d->st, CU_STREAM_NON_BLOCKING);
+    if (r == CU_SUCCESS) r = cu->StreamCreate(&d->cs, CU_STREAM_NON_BLOCKING);
+    if (r == CU_SUCCESS) r = cu->EventCreate(&d->ev_st, CU_EVENT_DISABLE_TIMING);
+    if (r == CU_SUCCESS) r = cu->EventCreate(&d->ev_cs[0], CU_EVENT_DISABLE_TIMING);
+    if (r == CU_SUCCESS) r = cu->EventCreate(&d->ev_cs[1], CU_EVENT_DISABLE_TIMING);
     if (r != CU_SUCCESS) {
         rc = cu_fail(d, err, E0_EIO, "creating a context and stream", r);
         cu->DevicePrimaryCtxRelease(d->dev);
@@ -219,6 +223,8 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
+    const char *wv = getenv("E0_GPU_WHOLE");
+    d->whole = wv && *wv == '1';
     const char *rv = getenv("E0_GPU_ROUTE_SORT");
     d->route_sort = rv && *rv == '1';
     *out = d;
@@ -239,6 +245,10 @@ void gpu_close(gpu_dev *d) {
         d->cu->EventDestroy(d->pa);
         d->cu->EventDestroy(d->pb);
     }
+    if (d->ev_st) d->cu->EventDestroy(d->ev_st);
+    for (int i = 0; i < 2; i++)
+        if (d->ev_cs[i]) d->cu->EventDestroy(d->ev_cs[i]);
+    if (d->cs) d->cu->StreamDestroy(d->cs);
     if (d->st) d->cu->StreamDestroy(d->st);
     if (d->mod) d->cu->ModuleUnload(d->mod);
     d->cu->DevicePrimaryCtxRelease(d->dev);
@@ -289,7 +299,30 @@ int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err) {
     return 0;
 }
 
+int gpu_copy_after(gpu_dev *d, char *err) {
+    CU(d, d->cu->EventRecord(d->ev_st, d->st), "ordering the copy stream");
+    CU(d, d->cu->StreamWaitEvent(d->cs, d->ev_st, 0), "ordering the copy stream");
+    return 0;
+}
+
+int gpu_put_copy(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err) {
+    if (!bytes) return 0;
+    CU(d, d->cu->MemcpyHtoDAsync(dst, src, bytes, d->cs), "copy to the device");
+    return 0;
+}
+
+int gpu_copy_mark(gpu_dev *d, int i, char *err) {
+    CU(d, d->cu->EventRecord(d->ev_cs[i & 1], d->cs), "marking the copy stream");
+    return 0;
+}
+
+int gpu_wait_copy_mark(gpu_dev *d, int i, char *err) {
+    CU(d, d->cu->StreamWaitEvent(d->st, d->ev_cs[i & 1], 0), "waiting for the copy stream");
+    return 0;
+}
+
 int gpu_sync(gpu_dev *d, char *err) {
+    CU(d, d->cu->StreamSynchronize(d->cs), "waiting for the device's copies");
     CU(d, d->cu->StreamSynchronize(d->st), "waiting for the device");
     return 0;
 }
@@ -437,13 +470,22 @@ int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sby
     return 0;
 }
 
-int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
+static int mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err) {
+    int (*put)(gpu_dev *, CUdeviceptr, const void *, size_t, char *) = copy_stream ? gpu_put_copy : gpu_put;
     uint64_t wb, sb;
     part_bytes(m, &wb, &sb);
-    int rc = gpu_put(d, g->w + (uint64_t)i * (uint64_t)g->estride, m->w, wb, err);
-    if (!rc && sb) rc = gpu_put(d, g->s + (uint64_t)i * (uint64_t)g->sstride, m->scales, sb, err);
-    if (!rc && sb) rc = gpu_put(d, g->b + (uint64_t)i * (uint64_t)g->sstride, m->biases, sb, err);
+    int rc = put(d, g->w + (uint64_t)i * (uint64_t)g->estride, m->w, wb, err);
+    if (!rc && sb) rc = put(d, g->s + (uint64_t)i * (uint64_t)g->sstride, m->scales, sb, err);
+    if (!rc && sb) rc = put(d, g->b + (uint64_t)i * (uint64_t)g->sstride, m->biases, sb, err);
     return rc;
+}
+
+int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
+    return mat_put(d, g, i, m, false, err);
+}
+
+int gpu_mat_put_copy(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
+    return mat_put(d, g, i, m, true, err);
 }
 
 int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err) {

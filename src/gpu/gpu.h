@@ -89,6 +89,8 @@ typedef struct gpu_dev {
     CUcontext ctx;
     CUmodule mod;
     CUstream st;
+    CUstream cs;           /* the copy stream: the VRAM cache's whole-layer prefill copies (gpu_copy_after) */
+    CUevent ev_st, ev_cs[2]; /* how st and cs wait for each other */
     gpu_kernels k;
     char name[128];
     int cc_major, cc_minor, sms;
@@ -103,6 +105,8 @@ typedef struct gpu_dev {
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     bool route_sort;       /* with fuse, a decode step's routing and grouping in one launch (route_sort);
                               off until measured on a card: $E0_GPU_ROUTE_SORT=1 */
+    bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); off until measured on a
+                              card: $E0_GPU_WHOLE=1 */
     bool pdl_ptx;          /* the module is kernels_pdl.ptx (pick_ptx in gpu.c: $E0_GPU_PDL) */
     bool pdl;              /* launches with programmatic stream serialization (needs pdl_ptx) */
     bool pdl_prefetch;     /* the products' L2 prefetch before they wait ($E0_GPU_PDL_PREFETCH=1) */
@@ -126,8 +130,18 @@ void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes);
 int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err);
 int gpu_get(gpu_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err);
 int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err);
-/* Waits for the stream's work; a kernel's fault shows here. */
+/* Waits for the streams' work; a kernel's fault shows here. */
 int gpu_sync(gpu_dev *d, char *err);
+/* The copy stream beside the stream: gpu_copy_after makes what is put on
+ * it next wait for all the stream holds so far; gpu_put_copy copies there
+ * (src must stay as it is until the copy is done, unless it is pageable);
+ * gpu_copy_mark (i 0 or 1) marks all the copy stream holds so far, and
+ * gpu_wait_copy_mark makes the stream's next work wait for what mark i
+ * last marked. */
+int gpu_copy_after(gpu_dev *d, char *err);
+int gpu_put_copy(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err);
+int gpu_copy_mark(gpu_dev *d, int i, char *err);
+int gpu_wait_copy_mark(gpu_dev *d, int i, char *err);
 int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                unsigned shmem, void **args, const char *what, char *err);
 
@@ -166,6 +180,9 @@ int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sby
 /* Copies m into part i of g (w + i * estride, s and b + i * sstride), in
  * stream order; m's memory may change when it returns. */
 int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err);
+/* The same on the copy stream (gpu_put_copy): m's memory must stay as it
+ * is until the copy is done (a checkpoint's mapping does). */
+int gpu_mat_put_copy(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err);
 /* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
 

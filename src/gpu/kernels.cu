@@ -531,7 +531,9 @@ extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int 
  * of the layer's slot, or -1), exps[a] is the expert's slot, or where no
  * slot holds it staging slot stage[a] with slog[a] = e (else -1) for
  * moe_stage to fill, and used[e] counts the pairs each expert served (the
- * host's statistics). */
+ * host's statistics). With tab and no stage (a whole-layer prefill: every
+ * expert of the layer has a slot), exps[a] is the slot and used is
+ * counted where given. */
 __device__ __forceinline__ int warp_scan_incl(int v) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -549,7 +551,7 @@ __device__ __forceinline__ void sort_pairs(const int *idx, int P, int E, int *co
     __shared__ int wpairs[32], wact[32];
     const int e = threadIdx.x, lane = e & 31, w = e >> 5;
     cnt[e] = 0;
-    if (tab && e < P) slog[e] = -1;
+    if (tab && stage && e < P) slog[e] = -1;
     __syncthreads();
     for (int p = e; p < P; p += blockDim.x) {
         const int x = idx[p];
@@ -573,9 +575,9 @@ __device__ __forceinline__ void sort_pairs(const int *idx, int P, int E, int *co
     if (on) {
         if (tab) { /* the VRAM cache's slot of e, or staging slot `rank` for moe_stage to fill */
             const int slot = tab[e];
-            exps[rank] = slot >= 0 ? slot : stage[rank];
-            if (slot < 0) slog[rank] = e;
-            used[e] += c;
+            exps[rank] = slot >= 0 || !stage ? slot : stage[rank];
+            if (slot < 0 && stage) slog[rank] = e;
+            if (used) used[e] += c;
         } else {
             exps[rank] = e;
         }

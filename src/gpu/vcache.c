@@ -87,6 +87,7 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dslots, (size_t)E * sizeof(int32_t), "the VRAM expert cache", err);
+    if (!rc) rc = gpu_alloc(g->d, &x->dtab, keys * sizeof(int32_t), "the VRAM cache's slot table", err);
     if (rc) return rc; /* gpu_model_free frees the rest */
     for (size_t k = 0; k < keys; k++) x->slot_of[k] = -1;
     for (int i = 0; i < n_slots; i++) {
@@ -229,8 +230,9 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
     return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
-/* Expert e of layer li copied into slot i (given up by whatever it held). */
-static int fill(gpu_model *g, int li, int e, int i, char *err) {
+/* Expert e of layer li copied into slot i (given up by whatever it held),
+ * on the stream or on the copy stream. */
+static int fill(gpu_model *g, int li, int e, int i, bool copy_stream, char *err) {
     gpu_vcache *x = g->vc;
     const int old = x->key_of[i];
     if (old >= 0) x->slot_of[old] = -1;
@@ -238,9 +240,11 @@ static int fill(gpu_model *g, int li, int e, int i, char *err) {
     x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
     const e0_expert *ex = &g->m->layers[li].experts[e];
     const gpu_layer *gl = &g->L[li];
-    int rc = gpu_mat_put(g->d, &gl->xg, i, &ex->gate, err);
-    if (!rc) rc = gpu_mat_put(g->d, &gl->xu, i, &ex->up, err);
-    if (!rc) rc = gpu_mat_put(g->d, &gl->xd, i, &ex->down, err);
+    int (*put)(gpu_dev *, const gpu_mat *, int64_t, const e0_mat *, char *) =
+        copy_stream ? gpu_mat_put_copy : gpu_mat_put;
+    int rc = put(g->d, &gl->xg, i, &ex->gate, err);
+    if (!rc) rc = put(g->d, &gl->xu, i, &ex->up, err);
+    if (!rc) rc = put(g->d, &gl->xd, i, &ex->down, err);
     if (rc) return rc;
     const int key = li * x->E + e;
     x->key_of[i] = key;
@@ -271,13 +275,53 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
         } else {
             x->misses++;
             i = x->tail;
-            rc = fill(g, li, e, i, err);
+            rc = fill(g, li, e, i, false, err);
         }
         touch(x, i);
         slots[a] = i;
     }
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
+    return rc;
+}
+
+/* ---- whole-layer prefill ----------------------------------------------------
+ * A prefill's batch routes to nearly every expert of each layer (T * k
+ * pairs over E experts: at 2E pairs 86% of them under uniform routing), so
+ * instead of reading each MoE call's routing back and copying its misses
+ * while the device waits, the host brings a layer's every expert in on the
+ * copy stream while the device computes the layers before (gmodel.c,
+ * layers), and the grouping kernel takes each expert's slot from the
+ * device's table. A layer's slots are the list's latest once it is brought
+ * in; the next layer's victims are then never the slots of the layer being
+ * computed, as long as the list holds 2E slots (vcache_whole_ok), and the
+ * copy stream waits for the layers before to finish with theirs. */
+
+static int listed(const gpu_vcache *x) { return x->n_slots - (x->staged ? x->n_layers * x->k : 0); }
+
+bool vcache_whole_ok(const gpu_model *g, int T) {
+    const gpu_vcache *x = g->vc;
+    return x && g->d->whole && T > 1 && (int64_t)T * g->top_k >= 2 * (int64_t)x->E && listed(x) >= 2 * x->E;
+}
+
+int vcache_layer_in(gpu_model *g, int li, char *err) {
+    gpu_vcache *x = g->vc;
+    const int E = x->E;
+    int32_t *so = x->slot_of + (size_t)li * (size_t)E;
+    /* the layer's slots first, so that no victim is one of them */
+    for (int e = 0; e < E; e++)
+        if (so[e] >= 0) x->hits++, touch(x, so[e]);
+    int rc = 0;
+    for (int e = 0; !rc && e < E; e++) {
+        if (so[e] >= 0) continue;
+        const int i = x->tail;
+        x->misses++;
+        rc = fill(g, li, e, i, true, err);
+        if (!rc) touch(x, i);
+    }
+    if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
+                               (size_t)E * sizeof(int32_t), err);
+    x->whole_layers++;
     return rc;
 }
 
@@ -373,8 +417,7 @@ int vcache_stage_on(gpu_model *g, int top_k, bool *on, char *why, char *err) {
         unlink_slot(x, i);
         x->stage[j] = i;
     }
-    int rc = gpu_alloc(g->d, &x->dtab, keys_bytes(x), "the VRAM cache's slot table", err);
-    if (!rc) rc = gpu_alloc(g->d, &x->dused, keys_bytes(x), "the VRAM cache's use counts", err);
+    int rc = gpu_alloc(g->d, &x->dused, keys_bytes(x), "the VRAM cache's use counts", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dstage, stage_bytes(x), "the VRAM cache's staging slots", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dlog, stage_bytes(x), "the VRAM cache's staging slots", err);
     if (!rc) rc = gpu_zero(g->d, x->dused, keys_bytes(x), err);
