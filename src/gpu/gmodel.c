@@ -533,10 +533,11 @@ static int next_moe(const e0_model *m, int li) {
 
 /* Whole-layer prefill: layer li's experts brought in on the copy stream
  * once the stream's work so far is done (the layers before have finished
- * with the slots it takes), the copies marked with mark. */
-static int bring_in(gpu_sess *s, int li, int mark, char *err) {
+ * with the slots it takes; spare, if not -1, is one of them), the copies
+ * marked with mark. */
+static int bring_in(gpu_sess *s, int li, int spare, int mark, char *err) {
     int rc = gpu_copy_after(s->g->d, err);
-    if (!rc) rc = vcache_layer_in(s->g, li, err);
+    if (!rc) rc = vcache_layer_in(s->g, li, spare, err);
     if (!rc) rc = gpu_copy_mark(s->g->d, mark, err);
     return rc;
 }
@@ -553,7 +554,8 @@ static int layers(gpu_sess *s, int T, char *err) {
     int rc = 0, mark = 0;
     s->whole = vcache_whole_ok(s->g, T);
     int ahead = s->whole ? next_moe(m, 0) : -1; /* the MoE layer brought in last */
-    if (ahead >= 0) rc = bring_in(s, ahead, mark, err);
+    int done = -1;                              /* the MoE layer finished last, as the next is brought in */
+    if (ahead >= 0) rc = bring_in(s, ahead, -1, mark, err);
     for (int li = 0; !rc && li < m->cfg.n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
         const gpu_layer *gl = &s->g->L[li];
@@ -561,8 +563,9 @@ static int layers(gpu_sess *s, int T, char *err) {
             s->wait_mark = mark;
             ahead = next_moe(m, li + 1);
             mark ^= 1;
-            if (ahead >= 0) rc = bring_in(s, ahead, mark, err);
+            if (ahead >= 0) rc = bring_in(s, ahead, done, mark, err);
             if (rc) break;
+            done = li; /* by the next layer's bring_in, the stream has finished with it */
         }
         rc = rmsnorm_rows(s, x, r, gl->in_norm, h, H, T, err);
         if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, T, err);

@@ -134,9 +134,12 @@ int vcache_stage_on(gpu_model *g, int top_k, bool *on, char *why, char *err);
 /* Whole-layer prefill (vcache.c says why): whether a pass of T ids brings
  * its MoE layers' experts in whole, and vcache_layer_in, which does it for
  * layer li on the copy stream (after gpu_copy_after) and writes the
- * layer's row of the device's slot table (dtab) there too. */
+ * layer's row of the device's slot table (dtab) there too. Where the cache
+ * is full, the victims are the slots of layer `spare` (a layer the device
+ * has finished with in this pass; -1: none) before the least recently
+ * used. */
 bool vcache_whole_ok(const gpu_model *g, int T);
-int vcache_layer_in(gpu_model *g, int li, char *err);
+int vcache_layer_in(gpu_model *g, int li, int spare, char *err);
 /* Around a device-staged decode step (gpu_sess_eval, T = 1):
  * vcache_prepare writes the slot and staging tables where they changed
  * (in stream order); vcache_step, after the step, reads which experts it

@@ -304,17 +304,25 @@ bool vcache_whole_ok(const gpu_model *g, int T) {
     return x && g->d->whole && T > 1 && (int64_t)T * g->top_k >= 2 * (int64_t)x->E && listed(x) >= 2 * x->E;
 }
 
-int vcache_layer_in(gpu_model *g, int li, char *err) {
+int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     gpu_vcache *x = g->vc;
     const int E = x->E;
     int32_t *so = x->slot_of + (size_t)li * (size_t)E;
+    const int32_t *sp = spare >= 0 ? x->slot_of + (size_t)spare * (size_t)E : NULL;
     /* the layer's slots first, so that no victim is one of them */
     for (int e = 0; e < E; e++)
         if (so[e] >= 0) x->hits++, touch(x, so[e]);
-    int rc = 0;
+    int rc = 0, f = 0; /* f: the spare layer's next expert */
     for (int e = 0; !rc && e < E; e++) {
         if (so[e] >= 0) continue;
-        const int i = x->tail;
+        /* a free slot, else the spare layer's (a pass over more layers than the cache holds
+         * gives up the layer it just finished with, not the one it will need first next time),
+         * else the least recently used */
+        int i = x->tail;
+        if (x->key_of[i] >= 0 && sp) {
+            while (f < E && sp[f] < 0) f++;
+            if (f < E) i = sp[f];
+        }
         x->misses++;
         rc = fill(g, li, e, i, true, err);
         if (!rc) touch(x, i);
