@@ -49,7 +49,7 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) -c $< -o $@
-$(BUILD)/src/gpu/ptx.o: src/gpu/kernels.ptx src/gpu/kernels_pdl.ptx
+$(BUILD)/src/gpu/ptx.o: src/gpu/kernels.ptx
 
 $(BUILD)/libedge0.a: $(LIB_OBJ)
 	@rm -f $@

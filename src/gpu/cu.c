@@ -64,8 +64,6 @@ static void load_once(void) {
         {(void **)&a->ModuleUnload, "cuModuleUnload", NULL, false},
         {(void **)&a->ModuleGetFunction, "cuModuleGetFunction", NULL, false},
         {(void **)&a->FuncSetAttribute, "cuFuncSetAttribute", NULL, false},
-        {(void **)&a->ModuleGetGlobal, "cuModuleGetGlobal_v2", NULL, false},
-        {(void **)&a->LaunchKernelEx, "cuLaunchKernelEx", NULL, true},
         {(void **)&a->LaunchKernel, "cuLaunchKernel", NULL, false},
         {(void **)&a->StreamCreate, "cuStreamCreate", NULL, false},
         {(void **)&a->StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy", false},

@@ -59,28 +59,6 @@ enum { CU_JIT_ERROR_LOG_BUFFER = 5, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6 };
 /* cuFuncSetAttribute */
 enum { CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 
-/* cuLaunchKernelEx (driver 12.0 or later) and the one launch attribute
- * edge0 sets: programmatic stream serialization, which lets a kernel's
- * blocks start before the kernel before it in the stream has finished
- * (kernels.cu, PDL_OPEN). Layouts as cuda.h has them. */
-enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
-typedef struct {
-    int id;
-    char pad[8 - sizeof(int)];
-    union {
-        char pad[64];
-        int programmaticStreamSerializationAllowed;
-    } value;
-} CUlaunchAttribute;
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ;
-    unsigned blockDimX, blockDimY, blockDimZ;
-    unsigned sharedMemBytes;
-    CUstream hStream;
-    CUlaunchAttribute *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
-
 /* The driver's entry points, filled by cu_load. */
 typedef struct {
     CUresult (*Init)(unsigned flags);
@@ -112,9 +90,6 @@ typedef struct {
     CUresult (*ModuleUnload)(CUmodule m);
     CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
     CUresult (*FuncSetAttribute)(CUfunction f, int attr, int v);
-    CUresult (*ModuleGetGlobal)(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name);
-    /* NULL where the driver lacks it (before 12.0): launches are then plain */
-    CUresult (*LaunchKernelEx)(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra);
     CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                              unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
                              void **extra);

@@ -11,7 +11,7 @@
 #include <time.h>
 
 /* kernels.ptx, embedded by gpu/ptx.S, NUL-terminated */
-extern const char e0_gpu_ptx[], e0_gpu_ptx_pdl[];
+extern const char e0_gpu_ptx[];
 
 static int cu_fail(const gpu_dev *d, char *err, int code, const char *what, CUresult r) {
     char b[200];
@@ -45,29 +45,12 @@ static const char *const fmt_names[GPU_F_COUNT] = {
     "f32", "bf16", "f16", "qa4", "qa8", "q4_0", "q4_1", "q5_0", "q5_1",
     "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"};
 
-/* Which PTX: kernels_pdl.ptx (programmatic dependent launch, compute_90)
- * where the card is Hopper or later, the driver has cuLaunchKernelEx and
- * $E0_GPU_PDL asks for it ("1": that PTX and its launches; "ptx": that PTX
- * with plain launches, to tell the two apart); kernels.ptx otherwise. Off
- * until measured on a card. $E0_GPU_PDL_PREFETCH=1 has the products ask L2
- * for their rows before they wait (kernels_mm.cuh, mm_open). */
-static void pick_ptx(gpu_dev *d, const char **ptx) {
-    const char *v = getenv("E0_GPU_PDL"), *pf = getenv("E0_GPU_PDL_PREFETCH");
-    const bool want = v && (!strcmp(v, "1") || !strcmp(v, "ptx"));
-    d->pdl_ptx = want && d->cc_major >= 9 && d->cu->LaunchKernelEx;
-    d->pdl = d->pdl_ptx && !strcmp(v, "1");
-    d->pdl_prefetch = d->pdl_ptx && pf && *pf == '1';
-    *ptx = d->pdl_ptx ? e0_gpu_ptx_pdl : e0_gpu_ptx;
-}
-
 static int load_module(gpu_dev *d, char *err) {
     char log[4096] = "";
     int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
-    const char *ptx;
-    pick_ptx(d, &ptx);
     const double t0 = now_s();
-    CUresult r = d->cu->ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
+    CUresult r = d->cu->ModuleLoadDataEx(&d->mod, e0_gpu_ptx, 2, opts, vals);
     d->jit_s = now_s() - t0;
     if (r != CU_SUCCESS) {
         char b[200];
@@ -91,13 +74,6 @@ static int load_module(gpu_dev *d, char *err) {
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
-    if (d->pdl_ptx) {
-        CUdeviceptr flag;
-        size_t n = 0;
-        const int32_t on = d->pdl_prefetch;
-        CU(d, d->cu->ModuleGetGlobal(&flag, &n, d->mod, "e0_pdl_prefetch"), "e0_pdl_prefetch");
-        CU(d, d->cu->MemcpyHtoD(flag, &on, sizeof on), "e0_pdl_prefetch");
-    }
     /* each product form, one kernel a weight format: "<form>_<format>" */
     struct {
         CUfunction *f;
@@ -224,7 +200,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
     const char *wv = getenv("E0_GPU_WHOLE");
-    d->whole = wv && *wv == '1';
+    d->whole = !(wv && *wv == '0');
     const char *rv = getenv("E0_GPU_ROUTE_SORT");
     d->route_sort = rv && *rv == '1';
     *out = d;
@@ -331,14 +307,7 @@ int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
                unsigned shmem, void **args, const char *what, char *err) {
     if (!gx || !gy || !gz) return 0;
     if (d->profile) d->cu->EventRecord(d->pa, d->st);
-    if (d->pdl) {
-        CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-        at.value.programmaticStreamSerializationAllowed = 1;
-        const CUlaunchConfig cfg = {gx, gy, gz, bx, 1, 1, shmem, d->st, &at, 1};
-        CU(d, d->cu->LaunchKernelEx(&cfg, f, args, NULL), what);
-    } else {
-        CU(d, d->cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, shmem, d->st, args, NULL), what);
-    }
+    CU(d, d->cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, shmem, d->st, args, NULL), what);
     if (d->profile) {
         float ms = 0;
         d->cu->EventRecord(d->pb, d->st);

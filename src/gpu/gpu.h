@@ -105,11 +105,8 @@ typedef struct gpu_dev {
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     bool route_sort;       /* with fuse, a decode step's routing and grouping in one launch (route_sort);
                               off until measured on a card: $E0_GPU_ROUTE_SORT=1 */
-    bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); off until measured on a
-                              card: $E0_GPU_WHOLE=1 */
-    bool pdl_ptx;          /* the module is kernels_pdl.ptx (pick_ptx in gpu.c: $E0_GPU_PDL) */
-    bool pdl;              /* launches with programmatic stream serialization (needs pdl_ptx) */
-    bool pdl_prefetch;     /* the products' L2 prefetch before they wait ($E0_GPU_PDL_PREFETCH=1) */
+    bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
+                              it off */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;

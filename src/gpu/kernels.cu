@@ -29,32 +29,6 @@ enum {
     F_Q2_K, F_Q3_K, F_Q4_K, F_Q5_K, F_Q6_K, F_IQ4_NL, F_IQ4_XS,
 };
 
-/* Programmatic dependent launch (Hopper and later; the second PTX,
- * kernels_pdl.ptx, made for compute_90 with E0_PDL defined): the host
- * launches each kernel with programmatic stream serialization
- * (gpu_launch), so a kernel's blocks may start while the kernel before it
- * still runs. Every kernel opens with PDL_OPEN, which lets the next one be
- * scheduled as soon as all of this one's blocks are resident, then does
- * only what reads nothing an earlier kernel writes (addresses; the
- * products ask L2 for their weight rows, PDL_PREFETCH), then PDL_WAIT,
- * which returns once every earlier kernel has finished and its writes are
- * visible, and only then reads or writes activations. Every thread passes
- * PDL_WAIT before it returns, so a kernel never finishes before the one
- * before it: the order of the chain is kept, transitively. Without E0_PDL
- * (the compute_75 PTX) the three are empty and the launches plain. */
-#if defined(E0_PDL) && __CUDA_ARCH__ >= 900
-#define PDL_OPEN() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-/* set by the host (cuModuleGetGlobal): the products' L2 prefetch before PDL_WAIT */
-__device__ int e0_pdl_prefetch;
-#define PDL_PREFETCH_ON() (e0_pdl_prefetch != 0)
-#else
-#define PDL_OPEN() do { } while (0)
-#define PDL_WAIT() do { } while (0)
-#define PDL_PREFETCH_ON() false
-#endif
-#define PDL_ENTRY() do { PDL_OPEN(); PDL_WAIT(); } while (0)
-
 /* Mirrors gpu_mat (gpu/gpu.h) field for field. */
 struct gmat {
     const uint8_t *w;  /* row 0 of expert 0 */
@@ -122,7 +96,6 @@ __device__ float block_max(float v) {
  * grid T, block 512. */
 extern "C" __global__ void rmsnorm(float *x, const float *r, const float *w, float *y, int n,
                                    float eps) {
-    PDL_ENTRY();
     float *xt = x + (size_t)blockIdx.x * n;
     float *yt = y + (size_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -143,14 +116,12 @@ extern "C" __global__ void rmsnorm(float *x, const float *r, const float *w, flo
 
 /* x += y over n values. */
 extern "C" __global__ void add_inplace(float *x, const float *y, long long n) {
-    PDL_ENTRY();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 /* g = silu(g) * u over n values. */
 extern "C" __global__ void swiglu(float *g, const float *u, long long n) {
-    PDL_ENTRY();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) g[i] = silu(g[i]) * u[i];
 }
@@ -165,7 +136,6 @@ extern "C" __global__ void swiglu(float *g, const float *u, long long n) {
 extern "C" __global__ void qk_norm_rope(float *q, float *k, const float *qn, const float *kn,
                                         const float *inv_freq, int nh, int hd, int per, int qrows,
                                         int kvd, int half, const int *posp, float eps) {
-    PDL_ENTRY();
     extern __shared__ float sh[];
     const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, pos0 = *posp;
     const bool isq = h < nh;
@@ -194,7 +164,6 @@ extern "C" __global__ void qk_norm_rope(float *q, float *k, const float *qn, con
  * f32 or f16 cache. grid T, block 256. */
 extern "C" __global__ void kv_store(void *kc, void *vc, const float *k, const float *v, int kvd,
                                     const int *posp, int f16) {
-    PDL_ENTRY();
     const int t = blockIdx.x, pos0 = *posp;
     const size_t at = (size_t)(pos0 + t) * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
@@ -221,7 +190,6 @@ __device__ __forceinline__ float kvload(const void *c, size_t i, int f16) {
 extern "C" __global__ void attend(const float *q, const void *kc, const void *vc, float *scores,
                                   float *att, int nh, int nkv, int hd, int per, int qrows, const int *posp,
                                   int n_ctx, float scale, int gated, int f16) {
-    PDL_ENTRY();
     const int h = blockIdx.x, t = blockIdx.y, n = *posp + t + 1;
     const int kvh = h / (nh / nkv), kvd = nkv * hd;
     const float *qh = q + (size_t)t * qrows + (size_t)h * per;
@@ -264,7 +232,6 @@ extern "C" __global__ void attend(const float *q, const void *kc, const void *vc
 extern "C" __global__ void dn_unpack(const float *qkvz, const float *ba, float *mix, float *z,
                                      float *b, float *a, int Hk, int Dk, int r, int Dv, int P,
                                      int ba_only) {
-    PDL_ENTRY();
     const int t = blockIdx.x, Kd = Hk * Dk, C = 2 * Kd + Hk * r * Dv, per = 2 * Dk + 2 * r * Dv;
     const int Hv = Hk * r;
     if (!ba_only) {
@@ -298,7 +265,6 @@ extern "C" __global__ void dn_unpack(const float *qkvz, const float *ba, float *
  * becomes the last K-1 input rows. One thread a channel: grid ceil(C/256). */
 extern "C" __global__ void dn_conv(const float *mix, float *out, float *state, const float *w,
                                    int T, int C, int K) {
-    PDL_ENTRY();
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
     float win[8]; /* K <= 8 (the host checks) */
@@ -316,7 +282,6 @@ extern "C" __global__ void dn_conv(const float *mix, float *out, float *state, c
 /* q and k of key head g of token t L2-normalised (eps 1e-6), q scaled by
  * Dk^-1/2, in place in out [T, C]. grid (T, 2 Hk), block 128. */
 extern "C" __global__ void dn_qknorm(float *mix, int C, int Hk, int Dk) {
-    PDL_ENTRY();
     const int t = blockIdx.x, y = blockIdx.y, g = y % Hk, isk = y / Hk;
     float *v = mix + (size_t)t * C + (size_t)isk * Hk * Dk + (size_t)g * Dk;
     float ss = 0.0f;
@@ -412,7 +377,6 @@ __device__ void dn_rec_body(const float *mix, const float *z, const float *bb, c
                                     const float *aa, const float *A, const float *dt_bias,        \
                                     const float *norm, float *state, float *o, int T, int Hk,     \
                                     int Hv, int Dk, int Dv, int vtiled, float eps) {              \
-        PDL_ENTRY();                                                                              \
         dn_rec_body<DK>(mix, z, bb, aa, A, dt_bias, norm, state, o, T, Hk, Hv, Dk, Dv, vtiled, eps); \
     }
 DN_REC(dn_rec, 0)
@@ -461,7 +425,6 @@ __device__ void route_warp(const float *l, int *id, float *wt, int E, int k, int
 
 extern "C" __global__ void route(const float *logits, int *idx, float *w, int T, int E, int k,
                                  int renorm) {
-    PDL_ENTRY();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
     route_warp(logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
@@ -478,7 +441,6 @@ extern "C" __global__ void route(const float *logits, int *idx, float *w, int T,
 extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int T, int E, int k, int renorm,
                                          const int *posp, int layer, int L, const float *bias, int *hist,
                                          double recent, double window, double decay, int W) {
-    PDL_ENTRY();
     __shared__ unsigned seen[32]; /* E <= 1024 */
     const int lane = threadIdx.x & 31;
     for (int t = 0; t < T; t++) {
@@ -595,7 +557,6 @@ __device__ __forceinline__ void sort_pairs(const int *idx, int P, int E, int *co
 extern "C" __global__ void __launch_bounds__(1024)
     moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
              const int *tab, int *used, const int *stage, int *slog) {
-    PDL_ENTRY();
     sort_pairs(idx, P, E, count, nact, exps, start, order, tab, used, stage, slog);
 }
 
@@ -607,7 +568,6 @@ extern "C" __global__ void __launch_bounds__(1024)
     route_sort(const float *logits, int *idx, float *w, int T, int E, int k, int renorm, int *count,
                int *nact, int *exps, int *start, int *order, const int *tab, int *used, const int *stage,
                int *slog) {
-    PDL_ENTRY();
     for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5)
         route_warp(logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
     __syncthreads();
@@ -643,7 +603,6 @@ __device__ __forceinline__ void stage_mat(const gmat &W, int slot, int e) {
 
 extern "C" __global__ void moe_stage(const int *nact, const int *exps, const int *slog, const gmat G,
                                      const gmat U, const gmat D) {
-    PDL_ENTRY();
     const int a = blockIdx.y;
     if (a >= *nact) return;
     const int e = slog[a];
@@ -660,7 +619,6 @@ extern "C" __global__ void moe_stage(const int *nact, const int *exps, const int
  * CPU does). grid (ceil(H / 256), T), block 256. */
 extern "C" __global__ void moe_combine(const float *eo, const float *w, const float *shg,
                                        const float *ys, float *x, int H, int k, int shared) {
-    PDL_ENTRY();
     const int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
     float o = 0.0f;

@@ -283,35 +283,6 @@ __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r0, in
     }
 }
 
-/* Asks L2 for row r of W (from wbase; its scales and biases from sbase,
- * bbase), a 128-byte line a lane: what a product does before PDL_WAIT,
- * the weights being no earlier kernel's output, so that their reads
- * overlap the kernel before. */
-__device__ __forceinline__ void prefetch_row(const gmat &W, const uint8_t *wbase, const uint8_t *sbase,
-                                             const uint8_t *bbase, int r) {
-    const int lane = threadIdx.x & 31;
-    const uint8_t *row = wbase + (size_t)r * W.row_bytes, *end = row + W.row_bytes;
-    for (const uint8_t *p = (const uint8_t *)((uintptr_t)row & ~(uintptr_t)127) + lane * 128; p < end;
-         p += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    if (lane == 0 && sbase) asm volatile("prefetch.global.L2 [%0];" ::"l"(sbase + (size_t)r * W.srow_bytes));
-    if (lane == 1 && bbase) asm volatile("prefetch.global.L2 [%0];" ::"l"(bbase + (size_t)r * W.srow_bytes));
-}
-
-/* The opening of a product kernel: PDL_OPEN, the L2 prefetch of this
- * warp's first two rows r0, r0 + rstep of W (and U) where the host asked
- * for it, PDL_WAIT. */
-template <bool GLU>
-__device__ __forceinline__ void mm_open(const gmat &W, const gmat &U, int r0, int rstep) {
-    PDL_OPEN();
-    if (PDL_PREFETCH_ON())
-        for (int j = 0, r = r0; j < 2 && r < W.rows; j++, r += rstep) {
-            prefetch_row(W, W.w, W.s, W.b, r);
-            if (GLU) prefetch_row(U, U.w, U.s, U.b, r);
-        }
-    PDL_WAIT();
-}
-
 /* y[t, r] = W[r] . x[t] (GLU: silu(W[r] . x[t]) * (U[r] . x[t])):
  * grid (up to ceil(rows / MM_WARPS)), block 256; a grid with fewer blocks
  * walks the rows in steps of the grid (the lm_head's 248k rows: x staged
@@ -319,9 +290,8 @@ __device__ __forceinline__ void mm_open(const gmat &W, const gmat &U, int r0, in
 template <int F, bool GLU>
 __device__ void mm_body(const gmat &W, const gmat &U, const float *x, long long ldx, float *y,
                         long long ldy, int T, int g) {
-    const int r0 = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), rstep = gridDim.x * MM_WARPS;
-    mm_open<GLU>(W, U, r0, rstep);
-    mm_rows<F, GLU>(W, U, r0, rstep, x, ldx, y, ldy, T, g);
+    mm_rows<F, GLU>(W, U, blockIdx.x * MM_WARPS + (threadIdx.x >> 5), gridDim.x * MM_WARPS, x, ldx, y,
+                    ldy, T, g);
 }
 
 /* Up to four matrices of one format and width that take the same input,
@@ -349,9 +319,7 @@ __device__ void mmm_body(const gmulti &M, const float *x, long long ldx, int T, 
     float *y = i == 0 ? M.y[0] : i == 1 ? M.y[1] : i == 2 ? M.y[2] : M.y[3];
     const long long ldy = i == 0 ? M.ldy[0] : i == 1 ? M.ldy[1] : i == 2 ? M.ldy[2] : M.ldy[3];
     const int first = i == 0 ? M.first[0] : i == 1 ? M.first[1] : i == 2 ? M.first[2] : M.first[3];
-    const int r0 = (b - first) * MM_WARPS + (threadIdx.x >> 5);
-    mm_open<false>(W, W, r0, W.rows);
-    mm_rows<F, false>(W, W, r0, W.rows, x, ldx, y, ldy, T, g);
+    mm_rows<F, false>(W, W, (b - first) * MM_WARPS + (threadIdx.x >> 5), W.rows, x, ldx, y, ldy, T, g);
 }
 
 /* The MoE form: blockIdx.z = active expert a < *nact (expert exps[a]);
@@ -365,7 +333,6 @@ __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     const int a = blockIdx.z;
-    PDL_ENTRY(); /* the experts are the routing's output: nothing to prefetch before */
     if (a >= *nact) return; /* the whole block */
     const int r = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     const bool live = r < W.rows;
@@ -458,7 +425,6 @@ __device__ void mmt_body(const gmat W, const float *x, long long ldx, float *y, 
     __shared__ float Xs[32][BN + BP];
     __shared__ const float *xr[BN];
     const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
-    PDL_ENTRY();
     if (threadIdx.x < BN) {
         const int t = t0 + threadIdx.x;
         xr[threadIdx.x] = t < T ? x + (size_t)t * ldx : nullptr;
@@ -486,7 +452,6 @@ __device__ void mmtx_body(const gmat W, const int *nact, const int *exps, const 
     __shared__ float Xs[32][BN + BP];
     __shared__ const float *xr[BN];
     const int a = blockIdx.z;
-    PDL_ENTRY();
     if (a >= *nact) return;
     const int e = exps[a], p0 = start[a], p1 = start[a + 1], r0 = blockIdx.x * BM;
     const uint8_t *wb = W.w + (size_t)e * W.estride;
