@@ -1,0 +1,40 @@
+#!/bin/bash
+# Session 31, call 2 (issue 38): test_gpu with whole-layer prefill on by default; where a
+# Qwen3-30B-A3B decode step's time goes (Nsight Compute, one kernel at a time: call 1 measured its
+# resident decode at 68.8 tok/s against 107 for the 35B shape); then the same runs, Qwen3.6-35B-A3B
+# and Qwen3-30B-A3B, 8 and 16 GiB and all resident, against llama.cpp's CUDA build.
+# Pack as s31-pdl.sh says, with this file as .gpu/run.sh. Run: tar -xJf .peer/gpu.tar.xz && DL=560 bash .gpu/run.sh
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
+T0=$(date +%s)
+exec > >(tee "${OUT:-/tmp}/run.log") 2>&1
+DL=${DL:-400}
+el() { echo "($(( $(date +%s) - T0 )) s)"; }
+left() { [ $(( $(date +%s) - T0 )) -lt $((DL - $1)) ]; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
+CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
+( .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /tmp/synth30.log 2>&1
+  .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf /dev/shm/q36.gguf > /tmp/synth36.log 2>&1 ) &
+SP=$!
+echo "=== test_gpu $(el)"
+E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 .gpu/bin/test_gpu 2>&1 | grep -v "not here"
+wait $SP; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+echo "=== ncu ($NCU): q30 all resident, prefill 1, decode 4, graphs off so that each launch is seen $(el)"
+E0_GPU_GRAPH=0 timeout 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \
+    .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 1 --decode 4 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
+python3 scripts/ncu_step.py /tmp/ncu.csv 48 | head -40
+[ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
+echo "=== q30 resident decode, graphs on $(el)"
+.gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 128 --skip-cold --threads 16 2>&1 | grep -E "prefill [0-9]|decode [0-9]"
+while [ ! -x /tmp/peer/repack/llama-bench ] && left 120; do sleep 5; done
+echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
+tail -2 /tmp/peer.log
+for m in q36 q30; do
+    left 130 || break
+    echo "=== same run $m $(el)"
+    timeout $(( DL - ($(date +%s) - T0) )) bash scripts/gpu_same_run.sh .gpu/bin/edge0 /tmp/peer/repack /dev/shm/$m.gguf 8 16 2>&1 |
+        grep -E "^\||^model|^edge0 |^llama-bench rows|^edge0 resident"
+done
+echo "=== end $(el)"
