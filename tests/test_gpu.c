@@ -421,17 +421,14 @@ static void test_models(void **state) {
         gpu_model *g;
         const uint64_t held0 = g_dev->held;
         if (gpu_model_new(&g, g_dev, &e->model, e->top_k, 0, err)) fail_msg("%s: %s", path, err);
-        /* the rerun launches kernel by kernel, unfused (routing and grouping
-         * apart, which the first run does in one launch): the same bits */
-        const bool graphs = gpu_graphs_on(g_dev), fuse = g_dev->fuse, route_sort = g_dev->route_sort;
-        g_dev->route_sort = true;
+        /* the rerun launches kernel by kernel, unfused: the same bits */
+        const bool graphs = gpu_graphs_on(g_dev), fuse = g_dev->fuse;
         float *got = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, false);
         g_dev->fuse = false;
         float *again = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, graphs);
         g_dev->fuse = fuse;
-        g_dev->route_sort = route_sort;
         double worst = 0;
         int bad_argmax = 0;
         for (int i = 0; i < NIDS; i++) {

@@ -481,19 +481,12 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         rc = rc ? rc : gpu_wait_copy_mark(d, s->wait_mark, err);
         tab = vc->dtab + at;
     }
-    /* routing and grouping in one launch where the device does (d->route_sort) */
-    const bool one = !config_route_on(c) && d->fuse && d->route_sort && T <= 32;
-    if (one) {
-        void *a[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
-        if (!rc) rc = gpu_launch(d, d->k.route_sort, 1, 1, 1, 1024, 0, a, "routing and grouping", err);
-    } else {
-        if (!config_route_on(c)) {
-            void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
-            if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
-        }
-        void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
-        if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
+    if (!config_route_on(c)) {
+        void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
+        if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     }
+    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
+    if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
     if (!rc && staged) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
         rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);

@@ -69,7 +69,7 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
         {&d->k.dn_rec128, "dn_rec128"},
         {&d->k.route, "route"},           {&d->k.route_profile, "route_profile"},
-        {&d->k.moe_sort, "moe_sort"},     {&d->k.route_sort, "route_sort"},
+        {&d->k.moe_sort, "moe_sort"},
         {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
@@ -201,8 +201,6 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     d->fuse = !(fv && *fv == '0');
     const char *wv = getenv("E0_GPU_WHOLE");
     d->whole = !(wv && *wv == '0');
-    const char *rv = getenv("E0_GPU_ROUTE_SORT");
-    d->route_sort = rv && *rv == '1';
     *out = d;
     return 0;
 }

@@ -70,7 +70,7 @@ typedef struct {
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
-    CUfunction route, route_profile, moe_sort, route_sort, moe_stage, moe_combine;
+    CUfunction route, route_profile, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
 
 /* Per-kernel time under $E0_GPU_PROFILE=1: each launch is timed with
@@ -103,8 +103,6 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
-    bool route_sort;       /* with fuse, a decode step's routing and grouping in one launch (route_sort);
-                              off until measured on a card: $E0_GPU_ROUTE_SORT=1 */
     bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
                               it off */
     CUevent pa, pb;

@@ -506,9 +506,9 @@ __device__ __forceinline__ int warp_scan_incl(int v) {
     return v;
 }
 
-__device__ __forceinline__ void sort_pairs(const int *idx, int P, int E, int *count, int *nact, int *exps,
-                                           int *start, int *order, const int *tab, int *used,
-                                           const int *stage, int *slog) {
+extern "C" __global__ void __launch_bounds__(1024)
+    moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
+             const int *tab, int *used, const int *stage, int *slog) {
     __shared__ int cnt[1024];
     __shared__ int wpairs[32], wact[32];
     const int e = threadIdx.x, lane = e & 31, w = e >> 5;
@@ -552,26 +552,6 @@ __device__ __forceinline__ void sort_pairs(const int *idx, int P, int E, int *co
         *nact = wact[31];
         start[wact[31]] = wpairs[31];
     }
-}
-
-extern "C" __global__ void __launch_bounds__(1024)
-    moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
-             const int *tab, int *used, const int *stage, int *slog) {
-    sort_pairs(idx, P, E, count, nact, exps, start, order, tab, used, stage, slog);
-}
-
-/* route, then moe_sort, in one launch (a decode step's chain one kernel
- * shorter a layer): warp w routes tokens w, w + 32, ... as route does, the
- * block waits for their choices, then groups them as moe_sort does. The
- * same bits as the two kernels. grid 1, block 1024. */
-extern "C" __global__ void __launch_bounds__(1024)
-    route_sort(const float *logits, int *idx, float *w, int T, int E, int k, int renorm, int *count,
-               int *nact, int *exps, int *start, int *order, const int *tab, int *used, const int *stage,
-               int *slog) {
-    for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5)
-        route_warp(logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
-    __syncthreads();
-    sort_pairs(idx, T * k, E, count, nact, exps, start, order, tab, used, stage, slog);
 }
 
 /* A decode step's misses brought in by the device (moe_sort's slog: slot
