@@ -216,6 +216,8 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info);
 /* Where the engine computes: "GPU 0 (NVIDIA H100 80GB HBM3): 1.9 GiB of
  * weights ..." or why the CPU ("" when the GPU was not asked for). */
 const char *e0_engine_gpu_note(const e0_engine *e);
+/* The GPU the engine computes on (a device ordinal), or E0_GPU_OFF. */
+int32_t e0_engine_gpu(const e0_engine *e);
 
 /* What e0_engine_open would choose for a model and options, without
  * reading the weights (`edge0 info`). */

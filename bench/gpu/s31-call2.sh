@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 31, call 2 (issue 38): test_gpu with whole-layer prefill on by default; where a
+# Session 31, call 2 (issue 38): test_gpu with whole-layer prefill on by default; serve on the GPU
+# (scripts/serve_smoke.py: concurrent chat requests); where a
 # Qwen3-30B-A3B decode step's time goes (Nsight Compute, one kernel at a time: call 1 measured its
 # resident decode at 68.8 tok/s against 107 for the 35B shape); then the same runs, Qwen3.6-35B-A3B
 # and Qwen3-30B-A3B, 8 and 16 GiB and all resident, against llama.cpp's CUDA build.
@@ -19,7 +20,13 @@ CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > 
 SP=$!
 echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 .gpu/bin/test_gpu 2>&1 | grep -v "not here"
+echo "=== serve on the GPU: the tiny Qwen3.5-MoE GGUF fixture, --parallel 2, two requests at once $(el)"
+.gpu/bin/edge0 serve .gpu/shared/gguf/tiny-qwen35moe/model-Q4_K_M.gguf --gpu 0 --port 8199 --parallel 2 > /tmp/serve1.log 2>&1 &
+timeout 60 python3 scripts/serve_smoke.py 8199 2; pkill -f "serve .gpu/shared"; sleep 1; grep -E "serving|GPU|rror" /tmp/serve1.log | head -5
 wait $SP; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
+echo "=== serve on the GPU: q36 synth, --vram-budget 8G, --parallel 4, four requests at once $(el)"
+.gpu/bin/edge0 serve /dev/shm/q36.gguf --gpu 0 --vram-budget 8G --port 8198 --parallel 4 > /tmp/serve2.log 2>&1 &
+timeout 120 python3 scripts/serve_smoke.py 8198 4; pkill -f "serve /dev/shm/q36" ; sleep 2; grep -E "serving|GPU|rror" /tmp/serve2.log | head -5
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 echo "=== ncu ($NCU): q30 all resident, prefill 1, decode 4, graphs off so that each launch is seen $(el)"
 E0_GPU_GRAPH=0 timeout 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \

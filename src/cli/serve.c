@@ -63,7 +63,8 @@ static const char *HELP =
     "                    returning conversation or a repeated system prompt resumes\n"
     "                    from the longest cached prefix (usage cached_tokens).\n"
     "                    auto (default): 1/8 of the memory available, at most 2G,\n"
-    "                    kept out of the memory budget's expert cache; 0: off\n"
+    "                    kept out of the memory budget's expert cache; 0: off.\n"
+    "                    Off on the GPU (its states are not snapshotted yet)\n"
     "  --body-limit SIZE largest request body (default 1M)\n"
     "  --name NAME       the model id clients see (default: the directory name)\n"
     "  --no-think        thinking off unless a request turns it on\n"
@@ -195,14 +196,6 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (cli_engine_finish(&ce) != 0) return 2;
-    /* the server's batched decode, cut prefill passes and prefix snapshots
-     * run on the CPU only so far (the GPU tier's serving is to come) */
-    if (ce.gpu >= 0) {
-        cli_error("serve: --gpu %d: the server computes on the CPU in this release (demo, chat, "
-                  "bench and logits run on the GPU); use --gpu off or leave it out", ce.gpu);
-        return 2;
-    }
-    ce.eo.gpu = E0_GPU_OFF;
     ce.eo.n_ctx = so.n_ctx; /* the budget keeps room for every slot's session */
     ce.eo.n_seqs = parallel ? parallel : E0_SEQS_AUTO;
     uint64_t cache_ram = cache.bytes;
@@ -232,20 +225,27 @@ int cmd_serve(int argc, char **argv) {
     int status = 1;
     if (e0_engine_open(&eng, model, &ce.eo, err) != E0_OK || e0_text_open(&text, model, err) != E0_OK) goto out;
     cli_engine_opened(&ce, eng);
+    e0_model_info info;
+    e0_engine_info(eng, &info);
+    /* on the GPU the sessions' states are in device memory, which the prefix
+     * cache's snapshots do not copy yet: no prefix cache there */
+    const bool on_gpu = e0_engine_gpu(eng) >= 0;
+    if (on_gpu) so.cache_ram = 0;
     so.engine = eng;
     so.parallel = e0_engine_seqs(eng);
     so.text = text;
     so.defaults.chat_format = e0_text_chat_format(text);
     if (srv_start(&s, &so, err) != 0) goto out;
-    e0_model_info info;
-    e0_engine_info(eng, &info);
+    char pc[64];
+    snprintf(pc, sizeof pc, on_gpu ? "no prefix cache (the states are on the GPU)" : "prefix cache %.2f GiB",
+             (double)so.cache_ram / (1u << 30));
     fprintf(stderr,
-            "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\", %d slot%s%s of %d tokens each "
-            "(continuous batching, prefill chunk %d), prefix cache %.2f GiB, chat template %s\n",
-            model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name, so.parallel,
-            so.parallel == 1 ? "" : "s", parallel ? "" : " (what memory allows, at most 4; --parallel sets it)", (int)so.n_ctx,
-            so.prefill_chunk, (double)so.cache_ram / (1u << 30),
-            so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
+            "edge0: serving %s (%s, %d layers, %d experts, top-%d) as \"%s\" on %s, %d slot%s%s of %d tokens each "
+            "(continuous batching, prefill chunk %d), %s, chat template %s\n",
+            model, info.family, info.n_layers, info.n_experts, info.top_k, so.model_name,
+            on_gpu ? "the GPU" : "the CPU", so.parallel, so.parallel == 1 ? "" : "s",
+            parallel ? "" : " (what memory allows, at most 4; --parallel sets it)", (int)so.n_ctx, so.prefill_chunk,
+            pc, so.defaults.chat_format == E0_CHAT_QWEN35 ? "qwen3.5 (XML tool calls)" : "qwen3 (JSON tool calls)");
     fprintf(stderr, "edge0: listening on http://%s%s%s:%d%s\n", strchr(so.host, ':') ? "[" : "", so.host,
             strchr(so.host, ':') ? "]" : "", srv_port(s), so.api_key && *so.api_key ? " (API key required)" : "");
     int sig = 0;

@@ -70,24 +70,36 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     gpu_sizes z;
     if ((rc = gpu_model_sizes(&e->model, &z, why)))
         CPU_BECAUSE(rc, "GPU %d (%s): %s", ord, name, why);
-    const uint64_t sb = gpu_sess_bytes(&e->model, e->top_k, n_ctx, PLAN_BATCH < n_ctx ? PLAN_BATCH : n_ctx,
-                                       e->opts.kv_type == E0_KV_F16);
+    const uint64_t one = gpu_sess_bytes(&e->model, e->top_k, n_ctx, PLAN_BATCH < n_ctx ? PLAN_BATCH : n_ctx,
+                                        e->opts.kv_type == E0_KV_F16);
+    /* the sessions: those asked for (a server's slots), or for E0_SEQS_AUTO as
+     * many as fit beside the weights and the cache's least, up to E0_AUTO_SEQS
+     * and at most a quarter of what the budget leaves beside the dense weights */
+    int32_t seqs = e->opts.n_seqs >= 1 ? e->opts.n_seqs : 1;
+    if (e->opts.n_seqs == E0_SEQS_AUTO) {
+        const uint64_t fixed = z.dense + (uint64_t)z.min_slots * z.slot;
+        const uint64_t quarter = budget > z.dense ? (budget - z.dense) / 4 : 0;
+        seqs = E0_AUTO_SEQS;
+        while (seqs > 1 && (fixed + (uint64_t)seqs * one > budget || (uint64_t)seqs * one > quarter)) seqs--;
+    }
+    const uint64_t sb = (uint64_t)seqs * one;
     const uint64_t least = z.dense + sb + (uint64_t)z.min_slots * z.slot;
     if (least > budget || (z.experts && !z.slot))
         CPU_BECAUSE(E0_ENOMEM,
                     "GPU %d (%s): the model needs at least %.2f GiB of device memory (%.2f GiB of dense "
-                    "weights, %.2f GiB for a session of %d positions, %d expert slots of %.1f MiB) and "
+                    "weights, %.2f GiB for %d session%s of %d positions, %d expert slots of %.1f MiB) and "
                     "the VRAM budget leaves %.2f GiB for them (%.2f GiB free)%s",
-                    ord, name, gib(least), gib(z.dense), gib(sb), n_ctx, z.min_slots,
-                    (double)z.slot / 1048576.0, gib(budget), free_gib,
+                    ord, name, gib(least), gib(z.dense), gib(sb), seqs, seqs == 1 ? "" : "s", n_ctx,
+                    z.min_slots, (double)z.slot / 1048576.0, gib(budget), free_gib,
                     given ? "; 768 MiB of --vram-budget is kept for the driver's context"
                           : "; --vram-budget sets it");
     /* every expert resident when they fit; else as many slots as the budget holds */
     const uint64_t room = budget - z.dense - sb;
+    e->gpu_seqs = seqs;
     e->gpu_slots = z.dense + z.experts + sb <= budget ? 0 : (int32_t)(room / z.slot);
     e->gpu_weight_bytes = z.dense + (e->gpu_slots ? (uint64_t)e->gpu_slots * z.slot : z.experts);
     e->gpu_slot_bytes = z.slot;
-    e->gpu_session_bytes = sb;
+    e->gpu_session_bytes = one;
     e->gpu_budget = budget;
     e->gpu_token_bytes = z.dense + (e->model.cfg.n_experts ? z.experts / (uint64_t)e->model.cfg.n_experts *
                                                                  (uint64_t)e->top_k : 0);
@@ -103,11 +115,13 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
                  100.0 * (double)e->gpu_slots * (double)z.slot / (double)z.experts);
     else
         snprintf(tier, sizeof tier, "%.2f GiB of weights, every expert resident", gib(z.dense + z.experts));
+    char rooms[48] = "";
+    if (seqs > 1) snprintf(rooms, sizeof rooms, " (room for %d)", seqs);
     snprintf(e->gpu_note, sizeof e->gpu_note,
-             "GPU %d (%s): %s, %.2f GiB per session of %d positions, in a VRAM budget of %.2f GiB "
+             "GPU %d (%s): %s, %.2f GiB per session of %d positions%s, in a VRAM budget of %.2f GiB "
              "(%s%.2f GiB free)",
-             ord, name, tier, gib(sb), n_ctx, gib(budget), given ? "the given one less 0.75 GiB for the driver; " : "",
-             free_gib);
+             ord, name, tier, gib(one), n_ctx, rooms, gib(budget),
+             given ? "the given one less 0.75 GiB for the driver; " : "", free_gib);
     /* the device reads the checkpoint's own formats: through the mapping,
      * without loading it into memory or repacking it for the CPU kernels */
     if (e->opts.io == E0_IO_AUTO || e->opts.io == E0_IO_LOAD) e->opts.io = E0_IO_MMAP;
@@ -179,6 +193,8 @@ void engine_gpu_close(e0_engine *e) {
 }
 
 const char *e0_engine_gpu_note(const e0_engine *e) { return e->gpu_note; }
+
+int32_t e0_engine_gpu(const e0_engine *e) { return e->gmodel ? e->gpu_ordinal : E0_GPU_OFF; }
 
 int session_gpu_new(e0_session *s, char *err) {
     e0_engine *e = s->eng;

@@ -37,6 +37,7 @@ struct e0_engine {
     /* the GPU (model/gpu_glue.c): in use when gmodel is set */
     int32_t gpu_ordinal;      /* the one chosen at prepare, or E0_GPU_OFF */
     int32_t gpu_slots;        /* VRAM expert cache slots (0: every expert resident) */
+    int32_t gpu_seqs;         /* the sessions the VRAM plan keeps room for */
     uint64_t gpu_weight_bytes, gpu_slot_bytes, gpu_session_bytes, gpu_budget; /* the plan's figures */
     uint64_t gpu_token_bytes; /* weights a decoded token reads there: dense and top-k experts a layer */
     struct gpu_dev *gpu;
@@ -110,10 +111,18 @@ typedef struct e0_pass {
     int ns;    /* sessions */
     int layer; /* the next layer to run; -1: no pass in progress */
     int half;  /* 1: that layer's token mixer has run, its MLP is next */
+    /* On the GPU the pass is not cut: pass_begin keeps the ids (each
+     * session's run at run[i].t0 of gids, in the caller's order) and the
+     * first step evaluates each session's run whole, one after another. */
+    bool gpu;
+    int32_t *gids;
+    size_t gcap;
 } e0_pass;
 
 /* The next layer of the session's paused prefill pass, -1 when none. */
 static inline int session_part_layer(const e0_session *s) { return s->pass ? s->pass->layer : -1; }
+/* Frees what a pass holds beside itself (pass_free frees both). */
+void pass_release(e0_pass *p);
 
 /* Starts the pass: checks every session (same engine, distinct, no pass in
  * progress, ids in the vocabulary and the context, the limits above; an

@@ -14,6 +14,7 @@ int e0_pass_new(e0_pass **out, char *err) {
 }
 
 void e0_pass_free(e0_pass *p) {
+    if (p) pass_release(p);
     free(p);
 }
 

@@ -140,6 +140,8 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
                          why, e->io_note);
         }
     }
+    if (!rc && e->gpu_ordinal >= 0 && e->n_seqs > e->gpu_seqs) /* on the GPU: what its VRAM plan holds */
+        e->n_seqs = e->gpu_seqs;
     if (rc) {
         model_free(&e->model);
         free(e);
@@ -311,6 +313,7 @@ void e0_session_free(e0_session *s) {
     free(s->rec);
     free(s->hist);
     free(s->route_hist);
+    if (s->own) pass_release(s->own);
     free(s->own);
     float **bufs[] = {&s->s.x,   &s->s.h,      &s->s.y,    &s->s.q,       &s->s.k,    &s->s.v,
                       &s->s.att, &s->s.scores, &s->s.proj, &s->s.mix,     &s->s.hist, &s->s.zz,
@@ -619,6 +622,68 @@ static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *er
     return 0;
 }
 
+void pass_release(e0_pass *p) {
+    free(p->gids);
+    p->gids = NULL;
+    p->gcap = 0;
+}
+
+/* A pass over GPU sessions (pass_begin has checked them): the ids kept,
+ * nothing evaluated yet. The device runs a prefill of hundreds of ids in
+ * well under a second, so the pass is not cut between layers: its first
+ * step evaluates every run (gpu_pass_step). */
+static int gpu_pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n,
+                          int ns, size_t T, char *err) {
+    if (T > p->gcap) {
+        int32_t *g = realloc(p->gids, T * sizeof *g);
+        if (!g) return e0_fail(err, E0_ENOMEM, "out of memory");
+        p->gids = g;
+        p->gcap = T;
+    }
+    int t = 0;
+    for (int i = 0; i < ns; i++) {
+        memcpy(p->gids + t, ids[i], n[i] * sizeof *ids[i]);
+        p->run[i] = (e0_run){ss[i], t, (int)n[i]};
+        p->at[i] = i;
+        t += (int)n[i];
+        ss[i]->pass = p;
+    }
+    p->b = (e0_batch){.S = &ss[0]->s, .run = p->run, .nrun = ns, .T = t, .decode = false};
+    p->ns = ns;
+    p->layer = 0;
+    p->half = 0;
+    p->gpu = true;
+    return 0;
+}
+
+static int gpu_pass_step(e0_pass *p, float *const *logits, bool *done, char *err) {
+    e0_engine *e = p->run[0].s->eng;
+    const double t0 = now_s();
+    for (int r = 0; r < p->ns; r++) /* a pass in progress is not evaluated again: e0_session_eval's check */
+        p->run[r].s->pass = NULL;
+    int rc = 0, r = 0;
+    for (; !rc && r < p->ns; r++) {
+        const e0_run *ru = &p->run[r];
+        float *lg = logits ? logits[r] : NULL;
+        rc = session_gpu_eval(ru->s, p->gids + ru->t0, (size_t)ru->n, lg ? E0_LOGITS_LAST : E0_LOGITS_NONE, lg,
+                              err);
+    }
+    p->layer = -1;
+    p->half = 0;
+    p->gpu = false;
+    e->prefill_s += now_s() - t0;
+    if (rc) { /* the states are partly updated: every session of the pass starts over */
+        for (int i = 0; i < p->ns; i++)
+            e0_session_reset(p->run[i].s);
+        return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
+                          : e0_wrap(err, rc, "evaluation failed (session %d); the %d sessions were reset", r - 1,
+                                    p->ns);
+    }
+    e->prefill_tokens += (uint64_t)p->b.T;
+    *done = true;
+    return 0;
+}
+
 int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, const size_t *n, int ns,
                char *err) {
     if (!p || !ss || !ids || !n) return e0_fail(err, E0_EINVAL, "pass, sessions, ids or counts are NULL");
@@ -627,8 +692,6 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
     size_t T = 0;
     for (int i = 0; i < ns; i++) {
         if (!ss[i] || !ids[i]) return e0_fail(err, E0_EINVAL, "session %d or its ids are NULL", i);
-        if (ss[i]->gs)
-            return e0_fail(err, E0_EUNSUPPORTED, "a prefill pass cut between layers does not run on the GPU yet");
         int rc = check_distinct(ss, (size_t)i, err);
         if (rc) return rc;
         rc = check_ids(ss[i], ids[i], n[i], err);
@@ -642,6 +705,7 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
         return e0_fail(err, E0_EINVAL,
                        "the pass's %zu ids are more than session 0's scratch takes (n_batch %d)", T,
                        ss[0]->n_batch);
+    if (ss[0]->gs) return gpu_pass_begin(p, ss, ids, n, ns, T, err);
     /* runs of K_PANEL_MIN_T ids or more first (panel arithmetic), then the
      * shorter ones, each class in the caller's order */
     int r = 0, t = 0, Tp = 0;
@@ -658,6 +722,7 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
         ones &= n[i] == 1;
     p->b = (e0_batch){.S = &ss[0]->s, .run = p->run, .nrun = ns, .T = t, .Tp = Tp, .decode = ones};
     p->ns = ns;
+    p->gpu = false;
     p->layer = 0;
     p->half = 0;
     for (int i = 0; i < ns; i++) {
@@ -702,6 +767,7 @@ static void pass_logits(const e0_pass *p, float *const *logits) {
 int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *done, char *err) {
     *done = false;
     if (!p || p->layer < 0) return e0_fail(err, E0_EINVAL, "no pass in progress");
+    if (p->gpu) return gpu_pass_step(p, logits, done, err);
     const e0_model *m = p->run[0].s->m;
     const int L = m->cfg.n_layers;
     const double t0 = now_s();
@@ -748,7 +814,7 @@ int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layer
     if (s->pass && s->pass != s->own)
         return e0_fail(err, E0_EINVAL, "the session is in a merged prefill pass (pass_begin)");
     if (!s->pass) { /* a new pass */
-        if (!s->own && !(s->own = malloc(sizeof *s->own)))
+        if (!s->own && !(s->own = calloc(1, sizeof *s->own)))
             return e0_fail(err, E0_ENOMEM, "out of memory");
         int rc = pass_begin(s->own, &s, &ids, &n, 1, err);
         if (rc) return rc;
