@@ -38,7 +38,7 @@ echo "=== q30 resident decode, graphs on $(el)"
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 120; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
 tail -2 /tmp/peer.log
-for m in q36 q30; do
+for m in q36; do
     left 130 || break
     echo "=== same run $m $(el)"
     timeout $(( DL - ($(date +%s) - T0) )) bash scripts/gpu_same_run.sh .gpu/bin/edge0 /tmp/peer/repack /dev/shm/$m.gguf 8 16 2>&1 |

@@ -27,12 +27,10 @@ echo "=== serve on the GPU: q36 synth, --vram-budget 8G, --parallel 4, four requ
 timeout 120 python3 scripts/serve_smoke.py 8198 4; pkill -f "serve /dev/shm/q36" ; sleep 2; grep -E "serving|GPU|rror" /tmp/serve2.log | head -5
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 echo "=== ncu ($NCU): q30 all resident, prefill 1, decode 4, graphs off so that each launch is seen $(el)"
-E0_GPU_GRAPH=0 timeout 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \
+E0_GPU_GRAPH=0 timeout 90 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \
     .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 1 --decode 4 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu.csv 48 | head -40
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
-echo "=== q30 resident decode, graphs on $(el)"
-.gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 128 --skip-cold --threads 16 2>&1 | grep -E "prefill [0-9]|decode [0-9]"
 # edge0 alone (no time for llama.cpp's build this call): both shapes, 8 and 16 GiB and all resident
 for m in q36 q30; do
     for b in 8G 16G auto; do
