@@ -443,6 +443,28 @@ static void test_models(void **state) {
         assert_true(worst < 5e-3);
         assert_int_equal(bad_argmax, 0);
         assert_true(same);
+        /* attention by a running softmax (attend_warps): against the CPU, and graph against kernel by kernel */
+        const bool aw = g_dev->attn_warps;
+        g_dev->attn_warps = true;
+        float *w1 = gpu_logits(g, ids, V);
+        gpu_set_graphs(g_dev, false);
+        float *w2 = gpu_logits(g, ids, V);
+        gpu_set_graphs(g_dev, graphs);
+        g_dev->attn_warps = aw;
+        double wworst = 0;
+        int wbad = 0;
+        for (int i = 0; i < NIDS; i++) {
+            const double r = tu_rel_l2(w1 + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
+            wworst = r > wworst ? r : wworst;
+            wbad += tu_argmax(w1 + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
+        }
+        const bool wsame = memcmp(w1, w2, (size_t)NIDS * (size_t)V * 4) == 0;
+        printf("  %-39s attend_warps: worst relative L2 %.2e, argmax differs at %d of %d, no graph %s\n", "", wworst,
+               wbad, NIDS, wsame ? "bit-identical" : "DIFFERS");
+        assert_true(wworst < 5e-3);
+        assert_int_equal(wbad, 0);
+        assert_true(wsame);
+        free(w1), free(w2);
         check_cached(e, ids, V, got, MODELS[mi][1]);
         gpu_model_free(g);
         assert_int_equal(g_dev->held, held0);

@@ -46,6 +46,9 @@ int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
     if (rc) return e0_wrap(err, rc, "lm_head");
     for (int li = 0; li < c->n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
+        if (!ly->linear && c->head_dim > 256) /* attend_warps' lanes hold 8 dimensions each */
+            return e0_fail(err, E0_EUNSUPPORTED, "layer %d: attention heads of %d dimensions (the GPU kernels take "
+                           "256 at most)", li, c->head_dim);
         const e0_mat *mats[32];
         const int n = layer_mats(ly, mats, (gpu_mat *[32]){0}, NULL);
         for (int i = 0; i < n; i++) {
@@ -389,6 +392,11 @@ static int attention(gpu_sess *s, int li, int T, char *err) {
     void *a2[] = {&kc, &vc, &k, &v, &kvd, &posp, &f16};
     if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)T, 1, 1, 256, 0, a2, "kv store", err);
     CUdeviceptr sc = s->buf[B_SCORES], att = s->buf[B_ATT];
+    if (d->attn_warps) { /* the running-softmax form (kernels.cu attend_warps) */
+        void *a3[] = {&q, &kc, &vc, &att, &nh, &nkv, &hd, &per, &qrows, &posp, &scale, &gated, &f16};
+        if (!rc) rc = gpu_launch(d, d->k.attend_warps, (unsigned)nh, (unsigned)T, 1, 512, 0, a3, "attention", err);
+        return rc ? rc : gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);
+    }
     void *a3[] = {&q, &kc, &vc, &sc, &att, &nh, &nkv, &hd, &per, &qrows, &posp, &n_ctx, &scale, &gated, &f16};
     if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)T, 1, 128, 0, a3, "attention", err);
     if (!rc) rc = gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);

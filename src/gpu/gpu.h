@@ -68,7 +68,7 @@ typedef struct {
     CUfunction mmg[GPU_F_COUNT], mmxg[GPU_F_COUNT]; /* the same, gate and up at once: silu(g) * u */
     CUfunction mmm[GPU_F_COUNT];                    /* the same, up to four matrices at once */
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
-    CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend;
+    CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend, attend_warps;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
     CUfunction route, route_profile, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
@@ -103,6 +103,8 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
+    bool attn_warps;       /* attention by attend_warps (a running softmax, 16 warps a head); off until
+                              measured on a card: $E0_GPU_ATTN=warps */
     bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
                               it off */
     CUevent pa, pb;

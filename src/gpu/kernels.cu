@@ -224,6 +224,67 @@ extern "C" __global__ void attend(const float *q, const void *kc, const void *vc
     }
 }
 
+/* attend's arithmetic by a running softmax (off until measured on a card:
+ * $E0_GPU_ATTN=warps; the softmax's sums in another order). One block of ATT_WARPS warps: warp w takes positions w, w + ATT_WARPS, ...
+ * with a running softmax (its max m, sum l and output acc; lane i holds
+ * dimensions i, i + 32, ...), so that the positions' loads overlap and no
+ * scores are stored; then the warps' (m, l, acc) are merged in warp order.
+ * hd <= 32 * ATT_DMAX (the host checks). grid (nh, T), block 32 * ATT_WARPS. */
+#define ATT_WARPS 16
+#define ATT_DMAX 8
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
+    attend_warps(const float *q, const void *kc, const void *vc, float *att, int nh, int nkv, int hd,
+                 int per, int qrows, const int *posp, float scale, int gated, int f16) {
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float so[ATT_WARPS][32 * ATT_DMAX];
+    const int h = blockIdx.x, t = blockIdx.y, n = *posp + t + 1;
+    const int kvh = h / (nh / nkv), kvd = nkv * hd;
+    const float *qh = q + (size_t)t * qrows + (size_t)h * per;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float qv[ATT_DMAX], acc[ATT_DMAX];
+#pragma unroll
+    for (int d = 0; d < ATT_DMAX; d++) {
+        const int i = lane + 32 * d;
+        qv[d] = i < hd ? qh[i] : 0.0f;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = w; j < n; j += ATT_WARPS) {
+        const size_t base = (size_t)j * kvd + (size_t)kvh * hd;
+        float a = 0.0f;
+#pragma unroll
+        for (int d = 0; d < ATT_DMAX; d++) {
+            const int i = lane + 32 * d;
+            if (i < hd) a += qv[d] * kvload(kc, base + i, f16);
+        }
+        a = scale * warp_sum(a);
+        const float mn = fmaxf(m, a), c = expf(m - mn), p = expf(a - mn);
+        l = l * c + p;
+#pragma unroll
+        for (int d = 0; d < ATT_DMAX; d++) {
+            const int i = lane + 32 * d;
+            if (i < hd) acc[d] = acc[d] * c + p * kvload(vc, base + i, f16);
+        }
+        m = mn;
+    }
+    if (lane == 0) sm[w] = m, sl[w] = l;
+#pragma unroll
+    for (int d = 0; d < ATT_DMAX; d++) so[w][lane + 32 * d] = acc[d];
+    __syncthreads();
+    float M = -INFINITY; /* a warp with no position has m = -inf, l = 0, acc = 0: it adds 0 */
+    for (int k = 0; k < ATT_WARPS; k++) M = fmaxf(M, sm[k]);
+    float L = 0.0f;
+    for (int k = 0; k < ATT_WARPS; k++) L += sl[k] * expf(sm[k] - M);
+    float *o = att + (size_t)t * nh * hd + (size_t)h * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float a = 0.0f;
+        for (int k = 0; k < ATT_WARPS; k++) a += so[k][i] * expf(sm[k] - M);
+        a /= L;
+        if (gated) a *= sigm(qh[hd + i]);
+        o[i] = a;
+    }
+}
+
 /* ---- Gated DeltaNet ---------------------------------------------------- */
 
 /* qwen3_next's packed projections into the flat q|k|v (mix), z, b, a
