@@ -33,7 +33,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 echo "=== ncu: q30 all resident after a 512-id prompt, decode 2, graphs off so that each launch is seen $(el)"
 E0_GPU_GRAPH=0 timeout 120 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \
     .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
-python3 scripts/ncu_step.py /tmp/ncu.csv 48 | head -30
+python3 scripts/ncu_step.py /tmp/ncu.csv 48 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 150; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
