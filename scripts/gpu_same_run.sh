@@ -4,13 +4,17 @@
 #
 #   scripts/gpu_same_run.sh EDGE0 LLAMA_BIN_DIR MODEL.gguf [BUDGET_GIB ...]   (default: 8 16)
 #
-# For each budget B: `edge0 bench --vram-budget BG`, then llama.cpp's
+# For each budget B: `edge0 bench --vram-budget BG` (decode 64 after the
+# 512-id prefill), then llama.cpp's
 # configuration for a card of that size, `llama-bench -ngl 99 -ncmoe N`
 # (attention, dense weights and KV on the card, the experts of the first N
 # layers computed by the CPU from RAM), for three N around the estimate
 # from the file's sizes; each run's peak device memory is sampled with
 # nvidia-smi (100 ms), and llama.cpp's figure at B is the best of the runs
-# whose peak stayed under B. Then both with everything on the card. The
+# whose peak stayed under B. llama-bench runs with -d 0,512: its prefill
+# from an empty context, its decode after 512 positions (as edge0's; the
+# decode from an empty context is shown beside it). Then both with
+# everything on the card. The
 # edge0 figures come with their limits (device memory and PCIe bandwidth,
 # measured by bench at start); the table gives the ratios, edge0 over
 # llama.cpp. Threads: all cores for both. Needs python3 for the table.
@@ -53,7 +57,7 @@ for B in $budgets resident; do
     sampled "e0-$B" "$E0" bench "$M" --prefill 512 --decode 64 --skip-cold --vram-budget "$vb" --threads "$T" --json
     for n in $ns; do
         echo "=== budget $B: llama-bench -ngl 99 -ncmoe $n"
-        sampled "ll-$B-$n" "$LB/llama-bench" -m "$M" -ngl 99 -ncmoe "$n" -p 512 -n 64 -r 2 -t "$T" -o csv
+        sampled "ll-$B-$n" "$LB/llama-bench" -m "$M" -ngl 99 -ncmoe "$n" -p 512 -n 64 -d 0,512 -r 2 -t "$T" -o csv
     done
 done
 python3 - "$out" "$budgets" <<'EOF'
@@ -62,8 +66,8 @@ out, budgets = sys.argv[1], sys.argv[2].split() + ["resident"]
 def peak(tag):
     try: return float(open(f"{out}/{tag}.peak").read())
     except Exception: return float("nan")
-print("\n| VRAM budget | engine | config | peak MiB | prefill 512 tok/s | decode tok/s | edge0 / llama.cpp |")
-print("|---|---|---|---|---|---|---|")
+print("\n| VRAM budget | engine | config | peak MiB | prefill 512 tok/s | decode 64 after 512 tok/s | (llama.cpp: after 0) | edge0 / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|")
 for B in budgets:
     try:
         t = open(f"{out}/e0-{B}.log").read(); j = json.JSONDecoder().raw_decode(t[t.index("\n{") + 1:])[0]["warm"]
@@ -74,14 +78,19 @@ for B in budgets:
         tag = os.path.basename(f)[:-4]; n = tag.split("-")[-1]
         lines = [l for l in open(f) if l.startswith("build_commit,") or l.startswith('"')]
         rows = list(csv.DictReader(io.StringIO("".join(lines))))
-        pp = [float(r["avg_ts"]) for r in rows if r.get("n_prompt") == "512"]
-        tg = [float(r["avg_ts"]) for r in rows if r.get("n_gen") == "64"]
+        # prefill from an empty context, decode after 512 positions as edge0 bench decodes
+        # (older llama-bench without n_depth: its decode from an empty context)
+        depth = lambda r: r.get("n_depth", "0")
+        pp = [float(r["avg_ts"]) for r in rows if r.get("n_prompt") == "512" and depth(r) == "0"]
+        tg = [float(r["avg_ts"]) for r in rows if r.get("n_gen") == "64" and depth(r) == "512"]
+        tg0 = [float(r["avg_ts"]) for r in rows if r.get("n_gen") == "64" and depth(r) == "0"]
+        tg = tg or tg0
         if not pp or not tg: continue
         fits = B == "resident" or peak(tag) <= float(B) * 1024
-        print(f"| {B} | llama.cpp | -ngl 99 -ncmoe {n}{'' if fits else ' (over the budget)'} | {peak(tag):.0f} | {pp[0]:.1f} | {tg[0]:.1f} | |")
+        print(f"| {B} | llama.cpp | -ngl 99 -ncmoe {n}{'' if fits else ' (over the budget)'} | {peak(tag):.0f} | {pp[0]:.1f} | {tg[0]:.1f} | {tg0[0] if tg0 else float('nan'):.1f} | |")
         if fits and (best is None or tg[0] > best[1]): best = (pp[0], tg[0], n)
     if e:
         r = f"prefill {e[0]/best[0]:.2f}x, decode {e[1]/best[1]:.2f}x (against -ncmoe {best[2]})" if best else "no llama.cpp run fit"
-        print(f"| {B} | edge0 | --vram-budget {'auto' if B == 'resident' else B + 'G'} | {peak('e0-' + B):.0f} | {e[0]:.1f} | {e[1]:.1f} | {r} |")
+        print(f"| {B} | edge0 | --vram-budget {'auto' if B == 'resident' else B + 'G'} | {peak('e0-' + B):.0f} | {e[0]:.1f} | {e[1]:.1f} | | {r} |")
 EOF
 rm -rf "$out"
