@@ -4,7 +4,7 @@
 # Qwen3-30B-A3B decode step's time goes (Nsight Compute, one kernel at a time: call 1 measured its
 # resident decode at 68.8 tok/s against 107 for the 35B shape); then the same runs, Qwen3.6-35B-A3B
 # and Qwen3-30B-A3B, 8 and 16 GiB and all resident, against llama.cpp's CUDA build.
-# Pack as s31-pdl.sh says, with this file as .gpu/run.sh. Run: tar -xJf .peer/gpu.tar.xz && DL=330 bash .gpu/run.sh
+# Pack as s31-pdl.sh says, with this file as .gpu/run.sh. Run: tar -xJf .peer/gpu.tar.xz && DL=340 bash .gpu/run.sh
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
 T0=$(date +%s)
@@ -31,9 +31,18 @@ E0_GPU_GRAPH=0 timeout 90 "$NCU" --clock-control none --metrics gpu__time_durati
     .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 1 --decode 4 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu.csv 48 | head -40
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
-# edge0 alone (no time for llama.cpp's build this call): both shapes, 8 and 16 GiB and all resident
+# edge0 alone (no time for llama.cpp's build this call): both shapes all resident, the new attention
+# kernel (edge0) against the one before (edge0_old, 9f6b477), then 8 and 16 GiB
+for m in q30 q36; do
+    for e in edge0_old edge0 edge0_old edge0; do
+        left 25 || break
+        echo "=== $m all resident: $e $(el)"
+        .gpu/bin/$e bench /dev/shm/$m.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+            grep -E "prefill [0-9]|decode [0-9]"
+    done
+done
 for m in q36 q30; do
-    for b in 8G 16G auto; do
+    for b in 8G 16G; do
         left 25 || break
         echo "=== $m --vram-budget $b $(el)"
         .gpu/bin/edge0 bench /dev/shm/$m.gguf --prefill 512 --decode 64 --skip-cold --threads 16 --vram-budget $b 2>&1 |
