@@ -2,7 +2,8 @@
 # The next session's first device call (written in session 31): test_gpu, serve on the GPU
 # (scripts/serve_smoke.py), Qwen3-30B-A3B's decode step under Nsight Compute, then the same runs
 # of both shapes against llama.cpp's CUDA build (started at nice 19 first) with whole-layer prefill
-# on by default and the new attention kernel. Pack here first:
+# on by default; attend_warps against attend first ($E0_GPU_ATTN=warps: if it wins, make it the
+# default before the same runs). Pack here first:
 #   LIMIT_MB=95 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx gguf/qwen3moe/model-Q4_0.gguf \
 #       gguf/tiny-qwen35moe/model-Q4_K_M.gguf
 #   cp bench/gpu/next-call.sh .gpu/run.sh; .peer/ holds llama-src.tar.xz (/work/shared/peer/pack_llama_src.sh
@@ -35,6 +36,11 @@ E0_GPU_GRAPH=0 timeout 120 "$NCU" --clock-control none --metrics gpu__time_durat
     .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu.csv 48 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
+for a in attend warps attend warps; do
+    echo "=== q30 all resident: E0_GPU_ATTN=$a $(el)"
+    E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+        grep -E "prefill [0-9]|decode [0-9]"
+done
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 150; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
 for m in q36 q30; do

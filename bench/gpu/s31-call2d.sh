@@ -17,10 +17,10 @@ SP=$!
 echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 100 .gpu/bin/test_gpu 2>&1 | grep -v "not here"
 wait $SP; tail -1 /tmp/synth30.log
-for e in edge0_old edge0; do
+for a in attend warps; do
     left 15 || break
-    echo "=== q30 all resident: $e $(el)"
-    .gpu/bin/$e bench /dev/shm/q30.gguf --prefill 512 --decode 32 --skip-cold --threads 16 2>&1 |
+    echo "=== q30 all resident: E0_GPU_ATTN=$a $(el)"
+    E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 32 --skip-cold --threads 16 2>&1 |
         grep -E "prefill [0-9]|decode [0-9]"
 done
 left 20 && { echo "=== serve on the GPU: the tiny Qwen3.5-MoE GGUF fixture, --parallel 2, two requests at once $(el)"
