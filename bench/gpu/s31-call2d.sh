@@ -1,9 +1,9 @@
 #!/bin/bash
-# Session 31, call 2d (issue 38; what 250 s of device time left allows): test_gpu (the new attention
-# kernel, whole-layer prefill on by default, route_sort gone), serve on the GPU (the tiny GGUF
-# fixture, two requests at once), and the new attention against the old (edge0_old = 9f6b477) all
-# resident on both shapes. Pack as s31-pdl.sh says, with this file as .gpu/run.sh and
-# .gpu/bin/edge0_old. Run: tar -xJf .peer/gpu.tar.xz && DL=125 bash .gpu/run.sh
+# Session 31, call 2d (issue 38; what 250 s of device time left allows): test_gpu (attend_warps
+# checked on every fixture, whole-layer prefill on by default, route_sort gone), attend_warps
+# ($E0_GPU_ATTN=warps) against attend on Qwen3-30B-A3B all resident, then serve on the GPU (the tiny
+# GGUF fixture, two requests at once). Pack as s31-pdl.sh says, with this file as .gpu/run.sh.
+# Run: tar -xJf .peer/gpu.tar.xz && DL=125 bash .gpu/run.sh
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
 T0=$(date +%s)
