@@ -619,12 +619,104 @@ static void test_route_profile(void **state) {
     free(root), free(dst);
 }
 
+/* Batched decode on the GPU (E0_GPU_BATCH=1): three sessions of different
+ * lengths decoded together through e0_session_eval_batch, all resident
+ * and through a VRAM cache of the least slots, give each session's logits
+ * bit for bit as that session decoding alone. */
+static void test_batch_decode(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const char *const files[][2] = {{"qwen35moe", "mlx"}, {"gguf/tiny-qwen35moe", "model-Q4_K_M.gguf"},
+                                           {"gguf/qwen3moe", "model-Q4_0.gguf"}};
+    enum { NS = 3, NG = 12 };
+    static const int NP[NS] = {5, 9, 2};
+    int ran = 0;
+    setenv("E0_GPU_BATCH", "1", 1);
+    for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
+        char err[E0_ERR_MAX];
+        const char *path = tu_checkpoint(files[fi][0], files[fi][1]);
+        if (access(path, R_OK)) {
+            printf("  %-20s %-18s not here (%s), not run\n", files[fi][0], files[fi][1], path);
+            continue;
+        }
+        ran++;
+        for (int cached = 0; cached < 2; cached++) {
+            e0_engine_opts o;
+            e0_engine_opts_default(&o);
+            o.gpu = 0;
+            o.n_ctx = 64;
+            o.n_threads = 2;
+            o.n_seqs = NS;
+            e0_engine *e;
+            if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+            if (cached) { /* the same engine's model again behind a VRAM cache of the least slots */
+                gpu_sizes z;
+                if (gpu_model_sizes(&e->model, &z, err)) fail_msg("%s", err);
+                e0_engine_free(e);
+                e0_plan p;
+                if (e0_engine_plan(path, &o, &p, err)) fail_msg("%s: %s", path, err);
+                o.vram_budget = GPU_CTX_ALLOWANCE + z.dense + (uint64_t)NS * p.gpu_session_bytes +
+                                (uint64_t)(z.min_slots + 2) * z.slot;
+                if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+            }
+            const int V = e->model.cfg.vocab;
+            e0_session_opts so;
+            e0_session_opts_default(&so);
+            so.n_ctx = 64;
+            e0_session *bs[NS], *one;
+            int32_t prompt[NS][9], next[NS];
+            float *lb = malloc((size_t)NS * V * 4), *la = malloc((size_t)V * 4);
+            float *want = malloc((size_t)NS * NG * V * 4);
+            /* alone: each session's prompt, then NG greedy steps, every step's logits kept */
+            for (int i = 0; i < NS; i++) {
+                for (int j = 0; j < NP[i]; j++) prompt[i][j] = (int32_t)(rnd_u32() % (uint32_t)V);
+                if (e0_session_new(e, &so, &one, err)) fail_msg("%s", err);
+                if (e0_session_eval(one, prompt[i], (size_t)NP[i], E0_LOGITS_LAST, la, err)) fail_msg("%s", err);
+                for (int g = 0; g < NG; g++) {
+                    int32_t id = (int32_t)tu_argmax(la, (size_t)V);
+                    if (e0_session_eval(one, &id, 1, E0_LOGITS_LAST, la, err)) fail_msg("%s", err);
+                    memcpy(want + ((size_t)i * NG + (size_t)g) * V, la, (size_t)V * 4);
+                }
+                e0_session_free(one);
+            }
+            /* together: the prompts one by one, then NG batched steps */
+            for (int i = 0; i < NS; i++) {
+                if (e0_session_new(e, &so, &bs[i], err)) fail_msg("%s", err);
+                if (e0_session_eval(bs[i], prompt[i], (size_t)NP[i], E0_LOGITS_LAST, lb + (size_t)i * V, err))
+                    fail_msg("%s", err);
+                next[i] = (int32_t)tu_argmax(lb + (size_t)i * V, (size_t)V);
+            }
+            int differ = 0;
+            for (int g = 0; g < NG; g++) {
+                if (e0_session_eval_batch(bs, next, NS, lb, err)) fail_msg("%s: %s", path, err);
+                for (int i = 0; i < NS; i++) {
+                    differ += memcmp(lb + (size_t)i * V, want + ((size_t)i * NG + (size_t)g) * V, (size_t)V * 4) != 0;
+                    next[i] = (int32_t)tu_argmax(lb + (size_t)i * V, (size_t)V);
+                }
+            }
+            e0_stats st;
+            e0_engine_stats(e, &st);
+            printf("  %-20s %-18s %d sessions x %d batched steps%s: %s\n", files[fi][0], files[fi][1], NS, NG,
+                   cached ? ", VRAM cache" : ", all resident",
+                   differ ? "DIFFER from each decoding alone" : "bit-identical to each decoding alone");
+            assert_int_equal(differ, 0);
+            if (cached) assert_true(st.vram_slots > 0);
+            for (int i = 0; i < NS; i++) e0_session_free(bs[i]);
+            free(lb), free(la), free(want);
+            e0_engine_free(e);
+        }
+    }
+    unsetenv("E0_GPU_BATCH");
+    assert_true(ran > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_formats),
         cmocka_unit_test(test_mm_fused),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_route_profile),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

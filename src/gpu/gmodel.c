@@ -224,6 +224,9 @@ struct gpu_sess {
     CUgraphExec step; /* the decode step (one id, its logits) as a graph, or NULL */
     int step_tile;    /* gpu_tile_min_t() when it was captured */
     bool whole;       /* this pass brings its MoE layers in whole (vcache_whole_ok) */
+    /* a batched decode step (gpu_sess_eval_batch) in this session's scratch:
+     * token t is the next id of session bs[t]; NULL otherwise */
+    gpu_sess *const *bs;
     int wait_mark;    /* then: the copy stream's mark the current MoE layer waits for */
 };
 
@@ -379,26 +382,35 @@ static int attention(gpu_sess *s, int li, int T, char *err) {
     int qrows = (int)ly->q.rows, kvd = nkv * hd, half = c->rotary_dim / 2;
     int per = c->attn_gated ? 2 * hd : hd, gated = c->attn_gated, f16 = s->f16, n_ctx = s->n_ctx;
     float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V], posp = s->buf[B_POS];
+    CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V];
     const gpu_mat *W[3] = {&gl->q, &gl->k, &gl->v};
     const CUdeviceptr ys[3] = {q, k, v};
     const int64_t ld[3] = {qrows, kvd, kvd};
     int rc = gpu_mm_multi(d, 3, W, h, H, ys, ld, T, err);
-    CUdeviceptr qn = gl->q_norm, kn = gl->k_norm, inv = s->g->inv_freq;
-    void *a1[] = {&q, &k, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &posp, &eps};
-    if (!rc) rc = gpu_launch(d, d->k.qk_norm_rope, (unsigned)T, (unsigned)(nh + nkv), 1, up32(hd),
-                             (unsigned)hd * 4, a1, "qk norm / rope", err);
-    CUdeviceptr kc = s->kc[li], vc = s->vc[li];
-    void *a2[] = {&kc, &vc, &k, &v, &kvd, &posp, &f16};
-    if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)T, 1, 1, 256, 0, a2, "kv store", err);
     CUdeviceptr sc = s->buf[B_SCORES], att = s->buf[B_ATT];
-    if (d->attn_warps) { /* the running-softmax form (kernels.cu attend_warps) */
-        void *a3[] = {&q, &kc, &vc, &att, &nh, &nkv, &hd, &per, &qrows, &posp, &scale, &gated, &f16};
-        if (!rc) rc = gpu_launch(d, d->k.attend_warps, (unsigned)nh, (unsigned)T, 1, 512, 0, a3, "attention", err);
-        return rc ? rc : gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);
+    /* a batched step: the position-dependent kernels once per sequence, on its token's rows, with its
+     * own position and KV cache (each as that sequence's step alone) */
+    const int nseq = s->bs ? T : 1, Tq = s->bs ? 1 : T;
+    for (int i = 0; !rc && i < nseq; i++) {
+        const gpu_sess *si = s->bs ? s->bs[i] : s;
+        const CUdeviceptr f = sizeof(float);
+        CUdeviceptr qi = q + (CUdeviceptr)i * (CUdeviceptr)qrows * f, ki = k + (CUdeviceptr)i * (CUdeviceptr)kvd * f;
+        CUdeviceptr vi = v + (CUdeviceptr)i * (CUdeviceptr)kvd * f, atti = att + (CUdeviceptr)i * (CUdeviceptr)(nh * hd) * f;
+        CUdeviceptr pi = si->buf[B_POS], kc = si->kc[li], vc = si->vc[li];
+        CUdeviceptr qn = gl->q_norm, kn = gl->k_norm, inv = s->g->inv_freq;
+        void *a1[] = {&qi, &ki, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &pi, &eps};
+        rc = gpu_launch(d, d->k.qk_norm_rope, (unsigned)Tq, (unsigned)(nh + nkv), 1, up32(hd), (unsigned)hd * 4, a1,
+                        "qk norm / rope", err);
+        void *a2[] = {&kc, &vc, &ki, &vi, &kvd, &pi, &f16};
+        if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)Tq, 1, 1, 256, 0, a2, "kv store", err);
+        if (d->attn_warps) { /* the running-softmax form (kernels.cu attend_warps) */
+            void *a3[] = {&qi, &kc, &vc, &atti, &nh, &nkv, &hd, &per, &qrows, &pi, &scale, &gated, &f16};
+            if (!rc) rc = gpu_launch(d, d->k.attend_warps, (unsigned)nh, (unsigned)Tq, 1, 512, 0, a3, "attention", err);
+        } else {
+            void *a3[] = {&qi, &kc, &vc, &sc, &atti, &nh, &nkv, &hd, &per, &qrows, &pi, &n_ctx, &scale, &gated, &f16};
+            if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)Tq, 1, 128, 0, a3, "attention", err);
+        }
     }
-    void *a3[] = {&q, &kc, &vc, &sc, &att, &nh, &nkv, &hd, &per, &qrows, &posp, &n_ctx, &scale, &gated, &f16};
-    if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)T, 1, 128, 0, a3, "attention", err);
     if (!rc) rc = gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);
     return rc;
 }
@@ -436,17 +448,30 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
         const int64_t ld[4] = {C, Vd, Hv, Hv};
         rc = gpu_mm_multi(d, 4, W, h, H, ys, ld, T, err);
     }
-    CUdeviceptr st = s->conv[li], w = gl->conv_w;
-    void *a1[] = {&mix, &mixo, &st, &w, &T, &C, &K};
-    if (!rc) rc = gpu_launch(d, d->k.dn_conv, blocks(C, 256), 1, 1, 256, 0, a1, "DeltaNet conv", err);
+    /* the convolution and the recurrence carry a sequence's state: in a batched step, once per
+     * sequence on its token's rows (the q/k norm between them is per token) */
+    const int nseq = s->bs ? T : 1;
+    int Tq = s->bs ? 1 : T;
+    const CUdeviceptr f = sizeof(float);
+    CUdeviceptr w = gl->conv_w;
+    for (int i = 0; !rc && i < nseq; i++) {
+        CUdeviceptr mi = mix + (CUdeviceptr)i * (CUdeviceptr)C * f, moi = mixo + (CUdeviceptr)i * (CUdeviceptr)C * f;
+        CUdeviceptr st = (s->bs ? s->bs[i] : s)->conv[li];
+        void *a1[] = {&mi, &moi, &st, &w, &Tq, &C, &K};
+        rc = gpu_launch(d, d->k.dn_conv, blocks(C, 256), 1, 1, 256, 0, a1, "DeltaNet conv", err);
+    }
     void *a2[] = {&mixo, &C, &Hk, &Dk};
     if (!rc) rc = gpu_launch(d, d->k.dn_qknorm, (unsigned)T, (unsigned)(2 * Hk), 1, 128, 0, a2,
                              "DeltaNet q/k norm", err);
-    CUdeviceptr A = gl->A, dtb = gl->dt_bias, nw = gl->lin_norm, rec = s->rec[li], o = s->buf[B_O];
-    void *a3[] = {&mixo, &zz, &bb, &aa, &A, &dtb, &nw, &rec, &o, &T, &Hk, &Hv, &Dk, &Dv, &vtiled, &eps};
+    CUdeviceptr A = gl->A, dtb = gl->dt_bias, nw = gl->lin_norm, o = s->buf[B_O];
     CUfunction rec_f = Dk == 128 ? d->k.dn_rec128 : Dk == 64 ? d->k.dn_rec64 : Dk == 32 ? d->k.dn_rec32 : d->k.dn_rec;
-    if (!rc) rc = gpu_launch(d, rec_f, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3,
-                             "DeltaNet recurrence", err);
+    for (int i = 0; !rc && i < nseq; i++) {
+        CUdeviceptr moi = mixo + (CUdeviceptr)i * (CUdeviceptr)C * f, zi = zz + (CUdeviceptr)i * (CUdeviceptr)Vd * f;
+        CUdeviceptr bi = bb + (CUdeviceptr)i * (CUdeviceptr)Hv * f, ai = aa + (CUdeviceptr)i * (CUdeviceptr)Hv * f;
+        CUdeviceptr oi = o + (CUdeviceptr)i * (CUdeviceptr)Vd * f, rec = (s->bs ? s->bs[i] : s)->rec[li];
+        void *a3[] = {&moi, &zi, &bi, &ai, &A, &dtb, &nw, &rec, &oi, &Tq, &Hk, &Hv, &Dk, &Dv, &vtiled, &eps};
+        rc = gpu_launch(d, rec_f, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3, "DeltaNet recurrence", err);
+    }
     if (!rc) rc = gpu_mm(d, &gl->out, o, Vd, s->buf[B_Y], H, T, err);
     return rc;
 }
@@ -607,6 +632,47 @@ static int decode_graph(gpu_sess *s, char *err) {
         s->step_tile = gpu_tile_min_t();
     }
     return gpu_graph_launch(d, s->step, err);
+}
+
+int gpu_sess_eval_batch(gpu_sess *const *ss, int n, const int32_t *pos, const int32_t *ids, float *logits,
+                        char *err) {
+    gpu_sess *s = ss[0];
+    const e0_model *m = s->g->m;
+    const e0_config *c = &m->cfg;
+    gpu_dev *d = s->g->d;
+    const int H = c->hidden, V = c->vocab;
+    if (n < 1 || n > s->n_batch || n > GPU_BATCH_MAX)
+        return e0_fail(err, E0_EINVAL, "a batched GPU step of %d sequences (1 to %d, and the first session's "
+                       "batch %d)", n, GPU_BATCH_MAX, s->n_batch);
+    if (config_route_on(c)) /* its routing reads each sequence's history token after token */
+        return e0_fail(err, E0_EUNSUPPORTED, "a batched GPU step of a checkpoint with a routing profile");
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->g != s->g)
+            return e0_fail(err, E0_EINVAL, "sequence %d of a batched GPU step is of another model", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return e0_fail(err, E0_EINVAL, "sequences %d and %d are the same session", j, i);
+        if (pos[i] < 0 || pos[i] + 1 > ss[i]->n_ctx)
+            return e0_fail(err, E0_EINVAL, "sequence %d: position %d (context %d)", i, pos[i], ss[i]->n_ctx);
+        if (ss[i]->n_ctx > s->n_ctx) /* the attention's scores go to the first session's scratch */
+            return e0_fail(err, E0_EINVAL, "sequence %d's context (%d) is longer than the first's (%d)", i,
+                           ss[i]->n_ctx, s->n_ctx);
+    }
+    d->cu->CtxSetCurrent(d->ctx);
+    for (int t = 0; t < n; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
+    int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)n * H * sizeof(float), err);
+    for (int i = 0; !rc && i < n; i++) { /* each sequence's position where its kernels read it */
+        ss[i]->posh = pos[i];
+        rc = gpu_put(d, ss[i]->buf[B_POS], &ss[i]->posh, sizeof ss[i]->posh, err);
+    }
+    s->bs = ss;
+    if (!rc) rc = layers(s, n, err);
+    s->bs = NULL;
+    if (!rc && logits) {
+        rc = head(s, 0, n, err);
+        if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
+    }
+    if (!rc) rc = gpu_sync(d, err);
+    return rc;
 }
 
 int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, float *logits,

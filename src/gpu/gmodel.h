@@ -163,5 +163,18 @@ int gpu_sess_reset(gpu_sess *s, char *err);
  * NULL for none. On failure the states are partly updated: reset. */
 int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, float *logits,
                   char *err);
+/* One decode step of n sessions of one model (n <= GPU_BATCH_MAX), id i
+ * at position pos[i] of session ss[i], in one pass over the weights: the
+ * products take the n rows together, the kernels that carry a sequence's
+ * state (RoPE, the KV cache, attention, the DeltaNet convolution and
+ * recurrence) run once per sequence on its own, and each row's
+ * arithmetic is its step alone's (the vector forms below the tiled
+ * forms' batch), so the logits (logits: [n, vocab], or NULL) are the bits
+ * of n single steps. The pass runs in ss[0]'s scratch. Not for a
+ * checkpoint with a routing profile (E0_EUNSUPPORTED). On failure the
+ * sessions' states are partly updated: reset them. */
+enum { GPU_BATCH_MAX = 8 };
+int gpu_sess_eval_batch(gpu_sess *const *ss, int n, const int32_t *pos, const int32_t *ids, float *logits,
+                        char *err);
 
 #endif

@@ -207,6 +207,28 @@ void session_gpu_free(e0_session *s) {
     s->gs = NULL;
 }
 
+bool session_gpu_batch_on(const e0_session *s) {
+    return s->gs && env_is("E0_GPU_BATCH", "1") && !config_route_on(&s->m->cfg);
+}
+
+int session_gpu_eval_batch(e0_session *const *ss, size_t n, const int32_t *ids, float *logits, char *err) {
+    const int V = ss[0]->m->cfg.vocab;
+    for (size_t done = 0; done < n;) {
+        const int k = (int)(n - done < GPU_BATCH_MAX ? n - done : GPU_BATCH_MAX);
+        gpu_sess *gs[GPU_BATCH_MAX];
+        int32_t pos[GPU_BATCH_MAX];
+        for (int i = 0; i < k; i++) gs[i] = ss[done + (size_t)i]->gs, pos[i] = ss[done + (size_t)i]->pos;
+        int rc = gpu_sess_eval_batch(gs, k, pos, ids + done, logits ? logits + done * (size_t)V : NULL, err);
+        if (rc) return rc;
+        for (int i = 0; i < k; i++) {
+            e0_session *s = ss[done + (size_t)i];
+            s->hist[s->pos++] = ids[done + (size_t)i];
+        }
+        done += (size_t)k;
+    }
+    return 0;
+}
+
 int session_gpu_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
                      char *err) {
     const int V = s->m->cfg.vocab;

@@ -83,6 +83,14 @@ int session_gpu_new(e0_session *s, char *err);
 void session_gpu_free(e0_session *s);
 int session_gpu_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
                      char *err);
+/* Batched decode on the GPU (gpu_sess_eval_batch, GPU_BATCH_MAX sessions
+ * a pass): whether it is on for the session's engine (off until measured
+ * on a card: $E0_GPU_BATCH=1; never for a routing profile), and one id
+ * for each of n sessions of one engine, with the last-id logits of each
+ * ([n, vocab], or NULL). On failure the sessions' states are partly
+ * updated: the caller resets them. */
+bool session_gpu_batch_on(const e0_session *s);
+int session_gpu_eval_batch(e0_session *const *ss, size_t n, const int32_t *ids, float *logits, char *err);
 
 /* ---- A merged prefill pass ------------------------------------------------
  * One forward pass over the next ids of several sessions (one run each),

@@ -897,7 +897,20 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
             return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,
                            ss[i]->n_ctx);
     }
-    if (ss[0]->gs) { /* on the GPU: one session after another (batched decode there is to come) */
+    if (ss[0]->gs && n > 1 && session_gpu_batch_on(ss[0])) { /* on the GPU: one pass for all of them */
+        const double t0 = now_s();
+        int rc = session_gpu_eval_batch(ss, n, ids, logits, err);
+        if (rc) { /* the states are partly updated: every session starts over */
+            for (size_t i = 0; i < n; i++)
+                e0_session_reset(ss[i]);
+            return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
+        }
+        e0_engine *eg = ss[0]->eng;
+        eg->decode_tokens += n;
+        eg->decode_s += now_s() - t0;
+        return 0;
+    }
+    if (ss[0]->gs) { /* on the GPU: one session after another */
         const int V1 = e->model.cfg.vocab;
         for (size_t i = 0; i < n; i++) {
             int rc = e0_session_eval(ss[i], ids + i, 1, logits ? E0_LOGITS_LAST : E0_LOGITS_NONE,
