@@ -1,6 +1,6 @@
 #!/bin/bash
-# The next session's first device call (written in session 31): test_gpu, serve on the GPU
-# (scripts/serve_smoke.py), Qwen3-30B-A3B's decode step under Nsight Compute, then the same runs
+# The next session's first device call (written in session 31): test_gpu (its test_batch_decode
+# checks E0_GPU_BATCH=1), serve on the GPU (scripts/serve_smoke.py, plain and batched), Qwen3-30B-A3B's decode step under Nsight Compute, then the same runs
 # of both shapes against llama.cpp's CUDA build (started at nice 19 first) with whole-layer prefill
 # on by default; attend_warps against attend first ($E0_GPU_ATTN=warps: if it wins, make it the
 # default before the same runs). Pack here first:
@@ -29,6 +29,9 @@ echo "=== serve on the GPU: the tiny Qwen3.5-MoE GGUF fixture, --parallel 2, two
 .gpu/bin/edge0 serve .gpu/shared/gguf/tiny-qwen35moe/model-Q4_K_M.gguf --gpu 0 --port 8199 --parallel 2 > /tmp/serve1.log 2>&1 &
 timeout 30 python3 scripts/serve_smoke.py 8199 2; pkill -f "serve .gpu/shared"; sleep 1
 grep -E "serving|GPU|rror" /tmp/serve1.log | head -4
+echo "=== the same with the slots decoded in one pass (E0_GPU_BATCH=1) $(el)"
+E0_GPU_BATCH=1 .gpu/bin/edge0 serve .gpu/shared/gguf/tiny-qwen35moe/model-Q4_K_M.gguf --gpu 0 --port 8197 --parallel 2 > /tmp/serve3.log 2>&1 &
+timeout 30 python3 scripts/serve_smoke.py 8197 2; pkill -f "serve .gpu/shared"; sleep 1
 wait $SP; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 echo "=== ncu: q30 all resident after a 512-id prompt, decode 2, graphs off so that each launch is seen $(el)"
