@@ -346,6 +346,28 @@ static float *gpu_logits(gpu_model *g, const int32_t *ids, int V) {
     return lg;
 }
 
+/* The fixture's path, or NULL after saying it is not here (a device
+ * machine gets the fixtures in parts). */
+static const char *fixture_here(const char *dir, const char *file) {
+    const char *path = tu_checkpoint(dir, file);
+    if (!access(path, R_OK)) return path;
+    printf("  %-20s %-18s not here (%s), not run\n", dir, file, path);
+    return NULL;
+}
+
+/* The worst relative L2 of NIDS positions' logits got against ref, and in
+ * *bad the positions whose argmax differs. */
+static double against(const float *got, const float *ref, int V, int *bad) {
+    double worst = 0;
+    *bad = 0;
+    for (int i = 0; i < NIDS; i++) {
+        const double r = tu_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
+        worst = r > worst ? r : worst;
+        *bad += tu_argmax(got + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
+    }
+    return worst;
+}
+
 /* The model again with a VRAM expert cache of the least slots and of a few
  * more: the all-resident run's logits (want) bit for bit, misses copied. */
 static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *want, const char *name) {
@@ -402,11 +424,8 @@ static void test_models(void **state) {
     int ran = 0;
     for (int mi = 0; mi < NMODELS; mi++) {
         char err[E0_ERR_MAX];
-        const char *path = tu_checkpoint(MODELS[mi][0], MODELS[mi][1]);
-        if (access(path, R_OK)) { /* a device machine gets the fixtures in parts */
-            printf("  %-20s %-18s not here (%s), not run\n", MODELS[mi][0], MODELS[mi][1], path);
-            continue;
-        }
+        const char *path = fixture_here(MODELS[mi][0], MODELS[mi][1]);
+        if (!path) continue;
         ran++;
         e0_engine_opts o;
         e0_engine_opts_default(&o);
@@ -429,13 +448,8 @@ static void test_models(void **state) {
         float *again = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, graphs);
         g_dev->fuse = fuse;
-        double worst = 0;
-        int bad_argmax = 0;
-        for (int i = 0; i < NIDS; i++) {
-            const double r = tu_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
-            worst = r > worst ? r : worst;
-            bad_argmax += tu_argmax(got + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
-        }
+        int bad_argmax;
+        const double worst = against(got, ref, V, &bad_argmax);
         const bool same = memcmp(got, again, (size_t)NIDS * (size_t)V * 4) == 0;
         printf("  %-20s %-18s worst relative L2 %.2e, argmax differs at %d of %d, rerun (no graph, unfused) %s, %.1f MiB on the GPU\n",
                MODELS[mi][0], MODELS[mi][1], worst, bad_argmax, NIDS, same ? "bit-identical" : "DIFFERS",
@@ -451,13 +465,8 @@ static void test_models(void **state) {
         float *w2 = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, graphs);
         g_dev->attn_warps = aw;
-        double wworst = 0;
-        int wbad = 0;
-        for (int i = 0; i < NIDS; i++) {
-            const double r = tu_rel_l2(w1 + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
-            wworst = r > wworst ? r : wworst;
-            wbad += tu_argmax(w1 + (size_t)i * V, (size_t)V) != tu_argmax(ref + (size_t)i * V, (size_t)V);
-        }
+        int wbad;
+        const double wworst = against(w1, ref, V, &wbad);
         const bool wsame = memcmp(w1, w2, (size_t)NIDS * (size_t)V * 4) == 0;
         printf("  %-39s attend_warps: worst relative L2 %.2e, argmax differs at %d of %d, no graph %s\n", "", wworst,
                wbad, NIDS, wsame ? "bit-identical" : "DIFFERS");
@@ -502,11 +511,8 @@ static void test_budgets(void **state) {
     int ran = 0;
     for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
         char err[E0_ERR_MAX];
-        const char *path = tu_checkpoint(files[fi][0], files[fi][1]);
-        if (access(path, R_OK)) {
-            printf("  %-20s %-18s not here (%s), not run\n", files[fi][0], files[fi][1], path);
-            continue;
-        }
+        const char *path = fixture_here(files[fi][0], files[fi][1]);
+        if (!path) continue;
         ran++;
         e0_engine_opts o;
         e0_engine_opts_default(&o);
@@ -634,11 +640,8 @@ static void test_batch_decode(void **state) {
     setenv("E0_GPU_BATCH", "1", 1);
     for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
         char err[E0_ERR_MAX];
-        const char *path = tu_checkpoint(files[fi][0], files[fi][1]);
-        if (access(path, R_OK)) {
-            printf("  %-20s %-18s not here (%s), not run\n", files[fi][0], files[fi][1], path);
-            continue;
-        }
+        const char *path = fixture_here(files[fi][0], files[fi][1]);
+        if (!path) continue;
         ran++;
         for (int cached = 0; cached < 2; cached++) {
             e0_engine_opts o;
