@@ -111,6 +111,10 @@ static void *rd_thread(void *arg) {
     return NULL;
 }
 
+/* Called before the engine opens: its 1 GiB buffer is not in the budget, and
+ * allocated beside a budgeted cache in a capped cgroup it set off the
+ * memory-pressure monitor, whose shrink and later regrowth (page faults)
+ * then fell into the timed runs (docs/experiments.md, session 31, issue 40). */
 static double dram_bandwidth(int threads) {
     const size_t N = 1u << 30;
     uint8_t *buf = aligned_alloc(4096, N);
@@ -713,10 +717,6 @@ int cmd_bench(int argc, char **argv) {
     if (n_levels) ce.eo.n_seqs = levels[n_levels - 1];
     ce.eo.n_ctx = (int32_t)(n_prefill + n_decode + 1);
     char err[E0_ERR_MAX];
-    /* DRAM first: its 1 GiB buffer is not in the budget, and allocated beside a
-     * budgeted cache it set off the memory-pressure monitor, whose shrink and later
-     * regrowth (page faults) then fell into the timed runs (docs/experiments.md,
-     * session 31, issue 40) */
     const int threads = ce.eo.n_threads > 0 ? ce.eo.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr, "edge0 bench: measuring DRAM bandwidth (%d threads)...\n", threads);
     const double dram = dram_bandwidth(threads < 64 ? threads : 64);
