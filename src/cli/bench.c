@@ -111,6 +111,10 @@ static void *rd_thread(void *arg) {
     return NULL;
 }
 
+/* Called before the engine opens: its 1 GiB buffer is not in the budget, and
+ * allocated beside a budgeted cache in a capped cgroup it set off the
+ * memory-pressure monitor, whose shrink and later regrowth (page faults)
+ * then fell into the timed runs (docs/experiments.md, session 31, issue 40). */
 static double dram_bandwidth(int threads) {
     const size_t N = 1u << 30;
     uint8_t *buf = aligned_alloc(4096, N);
@@ -347,6 +351,13 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
     cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
     cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
     cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
+    if (ph->d.cache_slots) { /* what memory pressure left usable (stream/setup.c) */
+        cJSON_AddNumberToObject(o, "cache_slots", ph->d.cache_slots);
+        cJSON_AddNumberToObject(o, "cache_limit_decode_start", ph->p.cache_limit);
+        cJSON_AddNumberToObject(o, "cache_limit_decode_end", ph->d.cache_limit);
+        cJSON_AddNumberToObject(o, "pressure_shrinks", (double)ph->d.pressure_shrinks);
+        cJSON_AddNumberToObject(o, "pressure_grows", (double)ph->d.pressure_grows);
+    }
     if (ph->d.vram_slots) {
         const uint64_t vk = ph->d.vram_hits + ph->d.vram_misses;
         cJSON_AddNumberToObject(o, "decode_vram_hit_rate", vk ? (double)ph->d.vram_hits / (double)vk : 0);
@@ -431,6 +442,11 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
                ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
     }
+    if (ph->d.pressure_shrinks || ph->d.pressure_grows)
+        printf("    memory pressure: %d of %d cache slots usable at the decode's start, %d at its end "
+               "(the limit went down %llu times and up %llu times since open)\n",
+               ph->p.cache_limit, ph->d.cache_slots, ph->d.cache_limit,
+               (unsigned long long)ph->d.pressure_shrinks, (unsigned long long)ph->d.pressure_grows);
     if (ph->d.spec_loads)
         printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",
                (double)ph->d.spec_loads / n_decode,
@@ -701,6 +717,9 @@ int cmd_bench(int argc, char **argv) {
     if (n_levels) ce.eo.n_seqs = levels[n_levels - 1];
     ce.eo.n_ctx = (int32_t)(n_prefill + n_decode + 1);
     char err[E0_ERR_MAX];
+    const int threads = ce.eo.n_threads > 0 ? ce.eo.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "edge0 bench: measuring DRAM bandwidth (%d threads)...\n", threads);
+    const double dram = dram_bandwidth(threads < 64 ? threads : 64);
     e0_engine *e = NULL;
     if (e0_engine_open(&e, model, &ce.eo, err) != E0_OK) {
         cli_error("%s", err);
@@ -709,9 +728,6 @@ int cmd_bench(int argc, char **argv) {
     cli_engine_opened(&ce, e);
     e0_model_info info;
     e0_engine_info(e, &info);
-    const int threads = ce.eo.n_threads > 0 ? ce.eo.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    fprintf(stderr, "edge0 bench: measuring DRAM bandwidth (%d threads)...\n", threads);
-    const double dram = dram_bandwidth(threads < 64 ? threads : 64);
     fprintf(stderr, "edge0 bench: measuring checkpoint read bandwidth...\n");
     const double disk = disk_bandwidth(e);
     const uint64_t dense = info.weight_bytes - info.expert_bytes;
