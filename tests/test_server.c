@@ -1081,14 +1081,15 @@ static void test_metrics(void **state) {
 /* JSON Schema keywords (docs/design.md §8.6): a pattern is enforced by the
  * grammar (and measured on /metrics); a keyword checked after generation
  * that no answer can meet (three distinct items out of two values) is
- * generated three times and then reported. */
+ * generated three times and then reported. Seeded: an unseeded sample may
+ * spend its max_tokens on the whitespace the grammar allows. */
 static void test_schema_keywords(void **state) {
     (void)state;
     char *m;
     assert_int_equal(http("GET", "/metrics", NULL, &m), 200);
     double g0 = metric(m, "edge0_grammar_requests_total");
     free(m);
-    char *b = chat_body("x", 60, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+    char *b = chat_body("x", 60, "\"temperature\":1,\"seed\":7,\"chat_template_kwargs\":{\"enable_thinking\":false},"
                                  "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
                                  "{\"type\":\"string\",\"pattern\":\"^[a-z]{3}-\\\\d{2}$\"}}}");
     cJSON *j = json_ok("POST", "/v1/chat/completions", b);
@@ -1100,7 +1101,7 @@ static void test_schema_keywords(void **state) {
     }
     assert_null(cJSON_GetObjectItem(j, "x_edge0_schema_violation"));
     cJSON_Delete(j);
-    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+    b = chat_body("x", 200, "\"temperature\":1,\"seed\":7,\"chat_template_kwargs\":{\"enable_thinking\":false},"
                             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"u\",\"schema\":"
                             "{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"minItems\":3,\"maxItems\":3,"
                             "\"uniqueItems\":true}}}");
@@ -1110,7 +1111,7 @@ static void test_schema_keywords(void **state) {
     assert_non_null(strstr(str(j, "x_edge0_schema_violation"), "uniqueItems"));
     cJSON_Delete(j);
     /* a forced tool call's arguments, the same way */
-    b = chat_body("x", 200, "\"temperature\":1,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tool_choice\":"
+    b = chat_body("x", 200, "\"temperature\":1,\"seed\":7,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tool_choice\":"
                             "\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
                             "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"const\":1},"
                             "\"minItems\":2,\"maxItems\":2,\"uniqueItems\":true}},\"required\":[\"a\"],"
