@@ -440,7 +440,7 @@ int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sby
     return 0;
 }
 
-static int mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err) {
+int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err) {
     int (*put)(gpu_dev *, CUdeviceptr, const void *, size_t, char *) = copy_stream ? gpu_put_copy : gpu_put;
     uint64_t wb, sb;
     part_bytes(m, &wb, &sb);
@@ -448,14 +448,6 @@ static int mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, boo
     if (!rc && sb) rc = put(d, g->s + (uint64_t)i * (uint64_t)g->sstride, m->scales, sb, err);
     if (!rc && sb) rc = put(d, g->b + (uint64_t)i * (uint64_t)g->sstride, m->biases, sb, err);
     return rc;
-}
-
-int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
-    return mat_put(d, g, i, m, false, err);
-}
-
-int gpu_mat_put_copy(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err) {
-    return mat_put(d, g, i, m, true, err);
 }
 
 int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err) {

@@ -175,11 +175,10 @@ int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *ou
  * rounded up to 256: the parts of a slot of the VRAM expert cache. */
 int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sbytes, char *err);
 /* Copies m into part i of g (w + i * estride, s and b + i * sstride), in
- * stream order; m's memory may change when it returns. */
-int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err);
-/* The same on the copy stream (gpu_put_copy): m's memory must stay as it
- * is until the copy is done (a checkpoint's mapping does). */
-int gpu_mat_put_copy(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, char *err);
+ * stream order (m's memory may change when it returns), or with
+ * copy_stream on the copy stream (gpu_put_copy: m's memory must stay as it
+ * is until the copy is done, as a checkpoint's mapping does). */
+int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err);
 /* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
 

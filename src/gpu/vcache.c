@@ -240,11 +240,9 @@ static int fill(gpu_model *g, int li, int e, int i, bool copy_stream, char *err)
     x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
     const e0_expert *ex = &g->m->layers[li].experts[e];
     const gpu_layer *gl = &g->L[li];
-    int (*put)(gpu_dev *, const gpu_mat *, int64_t, const e0_mat *, char *) =
-        copy_stream ? gpu_mat_put_copy : gpu_mat_put;
-    int rc = put(g->d, &gl->xg, i, &ex->gate, err);
-    if (!rc) rc = put(g->d, &gl->xu, i, &ex->up, err);
-    if (!rc) rc = put(g->d, &gl->xd, i, &ex->down, err);
+    int rc = gpu_mat_put(g->d, &gl->xg, i, &ex->gate, copy_stream, err);
+    if (!rc) rc = gpu_mat_put(g->d, &gl->xu, i, &ex->up, copy_stream, err);
+    if (!rc) rc = gpu_mat_put(g->d, &gl->xd, i, &ex->down, copy_stream, err);
     if (rc) return rc;
     const int key = li * x->E + e;
     x->key_of[i] = key;
@@ -329,7 +327,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     }
     if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
                                (size_t)E * sizeof(int32_t), err);
-    x->whole_layers++;
+    if (!rc) x->whole_layers++;
     return rc;
 }
 
