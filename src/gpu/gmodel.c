@@ -373,6 +373,13 @@ static int add_rows(gpu_sess *s, CUdeviceptr x, CUdeviceptr y, long long n, char
     return gpu_launch(s->g->d, s->g->d->k.add_inplace, blocks(n, 256), 1, 1, 256, 0, args, "add", err);
 }
 
+/* Row i of an activation buffer of rows of n floats. */
+static CUdeviceptr row(CUdeviceptr p, int i, int n) { return p + (CUdeviceptr)i * (CUdeviceptr)n * sizeof(float); }
+
+/* The session whose states token i of a pass uses: its own, or in a
+ * batched step (s->bs) sequence i's. */
+static const gpu_sess *seq(const gpu_sess *s, int i) { return s->bs ? s->bs[i] : s; }
+
 static int attention(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
     const e0_layer *ly = &s->g->m->layers[li];
@@ -392,10 +399,8 @@ static int attention(gpu_sess *s, int li, int T, char *err) {
      * own position and KV cache (each as that sequence's step alone) */
     const int nseq = s->bs ? T : 1, Tq = s->bs ? 1 : T;
     for (int i = 0; !rc && i < nseq; i++) {
-        const gpu_sess *si = s->bs ? s->bs[i] : s;
-        const CUdeviceptr f = sizeof(float);
-        CUdeviceptr qi = q + (CUdeviceptr)i * (CUdeviceptr)qrows * f, ki = k + (CUdeviceptr)i * (CUdeviceptr)kvd * f;
-        CUdeviceptr vi = v + (CUdeviceptr)i * (CUdeviceptr)kvd * f, atti = att + (CUdeviceptr)i * (CUdeviceptr)(nh * hd) * f;
+        const gpu_sess *si = seq(s, i);
+        CUdeviceptr qi = row(q, i, qrows), ki = row(k, i, kvd), vi = row(v, i, kvd), atti = row(att, i, nh * hd);
         CUdeviceptr pi = si->buf[B_POS], kc = si->kc[li], vc = si->vc[li];
         CUdeviceptr qn = gl->q_norm, kn = gl->k_norm, inv = s->g->inv_freq;
         void *a1[] = {&qi, &ki, &qn, &kn, &inv, &nh, &hd, &per, &qrows, &kvd, &half, &pi, &eps};
@@ -452,11 +457,9 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
      * sequence on its token's rows (the q/k norm between them is per token) */
     const int nseq = s->bs ? T : 1;
     int Tq = s->bs ? 1 : T;
-    const CUdeviceptr f = sizeof(float);
     CUdeviceptr w = gl->conv_w;
     for (int i = 0; !rc && i < nseq; i++) {
-        CUdeviceptr mi = mix + (CUdeviceptr)i * (CUdeviceptr)C * f, moi = mixo + (CUdeviceptr)i * (CUdeviceptr)C * f;
-        CUdeviceptr st = (s->bs ? s->bs[i] : s)->conv[li];
+        CUdeviceptr mi = row(mix, i, C), moi = row(mixo, i, C), st = seq(s, i)->conv[li];
         void *a1[] = {&mi, &moi, &st, &w, &Tq, &C, &K};
         rc = gpu_launch(d, d->k.dn_conv, blocks(C, 256), 1, 1, 256, 0, a1, "DeltaNet conv", err);
     }
@@ -466,9 +469,8 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     CUdeviceptr A = gl->A, dtb = gl->dt_bias, nw = gl->lin_norm, o = s->buf[B_O];
     CUfunction rec_f = Dk == 128 ? d->k.dn_rec128 : Dk == 64 ? d->k.dn_rec64 : Dk == 32 ? d->k.dn_rec32 : d->k.dn_rec;
     for (int i = 0; !rc && i < nseq; i++) {
-        CUdeviceptr moi = mixo + (CUdeviceptr)i * (CUdeviceptr)C * f, zi = zz + (CUdeviceptr)i * (CUdeviceptr)Vd * f;
-        CUdeviceptr bi = bb + (CUdeviceptr)i * (CUdeviceptr)Hv * f, ai = aa + (CUdeviceptr)i * (CUdeviceptr)Hv * f;
-        CUdeviceptr oi = o + (CUdeviceptr)i * (CUdeviceptr)Vd * f, rec = (s->bs ? s->bs[i] : s)->rec[li];
+        CUdeviceptr moi = row(mixo, i, C), zi = row(zz, i, Vd), bi = row(bb, i, Hv), ai = row(aa, i, Hv);
+        CUdeviceptr oi = row(o, i, Vd), rec = seq(s, i)->rec[li];
         void *a3[] = {&moi, &zi, &bi, &ai, &A, &dtb, &nw, &rec, &oi, &Tq, &Hk, &Hv, &Dk, &Dv, &vtiled, &eps};
         rc = gpu_launch(d, rec_f, (unsigned)Hv, 1, 1, up32(Dv), (unsigned)(2 * Dk * 4), a3, "DeltaNet recurrence", err);
     }
@@ -606,8 +608,7 @@ static int layers(gpu_sess *s, int T, char *err) {
 /* The logits of rows first .. first + n - 1 (n <= LOGIT_ROWS) into B_LOGITS. */
 static int head(gpu_sess *s, int first, int n, char *err) {
     const int H = s->g->m->cfg.hidden;
-    const CUdeviceptr xr = s->buf[B_X] + (CUdeviceptr)first * H * sizeof(float);
-    int rc = rmsnorm_rows(s, xr, 0, s->g->final_norm, s->buf[B_H], H, n, err);
+    int rc = rmsnorm_rows(s, row(s->buf[B_X], first, H), 0, s->g->final_norm, s->buf[B_H], H, n, err);
     if (!rc) rc = gpu_mm(s->g->d, &s->g->lm_head, s->buf[B_H], H, s->buf[B_LOGITS], s->g->m->cfg.vocab, n, err);
     return rc;
 }
@@ -634,13 +635,26 @@ static int decode_graph(gpu_sess *s, char *err) {
     return gpu_graph_launch(d, s->step, err);
 }
 
+/* The T ids embedded into the session's x (in stream order). */
+static int put_ids(gpu_sess *s, const int32_t *ids, int T, char *err) {
+    const e0_model *m = s->g->m;
+    const int H = m->cfg.hidden;
+    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
+    return gpu_put(s->g->d, s->buf[B_X], s->xh, (size_t)T * H * sizeof(float), err);
+}
+
+/* The session's position pos where its kernels read it (B_POS). */
+static int put_pos(gpu_sess *s, int pos, char *err) {
+    s->posh = pos;
+    return gpu_put(s->g->d, s->buf[B_POS], &s->posh, sizeof s->posh, err);
+}
+
 int gpu_sess_eval_batch(gpu_sess *const *ss, int n, const int32_t *pos, const int32_t *ids, float *logits,
                         char *err) {
     gpu_sess *s = ss[0];
-    const e0_model *m = s->g->m;
-    const e0_config *c = &m->cfg;
+    const e0_config *c = &s->g->m->cfg;
     gpu_dev *d = s->g->d;
-    const int H = c->hidden, V = c->vocab;
+    const int V = c->vocab;
     if (n < 1 || n > s->n_batch || n > GPU_BATCH_MAX)
         return e0_fail(err, E0_EINVAL, "a batched GPU step of %d sequences (1 to %d, and the first session's "
                        "batch %d)", n, GPU_BATCH_MAX, s->n_batch);
@@ -658,12 +672,8 @@ int gpu_sess_eval_batch(gpu_sess *const *ss, int n, const int32_t *pos, const in
                            ss[i]->n_ctx, s->n_ctx);
     }
     d->cu->CtxSetCurrent(d->ctx);
-    for (int t = 0; t < n; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
-    int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)n * H * sizeof(float), err);
-    for (int i = 0; !rc && i < n; i++) { /* each sequence's position where its kernels read it */
-        ss[i]->posh = pos[i];
-        rc = gpu_put(d, ss[i]->buf[B_POS], &ss[i]->posh, sizeof ss[i]->posh, err);
-    }
+    int rc = put_ids(s, ids, n, err);
+    for (int i = 0; !rc && i < n; i++) rc = put_pos(ss[i], pos[i], err); /* where each sequence's kernels read it */
     s->bs = ss;
     if (!rc) rc = layers(s, n, err);
     s->bs = NULL;
@@ -677,18 +687,14 @@ int gpu_sess_eval_batch(gpu_sess *const *ss, int n, const int32_t *pos, const in
 
 int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, float *logits,
                   char *err) {
-    const e0_model *m = s->g->m;
-    const e0_config *c = &m->cfg;
     gpu_dev *d = s->g->d;
-    const int H = c->hidden, V = c->vocab;
+    const int V = s->g->m->cfg.vocab;
     if (T < 1 || T > s->n_batch || pos < 0 || pos + T > s->n_ctx)
         return e0_fail(err, E0_EINVAL, "GPU pass of %d ids at position %d (batch %d, context %d)", T, pos,
                        s->n_batch, s->n_ctx);
     d->cu->CtxSetCurrent(d->ctx);
-    for (int t = 0; t < T; t++) mat_dequant(&m->embed, ids[t], 0, H, s->xh + (size_t)t * H);
-    s->posh = pos;
-    int rc = gpu_put(d, s->buf[B_X], s->xh, (size_t)T * H * sizeof(float), err);
-    if (!rc) rc = gpu_put(d, s->buf[B_POS], &s->posh, sizeof s->posh, err);
+    int rc = put_ids(s, ids, T, err);
+    if (!rc) rc = put_pos(s, pos, err);
     /* a device-staged decode step: the cache's tables as the host left them, its uses read after */
     const bool staged = s->g->vc && s->g->vc->staged && T == 1;
     if (!rc && staged) rc = vcache_prepare(s->g, err);
