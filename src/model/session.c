@@ -622,6 +622,25 @@ static int check_ids(const e0_session *s, const int32_t *ids, size_t n, char *er
     return 0;
 }
 
+/* A pass that failed: its states are partly updated, so every session of
+ * it starts over and the pass ends; rc with the message saying so. */
+static int pass_failed(e0_pass *p, int rc, char *err) {
+    for (int r = 0; r < p->ns; r++)
+        e0_session_reset(p->run[r].s);
+    p->layer = -1;
+    p->half = 0;
+    p->gpu = false;
+    return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
+                      : e0_wrap(err, rc, "evaluation failed; the %d sessions were reset", p->ns);
+}
+
+/* The same for a batched decode step of n sessions. */
+static int batch_failed(e0_session *const *ss, size_t n, int rc, char *err) {
+    for (size_t i = 0; i < n; i++)
+        e0_session_reset(ss[i]);
+    return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
+}
+
 void pass_release(e0_pass *p) {
     free(p->gids);
     p->gids = NULL;
@@ -661,24 +680,18 @@ static int gpu_pass_step(e0_pass *p, float *const *logits, bool *done, char *err
     const double t0 = now_s();
     for (int r = 0; r < p->ns; r++) /* a pass in progress is not evaluated again: e0_session_eval's check */
         p->run[r].s->pass = NULL;
-    int rc = 0, r = 0;
-    for (; !rc && r < p->ns; r++) {
+    int rc = 0;
+    for (int r = 0; !rc && r < p->ns; r++) {
         const e0_run *ru = &p->run[r];
         float *lg = logits ? logits[r] : NULL;
         rc = session_gpu_eval(ru->s, p->gids + ru->t0, (size_t)ru->n, lg ? E0_LOGITS_LAST : E0_LOGITS_NONE, lg,
                               err);
     }
+    e->prefill_s += now_s() - t0;
+    if (rc) return pass_failed(p, rc, err);
     p->layer = -1;
     p->half = 0;
     p->gpu = false;
-    e->prefill_s += now_s() - t0;
-    if (rc) { /* the states are partly updated: every session of the pass starts over */
-        for (int i = 0; i < p->ns; i++)
-            e0_session_reset(p->run[i].s);
-        return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
-                          : e0_wrap(err, rc, "evaluation failed (session %d); the %d sessions were reset", r - 1,
-                                    p->ns);
-    }
     e->prefill_tokens += (uint64_t)p->b.T;
     *done = true;
     return 0;
@@ -778,14 +791,9 @@ int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *don
         rc = forward_half(&p->b, at / 2, at % 2, err);
     if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
     e0_engine *e = p->run[0].s->eng;
-    if (rc) { /* the states are partly updated: every session of the pass starts over */
-        for (int r = 0; r < p->ns; r++)
-            e0_session_reset(p->run[r].s);
-        p->layer = -1;
-        p->half = 0;
+    if (rc) {
         e->prefill_s += now_s() - t0;
-        return p->ns == 1 ? e0_wrap(err, rc, "evaluation failed; the session was reset")
-                          : e0_wrap(err, rc, "evaluation failed; the %d sessions were reset", p->ns);
+        return pass_failed(p, rc, err);
     }
     p->layer = end / 2;
     p->half = end % 2;
@@ -900,11 +908,7 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
     if (ss[0]->gs && n > 1 && session_gpu_batch_on(ss[0])) { /* on the GPU: one pass for all of them */
         const double t0 = now_s();
         int rc = session_gpu_eval_batch(ss, n, ids, logits, err);
-        if (rc) { /* the states are partly updated: every session starts over */
-            for (size_t i = 0; i < n; i++)
-                e0_session_reset(ss[i]);
-            return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
-        }
+        if (rc) return batch_failed(ss, n, rc, err);
         e0_engine *eg = ss[0]->eng;
         eg->decode_tokens += n;
         eg->decode_s += now_s() - t0;
@@ -935,11 +939,7 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
         const e0_batch b = {.S = &lead->s, .run = runs, .nrun = (int)T, .T = (int)T, .decode = true};
         int rc = forward(&b, ids + done, err);
         if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
-        if (rc) { /* the states are partly updated: every session of the pass starts over */
-            for (size_t i = 0; i < n; i++)
-                e0_session_reset(ss[i]);
-            return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
-        }
+        if (rc) return batch_failed(ss, n, rc, err);
         if (logits) {
             rmsnorm(lead->s.x, m->final_norm, H, (int)T, c->rms_eps, lead->s.h);
             batch_matmul(&b, &m->lm_head, lead->s.h, H, logits + done * (size_t)V, V);
