@@ -42,8 +42,22 @@ python3 scripts/ncu_step.py /tmp/ncu.csv 48 1 | head -30
 for a in attend warps attend warps; do
     echo "=== q30 all resident: E0_GPU_ATTN=$a $(el)"
     E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
-        grep -E "prefill [0-9]|decode [0-9]"
+        grep -E "prefill [0-9]|decode [0-9]" | tee -a /tmp/ab-$a.txt
 done
+# the same runs below take the kernel whose slower decode of the two was faster
+best() { grep -oE "decode [0-9]+ tokens: [0-9.]+" "$1" | grep -oE "[0-9.]+$" | sort -n | head -1; }
+wa=$(best /tmp/ab-attend.txt); ww=$(best /tmp/ab-warps.txt)
+echo "decode, the slower of two: attend $wa, warps $ww tok/s"
+if python3 -c "import sys; sys.exit(0 if float(sys.argv[2] or 0) > float(sys.argv[1] or 0) else 1)" "$wa" "$ww"; then
+    export E0_GPU_ATTN=warps; echo "=> the same runs with E0_GPU_ATTN=warps"
+fi
+if left 380; then
+echo "=== ncu: q36 all resident after a 512-id prompt, decode 2 (E0_GPU_ATTN=${E0_GPU_ATTN:-attend}) $(el)"
+E0_GPU_GRAPH=0 timeout 100 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu36.csv \
+    .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
+python3 scripts/ncu_step.py /tmp/ncu36.csv 40 1 | head -30
+[ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu36.csv > "$OUT/ncu-q36.csv.xz"
+fi
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 150; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
 for m in q36 q30; do
