@@ -27,7 +27,7 @@ echo "=== edge0 bench --vram-budget ${V}G inside $CAP"
 "$here/memcap.sh" "$CAP" -- "$E0" bench "$M" --prefill 512 --decode 32 --skip-warm --vram-budget "${V}G" \
     --threads "$T" --json > /tmp/capped-e0.json 2> /tmp/capped-e0.err || true
 grep -E "memcap|rror" /tmp/capped-e0.err || true
-python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):])["cold"]; print("edge0: prefill %.2f, decode %.2f tok/s" % (j["prefill_tok_s"], j["decode_tok_s"]))' /tmp/capped-e0.json |
+python3 -c 'import json,sys; t="\n"+open(sys.argv[1]).read(); j=json.JSONDecoder().raw_decode(t[t.index("\n{")+1:])[0]["cold"]; print("edge0: prefill %.2f, decode %.2f tok/s" % (j["prefill_tok_s"], j["decode_tok_s"]))' /tmp/capped-e0.json |
     tee /tmp/capped-e0.txt || true
 for n in $n0 $((n0 + 2)); do
     [ $n -le "$L" ] || continue

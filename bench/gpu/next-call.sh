@@ -60,10 +60,18 @@ python3 scripts/ncu_step.py /tmp/ncu36.csv 40 1 | head -30
 fi
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 150; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
-for m in q36 q30; do
+cp /dev/shm/q36.gguf /root/q36.gguf & CP=$!
+for m in q36 capped q30; do
+    if [ $m = capped ]; then
+        wait $CP; left 200 || continue
+        echo "=== capped: VRAM 8 GiB, host memory 12 GiB (the 35B shape's file on disk) $(el)"
+        timeout $(( DL - 60 - ($(date +%s) - T0) )) bash scripts/gpu_capped_run.sh .gpu/bin/edge0 /tmp/peer/repack /root/q36.gguf 8 12G 2>&1
+        continue
+    fi
     left 130 || break
-    echo "=== same run $m $(el)"
-    timeout $(( DL - ($(date +%s) - T0) )) bash scripts/gpu_same_run.sh .gpu/bin/edge0 /tmp/peer/repack /dev/shm/$m.gguf 8 16 2>&1 |
-        grep -E "^\||^model|^edge0 |^llama-bench rows|^edge0 resident"
+    bs="8 16"; left 300 || bs=16 # a short call: the budget furthest from llama.cpp, and all resident
+    echo "=== same run $m, budgets $bs $(el)"
+    timeout $(( DL - ($(date +%s) - T0) )) bash scripts/gpu_same_run.sh .gpu/bin/edge0 /tmp/peer/repack /dev/shm/$m.gguf $bs 2>&1 |
+        grep -vE "^edge0 bench: |^ *\"|^[{}]|^build_commit|^\"" || true
 done
 echo "=== end $(el)"

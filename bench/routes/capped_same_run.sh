@@ -7,7 +7,7 @@
 #
 #   bench/routes/capped_same_run.sh SHAPE PROFILE DIR    (e.g. qwen3.6-35b-a3b qwen36 /work/cache)
 #
-# DIR gets the edge0 checkpoint (SHAPE-PROFILE/) and the peer's GGUF (the kit's make_gguf.py,
+# RUNS="replay" runs only the replay. DIR gets the edge0 checkpoint (SHAPE-PROFILE/) and the peer's GGUF (the kit's make_gguf.py,
 # random Q4_0: llama.cpp routes its own routers, uniform: it cannot run the profile or the
 # replay, which live in edge0's router); both are made when missing. Output: the same-run
 # tables and each engine's raw output in bench/routes/capped/SHAPE-{profile,replay}/.
@@ -31,9 +31,11 @@ mkdir -p "$out"
 trace=$out/$shape-replay.trace
 python3 "$root/scripts/route_convert.py" "$here/real/qwen36-routecapture5-rank0.jsonl" -o "$trace" \
     --layers $L --experts $E --reuse-shift 7
-for run in profile replay; do
+for run in ${RUNS:-profile replay}; do
     args=""
-    [ $run = replay ] && args="--replay $trace"
+    # under replay the speculative loads are predicted from the synthetic router's logits, which
+    # the trace overrides (session 30): 3,979 loads a run, 104 used (2.6%); they only add reads
+    [ $run = replay ] && args="--replay $trace --opt prefetch_cap=0"
     rm -rf "$out/$shape-$run"
     E0=$e0 E0_MODEL=$model GGUF=$gguf PEER=$peer ONLY=capped E0_ARGS="$args" \
         bash "$shared/peer/same_run.sh" "$out/$shape-$run" | tee "$out/$shape-$run.txt"

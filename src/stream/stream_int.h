@@ -116,6 +116,10 @@ struct e0_stream {
      * how many of the last window's were routed to (spec_next) */
     bool spec_hi;
     uint32_t spec_hi_loads, spec_hi_used, spec_calls;
+    /* whether the first k/2 guesses are made only on probing calls, from
+     * how many of the last window's were routed to (spec_next) */
+    bool spec_lo_off;
+    uint32_t spec_lo_loads, spec_lo_used;
     uint8_t *touched;      /* [n_layers * E]: experts routed to since the last reset */
     /* counters: atomics, as I/O threads add bytes */
     atomic_uint_fast64_t bytes_read;

@@ -37,7 +37,13 @@ static void load_job_fn(void *arg) {
  * call in SPEC_PROBE makes them anyway, to keep measuring); section 51. A
  * wrong guess costs one bundle of disk time and an LRU slot, never the
  * result: routing is untouched and the bytes are the same whoever loads
- * them. */
+ * them. When fewer than a quarter of the first k/2 turn out routed over a
+ * window, only one call in 4 SPEC_PROBE guesses, and only the first k/2:
+ * where this layer's input does not rank the next layer's experts (routing
+ * that depends on more than the router's logits, as a replayed trace's or a
+ * routing profile's; session 32: 2.6% of the guesses routed under replay,
+ * 19% on a profile), every guess is a bundle read for nothing, and capped
+ * decode is bound by the reads. */
 enum { SPEC_WINDOW = 128, SPEC_PROBE = 8, SPEC_LO = 1, SPEC_HI = 2 };
 
 static void spec_job_fn(void *arg) {
@@ -98,9 +104,12 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
     mat_matmul_f32(r, x, s->H, 1, logits, r->rows); /* as routing itself: f32 */
     const int cap = s->o.layer.prefetch_cap < SPEC_MAX ? s->o.layer.prefetch_cap : SPEC_MAX;
     const int pk = s->o.layer.prefetch_k;
-    const int want = pk > 0                                            ? (pk < k ? pk : k)
-                     : s->spec_hi || s->spec_calls++ % SPEC_PROBE == 0 ? k
-                                                                       : k / 2;
+    const uint32_t call = s->spec_calls++;
+    if (pk == 0 && s->spec_lo_off && call % (4 * SPEC_PROBE))
+        return; /* wrong so far: probes only */
+    const int want = pk > 0                                                      ? (pk < k ? pk : k)
+                     : !s->spec_lo_off && (s->spec_hi || call % SPEC_PROBE == 0) ? k
+                                                                                 : k / 2;
     int32_t chosen[SPEC_MAX / 2];
     int n = want < s->E ? want : s->E;
     if (n > SPEC_MAX / 2) n = SPEC_MAX / 2;
@@ -110,6 +119,7 @@ static void spec_next(e0_stream *s, int layer, const float *x, int k) {
         const int started = spec_load(s, next, chosen[c], cap, hi ? SPEC_HI : SPEC_LO);
         if (started < 0) return;
         s->spec_hi_loads += hi && started;
+        s->spec_lo_loads += !hi && started;
     }
 }
 
@@ -182,6 +192,7 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
             const bool used = ent[i] && !need;
             s->c.spec_used += used;
             s->spec_hi_used += used && *pending == SPEC_HI;
+            s->spec_lo_used += used && *pending == SPEC_LO;
             *pending = 0;
         }
         if (ent[i] && need) {
@@ -195,6 +206,10 @@ static int exact_experts(e0_stream *s, int layer, const int32_t *exps, const int
         if (s->spec_hi_loads >= SPEC_WINDOW) {
             s->spec_hi = 2 * s->spec_hi_used >= s->spec_hi_loads;
             s->spec_hi_loads = s->spec_hi_used = 0;
+        }
+        if (s->spec_lo_loads >= SPEC_WINDOW) {
+            s->spec_lo_off = 4 * s->spec_lo_used < s->spec_lo_loads;
+            s->spec_lo_loads = s->spec_lo_used = 0;
         }
     }
     if (spec && decode)
@@ -390,8 +405,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     /* guesses at the next layer's experts (decode: each sequence's; prefill:
      * the pass's union), while prefetch_cap allows (on the exact path every
      * routed expert is in rest, so exact_experts runs) */
-    const bool spec = path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
-                      lo->prefetch_threads > 0;
+    const bool spec =
+        path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 && lo->prefetch_threads > 0;
     if (r.nrest)
         rc = exact_experts(s, layer, r.rest, r.rstart, r.nrest, r.rpairs, x, k, eo, ws, T, decode,
                            spec, err);
