@@ -19,7 +19,8 @@ el() { echo "($(( $(date +%s) - T0 )) s)"; }
 left() { [ $(( $(date +%s) - T0 )) -lt $((DL - $1)) ]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
-CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
+# SHORT=1 (a call of a few minutes): no llama.cpp build, no same runs
+[ -n "${SHORT:-}" ] || CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
 ( .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /tmp/synth30.log 2>&1
   .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf /dev/shm/q36.gguf > /tmp/synth36.log 2>&1 ) &
 SP=$!
@@ -34,11 +35,14 @@ E0_GPU_BATCH=1 .gpu/bin/edge0 serve .gpu/shared/gguf/tiny-qwen35moe/model-Q4_K_M
 timeout 30 python3 scripts/serve_smoke.py 8197 2; pkill -f "serve .gpu/shared"; sleep 1
 wait $SP; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+ncu30() {
 echo "=== ncu: q30 all resident after a 512-id prompt, decode 2, graphs off so that each launch is seen $(el)"
 E0_GPU_GRAPH=0 timeout 120 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.csv \
     .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu.csv 48 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
+}
+[ -n "${SHORT:-}" ] || ncu30
 for a in attend warps attend warps; do
     echo "=== q30 all resident: E0_GPU_ATTN=$a $(el)"
     E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
@@ -57,6 +61,16 @@ E0_GPU_GRAPH=0 timeout 100 "$NCU" --clock-control none --metrics gpu__time_durat
     .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu36.csv 40 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu36.csv > "$OUT/ncu-q36.csv.xz"
+fi
+if [ -n "${SHORT:-}" ]; then
+    for a in attend warps; do
+        left 45 || break
+        echo "=== q36 all resident: E0_GPU_ATTN=$a $(el)"
+        E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+            grep -E "prefill [0-9]|decode [0-9]"
+    done
+    left 110 && ncu30
+    echo "=== end (short call) $(el)"; exit 0
 fi
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 150; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(el)"
