@@ -95,6 +95,18 @@ typedef enum { E0_KV_F32, E0_KV_F16 } e0_kv_type;
 /* The type's name as `--kv-type` spells it ("f32", "f16"). */
 const char *e0_kv_name(e0_kv_type t);
 
+/* Speculative decoding with the checkpoint's multi-token-prediction (MTP)
+ * block, the draft head Qwen3.5 / 3.6 ship (`--mtp`; e0_session_draft). */
+typedef enum {
+    E0_MTP_OFF = 0, /* the block is not loaded (the library's default) */
+    E0_MTP_ON,      /* loaded and computed: open fails when the checkpoint has no block or
+                       the engine computes on a GPU (MTP is CPU-only for now) */
+    E0_MTP_AUTO,    /* on when the checkpoint has one block and the engine computes on the
+                       CPU, else off (the CLI's default) */
+} e0_mtp_mode;
+/* The mode's name as `--mtp` spells it ("off", "on", "auto"). */
+const char *e0_mtp_name(e0_mtp_mode m);
+
 /* LayerOptions of docs/design.md §4.6, with its defaults (e0_engine_opts_default). */
 typedef struct {
     int32_t staged;              /* fixed-slot decode (false) */
@@ -174,6 +186,10 @@ typedef struct {
     /* Device memory the GPU may hold (`--vram-budget`); 0: what the driver
      * reports free, less max(512 MiB, 5%). */
     uint64_t vram_budget;
+    /* The MTP block (E0_MTP_OFF): when on, its weights are the model's
+     * (resident, --io load, the expert cache, the memory plan) and every
+     * session (e0_session_opts.mtp) keeps its state and can draft. */
+    e0_mtp_mode mtp;
 } e0_engine_opts;
 
 #define E0_GPU_OFF (-1)
@@ -208,8 +224,9 @@ typedef struct {
     int32_t top_k;
     uint64_t weight_bytes; /* all tensors the model uses */
     uint64_t expert_bytes; /* the routed experts among them */
-    int32_t mtp_layers;    /* a GGUF file's multi-token-prediction (MTP) draft head: its */
-    uint64_t mtp_bytes;    /* blocks and bytes, checked but never loaded (nothing uses it yet) */
+    int32_t mtp_layers;    /* the checkpoint's multi-token-prediction (MTP) draft head: its */
+    uint64_t mtp_bytes;    /* blocks and bytes (checked; loaded only when mtp_on) */
+    int32_t mtp_on;        /* 1: the engine computes the block (e0_engine_opts.mtp) */
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);
@@ -278,6 +295,14 @@ typedef struct {
     uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */
     uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
+    /* speculative decoding with the MTP block (e0_session_verify): drafts
+     * verified (one a pass) and of them rejected; decode_tokens counts the
+     * positions the passes kept (2 a pass, less 1 for a rejection), so
+     * decode_tokens / mtp_drafts is the tokens a pass gives. mtp_s: time
+     * in the block (drafts and the catch-up of its positions), part of
+     * decode_s and prefill_s. */
+    uint64_t mtp_drafts, mtp_rejected;
+    double mtp_s;
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);
@@ -338,6 +363,9 @@ const char *e0_engine_io_note(const e0_engine *e);
 typedef struct {
     int32_t n_ctx;   /* positions the KV cache holds; 0 = 4096 */
     int32_t n_batch; /* largest prefill batch run at once; longer prompts are split; 0 = 512 */
+    int32_t mtp;     /* 1 (default): keep the MTP block's state to draft with, when the engine
+                        computes the block (every evaluation then runs it over its positions);
+                        0: this session does not draft */
 } e0_session_opts;
 
 void e0_session_opts_default(e0_session_opts *o);
@@ -380,6 +408,52 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
  * bytes cannot be read, every one of the n sessions is reset. */
 int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_t n,
                           float *logits, char *err);
+
+/* ---- Speculative decoding with the MTP block ---------------------------- *
+ * A session of an engine that computes the checkpoint's MTP block
+ * (e0_engine_opts.mtp, e0_model_info.mtp_on; e0_session_opts.mtp) keeps
+ * the block's state: a KV cache of its attention layer at the main model's
+ * positions and the main model's hidden rows it reads. MTP position t
+ * reads the main model's hidden state at t and the id at t + 1 and
+ * predicts the id at t + 2. Every evaluation runs the block over the
+ * positions whose next id it has seen, so that a draft after any mix of
+ * evaluations attends over the whole history. One step with one draft:
+ *
+ *     // x: the next id (chosen from the last logits, not evaluated yet)
+ *     e0_session_draft(s, x, q, err);                   // q [vocab]: the id after x
+ *     d = the id q gives (greedy: its argmax);
+ *     e0_session_verify(s, (int32_t[2]){x, d}, lg, err); // lg [2, vocab]
+ *     a = the id lg[0] gives;                           // the main model's after x
+ *     if (a == d) the next id comes from lg[1];         // two ids this pass
+ *     else e0_session_rollback(s, true, err), the next id is a; // one
+ *
+ * The verify pass gives each of its two positions the bits two one-token
+ * e0_session_eval steps give (the row kernels, the decode expert paths,
+ * the recurrent DeltaNet), and a rollback leaves the session as if only x
+ * had been evaluated (the DeltaNet states after x were kept by the pass,
+ * attention drops a position): greedy decoding with drafts emits exactly
+ * what it emits without. CPU sessions only; a session evaluated through e0_session_eval_batch or
+ * a merged pass keeps its MTP state too; one restored from a snapshot or
+ * truncated by e0_session_prepare cannot draft until reset. */
+
+/* Whether e0_session_draft can run now: the session has the MTP state, in
+ * sync, at least one position evaluated and room for two more. */
+bool e0_session_can_draft(const e0_session *s);
+/* The MTP block's logits ([vocab]) for the id after `id`, the id that is
+ * to be evaluated next (at the session's position). E0_EINVAL when it
+ * cannot draft (e0_session_can_draft), E0_ERANGE for an id outside the
+ * vocabulary, E0_EIO when expert bytes cannot be read (drafting then stays
+ * off until the session is reset). */
+int e0_session_draft(e0_session *s, int32_t id, float *logits, char *err);
+/* Evaluates ids[0] and ids[1] at the next two positions in one pass;
+ * logits: [2, vocab], row i the logits after ids[i], each bit-identical to
+ * a one-token e0_session_eval of it. Errors as e0_session_eval's. */
+int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *err);
+/* Right after e0_session_verify: forgets its second position, leaving the
+ * session as one e0_session_eval of ids[0] leaves it. rejected: the draft
+ * was rejected (counted in e0_stats.mtp_rejected); false: it was accepted
+ * but the generation ends before it is needed. E0_EINVAL otherwise. */
+int e0_session_rollback(e0_session *s, bool rejected, char *err);
 
 /* The ids the session holds, in order (what e0_session_eval and
  * e0_generate have evaluated since the last reset); *n gets their count. */

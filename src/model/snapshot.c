@@ -148,6 +148,7 @@ int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
         d += n;
     }
     s->pos = snap->pos;
+    mtp_desync(s); /* the MTP block's state is not in snapshots: no drafts until a reset */
     return 0;
 }
 

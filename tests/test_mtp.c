@@ -1,0 +1,322 @@
+/* Speculative decoding with the MTP block (model/mtp.c, edge0.h
+ * e0_session_draft / _verify / _rollback), on tests/data/mtp: the Hugging
+ * Face folder and the GGUF files llama.cpp's converter made of it.
+ *  - the block's logits against the PyTorch reference (tools/train/
+ *    qwen35.py, tests/data/mtp/mtp_ref.safetensors), drafted step by step
+ *    and after prefills of every length (--kernels exact, 1e-4 rel L2);
+ *  - a verify pass of two ids gives each the bits two one-token steps give,
+ *    and a rollback leaves the session as one step of the first leaves it
+ *    (its next logits, bit for bit), in the default and the exact kernels;
+ *  - the options: --mtp on without a block, on a GPU engine (CPU-only).
+ */
+#include "testutil.h"
+
+#include "edge0.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { V = 1024 };
+
+static const char *MODELS[] = {"tests/data/mtp/hf", "tests/data/mtp/model-F32.gguf",
+                               "tests/data/mtp/model-Q8_0.gguf", "tests/data/mtp/model-Q4_0.gguf"};
+enum { NMODELS = sizeof MODELS / sizeof *MODELS };
+
+static e0_engine *open_mtp(const char *path, e0_mtp_mode mode) {
+    char err[E0_ERR_MAX];
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.mtp = mode;
+    e0_engine *e;
+    if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+    return e;
+}
+
+static e0_session *new_session(e0_engine *e, int n_ctx) {
+    char err[E0_ERR_MAX];
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = n_ctx;
+    e0_session *s;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    return s;
+}
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        char err_[E0_ERR_MAX];                                                                     \
+        if ((call) != 0) fail_msg("%s: %s", #call, err_);                                        \
+    } while (0)
+#define ERR err_
+
+/* ---- the block's logits against the reference ------------------------------ */
+
+/* MTP logits at positions 0..N-2 of the reference prompt from one engine:
+ * step by step (eval one id, draft the next), and, for every t, after a
+ * prefill of ids[0..t] in one evaluation (the block's catch-up over the
+ * prompt); the worst rel L2 of each form into *step, *prefill. */
+static void mtp_vs_ref(const char *path, const int32_t *ids, size_t N, const float *ref, double *step,
+                       double *prefill) {
+    e0_engine *e = open_mtp(path, E0_MTP_ON);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    assert_int_equal(info.mtp_on, 1);
+    assert_int_equal(info.vocab_size, V);
+    e0_session *s = new_session(e, 64);
+    float *lg = malloc(V * sizeof *lg), *q = malloc(V * sizeof *q);
+    *step = *prefill = 0;
+    for (size_t t = 0; t + 1 < N; t++) {
+        CHECK(e0_session_eval(s, ids + t, 1, E0_LOGITS_LAST, lg, ERR));
+        CHECK(e0_session_draft(s, ids[t + 1], q, ERR));
+        const double r = tu_rel_l2(q, ref + t * V, V);
+        *step = r > *step ? r : *step;
+    }
+    for (size_t t = 0; t + 1 < N; t++) {
+        e0_session_reset(s);
+        CHECK(e0_session_eval(s, ids, t + 1, E0_LOGITS_LAST, lg, ERR));
+        CHECK(e0_session_draft(s, ids[t + 1], q, ERR));
+        const double r = tu_rel_l2(q, ref + t * V, V);
+        *prefill = r > *prefill ? r : *prefill;
+    }
+    free(lg), free(q);
+    e0_session_free(s);
+    e0_engine_free(e);
+}
+
+static void test_mtp_reference(void **state) {
+    (void)state;
+    assert_int_equal(e0_set_kernels(E0_KERNELS_EXACT), 0);
+    char err[E0_ERR_MAX];
+    st_set *g;
+    if (st_set_open_file(&g, "tests/data/mtp/mtp_ref.safetensors", err)) fail_msg("%s", err);
+    size_t N;
+    const int32_t *ids = tu_i32(g, "input_ids", &N);
+    const float *ref = tu_f32(g, "mtp_logits", (N - 1) * V);
+    for (int i = 0; i < 2; i++) { /* the folder and the F32 file: the reference's own weights */
+        double step, prefill;
+        mtp_vs_ref(MODELS[i], ids, N, ref, &step, &prefill);
+        printf("  %s: MTP logits vs PyTorch, %zu positions: worst rel L2 %.3g step by step, %.3g after "
+               "prefills\n",
+               MODELS[i], N - 1, step, prefill);
+        assert_true(step <= 1e-4);
+        assert_true(prefill <= 1e-4);
+    }
+    st_set_free(g);
+    e0_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* ---- verify passes: the bits of one-token steps ---------------------------- */
+
+/* A pseudo-random id in [0, V - 3) (ordinary tokens). */
+static int32_t rnd_id(uint64_t *h) {
+    *h ^= *h >> 31, *h *= 0xbf58476d1ce4e5b9ull, *h ^= *h >> 29;
+    return (int32_t)(*h % (V - 3));
+}
+
+/* On one model: a prompt, then rounds of: draft from the next id x, verify
+ * [x, d] in s, step x (and d when accepted) one at a time in a twin
+ * session, compare the rows bit for bit; a rejected d is rolled back. d is
+ * in turn the twin's own next id (accepted), the draft's argmax (on these
+ * random MTP weights nearly always rejected) and a random id. Returns the
+ * rows that differ; the rejections into *rejects. */
+static int verify_rounds(e0_engine *e, uint64_t seed, int rounds, int *rejects) {
+    e0_session *s = new_session(e, 256), *r = new_session(e, 256);
+    float *lv = malloc(2 * V * sizeof *lv), *l1 = malloc(V * sizeof *l1), *l2 = malloc(V * sizeof *l2),
+          *q = malloc(V * sizeof *q);
+    uint64_t h = seed;
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++)
+        prompt[i] = rnd_id(&h);
+    CHECK(e0_session_eval(s, prompt, 12, E0_LOGITS_LAST, l1, ERR));
+    CHECK(e0_session_eval(r, prompt, 12, E0_LOGITS_LAST, l2, ERR));
+    assert_memory_equal(l1, l2, V * sizeof *l1);
+    int32_t x = (int32_t)e0_argmax(l1, V);
+    int bad = 0;
+    for (int k = 0; k < rounds; k++) {
+        CHECK(e0_session_draft(s, x, q, ERR));
+        CHECK(e0_session_eval(r, &x, 1, E0_LOGITS_LAST, l1, ERR));
+        const int32_t a = (int32_t)e0_argmax(l1, V);
+        const int32_t d = k % 3 == 0 ? a : k % 3 == 1 ? (int32_t)e0_argmax(q, V) : rnd_id(&h);
+        const int32_t two[2] = {x, d};
+        CHECK(e0_session_verify(s, two, lv, ERR));
+        bad += memcmp(lv, l1, V * sizeof *l1) != 0;
+        if (a == d) { /* accepted: the twin steps d too */
+            CHECK(e0_session_eval(r, &d, 1, E0_LOGITS_LAST, l2, ERR));
+            bad += memcmp(lv + V, l2, V * sizeof *l2) != 0;
+            x = (int32_t)e0_argmax(l2, V);
+        } else { /* rejected: s is back at the twin's position */
+            CHECK(e0_session_rollback(s, true, ERR));
+            ++*rejects;
+            x = a;
+        }
+        assert_int_equal(e0_session_pos(s), e0_session_pos(r));
+    }
+    /* after it all, one more step of each: the states are the same */
+    CHECK(e0_session_eval(s, &x, 1, E0_LOGITS_LAST, l1, ERR));
+    CHECK(e0_session_eval(r, &x, 1, E0_LOGITS_LAST, l2, ERR));
+    bad += memcmp(l1, l2, V * sizeof *l1) != 0;
+    free(lv), free(l1), free(l2), free(q);
+    e0_session_free(s);
+    e0_session_free(r);
+    return bad;
+}
+
+/* The default kernels (16-bit panel arithmetic for 4-bit weights at every
+ * T), the exact ones, and Q8 (whose arithmetic changes from K_PANEL_MIN_T
+ * tokens: a verify pass's two stay below). edge0's DeltaNet has one form,
+ * the recurrent one, token by token in every pass. */
+static void test_verify_bits(void **state) {
+    (void)state;
+    const e0_kernels sets[] = {E0_KERNELS_AUTO, E0_KERNELS_EXACT, E0_KERNELS_AVX512_Q8};
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+        if (!e0_kernels_supported(sets[k])) continue;
+        assert_int_equal(e0_set_kernels(sets[k]), 0);
+        for (int i = 0; i < NMODELS; i++) {
+            e0_engine *e = open_mtp(MODELS[i], E0_MTP_ON);
+            int rejects = 0, bad = 0;
+            for (uint64_t seed = 1; seed <= 3; seed++)
+                bad += verify_rounds(e, seed * 0x9e3779b97f4a7c15ull, 24, &rejects);
+            printf("  %s, kernels %s: 72 verify passes (%d rejected): %d rows differ from one-token "
+                   "steps\n",
+                   MODELS[i], e0_kernels_name(), rejects, bad);
+            assert_int_equal(bad, 0);
+            assert_true(rejects > 0 && rejects < 72);
+            e0_engine_free(e);
+        }
+    }
+    e0_set_kernels(E0_KERNELS_AUTO);
+}
+
+/* ---- the block's experts through every streaming path ---------------------- */
+
+/* A fixed script of evaluations, drafts and verify passes (with rollbacks)
+ * on one engine: every draft's and verify pass's logits, in order. */
+static float *script(e0_engine *e, size_t *n_out) {
+    e0_session *s = new_session(e, 128);
+    const size_t rows = 1 + 3 * 16;
+    float *out = malloc(rows * 2 * V * sizeof *out), *lg = out;
+    int32_t prompt[9] = {3, 141, 59, 265, 358, 979, 323, 846, 264};
+    CHECK(e0_session_eval(s, prompt, 9, E0_LOGITS_LAST, lg, ERR));
+    int32_t x = (int32_t)e0_argmax(lg, V);
+    lg += V;
+    for (int k = 0; k < 16; k++) {
+        CHECK(e0_session_draft(s, x, lg, ERR));
+        const int32_t d = k % 2 ? (int32_t)e0_argmax(lg, V) : (int32_t)(k * 37 % (V - 3));
+        lg += V;
+        const int32_t two[2] = {x, d};
+        CHECK(e0_session_verify(s, two, lg, ERR));
+        x = (int32_t)e0_argmax(lg, V);
+        if (k % 4 == 3) { /* keep both: the next id from the second row */
+            x = (int32_t)e0_argmax(lg + V, V);
+        } else {
+            CHECK(e0_session_rollback(s, true, ERR));
+        }
+        lg += 2 * V;
+    }
+    *n_out = (size_t)(lg - out);
+    e0_session_free(s);
+    return out;
+}
+
+/* The block's experts are an extra layer of the expert stream: every path
+ * and I/O mode of the engine-level tests gives the drafts and verify
+ * passes of the exact path, bit for bit (the Q4_0 file: 4-bit experts,
+ * repacked under --io load). */
+static void test_mtp_paths(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    size_t n0 = 0;
+    float *ref = NULL;
+    for (int c = 0; c < TU_NCONFIGS; c++) {
+        e0_engine_opts o;
+        tu_apply_config(&o, &TU_CONFIGS[c], 2);
+        o.mtp = E0_MTP_ON;
+        e0_engine *e;
+        if (e0_engine_open(&e, MODELS[3], &o, err)) fail_msg("%s: %s", TU_CONFIGS[c].name, err);
+        size_t n;
+        float *got = script(e, &n);
+        e0_stats st;
+        e0_engine_stats(e, &st);
+        if (!ref) {
+            ref = got, n0 = n;
+        } else {
+            assert_int_equal(n, n0);
+            if (memcmp(got, ref, n * sizeof *got))
+                fail_msg("%s: the drafts and verify passes differ from the exact path's", TU_CONFIGS[c].name);
+            free(got);
+        }
+        printf("  %-30s bit-identical; %llu drafts, %llu rejected, %llu expert calls\n", TU_CONFIGS[c].name,
+               (unsigned long long)st.mtp_drafts, (unsigned long long)st.mtp_rejected,
+               (unsigned long long)st.expert_calls);
+        e0_engine_free(e);
+    }
+    free(ref);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+static void test_mtp_open(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    assert_int_equal(o.mtp, E0_MTP_OFF);
+    o.mtp = E0_MTP_ON;
+    e0_engine *e = NULL;
+    /* no block: a clear error naming the file */
+    assert_int_equal(e0_engine_open(&e, "tests/data/mtp/model-Q8_0-nomtp.gguf", &o, err), E0_ENOTFOUND);
+    printf("  --mtp on, no block: %s\n", err);
+    assert_non_null(strstr(err, "model-Q8_0-nomtp.gguf"));
+    assert_non_null(strstr(err, "no multi-token-prediction (MTP) block"));
+    /* auto: off without a block, on with one */
+    o.mtp = E0_MTP_AUTO;
+    e0_model_info info;
+    if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0-nomtp.gguf", &o, err)) fail_msg("%s", err);
+    e0_engine_info(e, &info);
+    assert_int_equal(info.mtp_on, 0);
+    e0_session *s = new_session(e, 64);
+    assert_false(e0_session_can_draft(s));
+    float q[V];
+    assert_int_equal(e0_session_draft(s, 1, q, err), E0_EINVAL);
+    e0_session_free(s);
+    e0_engine_free(e);
+    if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
+    e0_engine_info(e, &info);
+    assert_int_equal(info.mtp_on, 1);
+    /* the block is the model's: its bytes counted, its tensors used */
+    e0_engine_opts off;
+    e0_engine_opts_default(&off);
+    e0_engine *r;
+    if (e0_engine_open(&r, "tests/data/mtp/model-Q8_0.gguf", &off, err)) fail_msg("%s", err);
+    e0_model_info ri;
+    e0_engine_info(r, &ri);
+    assert_int_equal(ri.mtp_on, 0);
+    assert_int_equal(info.weight_bytes, ri.weight_bytes + info.mtp_bytes);
+    e0_engine_free(r);
+    /* a session that does not draft (e0_session_opts.mtp 0) */
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.mtp = 0;
+    if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+    const int32_t ids[3] = {5, 6, 7};
+    CHECK(e0_session_eval(s, ids, 3, E0_LOGITS_LAST, q, ERR));
+    assert_false(e0_session_can_draft(s));
+    assert_int_equal(e0_session_draft(s, 8, q, err), E0_EINVAL);
+    assert_int_equal(e0_session_rollback(s, true, err), E0_EINVAL);
+    e0_session_free(s);
+    e0_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mtp_reference),
+        cmocka_unit_test(test_verify_bits),
+        cmocka_unit_test(test_mtp_paths),
+        cmocka_unit_test(test_mtp_open),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
