@@ -432,7 +432,9 @@ int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_
  * the recurrent DeltaNet), and a rollback leaves the session as if only x
  * had been evaluated (the DeltaNet states after x were kept by the pass,
  * attention drops a position): greedy decoding with drafts emits exactly
- * what it emits without. CPU sessions only; a session evaluated through e0_session_eval_batch or
+ * what it emits without. text/generate.c runs this loop (e0_generate,
+ * e0_gen_advance), with speculative sampling for temperatures above 0.
+ * CPU sessions only; a session evaluated through e0_session_eval_batch or
  * a merged pass keeps its MTP state too; one restored from a snapshot or
  * truncated by e0_session_prepare cannot draft until reset. */
 
@@ -972,6 +974,22 @@ int e0_gen_prefill(e0_gen *g, size_t max, char *err);
  * is to be evaluated next; E0_GEN_DONE: finished, the remaining text handed
  * out; negative: an error (a grammar's, out of memory), message in err. */
 int e0_gen_step(e0_gen *g, int32_t *next, char *err);
+
+/* e0_gen_step and the evaluation in one call, drafting with the MTP block
+ * when the session can (e0_session_can_draft): one forward pass, that
+ * hands out one id, or two when the draft stands. E0_GEN_EVAL: go on;
+ * E0_GEN_DONE: finished; negative: an error. Greedy decoding hands out
+ * the ids of e0_gen_step's loop, bit for bit (the verify pass's rows are
+ * one-token steps', and the first row's choice decides the draft); with a
+ * temperature the draft is drawn from the block's distribution q and kept
+ * with probability min(1, p/q), else an id drawn from norm(max(0, p - q))
+ * (p: the main model's, after the same penalties and filters): each id
+ * has p's distribution, the draws differ from e0_gen_step's. Sampling under
+ * a grammar does not draft (the grammar changes p); greedy does. The
+ * session ends where e0_gen_step's loop leaves it (a verified id it would
+ * not have evaluated is rolled back). e0_generate_tokens is this loop;
+ * not to be mixed with e0_gen_step on one gen. */
+int e0_gen_advance(e0_gen *g, char *err);
 
 /* e0_gen_prefill with the chunk's forward pass cut between layers: at most
  * max_layers layers per call (0: the whole pass), so that a scheduler can

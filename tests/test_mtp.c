@@ -257,6 +257,179 @@ static void test_mtp_paths(void **state) {
     free(ref);
 }
 
+/* ---- generation: greedy with drafts is greedy without -------------------- */
+
+typedef struct {
+    int32_t ids[256];
+    int n;
+} tok_list;
+
+static int collect(void *user, const e0_token_info *tok, const char *text, size_t len) {
+    (void)text, (void)len;
+    tok_list *l = user;
+    if (tok && l->n < 256) l->ids[l->n++] = tok->id;
+    return 0;
+}
+
+/* e0_generate_tokens of `max` tokens from `prompt` (text), greedy, on e;
+ * the tokens into *out, the session's final history into hist (its count returned). */
+static size_t generate(e0_engine *e, const e0_text *t, const char *prompt, int max, tok_list *out,
+                       int32_t *hist, const e0_sample_opts *so_in) {
+    char err[E0_ERR_MAX];
+    e0_session *s = new_session(e, 512);
+    int32_t *ids;
+    size_t n;
+    if (e0_text_encode(t, prompt, strlen(prompt), &ids, &n, err)) fail_msg("%s", err);
+    e0_sample_opts so;
+    if (so_in) {
+        so = *so_in;
+    } else {
+        e0_sample_opts_default(&so);
+        so.temperature = 0;
+    }
+    so.max_tokens = max;
+    e0_gen_result r;
+    out->n = 0;
+    if (e0_generate_tokens(s, t, ids, n, &so, collect, out, &r, err)) fail_msg("%s", err);
+    size_t nh;
+    const int32_t *h = e0_session_history(s, &nh);
+    memcpy(hist, h, nh * sizeof *h);
+    free(ids);
+    e0_session_free(s);
+    return nh;
+}
+
+static const char *PROMPTS[] = {
+    "The quick brown fox",
+    "<|im_start|>user\nWrite a poem about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "1, 2, 3, 4, 5,",
+    "In the beginning",
+};
+
+/* Every file with the block and the folder: 64 greedy tokens of several
+ * prompts with drafts (every pass verified, most drafts rejected on these
+ * random MTP weights) are the tokens and the session history of the same
+ * engine options without the block, and repetition penalties too. */
+static void test_greedy_same(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    for (int i = 0; i < NMODELS; i++) {
+        e0_text *t;
+        if (e0_text_open(&t, MODELS[i], err)) fail_msg("%s", err);
+        e0_engine *on = open_mtp(MODELS[i], E0_MTP_ON), *off = open_mtp(MODELS[i], E0_MTP_OFF);
+        uint64_t drafts = 0, rejected = 0;
+        for (size_t p = 0; p < sizeof PROMPTS / sizeof *PROMPTS; p++)
+            for (int pen = 0; pen < 2; pen++) {
+                e0_sample_opts so;
+                e0_sample_opts_default(&so);
+                so.temperature = 0;
+                so.repeat_penalty = pen ? 1.3f : 1.0f;
+                static tok_list a, b;
+                static int32_t ha[600], hb[600];
+                e0_engine_stats_reset(on);
+                const size_t na = generate(on, t, PROMPTS[p], 64, &a, ha, &so);
+                const size_t nb = generate(off, t, PROMPTS[p], 64, &b, hb, &so);
+                e0_stats st;
+                e0_engine_stats(on, &st);
+                drafts += st.mtp_drafts, rejected += st.mtp_rejected;
+                assert_true(st.mtp_drafts > 0);
+                assert_int_equal(a.n, b.n);
+                assert_memory_equal(a.ids, b.ids, (size_t)a.n * sizeof *a.ids);
+                assert_int_equal(na, nb);
+                assert_memory_equal(ha, hb, na * sizeof *ha);
+            }
+        printf("  %s: 8 greedy generations of 64 tokens identical with and without drafts (%llu drafts, "
+               "%llu rejected)\n",
+               MODELS[i], (unsigned long long)drafts, (unsigned long long)rejected);
+        e0_engine_free(on);
+        e0_engine_free(off);
+        e0_text_free(t);
+    }
+}
+
+/* ---- generation: sampling with drafts has the distribution without ------- */
+
+/* P(X > x) for X chi-square with k degrees of freedom (Wilson-Hilferty). */
+static double chi2_sf(double x, int k) {
+    const double z = (cbrt(x / k) - (1 - 2.0 / (9 * k))) / sqrt(2.0 / (9 * k));
+    return 0.5 * erfc(z / sqrt(2));
+}
+
+/* The two-sample (homogeneity) chi-square of counts a[K], b[K] (equal
+ * totals), over the categories with any count; *dof gets theirs. */
+static double chi2_two(const int *a, const int *b, int K, int *dof) {
+    double x = 0;
+    int used = 0;
+    for (int i = 0; i < K; i++) {
+        if (a[i] + b[i] == 0) continue;
+        const double e = (a[i] + b[i]) / 2.0;
+        x += (a[i] - e) * (a[i] - e) / e + (b[i] - e) * (b[i] - e) / e;
+        used++;
+    }
+    *dof = used - 1;
+    return x;
+}
+
+/* 2000 sampled continuations of 3 tokens (temperature 1.5, no filters:
+ * p and the drafts' q overlap, so drafts are kept often and rejected
+ * often) with drafts and without, seeds 1..2000 each: the second and third
+ * tokens' distributions (ids mod 8, and the pair mod 4; an end of turn a
+ * category of its own) are the same
+ * (two-sample chi-square, p > 1e-3). The first token comes from the
+ * prefill's logits before any draft: the same draws, the same ids. */
+static void test_sampled_same(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_text *t;
+    if (e0_text_open(&t, MODELS[2], err)) fail_msg("%s", err);
+    e0_engine *on = open_mtp(MODELS[2], E0_MTP_ON), *off = open_mtp(MODELS[2], E0_MTP_OFF);
+    e0_session *son = new_session(on, 64), *soff = new_session(off, 64);
+    int32_t *ids;
+    size_t n;
+    if (e0_text_encode(t, PROMPTS[0], strlen(PROMPTS[0]), &ids, &n, err)) fail_msg("%s", err);
+    enum { N = 2000 };
+    int c2[2][9] = {{0}}, c3[2][9] = {{0}}, c23[2][17] = {{0}}, same1 = 0;
+    e0_engine_stats_reset(on);
+    for (int k = 0; k < N; k++) {
+        tok_list l[2];
+        for (int arm = 0; arm < 2; arm++) {
+            e0_sample_opts so;
+            e0_sample_opts_default(&so);
+            so.temperature = 1.5f, so.top_k = 0, so.top_p = 1, so.min_p = 0;
+            so.seed = (uint64_t)k + 1;
+            so.max_tokens = 3;
+            e0_gen_result r;
+            l[arm].n = 0;
+            if (e0_generate_tokens(arm ? soff : son, t, ids, n, &so, collect, &l[arm], &r, err))
+                fail_msg("%s", err);
+            const int m = l[arm].n; /* fewer than 3: an end of turn drawn, a category of its own */
+            c2[arm][m > 1 ? l[arm].ids[1] % 8 : 8]++;
+            c3[arm][m > 2 ? l[arm].ids[2] % 8 : 8]++;
+            c23[arm][m > 2 ? l[arm].ids[1] % 4 * 4 + l[arm].ids[2] % 4 : 16]++;
+        }
+        same1 += l[0].ids[0] == l[1].ids[0];
+    }
+    e0_stats st;
+    e0_engine_stats(on, &st);
+    int d2, d3, d23;
+    const double x2 = chi2_two(c2[0], c2[1], 9, &d2), x3 = chi2_two(c3[0], c3[1], 9, &d3),
+                 x23 = chi2_two(c23[0], c23[1], 17, &d23);
+    printf("  %d continuations: %llu drafts, %llu kept (%.1f%%); chi-square token 2: %.2f (%d dof, p %.3g), "
+           "token 3: %.2f (%d dof, p %.3g), the pair: %.2f (%d dof, p %.3g); first tokens equal %d/%d\n",
+           N, (unsigned long long)st.mtp_drafts, (unsigned long long)(st.mtp_drafts - st.mtp_rejected),
+           100.0 * (double)(st.mtp_drafts - st.mtp_rejected) / (double)st.mtp_drafts, x2, d2,
+           chi2_sf(x2, d2), x3, d3, chi2_sf(x3, d3), x23, d23, chi2_sf(x23, d23), same1, N);
+    assert_int_equal(same1, N);
+    assert_true(st.mtp_drafts > N / 2 && st.mtp_rejected > 0 && st.mtp_rejected < st.mtp_drafts);
+    assert_true(chi2_sf(x2, d2) > 1e-3 && chi2_sf(x3, d3) > 1e-3 && chi2_sf(x23, d23) > 1e-3);
+    free(ids);
+    e0_session_free(son);
+    e0_session_free(soff);
+    e0_engine_free(on);
+    e0_engine_free(off);
+    e0_text_free(t);
+}
+
 /* ---- options ------------------------------------------------------------------ */
 
 static void test_mtp_open(void **state) {
@@ -316,6 +489,8 @@ int main(void) {
         cmocka_unit_test(test_mtp_reference),
         cmocka_unit_test(test_verify_bits),
         cmocka_unit_test(test_mtp_paths),
+        cmocka_unit_test(test_greedy_same),
+        cmocka_unit_test(test_sampled_same),
         cmocka_unit_test(test_mtp_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
