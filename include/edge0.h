@@ -297,12 +297,15 @@ typedef struct {
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
     /* speculative decoding with the MTP block (e0_session_verify): drafts
      * verified (one a pass) and of them rejected; decode_tokens counts the
-     * positions the passes kept (2 a pass, less 1 for a rejection), so
-     * decode_tokens / mtp_drafts is the tokens a pass gives. mtp_s: time
+     * positions the decode passes kept (1 a one-id evaluation, 2 a verify
+     * pass less 1 for a rejection), so the passes were decode_tokens -
+     * mtp_drafts + mtp_rejected, each giving decode_tokens / that. mtp_s: time
      * in the block (drafts and the catch-up of its positions), part of
      * decode_s and prefill_s. */
     uint64_t mtp_drafts, mtp_rejected;
     double mtp_s;
+    uint64_t decode_bytes_read; /* of bytes_read, those of decode steps (one-id evaluations, drafts
+                                   and verify passes) */
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);
@@ -435,8 +438,9 @@ int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_
  * what it emits without. text/generate.c runs this loop (e0_generate,
  * e0_gen_advance), with speculative sampling for temperatures above 0.
  * CPU sessions only; a session evaluated through e0_session_eval_batch or
- * a merged pass keeps its MTP state too; one restored from a snapshot or
- * truncated by e0_session_prepare cannot draft until reset. */
+ * a merged pass keeps its MTP state too, and so does a snapshot; one
+ * restored from a snapshot of a session without it, or truncated by
+ * e0_session_prepare, cannot draft until reset. */
 
 /* Whether e0_session_draft can run now: the session has the MTP state, in
  * sync, at least one position evaluated and room for two more. */
@@ -482,7 +486,10 @@ int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n
  * Size: e0_snapshot_size(e, p) = fixed (the DeltaNet states, e0_plan's
  * state_bytes) + p x (f32 K and V of the attention layers, kv_bytes_per_1k
  * / 1000, and the id); for the Qwen3.6-35B-A3B shape 65.9 MB + 41.0 MB per
- * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory").
+ * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory"). An
+ * engine that computes the MTP block adds its attention layer's K and V
+ * and a few hidden rows: a restored session drafts as the snapshotted one
+ * would (a session without the block's state restores without it).
  *
  * Ownership and threads: a snapshot is immutable once taken; any number of
  * threads may restore from it at once (each into its own session). It
@@ -822,6 +829,9 @@ typedef struct {
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
                              one file, else a split set NAME-0000K-of-0000N.gguf */
     e0_synth_gguf_mix gguf_mix; /* gguf: the type mix (0: Q4_K_M) */
+    int mtp;                    /* gguf, qwen3_5_moe shapes: one multi-token-prediction block
+                                   (blk.N with nextn.*, as llama.cpp's converter writes
+                                   Qwen3.5's), random like the rest: its speed, not its drafts */
     const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
                               template, from tokenizer_config.json beside it) are embedded */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */
@@ -975,9 +985,13 @@ int e0_gen_prefill(e0_gen *g, size_t max, char *err);
  * out; negative: an error (a grammar's, out of memory), message in err. */
 int e0_gen_step(e0_gen *g, int32_t *next, char *err);
 
-/* e0_gen_step and the evaluation in one call, drafting with the MTP block
- * when the session can (e0_session_can_draft): one forward pass, that
- * hands out one id, or two when the draft stands. E0_GEN_EVAL: go on;
+/* The evaluation and e0_gen_step in one call, drafting with the MTP block
+ * when the session can (e0_session_can_draft): evaluates the id the last
+ * step chose (e0_gen_step's or this function's *next; right after the
+ * prefill it steps first, on the prompt's logits) in one forward pass that
+ * hands out one id, or two when the draft stands. E0_GEN_EVAL: *next (may
+ * be NULL) is the id chosen now, not yet evaluated: this function or the
+ * caller (e0_session_eval_batch, then e0_gen_step) evaluates it next;
  * E0_GEN_DONE: finished; negative: an error. Greedy decoding hands out
  * the ids of e0_gen_step's loop, bit for bit (the verify pass's rows are
  * one-token steps', and the first row's choice decides the draft); with a
@@ -987,9 +1001,9 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err);
  * has p's distribution, the draws differ from e0_gen_step's. Sampling under
  * a grammar does not draft (the grammar changes p); greedy does. The
  * session ends where e0_gen_step's loop leaves it (a verified id it would
- * not have evaluated is rolled back). e0_generate_tokens is this loop;
- * not to be mixed with e0_gen_step on one gen. */
-int e0_gen_advance(e0_gen *g, char *err);
+ * not have evaluated is rolled back). e0_generate_tokens is this loop; a
+ * server may mix it with its batched steps, call by call. */
+int e0_gen_advance(e0_gen *g, int32_t *next, char *err);
 
 /* e0_gen_prefill with the chunk's forward pass cut between layers: at most
  * max_layers layers per call (0: the whole pass), so that a scheduler can

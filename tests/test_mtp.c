@@ -105,6 +105,22 @@ static void test_mtp_reference(void **state) {
         assert_true(step <= 1e-4);
         assert_true(prefill <= 1e-4);
     }
+    /* an mlx folder (8-bit) with the block kept as the HF source has it
+     * (convert --keep-mtp): its norms zero-centred, its experts per expert,
+     * beside stacked 8-bit main layers; the quantization moves the logits */
+    char *dir = tu_tmpdir(), cmd[16384], mlx[4200];
+    snprintf(mlx, sizeof mlx, "%s/mlx", dir);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --keep-mtp --bits 8 --group-size 32 > %s/convert.txt 2>&1", tu_bin(),
+             MODELS[0], mlx, dir);
+    assert_int_equal(tu_run(cmd), 0);
+    double step, prefill;
+    mtp_vs_ref(mlx, ids, N, ref, &step, &prefill);
+    printf("  mlx 8-bit with the block kept (convert --keep-mtp): worst rel L2 %.3g step by step, %.3g after "
+           "prefills\n",
+           step, prefill);
+    assert_true(step <= 3e-2 && prefill <= 3e-2);
+    tu_rmtree(dir);
+    free(dir);
     st_set_free(g);
     e0_set_kernels(E0_KERNELS_AUTO);
 }
@@ -430,6 +446,76 @@ static void test_sampled_same(void **state) {
     e0_text_free(t);
 }
 
+/* ---- snapshots carry the block's state --------------------------------------- */
+
+/* Rounds of draft + verify (kept every third) from x in s: the drafts' and
+ * verify passes' logits appended at *out. */
+static void rounds(e0_session *s, int32_t *x, int n, float **out) {
+    for (int k = 0; k < n; k++) {
+        CHECK(e0_session_draft(s, *x, *out, ERR));
+        const int32_t two[2] = {*x, (int32_t)e0_argmax(*out, V)};
+        *out += V;
+        CHECK(e0_session_verify(s, two, *out, ERR));
+        if (k % 3 == 2) {
+            *x = (int32_t)e0_argmax(*out + V, V);
+        } else {
+            *x = (int32_t)e0_argmax(*out, V);
+            CHECK(e0_session_rollback(s, true, ERR));
+        }
+        *out += 2 * V;
+    }
+}
+
+/* A session snapshotted after a prompt and drafting rounds (and right
+ * after a draft) and restored into another: the restored one's drafts and
+ * verify passes are the original's, bit for bit. A snapshot of a session
+ * that does not draft restores into one that does as one that cannot. */
+static void test_mtp_snapshot(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine *e = open_mtp(MODELS[1], E0_MTP_ON);
+    e0_session *a = new_session(e, 128), *b = new_session(e, 128);
+    float *la = malloc(40 * 3 * V * sizeof *la), *lb = malloc(40 * 3 * V * sizeof *lb), *pa = la, *pb = lb;
+    const int32_t prompt[6] = {11, 22, 33, 44, 55, 66};
+    CHECK(e0_session_eval(a, prompt, 6, E0_LOGITS_LAST, pa, ERR));
+    int32_t xa = (int32_t)e0_argmax(pa, V);
+    rounds(a, &xa, 5, &pa);
+    for (int form = 0; form < 2; form++) {
+        float q[V];
+        if (form == 1) CHECK(e0_session_draft(a, xa, q, ERR)); /* a draft not verified yet */
+        e0_snapshot *snap;
+        CHECK(e0_session_snapshot(a, &snap, ERR));
+        CHECK(e0_session_restore(b, snap, ERR));
+        e0_snapshot_free(snap);
+        assert_true(e0_session_can_draft(b));
+        int32_t xb = xa;
+        float *sa = pa;
+        pb = lb;
+        rounds(a, &xa, 6, &pa);
+        rounds(b, &xb, 6, &pb);
+        assert_int_equal(pa - sa, pb - lb);
+        assert_memory_equal(sa, lb, (size_t)(pb - lb) * sizeof *lb);
+    }
+    /* from a session that does not draft: no drafts after the restore */
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.mtp = 0;
+    e0_session *c;
+    if (e0_session_new(e, &so, &c, err)) fail_msg("%s", err);
+    CHECK(e0_session_eval(c, prompt, 6, E0_LOGITS_LAST, la, ERR));
+    e0_snapshot *snap;
+    CHECK(e0_session_snapshot(c, &snap, ERR));
+    CHECK(e0_session_restore(b, snap, ERR));
+    assert_false(e0_session_can_draft(b));
+    e0_snapshot_free(snap);
+    e0_session_reset(b);
+    CHECK(e0_session_eval(b, prompt, 6, E0_LOGITS_LAST, la, ERR));
+    assert_true(e0_session_can_draft(b));
+    free(la), free(lb);
+    e0_session_free(a), e0_session_free(b), e0_session_free(c);
+    e0_engine_free(e);
+}
+
 /* ---- options ------------------------------------------------------------------ */
 
 static void test_mtp_open(void **state) {
@@ -484,6 +570,65 @@ static void test_mtp_open(void **state) {
     e0_engine_free(e);
 }
 
+/* The command line: demo's answer (text and --ids) with --mtp on is the one
+ * with --mtp off, --stats reports the drafts; bench reports them and forces
+ * an acceptance with --mtp-accept (its ids checked against the run without
+ * drafts); the errors name the option and the file. */
+static void test_mtp_cli(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), cmd[8192];
+    const char *bin = tu_bin(), *q8 = MODELS[2];
+    char script[8192], path[4200];
+    snprintf(path, sizeof path, "%s/case.sh", dir);
+    /* demo: everything before the timings line, with and without drafts */
+    snprintf(script, sizeof script,
+             "set -e\n"
+             "%s demo %s --prompt 'Tell me a story' --temp 0 --max-tokens 40 --mtp on --stats --threads 2 > %s/on.txt 2>&1\n"
+             "%s demo %s --prompt 'Tell me a story' --temp 0 --max-tokens 40 --mtp off --threads 2 > %s/off.txt 2>&1\n"
+             "grep -q 'MTP drafts: [0-9]* verified' %s/on.txt\n"
+             "diff <(sed '/^load /,$d' %s/on.txt) <(sed '/^load /,$d' %s/off.txt)\n"
+             "%s demo %s --ids 1,2,3,4,5 --max-tokens 30 --mtp on --threads 2 > %s/on.txt 2>&1\n"
+             "%s demo %s --ids 1,2,3,4,5 --max-tokens 30 --mtp off --threads 2 > %s/off.txt 2>&1\n"
+             "diff <(sed '/^load /,$d' %s/on.txt) <(sed '/^load /,$d' %s/off.txt)\n"
+             "%s bench %s --prefill 16 --decode 48 --skip-cold --mtp-accept 0.8 --threads 2 > %s/bench.txt 2>&1\n"
+             "grep -q 'forced), ' %s/bench.txt\n"
+             "grep -q 'the same ids' %s/bench.txt\n"
+             "%s bench %s --prefill 16 --decode 16 --skip-cold --json --threads 2 2>/dev/null | grep -q "
+             "decode_mtp_acceptance\n"
+             "%s bench --help | grep -q mtp-accept\n",
+             bin, q8, dir, bin, q8, dir, dir, dir, dir, bin, q8, dir, bin, q8, dir, dir, dir, bin, q8, dir, dir, dir,
+             bin, q8, bin);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(script, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "bash %s", path);
+    if (tu_run(cmd) != 0) fail_msg("the demo / bench case failed (see %s: on.txt, off.txt, bench.txt)", dir);
+    struct {
+        const char *args, *want;
+        int rc;
+    } bad[] = {
+        {"demo tests/data/mtp/model-Q8_0-nomtp.gguf --mtp on --max-tokens 2",
+         "model-Q8_0-nomtp.gguf has no multi-token-prediction (MTP) block", 1},
+        {"demo tests/data/mtp/model-Q8_0.gguf --mtp maybe", "--mtp: 'maybe' is not auto, on or off", 2},
+        {"bench tests/data/mtp/model-Q8_0.gguf --mtp off --mtp-accept 0.5", "--mtp-accept forces", 2},
+        {"bench tests/data/mtp/model-Q8_0.gguf --mtp-accept 1.5", "is not a probability", 2},
+        {"bench tests/data/mtp/model-Q8_0-nomtp.gguf --mtp-accept 0.5 --skip-cold",
+         "model-Q8_0-nomtp.gguf has no multi-token-prediction (MTP) block", 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s > %s/err.txt 2>&1; test $? = %d && grep -qF -- \"%s\" %s/err.txt", bin,
+                 bad[i].args, dir, bad[i].rc, bad[i].want, dir);
+        if (tu_run(cmd) != 0) {
+            snprintf(cmd, sizeof cmd, "cat %s/err.txt", dir);
+            tu_run(cmd);
+            fail_msg("edge0 %s: not exit %d with '%s'", bad[i].args, bad[i].rc, bad[i].want);
+        }
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mtp_reference),
@@ -491,7 +636,9 @@ int main(void) {
         cmocka_unit_test(test_mtp_paths),
         cmocka_unit_test(test_greedy_same),
         cmocka_unit_test(test_sampled_same),
+        cmocka_unit_test(test_mtp_snapshot),
         cmocka_unit_test(test_mtp_open),
+        cmocka_unit_test(test_mtp_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

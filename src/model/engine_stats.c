@@ -23,6 +23,7 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
     st->mtp_drafts = e->mtp_drafts;
     st->mtp_rejected = e->mtp_rejected;
     st->mtp_s = e->mtp_s;
+    st->decode_bytes_read = e->decode_bytes_read;
     stream_counters c;
     stream_counters_get(e->stream, &c);
     st->bytes_read = c.bytes_read;
@@ -83,7 +84,7 @@ void e0_engine_stats_reset(e0_engine *e) {
     if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = 0, vc->wait_s = vc->copy_s = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
-    e->mtp_drafts = e->mtp_rejected = 0;
+    e->mtp_drafts = e->mtp_rejected = e->decode_bytes_read = 0;
     e->mtp_s = 0;
 }
 

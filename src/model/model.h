@@ -43,6 +43,7 @@ struct e0_engine {
     /* speculative decoding with the MTP block (model/mtp.c; e0_stats) */
     uint64_t mtp_drafts, mtp_rejected;
     double mtp_s; /* time in the block (drafts and the catch-up of its positions) */
+    uint64_t decode_bytes_read; /* expert bytes read by decode steps (e0_stats) */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
     char gpu_note[512];

@@ -29,6 +29,7 @@
 #include "model/model.h"
 
 #include "stream/budget.h"
+#include "stream/switchglu.h"
 #include "util/clock.h"
 #include "util/err.h"
 
@@ -196,8 +197,8 @@ int mtp_catch_up_with(e0_session *s, int32_t next, char *err) {
 
 bool e0_session_can_draft(const e0_session *s) {
     const e0_mtp_state *t = s ? s->mtp : NULL;
-    return t && t->sync && t->npend > 0 && t->pos + t->npend == s->pos && s->pos + 2 <= s->n_ctx &&
-           session_part_layer(s) < 0;
+    return t && t->sync && (t->npend > 0 || t->drafted >= 0) && t->pos + t->npend == s->pos &&
+           s->pos + 2 <= s->n_ctx && session_part_layer(s) < 0;
 }
 
 int e0_session_draft(e0_session *s, int32_t id, float *logits, char *err) {
@@ -215,8 +216,14 @@ int e0_session_draft(e0_session *s, int32_t id, float *logits, char *err) {
                        "last reset)",
                        s->pos);
     e0_mtp_state *t = s->mtp;
+    mtp_before(s, -1); /* a draft again at the same position: the last one undone */
     const int n = t->npend, H = s->m->cfg.hidden;
+    e0_engine *e = s->eng;
+    const uint64_t read0 = stream_bytes_read(e->stream);
+    const double t0 = now_s();
     int rc = mtp_run(s, n, id, logits, err);
+    e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
+    e->decode_s += now_s() - t0; /* a draft is part of decoding */
     if (rc) return rc;
     /* the row of position pos - 1 to hid[0]: mtp_before runs it again
      * should another id than `id` be evaluated there */

@@ -835,6 +835,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         return 0;
     }
     mtp_before(s, ids[0]);
+    const uint64_t read0 = stream_bytes_read(s->eng->stream);
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         e0_run run;
@@ -870,6 +871,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     } else {
         e->decode_tokens += n;
         e->decode_s += now_s() - t0;
+        e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
     }
     return 0;
 }
@@ -890,6 +892,7 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     const e0_config *c = &m->cfg;
     const int H = c->hidden;
     const double t0 = now_s();
+    const uint64_t read0 = stream_bytes_read(s->eng->stream);
     mtp_before(s, ids[0]);
     e0_mtp_state *t = s->mtp;
     if (t->sync && t->npend > 0 && (rc = mtp_catch_up_with(s, ids[0], err))) goto fail;
@@ -909,6 +912,7 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     e->mtp_drafts++;
     e->decode_tokens += 2;
     e->decode_s += now_s() - t0;
+    e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
     return 0;
 fail:
     e0_session_reset(s);

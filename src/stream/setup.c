@@ -282,6 +282,10 @@ void stream_counters_get(e0_stream *s, stream_counters *c) {
     c->bytes_read = atomic_load(&s->bytes_read);
 }
 
+uint64_t stream_bytes_read(e0_stream *s) {
+    return atomic_load(&s->bytes_read);
+}
+
 void stream_counters_reset(e0_stream *s) {
     memset(&s->c, 0, sizeof s->c);
     memset(s->touched, 0, (size_t)s->n_layers * (size_t)s->E);

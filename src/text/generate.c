@@ -689,7 +689,10 @@ static int gen_step(e0_gen *g, const float *logits_in, int32_t pos, const gen_dr
 }
 
 int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
-    return gen_step(g, g->logits, e0_session_pos(g->s), NULL, next, err);
+    const int rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, next, err);
+    g->has_x = rc == E0_GEN_EVAL; /* e0_gen_advance may evaluate it */
+    if (g->has_x) g->x = *next;
+    return rc;
 }
 
 /* ---- speculative decoding with the MTP block (edge0.h e0_session_draft) ------- */
@@ -756,15 +759,21 @@ static int spec_pass(e0_gen *g, char *err) {
     return rc;
 }
 
-int e0_gen_advance(e0_gen *g, char *err) {
+int e0_gen_advance(e0_gen *g, int32_t *next, char *err) {
+    int rc;
     if (!g->has_x) { /* the first id, from the prefill's logits */
-        int rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+        rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
         if (rc != E0_GEN_EVAL) return rc;
         g->has_x = true;
     }
-    if (spec_on(g)) return spec_pass(g, err);
-    int rc = e0_session_eval(g->s, &g->x, 1, E0_LOGITS_LAST, g->logits, err);
-    if (!rc) rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+    if (spec_on(g)) {
+        rc = spec_pass(g, err);
+    } else {
+        rc = e0_session_eval(g->s, &g->x, 1, E0_LOGITS_LAST, g->logits, err);
+        if (!rc) rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+    }
+    g->has_x = rc == E0_GEN_EVAL;
+    if (g->has_x && next) *next = g->x;
     return rc;
 }
 
@@ -777,7 +786,7 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     if (rc) return rc;
     rc = e0_gen_prefill(g, 0, err);
     if (!rc)
-        do rc = e0_gen_advance(g, err);
+        do rc = e0_gen_advance(g, NULL, err);
         while (rc == E0_GEN_EVAL);
     *r = *e0_gen_get_result(g);
     e0_gen_free(g);
