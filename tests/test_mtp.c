@@ -580,16 +580,16 @@ static void test_mtp_cli(void **state) {
     const char *bin = tu_bin(), *q8 = MODELS[2];
     char script[8192], path[4200];
     snprintf(path, sizeof path, "%s/case.sh", dir);
-    /* demo: everything before the timings line, with and without drafts */
+    /* demo: everything before the timings line but the plan's notes (the memory available), with and without */
     snprintf(script, sizeof script,
              "set -e\n"
              "%s demo %s --prompt 'Tell me a story' --temp 0 --max-tokens 40 --mtp on --stats --threads 2 > %s/on.txt 2>&1\n"
              "%s demo %s --prompt 'Tell me a story' --temp 0 --max-tokens 40 --mtp off --threads 2 > %s/off.txt 2>&1\n"
              "grep -q 'MTP drafts: [0-9]* verified' %s/on.txt\n"
-             "diff <(sed '/^load /,$d' %s/on.txt) <(sed '/^load /,$d' %s/off.txt)\n"
+             "diff <(sed '/^edge0:/d; /^load /,$d' %s/on.txt) <(sed '/^edge0:/d; /^load /,$d' %s/off.txt)\n"
              "%s demo %s --ids 1,2,3,4,5 --max-tokens 30 --mtp on --threads 2 > %s/on.txt 2>&1\n"
              "%s demo %s --ids 1,2,3,4,5 --max-tokens 30 --mtp off --threads 2 > %s/off.txt 2>&1\n"
-             "diff <(sed '/^load /,$d' %s/on.txt) <(sed '/^load /,$d' %s/off.txt)\n"
+             "diff <(sed '/^edge0:/d; /^load /,$d' %s/on.txt) <(sed '/^edge0:/d; /^load /,$d' %s/off.txt)\n"
              "%s bench %s --prefill 16 --decode 48 --skip-cold --mtp-accept 0.8 --threads 2 > %s/bench.txt 2>&1\n"
              "grep -q 'forced), ' %s/bench.txt\n"
              "grep -q 'the same ids' %s/bench.txt\n"
