@@ -604,6 +604,7 @@ static int run_batched(e0_engine *e, const e0_routes *routes, int N, int n_prefi
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = n_prefill + n_decode + 1;
+    so.mtp = 0; /* batched steps do not draft: no MTP block work in them */
     e0_session **ss = calloc((size_t)N, sizeof *ss);
     int32_t *ids = malloc((size_t)(n_prefill > N ? n_prefill : N) * sizeof *ids);
     float *logits = malloc((size_t)N * (size_t)info.vocab_size * sizeof *logits);
