@@ -95,6 +95,18 @@ typedef enum { E0_KV_F32, E0_KV_F16 } e0_kv_type;
 /* The type's name as `--kv-type` spells it ("f32", "f16"). */
 const char *e0_kv_name(e0_kv_type t);
 
+/* Speculative decoding with the checkpoint's multi-token-prediction (MTP)
+ * block, the draft head Qwen3.5 / 3.6 ship (`--mtp`; e0_session_draft). */
+typedef enum {
+    E0_MTP_OFF = 0, /* the block is not loaded (the library's default) */
+    E0_MTP_ON,      /* loaded and computed: open fails when the checkpoint has no block or
+                       the engine computes on a GPU (MTP is CPU-only for now) */
+    E0_MTP_AUTO,    /* on when the checkpoint has one block and the engine computes on the
+                       CPU, else off (the CLI's default) */
+} e0_mtp_mode;
+/* The mode's name as `--mtp` spells it ("off", "on", "auto"). */
+const char *e0_mtp_name(e0_mtp_mode m);
+
 /* LayerOptions of docs/design.md §4.6, with its defaults (e0_engine_opts_default). */
 typedef struct {
     int32_t staged;              /* fixed-slot decode (false) */
@@ -174,6 +186,10 @@ typedef struct {
     /* Device memory the GPU may hold (`--vram-budget`); 0: what the driver
      * reports free, less max(512 MiB, 5%). */
     uint64_t vram_budget;
+    /* The MTP block (E0_MTP_OFF): when on, its weights are the model's
+     * (resident, --io load, the expert cache, the memory plan) and every
+     * session (e0_session_opts.mtp) keeps its state and can draft. */
+    e0_mtp_mode mtp;
 } e0_engine_opts;
 
 #define E0_GPU_OFF (-1)
@@ -208,8 +224,9 @@ typedef struct {
     int32_t top_k;
     uint64_t weight_bytes; /* all tensors the model uses */
     uint64_t expert_bytes; /* the routed experts among them */
-    int32_t mtp_layers;    /* a GGUF file's multi-token-prediction (MTP) draft head: its */
-    uint64_t mtp_bytes;    /* blocks and bytes, checked but never loaded (nothing uses it yet) */
+    int32_t mtp_layers;    /* the checkpoint's multi-token-prediction (MTP) draft head: its */
+    uint64_t mtp_bytes;    /* blocks and bytes (checked; loaded only when mtp_on) */
+    int32_t mtp_on;        /* 1: the engine computes the block (e0_engine_opts.mtp) */
 } e0_model_info;
 
 void e0_engine_info(const e0_engine *e, e0_model_info *info);
@@ -278,6 +295,17 @@ typedef struct {
     uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */
     uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
+    /* speculative decoding with the MTP block (e0_session_verify): drafts
+     * verified (one a pass) and of them rejected; decode_tokens counts the
+     * positions the decode passes kept (1 a one-id evaluation, 2 a verify
+     * pass less 1 for a rejection), so the passes were decode_tokens -
+     * mtp_drafts + mtp_rejected, each giving decode_tokens / that. mtp_s: time
+     * in the block (drafts and the catch-up of its positions), part of
+     * decode_s and prefill_s. */
+    uint64_t mtp_drafts, mtp_rejected;
+    double mtp_s;
+    uint64_t decode_bytes_read; /* of bytes_read, those of decode steps (one-id evaluations, drafts
+                                   and verify passes) */
 } e0_stats;
 
 void e0_engine_stats(e0_engine *e, e0_stats *st);
@@ -338,6 +366,9 @@ const char *e0_engine_io_note(const e0_engine *e);
 typedef struct {
     int32_t n_ctx;   /* positions the KV cache holds; 0 = 4096 */
     int32_t n_batch; /* largest prefill batch run at once; longer prompts are split; 0 = 512 */
+    int32_t mtp;     /* 1 (default): keep the MTP block's state to draft with, when the engine
+                        computes the block (every evaluation then runs it over its positions);
+                        0: this session does not draft */
 } e0_session_opts;
 
 void e0_session_opts_default(e0_session_opts *o);
@@ -381,6 +412,55 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
 int e0_session_eval_batch(e0_session *const *sessions, const int32_t *ids, size_t n,
                           float *logits, char *err);
 
+/* ---- Speculative decoding with the MTP block ---------------------------- *
+ * A session of an engine that computes the checkpoint's MTP block
+ * (e0_engine_opts.mtp, e0_model_info.mtp_on; e0_session_opts.mtp) keeps
+ * the block's state: a KV cache of its attention layer at the main model's
+ * positions and the main model's hidden rows it reads. MTP position t
+ * reads the main model's hidden state at t and the id at t + 1 and
+ * predicts the id at t + 2. Every evaluation runs the block over the
+ * positions whose next id it has seen, so that a draft after any mix of
+ * evaluations attends over the whole history. One step with one draft:
+ *
+ *     // x: the next id (chosen from the last logits, not evaluated yet)
+ *     e0_session_draft(s, x, q, err);                   // q [vocab]: the id after x
+ *     d = the id q gives (greedy: its argmax);
+ *     e0_session_verify(s, (int32_t[2]){x, d}, lg, err); // lg [2, vocab]
+ *     a = the id lg[0] gives;                           // the main model's after x
+ *     if (a == d) the next id comes from lg[1];         // two ids this pass
+ *     else e0_session_rollback(s, true, err), the next id is a; // one
+ *
+ * The verify pass gives each of its two positions the bits two one-token
+ * e0_session_eval steps give (the row kernels, the decode expert paths,
+ * the recurrent DeltaNet), and a rollback leaves the session as if only x
+ * had been evaluated (the DeltaNet states after x were kept by the pass,
+ * attention drops a position): greedy decoding with drafts emits exactly
+ * what it emits without. text/generate.c runs this loop (e0_generate,
+ * e0_gen_advance), with speculative sampling for temperatures above 0.
+ * CPU sessions only; a session evaluated through e0_session_eval_batch or
+ * a merged pass keeps its MTP state too, and so does a snapshot; one
+ * restored from a snapshot of a session without it, or truncated by
+ * e0_session_prepare, cannot draft until reset. */
+
+/* Whether e0_session_draft can run now: the session has the MTP state, in
+ * sync, at least one position evaluated and room for two more. */
+bool e0_session_can_draft(const e0_session *s);
+/* The MTP block's logits ([vocab]) for the id after `id`, the id that is
+ * to be evaluated next (at the session's position). E0_EINVAL when it
+ * cannot draft (e0_session_can_draft), E0_ERANGE for an id outside the
+ * vocabulary, E0_EIO when expert bytes cannot be read (drafting then stays
+ * off until the session is reset). */
+int e0_session_draft(e0_session *s, int32_t id, float *logits, char *err);
+/* Evaluates ids[0] and ids[1] at the next two positions in one pass;
+ * logits: [2, vocab], row i the logits after ids[i], each bit-identical to
+ * a one-token e0_session_eval of it. Errors as e0_session_eval's. */
+int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *err);
+/* Right after e0_session_verify: forgets its second position, leaving the
+ * session as one e0_session_eval of ids[0] leaves it. rejected: the draft
+ * was rejected (counted in e0_stats.mtp_rejected); false: it was accepted
+ * but the generation ends before it is needed. E0_EINVAL otherwise. */
+int e0_session_rollback(e0_session *s, bool rejected, char *err);
+
 /* The ids the session holds, in order (what e0_session_eval and
  * e0_generate have evaluated since the last reset); *n gets their count. */
 const int32_t *e0_session_history(const e0_session *s, size_t *n);
@@ -406,7 +486,10 @@ int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n
  * Size: e0_snapshot_size(e, p) = fixed (the DeltaNet states, e0_plan's
  * state_bytes) + p x (f32 K and V of the attention layers, kv_bytes_per_1k
  * / 1000, and the id); for the Qwen3.6-35B-A3B shape 65.9 MB + 41.0 MB per
- * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory").
+ * 1000 positions: 107 MB at 1k, 230 MB at 4k (README, "Memory"). An
+ * engine that computes the MTP block adds its attention layer's K and V
+ * and a few hidden rows: a restored session drafts as the snapshotted one
+ * would (a session without the block's state restores without it).
  *
  * Ownership and threads: a snapshot is immutable once taken; any number of
  * threads may restore from it at once (each into its own session). It
@@ -746,6 +829,9 @@ typedef struct {
     uint64_t shard_bytes; /* largest shard; 0: 5 GiB (as mlx-lm and transformers); gguf: 0 is
                              one file, else a split set NAME-0000K-of-0000N.gguf */
     e0_synth_gguf_mix gguf_mix; /* gguf: the type mix (0: Q4_K_M) */
+    int mtp;                    /* gguf, qwen3_5_moe shapes: one multi-token-prediction block
+                                   (blk.N with nextn.*, as llama.cpp's converter writes
+                                   Qwen3.5's), random like the rest: its speed, not its drafts */
     const char *tokenizer; /* gguf: the tokenizer.json whose vocabulary, merges (and chat
                               template, from tokenizer_config.json beside it) are embedded */
     int no_sync;          /* skip the fsync before the rename (faster, not durable) */
@@ -898,6 +984,26 @@ int e0_gen_prefill(e0_gen *g, size_t max, char *err);
  * is to be evaluated next; E0_GEN_DONE: finished, the remaining text handed
  * out; negative: an error (a grammar's, out of memory), message in err. */
 int e0_gen_step(e0_gen *g, int32_t *next, char *err);
+
+/* The evaluation and e0_gen_step in one call, drafting with the MTP block
+ * when the session can (e0_session_can_draft): evaluates the id the last
+ * step chose (e0_gen_step's or this function's *next; right after the
+ * prefill it steps first, on the prompt's logits) in one forward pass that
+ * hands out one id, or two when the draft stands. E0_GEN_EVAL: *next (may
+ * be NULL) is the id chosen now, not yet evaluated: this function or the
+ * caller (e0_session_eval_batch, then e0_gen_step) evaluates it next;
+ * E0_GEN_DONE: finished; negative: an error. Greedy decoding hands out
+ * the ids of e0_gen_step's loop, bit for bit (the verify pass's rows are
+ * one-token steps', and the first row's choice decides the draft); with a
+ * temperature the draft is drawn from the block's distribution q and kept
+ * with probability min(1, p/q), else an id drawn from norm(max(0, p - q))
+ * (p: the main model's, after the same penalties and filters): each id
+ * has p's distribution, the draws differ from e0_gen_step's. Sampling under
+ * a grammar does not draft (the grammar changes p); greedy does. The
+ * session ends where e0_gen_step's loop leaves it (a verified id it would
+ * not have evaluated is rolled back). e0_generate_tokens is this loop; a
+ * server may mix it with its batched steps, call by call. */
+int e0_gen_advance(e0_gen *g, int32_t *next, char *err);
 
 /* e0_gen_prefill with the chunk's forward pass cut between layers: at most
  * max_layers layers per call (0: the whole pass), so that a scheduler can

@@ -408,6 +408,16 @@ static void test_unknown_and_dropped(void **state) {
 
 static const char *MTP_HF = "tests/data/mtp/hf";
 
+/* 1 when dir's tensors hold mtp.fc.weight (the block's), else 0. */
+static int st_exists_mtp(const char *dir) {
+    st_set *s;
+    char err[E0_ERR_MAX];
+    if (st_set_open_dir(&s, dir, err)) fail_msg("%s", err);
+    const int has = st_get(s, "mtp.fc.weight") != NULL;
+    st_set_free(s);
+    return has;
+}
+
 /* dir's logits over a fixed sequence (prefill then decode) and weight bytes. */
 static float *mtp_logits(const char *dir, uint64_t *weight_bytes) {
     static const int32_t ids[] = {5, 17, 300, 2, 999, 41, 7, 7, 120, 64, 1000, 3, 1023, 8};
@@ -418,7 +428,9 @@ static float *mtp_logits(const char *dir, uint64_t *weight_bytes) {
     e0_model_info info;
     e0_engine_info(e, &info);
     assert_int_equal(info.vocab_size, V);
-    assert_int_equal(info.mtp_layers, 0); /* only GGUF files have one edge0 checks */
+    /* a folder's mtp.* is described (one block), not loaded: the library's default is --mtp off */
+    assert_int_equal(info.mtp_layers, st_exists_mtp(dir));
+    assert_int_equal(info.mtp_on, 0);
     *weight_bytes = info.weight_bytes;
     e0_session_opts so;
     e0_session_opts_default(&so);

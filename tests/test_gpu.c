@@ -625,6 +625,30 @@ static void test_route_profile(void **state) {
     free(root), free(dst);
 }
 
+/* MTP drafts run on the CPU only (issue 41): on a GPU engine --mtp on is an
+ * error saying so, and auto leaves the block unread. */
+static void test_mtp_cpu_only(void **state) {
+    (void)state;
+    NEED_GPU();
+    char err[E0_ERR_MAX];
+    e0_engine_opts o;
+    e0_engine_opts_default(&o);
+    o.gpu = 0;
+    o.n_ctx = 128;
+    o.mtp = E0_MTP_ON;
+    e0_engine *e = NULL;
+    assert_int_equal(e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err), E0_EUNSUPPORTED);
+    printf("  --mtp on --gpu 0: %s\n", err);
+    assert_non_null(strstr(err, "CPU-only"));
+    o.mtp = E0_MTP_AUTO;
+    if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    assert_int_equal(info.mtp_on, 0);
+    assert_int_equal(e0_engine_gpu(e), 0);
+    e0_engine_free(e);
+}
+
 /* Batched decode on the GPU (E0_GPU_BATCH=1): three sessions of different
  * lengths decoded together through e0_session_eval_batch, all resident
  * and through a VRAM cache of the least slots, give each session's logits
@@ -721,6 +745,7 @@ int main(void) {
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_route_profile),
+        cmocka_unit_test(test_mtp_cpu_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -182,6 +182,52 @@ static void test_distribution(void **state) {
     check_freq(l, 6, 2.0f, &p, 20000);
 }
 
+/* Speculative sampling (sampler_spec): a draft d drawn from q, kept with
+ * probability min(1, p(d) / q(d)), else redrawn from norm(max(0, p - q)),
+ * is distributed as p, the filtered distribution sampler_sample draws
+ * from (top-k 5 here, so p is 0 on three tokens q favours), and kept at
+ * the rate sum min(p, q). Chi-square over the 8 tokens, 200000 draws. */
+static void test_spec(void **state) {
+    (void)state;
+    const float l[8] = {1.0f, 2.0f, 0.5f, -1.0f, 3.0f, 0.0f, -2.0f, 1.5f};
+    const float q[8] = {0.05f, 0.10f, 0.30f, 0.05f, 0.05f, 0.15f, 0.20f, 0.10f};
+    sampler_params sp = plain(1.3f, 4141);
+    sp.top_k = 5;
+    sampler *s = mk(&sp, 8);
+    float p[8], rest[8];
+    sampler_dist(s, l, p);
+    double accept_want = 0, psum = 0;
+    for (int i = 0; i < 8; i++)
+        accept_want += p[i] < q[i] ? p[i] : q[i], psum += p[i];
+    assert_true(fabs(psum - 1) < 1e-5);
+    enum { N = 200000 };
+    int count[8] = {0}, kept = 0;
+    for (int k = 0; k < N; k++) {
+        const int32_t d = sampler_draw(s, q);
+        const int32_t id = sampler_spec(s, l, d, q, p, rest);
+        assert_true(id >= 0 && id < 8 && p[id] > 0);
+        count[id]++;
+        kept += id == d;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < 8; i++) {
+        if (p[i] == 0) {
+            assert_int_equal(count[i], 0);
+            continue;
+        }
+        const double e = p[i] * N;
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+        printf("  token %d: p %.4f q %.4f freq %.4f\n", i, (double)p[i], (double)q[i], (double)count[i] / N);
+    }
+    /* 4 degrees of freedom (5 tokens p keeps): P(chi2 > 23.5) = 1e-4 */
+    printf("  chi-square %.2f (4 dof), kept %.4f of drafts (sum min(p, q) %.4f)\n", chi2, (double)kept / N,
+           accept_want);
+    assert_true(chi2 < 23.5);
+    /* drafts equal to the redrawn id also count as kept here: at least the rule's rate */
+    assert_true((double)kept / N > accept_want - 0.01);
+    sampler_free(s);
+}
+
 /* top-p keeps the smallest prefix reaching the mass: with p = {.5, .3, .15,
  * .05}, top_p 0.75 keeps tokens 0 and 1 (renormalised), 0.9 keeps 0..2. */
 static void test_top_p(void **state) {
@@ -613,7 +659,7 @@ int main(void) {
         cmocka_unit_test(test_top_p_exact),  cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties),    cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_speed),        cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_vocab_scans),
+        cmocka_unit_test(test_vocab_scans),  cmocka_unit_test(test_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

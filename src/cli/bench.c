@@ -30,6 +30,7 @@
 static const char *HELP =
     "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
     "                         [--stats] [--trace FILE] [--replay FILE] [--batch LIST]\n"
+    "                         [--mtp-accept P]\n"
     "\n"
     "Measures DRAM and checkpoint read bandwidth, then prefill (default 512 ids)\n"
     "and decode (default 64 tokens), cold (checkpoint pages dropped) and warm\n"
@@ -72,6 +73,19 @@ static const char *HELP =
     "with the expert bytes read from the checkpoint per generated token (under a\n"
     "memory budget: what one read serving several sequences saves).\n"
     "With only --batch wanted, add --skip-cold --skip-warm.\n"
+    "\n"
+    "Decode drafts with the checkpoint's MTP block when the engine has it (--mtp,\n"
+    "below: on by default for a checkpoint with the block, on the CPU): greedy, the\n"
+    "same ids as without; the report adds the drafts' acceptance, the tokens per\n"
+    "decode pass and the expert bytes read per decoded token. --mtp-accept P (a\n"
+    "test hook for random-weight checkpoints, whose drafts are nearly never right;\n"
+    "needs the block: edge0 synth --mtp writes one) forces the acceptance: each\n"
+    "phase first decodes without drafts twice (the answer key; the second run is\n"
+    "reported: it finds the expert cache as the first left it, as the drafting run\n"
+    "does), then with drafts that are the key's next id with probability P (a\n"
+    "seeded coin) and a wrong id otherwise, and checks that the ids are the key's:\n"
+    "the speed at acceptance P of a block that costs what this one costs. In the\n"
+    "cold phase the key's runs warm what the drafting run reads.\n"
     "\n";
 
 /* ---- DRAM bandwidth ---------------------------------------------------- */
@@ -209,6 +223,9 @@ typedef struct {
     size_t *tok_at;     /* [decode + 1] trace index of each decode token's first request */
     e0_routes *routes;  /* --replay's trace (the phase's caller owns it), or NULL */
     int n_decode;
+    /* --mtp-accept: the acceptance forced (< 0: none), and the decode time of
+     * the run without drafts that gave the key */
+    double accept, key_decode_s;
     e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
     int policy;              /* the engine cache's own (E0_CACHE_*) */
 } phase;
@@ -241,6 +258,52 @@ static int warm_up(e0_session *s, int32_t *ids, int n_prefill, int n_decode, flo
     return rc;
 }
 
+/* cli_greedy's on_id: each decoded id's first trace index (an id a draft
+ * gave shares its pass's requests with the one before it), and progress. */
+typedef struct {
+    e0_engine *e;
+    phase *ph;
+    double t0;
+    int n;
+} decode_mark;
+
+static void mark_token(void *user, int k, int32_t id) {
+    (void)id;
+    decode_mark *m = user;
+    if (m->ph->tok_at) m->ph->tok_at[k] = e0_engine_trace(m->e, NULL);
+    if (isatty(2) && k) fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k, m->n, k / (now_s() - m->t0));
+}
+
+/* --mtp-accept's key: the ids greedy decoding gives without drafts, in a
+ * session that does not draft, warmed up as the drafting one is (warm).
+ * It runs twice and the second run's decode time goes to ph->key_decode_s:
+ * the drafting run decodes the same ids at the same positions, so it finds
+ * the expert cache as the first run left it, and so does the second. */
+static int decode_key(e0_engine *e, phase *ph, int32_t *ids, int n_prefill, int n_decode, bool warm,
+                      float *logits, int32_t *key, char *err) {
+    e0_model_info info;
+    e0_engine_info(e, &info);
+    e0_session_opts so;
+    e0_session_opts_default(&so);
+    so.n_ctx = n_prefill + n_decode + 1;
+    so.mtp = 0;
+    e0_session *s;
+    int rc = e0_session_new(e, &so, &s, err);
+    if (rc) return rc;
+    if (warm) rc = warm_up(s, ids, n_prefill, n_decode, logits, info.vocab_size, err);
+    for (int run = 0; !rc && run < 2; run++) {
+        uint64_t h = BENCH_SEED;
+        random_ids(&h, ids, n_prefill, info.vocab_size); /* the phase's prompt */
+        e0_session_reset(s);
+        if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) break;
+        const double t0 = now_s();
+        rc = cli_greedy(s, logits, info.vocab_size, n_decode, key, NULL, NULL, NULL, err);
+        ph->key_decode_s = now_s() - t0;
+    }
+    e0_session_free(s);
+    return rc;
+}
+
 static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool warm,
                      phase *out, char *err) {
     e0_model_info info;
@@ -255,7 +318,9 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     if (rc) return rc;
     int32_t *ids = malloc((size_t)n_prefill * sizeof *ids);
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
-    if (!ids || !logits) {
+    int32_t *dec = malloc(2 * (size_t)n_decode * sizeof *dec), *key = dec + n_decode;
+    cli_mtp_force force = {.key = key, .accept = out->accept, .rng = BENCH_SEED};
+    if (!ids || !logits || !dec) {
         rc = E0_ENOMEM;
         snprintf(err, E0_ERR_MAX, "out of memory");
         goto out;
@@ -276,6 +341,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     out->tok_at = out->traced ? calloc((size_t)n_decode + 1, sizeof *out->tok_at) : NULL;
     uint64_t h = BENCH_SEED;
     random_ids(&h, ids, n_prefill, info.vocab_size);
+    if (out->accept >= 0 && (rc = decode_key(e, out, ids, n_prefill, n_decode, warm, logits, key, err))) goto out;
     e0_engine_stats_reset(e);
     double t0 = now_s();
     if ((rc = e0_session_eval(s, ids, (size_t)n_prefill, E0_LOGITS_LAST, logits, err))) goto out;
@@ -285,17 +351,19 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
     e0_engine_stats(e, &out->p);
     e0_engine_stats_reset(e);
     t0 = now_s();
-    for (int k = 0; k < n_decode; k++) {
-        int32_t best = (int32_t)e0_argmax(logits, (size_t)info.vocab_size); /* greedy */
-        if (out->tok_at) out->tok_at[k] = e0_engine_trace(e, NULL);
-        if ((rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err))) goto out;
-        if (isatty(2))
-            fprintf(stderr, "\r  decode %d/%d, %.2f tok/s ", k + 1, n_decode,
-                    (k + 1) / (now_s() - t0));
-    }
+    decode_mark mark = {e, out, t0, n_decode};
+    /* greedy, drafting with the MTP block when the engine has it */
+    if ((rc = cli_greedy(s, logits, info.vocab_size, n_decode, dec, out->accept >= 0 ? &force : NULL, mark_token,
+                         &mark, err)))
+        goto out;
     if (isatty(2)) fprintf(stderr, "\r\033[K");
     if (out->tok_at) out->tok_at[n_decode] = e0_engine_trace(e, NULL);
     out->decode_s = now_s() - t0;
+    if (out->accept >= 0 && memcmp(dec, key, (size_t)n_decode * sizeof *dec)) {
+        snprintf(err, E0_ERR_MAX, "--mtp-accept: the ids decoded with drafts differ from those without (a bug)");
+        rc = E0_EINVAL;
+        goto out;
+    }
     e0_engine_stats(e, &out->d);
     out->distinct = 0;
     out->moe_layers = 0;
@@ -315,6 +383,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
 out:
     free(ids);
     free(logits);
+    free(dec);
     e0_session_free(s);
     return rc;
 }
@@ -351,6 +420,17 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
     cJSON_AddNumberToObject(o, "decode_io_wait_s", ph->d.io_wait_s);
     cJSON_AddNumberToObject(o, "decode_spec_loads", (double)ph->d.spec_loads);
     cJSON_AddNumberToObject(o, "decode_spec_used", (double)ph->d.spec_used);
+    if (ph->d.mtp_drafts) { /* speculative decoding with the MTP block */
+        cJSON_AddNumberToObject(o, "decode_mtp_drafts", (double)ph->d.mtp_drafts);
+        cJSON_AddNumberToObject(o, "decode_mtp_acceptance",
+                                (double)(ph->d.mtp_drafts - ph->d.mtp_rejected) / (double)ph->d.mtp_drafts);
+        cJSON_AddNumberToObject(o, "decode_tokens_per_pass", cli_tokens_per_pass(&ph->d));
+        cJSON_AddNumberToObject(o, "decode_mtp_s", ph->d.mtp_s);
+    }
+    if (ph->accept >= 0) {
+        cJSON_AddNumberToObject(o, "mtp_accept_forced", ph->accept);
+        cJSON_AddNumberToObject(o, "decode_tok_s_without_drafts", ph->n_decode / ph->key_decode_s);
+    }
     if (ph->d.cache_slots) { /* what memory pressure left usable (stream/setup.c) */
         cJSON_AddNumberToObject(o, "cache_slots", ph->d.cache_slots);
         cJSON_AddNumberToObject(o, "cache_limit_decode_start", ph->p.cache_limit);
@@ -447,6 +527,18 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                "(the limit went down %llu times and up %llu times since open)\n",
                ph->p.cache_limit, ph->d.cache_slots, ph->d.cache_limit,
                (unsigned long long)ph->d.pressure_shrinks, (unsigned long long)ph->d.pressure_grows);
+    if (ph->d.mtp_drafts) {
+        const uint64_t kept = ph->d.mtp_drafts - ph->d.mtp_rejected;
+        printf("    MTP drafts: %llu verified, %llu kept (acceptance %.1f%%%s), %.2f tokens per pass, the "
+               "block's time %.3f s; expert bytes read per decoded token %.1f MiB\n",
+               (unsigned long long)ph->d.mtp_drafts, (unsigned long long)kept,
+               100.0 * (double)kept / (double)ph->d.mtp_drafts, ph->accept >= 0 ? ", forced" : "",
+               cli_tokens_per_pass(&ph->d), ph->d.mtp_s, read / (1 << 20));
+    }
+    if (ph->accept >= 0)
+        printf("    without drafts (the key's second run): %.2f tok/s; with them %.2f tok/s = %.2fx, the same "
+               "ids\n",
+               ph->n_decode / ph->key_decode_s, dtok, dtok * ph->key_decode_s / ph->n_decode);
     if (ph->d.spec_loads)
         printf("    speculative loads %.1f per token, %.1f%% of them routed to\n",
                (double)ph->d.spec_loads / n_decode,
@@ -512,6 +604,7 @@ static int run_batched(e0_engine *e, const e0_routes *routes, int N, int n_prefi
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = n_prefill + n_decode + 1;
+    so.mtp = 0; /* batched steps do not draft: no MTP block work in them */
     e0_session **ss = calloc((size_t)N, sizeof *ss);
     int32_t *ids = malloc((size_t)(n_prefill > N ? n_prefill : N) * sizeof *ids);
     float *logits = malloc((size_t)N * (size_t)info.vocab_size * sizeof *logits);
@@ -677,6 +770,23 @@ static int load_replay(e0_engine *e, const char *path, e0_routes **out, bool jso
     return 0;
 }
 
+/* --mtp-accept P: the probability, and the engine's MTP block asked for
+ * (--mtp on: a clear error when the checkpoint has none). -1 on a bad one. */
+static int parse_accept(const char *v, cli_engine *ce, double *out) {
+    char *end;
+    *out = strtod(v, &end);
+    if (end == v || *end || !(*out >= 0 && *out <= 1)) {
+        cli_error("--mtp-accept: '%s' is not a probability in [0, 1]", v);
+        return -1;
+    }
+    if (ce->eo.mtp == E0_MTP_OFF) {
+        cli_error("--mtp-accept forces the acceptance of MTP drafts: it needs --mtp on or auto");
+        return -1;
+    }
+    ce->eo.mtp = E0_MTP_ON;
+    return 0;
+}
+
 static void print_json(const cJSON *root) {
     char *s = cJSON_Print(root);
     if (s) puts(s);
@@ -684,7 +794,7 @@ static void print_json(const cJSON *root) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *trace_path = NULL, *replay_path = NULL;
+    const char *model = NULL, *trace_path = NULL, *replay_path = NULL, *accept_arg = NULL;
     long n_prefill = 512, n_decode = 64;
     bool json = false, skip_cold = false, skip_warm = false;
     int levels[BATCH_LEVELS], n_levels = 0;
@@ -700,16 +810,15 @@ int cmd_bench(int argc, char **argv) {
         CLI_OPT("--json", CLI_SET, &json),
         CLI_OPT("--skip-cold", CLI_SET, &skip_cold),
         CLI_OPT("--skip-warm", CLI_SET, &skip_warm),
+        CLI_OPT("--mtp-accept", CLI_STR, &accept_arg, .need = "a probability in [0, 1]"),
         {0},
     };
     const cli_args args = {.cmd = "bench", .help = HELP, .ce = &ce, .opts = opts, .pos = &model};
     const int parsed = cli_parse(&args, argc, argv);
     if (parsed) return parsed == 1 ? 0 : 2;
-    if (!model) {
-        cli_error("bench needs MODEL (see edge0 bench --help)");
-        return 2;
-    }
-    if (cli_engine_finish(&ce) != 0) return 2;
+    if (!model) return cli_error("bench needs MODEL (see edge0 bench --help)"), 2;
+    double accept = -1; /* --mtp-accept */
+    if (cli_engine_finish(&ce) || (accept_arg && parse_accept(accept_arg, &ce, &accept))) return 2;
     /* a budget keeps room for the sessions bench opens (the largest batch's, each of
      * n_prefill + n_decode + 1 positions, as llama-bench sizes its context), not for
      * one default 4096-position session (after cli_engine_finish, which starts the
@@ -740,7 +849,7 @@ int cmd_bench(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
     int status = 0;
-    phase ph = {0};
+    phase ph = {.accept = accept};
     if (replay_path && load_replay(e, replay_path, &ph.routes, json, root, err)) goto fail;
     const bool trace = ce.stats || trace_path;
     if (!skip_cold) {

@@ -101,6 +101,7 @@ typedef struct {
     int gpu;         /* --gpu: E0_GPU_AUTO (default), E0_GPU_OFF or an ordinal */
     unsigned long long vram_budget; /* --vram-budget SIZE (0: from the free memory) */
     int threads;
+    e0_mtp_mode mtp; /* --mtp: E0_MTP_AUTO (default), E0_MTP_ON or E0_MTP_OFF */
     e0_sample_opts sample; /* --temp --top-k --top-p --min-p --seed --max-tokens --stop ... */
     const char *stops[16];
 } cli_engine;
@@ -118,5 +119,26 @@ int cli_engine_finish(cli_engine *c);
 /* After open: prints what --mem-budget chose. */
 void cli_engine_opened(const cli_engine *c, e0_engine *e);
 void cli_print_stats(e0_engine *e, FILE *f);
+/* Decoded tokens per decode pass (e0_stats: with MTP drafts, up to 2). */
+double cli_tokens_per_pass(const e0_stats *st);
+
+/* Greedy decoding of token ids (greedy.c), as demo --ids and bench run it:
+ * n more ids, each the argmax of the logits before it, evaluated in s; lg
+ * ([vocab]) holds the last evaluation's logits on entry and the logits
+ * after out[n - 1] on return. When s can draft with the MTP block
+ * (e0_session_can_draft) each pass verifies the next id with the block's
+ * draft (two ids a pass when it stands): the same ids, bit for bit.
+ * force (NULL: none): bench's acceptance hook, the draft replaced by the
+ * answer key's id with probability `accept` (its own coin, seeded), else by
+ * an id that is not it; key[k] is the id out[k] must be (a run without
+ * drafts), so drafts stand at that rate whatever the block predicts.
+ * on_id (may be NULL) sees each id as it is decided. 0 or an error (err). */
+typedef struct {
+    const int32_t *key; /* [n] */
+    double accept;
+    uint64_t rng;
+} cli_mtp_force;
+int cli_greedy(e0_session *s, float *lg, int32_t vocab, int n, int32_t *out, cli_mtp_force *force,
+               void (*on_id)(void *user, int k, int32_t id), void *user, char *err);
 
 #endif

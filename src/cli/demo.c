@@ -131,26 +131,35 @@ static char *messages_json(const char *system, const char *prompt) {
     return b.p;
 }
 
-/* Token ids without a tokenizer: greedy, printing the ids; r gets the
- * counts and times. 0, or an error (err; -1 out of memory, err left). */
+static void print_id(void *user, int k, int32_t id) {
+    (void)k;
+    printf(" %d", id);
+    fflush(stdout);
+    ((e0_gen_result *)user)->completion_tokens++;
+}
+
+/* Token ids without a tokenizer: greedy (with the MTP block's drafts when
+ * the engine has them: cli_greedy), printing the ids, the last one not
+ * evaluated; r gets the counts and times. 0, or an error (err; -1 out of
+ * memory, err left). */
 static int greedy_ids(e0_session *s, const int32_t *ids, size_t n_ids, int32_t vocab, int max_tokens,
                       e0_gen_result *r, char *err) {
     float *logits = malloc((size_t)vocab * sizeof *logits);
-    if (!logits) return -1;
+    int32_t *out = malloc((size_t)max_tokens * sizeof *out);
+    if (!logits || !out) {
+        free(logits), free(out);
+        return -1;
+    }
     memset(r, 0, sizeof *r);
     double a = now_s();
     int rc = e0_session_eval(s, ids, n_ids, E0_LOGITS_LAST, logits, err);
     r->prefill_s = now_s() - a;
     a = now_s();
-    for (int k = 0; !rc && k < max_tokens; k++) {
-        int32_t best = (int32_t)e0_argmax(logits, (size_t)vocab);
-        printf(" %d", best);
-        fflush(stdout);
-        r->completion_tokens++;
-        if (k + 1 < max_tokens) rc = e0_session_eval(s, &best, 1, E0_LOGITS_LAST, logits, err);
-    }
+    if (!rc && max_tokens > 1) rc = cli_greedy(s, logits, vocab, max_tokens - 1, out, NULL, print_id, r, err);
+    if (!rc) print_id(r, max_tokens - 1, (int32_t)e0_argmax(logits, (size_t)vocab));
     r->decode_s = now_s() - a;
     free(logits);
+    free(out);
     return rc;
 }
 

@@ -31,6 +31,14 @@ const char *CLI_ENGINE_HELP =
     "  --vram-budget SIZE|auto  device memory the GPU may hold (auto, the default: what is\n"
     "                       free, less 512 MiB or 5%); every expert resident when they fit,\n"
     "                       else the dense weights resident and the experts in a VRAM cache\n"
+    "  --mtp auto|on|off    speculative decoding with the checkpoint's multi-token-prediction\n"
+    "                       (MTP) block (Qwen3.5 / 3.6 ship one): each decode pass verifies\n"
+    "                       the block's draft of the next token beside the current one and\n"
+    "                       gives two tokens when it stands; greedy output is identical\n"
+    "                       to --mtp off, sampled output has the same distribution. auto\n"
+    "                       (default): on when the checkpoint has the block and the\n"
+    "                       engine computes on the CPU; on: an error without a block or\n"
+    "                       with the GPU (MTP is CPU-only for now); off: not loaded\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kv-type f32|f16    the KV cache's values: f32 (default, exact attention) or f16\n"
     "                       (llama.cpp's default: half the cache's memory and of what decode\n"
@@ -61,6 +69,7 @@ void cli_engine_init(cli_engine *c) {
     e0_sample_opts_default(&c->sample);
     c->sample.stop = c->stops;
     c->gpu = E0_GPU_AUTO;
+    c->mtp = E0_MTP_AUTO;
 }
 
 /* A float option value; -1 (message printed) when it is not a number. */
@@ -159,7 +168,7 @@ unsigned long long cli_parse_size(const char *s) {
 }
 
 /* Where the weights and the KV cache live: --io, --kv-type, --mem-budget,
- * --gpu, --vram-budget. 1: taken (with its value), 0: not one of them,
+ * --gpu, --vram-budget (and --mtp, which adds the draft block to them). 1: taken (with its value), 0: not one of them,
  * -1: a bad value (said on stderr). */
 static int memory_arg(cli_engine *c, const char *a, const char *v) {
     if (!strcmp(a, "--io")) {
@@ -198,6 +207,16 @@ static int memory_arg(cli_engine *c, const char *a, const char *v) {
             if (n < 0) return -1;
             c->gpu = (int)n;
         }
+    } else if (!strcmp(a, "--mtp")) {
+        const e0_mtp_mode modes[] = {E0_MTP_AUTO, E0_MTP_ON, E0_MTP_OFF};
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+            if (!strcmp(v, e0_mtp_name(modes[j]))) k = j;
+        if (k < 0) {
+            cli_error("--mtp: '%s' is not auto, on or off", v);
+            return -1;
+        }
+        c->mtp = modes[k];
     } else if (!strcmp(a, "--vram-budget")) {
         c->vram_budget = 0; /* auto: what the driver reports free, less headroom */
         if (strcmp(v, "auto") && !(c->vram_budget = cli_parse_size(v))) {
@@ -224,6 +243,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
                                    "--mem-budget",
                                    "--gpu",
                                    "--vram-budget",
+                                   "--mtp",
                                    "--io",
                                    "--kv-type",
                                    "--threads",
@@ -389,6 +409,7 @@ int cli_engine_finish(cli_engine *c) {
     c->eo.mem_budget = c->mem_budget;
     c->eo.gpu = c->gpu;
     c->eo.vram_budget = c->vram_budget;
+    c->eo.mtp = c->mtp;
     c->eo.budget_mode = c->budget_off ? E0_BUDGET_OFF : E0_BUDGET_AUTO;
     if (isatty(STDERR_FILENO)) {
         c->eo.load_progress = load_progress;
@@ -411,6 +432,12 @@ void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     /* where it computes; quiet on machines with no NVIDIA driver at all */
     if (*gpu && (c->gpu >= 0 || strncmp(gpu, "CPU: no NVIDIA driver", 21)))
         fprintf(stderr, "edge0: %s\n", gpu);
+}
+
+double cli_tokens_per_pass(const e0_stats *st) {
+    /* each pass keeps 1 position (one id) or 2 less a rejection (a verify pass) */
+    const uint64_t passes = st->decode_tokens + st->mtp_rejected - st->mtp_drafts;
+    return passes ? (double)st->decode_tokens / (double)passes : 0.0;
 }
 
 static double mib(uint64_t b) {
@@ -475,6 +502,17 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                 pct(st.spec_used, st.spec_loads));
     fprintf(f, "  time: expert I/O wait %.3f s, expert compute %.3f s\n", st.io_wait_s,
             st.compute_s);
+    if (st.mtp_drafts) {
+        const uint64_t kept = st.mtp_drafts - st.mtp_rejected;
+        fprintf(f,
+                "  MTP drafts: %llu verified, %llu kept (acceptance %.1f%%), %.2f tokens per decode "
+                "pass; the block's time %.3f s; expert bytes read per decoded token %.2f MiB\n",
+                (unsigned long long)st.mtp_drafts, (unsigned long long)kept, pct(kept, st.mtp_drafts),
+                cli_tokens_per_pass(&st), st.mtp_s,
+                st.decode_tokens ? mib(st.decode_bytes_read) / (double)st.decode_tokens : 0.0);
+    } else if (info.mtp_on) {
+        fprintf(f, "  MTP drafts: none (the block is loaded; nothing was decoded with drafts)\n");
+    }
     if (st.lru_hits + st.lru_misses) {
         fprintf(f, "  expert cache hit rate per layer:");
         for (int l = 0; l < info.n_layers; l++) {

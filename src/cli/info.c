@@ -76,6 +76,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "non_expert_bytes", (double)(in->weight_bytes - in->expert_bytes));
         cJSON_AddNumberToObject(o, "mtp_layers", in->mtp_layers);
         cJSON_AddNumberToObject(o, "mtp_bytes", (double)in->mtp_bytes);
+        cJSON_AddBoolToObject(o, "mtp", in->mtp_on);
         cJSON_AddNumberToObject(o, "kv_bytes_per_1k_tokens", (double)p.kv_bytes_per_1k);
         cJSON_AddStringToObject(o, "kv_type", e0_kv_name(ce.eo.kv_type));
         cJSON_AddNumberToObject(o, "state_bytes", (double)p.state_bytes);
@@ -111,9 +112,12 @@ int cmd_info(int argc, char **argv) {
            (double)in->weight_bytes / (1 << 20), (double)in->expert_bytes / (1 << 20),
            (double)(in->weight_bytes - in->expert_bytes) / (1 << 20));
     if (in->mtp_layers)
-        printf("MTP draft head: %d layer%s, %.2f MiB in the file (checked; not loaded: nothing "
-               "uses it yet)\n",
-               in->mtp_layers, in->mtp_layers == 1 ? "" : "s", (double)in->mtp_bytes / (1 << 20));
+        printf("MTP draft head: %d layer%s, %.2f MiB in the file (%s)\n", in->mtp_layers,
+               in->mtp_layers == 1 ? "" : "s", (double)in->mtp_bytes / (1 << 20),
+               in->mtp_on ? "loaded, in the weights above: speculative decoding drafts with it"
+               : ce.eo.mtp == E0_MTP_OFF ? "checked; not loaded: --mtp off"
+               : in->mtp_layers != 1    ? "checked; not loaded: edge0 drafts with one block"
+                                        : "checked; not loaded: MTP is CPU-only for now");
     printf("per sequence: KV cache (%s) %.1f MiB per 1000 tokens of context; DeltaNet state %.1f "
            "MiB\n",
            e0_kv_name(ce.eo.kv_type), (double)p.kv_bytes_per_1k / (1 << 20),

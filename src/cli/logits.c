@@ -69,6 +69,7 @@ int cmd_logits(int argc, char **argv) {
     e0_session_opts_default(&so);
     so.n_ctx = (int32_t)n;
     so.n_batch = (int32_t)prefill;
+    so.mtp = 0; /* the main model's logits: nothing drafts */
     if (e0_session_new(eng, &so, &s, err) != E0_OK) goto fail;
     const size_t V = (size_t)info.vocab_size;
     logits = malloc(n * V * sizeof *logits);

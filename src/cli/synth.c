@@ -57,6 +57,10 @@ static void help(FILE *f) {
                "                     edge0.route_* keys; CPU only; not with --route-skew or\n"
                "                     --route-stickiness). scripts/route_stats.py checks a\n"
                "                     `bench --trace` of it against the published figures\n"
+               "  --mtp              gguf, Qwen3.5 / 3.6 shapes: add one multi-token-prediction\n"
+               "                     block (blk.N with nextn.*, as llama.cpp's converter writes\n"
+               "                     it); random like the rest, so its drafts are nearly never\n"
+               "                     right: for bench --mtp-accept's speed at a forced acceptance\n"
                "  --seed N           PRNG seed (default 1)\n"
                "  --threads N        generator threads (default: one per core, at most 8)\n"
                "  --shard-gb N       largest shard in GiB (default 5; gguf: one file unless\n"
@@ -191,6 +195,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_OPT("--route-stickiness", CLI_FN, &o.route_stickiness, .fn = opt_route_stickiness),
         CLI_OPT("--route-profile", CLI_STR, &o.route_profile, .need = "a profile name (see edge0 synth --help)"),
         CLI_OPT("--sparse", CLI_ISET, &o.sparse),
+        CLI_OPT("--mtp", CLI_ISET, &o.mtp),
         CLI_OPT("--seed", CLI_FN, &o.seed, .fn = opt_seed),
         {0},
     };
@@ -223,6 +228,9 @@ int cmd_synth(int argc, char **argv) {
         o.tokenizer = tok ? tok : tok_path;
     } else if (tok) {
         cli_error("synth: --tokenizer is for --format gguf");
+        return 2;
+    } else if (o.mtp) {
+        cli_error("synth: --mtp is for --format gguf");
         return 2;
     } else if (mix_given) {
         cli_error("synth: --gguf-mix is for --format gguf");

@@ -78,7 +78,9 @@ static void dn_conv(void *arg, int64_t t0, int64_t t1, int tid) {
 }
 
 /* The recurrence of value heads [h0, h1): each run's tokens in order
- * against its session's state. */
+ * against its session's state. A verify pass (its session's mtp->keep)
+ * also keeps the state after its first token (mtp->rec1): a rejected
+ * draft then costs no recomputation (e0_session_rollback). */
 static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     (void)tid;
     const dn_job *j = arg;
@@ -90,6 +92,8 @@ static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
     const int Kd = Hk * Dk, Vd = Hv * Dv, C = 2 * Kd + Vd;
     for (int ri = 0; ri < b->nrun; ri++) {
         float *state = b->run[ri].s->rec[j->layer];
+        const e0_mtp_state *mt = b->run[ri].s->mtp;
+        float *keep = mt && mt->keep ? mt->rec1[j->layer] : NULL;
         for (int t = b->run[ri].t0; t < b->run[ri].t0 + b->run[ri].n; t++) {
             const float *row = S->mix + (size_t)t * C;
             for (int h = (int)h0; h < (int)h1; h++) {
@@ -101,6 +105,8 @@ static void dn_heads(void *arg, int64_t h0, int64_t h1, int tid) {
                 float *St = state + (size_t)h * Dk * Dv; /* [Dk, Dv] */
                 float *o = S->o + (size_t)t * Vd + (size_t)h * Dv;
                 mat_delta_step(St, k, q, v, beta, decay, Dk, Dv, o);
+                if (keep && t == b->run[ri].t0) /* in cache, just written: a copy, not a recomputation */
+                    memcpy(keep + (size_t)h * Dk * Dv, St, (size_t)Dk * Dv * sizeof *St);
                 /* gated RMSNorm over the head */
                 float ss = 0.0f;
                 for (int jj = 0; jj < Dv; jj++) ss += o[jj] * o[jj];
@@ -161,6 +167,8 @@ void deltanet_forward_batch(const e0_batch *b, int layer, const float *in, float
         const e0_run *ru = &b->run[r];
         memcpy(ru->s->conv[layer], ru->s->s.hist + (size_t)ru->n * C,
                (size_t)(K - 1) * C * sizeof(float));
+        if (ru->s->mtp && ru->s->mtp->keep) /* the conv state after the first token (dn_heads) */
+            memcpy(ru->s->mtp->conv1[layer], ru->s->s.hist + (size_t)C, (size_t)(K - 1) * C * sizeof(float));
     }
     /* value heads are independent: split them across the compute pool */
     pool_for(Hv, 1, dn_heads, &job);

@@ -20,12 +20,16 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
     st->decode_tokens = e->decode_tokens;
     st->prefill_s = e->prefill_s;
     st->decode_s = e->decode_s;
+    st->mtp_drafts = e->mtp_drafts;
+    st->mtp_rejected = e->mtp_rejected;
+    st->mtp_s = e->mtp_s;
+    st->decode_bytes_read = e->decode_bytes_read;
     stream_counters c;
     stream_counters_get(e->stream, &c);
     st->bytes_read = c.bytes_read;
     st->bytes_touched = c.bytes_touched;
     st->expert_calls = c.expert_calls;
-    for (int l = 0; l < e->model.cfg.n_layers; l++) {
+    for (int l = 0; l < model_layers(&e->model); l++) { /* the MTP block's experts too */
         uint64_t h, m;
         stream_layer_stats(e->stream, l, &h, &m);
         st->lru_hits += h;
@@ -80,6 +84,8 @@ void e0_engine_stats_reset(e0_engine *e) {
     if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = 0, vc->wait_s = vc->copy_s = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
+    e->mtp_drafts = e->mtp_rejected = e->decode_bytes_read = 0;
+    e->mtp_s = 0;
 }
 
 int32_t e0_engine_distinct_experts(const e0_engine *e, int32_t layer) {
@@ -142,7 +148,7 @@ int e0_engine_cache_policy(const e0_engine *e) {
 int e0_engine_trace_start(e0_engine *e, size_t cap, size_t tokens, char *err) {
     const e0_config *c = &e->model.cfg;
     const size_t max_floats = (size_t)256 << 20 >> 2; /* 256 MiB of logits at most */
-    size_t floats = (size_t)c->n_layers * (size_t)c->n_experts;
+    size_t floats = (size_t)model_layers(&e->model) * (size_t)c->n_experts; /* the stream's layers */
     floats = tokens > max_floats / (floats ? floats : 1) ? max_floats : tokens * floats;
     return stream_trace_start(e->stream, cap, floats, err);
 }
@@ -165,7 +171,7 @@ int e0_engine_cache_study(e0_engine *e, int32_t slots, size_t from, e0_cache_stu
     out->slots = slots;
     out->requests = n - from;
     const e0_config *c = &e->model.cfg;
-    const uint32_t keys = (uint32_t)c->n_layers * (uint32_t)c->n_experts;
+    const uint32_t keys = (uint32_t)model_layers(&e->model) * (uint32_t)c->n_experts;
     cachesim_obs obs;
     stream_trace_obs(e->stream, &obs);
     out->router_replayed = obs.n > 0;

@@ -1,8 +1,9 @@
 /* Helpers the layer files (attention.c, deltanet.c, moe.c) share with the
- * session's passes (session.c): making a one-session batch, the RMS norm.
- * Their own file, so that the layer files and the session do not call
- * into each other; inline, as the layer files' calls were before (the
- * per-head QK norm among them). */
+ * session's passes (session.c) and the MTP block (mtp.c): making a
+ * one-session batch, the RMS norm (inline, as the layer files' calls were
+ * before: the per-head QK norm among them), and the forward pass in parts
+ * (forward.c). Their own files, so that the layer files, the session and
+ * the MTP block do not call into each other. */
 #ifndef E0_MODEL_FORWARD_H
 #define E0_MODEL_FORWARD_H
 
@@ -29,5 +30,22 @@ static inline void rmsnorm(const float *x, const float *w, int n, int T, float e
             y[(size_t)t * n + i] = w[i] * (xt[i] * inv);
     }
 }
+
+/* A forward pass in three parts, so that one can pause between layers
+ * (session_eval_part, pass_step): the embeddings (forward_begin: every
+ * run's ids, [T] in run order), layers [l0, l1) (forward_layers, or
+ * forward_half one half of a layer at a time: 0 the token mixer, 1 the
+ * MLP), then the positions moved on (forward_end). The pass's state
+ * between the parts is the scratch's x and the layers' KV rows and states
+ * already written; the arithmetic is the same however the layers are cut.
+ * The halves and layers fail only when expert bytes cannot be read. */
+void embed_run(const e0_batch *b, int r, const int32_t *ids);
+void forward_begin(const e0_batch *b, const int32_t *ids);
+int forward_half(const e0_batch *b, int li, int h, char *err);
+int forward_layers(const e0_batch *b, int l0, int l1, char *err);
+void forward_end(const e0_batch *b);
+/* All of it over the main layers: leaves the final residual stream in
+ * S->x and advances each session's position. */
+int forward(const e0_batch *b, const int32_t *ids, char *err);
 
 #endif

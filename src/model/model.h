@@ -40,6 +40,10 @@ struct e0_engine {
     int32_t gpu_seqs;         /* the sessions the VRAM plan keeps room for */
     uint64_t gpu_weight_bytes, gpu_slot_bytes, gpu_session_bytes, gpu_budget; /* the plan's figures */
     uint64_t gpu_token_bytes; /* weights a decoded token reads there: dense and top-k experts a layer */
+    /* speculative decoding with the MTP block (model/mtp.c; e0_stats) */
+    uint64_t mtp_drafts, mtp_rejected;
+    double mtp_s; /* time in the block (drafts and the catch-up of its positions) */
+    uint64_t decode_bytes_read; /* expert bytes read by decode steps (e0_stats) */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
     char gpu_note[512];
@@ -49,7 +53,8 @@ struct e0_session {
     e0_engine *eng;
     const e0_model *m;
     int32_t n_ctx, n_batch, pos;
-    void **kc, **vc;  /* per attention layer: [n_ctx, nkv*hd] of the engine's kv_type */
+    void **kc, **vc;  /* per attention layer (and the MTP block's, index n_layers): [n_ctx, nkv*hd]
+                         of the engine's kv_type */
     float **conv;     /* per DeltaNet layer: [K-1, conv_dim] */
     float **rec;      /* per DeltaNet layer: [Hv, Dk, Dv] */
     int32_t *hist;    /* [n_ctx]: the ids at positions 0..pos */
@@ -67,7 +72,61 @@ struct e0_session {
     struct e0_pass *pass;
     struct e0_pass *own;  /* session_eval_part's pass, allocated on first use */
     struct gpu_sess *gs;  /* the session's states on the GPU (engine's gmodel), else NULL */
+    struct e0_mtp_state *mtp; /* the MTP block's state (model/mtp.c), NULL when it does not draft */
 };
+
+/* ---- The MTP block (model/mtp.c) -------------------------------------------
+ * A session that drafts with the MTP block (e0_session_opts.mtp, the
+ * engine's e0_mtp.on) keeps the block's own KV cache at the main model's
+ * positions (kc / vc[n_layers]) and the main model's hidden rows (after
+ * the final norm) of the positions whose next id it has not seen yet:
+ * MTP position t reads the hidden row of t and the id at t + 1. Every
+ * evaluation that knows that id runs the block over those positions
+ * (mtp_catch_up), except a verify pass, whose second id may be rejected:
+ * its two rows wait for the next draft, which runs them with the id it
+ * drafts from. So while in sync, pos (the block's) + npend == the
+ * session's pos. */
+typedef struct e0_mtp_state {
+    int32_t pos;     /* MTP positions computed: [0, pos) of its KV cache */
+    int32_t npend;   /* hidden rows held, of positions pos .. pos + npend - 1 */
+    bool sync;       /* false after an evaluation that kept no hidden rows (a snapshot restored,
+                        a history truncated): nothing to draft from until the next reset */
+    float *hid;      /* [n_batch + 2, H]: the held rows, then a pass's rows being taken */
+    float *cat;      /* [n_batch, 2H]: the block's input rows [normed embedding | normed hidden] */
+    float **conv1, **rec1; /* per DeltaNet layer: the states after the first position of the last
+                              verify pass (deltanet.c writes them while keep is set) */
+    bool keep;
+    bool verified;   /* the last evaluation was a verify pass: e0_session_rollback may drop its
+                        second position */
+    int32_t drafted; /* the id the last draft ran position pos - 1 with, -1: none since */
+} e0_mtp_state;
+
+/* Rows a draft runs at most (held rows: 1 after an evaluation, 2 after a
+ * verify pass). */
+enum { E0_MTP_ROWS = 4 };
+
+/* The session's MTP state when e0_session_new makes one (0, E0_ENOMEM). */
+int mtp_session_new(e0_session *s, char *err);
+void mtp_session_free(e0_session *s);
+/* At e0_session_reset: nothing held, in sync. */
+void mtp_reset(e0_session *s);
+/* After an evaluation that moved the session without its hidden rows. */
+void mtp_desync(e0_session *s);
+/* Before evaluating ids at the session's position, ids[0] first: a draft
+ * that ran its last position with another id is undone (its row held again). */
+void mtp_before(e0_session *s, int32_t first);
+/* After a pass that evaluated T ids of s (now at positions pos - T ..
+ * pos - 1): their final residual rows x ([T, H], row stride H) normed and
+ * held. */
+void mtp_take(e0_session *s, const float *x, int T);
+/* The block over every held row whose next id the history has (all but
+ * the last), in s's scratch: what an evaluation does after mtp_take.
+ * Fails when expert bytes cannot be read (the MTP state is then out of
+ * sync until the session is reset). */
+int mtp_catch_up(e0_session *s, char *err);
+/* The same for every held row, the last one's next id `next` (the id about
+ * to be evaluated): a verify pass not preceded by a draft. */
+int mtp_catch_up_with(e0_session *s, int32_t next, char *err);
 
 /* ---- The GPU (model/gpu_glue.c) ------------------------------------------
  * engine_gpu_plan (at prepare) picks the device and checks the VRAM budget

@@ -249,7 +249,8 @@ int moe_forward_batch(const e0_batch *b, int layer, const float *in, float *out,
     bool over = false;
     for (int r = 0; r < b->nrun; r++)
         over |= b->run[r].s->route_hist || b->run[r].s->replay;
-    if (over) route_overrides(b, layer, E, k, c->norm_topk);
+    if (over && layer < c->n_layers) /* the MTP block (layer n_layers) routes by its router */
+        route_overrides(b, layer, E, k, c->norm_topk);
     stream_observe(s0->eng->stream, layer, S->rlogits, T);
     int rc = stream_experts(s0->eng->stream, layer, in, b, S->ridx, S->rw, k, S->eo, S, err);
     if (rc) return rc;

@@ -31,6 +31,34 @@ const char *e0_kv_name(e0_kv_type t) {
     return t == E0_KV_F32 ? "f32" : t == E0_KV_F16 ? "f16" : "?";
 }
 
+const char *e0_mtp_name(e0_mtp_mode m) {
+    return m == E0_MTP_OFF ? "off" : m == E0_MTP_ON ? "on" : m == E0_MTP_AUTO ? "auto" : "?";
+}
+
+/* --mtp: the MTP block made part of the model when asked for and possible
+ * (after the GPU plan: the block drafts on the CPU only). */
+static int resolve_mtp(e0_engine *e, const char *model_dir, char *err) {
+    const e0_mtp_mode want = e->opts.mtp;
+    const int n = e->model.mtp.n_layers;
+    if (want == E0_MTP_OFF) return 0;
+    if (want != E0_MTP_ON && want != E0_MTP_AUTO)
+        return e0_fail(err, E0_EINVAL, "mtp %d is not E0_MTP_OFF, E0_MTP_ON or E0_MTP_AUTO", (int)want);
+    if (want == E0_MTP_AUTO && (n != 1 || e->gpu_ordinal >= 0)) return 0;
+    if (e->gpu_ordinal >= 0)
+        return e0_fail(err, E0_EUNSUPPORTED,
+                       "--mtp on: speculative decoding with the MTP block is CPU-only for now, and "
+                       "the engine computes on GPU %d (--gpu off computes on the CPU; --mtp off or "
+                       "auto runs on the GPU without it)",
+                       e->gpu_ordinal);
+    if (!n)
+        return e0_fail(err, E0_ENOTFOUND,
+                       "--mtp on: %s has no multi-token-prediction (MTP) block to draft with (a "
+                       "GGUF file needs nextn_predict_layers, a Hugging Face folder mtp.* tensors; "
+                       "--mtp auto runs without)",
+                       model_dir);
+    return model_mtp_load(&e->model, err);
+}
+
 static uint64_t auto_headroom(uint64_t avail) {
     return (256ull << 20) + avail / 32;
 }
@@ -117,6 +145,7 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
                      (int)e->opts.kv_type);
     const bool budget_given = e->opts.mem_budget != 0;
     if (!rc) rc = engine_gpu_plan(e, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096, err);
+    if (!rc) rc = resolve_mtp(e, model_dir, err);
     if (!rc) rc = choose_io(e, err);
     const int32_t n_ctx = e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096;
     e->n_seqs = e->opts.n_seqs == E0_SEQS_AUTO ? E0_SEQS_AUTO : e->opts.n_seqs < 1 ? 1 : e->opts.n_seqs;
@@ -126,7 +155,7 @@ static int engine_prepare(e0_engine **out, const char *model_dir, const e0_engin
         const uint64_t avail = cg && (!host || cg < host) ? cg : host;
         const uint64_t w = e->opts.io == E0_IO_PREAD ? 0 : e->model.weight_bytes;
         const uint64_t room = avail > w ? (avail - w) / 2 : 0,
-                       one = budget_session_bytes(c, n_ctx, e->opts.kv_type);
+                       one = budget_session_bytes(c, n_ctx, e->opts.kv_type, e->model.mtp.on);
         int32_t n = E0_AUTO_SEQS;
         while (n > 1 && (uint64_t)n * one > room) n--;
         e->n_seqs = n;
@@ -246,7 +275,7 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     p->auto_budget = e->auto_budget;
     p->n_seqs = e->n_seqs;
     p->session_bytes =
-        budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096, e->opts.kv_type);
+        budget_session_bytes(c, e->opts.n_ctx > 0 ? e->opts.n_ctx : 4096, e->opts.kv_type, m->mtp.on);
     p->cache_slots = e->opts.mem_budget || e->opts.io == E0_IO_PREAD ? e->opts.layer.cache_slots : 0;
     p->bundle_bytes = budget_bundle_data(m);
     p->slot_bytes = budget_bundle_bytes(m);
@@ -289,21 +318,25 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info) {
     info->expert_bytes = m->expert_bytes;
     info->mtp_layers = m->mtp.n_layers;
     info->mtp_bytes = m->mtp.bytes;
+    info->mtp_on = m->mtp.on;
 }
 
 void e0_session_opts_default(e0_session_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_ctx = 4096;
     o->n_batch = 512;
+    o->mtp = 1;
 }
 
 void e0_session_free(e0_session *s) {
     if (!s) return;
     session_gpu_free(s);
+    mtp_session_free(s);
     const int L = s->m->cfg.n_layers;
-    for (int i = 0; i < L; i++) {
+    for (int i = 0; i < model_layers(s->m); i++) { /* the MTP block's KV cache too */
         if (s->kc) free(s->kc[i]);
         if (s->vc) free(s->vc[i]);
+        if (i >= L) continue;
         if (s->conv) free(s->conv[i]);
         if (s->rec) free(s->rec[i]);
     }
@@ -386,8 +419,9 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
         imax(imax((size_t)c->moe_inter, (size_t)c->shared_inter), (size_t)c->dense_inter);
     int bad = 0;
     const size_t kv_es = budget_kv_elem_bytes(e->opts.kv_type);
-    s->kc = calloc(L, sizeof *s->kc);
-    s->vc = calloc(L, sizeof *s->vc);
+    const bool mtp = o->mtp && m->mtp.on && e->gpu_ordinal < 0; /* the MTP block drafts on the CPU */
+    s->kc = calloc(L + 1, sizeof *s->kc); /* [L]: the MTP block's */
+    s->vc = calloc(L + 1, sizeof *s->vc);
     s->conv = calloc(L, sizeof *s->conv);
     s->rec = calloc(L, sizeof *s->rec);
     s->hist = calloc((size_t)s->n_ctx, sizeof *s->hist);
@@ -410,6 +444,10 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
             s->kc[i] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
             s->vc[i] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
         }
+    }
+    if (mtp && !bad) {
+        s->kc[L] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
+        s->vc[L] = kv_buf((size_t)s->n_ctx * kvd, kv_es, &bad);
     }
     e0_scratch *S = &s->s;
     size_t qrows = (size_t)c->n_heads * c->head_dim * (c->attn_gated ? 2 : 1);
@@ -455,7 +493,8 @@ int e0_session_new(e0_engine *e, const e0_session_opts *o, e0_session **out, cha
         return e0_fail(err, E0_ENOMEM, "out of memory allocating a session of %d positions",
                        o->n_ctx);
     }
-    int grc = session_gpu_new(s, err);
+    int grc = mtp ? mtp_session_new(s, err) : 0;
+    if (!grc) grc = session_gpu_new(s, err);
     if (grc) {
         e0_session_free(s);
         return grc;
@@ -476,6 +515,7 @@ void e0_session_reset(e0_session *s) {
         }
     s->pos = 0; /* the KV cache past pos is never read */
     s->pass = NULL;
+    mtp_reset(s);
     if (s->gs) {
         char err[E0_ERR_MAX];
         if (gpu_sess_reset(s->gs, err)) /* the device failed: nothing evaluates on it again */
@@ -508,89 +548,13 @@ int32_t e0_session_reusable(const e0_session *s, const int32_t *prompt, size_t n
 
 int32_t session_prepare(e0_session *s, const int32_t *prompt, size_t n) {
     const int32_t keep = e0_session_reusable(s, prompt, n);
-    if (keep == 0)
+    if (keep == 0) {
         e0_session_reset(s); /* recurrent states too: they cannot be rewound */
-    else
+    } else if (keep < s->pos) {
         s->pos = keep; /* the KV cache past pos is never read */
-    return keep;
-}
-
-/* The batch's tokens (ids: [T], one per token in run order) through every
- * layer; leaves the final residual stream in S->x and advances each
- * session's position. Fails only when expert bytes cannot be read. */
-/* A forward pass in three parts, so that one can pause between layers
- * (session_eval_part): the embeddings, layers [l0, l1), then the positions
- * moved on. The pass's state between the parts is the scratch's x and the
- * layers' KV rows and states already written; the arithmetic is the same
- * however the layers are cut. */
-/* Run r's ids (its n) embedded into its rows of S->x and appended to its
- * session's history. */
-static void embed_run(const e0_batch *b, int r, const int32_t *ids) {
-    const e0_model *m = b->run[0].s->m;
-    const int H = m->cfg.hidden;
-    const e0_run *ru = &b->run[r];
-    for (int i = 0; i < ru->n; i++)
-        mat_dequant(&m->embed, ids[i], 0, H, b->S->x + (size_t)(ru->t0 + i) * H);
-    memcpy(ru->s->hist + ru->s->pos, ids, (size_t)ru->n * sizeof *ids);
-}
-
-static void forward_begin(const e0_batch *b, const int32_t *ids) {
-    for (int r = 0; r < b->nrun; r++)
-        embed_run(b, r, ids + b->run[r].t0);
-}
-
-/* Half h of layer li on the residual stream S->x: 0 the token mixer
- * (attention or DeltaNet), 1 the MLP (MoE or dense). Between the halves
- * only S->x carries the pass (pass_step_halves pauses there). */
-static int forward_half(const e0_batch *b, int li, int h, char *err) {
-    const e0_model *m = b->run[0].s->m;
-    const e0_config *c = &m->cfg;
-    e0_scratch *S = b->S;
-    const int H = c->hidden, T = b->T;
-    const e0_layer *ly = &m->layers[li];
-    if (h == 0) {
-        if (T >= MODEL_ADVISE_MIN_T) { /* read resident weights a layer ahead */
-            if (li == 0) model_advise_layer(m, 0);
-            model_advise_layer(m, li + 1);
-        }
-        rmsnorm(S->x, ly->in_norm, H, T, c->rms_eps, S->h);
-        if (ly->linear)
-            deltanet_forward_batch(b, li, S->h, S->y);
-        else
-            attn_forward_batch(b, li, S->h, S->y);
-    } else {
-        rmsnorm(S->x, ly->post_norm, H, T, c->rms_eps, S->h);
-        if (ly->moe) {
-            int rc = moe_forward_batch(b, li, S->h, S->y, err);
-            if (rc) return rc;
-        } else {
-            mlp_forward_batch(b, li, S->h, S->y);
-        }
+        mtp_desync(s); /* its held rows are of positions past keep */
     }
-    for (size_t i = 0; i < (size_t)T * H; i++)
-        S->x[i] += S->y[i];
-    return 0;
-}
-
-static int forward_layers(const e0_batch *b, int l0, int l1, char *err) {
-    for (int li = l0; li < l1; li++)
-        for (int h = 0; h < 2; h++) {
-            int rc = forward_half(b, li, h, err);
-            if (rc) return rc;
-        }
-    return 0;
-}
-
-static void forward_end(const e0_batch *b) {
-    for (int r = 0; r < b->nrun; r++)
-        b->run[r].s->pos += b->run[r].n;
-}
-
-static int forward(const e0_batch *b, const int32_t *ids, char *err) {
-    forward_begin(b, ids);
-    int rc = forward_layers(b, 0, b->run[0].s->m->cfg.n_layers, err);
-    if (!rc) forward_end(b);
-    return rc;
+    return keep;
 }
 
 /* Session ss[i] (not NULL) of a pass over several: of session 0's engine
@@ -739,10 +703,25 @@ int pass_begin(e0_pass *p, e0_session *const *ss, const int32_t *const *ids, con
     p->layer = 0;
     p->half = 0;
     for (int i = 0; i < ns; i++) {
+        mtp_before(ss[i], ids[i][0]);
         embed_run(&p->b, p->at[i], ids[i]);
         ss[i]->pass = p;
     }
     return 0;
+}
+
+/* After a CPU pass over runs[0..nrun) (their final residual rows in S->x):
+ * each session's MTP block takes its rows, then runs the positions whose
+ * next id is known, each in its own scratch (after every take: S may be
+ * one of theirs). */
+static int pass_mtp(const e0_batch *b, char *err) {
+    const int H = b->run[0].s->m->cfg.hidden;
+    int rc = 0;
+    for (int r = 0; r < b->nrun; r++)
+        mtp_take(b->run[r].s, b->S->x + (size_t)b->run[r].t0 * H, b->run[r].n);
+    for (int r = 0; !rc && r < b->nrun; r++)
+        rc = mtp_catch_up(b->run[r].s, err);
+    return rc;
 }
 
 /* The logits of the pass's sessions' last ids: their final rows gathered
@@ -800,6 +779,10 @@ int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *don
     if (end == 2 * L) {
         forward_end(&p->b);
         if (logits) pass_logits(p, logits);
+        if ((rc = pass_mtp(&p->b, err))) {
+            e->prefill_s += now_s() - t0;
+            return pass_failed(p, rc, err);
+        }
         for (int r = 0; r < p->ns; r++)
             p->run[r].s->pass = NULL;
         p->layer = -1;
@@ -851,6 +834,8 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         *(n > 1 ? &eg->prefill_s : &eg->decode_s) += now_s() - t0;
         return 0;
     }
+    mtp_before(s, ids[0]);
+    const uint64_t read0 = stream_bytes_read(s->eng->stream);
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         e0_run run;
@@ -867,6 +852,11 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
             rmsnorm(s->s.x + (size_t)(T - 1) * H, m->final_norm, H, 1, c->rms_eps, s->s.h);
             mat_matmul_decode(&m->lm_head, s->s.h, H, 1, logits, V); /* as pass_logits */
         }
+        mtp_take(s, s->s.x, T); /* after the logits: the block's pass overwrites the scratch */
+        if ((rc = mtp_catch_up(s, err))) {
+            e0_session_reset(s);
+            return e0_wrap(err, rc, "evaluation failed; the session was reset");
+        }
         done += (size_t)T;
     }
     int frc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
@@ -881,8 +871,52 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     } else {
         e->decode_tokens += n;
         e->decode_s += now_s() - t0;
+        e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
     }
     return 0;
+}
+
+/* Two positions in one pass, each with the arithmetic of a one-token
+ * step: the decode paths and row kernels (forward.h batch_one gives a
+ * batch of fewer than K_PANEL_MIN_T tokens the row kernels; decode set
+ * here picks the decode expert paths too), the recurrent DeltaNet, and
+ * the state after the first position kept (deltanet.c, mtp->keep). */
+int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *err) {
+    if (!s || !ids || !logits) return e0_fail(err, E0_EINVAL, "verify: the session, ids or logits are NULL");
+    if (!s->mtp)
+        return e0_fail(err, E0_EINVAL, "verify: the session has no MTP block (the engine's mtp option, "
+                                       "e0_session_opts.mtp)");
+    int rc = check_ids(s, ids, 2, err);
+    if (rc) return e0_wrap(err, rc, "verify");
+    const e0_model *m = s->m;
+    const e0_config *c = &m->cfg;
+    const int H = c->hidden;
+    const double t0 = now_s();
+    const uint64_t read0 = stream_bytes_read(s->eng->stream);
+    mtp_before(s, ids[0]);
+    e0_mtp_state *t = s->mtp;
+    if (t->sync && t->npend > 0 && (rc = mtp_catch_up_with(s, ids[0], err))) goto fail;
+    e0_run run;
+    e0_batch b = batch_one(s, 2, &run);
+    b.decode = true;
+    t->keep = true;
+    rc = forward(&b, ids, err);
+    t->keep = false;
+    if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
+    if (rc) goto fail;
+    rmsnorm(s->s.x, m->final_norm, H, 2, c->rms_eps, s->s.h);
+    mat_matmul_decode(&m->lm_head, s->s.h, H, 2, logits, c->vocab); /* each row as a step's */
+    mtp_take(s, s->s.x, 2); /* held: ids[1] may be rejected */
+    t->verified = true;
+    e0_engine *e = s->eng;
+    e->mtp_drafts++;
+    e->decode_tokens += 2;
+    e->decode_s += now_s() - t0;
+    e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
+    return 0;
+fail:
+    e0_session_reset(s);
+    return e0_wrap(err, rc, "evaluation failed; the session was reset");
 }
 
 int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, float *logits,
@@ -934,8 +968,10 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
         size_t T = n - done;
         if (T > (size_t)lead->n_batch) T = (size_t)lead->n_batch;
         if (T > E0_BATCH_MAX) T = E0_BATCH_MAX;
-        for (size_t i = 0; i < T; i++)
+        for (size_t i = 0; i < T; i++) {
             runs[i] = (e0_run){ss[done + i], (int)i, 1};
+            mtp_before(ss[done + i], ids[done + i]);
+        }
         const e0_batch b = {.S = &lead->s, .run = runs, .nrun = (int)T, .T = (int)T, .decode = true};
         int rc = forward(&b, ids + done, err);
         if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
@@ -944,6 +980,7 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
             rmsnorm(lead->s.x, m->final_norm, H, (int)T, c->rms_eps, lead->s.h);
             batch_matmul(&b, &m->lm_head, lead->s.h, H, logits + done * (size_t)V, V);
         }
+        if ((rc = pass_mtp(&b, err))) return batch_failed(ss, n, rc, err);
         done += T;
     }
     e0_engine *ew = ss[0]->eng;

@@ -12,7 +12,11 @@
  *  - with route stickiness (synthetic models), each position's experts
  *    [p, n_layers, top_k]: the router of position p reads row p - 1, and an
  *    attention-only session truncated later (session_prepare) reads an
- *    earlier row, so all p rows are kept.
+ *    earlier row, so all p rows are kept;
+ *  - with the MTP block (model/mtp.c), its K and V rows [0, q) and the main
+ *    model's hidden rows it holds for positions q .. p - 1 (q: its
+ *    positions; a draft not yet verified counts as undone, its row held):
+ *    a restored session drafts as the snapshotted one would.
  * Scratch buffers are not state: every pass overwrites what it reads.
  *
  * A snapshot is one allocation: the header, then the arrays above at the
@@ -37,6 +41,11 @@ struct e0_snapshot {
     uint16_t *route;      /* [pos, n_layers, top_k] or NULL (no route stickiness) */
     char *data;           /* per layer in order: attention K [pos, kvd], V [pos, kvd] (the
                              cache's type); DeltaNet conv [K-1, C], rec [Hv, Dk, Dv] (floats) */
+    /* the MTP block's state (an engine that computes it): K, V [mtp_pos, kvd], then the held
+     * hidden rows [mtp_npend, H]; mtp_ok false: the session had none (or not in sync) */
+    char *mtp;
+    bool mtp_ok;
+    int32_t mtp_pos, mtp_npend;
 };
 
 /* Bytes of one layer's state in a snapshot of `pos` positions. */
@@ -57,8 +66,15 @@ static size_t align16(size_t n) {
 
 /* Offsets of the arrays in one allocation for `pos` positions. */
 typedef struct {
-    size_t ids, route, data, total;
+    size_t ids, route, data, mtp, total;
 } snap_layout;
+
+/* The MTP block's share: its KV rows of pos positions and E0_MTP_ROWS hidden rows. */
+static size_t mtp_bytes(const e0_engine *e, size_t pos) {
+    if (!e->model.mtp.on) return 0;
+    return budget_kv_layer_bytes(&e->model.cfg, pos, e->opts.kv_type) +
+           (size_t)E0_MTP_ROWS * (size_t)e->model.cfg.hidden * sizeof(float);
+}
 
 static snap_layout layout_of(const e0_engine *e, size_t pos) {
     snap_layout l;
@@ -68,8 +84,44 @@ static snap_layout layout_of(const e0_engine *e, size_t pos) {
     size_t bytes = 0;
     for (int li = 0; li < e->model.cfg.n_layers; li++)
         bytes += layer_bytes(e, li, pos);
-    l.total = l.data + bytes;
+    l.mtp = align16(l.data + bytes);
+    l.total = l.mtp + mtp_bytes(e, pos);
     return l;
+}
+
+/* The session's MTP state into the snapshot (a draft not verified yet
+ * undone: its position is run again after a restore). */
+static void mtp_save(const e0_session *s, e0_snapshot *snap) {
+    const e0_mtp_state *t = s->mtp;
+    snap->mtp_ok = t && t->sync && t->npend + (t->drafted >= 0) <= E0_MTP_ROWS;
+    if (!snap->mtp_ok) return;
+    const e0_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->hidden, kv = budget_kv_layer_bytes(c, (size_t)snap->pos, s->eng->opts.kv_type) / 2;
+    snap->mtp_pos = t->pos - (t->drafted >= 0);
+    snap->mtp_npend = t->npend + (t->drafted >= 0); /* a draft leaves its row at hid[0] */
+    const size_t row = kv / (size_t)(snap->pos ? snap->pos : 1);
+    memcpy(snap->mtp, s->kc[c->n_layers], row * (size_t)snap->mtp_pos);
+    memcpy(snap->mtp + kv, s->vc[c->n_layers], row * (size_t)snap->mtp_pos);
+    memcpy(snap->mtp + 2 * kv, t->hid, (size_t)snap->mtp_npend * H * sizeof(float));
+}
+
+/* Back into a session that drafts; without it in the snapshot, no drafts. */
+static void mtp_load(e0_session *s, const e0_snapshot *snap) {
+    e0_mtp_state *t = s->mtp;
+    if (!t) return;
+    if (!snap->mtp_ok) {
+        mtp_desync(s);
+        return;
+    }
+    const e0_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->hidden, kv = budget_kv_layer_bytes(c, (size_t)snap->pos, s->eng->opts.kv_type) / 2;
+    const size_t row = kv / (size_t)(snap->pos ? snap->pos : 1);
+    memcpy(s->kc[c->n_layers], snap->mtp, row * (size_t)snap->mtp_pos);
+    memcpy(s->vc[c->n_layers], snap->mtp + kv, row * (size_t)snap->mtp_pos);
+    memcpy(t->hid, snap->mtp + 2 * kv, (size_t)snap->mtp_npend * H * sizeof(float));
+    mtp_reset(s);
+    t->pos = snap->mtp_pos;
+    t->npend = snap->mtp_npend;
 }
 
 size_t e0_snapshot_size(const e0_engine *e, int32_t n_pos) {
@@ -96,6 +148,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
     snap->ids = (int32_t *)(blk + l.ids);
     snap->route = route_per_pos(e) ? (uint16_t *)(blk + l.route) : NULL;
     snap->data = blk + l.data;
+    snap->mtp = blk + l.mtp;
     if (pos) memcpy(snap->ids, s->hist, pos * sizeof *snap->ids);
     if (snap->route && pos)
         memcpy(snap->route, s->route_hist, pos * route_per_pos(e) * sizeof *snap->route);
@@ -112,6 +165,7 @@ int e0_session_snapshot(const e0_session *s, e0_snapshot **out, char *err) {
         }
         d += n;
     }
+    if (e->model.mtp.on) mtp_save(s, snap);
     *out = snap;
     return 0;
 }
@@ -148,6 +202,7 @@ int e0_session_restore(e0_session *s, const e0_snapshot *snap, char *err) {
         d += n;
     }
     s->pos = snap->pos;
+    mtp_load(s, snap);
     return 0;
 }
 

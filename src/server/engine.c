@@ -688,6 +688,17 @@ static void decode_step(srv_engine *E) {
     if (!n) return;
     char err[E0_ERR_MAX] = "";
     const double t0 = now_s();
+    if (n == 1 && e0_session_can_draft(E->pass_s[0])) {
+        /* alone: its pass drafts with the MTP block (one id, or two when the draft stands) */
+        srv_slot *sl = &E->slots[E->pass_slot[0]];
+        int rc = e0_gen_advance(sl->g, &sl->next, err);
+        const double dt = now_s() - t0;
+        srv_metrics_batch(E->m, 1, dt);
+        ema(&E->decode_pass_s, dt);
+        ema(&E->solo_pass_s, dt);
+        if (rc != E0_GEN_EVAL) slot_end(E, sl, rc < 0 ? rc : 0, err, e0_gen_get_result(sl->g));
+        return;
+    }
     int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
     const double dt = now_s() - t0;
     srv_metrics_batch(E->m, n, dt);
@@ -847,6 +858,7 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = o->n_ctx;
+    so.mtp = E->n_slots == 1; /* MTP drafts in single-sequence passes only (decode_step) */
     for (int i = 0; !rc && i < E->n_slots; i++) {
         if ((rc = e0_session_new(E->eng, &so, &E->slots[i].s, err)))
             e0_wrap(err, rc, "slot %d of %d (each a session of %d positions; try a smaller --parallel or --ctx)", i + 1,

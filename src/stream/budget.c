@@ -27,7 +27,7 @@ static const char *size_str(char *buf, size_t n, uint64_t b) {
 static int largest_plan(const e0_model *m, xb_plan *out) {
     int rc = E0_ENOTFOUND;
     memset(out, 0, sizeof *out);
-    for (int l = 0; l < m->cfg.n_layers; l++)
+    for (int l = 0; l < model_layers(m); l++)
         for (int e = 0; m->layers[l].moe && e < m->cfg.n_experts; e++) {
             xb_plan p;
             if (xb_plan_expert(m, l, e, XB_ORDER_MATH, &p, NULL) != 0) continue;
@@ -62,7 +62,7 @@ uint64_t budget_rec_bytes(const e0_config *c) {
 }
 
 /* KV cache, DeltaNet states and scratch of one session (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv_type) {
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv_type, bool mtp) {
     uint64_t kv = 0, lin = 0;
     const uint64_t Kd = (uint64_t)c->lin_k_heads * c->lin_k_dim,
                    Vd = (uint64_t)c->lin_v_heads * c->lin_v_dim;
@@ -76,6 +76,8 @@ uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv_t
     uint64_t scratch =
         4 * B * (8 * H + k * H + 4 * (2 * Kd + 2 * Vd) + 4 * (uint64_t)c->n_heads * c->head_dim) +
         4 * (uint64_t)n_ctx;
+    if (mtp) /* its KV cache, a second copy of the DeltaNet states, hidden rows [B + 2, H] and [B, 2H] */
+        kv += budget_kv_layer_bytes(c, (uint64_t)n_ctx, kv_type) + lin + 4 * ((B + 2) * H + B * 2 * H);
     return kv + lin + scratch;
 }
 
@@ -87,12 +89,12 @@ int budget_apply(e0_engine_opts *o, const e0_model *m, int32_t n_ctx, int32_t *n
     largest_plan(m, &p0); /* all zero when there is none */
     const uint64_t bundle = p0.bytes;
     int moe_layers = 0;
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < model_layers(m); l++) /* the MTP block's too */
         moe_layers += m->layers[l].moe;
     /* resident: non-expert weights (mapped, in the page cache), a session,
      * and a margin for the process itself (code, allocator, I/O buffers) */
     const uint64_t weights = m->weight_bytes - m->expert_bytes;
-    const uint64_t one = budget_session_bytes(c, n_ctx, o->kv_type);
+    const uint64_t one = budget_session_bytes(c, n_ctx, o->kv_type, m->mtp.on);
     const uint64_t margin = (64ull << 20) + o->reserve_bytes;
     uint64_t buffers = bundle; /* the overflow bundle */
     if (lo->staged) buffers += (uint64_t)moe_layers * (uint64_t)lo->staged_n * bundle;

@@ -25,8 +25,10 @@ uint64_t budget_conv_bytes(const e0_config *c);
 uint64_t budget_rec_bytes(const e0_config *c);
 
 /* KV cache (values of type kv), DeltaNet states and scratch of one session
- * of n_ctx positions (as e0_session_new sizes them). */
-uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv);
+ * of n_ctx positions (as e0_session_new sizes them); with mtp, the MTP
+ * block's state too (model/mtp.c: its KV cache, the DeltaNet states kept
+ * for a rejected draft, its hidden rows). */
+uint64_t budget_session_bytes(const e0_config *c, int32_t n_ctx, e0_kv_type kv, bool mtp);
 
 /* Sets o->layer.cache_slots (and caps prefetch_cap, staged/hot/full-layer
  * buffers) so that resident weights + *n_seqs sessions of `n_ctx`

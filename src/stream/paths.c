@@ -289,7 +289,7 @@ int layer_buffer(e0_stream *s, int layer, bool prefill, uint8_t **out, char *err
     s->c.full_layers++;
     *out = s->fl_buf[b];
     int next = -1;
-    for (int l = layer + 1; l < s->n_layers && next < 0; l++)
+    for (int l = layer + 1; l < s->n_main && next < 0; l++)
         if (s->m->layers[l].moe && full_applies(s, l)) next = l;
     if (next >= 0 && prefill) {
         fl_wait(s, 1 - b);

@@ -143,7 +143,8 @@ int stream_new(e0_stream **out, const e0_model *m, const e0_engine_opts *o, char
     const e0_layer_opts *lo = &o->layer;
     s->m = m;
     s->o = *o;
-    s->n_layers = c->n_layers;
+    s->n_layers = model_layers(m); /* the MTP block's experts are an extra layer's */
+    s->n_main = c->n_layers;
     s->E = c->n_experts;
     s->H = c->hidden;
     s->first_moe = s->last_moe = -1;
@@ -279,6 +280,10 @@ void stream_free(e0_stream *s) {
 void stream_counters_get(e0_stream *s, stream_counters *c) {
     *c = s->c;
     c->bytes_read = atomic_load(&s->bytes_read);
+}
+
+uint64_t stream_bytes_read(e0_stream *s) {
+    return atomic_load(&s->bytes_read);
 }
 
 void stream_counters_reset(e0_stream *s) {

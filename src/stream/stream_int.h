@@ -73,6 +73,11 @@ struct e0_stream {
     e0_engine_opts o;
     pressure_mon pm;
     int n_layers, E, H;
+    /* the main layers: [0, n_main); layer n_main, when n_layers is one
+     * more, is the MTP block's (weights.h e0_mtp), run by the draft after
+     * the main pass, not by it: the next-layer guesses (speculative loads,
+     * staged slots, whole-layer reads) stop at n_main */
+    int n_main;
     xcache *xc;
     iopool *load, *pre;
     size_t bundle_bytes;  /* buffer stride of one bundle (XB_ALIGN multiple) */

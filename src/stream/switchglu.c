@@ -56,9 +56,9 @@ static void spec_job_fn(void *arg) {
     atomic_store_explicit(&j->busy, 0, memory_order_release);
 }
 
-/* The next MoE layer after `layer`, or -1. */
+/* The next MoE layer of the main pass after `layer`, or -1. */
 static int next_moe(const e0_stream *s, int layer) {
-    for (int l = layer + 1; l < s->n_layers; l++)
+    for (int l = layer + 1; l < s->n_main; l++)
         if (s->m->layers[l].moe) return l;
     return -1;
 }
@@ -358,7 +358,7 @@ static void after_call(e0_stream *s, int layer, const float *x, const e0_batch *
                    (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
     if (staging) {
         int next = -1;
-        for (int l = layer + 1; l < s->n_layers && next < 0; l++)
+        for (int l = layer + 1; l < s->n_main && next < 0; l++)
             if (s->m->layers[l].moe) next = l;
         if (next >= 0) {
             predict(s, next, x + (size_t)(b->T - 1) * s->H);

@@ -65,6 +65,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
                    float *w, int k, float *eo, e0_scratch *ws, char *err);
 
 void stream_counters_get(e0_stream *s, stream_counters *c);
+/* counters' bytes_read alone (an atomic load: any thread) */
+uint64_t stream_bytes_read(e0_stream *s);
 void stream_counters_reset(e0_stream *s);
 void stream_layer_stats(e0_stream *s, int layer, uint64_t *hits, uint64_t *misses);
 /* Distinct experts of `layer` routed to since the last reset. */

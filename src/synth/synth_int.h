@@ -64,6 +64,11 @@ synth_gains synth_gains_of(const e0_synth_shape *s);
 
 /* ---- generators --------------------------------------------------------- */
 
+/* nb random blocks of ggml type `type` (Q4_K, Q6_K, Q5_0, Q8_0, Q5_K, Q4_0,
+ * IQ4_NL, IQ4_XS; nothing for others) whose dequantized values have std
+ * `std` and, per block (Q4_K: per sub-block), mean exactly 0 (synth_blocks.c). */
+void synth_gen_blocks(uint32_t type, double std, xrng *r, int64_t nb, uint8_t *out);
+
 #define SYNTH_GROUP 64
 
 /* Small tensors, one value at a time. */

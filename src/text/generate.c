@@ -411,6 +411,13 @@ struct e0_gen {
     e0_gen_result r;
     double t0, t1; /* begin, end of the prefill */
     bool finished;
+    /* e0_gen_advance: the id chosen and not evaluated yet (has_x), the
+     * last id a step drew, and the drafting pass's buffers: the verify
+     * pass's logits [2, vocab], the draft's q, the main model's p and the
+     * leftover max(0, p - q) [vocab] each, in one block (spec_lg) */
+    int32_t x, last_id;
+    bool has_x;
+    float *spec_lg, *spec_q, *spec_p, *spec_r;
 };
 
 void e0_gen_free(e0_gen *g) {
@@ -422,6 +429,7 @@ void e0_gen_free(e0_gen *g) {
     sampler_free(g->sm);
     free(g->piece);
     free(g->logits);
+    free(g->spec_lg);
     free(g);
 }
 
@@ -584,20 +592,37 @@ static void gen_finish(e0_gen *g) {
     }
 }
 
-int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
+/* A draft to decide on in a step (speculative sampling, e0_gen_advance):
+ * the id d drawn from q ([vocab], sampler_dist of the draft's logits). */
+typedef struct {
+    int32_t d;
+    const float *q;
+} gen_draft;
+
+/* The id sampled from logits, or with a draft (sampled, not greedy) the
+ * speculative sampling rule's (sampler_spec). */
+static int32_t gen_sample(e0_gen *g, const float *logits, const gen_draft *dr) {
+    if (!dr) return sampler_sample(g->sm, logits);
+    return sampler_spec(g->sm, logits, dr->d, dr->q, g->spec_p, g->spec_r);
+}
+
+/* One token from `logits`, the logits after position pos - 1 of the
+ * generation (the session may hold more: a verify pass's second id). */
+static int gen_step(e0_gen *g, const float *logits_in, int32_t pos, const gen_draft *dr, int32_t *next,
+                    char *err) {
     if (g->finished) return E0_GEN_DONE;
     if (g->done < g->n) return e0_fail(err, E0_EINVAL, "e0_gen_step before the prompt's prefill is done");
     const e0_config *c = g->c;
     const e0_sample_opts *o = &g->o;
     const e0_text *t = g->t;
     e0_gen_result *r = &g->r;
-    float *logits = g->logits;
+    float *logits = (float *)logits_in; /* constrain() masks them for the full mask */
     int rc = 0;
     chat_emit em;
     bool over = true;
     do {
         if (o->max_tokens > 0 && r->completion_tokens >= o->max_tokens) break;
-        if (e0_session_pos(g->s) >= g->s->n_ctx) {
+        if (pos >= g->s->n_ctx) {
             r->finish = E0_FINISH_CONTEXT;
             break;
         }
@@ -606,7 +631,8 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
             gram_matcher_check(g->gm, g->think.close_id)) {
             id = g->think.close_id; /* the reasoning's budget is spent: close it */
         } else {
-            id = sampler_sample(g->sm, logits);
+            id = gen_sample(g, logits, dr);
+            g->last_id = id;
             if (g->gm && (rc = constrain(g->gm, g->sm, logits, g->allowed, c->vocab, &id, r, err))) break;
             if (id < 0) { /* the grammar allows nothing: it is over */
                 r->finish = E0_FINISH_STOP;
@@ -662,6 +688,95 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
     return rc ? rc : E0_GEN_DONE;
 }
 
+int e0_gen_step(e0_gen *g, int32_t *next, char *err) {
+    const int rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, next, err);
+    g->has_x = rc == E0_GEN_EVAL; /* e0_gen_advance may evaluate it */
+    if (g->has_x) g->x = *next;
+    return rc;
+}
+
+/* ---- speculative decoding with the MTP block (edge0.h e0_session_draft) ------- */
+
+/* Whether the next pass may draft: the session can (its MTP state), the
+ * generation has room for two more ids (max_tokens: the last id alone is
+ * evaluated as without drafts), and the draw does not need the grammar's
+ * mask (sampling under a grammar would change p; greedy is exact: the
+ * main model's choice on the first row decides, grammar and all). */
+static bool spec_on(const e0_gen *g) {
+    const e0_sample_opts *o = &g->o;
+    if (!e0_session_can_draft(g->s) || (g->gm && !sampler_greedy(g->sm))) return false;
+    return !(o->max_tokens > 0 && g->r.completion_tokens >= o->max_tokens);
+}
+
+/* The buffers a drafting pass uses, made on the first. */
+static int spec_bufs(e0_gen *g, char *err) {
+    if (g->spec_lg) return 0;
+    const size_t V = (size_t)g->c->vocab;
+    g->spec_lg = malloc(5 * V * sizeof *g->spec_lg); /* verify [2, V], q, p, r */
+    if (!g->spec_lg) return e0_fail(err, E0_ENOMEM, "out of memory");
+    g->spec_q = g->spec_lg + 2 * V;
+    g->spec_p = g->spec_q + V;
+    g->spec_r = g->spec_p + V;
+    return 0;
+}
+
+/* One pass with a draft: x (chosen, not evaluated) and the block's draft d
+ * verified together; the first row's step decides d (greedy: the main
+ * model's choice equals it; sampled: the speculative rule), the second's
+ * gives the id after it when d stands. Ends as e0_gen_step's loop would:
+ * an id chosen and not evaluated in g->x, or done with the session as that
+ * loop leaves it (a verified id it would not have evaluated rolled back). */
+static int spec_pass(e0_gen *g, char *err) {
+    e0_session *s = g->s;
+    const int32_t x = g->x, P = e0_session_pos(s); /* x goes to position P */
+    const size_t V = (size_t)g->c->vocab;
+    int rc = spec_bufs(g, err);
+    if (!rc) rc = e0_session_draft(s, x, g->spec_r, err);
+    if (rc) return rc;
+    gen_draft dr = {.q = g->spec_q};
+    if (sampler_greedy(g->sm)) {
+        dr.d = sampler_sample(g->sm, g->spec_r); /* the choice the main model's row is compared with */
+    } else {
+        sampler_dist(g->sm, g->spec_r, g->spec_q);
+        dr.d = sampler_draw(g->sm, g->spec_q);
+    }
+    const int32_t two[2] = {x, dr.d};
+    if ((rc = e0_session_verify(s, two, g->spec_lg, err))) return rc;
+    int32_t a, b;
+    char ignored[E0_ERR_MAX]; /* a rollback right after its verify pass cannot fail */
+    rc = gen_step(g, g->spec_lg, P + 1, sampler_greedy(g->sm) ? NULL : &dr, &a, err);
+    if (rc != E0_GEN_EVAL) { /* done after x: d was never to be evaluated */
+        e0_session_rollback(s, g->last_id != dr.d, ignored);
+        return rc;
+    }
+    if (a != dr.d) {
+        g->x = a;
+        e0_session_rollback(s, true, ignored);
+        return E0_GEN_EVAL;
+    }
+    rc = gen_step(g, g->spec_lg + V, P + 2, NULL, &b, err);
+    if (rc == E0_GEN_EVAL) g->x = b;
+    return rc;
+}
+
+int e0_gen_advance(e0_gen *g, int32_t *next, char *err) {
+    int rc;
+    if (!g->has_x) { /* the first id, from the prefill's logits */
+        rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+        if (rc != E0_GEN_EVAL) return rc;
+        g->has_x = true;
+    }
+    if (spec_on(g)) {
+        rc = spec_pass(g, err);
+    } else {
+        rc = e0_session_eval(g->s, &g->x, 1, E0_LOGITS_LAST, g->logits, err);
+        if (!rc) rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+    }
+    g->has_x = rc == E0_GEN_EVAL;
+    if (g->has_x && next) *next = g->x;
+    return rc;
+}
+
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
                        e0_token_fn fn, void *user, e0_gen_result *r, char *err) {
     e0_gen *g;
@@ -670,9 +785,9 @@ int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, s
     int rc = e0_gen_begin(&g, s, t, prompt, n, o, fn, user, err);
     if (rc) return rc;
     rc = e0_gen_prefill(g, 0, err);
-    int32_t id;
-    while (!rc && (rc = e0_gen_step(g, &id, err)) == E0_GEN_EVAL)
-        rc = e0_session_eval(s, &id, 1, E0_LOGITS_LAST, e0_gen_logits(g), err);
+    if (!rc)
+        do rc = e0_gen_advance(g, NULL, err);
+        while (rc == E0_GEN_EVAL);
     *r = *e0_gen_get_result(g);
     e0_gen_free(g);
     return rc;

@@ -526,15 +526,20 @@ int32_t sampler_logprobs(const sampler *s, int32_t id, float *lp, int32_t n_top,
     return k;
 }
 
-int32_t sampler_sample(sampler *s, const float *logits) {
-    if (!logits) return E0_EINVAL;
+bool sampler_greedy(const sampler *s) {
+    /* also for a temperature so small that 1 / T overflows */
+    return s->p.temperature <= 0 || isinf(1.0f / s->p.temperature);
+}
+
+/* Stages 1-5 and the weights of stage 6: c[0..last_m) with weights
+ * w[0..last_m) summing to last_z (greedy: w[] the penalised logits in id
+ * order, and the argmax returned; else -1). What a draw then reads. */
+static int32_t filter(sampler *s, const float *logits) {
     const sampler_params *p = &s->p;
     cand *c = s->c;
     size_t n = (size_t)s->n_vocab;
     penalised_copy(s, logits, n);
-
-    /* greedy; also for a temperature so small that 1 / T overflows */
-    if (p->temperature <= 0 || isinf(1.0f / p->temperature)) {
+    if (sampler_greedy(s)) {
         s->last_greedy = true;
         s->last_m = n;
         return (int32_t)e0_argmax(s->w, n);
@@ -581,7 +586,17 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     s->last_greedy = false;
     s->last_m = m;
     s->last_z = z;
-    double u = rng_unit(s->rng) * z, cum = 0;
+    return -1;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits) {
+    if (!logits) return E0_EINVAL;
+    const int32_t g = filter(s, logits);
+    if (g >= 0) return g;
+    cand *c = s->c;
+    const float *w = s->w;
+    const size_t m = s->last_m;
+    double u = rng_unit(s->rng) * s->last_z, cum = 0;
     for (size_t i = 0; i < m; i++) {
         cum += w[i];
         if (u < cum) return c[i].id;
@@ -590,6 +605,47 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     for (size_t i = m; i-- > 0;)
         if (w[i] > 0) return c[i].id;
     return c[0].id;
+}
+
+void sampler_dist(sampler *s, const float *logits, float *p) {
+    const int32_t g = filter(s, logits);
+    memset(p, 0, (size_t)s->n_vocab * sizeof *p);
+    if (g >= 0) {
+        p[g] = 1.0f;
+        return;
+    }
+    for (size_t i = 0; i < s->last_m; i++)
+        p[s->c[i].id] = (float)(s->w[i] / s->last_z);
+}
+
+int32_t sampler_draw(sampler *s, const float *w) {
+    const size_t n = (size_t)s->n_vocab;
+    double z = 0, cum = 0;
+    for (size_t i = 0; i < n; i++)
+        z += w[i];
+    if (!(z > 0)) return -1;
+    const double u = rng_unit(s->rng) * z;
+    for (size_t i = 0; i < n; i++) {
+        cum += w[i];
+        if (u < cum && w[i] > 0) return (int32_t)i;
+    }
+    for (size_t i = n; i-- > 0;) /* u on the rounding slack: the last with weight */
+        if (w[i] > 0) return (int32_t)i;
+    return -1;
+}
+
+double sampler_unit(sampler *s) {
+    return rng_unit(s->rng);
+}
+
+int32_t sampler_spec(sampler *s, const float *logits, int32_t d, const float *q, float *p, float *rest) {
+    sampler_dist(s, logits, p);
+    const double u = rng_unit(s->rng);
+    if (u * (double)q[d] < (double)p[d]) return d; /* u < p(d) / q(d) */
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        rest[i] = p[i] > q[i] ? p[i] - q[i] : 0.0f;
+    const int32_t id = sampler_draw(s, rest);
+    return id >= 0 ? id : sampler_draw(s, p); /* p == q: nothing left over, p itself */
 }
 
 static inline bool allowed_id(const uint32_t *allowed, int32_t id) {

@@ -105,6 +105,31 @@ int32_t sampler_resample(sampler *s, const uint32_t *allowed);
 #define SAMPLER_LOGPROB_MIN (-9999.0f) /* OpenAI's value for "impossible": JSON has no -inf */
 int32_t sampler_logprobs(const sampler *s, int32_t id, float *lp, int32_t n_top, int32_t *top_ids, float *top_lps);
 
+/* ---- Speculative sampling (text/generate.c, with the MTP block's drafts) --
+ * Leviathan et al.'s rule: a draft id d drawn from q is kept with
+ * probability min(1, p(d) / q(d)), else an id is drawn from
+ * norm(max(0, p - q)); the kept id is then distributed as p exactly. p and
+ * q are sampler_dist of the main model's and the draft's logits. */
+
+/* Temperature 0 (or one whose inverse overflows): sampler_sample is the argmax. */
+bool sampler_greedy(const sampler *s);
+/* p[vocab] = the distribution sampler_sample would draw from on these
+ * logits (0 for the tokens the filters dropped; greedy: 1 on the argmax),
+ * nothing drawn. Leaves the state sampler_sample leaves (sampler_logprobs
+ * describes this distribution). */
+void sampler_dist(sampler *s, const float *logits, float *p);
+/* A draw from the non-negative weights w[vocab] (normalised here) with the
+ * sampler's PRNG; -1 when they are all 0. */
+int32_t sampler_draw(sampler *s, const float *w);
+/* A uniform number in [0, 1) from the sampler's PRNG (53 bits). */
+double sampler_unit(sampler *s);
+/* The rule on the main model's logits for the draft d ~ q ([vocab], q[d]
+ * > 0): p = sampler_dist(logits) into p, then d with probability
+ * min(1, p(d) / q(d)), else a draw from norm(max(0, p - q)) (built in
+ * rest [vocab]; p itself when nothing is left over, p == q). The state is
+ * sampler_dist's: sampler_logprobs describes p. */
+int32_t sampler_spec(sampler *s, const float *logits, int32_t d, const float *q, float *p, float *rest);
+
 /* Stage 1 alone, in place on logits [vocab]: what the penalties do to the
  * logits given the current window. */
 void sampler_penalize(sampler *s, float *logits);

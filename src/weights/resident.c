@@ -68,11 +68,11 @@ static size_t unused_spans(const e0_model *m, st_span *v) {
 
 int model_pin_resident(e0_model *m, uint64_t *pinned, char *err) {
     size_t cap = st_count(m->st), n = 0;
-    for (int li = 0; li < m->cfg.n_layers; li++)
+    for (int li = 0; li < model_layers(m); li++) /* the MTP block's experts are streamed too */
         if (m->layers[li].moe && m->layers[li].experts) cap += 9 * (size_t)m->cfg.n_experts;
     st_span *v = malloc((cap ? cap : 1) * sizeof *v);
     if (!v) return e0_fail(err, E0_ENOMEM, "out of memory");
-    for (int li = 0; li < m->cfg.n_layers; li++) {
+    for (int li = 0; li < model_layers(m); li++) {
         const e0_layer *ly = &m->layers[li];
         if (!ly->moe || !ly->experts) continue;
         for (int e = 0; e < m->cfg.n_experts; e++) {
@@ -207,7 +207,11 @@ static int repack_experts(repacker *R, const e0_config *c, e0_layer *ly) {
 /* One pass over every matrix that qualifies: counting (R->dry) or repacking. */
 static void repack_all(repacker *R, e0_model *m) {
     if (m->lm_head.w != m->embed.w) repack_mat(R, &m->lm_head); /* tied: the lookup reads rows */
-    for (int li = 0; li < m->cfg.n_layers; li++) {
+    if (m->mtp.on) {
+        repack_mat(R, &m->mtp.eh_proj);
+        if (m->mtp.head.rows && m->mtp.head.w != m->mtp.embed.w) repack_mat(R, &m->mtp.head);
+    }
+    for (int li = 0; li < model_layers(m); li++) { /* the MTP block's layer too */
         e0_layer *l = &m->layers[li];
         /* not the routers: mat_matmul_f32 has no panel kernel */
         e0_mat *mats[] = {&l->q,       &l->k,     &l->v,       &l->o,        &l->qkvz,

@@ -392,6 +392,30 @@ static int check_model_path(const char *path, char *err) {
     return 0; /* config_load says what is missing */
 }
 
+/* The MTP block of an HF (or mlx) folder, as the published Qwen3.5 / 3.6
+ * checkpoints carry it (mtp.fc, mtp.pre_fc_norm_*, mtp.layers.N.*,
+ * mtp.norm): described in m->mtp (its layers and bytes), not loaded
+ * (model_mtp_load does). */
+static const char *folder_mtp_prefix(const e0_model *m) {
+    return st_get(m->st, "mtp.fc.weight") ? "mtp." : st_get(m->st, "model.mtp.fc.weight") ? "model.mtp." : NULL;
+}
+
+static void folder_mtp(e0_model *m) {
+    const char *pre = folder_mtp_prefix(m);
+    if (!pre) return;
+    const size_t np = strlen(pre);
+    for (size_t k = 0; k < st_count(m->st); k++) {
+        const st_tensor *t = st_at(m->st, k);
+        int li;
+        if (strncmp(t->name, pre, np) != 0) continue;
+        m->mtp.n_tensors++;
+        m->mtp.bytes += t->nbytes;
+        if (sscanf(t->name + np, "layers.%d.", &li) == 1 && li >= 0 && li < 1024 && li + 1 > m->mtp.n_layers)
+            m->mtp.n_layers = li + 1;
+    }
+    m->cfg.mtp_layers = m->mtp.n_layers;
+}
+
 int model_load(e0_model *m, const char *dir, char *err) {
     memset(m, 0, sizeof *m);
     int prc = check_model_path(dir, err);
@@ -452,6 +476,7 @@ int model_load(e0_model *m, const char *dir, char *err) {
     for (int li = 0; li < c->n_layers; li++)
         if ((rc = load_layer(&L, li))) goto fail;
     if (!m->layout) m->layout = L.mlx ? "mlx" : "hf";
+    folder_mtp(m);
     if ((rc = finish_load(m, err))) goto fail;
     return 0;
 fail:
@@ -775,7 +800,7 @@ static int load_gguf(loader *L, const char *path) {
 
 void model_free(e0_model *m) {
     if (m->layers)
-        for (int li = 0; li < m->cfg.n_layers; li++) {
+        for (int li = 0; li < model_layers(m); li++) {
             e0_layer *ly = &m->layers[li];
             free(ly->in_norm);
             free(ly->post_norm);
@@ -790,10 +815,106 @@ void model_free(e0_model *m) {
         }
     free(m->layers);
     free(m->mtp.layers);
+    free(m->mtp.enorm);
+    free(m->mtp.hnorm);
+    free(m->mtp.head_norm);
     free(m->used);
     free(m->final_norm);
     free(m->rope_inv_freq);
     st_set_free(m->st);
     config_free(&m->cfg);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- the MTP block computed ------------------------------------------------ */
+
+/* GGUF: blk.N (N = the main layers) as a full-attention layer with its MoE,
+ * and nextn.*. The norms are multipliers already, as every GGUF norm. */
+static int gguf_mtp_views(loader *L, e0_layer *ly) {
+    e0_model *m = L->m;
+    e0_mtp *x = &m->mtp;
+    const e0_config *c = &m->cfg;
+    const int blk = c->n_layers;
+    const int64_t H = c->hidden, V = c->vocab;
+    char nm[NAME_MAX_LEN];
+    int rc;
+    if ((rc = get_gvec(L, GNAME("%s", blk, "attn_norm.weight"), H, &ly->in_norm)) ||
+        (rc = get_gvec(L, GNAME("%s", blk, gguf_post_norm(c)), H, &ly->post_norm)) ||
+        (rc = gguf_attention(L, ly, blk)) || (rc = gguf_moe(L, ly, blk)) ||
+        (rc = get_gmat(L, GNAME("%s", blk, "nextn.eh_proj.weight"), 0, H, 2 * H, &x->eh_proj)) ||
+        (rc = get_gvec(L, GNAME("%s", blk, "nextn.enorm.weight"), H, &x->enorm)) ||
+        (rc = get_gvec(L, GNAME("%s", blk, "nextn.hnorm.weight"), H, &x->hnorm)))
+        return rc;
+    if (st_get(m->st, GNAME("%s", blk, "nextn.shared_head_norm.weight")) &&
+        (rc = get_gvec(L, nm, H, &x->head_norm)))
+        return rc;
+    if (st_get(m->st, GNAME("%s", blk, "nextn.embed_tokens.weight")) &&
+        (rc = get_gmat(L, nm, 0, V, H, &x->embed)))
+        return rc;
+    if (st_get(m->st, GNAME("%s", blk, "nextn.shared_head_head.weight")) &&
+        (rc = get_gmat(L, nm, 0, V, H, &x->head)))
+        return rc;
+    return 0;
+}
+
+/* A folder's mtp.* (or model.mtp.*): layers.0 as a full-attention layer
+ * with its MoE, fc, the norms. They are in the Hugging Face form whatever
+ * the folder's layout: zero-centred norms (shifted here), experts in their
+ * own layout (edge0 convert --keep-mtp copies them as the source has them;
+ * mlx-lm drops them). */
+static int folder_mtp_views(loader *L, e0_layer *ly) {
+    e0_model *m = L->m;
+    e0_mtp *x = &m->mtp;
+    const int64_t H = m->cfg.hidden;
+    const char *p = folder_mtp_prefix(m);
+    char b[64], nm[NAME_MAX_LEN];
+    snprintf(b, sizeof b, "%slayers.0.", p);
+    L->mlx = false;
+    m->layout = NULL; /* load_moe: the block's own expert layout */
+    int rc;
+    if ((rc = get_norm(L, NAME("%sinput_layernorm.weight", b), H, &ly->in_norm)) ||
+        (rc = get_norm(L, NAME("%spost_attention_layernorm.weight", b), H, &ly->post_norm)) ||
+        (rc = load_attention(L, ly, b)) || (rc = load_moe(L, ly, b, m->cfg.n_layers)) ||
+        (rc = get_mat(L, NAME("%sfc", p), 0, H, 2 * H, &x->eh_proj)) ||
+        (rc = get_norm(L, NAME("%spre_fc_norm_embedding.weight", p), H, &x->enorm)) ||
+        (rc = get_norm(L, NAME("%spre_fc_norm_hidden.weight", p), H, &x->hnorm)) ||
+        (rc = get_norm(L, NAME("%snorm.weight", p), H, &x->head_norm)))
+        return rc;
+    return 0;
+}
+
+int model_mtp_load(e0_model *m, char *err) {
+    const e0_config *c = &m->cfg;
+    const char *file = st_file_path(m->st, 0);
+    if (m->mtp.on) return 0;
+    if (!m->mtp.n_layers)
+        return e0_fail(err, E0_ENOTFOUND,
+                       "%s has no multi-token-prediction (MTP) block to draft with (GGUF: no "
+                       "nextn_predict_layers; Hugging Face: no mtp.* tensors)",
+                       file);
+    if (m->mtp.n_layers != 1)
+        return e0_fail(err, E0_EUNSUPPORTED,
+                       "%s has %d MTP blocks; edge0 drafts with one block (one token ahead)", file,
+                       m->mtp.n_layers);
+    e0_layer *grown = realloc(m->layers, ((size_t)c->n_layers + 1) * sizeof *grown);
+    if (!grown) return e0_fail(err, E0_ENOMEM, "out of memory");
+    m->layers = grown;
+    e0_layer *ly = &m->layers[c->n_layers];
+    memset(ly, 0, sizeof *ly);
+    ly->moe = true; /* a full-attention layer with its MoE */
+    m->mtp.on = true; /* from here model_free frees the layer, whatever loads */
+    const bool gguf = !strcmp(m->layout, "gguf");
+    loader L = {.m = m, .cfgname = gguf ? "the GGUF metadata" : "config.json", .mlx = gguf, .mark = 1, .err = err};
+    const char *layout = m->layout;
+    const uint64_t experts = m->expert_bytes;
+    int rc = gguf ? gguf_mtp_views(&L, ly) : folder_mtp_views(&L, ly);
+    m->layout = layout; /* the main layers' (load_moe set the block's) */
+    if (rc) {
+        m->expert_bytes = experts;
+        return e0_wrap(err, rc, "the MTP block");
+    }
+    m->weight_bytes = 0; /* its tensors are the model's now */
+    for (size_t k = 0; k < st_count(m->st); k++)
+        if (m->used[k] == 1) m->weight_bytes += st_at(m->st, k)->nbytes;
+    return 0;
 }

@@ -74,10 +74,10 @@ typedef struct {
  * expert, and the nextn.* tensors that feed it the next token's embedding
  * beside the main model's last hidden state. Every tensor is found and
  * checked at load (shape against the config, a type edge0 computes with),
- * and none of their bytes is read: they stay out of the resident set,
- * --io load, the expert cache and the memory plan (e0_model.used).
- * Nothing computes with the block yet; speculative decoding will. NULL:
- * absent (only the last three may be). */
+ * and none of their bytes is read unless the model computes the block
+ * (model_mtp_load, e0_mtp.on: speculative decoding): until then they stay
+ * out of the resident set, --io load, the expert cache and the memory plan
+ * (e0_model.used). NULL: absent (only the last three may be). */
 typedef struct {
     int blk;                                          /* its blk index */
     const st_tensor *attn_norm, *post_norm;           /* [H] */
@@ -93,10 +93,25 @@ typedef struct {
 } e0_mtp_layer;
 
 typedef struct {
-    int n_layers;          /* cfg.mtp_layers */
-    e0_mtp_layer *layers;  /* [n_layers] */
+    int n_layers;          /* cfg.mtp_layers (HF / mlx folders: the mtp.layers.N present) */
+    e0_mtp_layer *layers;  /* [n_layers] (GGUF; NULL for folders) */
     int n_tensors;
     uint64_t bytes;        /* all their tensors */
+    /* The block the model computes (model_mtp_load): the first one, whose
+     * decoder layer is e0_model.layers[cfg.n_layers]; the rest here. For
+     * position t it reads the main model's hidden state at t after the
+     * final norm (hidden) and the embedding of the id at t + 1 (emb):
+     *   x = eh_proj([enorm(emb) | hnorm(hidden)]); x = layer(x);
+     *   logits = head(head_norm(x))   (predicting the id at t + 2)
+     * (tools/train/qwen35.py's docstring has where this convention comes
+     * from: vLLM's Qwen3.5 MTP module). */
+    bool on;
+    e0_mat eh_proj;               /* [H, 2H]: [normed embedding | normed hidden] -> H */
+    float *enorm, *hnorm;         /* [H], shift folded in */
+    float *head_norm;             /* [H]: the block's own, else NULL (final_norm) */
+    e0_mat embed, head;           /* [V, H]: the block's own; rows 0: the main model's
+                                     (read through model_mtp_embed / _head: a repack
+                                     rewrites the main ones' views) */
 } e0_mtp;
 
 typedef struct {
@@ -106,17 +121,33 @@ typedef struct {
     e0_mat embed;       /* [V, H] */
     e0_mat lm_head;     /* [V, H] */
     float *final_norm;  /* [H] */
-    e0_layer *layers;
+    e0_layer *layers;     /* [model_layers(m)]: the main layers, then the MTP block's when on */
     float *rope_inv_freq; /* [rotary_dim / 2] */
     uint64_t weight_bytes, expert_bytes; /* the tensors the model computes with; the routed experts */
-    e0_mtp mtp;                          /* a GGUF file's MTP blocks (none: n_layers 0) */
+    e0_mtp mtp;                          /* the MTP blocks (none: n_layers 0) */
     /* [st_count]: 1 for every tensor the model computes with. The others
-     * (the MTP blocks; in HF and mlx folders mtp.*, vision and any tensor
-     * no loader looks up) are never pinned, loaded or counted */
+     * (the MTP blocks unless computed (2 in GGUF files); in HF and mlx
+     * folders vision and any tensor no loader looks up) are never pinned,
+     * loaded or counted */
     uint8_t *used;
 } e0_model;
 
 int model_load(e0_model *m, const char *dir, char *err);
+/* After model_load: the first MTP block made part of the model (e0_mtp.on):
+ * its views built, its tensors counted in weight_bytes (and its experts in
+ * expert_bytes) and marked used, so that pinning, --io load and the memory
+ * plan take it like a layer. E0_ENOTFOUND naming the file when it has no
+ * block; E0_EUNSUPPORTED for more than one (edge0 drafts one token). */
+int model_mtp_load(e0_model *m, char *err);
+/* The MTP block's embedding and head: its own, else the main model's. */
+static inline const e0_mat *model_mtp_embed(const e0_model *m) {
+    return m->mtp.embed.rows ? &m->mtp.embed : &m->embed;
+}
+static inline const e0_mat *model_mtp_head(const e0_model *m) {
+    return m->mtp.head.rows ? &m->mtp.head : &m->lm_head;
+}
+/* The layers the model computes: the main ones, and the MTP block's. */
+static inline int model_layers(const e0_model *m) { return m->cfg.n_layers + (m->mtp.on ? 1 : 0); }
 /* After st_set_load: rewrites the loaded copy's 4-bit matrices that the
  * compute paths read with mat_matmul (not routers, not the embedding) into
  * the 16-row panel layout (mat.h), in place, and points their views at it.
