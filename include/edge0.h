@@ -101,8 +101,8 @@ typedef enum {
     E0_MTP_OFF = 0, /* the block is not loaded (the library's default) */
     E0_MTP_ON,      /* loaded and computed: open fails when the checkpoint has no block or
                        the engine computes on a GPU (MTP is CPU-only for now) */
-    E0_MTP_AUTO,    /* on when the checkpoint has one block and the engine computes on the
-                       CPU, else off (the CLI's default) */
+    E0_MTP_AUTO,    /* on where drafting pays; none measured so far pays, so off (the CLI's
+                       default; session.c resolve_mtp) */
 } e0_mtp_mode;
 /* The mode's name as `--mtp` spells it ("off", "on", "auto"). */
 const char *e0_mtp_name(e0_mtp_mode m);

@@ -531,7 +531,7 @@ static void test_mtp_open(void **state) {
     printf("  --mtp on, no block: %s\n", err);
     assert_non_null(strstr(err, "model-Q8_0-nomtp.gguf"));
     assert_non_null(strstr(err, "no multi-token-prediction (MTP) block"));
-    /* auto: off without a block, on with one */
+    /* auto: off, with a block or without (until drafting pays: session.c resolve_mtp) */
     o.mtp = E0_MTP_AUTO;
     e0_model_info info;
     if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0-nomtp.gguf", &o, err)) fail_msg("%s", err);
@@ -543,6 +543,11 @@ static void test_mtp_open(void **state) {
     assert_int_equal(e0_session_draft(s, 1, q, err), E0_EINVAL);
     e0_session_free(s);
     e0_engine_free(e);
+    if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
+    e0_engine_info(e, &info);
+    assert_int_equal(info.mtp_on, 0);
+    e0_engine_free(e);
+    o.mtp = E0_MTP_ON;
     if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
     e0_engine_info(e, &info);
     assert_int_equal(info.mtp_on, 1);
@@ -593,7 +598,7 @@ static void test_mtp_cli(void **state) {
              "%s bench %s --prefill 16 --decode 48 --skip-cold --mtp-accept 0.8 --threads 2 > %s/bench.txt 2>&1\n"
              "grep -q 'forced), ' %s/bench.txt\n"
              "grep -q 'the same ids' %s/bench.txt\n"
-             "%s bench %s --prefill 16 --decode 16 --skip-cold --json --threads 2 2>/dev/null | grep -q "
+             "%s bench %s --prefill 16 --decode 16 --skip-cold --json --mtp on --threads 2 2>/dev/null | grep -q "
              "decode_mtp_acceptance\n"
              "%s bench --help | grep -q mtp-accept\n",
              bin, q8, dir, bin, q8, dir, dir, dir, dir, bin, q8, dir, bin, q8, dir, dir, dir, bin, q8, dir, dir, dir,
