@@ -61,7 +61,11 @@ int main(int argc, char **argv) {
         printf("%4.0f%% (%5d slots):", 100 * shares[s], slots);
         for (int p = 0; p < CACHESIM_N; p++) {
             uint64_t h;
-            if (cachesim_run((cachesim_policy)p, keys, n, from, (uint32_t)(L * E), slots, slots, &h,
+            if (p == CACHESIM_ROUTER || p == CACHESIM_RECENT) { /* they need the router's logits */
+                printf(" %s -", cachesim_name((cachesim_policy)p));
+                continue;
+            }
+            if (cachesim_run((cachesim_policy)p, keys, n, from, (uint32_t)(L * E), slots, slots, NULL, &h,
                              err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
@@ -73,7 +77,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof half_lives / sizeof *half_lives; i++) {
             uint64_t h;
             cachesim_run(CACHESIM_LFU, keys, n, from, (uint32_t)(L * E), slots,
-                         half_lives[i] * slots, &h, err);
+                         half_lives[i] * slots, NULL, &h, err);
             printf(" %g:%.1f%%", half_lives[i], 100.0 * (double)h / (double)(n - from));
         }
         printf("\n");
