@@ -397,20 +397,22 @@ static void test_mtp_matches_hf(void **state) {
     e0_set_kernels(E0_KERNELS_AUTO);
 }
 
-/* `info` names the MTP draft head and its bytes (loaded for drafts by
- * default, --mtp auto; checked only with --mtp off); demo, chat and serve
- * run on the MTP file alone. */
+/* `info` names the MTP draft head and its bytes (loaded for drafts with
+ * --mtp on; checked only by default, --mtp auto, and with --mtp off); demo,
+ * chat and serve run on the MTP file alone. */
 static void test_mtp_cli(void **state) {
     (void)state;
     char *dir = tu_tmpdir(), cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "%s info %s > %s/info.txt 2>&1 && grep -q '4 layers (4 MoE)' %s/info.txt && "
+             "%s info %s --mtp on > %s/info.txt 2>&1 && grep -q '4 layers (4 MoE)' %s/info.txt && "
              "grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (loaded, in the weights above' "
              "%s/info.txt && %s info %s --mtp off | grep -q '^MTP draft head: 1 layer, 0.04 MiB in the "
              "file (checked; not loaded: --mtp off)' && "
-             "%s info %s --json | grep -q '\"mtp_layers\":1,\"mtp_bytes\":37440,\"mtp\":true'",
+             "%s info %s | grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (checked; not loaded: "
+             "--mtp auto does not draft yet' && "
+             "%s info %s --json --mtp on | grep -q '\"mtp_layers\":1,\"mtp_bytes\":37440,\"mtp\":true'",
              tu_bin(), mtp_path("model-Q8_0"), dir, dir, dir, tu_bin(), mtp_path("model-Q8_0"), tu_bin(),
-             mtp_path("model-Q8_0"));
+             mtp_path("model-Q8_0"), tu_bin(), mtp_path("model-Q8_0"));
     if (tu_run(cmd) != 0) fail_msg("edge0 info on the MTP file (see %s/info.txt)", dir);
     snprintf(cmd, sizeof cmd, "cat %s/info.txt", dir);
     tu_run(cmd);

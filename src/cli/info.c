@@ -117,6 +117,8 @@ int cmd_info(int argc, char **argv) {
                in->mtp_on ? "loaded, in the weights above: speculative decoding drafts with it"
                : ce.eo.mtp == E0_MTP_OFF ? "checked; not loaded: --mtp off"
                : in->mtp_layers != 1    ? "checked; not loaded: edge0 drafts with one block"
+               : ce.eo.mtp == E0_MTP_AUTO
+                   ? "checked; not loaded: --mtp auto does not draft yet, --mtp on does"
                                         : "checked; not loaded: MTP is CPU-only for now");
     printf("per sequence: KV cache (%s) %.1f MiB per 1000 tokens of context; DeltaNet state %.1f "
            "MiB\n",
