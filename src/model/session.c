@@ -608,6 +608,12 @@ static int batch_failed(e0_session *const *ss, size_t n, int rc, char *err) {
     return e0_wrap(err, rc, "evaluation failed; the %zu sessions were reset", n);
 }
 
+/* The same for one session's evaluation. */
+static int session_failed(e0_session *s, int rc, char *err) {
+    e0_session_reset(s);
+    return e0_wrap(err, rc, "evaluation failed; the session was reset");
+}
+
 void pass_release(e0_pass *p) {
     free(p->gids);
     p->gids = NULL;
@@ -827,10 +833,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     const double t0 = now_s();
     if (s->gs) {
         int rc = session_gpu_eval(s, ids, n, mode, logits, err);
-        if (rc) {
-            e0_session_reset(s);
-            return e0_wrap(err, rc, "evaluation failed; the session was reset");
-        }
+        if (rc) return session_failed(s, rc, err);
         n = n > 1 ? n : 1;
         e0_engine *eg = s->eng;
         *(n > 1 ? &eg->prefill_tokens : &eg->decode_tokens) += n;
@@ -844,10 +847,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         e0_run run;
         const e0_batch b = batch_one(s, T, &run);
         int rc = forward(&b, ids + done, err);
-        if (rc) { /* the states are partly updated: start over */
-            e0_session_reset(s);
-            return e0_wrap(err, rc, "evaluation failed; the session was reset");
-        }
+        if (rc) return session_failed(s, rc, err); /* the states are partly updated: start over */
         if (mode == E0_LOGITS_ALL) {
             rmsnorm(s->s.x, m->final_norm, H, T, c->rms_eps, s->s.h);
             batch_matmul(&b, &m->lm_head, s->s.h, H, logits + done * V, V);
@@ -856,17 +856,11 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
             mat_matmul_decode(&m->lm_head, s->s.h, H, 1, logits, V); /* as pass_logits */
         }
         mtp_take(s, s->s.x, T); /* after the logits: the block's pass overwrites the scratch */
-        if ((rc = mtp_catch_up(s, err))) {
-            e0_session_reset(s);
-            return e0_wrap(err, rc, "evaluation failed; the session was reset");
-        }
+        if ((rc = mtp_catch_up(s, err))) return session_failed(s, rc, err);
         done += (size_t)T;
     }
     int frc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
-    if (frc) {
-        e0_session_reset(s);
-        return e0_wrap(err, frc, "evaluation failed; the session was reset");
-    }
+    if (frc) return session_failed(s, frc, err);
     e0_engine *e = s->eng;
     if (n > 1) {
         e->prefill_tokens += n;
@@ -898,7 +892,8 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     const uint64_t read0 = stream_bytes_read(s->eng->stream);
     mtp_before(s, ids[0]);
     e0_mtp_state *t = s->mtp;
-    if (t->sync && t->npend > 0 && (rc = mtp_catch_up_with(s, ids[0], err))) goto fail;
+    if (t->sync && t->npend > 0 && (rc = mtp_catch_up_with(s, ids[0], err)))
+        return session_failed(s, rc, err);
     e0_run run;
     e0_batch b = batch_one(s, 2, &run);
     b.decode = true;
@@ -906,7 +901,7 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     rc = forward(&b, ids, err);
     t->keep = false;
     if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
-    if (rc) goto fail;
+    if (rc) return session_failed(s, rc, err);
     rmsnorm(s->s.x, m->final_norm, H, 2, c->rms_eps, s->s.h);
     mat_matmul_decode(&m->lm_head, s->s.h, H, 2, logits, c->vocab); /* each row as a step's */
     mtp_take(s, s->s.x, 2); /* held: ids[1] may be rejected */
@@ -917,9 +912,6 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     e->decode_s += now_s() - t0;
     e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
     return 0;
-fail:
-    e0_session_reset(s);
-    return e0_wrap(err, rc, "evaluation failed; the session was reset");
 }
 
 int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, float *logits,

@@ -357,9 +357,7 @@ static void after_call(e0_stream *s, int layer, const float *x, const e0_batch *
     bool staging = s->o.path == E0_PATH_STAGED ||
                    (s->o.path == E0_PATH_AUTO && lo->staged && k == lo->staged_trigger);
     if (staging) {
-        int next = -1;
-        for (int l = layer + 1; l < s->n_main && next < 0; l++)
-            if (s->m->layers[l].moe) next = l;
+        const int next = next_moe(s, layer);
         if (next >= 0) {
             predict(s, next, x + (size_t)(b->T - 1) * s->H);
             stage(s, next);
@@ -405,8 +403,8 @@ int stream_experts(e0_stream *s, int layer, const float *x, const e0_batch *b, c
     /* guesses at the next layer's experts (decode: each sequence's; prefill:
      * the pass's union), while prefetch_cap allows (on the exact path every
      * routed expert is in rest, so exact_experts runs) */
-    const bool spec =
-        path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 && lo->prefetch_threads > 0;
+    const bool spec = path == E0_PATH_EXACT && s->xc && lo->prefetch_cap > 0 &&
+                      lo->prefetch_threads > 0;
     if (r.nrest)
         rc = exact_experts(s, layer, r.rest, r.rstart, r.nrest, r.rpairs, x, k, eo, ws, T, decode,
                            spec, err);

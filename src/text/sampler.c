@@ -634,10 +634,6 @@ int32_t sampler_draw(sampler *s, const float *w) {
     return -1;
 }
 
-double sampler_unit(sampler *s) {
-    return rng_unit(s->rng);
-}
-
 int32_t sampler_spec(sampler *s, const float *logits, int32_t d, const float *q, float *p, float *rest) {
     sampler_dist(s, logits, p);
     const double u = rng_unit(s->rng);

@@ -121,8 +121,6 @@ void sampler_dist(sampler *s, const float *logits, float *p);
 /* A draw from the non-negative weights w[vocab] (normalised here) with the
  * sampler's PRNG; -1 when they are all 0. */
 int32_t sampler_draw(sampler *s, const float *w);
-/* A uniform number in [0, 1) from the sampler's PRNG (53 bits). */
-double sampler_unit(sampler *s);
 /* The rule on the main model's logits for the draft d ~ q ([vocab], q[d]
  * > 0): p = sampler_dist(logits) into p, then d with probability
  * min(1, p(d) / q(d)), else a draw from norm(max(0, p - q)) (built in
