@@ -10,6 +10,9 @@
 #   on a source tree of the kit's llama.cpp) and build_llama.sh (the kit's, its target list cut to
 #   `--target llama-bench`); XZ_OPT=-1 tar -cJf .peer/gpu.tar.xz .gpu
 # run with carry [".peer"]: tar -xJf .peer/gpu.tar.xz && DL=570 bash .gpu/run.sh
+# Two calls on one warm machine (session 33): PREP=1 runs the tests and leaves the llama.cpp build and
+# the synth files running (setsid) for the next call, which skips what is already there; see
+# bench/gpu/train-call.sh.
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
 T0=$(date +%s)
@@ -18,12 +21,16 @@ DL=${DL:-570}
 el() { echo "($(( $(date +%s) - T0 )) s)"; }
 left() { [ $(( $(date +%s) - T0 )) -lt $((DL - $1)) ]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
 # SHORT=1 (a call of a few minutes): no llama.cpp build, no same runs
-[ -n "${SHORT:-}" ] || CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
-( .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /tmp/synth30.log 2>&1
-  .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf /dev/shm/q36.gguf > /tmp/synth36.log 2>&1 ) &
-SP=$!
+if [ -z "${SHORT:-}" ] && [ ! -e /tmp/llama.started ]; then
+    touch /tmp/llama.started
+    mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
+    CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
+fi
+[ -s /dev/shm/q36.gguf.done ] || setsid nohup bash -c '.gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /tmp/synth30.log 2>&1
+  .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf /dev/shm/q36.gguf > /tmp/synth36.log 2>&1; echo ok > /dev/shm/q36.gguf.done' < /dev/null > /dev/null 2>&1 &
+synth_wait() { while [ ! -s /dev/shm/q36.gguf.done ]; do sleep 2; done; }
+if [ -z "${TESTED:-}" ]; then
 echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 120 .gpu/bin/test_gpu 2>&1 | grep -v "not here"
 echo "=== serve on the GPU: the tiny Qwen3.5-MoE GGUF fixture, --parallel 2, two requests at once $(el)"
@@ -33,7 +40,9 @@ grep -E "serving|GPU|rror" /tmp/serve1.log | head -4
 echo "=== the same with the slots decoded in one pass (E0_GPU_BATCH=1) $(el)"
 E0_GPU_BATCH=1 .gpu/bin/edge0 serve .gpu/shared/gguf/tiny-qwen35moe/model-Q4_K_M.gguf --gpu 0 --port 8197 --parallel 2 > /tmp/serve3.log 2>&1 &
 timeout 30 python3 scripts/serve_smoke.py 8197 2; pkill -f "serve .gpu/shared"; sleep 1
-wait $SP; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
+fi
+if [ -n "${PREP:-}" ]; then echo "=== end (prep: llama.cpp build and synth left running) $(el)"; exit 0; fi
+synth_wait; tail -1 /tmp/synth30.log; tail -1 /tmp/synth36.log
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 ncu30() {
 echo "=== ncu: q30 all resident after a 512-id prompt, decode 2, graphs off so that each launch is seen $(el)"

@@ -152,6 +152,16 @@ def evaluate(model, valid, args, device, amp):
     return {k: v / len(offs) for k, v in sums.items()}
 
 
+def test_ppl(model, ids, args, device, amp):
+    """Perplexity over every whole seq_len window of ids (each window starts from an empty context)."""
+    w = (len(ids) - 1) // args.seq_len
+    saved = args.valid_windows
+    args.valid_windows = w
+    v = evaluate(model, ids, args, device, amp)
+    args.valid_windows = saved
+    print(f"test: {w * args.seq_len} ids, loss {v['ce']:.4f} ppl {math.exp(v['ce']):.2f}", flush=True)
+
+
 def lr_at(step, args):
     """Linear warm-up, then cosine decay to lr * min_lr_frac."""
     if step < args.warmup:
@@ -198,6 +208,11 @@ def main():
     ap.add_argument("--export-dtype", default="bf16", choices=("bf16", "f32"))
     ap.add_argument("--tokenizer", help="folder whose tokenizer files go into the export")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/train.pt")
+    ap.add_argument("--time-budget", type=float,
+                    help="seconds for the whole run: --steps is cut to what fits after timing the first "
+                         "--time-probe steps (the log says the count; pass it as --steps to reproduce)")
+    ap.add_argument("--time-probe", type=int, default=30, help="steps timed for --time-budget")
+    ap.add_argument("--test", help="held-out ids: perplexity over all of them at the end")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -267,7 +282,19 @@ def main():
     model.train()
     t0 = time.time()
     log_valid()
+    probe_from = None
     while step < args.steps:
+        if args.time_budget and probe_from is None:
+            probe_from = (step, time.time())
+        elif args.time_budget and step == probe_from[0] + args.time_probe:
+            per = (time.time() - probe_from[1]) / args.time_probe
+            # what stays for the rest: evaluations (a step's worth each, about), the test pass, export
+            left = args.time_budget - (time.time() - t0) - 60
+            fit = step + max(0, int(left / (per * (1 + 2.0 / args.eval_every))))
+            if fit < args.steps:
+                args.steps = fit
+            print(f"time budget {args.time_budget:.0f}s: {per * 1000:.1f} ms a step -> {args.steps} steps",
+                  flush=True)
         offs = rng.integers(0, len(train) - n + 1, size=args.batch)
         x = batch_at(train, offs, n).to(device)
         for g in opt.param_groups:
@@ -289,6 +316,8 @@ def main():
             log_valid()
             save()
     save()
+    if args.test:
+        test_ppl(model, load_ids(args.test, args.ids_dtype), args, device, amp)
     dst = export.export(model.to("cpu").eval(), os.path.join(args.out, "hf"), args.export_dtype, args.tokenizer)
     print(f"exported {dst} ({args.export_dtype})")
 
