@@ -460,6 +460,16 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
  * was rejected (counted in e0_stats.mtp_rejected); false: it was accepted
  * but the generation ends before it is needed. E0_EINVAL otherwise. */
 int e0_session_rollback(e0_session *s, bool rejected, char *err);
+/* e0_session_eval_batch with verify passes in it: session i evaluates
+ * n_ids[i] ids (1, or 2 as e0_session_verify does; taken from ids in
+ * order), logits one row per id ([sum of n_ids, vocab]), each session's
+ * rows and state those of e0_session_eval / e0_session_verify alone; after
+ * it, e0_session_rollback on a session that verified. A server's sessions
+ * draft one by one (e0_session_draft) and verify in one pass. Errors as
+ * e0_session_eval_batch's, and E0_EINVAL for a count other than 1 or 2 or a
+ * session without the MTP state given 2. */
+int e0_session_verify_batch(e0_session *const *sessions, const int32_t *ids, const int32_t *n_ids, size_t n,
+                            float *logits, char *err);
 
 /* The ids the session holds, in order (what e0_session_eval and
  * e0_generate have evaluated since the last reset); *n gets their count. */
@@ -1004,6 +1014,16 @@ int e0_gen_step(e0_gen *g, int32_t *next, char *err);
  * not have evaluated is rolled back). e0_generate_tokens is this loop; a
  * server may mix it with its batched steps, call by call. */
 int e0_gen_advance(e0_gen *g, int32_t *next, char *err);
+
+/* e0_gen_advance in halves, for a server that evaluates many generations
+ * in one pass (e0_session_verify_batch): e0_gen_pass_ids puts the ids this
+ * generation's pass evaluates in ids[0..2) and returns their count: 1 (the
+ * id the last step chose), or 2 when it drafts (e0_gen_advance's rule; the
+ * draft runs here); negative: an error. After the pass, e0_gen_pass_done
+ * with its rows ([count, vocab]) does the rest of e0_gen_advance, with the
+ * same results. Only after a step that returned E0_GEN_EVAL. */
+int e0_gen_pass_ids(e0_gen *g, int32_t *ids, char *err);
+int e0_gen_pass_done(e0_gen *g, const float *logits, int32_t *next, char *err);
 
 /* e0_gen_prefill with the chunk's forward pass cut between layers: at most
  * max_layers layers per call (0: the whole pass), so that a scheduler can

@@ -9,12 +9,14 @@
  *    (its next logits, bit for bit), in the default and the exact kernels;
  *  - the options: --mtp on without a block, on a GPU engine (CPU-only).
  */
+#include "srvutil.h"
 #include "testutil.h"
 
 #include "edge0.h"
 #include "model/model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,11 +213,11 @@ static void test_verify_bits(void **state) {
 
 /* A fixed script of evaluations, drafts and verify passes (with rollbacks)
  * on one engine: every draft's and verify pass's logits, in order. */
-static float *script(e0_engine *e, size_t *n_out) {
+static float *script(e0_engine *e, int variant, size_t *n_out) {
     e0_session *s = new_session(e, 128);
     const size_t rows = 1 + 3 * 16;
     float *out = malloc(rows * 2 * V * sizeof *out), *lg = out;
-    int32_t prompt[9] = {3, 141, 59, 265, 358, 979, 323, 846, 264};
+    int32_t prompt[9] = {3 + variant, 141, 59, 265, 358, 979, 323, 846, 264};
     CHECK(e0_session_eval(s, prompt, 9, E0_LOGITS_LAST, lg, ERR));
     int32_t x = (int32_t)e0_argmax(lg, V);
     lg += V;
@@ -238,6 +240,87 @@ static float *script(e0_engine *e, size_t *n_out) {
     return out;
 }
 
+/* script() of variants 0, 1 and 2 together, each pass one
+ * e0_session_verify_batch of the three (variant 2 evaluates its id alone
+ * every other pass: counts 2, 2, 1), drafts and decisions as script()'s:
+ * each variant's logits, bit for bit those of script() alone (verify rows,
+ * kept and rolled-back seconds alike). */
+static void batch_script(e0_engine *e) {
+    enum { NS = 3 };
+    e0_session *s[NS];
+    float *out[NS], *lg[NS];
+    int32_t x[NS];
+    for (int v = 0; v < NS; v++) {
+        s[v] = new_session(e, 128);
+        lg[v] = out[v] = malloc((1 + 3 * 16) * 2 * V * sizeof *out[v]);
+        int32_t prompt[9] = {3 + v, 141, 59, 265, 358, 979, 323, 846, 264};
+        CHECK(e0_session_eval(s[v], prompt, 9, E0_LOGITS_LAST, lg[v], ERR));
+        x[v] = (int32_t)e0_argmax(lg[v], V);
+        lg[v] += V;
+    }
+    static float rows[2 * NS * V];
+    for (int k = 0; k < 16; k++) {
+        int32_t ids[2 * NS], cnt[NS];
+        int nid = 0;
+        for (int v = 0; v < NS; v++) {
+            cnt[v] = v == 2 && k % 2 ? 1 : 2;
+            ids[nid++] = x[v];
+            if (cnt[v] == 1) continue;
+            CHECK(e0_session_draft(s[v], x[v], lg[v], ERR));
+            ids[nid++] = k % 2 ? (int32_t)e0_argmax(lg[v], V) : (int32_t)(k * 37 % (V - 3));
+            lg[v] += V;
+        }
+        CHECK(e0_session_verify_batch(s, ids, cnt, NS, rows, ERR));
+        for (int v = 0, r = 0; v < NS; r += cnt[v++]) {
+            memcpy(lg[v], rows + (size_t)r * V, (size_t)cnt[v] * V * sizeof *rows);
+            x[v] = (int32_t)e0_argmax(lg[v], V);
+            if (cnt[v] == 2) {
+                if (k % 4 == 3) x[v] = (int32_t)e0_argmax(lg[v] + V, V);
+                else CHECK(e0_session_rollback(s[v], true, ERR));
+            }
+            lg[v] += (size_t)cnt[v] * V;
+        }
+    }
+    for (int v = 0; v < 2; v++) { /* variant 2's script differs: compared step by step below */
+        size_t n;
+        float *want = script(e, v, &n);
+        assert_int_equal((size_t)(lg[v] - out[v]), n);
+        if (memcmp(want, out[v], n * sizeof *want)) fail_msg("variant %d: the batched passes differ from script()", v);
+        free(want);
+    }
+    /* variant 2 alone with the same counts: a verify pass, then a plain step, in turn */
+    e0_session *a = new_session(e, 128);
+    float *one = malloc((1 + 3 * 16) * 2 * V * sizeof *one), *l = one;
+    int32_t prompt[9] = {5, 141, 59, 265, 358, 979, 323, 846, 264};
+    CHECK(e0_session_eval(a, prompt, 9, E0_LOGITS_LAST, l, ERR));
+    int32_t y = (int32_t)e0_argmax(l, V);
+    l += V;
+    for (int k = 0; k < 16; k++) {
+        if (k % 2) {
+            CHECK(e0_session_eval(a, &y, 1, E0_LOGITS_LAST, l, ERR));
+            y = (int32_t)e0_argmax(l, V);
+            l += V;
+            continue;
+        }
+        CHECK(e0_session_draft(a, y, l, ERR));
+        const int32_t two[2] = {y, (int32_t)(k * 37 % (V - 3))};
+        l += V;
+        CHECK(e0_session_verify(a, two, l, ERR));
+        y = (int32_t)e0_argmax(l, V);
+        if (k % 4 == 3) y = (int32_t)e0_argmax(l + V, V);
+        else CHECK(e0_session_rollback(a, true, ERR));
+        l += 2 * V;
+    }
+    assert_int_equal(l - one, lg[2] - out[2]);
+    if (memcmp(one, out[2], (size_t)(l - one) * sizeof *one)) fail_msg("variant 2: the batched passes differ");
+    free(one);
+    e0_session_free(a);
+    for (int v = 0; v < NS; v++) {
+        free(out[v]);
+        e0_session_free(s[v]);
+    }
+}
+
 /* The block's experts are an extra layer of the expert stream: every path
  * and I/O mode of the engine-level tests gives the drafts and verify
  * passes of the exact path, bit for bit (the Q4_0 file: 4-bit experts,
@@ -254,7 +337,8 @@ static void test_mtp_paths(void **state) {
         e0_engine *e;
         if (e0_engine_open(&e, MODELS[3], &o, err)) fail_msg("%s: %s", TU_CONFIGS[c].name, err);
         size_t n;
-        float *got = script(e, &n);
+        float *got = script(e, 0, &n);
+        batch_script(e); /* verify passes batched: the same bits */
         e0_stats st;
         e0_engine_stats(e, &st);
         if (!ref) {
@@ -357,6 +441,97 @@ static void test_greedy_same(void **state) {
         printf("  %s: 8 greedy generations of 64 tokens identical with and without drafts (%llu drafts, "
                "%llu rejected)\n",
                MODELS[i], (unsigned long long)drafts, (unsigned long long)rejected);
+        e0_engine_free(on);
+        e0_engine_free(off);
+        e0_text_free(t);
+    }
+}
+
+/* A server's decode (src/server/engine.c decode_step): three greedy
+ * generations stepped together, each pass one e0_session_verify_batch of
+ * every generation's id and, where its session drafts, the draft after it
+ * (the third session keeps no MTP state: one id each pass), drafts run one
+ * by one before it (e0_gen_pass_ids), the rows handed back by
+ * e0_gen_pass_done. Each generation's tokens and history are those of the
+ * engine without the block generating it alone. */
+static void test_verify_batch(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    enum { NG = 3, MAX = 48 };
+    for (int i = 0; i < NMODELS; i++) {
+        e0_text *t;
+        if (e0_text_open(&t, MODELS[i], err)) fail_msg("%s", err);
+        e0_engine *on = open_mtp(MODELS[i], E0_MTP_ON), *off = open_mtp(MODELS[i], E0_MTP_OFF);
+        e0_sample_opts so;
+        e0_sample_opts_default(&so);
+        so.temperature = 0;
+        so.max_tokens = MAX;
+        e0_session *ss[NG];
+        e0_gen *g[NG];
+        static tok_list got[NG];
+        int32_t *prompt[NG];
+        bool live[NG];
+        for (int k = 0; k < NG; k++) {
+            e0_session_opts o;
+            e0_session_opts_default(&o);
+            o.n_ctx = 512;
+            o.mtp = k < 2;
+            if (e0_session_new(on, &o, &ss[k], err)) fail_msg("%s", err);
+            size_t n;
+            if (e0_text_encode(t, PROMPTS[k], strlen(PROMPTS[k]), &prompt[k], &n, err)) fail_msg("%s", err);
+            got[k].n = 0;
+            if (e0_gen_begin(&g[k], ss[k], t, prompt[k], n, &so, collect, &got[k], err)) fail_msg("%s", err);
+            if (e0_gen_prefill(g[k], 0, err)) fail_msg("%s", err);
+            int32_t next;
+            live[k] = e0_gen_step(g[k], &next, err) == E0_GEN_EVAL;
+        }
+        e0_engine_stats_reset(on);
+        int passes = 0, two = 0;
+        for (;;) {
+            e0_session *ps[NG];
+            int32_t ids[2 * NG], cnt[NG];
+            int who[NG], np = 0, nid = 0;
+            for (int k = 0; k < NG; k++) {
+                if (!live[k]) continue;
+                cnt[np] = e0_gen_pass_ids(g[k], ids + nid, err);
+                if (cnt[np] < 1) fail_msg("generation %d: %s", k, err);
+                assert_true(k < 2 || cnt[np] == 1);
+                two += cnt[np] == 2;
+                ps[np] = ss[k];
+                nid += cnt[np];
+                who[np++] = k;
+            }
+            if (!np) break;
+            static float lg[2 * NG * V];
+            if (e0_session_verify_batch(ps, ids, cnt, (size_t)np, lg, err)) fail_msg("%s", err);
+            passes++;
+            for (int j = 0, row = 0; j < np; row += cnt[j++]) {
+                int32_t next;
+                const int rc = e0_gen_pass_done(g[who[j]], lg + (size_t)row * V, &next, err);
+                if (rc < 0) fail_msg("%s", err);
+                live[who[j]] = rc == E0_GEN_EVAL;
+            }
+        }
+        e0_stats st;
+        e0_engine_stats(on, &st);
+        for (int k = 0; k < NG; k++) {
+            static tok_list want;
+            static int32_t hw[600];
+            const size_t nw = generate(off, t, PROMPTS[k], MAX, &want, hw, &so);
+            assert_int_equal(got[k].n, want.n);
+            assert_memory_equal(got[k].ids, want.ids, (size_t)want.n * sizeof *want.ids);
+            size_t nh;
+            const int32_t *h = e0_session_history(ss[k], &nh);
+            assert_int_equal(nh, nw);
+            assert_memory_equal(h, hw, nw * sizeof *h);
+            e0_gen_free(g[k]);
+            e0_session_free(ss[k]);
+            free(prompt[k]);
+        }
+        assert_true(st.mtp_drafts > 0 && two > 0);
+        printf("  %s: 3 greedy generations of %d tokens in %d batched passes (%d with a draft; %llu rejected) "
+               "are those without the block\n",
+               MODELS[i], MAX, passes, two, (unsigned long long)st.mtp_rejected);
         e0_engine_free(on);
         e0_engine_free(off);
         e0_text_free(t);
@@ -634,16 +809,88 @@ static void test_mtp_cli(void **state) {
     free(dir);
 }
 
+/* ---- serve: drafts in batched decode passes -------------------------------- */
+
+typedef struct {
+    int port;
+    const char *dir, *prompt;
+    int status;
+    char *resp;
+} srv_req;
+
+static void *post(void *arg) {
+    srv_req *r = arg;
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":0,\"logprobs\":1}",
+             r->prompt);
+    r->status = su_http(r->port, r->dir, "POST", "/v1/completions", body, NULL, &r->resp);
+    return NULL;
+}
+
+/* The text, tokens and log-probabilities of a completion. */
+static char *answer_of(const char *resp) {
+    cJSON *j = su_json(resp, "a completion");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "text", cJSON_Duplicate(su_at(j, "choices.0.text"), 1));
+    cJSON_AddItemToObject(o, "tokens", cJSON_Duplicate(su_at(j, "choices.0.logprobs.tokens"), 1));
+    cJSON_AddItemToObject(o, "lp", cJSON_Duplicate(su_at(j, "choices.0.logprobs.token_logprobs"), 1));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* `edge0 serve --parallel 3 --mtp on`: three greedy requests admitted
+ * together (--gather 3) decode in shared passes with drafts, and answer
+ * what `--parallel 1 --mtp off` answers each alone, log-probabilities
+ * too; /metrics counts the drafts. */
+static void test_mtp_serve(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    su_server on, off;
+    su_start(&on, dir, MODELS[2], "mtp-on", "--parallel 3 --gather 3 --mtp on --ctx 512 --cache-ram 0 --threads 2");
+    su_start(&off, dir, MODELS[2], "mtp-off", "--parallel 1 --mtp off --ctx 512 --cache-ram 0 --threads 2");
+    static const char *P[3] = {"The quick brown fox", "1, 2, 3, 4, 5,", "In the beginning"};
+    srv_req r[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = (srv_req){.port = on.port, .dir = dir, .prompt = P[i]};
+        assert_int_equal(pthread_create(&th[i], NULL, post, &r[i]), 0);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        if (r[i].status != 200) fail_msg("request %d: status %d: %s", i, r[i].status, r[i].resp);
+        srv_req a = {.port = off.port, .dir = dir, .prompt = P[i]};
+        post(&a);
+        assert_int_equal(a.status, 200);
+        char *got = answer_of(r[i].resp), *want = answer_of(a.resp);
+        if (strcmp(got, want)) fail_msg("request %d with drafts, batched:\n%s\nwithout, alone:\n%s", i, got, want);
+        free(got), free(want), free(a.resp), free(r[i].resp);
+    }
+    const double drafts = su_metric(on.port, dir, NULL, "edge0_mtp_drafts_total");
+    const double three = su_metric(on.port, dir, NULL, "edge0_decode_passes_total{batch=\"3\"}");
+    printf("  3 requests at once: %.0f drafts verified, %.0f decode passes of all three; the answers of "
+           "--mtp off alone\n",
+           drafts, three);
+    assert_true(drafts > 0 && three > 0);
+    su_stop(&on);
+    su_stop(&off);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mtp_reference),
         cmocka_unit_test(test_verify_bits),
         cmocka_unit_test(test_mtp_paths),
         cmocka_unit_test(test_greedy_same),
+        cmocka_unit_test(test_verify_batch),
         cmocka_unit_test(test_sampled_same),
         cmocka_unit_test(test_mtp_snapshot),
         cmocka_unit_test(test_mtp_open),
         cmocka_unit_test(test_mtp_cli),
+        cmocka_unit_test(test_mtp_serve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

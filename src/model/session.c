@@ -914,25 +914,27 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     return 0;
 }
 
-int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, float *logits,
-                          char *err) {
+/* e0_session_eval_batch and e0_session_verify_batch: session i evaluates
+ * cnt[i] ids (1, or 2 as a verify pass: cnt NULL gives 1 each), taken in
+ * order from ids; logits get one row per id. */
+static int eval_batch(e0_session *const *ss, const int32_t *ids, const int32_t *cnt, size_t n, float *logits,
+                      char *err) {
     if (n == 0) return e0_fail(err, E0_EINVAL, "no sessions to evaluate");
     if (!ss || !ids) return e0_fail(err, E0_EINVAL, "sessions or ids are NULL");
-    const e0_engine *e = ss[0] ? ss[0]->eng : NULL;
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (!ss[i]) return e0_fail(err, E0_EINVAL, "session %zu is NULL", i);
         int rc = check_distinct(ss, i, err);
         if (rc) return rc;
-        const int vocab = e->model.cfg.vocab;
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return e0_fail(err, E0_ERANGE,
-                           "token id %d of session %zu is outside the vocabulary [0, %d)", ids[i],
-                           i, vocab);
-        if (session_part_layer(ss[i]) >= 0)
-            return e0_fail(err, E0_EINVAL, "session %zu has a prefill pass paused between layers", i);
+        const int k = cnt ? cnt[i] : 1;
+        if (k != 1 && k != 2) return e0_fail(err, E0_EINVAL, "session %zu: %d ids (1, or 2 to verify)", i, k);
+        if (k == 2 && !ss[i]->mtp)
+            return e0_fail(err, E0_EINVAL, "session %zu: verify without an MTP block (the engine's mtp option, "
+                                           "e0_session_opts.mtp)", i);
         if (ss[i]->pos >= ss[i]->n_ctx)
-            return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i,
-                           ss[i]->n_ctx);
+            return e0_fail(err, E0_ERANGE, "session %zu: its context of %d positions is full", i, ss[i]->n_ctx);
+        if ((rc = check_ids(ss[i], ids + total, (size_t)k, err))) return e0_wrap(err, rc, "session %zu", i);
+        total += (size_t)k;
     }
     if (ss[0]->gs && n > 1 && session_gpu_batch_on(ss[0])) { /* on the GPU: one pass for all of them */
         const double t0 = now_s();
@@ -944,7 +946,7 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
         return 0;
     }
     if (ss[0]->gs) { /* on the GPU: one session after another */
-        const int V1 = e->model.cfg.vocab;
+        const int V1 = ss[0]->m->cfg.vocab;
         for (size_t i = 0; i < n; i++) {
             int rc = e0_session_eval(ss[i], ids + i, 1, logits ? E0_LOGITS_LAST : E0_LOGITS_NONE,
                                      logits ? logits + i * (size_t)V1 : NULL, err);
@@ -952,34 +954,69 @@ int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, f
         }
         return 0;
     }
-    const e0_model *m = &e->model;
+    const e0_model *m = ss[0]->m;
     const e0_config *c = &m->cfg;
     const int H = c->hidden, V = c->vocab;
     const double t0 = now_s();
+    e0_engine *e = ss[0]->eng;
+    const uint64_t read0 = stream_bytes_read(e->stream);
     e0_run runs[E0_BATCH_MAX];
+    size_t at = 0; /* ids (and logits rows) of the sessions before `done` */
     for (size_t done = 0; done < n;) {
-        /* the pass runs in the scratch of its first session, n_batch tokens at most */
+        /* the pass runs in the scratch of its first session, n_batch ids at most */
         e0_session *lead = ss[done];
-        size_t T = n - done;
-        if (T > (size_t)lead->n_batch) T = (size_t)lead->n_batch;
-        if (T > E0_BATCH_MAX) T = E0_BATCH_MAX;
-        for (size_t i = 0; i < T; i++) {
-            runs[i] = (e0_run){ss[done + i], (int)i, 1};
-            mtp_before(ss[done + i], ids[done + i]);
+        const int cap = lead->n_batch < E0_BATCH_MAX ? lead->n_batch : E0_BATCH_MAX;
+        int T = 0, nr = 0;
+        for (; done + (size_t)nr < n; nr++) {
+            e0_session *s = ss[done + (size_t)nr];
+            const int k = cnt ? cnt[done + (size_t)nr] : 1;
+            if (nr && T + k > cap) break;
+            runs[nr] = (e0_run){s, T, k};
+            mtp_before(s, ids[at + (size_t)T]);
+            if (k == 2 && s->mtp->sync && s->mtp->npend > 0) { /* verify without a draft first */
+                int rc = mtp_catch_up_with(s, ids[at + (size_t)T], err);
+                if (rc) return batch_failed(ss, n, rc, err);
+            }
+            if (k == 2) s->mtp->keep = true; /* deltanet.c keeps the states after the first id */
+            T += k;
         }
-        const e0_batch b = {.S = &lead->s, .run = runs, .nrun = (int)T, .T = (int)T, .decode = true};
-        int rc = forward(&b, ids + done, err);
+        const e0_batch b = {.S = &lead->s, .run = runs, .nrun = nr, .T = T, .decode = true};
+        int rc = forward(&b, ids + at, err);
+        for (int r = 0; r < nr; r++)
+            if (runs[r].s->mtp) runs[r].s->mtp->keep = false;
         if (!rc) rc = st_set_fault(m->st, err); /* the mapping lost data under us (SIGBUS guard) */
         if (rc) return batch_failed(ss, n, rc, err);
-        if (logits) {
-            rmsnorm(lead->s.x, m->final_norm, H, (int)T, c->rms_eps, lead->s.h);
-            batch_matmul(&b, &m->lm_head, lead->s.h, H, logits + done * (size_t)V, V);
+        if (logits) { /* Tp 0: each row with the one-token arithmetic (mat_matmul_decode's) */
+            rmsnorm(lead->s.x, m->final_norm, H, T, c->rms_eps, lead->s.h);
+            batch_matmul(&b, &m->lm_head, lead->s.h, H, logits + at * (size_t)V, V);
         }
-        if ((rc = pass_mtp(&b, err))) return batch_failed(ss, n, rc, err);
-        done += T;
+        /* every run's rows first: a catch-up runs in its session's scratch, the lead's among them */
+        for (int r = 0; r < nr; r++)
+            mtp_take(runs[r].s, lead->s.x + (size_t)runs[r].t0 * H, runs[r].n);
+        for (int r = 0; r < nr; r++) {
+            e0_session *s = runs[r].s;
+            if (runs[r].n == 2) { /* held: the second id may be rejected (e0_session_rollback) */
+                s->mtp->verified = true;
+                e->mtp_drafts++;
+            } else if ((rc = mtp_catch_up(s, err))) {
+                return batch_failed(ss, n, rc, err);
+            }
+        }
+        done += (size_t)nr;
+        at += (size_t)T;
     }
-    e0_engine *ew = ss[0]->eng;
-    ew->decode_tokens += n;
-    ew->decode_s += now_s() - t0;
+    e->decode_tokens += total;
+    e->decode_s += now_s() - t0;
+    e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
     return 0;
+}
+
+int e0_session_eval_batch(e0_session *const *ss, const int32_t *ids, size_t n, float *logits, char *err) {
+    return eval_batch(ss, ids, NULL, n, logits, err);
+}
+
+int e0_session_verify_batch(e0_session *const *ss, const int32_t *ids, const int32_t *n_ids, size_t n,
+                            float *logits, char *err) {
+    if (!n_ids) return e0_fail(err, E0_EINVAL, "verify: the id counts are NULL");
+    return eval_batch(ss, ids, n_ids, n, logits, err);
 }

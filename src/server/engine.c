@@ -672,46 +672,44 @@ static void prefill_step(srv_engine *E) {
     }
 }
 
-/* One decode pass: the next id of every decoding slot through
- * e0_session_eval_batch, then each slot's next token from its row. A
- * failed pass (expert bytes that cannot be read) has reset every session
- * in it: each of its requests ends with the error. */
+/* One decode pass: the next id of every decoding slot, with the MTP
+ * block's draft after it where the slot's session drafts (e0_gen_pass_ids:
+ * each draft runs first, one session after another), through
+ * e0_session_verify_batch; then each slot's next token, or two, from its
+ * rows (e0_gen_pass_done). A failed pass (expert bytes that cannot be read)
+ * has reset every session in it: each of its requests ends with the error. */
 static void decode_step(srv_engine *E) {
-    int n = 0;
+    int n = 0, ids = 0;
+    char err[E0_ERR_MAX] = "";
+    const double t0 = now_s();
     for (int i = 0; i < E->n_slots; i++) {
         srv_slot *sl = &E->slots[i];
         if (!sl->j || !sl->g || !sl->decoding) continue;
+        const int k = e0_gen_pass_ids(sl->g, E->pass_ids + ids, err);
+        if (k < 0) {
+            slot_end(E, sl, k, err, e0_gen_get_result(sl->g));
+            continue;
+        }
         E->pass_s[n] = sl->s;
-        E->pass_ids[n] = sl->next;
+        E->pass_cnt[n] = k;
         E->pass_slot[n++] = i;
+        ids += k;
     }
     if (!n) return;
-    char err[E0_ERR_MAX] = "";
-    const double t0 = now_s();
-    if (n == 1 && e0_session_can_draft(E->pass_s[0])) {
-        /* alone: its pass drafts with the MTP block (one id, or two when the draft stands) */
-        srv_slot *sl = &E->slots[E->pass_slot[0]];
-        int rc = e0_gen_advance(sl->g, &sl->next, err);
-        const double dt = now_s() - t0;
-        srv_metrics_batch(E->m, 1, dt);
-        ema(&E->decode_pass_s, dt);
-        ema(&E->solo_pass_s, dt);
-        if (rc != E0_GEN_EVAL) slot_end(E, sl, rc < 0 ? rc : 0, err, e0_gen_get_result(sl->g));
-        return;
-    }
-    int rc = e0_session_eval_batch(E->pass_s, E->pass_ids, (size_t)n, E->logits, err);
+    int rc = e0_session_verify_batch(E->pass_s, E->pass_ids, E->pass_cnt, (size_t)n, E->logits, err);
     const double dt = now_s() - t0;
     srv_metrics_batch(E->m, n, dt);
     ema(&E->decode_pass_s, dt);
     if (n == 1) ema(&E->solo_pass_s, dt);
-    for (int k = 0; k < n; k++) {
+    for (int k = 0, row = 0; k < n; row += E->pass_cnt[k++]) {
         srv_slot *sl = &E->slots[E->pass_slot[k]];
         if (rc) {
             slot_end(E, sl, rc, err, e0_gen_get_result(sl->g));
             continue;
         }
-        memcpy(e0_gen_logits(sl->g), E->logits + (size_t)k * (size_t)E->vocab, (size_t)E->vocab * sizeof(float));
-        slot_advance(E, sl);
+        char serr[E0_ERR_MAX] = "";
+        const int r = e0_gen_pass_done(sl->g, E->logits + (size_t)row * (size_t)E->vocab, &sl->next, serr);
+        if (r != E0_GEN_EVAL) slot_end(E, sl, r < 0 ? r : 0, serr, e0_gen_get_result(sl->g));
     }
 }
 
@@ -848,17 +846,21 @@ int srv_engine_start(srv_engine **out, const srv_engine_opts *o, srv_metrics *m,
     E->capacity = o->max_queue;
     const size_t N = (size_t)E->n_slots;
     E->slots = calloc(N, sizeof *E->slots);
-    E->logits = malloc(N * (size_t)E->vocab * sizeof *E->logits);
+    E->logits = malloc(2 * N * (size_t)E->vocab * sizeof *E->logits);
     E->pass_s = calloc(N, sizeof *E->pass_s);
-    E->pass_ids = calloc(N, sizeof *E->pass_ids);
+    E->pass_ids = calloc(2 * N, sizeof *E->pass_ids);
+    E->pass_cnt = calloc(N, sizeof *E->pass_cnt);
     E->pass_slot = calloc(N, sizeof *E->pass_slot);
-    int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_slot || !E->half_id_s ? E0_ENOMEM : 0;
+    int rc = !E->slots || !E->logits || !E->pass_s || !E->pass_ids || !E->pass_cnt || !E->pass_slot ||
+                     !E->half_id_s
+                 ? E0_ENOMEM
+                 : 0;
     if (rc) snprintf(err, E0_ERR_MAX, "out of memory for %d slots", E->n_slots);
     if (!rc) rc = e0_pass_new(&E->pass, err);
     e0_session_opts so;
     e0_session_opts_default(&so);
     so.n_ctx = o->n_ctx;
-    so.mtp = E->n_slots == 1; /* MTP drafts in single-sequence passes only (decode_step) */
+    /* so.mtp (default 1): each slot's session drafts when the engine computes the MTP block */
     for (int i = 0; !rc && i < E->n_slots; i++) {
         if ((rc = e0_session_new(E->eng, &so, &E->slots[i].s, err)))
             e0_wrap(err, rc, "slot %d of %d (each a session of %d positions; try a smaller --parallel or --ctx)", i + 1,
@@ -954,6 +956,7 @@ void srv_engine_free(srv_engine *E) {
     free(E->logits);
     free(E->pass_s);
     free(E->pass_ids);
+    free(E->pass_cnt);
     free(E->pass_slot);
     free(E->half_id_s);
     e0_pass_free(E->pass);

@@ -67,9 +67,10 @@ struct srv_engine {
     srv_slot *slots;
     int n_slots, prefill_chunk;
     bool recurrent;           /* the model has DeltaNet layers: a history is reused whole or not at all */
-    float *logits;            /* [n_slots, vocab]: one decode pass's rows */
+    float *logits;            /* [2 n_slots, vocab]: one decode pass's rows */
     e0_session **pass_s;      /* [n_slots] the sessions of a pass */
-    int32_t *pass_ids;        /* [n_slots] */
+    int32_t *pass_ids;        /* [2 n_slots]: each session's id, and its draft when it drafts */
+    int32_t *pass_cnt;        /* [n_slots]: 1, or 2 with a draft */
     int *pass_slot;           /* [n_slots] */
     uint64_t clock;           /* admissions so far */
     /* Pacing a prefill against running streams: moving averages of a decode

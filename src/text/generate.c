@@ -418,6 +418,10 @@ struct e0_gen {
     int32_t x, last_id;
     bool has_x;
     float *spec_lg, *spec_q, *spec_p, *spec_r;
+    /* between e0_gen_pass_ids and e0_gen_pass_done: the ids the pass
+     * evaluates (1, or 2 with the draft spec_d), from position spec_pos */
+    int spec_n;
+    int32_t spec_d, spec_pos;
 };
 
 void e0_gen_free(e0_gen *g) {
@@ -720,31 +724,40 @@ static int spec_bufs(e0_gen *g, char *err) {
     return 0;
 }
 
-/* One pass with a draft: x (chosen, not evaluated) and the block's draft d
- * verified together; the first row's step decides d (greedy: the main
- * model's choice equals it; sampled: the speculative rule), the second's
- * gives the id after it when d stands. Ends as e0_gen_step's loop would:
- * an id chosen and not evaluated in g->x, or done with the session as that
- * loop leaves it (a verified id it would not have evaluated rolled back). */
-static int spec_pass(e0_gen *g, char *err) {
+int e0_gen_pass_ids(e0_gen *g, int32_t *ids, char *err) {
+    if (!g->has_x) return e0_fail(err, E0_EINVAL, "e0_gen_pass_ids before a step chose the id to evaluate");
     e0_session *s = g->s;
-    const int32_t x = g->x, P = e0_session_pos(s); /* x goes to position P */
-    const size_t V = (size_t)g->c->vocab;
+    ids[0] = g->x;
+    g->spec_pos = e0_session_pos(s); /* x goes there */
+    g->spec_n = 1;
+    if (!spec_on(g)) return 1;
     int rc = spec_bufs(g, err);
-    if (!rc) rc = e0_session_draft(s, x, g->spec_r, err);
+    if (!rc) rc = e0_session_draft(s, g->x, g->spec_r, err);
     if (rc) return rc;
-    gen_draft dr = {.q = g->spec_q};
     if (sampler_greedy(g->sm)) {
-        dr.d = sampler_sample(g->sm, g->spec_r); /* the choice the main model's row is compared with */
+        g->spec_d = sampler_sample(g->sm, g->spec_r); /* the choice the main model's row is compared with */
     } else {
         sampler_dist(g->sm, g->spec_r, g->spec_q);
-        dr.d = sampler_draw(g->sm, g->spec_q);
+        g->spec_d = sampler_draw(g->sm, g->spec_q);
     }
-    const int32_t two[2] = {x, dr.d};
-    if ((rc = e0_session_verify(s, two, g->spec_lg, err))) return rc;
+    ids[1] = g->spec_d;
+    return g->spec_n = 2;
+}
+
+/* After a pass with a draft: the first row's step decides d (greedy: the
+ * main model's choice equals it; sampled: the speculative rule), the
+ * second's gives the id after it when d stands. Ends as e0_gen_step's loop
+ * would: an id chosen and not evaluated in g->x, or done with the session
+ * as that loop leaves it (a verified id it would not have evaluated rolled
+ * back). */
+static int spec_done(e0_gen *g, const float *lg, char *err) {
+    e0_session *s = g->s;
+    const size_t V = (size_t)g->c->vocab;
+    const int32_t P = g->spec_pos;
+    const gen_draft dr = {.d = g->spec_d, .q = g->spec_q};
     int32_t a, b;
     char ignored[E0_ERR_MAX]; /* a rollback right after its verify pass cannot fail */
-    rc = gen_step(g, g->spec_lg, P + 1, sampler_greedy(g->sm) ? NULL : &dr, &a, err);
+    int rc = gen_step(g, lg, P + 1, sampler_greedy(g->sm) ? NULL : &dr, &a, err);
     if (rc != E0_GEN_EVAL) { /* done after x: d was never to be evaluated */
         e0_session_rollback(s, g->last_id != dr.d, ignored);
         return rc;
@@ -754,8 +767,22 @@ static int spec_pass(e0_gen *g, char *err) {
         e0_session_rollback(s, true, ignored);
         return E0_GEN_EVAL;
     }
-    rc = gen_step(g, g->spec_lg + V, P + 2, NULL, &b, err);
+    rc = gen_step(g, lg + V, P + 2, NULL, &b, err);
     if (rc == E0_GEN_EVAL) g->x = b;
+    return rc;
+}
+
+int e0_gen_pass_done(e0_gen *g, const float *logits, int32_t *next, char *err) {
+    int rc;
+    if (g->spec_n == 2) {
+        rc = spec_done(g, logits, err);
+    } else {
+        if (logits != g->logits) memcpy(g->logits, logits, (size_t)g->c->vocab * sizeof *g->logits);
+        rc = gen_step(g, g->logits, g->spec_pos + 1, NULL, &g->x, err);
+    }
+    g->spec_n = 0;
+    g->has_x = rc == E0_GEN_EVAL;
+    if (g->has_x && next) *next = g->x;
     return rc;
 }
 
@@ -766,15 +793,23 @@ int e0_gen_advance(e0_gen *g, int32_t *next, char *err) {
         if (rc != E0_GEN_EVAL) return rc;
         g->has_x = true;
     }
-    if (spec_on(g)) {
-        rc = spec_pass(g, err);
-    } else {
-        rc = e0_session_eval(g->s, &g->x, 1, E0_LOGITS_LAST, g->logits, err);
-        if (!rc) rc = gen_step(g, g->logits, e0_session_pos(g->s), NULL, &g->x, err);
+    int32_t ids[2];
+    const int n = e0_gen_pass_ids(g, ids, err);
+    if (n < 0) {
+        g->has_x = false;
+        return n;
     }
-    g->has_x = rc == E0_GEN_EVAL;
-    if (g->has_x && next) *next = g->x;
-    return rc;
+    if (n == 2) {
+        rc = e0_session_verify(g->s, ids, g->spec_lg, err);
+    } else {
+        rc = e0_session_eval(g->s, ids, 1, E0_LOGITS_LAST, g->logits, err);
+    }
+    if (rc) {
+        g->spec_n = 0;
+        g->has_x = false;
+        return rc;
+    }
+    return e0_gen_pass_done(g, n == 2 ? g->spec_lg : g->logits, next, err);
 }
 
 int e0_generate_tokens(e0_session *s, const e0_text *t, const int32_t *prompt, size_t n, const e0_sample_opts *o,
