@@ -7,7 +7,7 @@
 # ~/.cache/edge0-npm) for tests/node. Safe to run repeatedly: it asks apt and
 # npm only when something is absent.
 set -eu
-pkgs="gcc make pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
+pkgs="gcc make pkg-config wamerican libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
       libmicrohttpd-dev libedit-dev liburing-dev clang libclang-rt-14-dev curl tmux"
 missing=""
 for p in $pkgs; do

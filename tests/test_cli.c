@@ -3,10 +3,13 @@
  * read; --version; each command's --help listing only its own options. */
 #include "testutil.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static char *dir;
 
@@ -239,6 +242,71 @@ static void test_demo_prompt_file(void **state) {
     says("--prompt-file missing", "--prompt-file: cannot open");
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* `edge0 demo` with no model answers its fixed prompt in words (issue 41):
+ * with the trained demo model of assets/demo-model, greedy, at least 90% of
+ * the answer's words (after its think block) are in Debian's wamerican
+ * list (/usr/share/dict/american-english, lowercased), and there are at
+ * least five. */
+static void test_demo_words(void **state) {
+    (void)state;
+    if (access("assets/demo-model/model.safetensors", R_OK) != 0) {
+        printf("  skipped: assets/demo-model is not in this tree (the demo model is trained on the device: "
+               "tools/train/device_train.sh)\n");
+        skip();
+    }
+    FILE *f = fopen("/usr/share/dict/american-english", "r");
+    if (!f) fail_msg("/usr/share/dict/american-english: %s (Debian's wamerican package; scripts/deps.sh installs it)",
+                     strerror(errno));
+    size_t n = 0, cap = 1 << 17;
+    char **words = malloc(cap * sizeof *words), line[256];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        for (char *c = line; *c; c++) *c = (char)tolower((unsigned char)*c);
+        if (n == cap) words = realloc(words, (cap *= 2) * sizeof *words);
+        words[n++] = strdup(line);
+    }
+    fclose(f);
+    qsort(words, n, sizeof *words, cmp_str);
+    assert_int_equal(run("demo --temp 0 --max-tokens 64"), 0);
+    const char *out = out_txt(), *a = strstr(out, "\n> ");
+    assert_non_null(a);
+    a = strchr(a + 3, '\n');
+    const char *end = strstr(a, "\n\nload ");
+    assert_non_null(end);
+    for (const char *t; (t = strstr(a, "</think>")) && t < end;) a = t + 8;
+    int total = 0, known = 0;
+    char unknown[1024] = "";
+    for (const char *c = a; c < end;) {
+        if (!isalpha((unsigned char)*c)) {
+            c++;
+            continue;
+        }
+        char w[128];
+        size_t k = 0;
+        while (c < end && (isalpha((unsigned char)*c) || *c == '\'')) {
+            if (k < sizeof w - 1) w[k++] = (char)tolower((unsigned char)*c);
+            c++;
+        }
+        w[k] = 0;
+        if (k > 2 && !strcmp(w + k - 2, "'s")) w[k - 2] = 0; /* a possessive: the word */
+        const char *key = w;
+        total++;
+        if (bsearch(&key, words, n, sizeof *words, cmp_str)) {
+            known++;
+        } else if (strlen(unknown) + strlen(w) + 2 < sizeof unknown) {
+            strcat(unknown, " ");
+            strcat(unknown, w);
+        }
+    }
+    printf("  the demo's answer: %d words, %d in the dictionary (%.1f%%); not:%s\n", total, known,
+           total ? 100.0 * known / total : 0.0, unknown);
+    if (total < 5 || known * 10 < total * 9) fail_msg("the demo's answer is not words:\n%s", out);
+    for (size_t i = 0; i < n; i++) free(words[i]);
+    free(words);
+}
+
 /* A port in use: one line, ours, saying what to do (libmicrohttpd's own
  * "Failed to bind" line no longer printed before it). */
 static void test_port_in_use(void **state) {
@@ -274,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
+        cmocka_unit_test(test_demo_words),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmtree(dir);

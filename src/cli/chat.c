@@ -70,8 +70,8 @@ static char *json_str_of(const char *s) {
 /* The text this turn appends: on the first turn the rendered system and
  * user messages, later the end of the previous answer and the user message,
  * each followed by the generation prompt. */
-static int turn_text(const char *system, const char *user, bool first, bool think, char **out, size_t *len,
-                     char *err) {
+static int turn_text(e0_chat_format format, const char *system, const char *user, bool first, bool think,
+                     char **out, size_t *len, char *err) {
     char *u = json_str_of(user), *sy = system && first ? json_str_of(system) : NULL, *msgs = NULL, *r = NULL;
     size_t rl = 0;
     int rc = E0_ENOMEM;
@@ -82,6 +82,7 @@ static int turn_text(const char *system, const char *user, bool first, bool thin
             else snprintf(msgs, n, "[{\"role\":\"user\",\"content\":%s}]", u);
             e0_chat_opts co;
             e0_chat_opts_default(&co);
+            co.format = format; /* the model's own template */
             co.enable_thinking = think;
             rc = e0_chat_render(msgs, strlen(msgs), &co, &r, &rl, err);
         }
@@ -151,7 +152,7 @@ static int chat_turn(chat_conv *c, const char *line, char *err) {
     size_t dl;
     int32_t *ids = NULL;
     size_t n_ids, n_hist;
-    if (turn_text(c->system, line, c->first, c->think, &delta, &dl, err) || e0_text_encode(c->text, delta, dl, &ids, &n_ids, err)) {
+    if (turn_text(e0_text_chat_format(c->text), c->system, line, c->first, c->think, &delta, &dl, err) || e0_text_encode(c->text, delta, dl, &ids, &n_ids, err)) {
         free(delta);
         printf("error: %s", err);
         return 0;

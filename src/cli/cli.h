@@ -52,6 +52,9 @@ void cli_cancel_end(void);
  * $E0_ASSETS, or the source tree the binary was built in. -1 (message
  * naming `cmd` and what needs it) when there is none. */
 int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n);
+/* assets/REL of the edge0 tree ($E0_ASSETS, else beside the binary's
+ * directory or in it) into out: 0, or -1 when there is none. */
+int cli_find_asset(const char *rel, char *out, size_t n);
 
 /* Peak resident set size of this process in bytes. */
 unsigned long long cli_peak_rss(void);

@@ -21,9 +21,13 @@ static const char *HELP =
     "\n"
     "Answers one prompt with MODEL (a directory with config.json, safetensors and\n"
     "tokenizer.json), streaming the answer, then prints a stats line. Without\n"
-    "MODEL it uses a built-in tiny random-weight model with the real Qwen3\n"
-    "tokenizer (built once into ~/.cache/edge0/demo-tiny): it works offline, and\n"
-    "its answers are noise.\n"
+    "MODEL it uses the demo model of this tree (assets/demo-model: a small\n"
+    "Qwen3.5-MoE-architecture model with an MTP block, trained on WordNet's\n"
+    "definitions, that answers questions about English words: \"What is a\n"
+    "lighthouse?\"), else a built-in tiny random-weight model with the real\n"
+    "Qwen3 tokenizer (built once into ~/.cache/edge0/demo-tiny) whose answers\n"
+    "are noise. Both work offline. The prompt is rendered with the model's own\n"
+    "chat template (Qwen3 or Qwen3.5).\n"
     "\n"
     "  --prompt TEXT   the user message (default: a short question)\n"
     "  --prompt-file FILE  the user message from FILE (\"-\": stdin)\n"
@@ -32,23 +36,23 @@ static const char *HELP =
     "  --ids LIST      feed these token ids instead of a prompt (no tokenizer needed)\n"
     "\n";
 
-int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n) {
+int cli_find_asset(const char *rel, char *out, size_t n) {
     const char *env = getenv("E0_ASSETS");
     char exe[PATH_MAX];
     ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
     const char *cands[3];
-    char a[PATH_MAX + 64], b[PATH_MAX + 64], c[PATH_MAX + 64];
+    char a[PATH_MAX + 256], b[PATH_MAX + 256], c[PATH_MAX + 256];
     int k = 0;
     if (env && *env) {
-        snprintf(a, sizeof a, "%s/qwen3-tokenizer/tokenizer.json", env);
+        snprintf(a, sizeof a, "%s/%s", env, rel);
         cands[k++] = a;
     }
     if (l > 0) {
         exe[l] = 0;
         char *slash = strrchr(exe, '/');
         if (slash) *slash = 0;
-        snprintf(b, sizeof b, "%s/../assets/qwen3-tokenizer/tokenizer.json", exe);
-        snprintf(c, sizeof c, "%s/assets/qwen3-tokenizer/tokenizer.json", exe);
+        snprintf(b, sizeof b, "%s/../assets/%s", exe, rel);
+        snprintf(c, sizeof c, "%s/assets/%s", exe, rel);
         cands[k++] = b;
         cands[k++] = c;
     }
@@ -57,10 +61,27 @@ int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n) {
             snprintf(out, n, "%s", cands[i]);
             return 0;
         }
+    return -1;
+}
+
+int cli_find_tokenizer(const char *cmd, const char *why, char *out, size_t n) {
+    if (cli_find_asset("qwen3-tokenizer/tokenizer.json", out, n) == 0) return 0;
     cli_error("%s: %s needs assets/qwen3-tokenizer/tokenizer.json (set E0_ASSETS to the assets "
               "directory of the edge0 source tree)",
               cmd, why);
     return -1;
+}
+
+/* The trained demo model (assets/demo-model: tools/train, issue 41), found
+ * as the tokenizer is; -1 when this tree has none. */
+static int trained_model(char *dir, size_t n) {
+    char cfg[PATH_MAX + 256];
+    if (cli_find_asset("demo-model/model.safetensors", cfg, sizeof cfg) != 0) return -1;
+    char *slash = strrchr(cfg, '/');
+    *slash = 0;
+    if (strlen(cfg) >= n) return -1;
+    memcpy(dir, cfg, strlen(cfg) + 1);
+    return 0;
 }
 
 static int copy_file(const char *src, const char *dst) {
@@ -188,7 +209,7 @@ static int opt_ids(void *ptr, const char *name, const char *v) {
 }
 
 int cmd_demo(int argc, char **argv) {
-    const char *model = NULL, *prompt = "Why is the sky blue? Answer in one sentence.", *system = NULL;
+    const char *model = NULL, *prompt = "What is a lighthouse? Answer in one sentence.", *system = NULL;
     char *prompt_buf = NULL; /* --prompt-file */
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -217,6 +238,11 @@ int cmd_demo(int argc, char **argv) {
     if (cli_engine_finish(&ce) != 0) goto usage;
     if (!ce.sample.max_tokens) ce.sample.max_tokens = 64;
     char dir[4200];
+    bool trained = false;
+    if (!model && trained_model(dir, sizeof dir) == 0) {
+        model = dir;
+        trained = true;
+    }
     if (!model) {
         if (builtin_model(dir, sizeof dir) != 0) {
             free(prompt_buf);
@@ -244,6 +270,7 @@ int cmd_demo(int argc, char **argv) {
         if (!msg) goto out;
         e0_chat_opts co;
         e0_chat_opts_default(&co);
+        co.format = e0_text_chat_format(text);
         co.enable_thinking = think;
         size_t rl;
         int rc = e0_chat_render(msg, strlen(msg), &co, &rendered, &rl, err);
@@ -258,10 +285,13 @@ int cmd_demo(int argc, char **argv) {
     if (e0_session_new(eng, &so, &s, err) != E0_OK) goto out;
     printf("model: %s (%s, %s layout, %d layers, %d experts, top-%d)%s\n", model, info.family, info.layout,
            info.n_layers, info.n_experts, info.top_k,
-           model == dir ? "\n  (the built-in tiny model has random weights, so its answer is noise; for a real "
-                          "answer give a model: edge0 demo DIR-or-FILE.gguf, a Hugging Face or "
-                          "mlx-community folder or a GGUF file)"
-                        : "");
+           trained        ? "\n  (the built-in demo model: 6 M parameters trained on WordNet's definitions, it "
+                            "answers questions about English words; for anything else give a model: edge0 demo "
+                            "DIR-or-FILE.gguf)"
+           : model == dir ? "\n  (the built-in tiny model has random weights, so its answer is noise; for a real "
+                            "answer give a model: edge0 demo DIR-or-FILE.gguf, a Hugging Face or "
+                            "mlx-community folder or a GGUF file)"
+                          : "");
     if (text) printf("> %s\n", prompt);
     else printf("prompt ids: %zu of them\n", n_ids);
     fflush(stdout);
