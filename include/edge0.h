@@ -190,6 +190,14 @@ typedef struct {
      * (resident, --io load, the expert cache, the memory plan) and every
      * session (e0_session_opts.mtp) keeps its state and can draft. */
     e0_mtp_mode mtp;
+    /* The ids a draft's head scores (`--mtp-vocab`): the first N of the
+     * vocabulary, in the tokenizer's BPE order (its most frequent pieces
+     * first); the others are never drafted. Exact either way (the verify
+     * pass decides; sampled drafts use the same q for the acceptance
+     * test), only the draft's cost and acceptance change. 0: auto, 32768
+     * for vocabularies over 65536 (the draft head over Qwen3.5's 248k ids
+     * was most of the block's time), else all; -1: all. */
+    int32_t mtp_vocab;
 } e0_engine_opts;
 
 #define E0_GPU_OFF (-1)

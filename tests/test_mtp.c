@@ -538,6 +538,55 @@ static void test_verify_batch(void **state) {
     }
 }
 
+/* --mtp-vocab: a draft over the first 64 ids scores them as the full
+ * head does, bit for bit, the others -inf (never drafted), and greedy
+ * generation with such drafts is still the generation without the block. */
+static void test_mtp_vocab(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine *eng[2];
+    for (int k = 0; k < 2; k++) {
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.n_threads = 2;
+        o.mtp = E0_MTP_ON;
+        o.mtp_vocab = k ? 64 : -1;
+        if (e0_engine_open(&eng[k], MODELS[2], &o, err)) fail_msg("%s", err);
+    }
+    static float lg[2][V], q[2][V];
+    const int32_t prompt[5] = {3, 141, 59, 265, 358};
+    for (int k = 0; k < 2; k++) {
+        e0_session *s = new_session(eng[k], 64);
+        CHECK(e0_session_eval(s, prompt, 5, E0_LOGITS_LAST, lg[k], ERR));
+        CHECK(e0_session_draft(s, (int32_t)e0_argmax(lg[k], V), q[k], ERR));
+        e0_session_free(s);
+    }
+    assert_memory_equal(q[0], q[1], 64 * sizeof(float));
+    for (int i = 64; i < V; i++) assert_true(isinf(q[1][i]) && q[1][i] < 0);
+    e0_text *t;
+    if (e0_text_open(&t, MODELS[2], err)) fail_msg("%s", err);
+    e0_engine *off = open_mtp(MODELS[2], E0_MTP_OFF);
+    static tok_list a, b;
+    static int32_t ha[600], hb[600];
+    e0_engine_stats_reset(eng[1]);
+    const size_t na = generate(eng[1], t, PROMPTS[0], 48, &a, ha, NULL);
+    const size_t nb = generate(off, t, PROMPTS[0], 48, &b, hb, NULL);
+    e0_stats st;
+    e0_engine_stats(eng[1], &st);
+    assert_true(st.mtp_drafts > 0);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.ids, b.ids, (size_t)a.n * sizeof *a.ids);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ha, hb, na * sizeof *ha);
+    printf("  drafts over 64 of 1024 ids: the full head's scores there; 48 greedy tokens (%llu drafts) those "
+           "without the block\n",
+           (unsigned long long)st.mtp_drafts);
+    e0_engine_free(off);
+    e0_text_free(t);
+    e0_engine_free(eng[0]);
+    e0_engine_free(eng[1]);
+}
+
 /* ---- generation: sampling with drafts has the distribution without ------- */
 
 /* P(X > x) for X chi-square with k degrees of freedom (Wilson-Hilferty). */
@@ -886,6 +935,7 @@ int main(void) {
         cmocka_unit_test(test_mtp_paths),
         cmocka_unit_test(test_greedy_same),
         cmocka_unit_test(test_verify_batch),
+        cmocka_unit_test(test_mtp_vocab),
         cmocka_unit_test(test_sampled_same),
         cmocka_unit_test(test_mtp_snapshot),
         cmocka_unit_test(test_mtp_open),

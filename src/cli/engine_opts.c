@@ -39,6 +39,10 @@ const char *CLI_ENGINE_HELP =
     "                       (default): off until drafting is measured to pay (it has not\n"
     "                       yet: docs/experiments.md); on: drafts, an error without a\n"
     "                       block or with the GPU (MTP is CPU-only for now); off: not loaded\n"
+    "  --mtp-vocab N|all|auto  the ids a draft scores: the first N of the vocabulary (its\n"
+    "                       most frequent pieces); auto (default): 32768 of a vocabulary over\n"
+    "                       65536 (Qwen3.5's 248k: the draft head was most of a draft's time),\n"
+    "                       else all. Output is exact either way; acceptance may change\n"
     "  --threads N          compute threads (default: one per core)\n"
     "  --kv-type f32|f16    the KV cache's values: f32 (default, exact attention) or f16\n"
     "                       (llama.cpp's default: half the cache's memory and of what decode\n"
@@ -217,6 +221,16 @@ static int memory_arg(cli_engine *c, const char *a, const char *v) {
             return -1;
         }
         c->mtp = modes[k];
+    } else if (!strcmp(a, "--mtp-vocab")) {
+        if (!strcmp(v, "auto")) {
+            c->eo.mtp_vocab = 0;
+        } else if (!strcmp(v, "all")) {
+            c->eo.mtp_vocab = -1;
+        } else {
+            long n = cli_parse_long(a, v, 16, 1 << 30);
+            if (n < 0) return -1;
+            c->eo.mtp_vocab = (int32_t)n;
+        }
     } else if (!strcmp(a, "--vram-budget")) {
         c->vram_budget = 0; /* auto: what the driver reports free, less headroom */
         if (strcmp(v, "auto") && !(c->vram_budget = cli_parse_size(v))) {
@@ -244,6 +258,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
                                    "--gpu",
                                    "--vram-budget",
                                    "--mtp",
+                                   "--mtp-vocab",
                                    "--io",
                                    "--kv-type",
                                    "--threads",

@@ -33,6 +33,7 @@
 #include "util/clock.h"
 #include "util/err.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,7 +144,12 @@ static int mtp_rows(e0_session *s, const float *hid, const int32_t *next, int n,
     if (logits) {
         rmsnorm(S->x + (size_t)(n - 1) * H, x->head_norm ? x->head_norm : m->final_norm, H, 1,
                 c->rms_eps, S->h);
-        mat_matmul_decode(model_mtp_head(m), S->h, H, 1, logits, c->vocab);
+        /* the first draft_vocab ids (e0_engine_opts.mtp_vocab); the others are never drafted */
+        const int64_t dv = x->draft_vocab > 0 && x->draft_vocab < c->vocab ? x->draft_vocab : c->vocab;
+        const e0_mat head = mat_rows(model_mtp_head(m), 0, dv);
+        mat_matmul_decode(&head, S->h, H, 1, logits, dv);
+        for (int64_t i = dv; i < c->vocab; i++)
+            logits[i] = -INFINITY;
     }
     return 0;
 }

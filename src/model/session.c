@@ -59,6 +59,11 @@ static int resolve_mtp(e0_engine *e, const char *model_dir, char *err) {
                        "GGUF file needs nextn_predict_layers, a Hugging Face folder mtp.* tensors; "
                        "--mtp auto runs without)",
                        model_dir);
+    const int32_t V = e->model.cfg.vocab, want_v = e->opts.mtp_vocab;
+    if (want_v < -1) return e0_fail(err, E0_EINVAL, "mtp_vocab %d is not -1 (all), 0 (auto) or a count", want_v);
+    /* whole panels of 16 rows (a repacked head's views start on one) */
+    const int32_t dv = want_v == -1 ? V : want_v == 0 ? (V > 65536 ? 32768 : V) : (want_v + 15) / 16 * 16;
+    e->model.mtp.draft_vocab = dv < V ? dv : V;
     return model_mtp_load(&e->model, err);
 }
 

@@ -112,6 +112,7 @@ typedef struct {
     e0_mat embed, head;           /* [V, H]: the block's own; rows 0: the main model's
                                      (read through model_mtp_embed / _head: a repack
                                      rewrites the main ones' views) */
+    int64_t draft_vocab;          /* the head rows a draft scores (e0_engine_opts.mtp_vocab) */
 } e0_mtp;
 
 typedef struct {
