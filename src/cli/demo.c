@@ -23,8 +23,8 @@ static const char *HELP =
     "tokenizer.json), streaming the answer, then prints a stats line. Without\n"
     "MODEL it uses the demo model of this tree (assets/demo-model: a small\n"
     "Qwen3.5-MoE-architecture model with an MTP block, trained on WordNet's\n"
-    "definitions, that answers questions about English words: \"What is a\n"
-    "lighthouse?\"), else a built-in tiny random-weight model with the real\n"
+    "definitions, that answers questions about English words: \"What does\n"
+    "happiness mean?\"), else a built-in tiny random-weight model with the real\n"
     "Qwen3 tokenizer (built once into ~/.cache/edge0/demo-tiny) whose answers\n"
     "are noise. Both work offline. The prompt is rendered with the model's own\n"
     "chat template (Qwen3 or Qwen3.5).\n"
@@ -209,7 +209,7 @@ static int opt_ids(void *ptr, const char *name, const char *v) {
 }
 
 int cmd_demo(int argc, char **argv) {
-    const char *model = NULL, *prompt = "What is a lighthouse? Answer in one sentence.", *system = NULL;
+    const char *model = NULL, *prompt = "What does happiness mean?", *system = NULL;
     char *prompt_buf = NULL; /* --prompt-file */
     int32_t *ids = NULL;
     size_t n_ids = 0;
