@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Drives the real clients (pinned by scripts/clients_deps.sh) against
-# `edge0 serve` on the demo model (the built-in tiny random-weight model that
-# `edge0 demo` runs: synth shape tiny, seed 1, with the Qwen3 tokenizer):
+# `edge0 serve` on the tiny random-weight model (the fallback demo model that
+# `edge0 demo` runs in a tree without assets/demo-model: synth shape tiny, seed 1, with the Qwen3 tokenizer):
 # one line per case (ok / FAIL + reason / xfail), then a total. Exits non-zero
 # on any failure not in EXPECTED_FAIL, and on any case in EXPECTED_FAIL that
 # passes (remove it from the list).
