@@ -457,18 +457,19 @@ static void test_models(void **state) {
         assert_true(worst < 5e-3);
         assert_int_equal(bad_argmax, 0);
         assert_true(same);
-        /* attention by a running softmax (attend_warps): against the CPU, and graph against kernel by kernel */
-        const bool aw = g_dev->attn_warps;
-        g_dev->attn_warps = true;
+        /* decode attention split over 8 blocks a head (attend_split, attend_merge; the default is one
+         * block a head, attend_warps): against the CPU, and graph against kernel by kernel */
+        const int aw = g_dev->attn_split;
+        g_dev->attn_split = 8;
         float *w1 = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, false);
         float *w2 = gpu_logits(g, ids, V);
         gpu_set_graphs(g_dev, graphs);
-        g_dev->attn_warps = aw;
+        g_dev->attn_split = aw;
         int wbad;
         const double wworst = against(w1, ref, V, &wbad);
         const bool wsame = memcmp(w1, w2, (size_t)NIDS * (size_t)V * 4) == 0;
-        printf("  %-39s attend_warps: worst relative L2 %.2e, argmax differs at %d of %d, no graph %s\n", "", wworst,
+        printf("  %-39s 8 blocks a head: worst relative L2 %.2e, argmax differs at %d of %d, no graph %s\n", "", wworst,
                wbad, NIDS, wsame ? "bit-identical" : "DIFFERS");
         assert_true(wworst < 5e-3);
         assert_int_equal(wbad, 0);

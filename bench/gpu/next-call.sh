@@ -2,7 +2,8 @@
 # The next session's first device call (written in session 31): test_gpu (its test_batch_decode
 # checks E0_GPU_BATCH=1), serve on the GPU (scripts/serve_smoke.py, plain and batched), Qwen3-30B-A3B's decode step under Nsight Compute, then the same runs
 # of both shapes against llama.cpp's CUDA build (started at nice 19 first) with whole-layer prefill
-# on by default; attend_warps against attend first ($E0_GPU_ATTN=warps: if it wins, make it the
+# on by default; decode attention split over blocks against one block a head first
+# ($E0_GPU_SPLIT=auto against 1, session 33: if it wins, make it the
 # default before the same runs). Pack here first:
 #   LIMIT_MB=95 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx gguf/qwen3moe/model-Q4_0.gguf \
 #       gguf/tiny-qwen35moe/model-Q4_K_M.gguf
@@ -52,30 +53,30 @@ python3 scripts/ncu_step.py /tmp/ncu.csv 48 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu.csv > "$OUT/ncu-q30.csv.xz"
 }
 [ -n "${SHORT:-}" ] || ncu30
-for a in attend warps attend warps; do
-    echo "=== q30 all resident: E0_GPU_ATTN=$a $(el)"
-    E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+for a in 1 auto 1 auto; do
+    echo "=== q30 all resident: E0_GPU_SPLIT=$a $(el)"
+    E0_GPU_SPLIT=$a .gpu/bin/edge0 bench /dev/shm/q30.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
         grep -E "prefill [0-9]|decode [0-9]" | tee -a /tmp/ab-$a.txt
 done
 # the same runs below take the kernel whose slower decode of the two was faster
 best() { grep -oE "decode [0-9]+ tokens: [0-9.]+" "$1" | grep -oE "[0-9.]+$" | sort -n | head -1; }
-wa=$(best /tmp/ab-attend.txt); ww=$(best /tmp/ab-warps.txt)
-echo "decode, the slower of two: attend $wa, warps $ww tok/s"
+wa=$(best /tmp/ab-1.txt); ww=$(best /tmp/ab-auto.txt)
+echo "decode, the slower of two: one block a head $wa, split $ww tok/s"
 if python3 -c "import sys; sys.exit(0 if float(sys.argv[2] or 0) > float(sys.argv[1] or 0) else 1)" "$wa" "$ww"; then
-    export E0_GPU_ATTN=warps; echo "=> the same runs with E0_GPU_ATTN=warps"
+    export E0_GPU_SPLIT=auto; echo "=> the same runs with E0_GPU_SPLIT=auto"
 fi
 if left 380; then
-echo "=== ncu: q36 all resident after a 512-id prompt, decode 2 (E0_GPU_ATTN=${E0_GPU_ATTN:-attend}) $(el)"
+echo "=== ncu: q36 all resident after a 512-id prompt, decode 2 (E0_GPU_SPLIT=${E0_GPU_SPLIT:-1}) $(el)"
 E0_GPU_GRAPH=0 timeout 100 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu36.csv \
     .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 2 --skip-cold --threads 16 2>&1 | grep -E "decode [0-9]|rror" | tail -2
 python3 scripts/ncu_step.py /tmp/ncu36.csv 40 1 | head -30
 [ -n "${OUT:-}" ] && xz -1 -c /tmp/ncu36.csv > "$OUT/ncu-q36.csv.xz"
 fi
 if [ -n "${SHORT:-}" ]; then
-    for a in attend warps; do
+    for a in 1 auto; do
         left 45 || break
-        echo "=== q36 all resident: E0_GPU_ATTN=$a $(el)"
-        E0_GPU_ATTN=$a .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+        echo "=== q36 all resident: E0_GPU_SPLIT=$a $(el)"
+        E0_GPU_SPLIT=$a .gpu/bin/edge0 bench /dev/shm/q36.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
             grep -E "prefill [0-9]|decode [0-9]"
     done
     left 110 && ncu30

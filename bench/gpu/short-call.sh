@@ -1,7 +1,7 @@
 #!/bin/bash
 # A device call of about three minutes (session 32, when the device could not be had for longer):
-# test_gpu (attend_warps against the CPU, batched decode bit-identical), then all-resident decode
-# after a 512-id prompt with attend and attend_warps on both shapes, then serve on the GPU.
+# test_gpu (split decode attention against the CPU, batched decode bit-identical), then all-resident
+# decode after a 512-id prompt with E0_GPU_SPLIT=1 and auto on both shapes, then serve on the GPU.
 # Pack as next-call.sh says; run with carry [".peer"]: tar -xJf .peer/gpu.tar.xz && DL=200 bash .gpu/short.sh
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
@@ -18,10 +18,10 @@ echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 100 .gpu/bin/test_gpu 2>&1 | grep -v "not here" | tail -25
 wait $SP
 for m in q30 q36; do
-    for a in attend warps; do
+    for a in 1 auto; do
         left 30 || break
-        echo "=== $m all resident: E0_GPU_ATTN=$a $(el)"
-        E0_GPU_ATTN=$a timeout 40 .gpu/bin/edge0 bench /dev/shm/$m.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
+        echo "=== $m all resident: E0_GPU_SPLIT=$a $(el)"
+        E0_GPU_SPLIT=$a timeout 40 .gpu/bin/edge0 bench /dev/shm/$m.gguf --prefill 512 --decode 64 --skip-cold --threads 16 2>&1 |
             grep -E "prefill [0-9]|decode [0-9]"
     done
 done

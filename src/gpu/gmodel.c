@@ -202,7 +202,7 @@ void gpu_model_free(gpu_model *g) {
 /* Device buffers of a session, in one table so that sizing, allocation and
  * freeing walk the same list. */
 enum {
-    B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_SCORES,
+    B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_PART,
     B_PROJ, B_BA, B_MIX, B_MIXO, B_ZZ, B_BB, B_AA, B_O,
     B_RL, B_RIDX, B_RW, B_COUNT, B_NACT, B_EXPS, B_START, B_ORDER,
     B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS, B_RHIST,
@@ -253,7 +253,7 @@ static void sess_sizes(const e0_model *m, int k, int n_ctx, int B, size_t *sz, s
     sz[B_Q] = Bz * qrows * f;
     sz[B_K] = sz[B_V] = Bz * kvd * f;
     sz[B_ATT] = Bz * nh * hd * f;
-    sz[B_SCORES] = Bz * nh * (size_t)n_ctx * f;
+    sz[B_PART] = nh * GPU_ATT_SPLIT_MAX * (hd + 2) * f; /* attend_split's parts of one token */
     sz[B_PROJ] = Bz * P * f;
     sz[B_BA] = Bz * 2 * Hv * f;
     sz[B_MIX] = sz[B_MIXO] = Bz * C * f;
@@ -387,14 +387,18 @@ static int attention(gpu_sess *s, int li, int T, char *err) {
     gpu_dev *d = s->g->d;
     int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim, H = c->hidden;
     int qrows = (int)ly->q.rows, kvd = nkv * hd, half = c->rotary_dim / 2;
-    int per = c->attn_gated ? 2 * hd : hd, gated = c->attn_gated, f16 = s->f16, n_ctx = s->n_ctx;
+    int per = c->attn_gated ? 2 * hd : hd, gated = c->attn_gated, f16 = s->f16;
     float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     CUdeviceptr h = s->buf[B_H], q = s->buf[B_Q], k = s->buf[B_K], v = s->buf[B_V];
     const gpu_mat *W[3] = {&gl->q, &gl->k, &gl->v};
     const CUdeviceptr ys[3] = {q, k, v};
     const int64_t ld[3] = {qrows, kvd, kvd};
     int rc = gpu_mm_multi(d, 3, W, h, H, ys, ld, T, err);
-    CUdeviceptr sc = s->buf[B_SCORES], att = s->buf[B_ATT];
+    CUdeviceptr part = s->buf[B_PART], att = s->buf[B_ATT];
+    /* a decode token's heads split over blocks so that the card is busy (flash decoding): about one
+     * block an SM in all (docs/experiments.md, session 33) */
+    int S = d->attn_split > 0 ? d->attn_split : (d->sms + nh - 1) / nh;
+    if (S > GPU_ATT_SPLIT_MAX) S = GPU_ATT_SPLIT_MAX;
     /* a batched step: the position-dependent kernels once per sequence, on its token's rows, with its
      * own position and KV cache (each as that sequence's step alone) */
     const int nseq = s->bs ? T : 1, Tq = s->bs ? 1 : T;
@@ -408,12 +412,14 @@ static int attention(gpu_sess *s, int li, int T, char *err) {
                         "qk norm / rope", err);
         void *a2[] = {&kc, &vc, &ki, &vi, &kvd, &pi, &f16};
         if (!rc) rc = gpu_launch(d, d->k.kv_store, (unsigned)Tq, 1, 1, 256, 0, a2, "kv store", err);
-        if (d->attn_warps) { /* the running-softmax form (kernels.cu attend_warps) */
+        if (Tq == 1 && S > 1) { /* kernels.cu attend_split, then attend_merge */
+            void *a3[] = {&qi, &kc, &vc, &part, &nh, &nkv, &hd, &per, &pi, &scale, &f16};
+            if (!rc) rc = gpu_launch(d, d->k.attend_split, (unsigned)nh, 1, (unsigned)S, 512, 0, a3, "attention", err);
+            void *a4[] = {&part, &qi, &atti, &hd, &per, &S, &gated};
+            if (!rc) rc = gpu_launch(d, d->k.attend_merge, (unsigned)nh, 1, 1, 128, 0, a4, "attention merge", err);
+        } else { /* a running softmax, one block a head (kernels.cu attend_warps) */
             void *a3[] = {&qi, &kc, &vc, &atti, &nh, &nkv, &hd, &per, &qrows, &pi, &scale, &gated, &f16};
             if (!rc) rc = gpu_launch(d, d->k.attend_warps, (unsigned)nh, (unsigned)Tq, 1, 512, 0, a3, "attention", err);
-        } else {
-            void *a3[] = {&qi, &kc, &vc, &sc, &atti, &nh, &nkv, &hd, &per, &qrows, &pi, &n_ctx, &scale, &gated, &f16};
-            if (!rc) rc = gpu_launch(d, d->k.attend, (unsigned)nh, (unsigned)Tq, 1, 128, 0, a3, "attention", err);
         }
     }
     if (!rc) rc = gpu_mm(d, &gl->o, att, nh * hd, s->buf[B_Y], H, T, err);

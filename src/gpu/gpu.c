@@ -63,8 +63,8 @@ static int load_module(gpu_dev *d, char *err) {
     } fs[] = {
         {&d->k.rmsnorm, "rmsnorm"},       {&d->k.add_inplace, "add_inplace"},
         {&d->k.swiglu, "swiglu"},         {&d->k.qk_norm_rope, "qk_norm_rope"},
-        {&d->k.kv_store, "kv_store"},     {&d->k.attend, "attend"},
-        {&d->k.attend_warps, "attend_warps"},
+        {&d->k.kv_store, "kv_store"},     {&d->k.attend_warps, "attend_warps"},
+        {&d->k.attend_split, "attend_split"}, {&d->k.attend_merge, "attend_merge"},
         {&d->k.dn_unpack, "dn_unpack"},   {&d->k.dn_conv, "dn_conv"},
         {&d->k.dn_qknorm, "dn_qknorm"},   {&d->k.dn_rec, "dn_rec"},
         {&d->k.dn_rec32, "dn_rec32"},     {&d->k.dn_rec64, "dn_rec64"},
@@ -200,8 +200,11 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
-    const char *av = getenv("E0_GPU_ATTN");
-    d->attn_warps = av && !strcmp(av, "warps");
+    /* a decode token's attention in N blocks a head (attend_split), "auto": about one block an SM;
+     * one block a head (attend_warps) until the split is measured on a card */
+    const char *av = getenv("E0_GPU_SPLIT");
+    d->attn_split = !av || !*av ? 1 : !strcmp(av, "auto") ? 0 : atoi(av);
+    if (d->attn_split < 0 || d->attn_split > GPU_ATT_SPLIT_MAX) d->attn_split = 1;
     const char *wv = getenv("E0_GPU_WHOLE");
     d->whole = !(wv && *wv == '0');
     *out = d;

@@ -62,13 +62,16 @@ typedef struct {
 } gpu_multi;
 _Static_assert(sizeof(gpu_multi) == 568, "gpu_multi mirrors struct gmulti");
 
+/* The most blocks a head's decode attention is split into (attend_split). */
+enum { GPU_ATT_SPLIT_MAX = 16 };
+
 /* The kernels, looked up once at open. */
 typedef struct {
     CUfunction mm[GPU_F_COUNT], mmx[GPU_F_COUNT];   /* vector form: a warp a row, 4 tokens a pass */
     CUfunction mmg[GPU_F_COUNT], mmxg[GPU_F_COUNT]; /* the same, gate and up at once: silu(g) * u */
     CUfunction mmm[GPU_F_COUNT];                    /* the same, up to four matrices at once */
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
-    CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend, attend_warps;
+    CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend_warps, attend_split, attend_merge;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
     CUfunction route, route_profile, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
@@ -103,8 +106,10 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
-    bool attn_warps;       /* attention by attend_warps (a running softmax, 16 warps a head); off until
-                              measured on a card: $E0_GPU_ATTN=warps */
+    int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then
+                              attend_merge); 0: about one block an SM (gmodel.c attention); 1 (the
+                              default until measured on a card): one block a head (attend_warps);
+                              $E0_GPU_SPLIT=N|auto */
     bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
                               it off */
     CUevent pa, pb;

@@ -183,63 +183,20 @@ __device__ __forceinline__ float kvload(const void *c, size_t i, int f16) {
 }
 
 /* Causal attention of query head h of token t (position pos0 + t, pos0 =
- * *posp) over the
- * cache's positions 0..pos0 + t: s_j = scale q.k_j, softmax, o = sum p_j v_j;
- * gated: o *= sigmoid(the head's gate half). scores: [T, nh, n_ctx] scratch.
- * grid (nh, T), block 128. */
-extern "C" __global__ void attend(const float *q, const void *kc, const void *vc, float *scores,
-                                  float *att, int nh, int nkv, int hd, int per, int qrows, const int *posp,
-                                  int n_ctx, float scale, int gated, int f16) {
-    const int h = blockIdx.x, t = blockIdx.y, n = *posp + t + 1;
-    const int kvh = h / (nh / nkv), kvd = nkv * hd;
-    const float *qh = q + (size_t)t * qrows + (size_t)h * per;
-    float *sc = scores + ((size_t)t * nh + h) * (size_t)n_ctx;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int j = w; j < n; j += nw) {
-        const size_t base = (size_t)j * kvd + (size_t)kvh * hd;
-        float a = 0.0f;
-        for (int i = lane; i < hd; i += 32) a += qh[i] * kvload(kc, base + i, f16);
-        a = warp_sum(a);
-        if (lane == 0) sc[j] = scale * a;
-    }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, sc[j]);
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
-    sum = block_sum(sum);
-    const float inv = 1.0f / sum;
-    float *o = att + (size_t)t * nh * hd + (size_t)h * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float a = 0.0f;
-        for (int j = 0; j < n; j++) a += sc[j] * kvload(vc, (size_t)j * kvd + (size_t)kvh * hd + i, f16);
-        a *= inv;
-        if (gated) a *= sigm(qh[hd + i]);
-        o[i] = a;
-    }
-}
-
-/* attend's arithmetic by a running softmax (off until measured on a card:
- * $E0_GPU_ATTN=warps; the softmax's sums in another order). One block of ATT_WARPS warps: warp w takes positions w, w + ATT_WARPS, ...
- * with a running softmax (its max m, sum l and output acc; lane i holds
- * dimensions i, i + 32, ...), so that the positions' loads overlap and no
- * scores are stored; then the warps' (m, l, acc) are merged in warp order.
- * hd <= 32 * ATT_DMAX (the host checks). grid (nh, T), block 32 * ATT_WARPS. */
+ * *posp) over the cache's positions 0..pos0 + t: s_j = scale q.k_j,
+ * softmax, o = sum p_j v_j; gated: o *= sigmoid(the head's gate half).
+ * ATT_WARPS warps a block, each over positions with a running softmax (its
+ * max m, sum l and output acc; lane i holds dimensions i, i + 32, ...), so
+ * that the positions' loads overlap and no scores are stored; the warps'
+ * (m, l, acc) then merged in warp order. hd <= 32 * ATT_DMAX (the host
+ * checks). att_chunk is the block's part over positions [lo, hi): its
+ * warps' (m, l) in sm, sl and acc in so; *M gets their max and *L the sum
+ * of l weighted to it. */
 #define ATT_WARPS 16
 #define ATT_DMAX 8
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
-    attend_warps(const float *q, const void *kc, const void *vc, float *att, int nh, int nkv, int hd,
-                 int per, int qrows, const int *posp, float scale, int gated, int f16) {
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float so[ATT_WARPS][32 * ATT_DMAX];
-    const int h = blockIdx.x, t = blockIdx.y, n = *posp + t + 1;
-    const int kvh = h / (nh / nkv), kvd = nkv * hd;
-    const float *qh = q + (size_t)t * qrows + (size_t)h * per;
+__device__ __forceinline__ void att_chunk(const float *qh, const void *kc, const void *vc, int kvd, int kvh, int hd,
+                                          int lo, int hi, float scale, int f16, float *sm, float *sl,
+                                          float (*so)[32 * ATT_DMAX], float *M, float *L) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float qv[ATT_DMAX], acc[ATT_DMAX];
 #pragma unroll
@@ -249,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = w; j < n; j += ATT_WARPS) {
+    for (int j = lo + w; j < hi; j += ATT_WARPS) {
         const size_t base = (size_t)j * kvd + (size_t)kvh * hd;
         float a = 0.0f;
 #pragma unroll
@@ -271,17 +228,84 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
     for (int d = 0; d < ATT_DMAX; d++) so[w][lane + 32 * d] = acc[d];
     __syncthreads();
-    float M = -INFINITY; /* a warp with no position has m = -inf, l = 0, acc = 0: it adds 0 */
-    for (int k = 0; k < ATT_WARPS; k++) M = fmaxf(M, sm[k]);
-    float L = 0.0f;
-    for (int k = 0; k < ATT_WARPS; k++) L += sl[k] * expf(sm[k] - M);
+    float mx = -INFINITY; /* a warp with no position has m = -inf, l = 0, acc = 0: it adds 0 */
+    for (int k = 0; k < ATT_WARPS; k++) mx = fmaxf(mx, sm[k]);
+    float sum = 0.0f;
+    for (int k = 0; k < ATT_WARPS; k++) sum += sl[k] * (sm[k] == -INFINITY ? 0.0f : expf(sm[k] - mx));
+    *M = mx;
+    *L = sum;
+}
+
+/* The whole of each (head, token) in one block. grid (nh, T), block 32 * ATT_WARPS. */
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
+    attend_warps(const float *q, const void *kc, const void *vc, float *att, int nh, int nkv, int hd,
+                 int per, int qrows, const int *posp, float scale, int gated, int f16) {
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float so[ATT_WARPS][32 * ATT_DMAX];
+    const int h = blockIdx.x, t = blockIdx.y, n = *posp + t + 1;
+    const int kvh = h / (nh / nkv), kvd = nkv * hd;
+    const float *qh = q + (size_t)t * qrows + (size_t)h * per;
+    float M, L;
+    att_chunk(qh, kc, vc, kvd, kvh, hd, 0, n, scale, f16, sm, sl, so, &M, &L);
     float *o = att + (size_t)t * nh * hd + (size_t)h * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float a = 0.0f;
-        for (int k = 0; k < ATT_WARPS; k++) a += so[k][i] * expf(sm[k] - M);
+        for (int k = 0; k < ATT_WARPS; k++) a += so[k][i] * (sm[k] == -INFINITY ? 0.0f : expf(sm[k] - M));
         a /= L;
         if (gated) a *= sigm(qh[hd + i]);
         o[i] = a;
+    }
+}
+
+/* One decode token's attention split over gridDim.z blocks a head (flash
+ * decoding: a head's blocks alone leave most of the card idle): block z
+ * takes positions [z C, (z + 1) C), C = ceil(n / gridDim.z), and writes its
+ * (M, L, o[hd]) (o weighted to M, not divided) to part[(h * gridDim.z + z)
+ * * (hd + 2)]; attend_merge combines them. An empty chunk writes M = -inf,
+ * L = 0. grid (nh, 1, S), block 32 * ATT_WARPS. */
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
+    attend_split(const float *q, const void *kc, const void *vc, float *part, int nh, int nkv, int hd,
+                 int per, const int *posp, float scale, int f16) {
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float so[ATT_WARPS][32 * ATT_DMAX];
+    const int h = blockIdx.x, z = blockIdx.z, S = gridDim.z, n = *posp + 1;
+    const int kvh = h / (nh / nkv), kvd = nkv * hd, C = (n + S - 1) / S;
+    const int lo = z * C, hi = min(n, lo + C);
+    const float *qh = q + (size_t)h * per;
+    float M, L;
+    att_chunk(qh, kc, vc, kvd, kvh, hd, lo, hi, scale, f16, sm, sl, so, &M, &L);
+    float *pz = part + ((size_t)h * S + z) * (size_t)(hd + 2);
+    if (threadIdx.x == 0) pz[0] = M, pz[1] = L;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float a = 0.0f;
+        for (int k = 0; k < ATT_WARPS; k++) a += so[k][i] * (sm[k] == -INFINITY ? 0.0f : expf(sm[k] - M));
+        pz[2 + i] = a;
+    }
+}
+
+/* attend_split's S parts of each head merged in z order, then divided and
+ * gated. grid nh, block 128. */
+extern "C" __global__ void attend_merge(const float *part, const float *q, float *att, int hd, int per, int S,
+                                        int gated) {
+    const int h = blockIdx.x;
+    const float *ph = part + (size_t)h * S * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int z = 0; z < S; z++) M = fmaxf(M, ph[(size_t)z * (hd + 2)]);
+    float L = 0.0f;
+    for (int z = 0; z < S; z++) {
+        const float mz = ph[(size_t)z * (hd + 2)];
+        L += ph[(size_t)z * (hd + 2) + 1] * (mz == -INFINITY ? 0.0f : expf(mz - M));
+    }
+    const float *qh = q + (size_t)h * per;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float a = 0.0f;
+        for (int z = 0; z < S; z++) {
+            const float mz = ph[(size_t)z * (hd + 2)];
+            if (mz != -INFINITY) a += ph[(size_t)z * (hd + 2) + 2 + i] * expf(mz - M);
+        }
+        a /= L;
+        if (gated) a *= sigm(qh[hd + i]);
+        att[(size_t)h * hd + i] = a;
     }
 }
 
