@@ -241,6 +241,9 @@ void e0_engine_info(const e0_engine *e, e0_model_info *info);
 /* Where the engine computes: "GPU 0 (NVIDIA H100 80GB HBM3): 1.9 GiB of
  * weights ..." or why the CPU ("" when the GPU was not asked for). */
 const char *e0_engine_gpu_note(const e0_engine *e);
+/* Under --mtp auto with the block loaded: whether drafting was found to
+ * pay and the rates measured ("" otherwise). Valid until the next call. */
+const char *e0_engine_mtp_note(e0_engine *e);
 /* The GPU the engine computes on (a device ordinal), or E0_GPU_OFF. */
 int32_t e0_engine_gpu(const e0_engine *e);
 

@@ -408,8 +408,8 @@ static void test_mtp_cli(void **state) {
              "grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (loaded, in the weights above' "
              "%s/info.txt && %s info %s --mtp off | grep -q '^MTP draft head: 1 layer, 0.04 MiB in the "
              "file (checked; not loaded: --mtp off)' && "
-             "%s info %s | grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (checked; not loaded: "
-             "--mtp auto does not draft yet' && "
+             "%s info %s | grep -q '^MTP draft head: 1 layer, 0.04 MiB in the file (loaded, in the weights "
+             "above: --mtp auto drafts with it once' && "
              "%s info %s --json --mtp on | grep -q '\"mtp_layers\":1,\"mtp_bytes\":37440,\"mtp\":true'",
              tu_bin(), mtp_path("model-Q8_0"), dir, dir, dir, tu_bin(), mtp_path("model-Q8_0"), tu_bin(),
              mtp_path("model-Q8_0"), tu_bin(), mtp_path("model-Q8_0"));

@@ -587,6 +587,73 @@ static void test_mtp_vocab(void **state) {
     e0_engine_free(eng[1]);
 }
 
+/* --mtp auto's decision (model.h e0_mtp_auto) from given pass times: 8
+ * one-id passes of 10 ms (100 tok/s), then 8 verify passes of 15 ms:
+ * keeping both ids (133 tok/s) turns drafting on, keeping 1.5 a pass (100
+ * tok/s, under the 3% margin) turns it off; on, a window of 32 passes that
+ * keep one id each (67 tok/s) turns it off. Off, sessions stop drafting
+ * and the block stops catching up. Then on the engine: greedy generation
+ * under auto is the generation without the block, whatever it decided. */
+static void auto_feed(e0_engine *e, int keep_every) {
+    for (int i = 0; i < 8; i++) mtp_auto_plain(e, 0.010);
+    for (int i = 0; i < 8; i++) {
+        assert_true(mtp_auto_drafts(e));
+        mtp_auto_verify(e, 0.015);
+        if (keep_every && i % keep_every == 0) mtp_auto_dropped(e);
+    }
+}
+
+static void test_mtp_auto(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    e0_engine *e = open_mtp(MODELS[2], E0_MTP_AUTO);
+    assert_true(e->mtp_auto_on);
+    assert_false(mtp_auto_drafts(e)); /* measuring one-id passes first */
+    auto_feed(e, 0);
+    assert_true(mtp_auto_drafts(e));
+    assert_int_equal(e->mtp_auto.state, MTP_AUTO_ON);
+    for (int i = 0; i < 32; i++) {
+        assert_true(mtp_auto_drafts(e));
+        mtp_auto_verify(e, 0.015);
+        mtp_auto_dropped(e);
+    }
+    assert_false(mtp_auto_drafts(e));
+    assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);
+    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_PLAIN};
+    auto_feed(e, 2);
+    assert_false(mtp_auto_drafts(e));
+    assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);
+    assert_non_null(strstr(e0_engine_mtp_note(e), "not drafting"));
+    /* off: a session neither drafts nor keeps the block's rows */
+    e0_session *s = new_session(e, 64);
+    static float lg[V];
+    const int32_t p[3] = {3, 141, 59};
+    CHECK(e0_session_eval(s, p, 3, E0_LOGITS_LAST, lg, ERR));
+    assert_false(e0_session_can_draft(s));
+    assert_false(s->mtp->sync);
+    e0_session_free(s);
+    e0_engine_free(e);
+    /* greedy under auto, from a fresh engine (it measures, decides, drafts or not) */
+    e0_text *t;
+    if (e0_text_open(&t, MODELS[2], err)) fail_msg("%s", err);
+    e0_engine *au = open_mtp(MODELS[2], E0_MTP_AUTO), *off = open_mtp(MODELS[2], E0_MTP_OFF);
+    static tok_list a, b;
+    static int32_t ha[600], hb[600];
+    for (size_t q = 0; q < sizeof PROMPTS / sizeof *PROMPTS; q++) {
+        const size_t na = generate(au, t, PROMPTS[q], 48, &a, ha, NULL);
+        const size_t nb = generate(off, t, PROMPTS[q], 48, &b, hb, NULL);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.ids, b.ids, (size_t)a.n * sizeof *a.ids);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ha, hb, na * sizeof *ha);
+    }
+    printf("  decisions from given times: on, then off, and off; greedy under auto the same ids (%s)\n",
+           e0_engine_mtp_note(au));
+    e0_engine_free(au);
+    e0_engine_free(off);
+    e0_text_free(t);
+}
+
 /* ---- generation: sampling with drafts has the distribution without ------- */
 
 /* P(X > x) for X chi-square with k degrees of freedom (Wilson-Hilferty). */
@@ -755,7 +822,7 @@ static void test_mtp_open(void **state) {
     printf("  --mtp on, no block: %s\n", err);
     assert_non_null(strstr(err, "model-Q8_0-nomtp.gguf"));
     assert_non_null(strstr(err, "no multi-token-prediction (MTP) block"));
-    /* auto: off, with a block or without (until drafting pays: session.c resolve_mtp) */
+    /* auto: nothing without a block; with one, the block loaded (mtp_auto decides when to draft) */
     o.mtp = E0_MTP_AUTO;
     e0_model_info info;
     if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0-nomtp.gguf", &o, err)) fail_msg("%s", err);
@@ -769,7 +836,7 @@ static void test_mtp_open(void **state) {
     e0_engine_free(e);
     if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
     e0_engine_info(e, &info);
-    assert_int_equal(info.mtp_on, 0);
+    assert_int_equal(info.mtp_on, 1);
     e0_engine_free(e);
     o.mtp = E0_MTP_ON;
     if (e0_engine_open(&e, "tests/data/mtp/model-Q8_0.gguf", &o, err)) fail_msg("%s", err);
@@ -936,6 +1003,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_same),
         cmocka_unit_test(test_verify_batch),
         cmocka_unit_test(test_mtp_vocab),
+        cmocka_unit_test(test_mtp_auto),
         cmocka_unit_test(test_sampled_same),
         cmocka_unit_test(test_mtp_snapshot),
         cmocka_unit_test(test_mtp_open),

@@ -528,6 +528,8 @@ void cli_print_stats(e0_engine *e, FILE *f) {
     } else if (info.mtp_on) {
         fprintf(f, "  MTP drafts: none (the block is loaded; nothing was decoded with drafts)\n");
     }
+    const char *auto_note = e0_engine_mtp_note(e);
+    if (*auto_note) fprintf(f, "  %s\n", auto_note);
     if (st.lru_hits + st.lru_misses) {
         fprintf(f, "  expert cache hit rate per layer:");
         for (int l = 0; l < info.n_layers; l++) {

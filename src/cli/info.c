@@ -114,11 +114,14 @@ int cmd_info(int argc, char **argv) {
     if (in->mtp_layers)
         printf("MTP draft head: %d layer%s, %.2f MiB in the file (%s)\n", in->mtp_layers,
                in->mtp_layers == 1 ? "" : "s", (double)in->mtp_bytes / (1 << 20),
-               in->mtp_on ? "loaded, in the weights above: speculative decoding drafts with it"
+               in->mtp_on && ce.eo.mtp == E0_MTP_AUTO
+                   ? "loaded, in the weights above: --mtp auto drafts with it once this machine measures "
+                     "drafting to pay"
+               : in->mtp_on ? "loaded, in the weights above: speculative decoding drafts with it"
                : ce.eo.mtp == E0_MTP_OFF ? "checked; not loaded: --mtp off"
                : in->mtp_layers != 1    ? "checked; not loaded: edge0 drafts with one block"
                : ce.eo.mtp == E0_MTP_AUTO
-                   ? "checked; not loaded: --mtp auto does not draft yet, --mtp on does"
+                   ? "checked; --mtp auto loads it and drafts once this machine measures drafting to pay"
                                         : "checked; not loaded: MTP is CPU-only for now");
     printf("per sequence: KV cache (%s) %.1f MiB per 1000 tokens of context; DeltaNet state %.1f "
            "MiB\n",

@@ -23,6 +23,24 @@ struct gpu_sess;
  * this many picks on the stack (moe.c). */
 enum { E0_STICKY_MAX_K = 64 };
 
+/* --mtp auto (model/mtp.c mtp_auto_*): whether drafting pays on this
+ * machine and model, measured on the engine's own single-sequence decode
+ * passes: PLAIN times one-id passes (the block's catch-up left out, which
+ * OFF drops), DRAFT times verify passes with their drafts and counts the
+ * tokens they keep; then ON when drafting gives more tokens a second
+ * (by MTP_AUTO_MARGIN), else OFF, for good (the block stops: no catch-up,
+ * no drafts). ON re-measures each MTP_AUTO_WINDOW verify passes and turns
+ * OFF when drafting falls below the plain rate. */
+typedef enum { MTP_AUTO_PLAIN, MTP_AUTO_DRAFT, MTP_AUTO_ON, MTP_AUTO_OFF } mtp_auto_state;
+typedef struct {
+    mtp_auto_state state;
+    int n;            /* passes measured in the current window */
+    int tokens;       /* tokens they kept (verify passes) */
+    double s;         /* their seconds */
+    double plain_tps; /* one-id passes' tokens a second (PLAIN's) */
+    double draft_tps; /* verify passes' kept tokens a second (the last DRAFT or ON window's) */
+} e0_mtp_auto;
+
 struct e0_engine {
     e0_model model;
     e0_engine_opts opts;
@@ -43,6 +61,9 @@ struct e0_engine {
     /* speculative decoding with the MTP block (model/mtp.c; e0_stats) */
     uint64_t mtp_drafts, mtp_rejected;
     double mtp_s; /* time in the block (drafts and the catch-up of its positions) */
+    bool mtp_auto_on; /* --mtp auto with the block loaded: mtp_auto decides when to draft */
+    e0_mtp_auto mtp_auto;
+    char mtp_note[256]; /* e0_engine_mtp_note's */
     uint64_t decode_bytes_read; /* expert bytes read by decode steps (e0_stats) */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
@@ -99,6 +120,7 @@ typedef struct e0_mtp_state {
     bool verified;   /* the last evaluation was a verify pass: e0_session_rollback may drop its
                         second position */
     int32_t drafted; /* the id the last draft ran position pos - 1 with, -1: none since */
+    double draft_s;  /* the last draft's seconds (mtp_auto counts them with the verify pass) */
 } e0_mtp_state;
 
 /* Rows a draft runs at most (held rows: 1 after an evaluation, 2 after a
@@ -127,6 +149,17 @@ int mtp_catch_up(e0_session *s, char *err);
 /* The same for every held row, the last one's next id `next` (the id about
  * to be evaluated): a verify pass not preceded by a draft. */
 int mtp_catch_up_with(e0_session *s, int32_t next, char *err);
+
+/* --mtp auto (e0_mtp_auto): whether a session of e may draft now (and the
+ * decision, once a window is measured); the measurements: a one-id decode
+ * pass of `s` seconds (the block's catch-up left out), a verify pass (its
+ * draft included), a verify pass's second id dropped (e0_session_rollback). */
+bool mtp_auto_drafts(e0_engine *e);
+void mtp_auto_plain(e0_engine *e, double s);
+void mtp_auto_verify(e0_engine *e, double s);
+void mtp_auto_dropped(e0_engine *e);
+/* The decision as a line for --stats and info ("" when auto is not in play). */
+const char *mtp_auto_note(const e0_engine *e, char *buf, size_t n);
 
 /* ---- The GPU (model/gpu_glue.c) ------------------------------------------
  * engine_gpu_plan (at prepare) picks the device and checks the VRAM budget

@@ -34,6 +34,7 @@
 #include "util/err.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,10 @@ void mtp_before(e0_session *s, int32_t first) {
 void mtp_take(e0_session *s, const float *x, int T) {
     e0_mtp_state *t = s->mtp;
     if (!t || !t->sync) return;
+    if (s->eng->mtp_auto_on && s->eng->mtp_auto.state == MTP_AUTO_OFF) { /* the block is done with */
+        mtp_desync(s);
+        return;
+    }
     const e0_config *c = &s->m->cfg;
     const int H = c->hidden;
     rmsnorm(x, s->m->final_norm, H, T, c->rms_eps, t->hid + (size_t)t->npend * H);
@@ -201,9 +206,75 @@ int mtp_catch_up_with(e0_session *s, int32_t next, char *err) {
     return mtp_run(s, t->npend, next, NULL, err);
 }
 
+/* ---- --mtp auto ------------------------------------------------------------ */
+
+enum {
+    MTP_AUTO_PASSES = 8,  /* passes each of PLAIN and DRAFT measure */
+    MTP_AUTO_WINDOW = 32, /* verify passes between ON's checks */
+};
+/* Drafting must beat the plain rate by this much to be turned on: the
+ * windows are short and a wrong ON costs more than a wrong OFF. */
+#define MTP_AUTO_MARGIN 1.03
+
+bool mtp_auto_drafts(e0_engine *e) {
+    e0_mtp_auto *a = &e->mtp_auto;
+    if (!e->mtp_auto_on) return true;
+    const int window = a->state == MTP_AUTO_DRAFT ? MTP_AUTO_PASSES : MTP_AUTO_WINDOW;
+    if ((a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON) && a->n >= window) {
+        a->draft_tps = a->s > 0 ? a->tokens / a->s : 0;
+        const double need = a->state == MTP_AUTO_DRAFT ? MTP_AUTO_MARGIN * a->plain_tps : a->plain_tps;
+        a->state = a->draft_tps > need ? MTP_AUTO_ON : MTP_AUTO_OFF;
+        a->n = a->tokens = 0;
+        a->s = 0;
+    }
+    return a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON;
+}
+
+void mtp_auto_plain(e0_engine *e, double s) {
+    e0_mtp_auto *a = &e->mtp_auto;
+    if (!e->mtp_auto_on || a->state != MTP_AUTO_PLAIN) return;
+    a->n++;
+    a->s += s;
+    if (a->n >= MTP_AUTO_PASSES) {
+        a->plain_tps = a->s > 0 ? a->n / a->s : 0;
+        a->state = MTP_AUTO_DRAFT;
+        a->n = a->tokens = 0;
+        a->s = 0;
+    }
+}
+
+void mtp_auto_verify(e0_engine *e, double s) {
+    e0_mtp_auto *a = &e->mtp_auto;
+    if (!e->mtp_auto_on || (a->state != MTP_AUTO_DRAFT && a->state != MTP_AUTO_ON)) return;
+    a->n++;
+    a->tokens += 2;
+    a->s += s;
+}
+
+void mtp_auto_dropped(e0_engine *e) {
+    e0_mtp_auto *a = &e->mtp_auto;
+    if (e->mtp_auto_on && (a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON) && a->tokens > 0) a->tokens--;
+}
+
+const char *mtp_auto_note(const e0_engine *e, char *buf, size_t n) {
+    const e0_mtp_auto *a = &e->mtp_auto;
+    if (!e->mtp_auto_on) {
+        snprintf(buf, n, "%s", "");
+    } else if (a->state == MTP_AUTO_PLAIN || a->state == MTP_AUTO_DRAFT) {
+        snprintf(buf, n, "--mtp auto: still measuring (%s passes)",
+                 a->state == MTP_AUTO_PLAIN ? "one-token" : "drafting");
+    } else {
+        snprintf(buf, n, "--mtp auto: %s (with drafts %.2f tok/s, without %.2f, measured on this machine)",
+                 a->state == MTP_AUTO_ON ? "drafting" : "not drafting", a->draft_tps, a->plain_tps);
+    }
+    return buf;
+}
+
+const char *e0_engine_mtp_note(e0_engine *e) { return mtp_auto_note(e, e->mtp_note, sizeof e->mtp_note); }
+
 bool e0_session_can_draft(const e0_session *s) {
     const e0_mtp_state *t = s ? s->mtp : NULL;
-    return t && t->sync && (t->npend > 0 || t->drafted >= 0) && t->pos + t->npend == s->pos &&
+    return t && mtp_auto_drafts(s->eng) && t->sync && (t->npend > 0 || t->drafted >= 0) && t->pos + t->npend == s->pos &&
            s->pos + 2 <= s->n_ctx && session_part_layer(s) < 0;
 }
 
@@ -229,7 +300,8 @@ int e0_session_draft(e0_session *s, int32_t id, float *logits, char *err) {
     const double t0 = now_s();
     int rc = mtp_run(s, n, id, logits, err);
     e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
-    e->decode_s += now_s() - t0; /* a draft is part of decoding */
+    t->draft_s = now_s() - t0;
+    e->decode_s += t->draft_s; /* a draft is part of decoding */
     if (rc) return rc;
     /* the row of position pos - 1 to hid[0]: mtp_before runs it again
      * should another id than `id` be evaluated there */
@@ -254,5 +326,6 @@ int e0_session_rollback(e0_session *s, bool rejected, char *err) {
     t->verified = false;
     s->eng->mtp_rejected += rejected;
     s->eng->decode_tokens--;
+    mtp_auto_dropped(s->eng);
     return 0;
 }

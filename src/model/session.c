@@ -43,10 +43,10 @@ static int resolve_mtp(e0_engine *e, const char *model_dir, char *err) {
     if (want == E0_MTP_OFF) return 0;
     if (want != E0_MTP_ON && want != E0_MTP_AUTO)
         return e0_fail(err, E0_EINVAL, "mtp %d is not E0_MTP_OFF, E0_MTP_ON or E0_MTP_AUTO", (int)want);
-    /* auto drafts nowhere yet: on the machines measured drafting has not paid (2-core VM, 35B
-     * shape: 1.02x / 0.98x at acceptance 0.75, 0.91x at 0.62, 0.58x at 0; docs/experiments.md,
-     * session 32), and auto must never be slower than off; --mtp on drafts */
-    if (want == E0_MTP_AUTO) return 0;
+    /* auto: the block loaded where it can draft (a CPU engine, a block in the file), and drafting
+     * turned on only where this machine measures it to pay (mtp_auto; on the 2-core VM of session
+     * 32 it did not: 35B shape 1.02x / 0.98x at acceptance 0.75, 0.91x at 0.62, 0.58x at 0) */
+    if (want == E0_MTP_AUTO && (e->gpu_ordinal >= 0 || !n)) return 0;
     if (e->gpu_ordinal >= 0)
         return e0_fail(err, E0_EUNSUPPORTED,
                        "--mtp on: speculative decoding with the MTP block is CPU-only for now, and "
@@ -64,6 +64,8 @@ static int resolve_mtp(e0_engine *e, const char *model_dir, char *err) {
     /* whole panels of 16 rows (a repacked head's views start on one) */
     const int32_t dv = want_v == -1 ? V : want_v == 0 ? (V > 65536 ? 32768 : V) : (want_v + 15) / 16 * 16;
     e->model.mtp.draft_vocab = dv < V ? dv : V;
+    e->mtp_auto_on = want == E0_MTP_AUTO;
+    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_PLAIN};
     return model_mtp_load(&e->model, err);
 }
 
@@ -847,6 +849,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
     }
     mtp_before(s, ids[0]);
     const uint64_t read0 = stream_bytes_read(s->eng->stream);
+    const double mtp0 = s->eng->mtp_s;
     for (size_t done = 0; done < n;) {
         int T = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         e0_run run;
@@ -874,6 +877,7 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         e->decode_tokens += n;
         e->decode_s += now_s() - t0;
         e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
+        mtp_auto_plain(e, now_s() - t0 - (e->mtp_s - mtp0)); /* without the block's catch-up */
     }
     return 0;
 }
@@ -916,6 +920,8 @@ int e0_session_verify(e0_session *s, const int32_t *ids, float *logits, char *er
     e->decode_tokens += 2;
     e->decode_s += now_s() - t0;
     e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
+    mtp_auto_verify(e, now_s() - t0 + t->draft_s);
+    t->draft_s = 0;
     return 0;
 }
 
@@ -965,6 +971,7 @@ static int eval_batch(e0_session *const *ss, const int32_t *ids, const int32_t *
     const double t0 = now_s();
     e0_engine *e = ss[0]->eng;
     const uint64_t read0 = stream_bytes_read(e->stream);
+    const double mtp0 = e->mtp_s;
     e0_run runs[E0_BATCH_MAX];
     size_t at = 0; /* ids (and logits rows) of the sessions before `done` */
     for (size_t done = 0; done < n;) {
@@ -1013,6 +1020,12 @@ static int eval_batch(e0_session *const *ss, const int32_t *ids, const int32_t *
     e->decode_tokens += total;
     e->decode_s += now_s() - t0;
     e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
+    if (n == 1 && total == 1) { /* one sequence alone: --mtp auto's measurements as e0_session_eval's */
+        mtp_auto_plain(e, now_s() - t0 - (e->mtp_s - mtp0));
+    } else if (n == 1) {
+        mtp_auto_verify(e, now_s() - t0 + ss[0]->mtp->draft_s);
+        ss[0]->mtp->draft_s = 0;
+    }
     return 0;
 }
 
