@@ -587,19 +587,28 @@ static void test_mtp_vocab(void **state) {
     e0_engine_free(eng[1]);
 }
 
-/* --mtp auto's decision (model.h e0_mtp_auto) from given pass times: 8
- * one-id passes of 10 ms (100 tok/s), then 8 verify passes of 15 ms:
- * keeping both ids (133 tok/s) turns drafting on, keeping 1.5 a pass (100
- * tok/s, under the 3% margin) turns it off; on, a window of 32 passes that
- * keep one id each (67 tok/s) turns it off. Off, sessions stop drafting
- * and the block stops catching up. Then on the engine: greedy generation
- * under auto is the generation without the block, whatever it decided. */
-static void auto_feed(e0_engine *e, int keep_every) {
-    for (int i = 0; i < 8; i++) mtp_auto_plain(e, 0.010);
-    for (int i = 0; i < 8; i++) {
-        assert_true(mtp_auto_drafts(e));
+/* --mtp auto's decision (model.h e0_mtp_auto) from given pass times: one-id
+ * passes of 10 ms (100 tok/s) and verify passes of 15 ms, alternated (the
+ * controller asks for a one-id pass, then a drafting one), 8 each: keeping
+ * both ids (133 tok/s) turns drafting on, keeping 1.5 a pass (100 tok/s,
+ * under the 3% margin) turns it off; on, a one-id pass follows each 8 verify passes and
+ * a window of 32 verify passes that keep one id each (67 tok/s) turns it
+ * off. Off, sessions stop drafting and the block stops catching up. Then on
+ * the engine: greedy generation under auto is the generation without the
+ * block, whatever it decided. */
+static void auto_pass(e0_engine *e, bool drop) {
+    if (mtp_auto_drafts(e)) {
         mtp_auto_verify(e, 0.015);
-        if (keep_every && i % keep_every == 0) mtp_auto_dropped(e);
+        if (drop) mtp_auto_dropped(e);
+    } else {
+        mtp_auto_plain(e, 0.010);
+    }
+}
+
+static void auto_feed(e0_engine *e, int keep_every) {
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(mtp_auto_drafts(e), i % 2 == 1); /* one-id first, then in turn */
+        auto_pass(e, keep_every && i % (2 * keep_every) == 1);
     }
 }
 
@@ -608,18 +617,21 @@ static void test_mtp_auto(void **state) {
     char err[E0_ERR_MAX];
     e0_engine *e = open_mtp(MODELS[2], E0_MTP_AUTO);
     assert_true(e->mtp_auto_on);
-    assert_false(mtp_auto_drafts(e)); /* measuring one-id passes first */
     auto_feed(e, 0);
     assert_true(mtp_auto_drafts(e));
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_ON);
-    for (int i = 0; i < 32; i++) {
-        assert_true(mtp_auto_drafts(e));
-        mtp_auto_verify(e, 0.015);
-        mtp_auto_dropped(e);
+    int plain = 0, passes = 0;
+    while (e->mtp_auto.state == MTP_AUTO_ON && passes < 100) {
+        plain += !mtp_auto_drafts(e);
+        auto_pass(e, true);
+        passes++;
+        mtp_auto_drafts(e); /* decides at the window's end */
     }
-    assert_false(mtp_auto_drafts(e));
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);
-    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_PLAIN};
+    assert_int_equal(passes, 35); /* 32 drafting passes and a one-id pass after each 8th but the last */
+    assert_int_equal(plain, 3);
+    assert_false(mtp_auto_drafts(e));
+    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_MEASURE};
     auto_feed(e, 2);
     assert_false(mtp_auto_drafts(e));
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);

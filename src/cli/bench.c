@@ -75,7 +75,7 @@ static const char *HELP =
     "With only --batch wanted, add --skip-cold --skip-warm.\n"
     "\n"
     "Decode drafts with the checkpoint's MTP block when the engine has it (--mtp on,\n"
-    "below; the default, auto, does not draft yet): greedy, the\n"
+    "below; the default, auto, once it measured drafting to pay): greedy, the\n"
     "same ids as without; the report adds the drafts' acceptance, the tokens per\n"
     "decode pass and the expert bytes read per decoded token. --mtp-accept P (a\n"
     "test hook for random-weight checkpoints, whose drafts are nearly never right;\n"
@@ -226,6 +226,7 @@ typedef struct {
     /* --mtp-accept: the acceptance forced (< 0: none), and the decode time of
      * the run without drafts that gave the key */
     double accept, key_decode_s;
+    char mtp_note[256]; /* --mtp auto's decision after the decode (e0_engine_mtp_note) */
     e0_cache_study study[3]; /* at STUDY_SHARES of all experts */
     int policy;              /* the engine cache's own (E0_CACHE_*) */
 } phase;
@@ -365,6 +366,7 @@ static int run_phase(e0_engine *e, int n_prefill, int n_decode, bool trace, bool
         goto out;
     }
     e0_engine_stats(e, &out->d);
+    snprintf(out->mtp_note, sizeof out->mtp_note, "%s", e0_engine_mtp_note(e));
     out->distinct = 0;
     out->moe_layers = 0;
     for (int l = 0; l < info.n_layers; l++) {
@@ -535,6 +537,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                100.0 * (double)kept / (double)ph->d.mtp_drafts, ph->accept >= 0 ? ", forced" : "",
                cli_tokens_per_pass(&ph->d), ph->d.mtp_s, read / (1 << 20));
     }
+    if (*ph->mtp_note) printf("    %s\n", ph->mtp_note);
     if (ph->accept >= 0)
         printf("    without drafts (the key's second run): %.2f tok/s; with them %.2f tok/s = %.2fx, the same "
                "ids\n",

@@ -25,20 +25,22 @@ enum { E0_STICKY_MAX_K = 64 };
 
 /* --mtp auto (model/mtp.c mtp_auto_*): whether drafting pays on this
  * machine and model, measured on the engine's own single-sequence decode
- * passes: PLAIN times one-id passes (the block's catch-up left out, which
- * OFF drops), DRAFT times verify passes with their drafts and counts the
- * tokens they keep; then ON when drafting gives more tokens a second
- * (by MTP_AUTO_MARGIN), else OFF, for good (the block stops: no catch-up,
- * no drafts). ON re-measures each MTP_AUTO_WINDOW verify passes and turns
- * OFF when drafting falls below the plain rate. */
-typedef enum { MTP_AUTO_PLAIN, MTP_AUTO_DRAFT, MTP_AUTO_ON, MTP_AUTO_OFF } mtp_auto_state;
+ * passes, one-id passes (the block's catch-up left out, which OFF drops)
+ * and verify passes (their drafts included, the tokens they keep counted)
+ * interleaved so that a cache warming or a disk slowing weighs on both
+ * alike: MEASURE alternates them, 8 each, then ON when drafting gives
+ * MTP_AUTO_MARGIN more tokens a second, else OFF, for good (the block
+ * stops: no catch-up, no drafts). ON keeps one one-id pass in 8 and
+ * re-decides every MTP_AUTO_WINDOW verify passes, turning OFF when
+ * drafting falls below the plain rate. */
+typedef enum { MTP_AUTO_MEASURE, MTP_AUTO_ON, MTP_AUTO_OFF } mtp_auto_state;
 typedef struct {
     mtp_auto_state state;
-    int n;            /* passes measured in the current window */
-    int tokens;       /* tokens they kept (verify passes) */
-    double s;         /* their seconds */
-    double plain_tps; /* one-id passes' tokens a second (PLAIN's) */
-    double draft_tps; /* verify passes' kept tokens a second (the last DRAFT or ON window's) */
+    int np, nd;       /* one-id and verify passes measured in the current window */
+    int tokens;       /* tokens the verify passes kept */
+    double sp, sd;    /* their seconds */
+    double plain_tps; /* the last window's one-id tokens a second */
+    double draft_tps; /* and its verify passes' kept tokens a second */
 } e0_mtp_auto;
 
 struct e0_engine {

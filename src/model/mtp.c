@@ -209,60 +209,63 @@ int mtp_catch_up_with(e0_session *s, int32_t next, char *err) {
 /* ---- --mtp auto ------------------------------------------------------------ */
 
 enum {
-    MTP_AUTO_PASSES = 8,  /* passes each of PLAIN and DRAFT measure */
-    MTP_AUTO_WINDOW = 32, /* verify passes between ON's checks */
+    MTP_AUTO_PASSES = 8,  /* passes of each kind MEASURE times */
+    MTP_AUTO_WINDOW = 32, /* verify passes between ON's decisions */
+    MTP_AUTO_EVERY = 8,   /* ON: one one-id pass per this many verify passes */
 };
 /* Drafting must beat the plain rate by this much to be turned on: the
  * windows are short and a wrong ON costs more than a wrong OFF. */
 #define MTP_AUTO_MARGIN 1.03
 
+/* Whether the next pass should be a one-id pass, to be measured. */
+static bool auto_wants_plain(const e0_mtp_auto *a) {
+    if (a->state == MTP_AUTO_MEASURE) return a->np <= a->nd;
+    return a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_EVERY * (a->np + 1);
+}
+
 bool mtp_auto_drafts(e0_engine *e) {
     e0_mtp_auto *a = &e->mtp_auto;
     if (!e->mtp_auto_on) return true;
-    const int window = a->state == MTP_AUTO_DRAFT ? MTP_AUTO_PASSES : MTP_AUTO_WINDOW;
-    if ((a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON) && a->n >= window) {
-        a->draft_tps = a->s > 0 ? a->tokens / a->s : 0;
-        const double need = a->state == MTP_AUTO_DRAFT ? MTP_AUTO_MARGIN * a->plain_tps : a->plain_tps;
+    const bool measured = a->state == MTP_AUTO_MEASURE
+                              ? a->np >= MTP_AUTO_PASSES && a->nd >= MTP_AUTO_PASSES
+                              : a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_WINDOW && a->np > 0;
+    if (measured) {
+        a->plain_tps = a->sp > 0 ? a->np / a->sp : 0;
+        a->draft_tps = a->sd > 0 ? a->tokens / a->sd : 0;
+        const double need = a->state == MTP_AUTO_MEASURE ? MTP_AUTO_MARGIN * a->plain_tps : a->plain_tps;
         a->state = a->draft_tps > need ? MTP_AUTO_ON : MTP_AUTO_OFF;
-        a->n = a->tokens = 0;
-        a->s = 0;
+        a->np = a->nd = a->tokens = 0;
+        a->sp = a->sd = 0;
     }
-    return a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON;
+    return a->state != MTP_AUTO_OFF && !auto_wants_plain(a);
 }
 
 void mtp_auto_plain(e0_engine *e, double s) {
     e0_mtp_auto *a = &e->mtp_auto;
-    if (!e->mtp_auto_on || a->state != MTP_AUTO_PLAIN) return;
-    a->n++;
-    a->s += s;
-    if (a->n >= MTP_AUTO_PASSES) {
-        a->plain_tps = a->s > 0 ? a->n / a->s : 0;
-        a->state = MTP_AUTO_DRAFT;
-        a->n = a->tokens = 0;
-        a->s = 0;
-    }
+    if (!e->mtp_auto_on || !auto_wants_plain(a)) return;
+    a->np++;
+    a->sp += s;
 }
 
 void mtp_auto_verify(e0_engine *e, double s) {
     e0_mtp_auto *a = &e->mtp_auto;
-    if (!e->mtp_auto_on || (a->state != MTP_AUTO_DRAFT && a->state != MTP_AUTO_ON)) return;
-    a->n++;
+    if (!e->mtp_auto_on || a->state == MTP_AUTO_OFF) return;
+    a->nd++;
     a->tokens += 2;
-    a->s += s;
+    a->sd += s;
 }
 
 void mtp_auto_dropped(e0_engine *e) {
     e0_mtp_auto *a = &e->mtp_auto;
-    if (e->mtp_auto_on && (a->state == MTP_AUTO_DRAFT || a->state == MTP_AUTO_ON) && a->tokens > 0) a->tokens--;
+    if (e->mtp_auto_on && a->state != MTP_AUTO_OFF && a->tokens > 0) a->tokens--;
 }
 
 const char *mtp_auto_note(const e0_engine *e, char *buf, size_t n) {
     const e0_mtp_auto *a = &e->mtp_auto;
     if (!e->mtp_auto_on) {
         snprintf(buf, n, "%s", "");
-    } else if (a->state == MTP_AUTO_PLAIN || a->state == MTP_AUTO_DRAFT) {
-        snprintf(buf, n, "--mtp auto: still measuring (%s passes)",
-                 a->state == MTP_AUTO_PLAIN ? "one-token" : "drafting");
+    } else if (a->state == MTP_AUTO_MEASURE) {
+        snprintf(buf, n, "--mtp auto: still measuring (%d one-token and %d drafting passes so far)", a->np, a->nd);
     } else {
         snprintf(buf, n, "--mtp auto: %s (with drafts %.2f tok/s, without %.2f, measured on this machine)",
                  a->state == MTP_AUTO_ON ? "drafting" : "not drafting", a->draft_tps, a->plain_tps);

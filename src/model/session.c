@@ -65,7 +65,7 @@ static int resolve_mtp(e0_engine *e, const char *model_dir, char *err) {
     const int32_t dv = want_v == -1 ? V : want_v == 0 ? (V > 65536 ? 32768 : V) : (want_v + 15) / 16 * 16;
     e->model.mtp.draft_vocab = dv < V ? dv : V;
     e->mtp_auto_on = want == E0_MTP_AUTO;
-    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_PLAIN};
+    e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_MEASURE};
     return model_mtp_load(&e->model, err);
 }
 
