@@ -122,6 +122,20 @@ int su_http(int port, const char *dir, const char *method, const char *path, con
     return status;
 }
 
+char *su_completion_answer(const char *resp) {
+    cJSON *j = su_json(resp, "a completion");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "text", cJSON_Duplicate(su_at(j, "choices.0.text"), 1));
+    cJSON_AddItemToObject(o, "tokens", cJSON_Duplicate(su_at(j, "choices.0.logprobs.tokens"), 1));
+    cJSON_AddItemToObject(o, "lp", cJSON_Duplicate(su_at(j, "choices.0.logprobs.token_logprobs"), 1));
+    cJSON_AddItemToObject(o, "finish", cJSON_Duplicate(su_at(j, "choices.0.finish_reason"), 1));
+    cJSON_AddItemToObject(o, "usage", cJSON_Duplicate(su_at(j, "usage.completion_tokens"), 1));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(j);
+    return s;
+}
+
 const cJSON *su_at(const cJSON *j, const char *path) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", path);

@@ -38,6 +38,10 @@ const char *su_str(const cJSON *j, const char *path);
 double su_num(const cJSON *j, const char *path);
 /* Parses text as JSON; fails the test (showing `what`) when it is not. */
 cJSON *su_json(const char *text, const char *what);
+/* What must match between two servings of one /v1/completions request with
+ * logprobs: the text, the tokens and their log-probabilities, the finish
+ * reason and the token count, as one JSON string (malloc'd). */
+char *su_completion_answer(const char *resp);
 
 /* A generate function for an in-process server (srv_opts.generate): it
  * answers with the text after the last "SCRIPT:" in the prompt (to the end

@@ -187,29 +187,13 @@ static char *body_of(char first, int len, int max_tokens, bool stream) {
     return b;
 }
 
-/* What must match between two servings of one request: the text, the tokens
- * and their log-probabilities, the finish reason and the token counts. */
-static char *answer_of(const char *resp) {
-    cJSON *j = su_json(resp, "a completion");
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "text", cJSON_Duplicate(su_at(j, "choices.0.text"), 1));
-    cJSON_AddItemToObject(o, "tokens", cJSON_Duplicate(su_at(j, "choices.0.logprobs.tokens"), 1));
-    cJSON_AddItemToObject(o, "lp", cJSON_Duplicate(su_at(j, "choices.0.logprobs.token_logprobs"), 1));
-    cJSON_AddItemToObject(o, "finish", cJSON_Duplicate(su_at(j, "choices.0.finish_reason"), 1));
-    cJSON_AddItemToObject(o, "usage", cJSON_Duplicate(su_at(j, "usage.completion_tokens"), 1));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    cJSON_Delete(j);
-    return s;
-}
-
 /* The request served alone (the --parallel 1 server, nothing else running). */
 static char *alone(int port, char first, int len, int max_tokens) {
     req r;
     req_start(&r, port, body_of(first, len, max_tokens, false), 0);
     req_join(&r);
     if (r.status != 200) fail_msg("status %d: %s", r.status, r.resp);
-    char *a = answer_of(r.resp);
+    char *a = su_completion_answer(r.resp);
     req_free(&r);
     return a;
 }
@@ -297,7 +281,7 @@ static void concurrent(family *f) {
     for (int i = 0; i < 4; i++) req_join(&r[i]);
     for (int i = 0; i < 4; i++) {
         if (r[i].status != 200) fail_msg("%s request %d: status %d: %s", f->fixture, i, r[i].status, r[i].resp);
-        char *got = answer_of(r[i].resp), *want = alone(f->one.port, R[i].first, R[i].len, R[i].max);
+        char *got = su_completion_answer(r[i].resp), *want = alone(f->one.port, R[i].first, R[i].len, R[i].max);
         if (strcmp(got, want)) fail_msg("%s request %d (%d words) batched:\n%s\nalone:\n%s", f->fixture, i, R[i].len, got, want);
         free(got);
         free(want);
@@ -360,13 +344,13 @@ static void join(family *f) {
     req_join(&a);
     for (int i = 0; i < 3; i++) req_join(&r[i]);
     assert_int_equal(a.status, 200);
-    char *got = answer_of(a.resp), *want = alone(f->one.port, 'e', 20, 700);
+    char *got = su_completion_answer(a.resp), *want = alone(f->one.port, 'e', 20, 700);
     if (strcmp(got, want)) fail_msg("%s: the long request with others joining:\n%s\nalone:\n%s", f->fixture, got, want);
     free(got);
     free(want);
     for (int i = 0; i < 3; i++) {
         if (r[i].status != 200) fail_msg("status %d: %s", r[i].status, r[i].resp);
-        got = answer_of(r[i].resp);
+        got = su_completion_answer(r[i].resp);
         want = alone(f->one.port, first[i], len[i], 90);
         if (strcmp(got, want)) fail_msg("%s: joining request %d:\n%s\nalone:\n%s", f->fixture, i, got, want);
         free(got);
@@ -401,7 +385,7 @@ static void cancel(family *f) {
     static const int len[2] = {30, 70};
     for (int i = 0; i < 2; i++) {
         if (r[i].status != 200) fail_msg("status %d: %s", r[i].status, r[i].resp);
-        char *got = answer_of(r[i].resp), *want = alone(f->one.port, first[i], len[i], 300);
+        char *got = su_completion_answer(r[i].resp), *want = alone(f->one.port, first[i], len[i], 300);
         if (strcmp(got, want)) fail_msg("%s: request %d beside a cancelled one:\n%s\nalone:\n%s", f->fixture, i, got, want);
         free(got);
         free(want);
@@ -522,7 +506,7 @@ static void test_prefix_cache(void **state) {
             cached[k][i] = (int)su_num(j, "usage.prompt_tokens_details.cached_tokens");
             ptok[k][i] = (int)su_num(j, "usage.prompt_tokens");
             cJSON_Delete(j);
-            ans[k][i] = answer_of(r.resp);
+            ans[k][i] = su_completion_answer(r.resp);
             req_free(&r);
         }
     }

@@ -588,10 +588,10 @@ static void test_mtp_vocab(void **state) {
 }
 
 /* --mtp auto's decision (model.h e0_mtp_auto) from given pass times: one-id
- * passes of 10 ms (100 tok/s) and verify passes of 15 ms, alternated (the
- * controller asks for a one-id pass, then a drafting one), 8 each: keeping
+ * passes of 10 ms (100 tok/s) and verify passes of 15 ms, in alternating
+ * blocks of 4 (one-id passes first), 8 each: keeping
  * both ids (133 tok/s) turns drafting on, keeping 1.5 a pass (100 tok/s,
- * under the 3% margin) turns it off; on, a one-id pass follows each 8 verify passes and
+ * under the 3% margin) turns it off; on, 4 one-id passes follow each 16 verify passes and
  * a window of 32 verify passes that keep one id each (67 tok/s) turns it
  * off. Off, sessions stop drafting and the block stops catching up. Then on
  * the engine: greedy generation under auto is the generation without the
@@ -605,10 +605,11 @@ static void auto_pass(e0_engine *e, bool drop) {
     }
 }
 
-static void auto_feed(e0_engine *e, int keep_every) {
+/* MEASURE's 16 passes; drop_half: every other verify pass keeps one id */
+static void auto_feed(e0_engine *e, bool drop_half) {
     for (int i = 0; i < 16; i++) {
-        assert_int_equal(mtp_auto_drafts(e), i % 2 == 1); /* one-id first, then in turn */
-        auto_pass(e, keep_every && i % (2 * keep_every) == 1);
+        assert_int_equal(mtp_auto_drafts(e), (i / 4) % 2 == 1); /* blocks of 4, one-id first */
+        auto_pass(e, drop_half && i % 2 == 1);
     }
 }
 
@@ -617,7 +618,7 @@ static void test_mtp_auto(void **state) {
     char err[E0_ERR_MAX];
     e0_engine *e = open_mtp(MODELS[2], E0_MTP_AUTO);
     assert_true(e->mtp_auto_on);
-    auto_feed(e, 0);
+    auto_feed(e, false);
     assert_true(mtp_auto_drafts(e));
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_ON);
     int plain = 0, passes = 0;
@@ -628,11 +629,11 @@ static void test_mtp_auto(void **state) {
         mtp_auto_drafts(e); /* decides at the window's end */
     }
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);
-    assert_int_equal(passes, 35); /* 32 drafting passes and a one-id pass after each 8th but the last */
-    assert_int_equal(plain, 3);
+    assert_int_equal(passes, 40); /* 32 drafting passes, 4 one-id passes after each 16 */
+    assert_int_equal(plain, 8);
     assert_false(mtp_auto_drafts(e));
     e->mtp_auto = (e0_mtp_auto){.state = MTP_AUTO_MEASURE};
-    auto_feed(e, 2);
+    auto_feed(e, true);
     assert_false(mtp_auto_drafts(e));
     assert_int_equal(e->mtp_auto.state, MTP_AUTO_OFF);
     assert_non_null(strstr(e0_engine_mtp_note(e), "not drafting"));
@@ -955,19 +956,6 @@ static void *post(void *arg) {
     return NULL;
 }
 
-/* The text, tokens and log-probabilities of a completion. */
-static char *answer_of(const char *resp) {
-    cJSON *j = su_json(resp, "a completion");
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "text", cJSON_Duplicate(su_at(j, "choices.0.text"), 1));
-    cJSON_AddItemToObject(o, "tokens", cJSON_Duplicate(su_at(j, "choices.0.logprobs.tokens"), 1));
-    cJSON_AddItemToObject(o, "lp", cJSON_Duplicate(su_at(j, "choices.0.logprobs.token_logprobs"), 1));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    cJSON_Delete(j);
-    return s;
-}
-
 /* `edge0 serve --parallel 3 --mtp on`: three greedy requests admitted
  * together (--gather 3) decode in shared passes with drafts, and answer
  * what `--parallel 1 --mtp off` answers each alone, log-probabilities
@@ -991,7 +979,7 @@ static void test_mtp_serve(void **state) {
         srv_req a = {.port = off.port, .dir = dir, .prompt = P[i]};
         post(&a);
         assert_int_equal(a.status, 200);
-        char *got = answer_of(r[i].resp), *want = answer_of(a.resp);
+        char *got = su_completion_answer(r[i].resp), *want = su_completion_answer(a.resp);
         if (strcmp(got, want)) fail_msg("request %d with drafts, batched:\n%s\nwithout, alone:\n%s", i, got, want);
         free(got), free(want), free(a.resp), free(r[i].resp);
     }

@@ -85,7 +85,8 @@ static const char *HELP =
     "does), then with drafts that are the key's next id with probability P (a\n"
     "seeded coin) and a wrong id otherwise, and checks that the ids are the key's:\n"
     "the speed at acceptance P of a block that costs what this one costs. In the\n"
-    "cold phase the key's runs warm what the drafting run reads.\n"
+    "cold phase the key's runs warm what the drafting run reads. It drafts as\n"
+    "--mtp on does, or, given --mtp auto, as auto decides at that acceptance.\n"
     "\n";
 
 /* ---- DRAM bandwidth ---------------------------------------------------- */
@@ -774,7 +775,8 @@ static int load_replay(e0_engine *e, const char *path, e0_routes **out, bool jso
 }
 
 /* --mtp-accept P: the probability, and the engine's MTP block asked for
- * (--mtp on: a clear error when the checkpoint has none). -1 on a bad one. */
+ * (--mtp on unless --mtp auto was given, whose decision is then measured
+ * at P: a clear error when the checkpoint has none). -1 on a bad one. */
 static int parse_accept(const char *v, cli_engine *ce, double *out) {
     char *end;
     *out = strtod(v, &end);
@@ -786,7 +788,7 @@ static int parse_accept(const char *v, cli_engine *ce, double *out) {
         cli_error("--mtp-accept forces the acceptance of MTP drafts: it needs --mtp on or auto");
         return -1;
     }
-    ce->eo.mtp = E0_MTP_ON;
+    if (!ce->mtp_set) ce->eo.mtp = E0_MTP_ON;
     return 0;
 }
 

@@ -105,6 +105,7 @@ typedef struct {
     unsigned long long vram_budget; /* --vram-budget SIZE (0: from the free memory) */
     int threads;
     e0_mtp_mode mtp; /* --mtp: E0_MTP_AUTO (default), E0_MTP_ON or E0_MTP_OFF */
+    bool mtp_set;    /* --mtp was given */
     e0_sample_opts sample; /* --temp --top-k --top-p --min-p --seed --max-tokens --stop ... */
     const char *stops[16];
 } cli_engine;

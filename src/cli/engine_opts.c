@@ -223,6 +223,7 @@ static int memory_arg(cli_engine *c, const char *a, const char *v) {
             return -1;
         }
         c->mtp = modes[k];
+        c->mtp_set = true;
     } else if (!strcmp(a, "--mtp-vocab")) {
         if (!strcmp(v, "auto")) {
             c->eo.mtp_vocab = 0;

@@ -27,18 +27,21 @@ enum { E0_STICKY_MAX_K = 64 };
  * machine and model, measured on the engine's own single-sequence decode
  * passes, one-id passes (the block's catch-up left out, which OFF drops)
  * and verify passes (their drafts included, the tokens they keep counted)
- * interleaved so that a cache warming or a disk slowing weighs on both
- * alike: MEASURE alternates them, 8 each, then ON when drafting gives
- * MTP_AUTO_MARGIN more tokens a second, else OFF, for good (the block
- * stops: no catch-up, no drafts). ON keeps one one-id pass in 8 and
- * re-decides every MTP_AUTO_WINDOW verify passes, turning OFF when
- * drafting falls below the plain rate. */
+ * in alternating blocks of 4, so that a cache warming or a disk slowing
+ * weighs on both alike while a block of one-id passes mostly sees a cache
+ * as decoding without drafts leaves it; each kind's median pass time, so
+ * that a stall does not decide. MEASURE takes 8 of each, then ON when
+ * drafting gives MTP_AUTO_MARGIN more tokens a second, else OFF, for good
+ * (the block stops: no catch-up, no drafts). ON runs 4 one-id passes after
+ * each 16 verify passes and re-decides every 32, turning OFF when drafting
+ * falls below the plain rate. */
 typedef enum { MTP_AUTO_MEASURE, MTP_AUTO_ON, MTP_AUTO_OFF } mtp_auto_state;
+enum { MTP_AUTO_MAX = 32 };
 typedef struct {
     mtp_auto_state state;
     int np, nd;       /* one-id and verify passes measured in the current window */
     int tokens;       /* tokens the verify passes kept */
-    double sp, sd;    /* their seconds */
+    double tp[MTP_AUTO_MAX], td[MTP_AUTO_MAX]; /* their seconds */
     double plain_tps; /* the last window's one-id tokens a second */
     double draft_tps; /* and its verify passes' kept tokens a second */
 } e0_mtp_auto;

@@ -210,8 +210,9 @@ int mtp_catch_up_with(e0_session *s, int32_t next, char *err) {
 
 enum {
     MTP_AUTO_PASSES = 8,  /* passes of each kind MEASURE times */
+    MTP_AUTO_BLOCK = 4,   /* in blocks of this many */
     MTP_AUTO_WINDOW = 32, /* verify passes between ON's decisions */
-    MTP_AUTO_EVERY = 8,   /* ON: one one-id pass per this many verify passes */
+    MTP_AUTO_EVERY = 16,  /* ON: a block of one-id passes after this many verify passes */
 };
 /* Drafting must beat the plain rate by this much to be turned on: the
  * windows are short and a wrong ON costs more than a wrong OFF. */
@@ -219,8 +220,18 @@ enum {
 
 /* Whether the next pass should be a one-id pass, to be measured. */
 static bool auto_wants_plain(const e0_mtp_auto *a) {
-    if (a->state == MTP_AUTO_MEASURE) return a->np <= a->nd;
-    return a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_EVERY * (a->np + 1);
+    if (a->state == MTP_AUTO_MEASURE) return ((a->np + a->nd) / MTP_AUTO_BLOCK) % 2 == 0 && a->np < MTP_AUTO_PASSES;
+    return a->state == MTP_AUTO_ON && a->np < MTP_AUTO_BLOCK * (a->nd / MTP_AUTO_EVERY);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    const double u = *(const double *)x, v = *(const double *)y;
+    return u < v ? -1 : u > v;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 bool mtp_auto_drafts(e0_engine *e) {
@@ -228,31 +239,30 @@ bool mtp_auto_drafts(e0_engine *e) {
     if (!e->mtp_auto_on) return true;
     const bool measured = a->state == MTP_AUTO_MEASURE
                               ? a->np >= MTP_AUTO_PASSES && a->nd >= MTP_AUTO_PASSES
-                              : a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_WINDOW && a->np > 0;
+                              : a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_WINDOW &&
+                                    a->np >= MTP_AUTO_BLOCK * (MTP_AUTO_WINDOW / MTP_AUTO_EVERY);
     if (measured) {
-        a->plain_tps = a->sp > 0 ? a->np / a->sp : 0;
-        a->draft_tps = a->sd > 0 ? a->tokens / a->sd : 0;
+        const double p = median(a->tp, a->np), d = median(a->td, a->nd);
+        a->plain_tps = p > 0 ? 1.0 / p : 0;
+        a->draft_tps = d > 0 ? (double)a->tokens / a->nd / d : 0;
         const double need = a->state == MTP_AUTO_MEASURE ? MTP_AUTO_MARGIN * a->plain_tps : a->plain_tps;
         a->state = a->draft_tps > need ? MTP_AUTO_ON : MTP_AUTO_OFF;
         a->np = a->nd = a->tokens = 0;
-        a->sp = a->sd = 0;
     }
     return a->state != MTP_AUTO_OFF && !auto_wants_plain(a);
 }
 
 void mtp_auto_plain(e0_engine *e, double s) {
     e0_mtp_auto *a = &e->mtp_auto;
-    if (!e->mtp_auto_on || !auto_wants_plain(a)) return;
-    a->np++;
-    a->sp += s;
+    if (!e->mtp_auto_on || !auto_wants_plain(a) || a->np >= MTP_AUTO_MAX) return;
+    a->tp[a->np++] = s;
 }
 
 void mtp_auto_verify(e0_engine *e, double s) {
     e0_mtp_auto *a = &e->mtp_auto;
-    if (!e->mtp_auto_on || a->state == MTP_AUTO_OFF) return;
-    a->nd++;
+    if (!e->mtp_auto_on || a->state == MTP_AUTO_OFF || a->nd >= MTP_AUTO_MAX) return;
+    a->td[a->nd++] = s;
     a->tokens += 2;
-    a->sd += s;
 }
 
 void mtp_auto_dropped(e0_engine *e) {

@@ -877,7 +877,8 @@ int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode 
         e->decode_tokens += n;
         e->decode_s += now_s() - t0;
         e->decode_bytes_read += stream_bytes_read(e->stream) - read0;
-        mtp_auto_plain(e, now_s() - t0 - (e->mtp_s - mtp0)); /* without the block's catch-up */
+        /* --mtp auto's plain rate, of a session that could draft (without the block's catch-up) */
+        if (s->mtp) mtp_auto_plain(e, now_s() - t0 - (e->mtp_s - mtp0));
     }
     return 0;
 }
