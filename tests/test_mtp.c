@@ -591,7 +591,7 @@ static void test_mtp_vocab(void **state) {
  * passes of 10 ms (100 tok/s) and verify passes of 15 ms, in alternating
  * blocks of 4 (one-id passes first), 8 each: keeping
  * both ids (133 tok/s) turns drafting on, keeping 1.5 a pass (100 tok/s,
- * under the 3% margin) turns it off; on, 4 one-id passes follow each 16 verify passes and
+ * under the 5% margin) turns it off; on, 4 one-id passes follow each 16 verify passes and
  * a window of 32 verify passes that keep one id each (67 tok/s) turns it
  * off. Off, sessions stop drafting and the block stops catching up. Then on
  * the engine: greedy generation under auto is the generation without the

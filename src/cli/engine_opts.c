@@ -37,7 +37,7 @@ const char *CLI_ENGINE_HELP =
     "                       gives two tokens when it stands; greedy output is identical\n"
     "                       to --mtp off, sampled output has the same distribution. auto\n"
     "                       (default): loads the block, times 8 one-token and 8 drafting\n"
-    "                       passes and drafts only when that gives 3% more tokens a second\n"
+    "                       passes and drafts only when that gives 5% more tokens a second\n"
     "                       (re-checked every 32; --stats says what it decided); on: drafts,\n"
     "                       an error without a block or with the GPU (MTP is CPU-only for\n"
     "                       now); off: not loaded\n"

@@ -226,6 +226,11 @@ typedef struct e0_pass {
 
 /* The next layer of the session's paused prefill pass, -1 when none. */
 static inline int session_part_layer(const e0_session *s) { return s->pass ? s->pass->layer : -1; }
+/* The checks of an evaluation (session.c): session ss[i] (not NULL) of a
+ * pass over several is of session 0's engine and none of ss[0..i); n ids at
+ * the session's next positions are in the vocabulary and fit. */
+int session_check_distinct(e0_session *const *ss, size_t i, char *err);
+int session_check_ids(const e0_session *s, const int32_t *ids, size_t n, char *err);
 /* Frees what a pass holds beside itself (pass_free frees both). */
 void pass_release(e0_pass *p);
 

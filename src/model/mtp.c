@@ -216,7 +216,7 @@ enum {
 };
 /* Drafting must beat the plain rate by this much to be turned on: the
  * windows are short and a wrong ON costs more than a wrong OFF. */
-#define MTP_AUTO_MARGIN 1.03
+#define MTP_AUTO_MARGIN 1.05
 
 /* Whether the next pass should be a one-id pass, to be measured. */
 static bool auto_wants_plain(const e0_mtp_auto *a) {

@@ -156,6 +156,27 @@ void srv_metrics_grammar(srv_metrics *m, const e0_gen_result *r, double compile_
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Speculative decoding with the MTP block (--mtp): each verify pass keeps
+ * one id, or two when its draft stands, per sequence (cli_tokens_per_pass's
+ * count). */
+static void mtp_metrics(sbuf *b, const e0_stats *st) {
+    const uint64_t kept = st->mtp_drafts - st->mtp_rejected;
+    const uint64_t seq_passes = st->decode_tokens + st->mtp_rejected - st->mtp_drafts;
+    metric(b, "edge0_mtp_drafts_total", "counter", "Tokens drafted by the MTP block and verified.",
+           (double)st->mtp_drafts);
+    metric(b, "edge0_mtp_accepted_total", "counter", "Drafted tokens the model kept.", (double)kept);
+    metric(b, "edge0_mtp_acceptance_ratio", "gauge", "Kept drafts over verified drafts since start.",
+           st->mtp_drafts ? (double)kept / (double)st->mtp_drafts : 0.0);
+    metric(b, "edge0_mtp_seconds_total", "counter", "Time the MTP block ran (drafts and their catch-up).",
+           st->mtp_s);
+    metric(b, "edge0_decode_tokens_per_pass", "gauge",
+           "Tokens a sequence's decode pass hands out (above 1 with MTP drafts kept).",
+           seq_passes ? (double)st->decode_tokens / (double)seq_passes : 0.0);
+    metric(b, "edge0_decode_expert_bytes_read_per_token", "gauge",
+           "Expert bytes read from the checkpoint by decode passes and drafts, per decoded token.",
+           st->decode_tokens ? (double)st->decode_bytes_read / (double)st->decode_tokens : 0.0);
+}
+
 char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_capacity, size_t *len) {
     sbuf b = {0};
     pthread_mutex_lock(&m->mu);
@@ -226,23 +247,7 @@ char *srv_metrics_text(srv_metrics *m, int queue_depth, int running, int queue_c
     metric(&b, "edge0_decode_seconds_total", "counter", "Time spent in decode steps.", st->decode_s);
     metric(&b, "edge0_decode_tokens_per_second", "gauge", "Decode speed since start.",
            st->decode_s > 0 ? (double)st->decode_tokens / st->decode_s : 0.0);
-    /* speculative decoding with the MTP block (--mtp): each verify pass keeps one id, or two when its draft
-     * stands, per sequence (cli_tokens_per_pass's count) */
-    const uint64_t kept = st->mtp_drafts - st->mtp_rejected;
-    const uint64_t seq_passes = st->decode_tokens + st->mtp_rejected - st->mtp_drafts;
-    metric(&b, "edge0_mtp_drafts_total", "counter", "Tokens drafted by the MTP block and verified.",
-           (double)st->mtp_drafts);
-    metric(&b, "edge0_mtp_accepted_total", "counter", "Drafted tokens the model kept.", (double)kept);
-    metric(&b, "edge0_mtp_acceptance_ratio", "gauge", "Kept drafts over verified drafts since start.",
-           st->mtp_drafts ? (double)kept / (double)st->mtp_drafts : 0.0);
-    metric(&b, "edge0_mtp_seconds_total", "counter", "Time the MTP block ran (drafts and their catch-up).",
-           st->mtp_s);
-    metric(&b, "edge0_decode_tokens_per_pass", "gauge",
-           "Tokens a sequence's decode pass hands out (above 1 with MTP drafts kept).",
-           seq_passes ? (double)st->decode_tokens / (double)seq_passes : 0.0);
-    metric(&b, "edge0_decode_expert_bytes_read_per_token", "gauge",
-           "Expert bytes read from the checkpoint by decode passes and drafts, per decoded token.",
-           st->decode_tokens ? (double)st->decode_bytes_read / (double)st->decode_tokens : 0.0);
+    mtp_metrics(&b, st);
     metric(&b, "edge0_grammar_requests_total", "counter",
            "Requests decoded under a grammar (response_format json, tool_choice required or named).",
            (double)m->grammar_requests);
