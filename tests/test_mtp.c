@@ -938,6 +938,43 @@ static void test_mtp_cli(void **state) {
     free(dir);
 }
 
+/* The trained demo model (assets/demo-model, whose drafts are mostly
+ * right: 82% kept, greedy, over 40 prompts): greedy generations with
+ * drafts are the generations without, and most drafts stand. */
+static void test_mtp_demo_model(void **state) {
+    (void)state;
+    char err[E0_ERR_MAX];
+    const char *dm = "assets/demo-model";
+    e0_text *t;
+    if (e0_text_open(&t, dm, err)) fail_msg("%s", err);
+    e0_engine *on = open_mtp(dm, E0_MTP_ON), *off = open_mtp(dm, E0_MTP_OFF);
+    static const char *ask[] = {"What does happiness mean?", "Tell me about rivers.", "Define kindness.",
+                                "What is the opposite of hot?"};
+    uint64_t drafts = 0, rejected = 0;
+    for (size_t i = 0; i < sizeof ask / sizeof *ask; i++) {
+        char prompt[256];
+        snprintf(prompt, sizeof prompt, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n<think>\n", ask[i]);
+        static tok_list a, b;
+        static int32_t ha[600], hb[600];
+        e0_engine_stats_reset(on);
+        const size_t na = generate(on, t, prompt, 48, &a, ha, NULL);
+        const size_t nb = generate(off, t, prompt, 48, &b, hb, NULL);
+        e0_stats st;
+        e0_engine_stats(on, &st);
+        drafts += st.mtp_drafts, rejected += st.mtp_rejected;
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.ids, b.ids, (size_t)a.n * sizeof *a.ids);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ha, hb, na * sizeof *ha);
+    }
+    printf("  %s: 4 greedy answers identical with and without drafts; %llu drafts, %llu kept\n", dm,
+           (unsigned long long)drafts, (unsigned long long)(drafts - rejected));
+    assert_true(drafts > 0 && (drafts - rejected) * 2 > drafts);
+    e0_engine_free(on);
+    e0_engine_free(off);
+    e0_text_free(t);
+}
+
 /* ---- serve: drafts in batched decode passes -------------------------------- */
 
 typedef struct {
@@ -1008,6 +1045,7 @@ int main(void) {
         cmocka_unit_test(test_mtp_snapshot),
         cmocka_unit_test(test_mtp_open),
         cmocka_unit_test(test_mtp_cli),
+        cmocka_unit_test(test_mtp_demo_model),
         cmocka_unit_test(test_mtp_serve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
