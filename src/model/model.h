@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 struct e0_stream;
 struct gpu_dev;
@@ -231,8 +232,13 @@ static inline int session_part_layer(const e0_session *s) { return s->pass ? s->
  * the session's next positions are in the vocabulary and fit. */
 int session_check_distinct(e0_session *const *ss, size_t i, char *err);
 int session_check_ids(const e0_session *s, const int32_t *ids, size_t n, char *err);
-/* Frees what a pass holds beside itself (pass_free frees both). */
-void pass_release(e0_pass *p);
+/* Frees what a pass holds beside itself (pass_free frees both). Inline:
+ * session.c frees a session's own pass and calls nothing else of pass.c. */
+static inline void pass_release(e0_pass *p) {
+    free(p->gids);
+    p->gids = NULL;
+    p->gcap = 0;
+}
 
 /* Starts the pass: checks every session (same engine, distinct, no pass in
  * progress, ids in the vocabulary and the context, the limits above; an

@@ -24,12 +24,6 @@ static int pass_failed(e0_pass *p, int rc, char *err) {
 }
 
 
-void pass_release(e0_pass *p) {
-    free(p->gids);
-    p->gids = NULL;
-    p->gcap = 0;
-}
-
 /* A pass over GPU sessions (pass_begin has checked them): the ids kept,
  * nothing evaluated yet. The device runs a prefill of hundreds of ids in
  * well under a second, so the pass is not cut between layers: its first
@@ -216,6 +210,20 @@ int pass_step_halves(e0_pass *p, int max_halves, float *const *logits, bool *don
 int pass_step(e0_pass *p, int max_layers, float *const *logits, bool *done, char *err) {
     const int halves = p && max_layers > 0 ? pass_layer_halves(p, max_layers) : 0;
     return pass_step_halves(p, halves, logits, done, err);
+}
+
+int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
+                      bool *done, char *err) {
+    *done = false;
+    if (s->pass && s->pass != s->own)
+        return e0_fail(err, E0_EINVAL, "the session is in a merged prefill pass (pass_begin)");
+    if (!s->pass) { /* a new pass */
+        if (!s->own && !(s->own = calloc(1, sizeof *s->own)))
+            return e0_fail(err, E0_ENOMEM, "out of memory");
+        int rc = pass_begin(s->own, &s, &ids, &n, 1, err);
+        if (rc) return rc;
+    }
+    return pass_step(s->own, max_layers, &logits, done, err);
 }
 
 int e0_pass_new(e0_pass **out, char *err) {

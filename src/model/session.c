@@ -609,19 +609,6 @@ static int session_failed(e0_session *s, int rc, char *err) {
     return e0_wrap(err, rc, "evaluation failed; the session was reset");
 }
 
-int session_eval_part(e0_session *s, const int32_t *ids, size_t n, int max_layers, float *logits,
-                      bool *done, char *err) {
-    *done = false;
-    if (s->pass && s->pass != s->own)
-        return e0_fail(err, E0_EINVAL, "the session is in a merged prefill pass (pass_begin)");
-    if (!s->pass) { /* a new pass */
-        if (!s->own && !(s->own = calloc(1, sizeof *s->own)))
-            return e0_fail(err, E0_ENOMEM, "out of memory");
-        int rc = pass_begin(s->own, &s, &ids, &n, 1, err);
-        if (rc) return rc;
-    }
-    return pass_step(s->own, max_layers, &logits, done, err);
-}
 
 int e0_session_eval(e0_session *s, const int32_t *ids, size_t n, e0_logits_mode mode, float *logits,
                     char *err) {
