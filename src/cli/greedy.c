@@ -3,17 +3,13 @@
  * (e0_generate, e0_gen_advance) does the same for text; this one has no
  * tokenizer, sampler or stop strings, and bench's acceptance hook. */
 #include "cli/cli.h"
+#include "util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 /* The hook's coin: splitmix64's output as a uniform in [0, 1). */
-static double coin(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
+static double coin(uint64_t *x) { return (double)(splitmix64(x) >> 11) * 0x1.0p-53; }
 
 /* The draft for out[k + 1]: the block's argmax, or under the hook the key's
  * id (kept) or one that is not it (rejected). */

@@ -4,6 +4,7 @@
 #include "io/config.h"
 #include "io/gguf.h"
 #include "util/err.h"
+#include "util/rng.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,12 +17,6 @@
 #define BONUS_MAX  16.0
 #define WINDOW_MAX 4096
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 int config_route_init(e0_config *c, char *err) {
     e0_route_cfg *r = &c->route;
@@ -46,7 +41,7 @@ int config_route_init(e0_config *c, char *err) {
         for (int e = 0; e < E; e++)
             perm[e] = e;
         for (int e = E - 1; e > 0; e--) {
-            const int j = (int)(splitmix(&s) % (uint64_t)(e + 1));
+            const int j = (int)(splitmix64(&s) % (uint64_t)(e + 1));
             const int32_t t = perm[e];
             perm[e] = perm[j];
             perm[j] = t;

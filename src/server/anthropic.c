@@ -12,6 +12,7 @@
 #include "server/anthropic.h"
 
 #include "server/json.h"
+#include "util/rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,10 +52,7 @@ void srv_anthropic_id(char *out, size_t n, const char *prefix, uint64_t seed) {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     size_t k = (size_t)snprintf(out, n, "%s", prefix);
     for (int i = 0; i < 24 && k + 1 < n; i++, k++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        out[k] = A[(z ^ (z >> 31)) % 62];
+        out[k] = A[splitmix64(&seed) % 62];
         out[k + 1] = 0;
     }
 }

@@ -8,6 +8,7 @@
 #include "util/err.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
+#include "util/rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -184,10 +185,7 @@ static int tc_call(void *user, int index, const char *name, size_t n) {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     memcpy(c->id, "call_", 5);
     for (int i = 0; i < 24; i++) {
-        uint64_t z = (g->E->id_state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        c->id[5 + i] = A[(z ^ (z >> 31)) % 62];
+        c->id[5 + i] = A[splitmix64(&g->E->id_state) % 62];
     }
     c->id[29] = 0;
     c->content_at = j->content.len;

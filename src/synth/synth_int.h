@@ -6,6 +6,7 @@
 #define E0_SYNTH_SYNTH_INT_H
 
 #include "synth/synth.h"
+#include "util/rng.h"
 
 #include <stdint.h>
 
@@ -15,20 +16,13 @@ typedef struct {
     uint64_t s[4];
 } xrng;
 
-static inline uint64_t synth_splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A stream for (seed, a, b): independent of thread count and job order. */
 static inline void xr_seed(xrng *r, uint64_t seed, uint64_t a, uint64_t b) {
     uint64_t x = seed ^ 0x5eed5eed5eed5eedull;
-    x = synth_splitmix(&x) ^ a;
-    x = synth_splitmix(&x) ^ b;
+    x = splitmix64(&x) ^ a;
+    x = splitmix64(&x) ^ b;
     for (int i = 0; i < 4; i++)
-        r->s[i] = synth_splitmix(&x);
+        r->s[i] = splitmix64(&x);
 }
 
 static inline uint64_t synth_rotl(uint64_t x, int k) {

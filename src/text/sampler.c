@@ -28,6 +28,7 @@
 
 #include "quant/mat.h"
 #include "util/err.h"
+#include "util/rng.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -62,12 +63,6 @@ struct sampler {
 
 /* ---- PRNG: splitmix64 seeds xoshiro256** ----------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) {
     return (x << k) | (x >> (64 - k));
