@@ -306,6 +306,10 @@ typedef struct {
     uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */
     uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
+    int32_t host_cache_slots;        /* the GPU's host expert cache (pinned), where the experts are not all pinned */
+    uint64_t host_cache_hits, host_cache_misses; /* its lookups for VRAM misses */
+    uint64_t disk_bytes;             /* expert bytes it read from the checkpoint */
+    double disk_read_s;              /* host time those reads took */
     /* speculative decoding with the MTP block (e0_session_verify): drafts
      * verified (one a pass) and of them rejected; decode_tokens counts the
      * positions the decode passes kept (1 a one-id evaluation, 2 a verify

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "quant/ggml.h"
 #include "quant/mat.h"
+#include "stream/bundle.h"
 #include "util/file.h"
 #include "util/num.h"
 
@@ -368,8 +369,24 @@ static double against(const float *got, const float *ref, int V, int *bad) {
     return worst;
 }
 
+/* Bytes of a host expert cache that holds two layers' experts and n more
+ * (hcache_new's least and a few). */
+static uint64_t host_cache_bytes(const e0_model *m, int n) {
+    char err[E0_ERR_MAX];
+    size_t bb = 0;
+    for (int li = 0; li < m->cfg.n_layers; li++) {
+        if (!m->layers[li].moe || !m->layers[li].experts) continue;
+        xb_plan p;
+        if (xb_plan_expert(m, li, 0, XB_ORDER_MATH, &p, err)) fail_msg("%s", err);
+        if (p.bytes > bb) bb = p.bytes;
+    }
+    return (uint64_t)bb * (uint64_t)(2 * m->cfg.n_experts + n);
+}
+
 /* The model again with a VRAM expert cache of the least slots and of a few
- * more: the all-resident run's logits (want) bit for bit, misses copied. */
+ * more: the all-resident run's logits (want) bit for bit, misses copied
+ * (from the mapping, from pinned pages, staged by the device, or read into
+ * the host's expert cache: its least and a few bundles, so that it evicts). */
 static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *want, const char *name) {
     char err[E0_ERR_MAX];
     gpu_sizes z;
@@ -377,14 +394,16 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
     if (!z.min_slots) return; /* no MoE layer */
     /* the least slots and a few more, copied in; then staged by the device; then room for two
      * layers' experts, so that the prefill brings layers in whole on the copy stream (from
-     * pageable pages, then from pinned ones with the decode staged) */
+     * pageable pages, then from pinned ones with the decode staged); then both through the host's
+     * expert cache */
+    enum { RUNS = 7 };
     const int ns = e->model.cfg.n_layers * e->top_k; /* staging slots */
-    const int slots[5] = {z.min_slots, z.min_slots + 5, z.min_slots + ns + 5, 2 * z.min_slots + 5,
-                          2 * z.min_slots + ns + 5};
+    const int slots[RUNS] = {z.min_slots, z.min_slots + 5, z.min_slots + ns + 5, 2 * z.min_slots + 5,
+                             2 * z.min_slots + ns + 5, z.min_slots + 5, 2 * z.min_slots + 5};
     const bool whole = (int64_t)NPRE * e->top_k >= 2 * (int64_t)e->model.cfg.n_experts;
     const bool whole_was = g_dev->whole;
     g_dev->whole = true;
-    for (int run = 0; run < 5; run++) {
+    for (int run = 0; run < RUNS; run++) {
         gpu_model *gc;
         const uint64_t held0 = g_dev->held;
         if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, slots[run], err)) fail_msg("%s: %s", name, err);
@@ -394,17 +413,26 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
             if (vcache_pin_host(gc, err) || vcache_stage_on(gc, e->top_k, &staged, why, err)) fail_msg("%s: %s", name, err);
             if (!staged) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
         }
+        const bool host = run >= 5;
+        if (host && hcache_new(gc, host_cache_bytes(&e->model, 3), err)) fail_msg("%s: %s", name, err);
         float *got = gpu_logits(gc, ids, V);
         const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
+        gpu_hstats h;
+        hcache_stats(gc, &h);
         printf("  %-39s VRAM cache of %d slots%s: %llu hits, %llu misses, %.1f MiB copied in, %.1f MiB staged by the "
                "device, %llu layers brought in whole, %s\n", "", gc->vc->n_slots,
                staged ? ", misses staged by the device" : "", (unsigned long long)gc->vc->hits,
                (unsigned long long)gc->vc->misses, (double)gc->vc->bytes_in / 1048576.0,
                (double)gc->vc->bytes_staged / 1048576.0, (unsigned long long)gc->vc->whole_layers,
                same ? "bit-identical" : "DIFFERS");
+        if (host)
+            printf("  %-39s   through a host expert cache of %d bundles: %llu hits, %llu misses, %.1f MiB read\n", "",
+                   h.slots, (unsigned long long)h.hits, (unsigned long long)h.misses, (double)h.bytes_read / 1048576.0);
         assert_true(same);
         assert_true(gc->vc->misses > 0);
         if (staged) assert_true(gc->vc->bytes_staged > 0);
+        /* every VRAM miss went through the host's cache, and it read what it lacked */
+        if (host) assert_true(h.hits + h.misses == gc->vc->misses && h.misses > 0 && h.bytes_read > 0);
         /* the prefill's layers come in whole exactly where the LRU list (the slots but the staging
          * ones) holds two layers' experts */
         const int listed = gc->vc->n_slots - (staged ? ns : 0);
@@ -536,11 +564,13 @@ static void test_budgets(void **state) {
         e0_engine_free(all);
 
         const uint64_t least = z.dense + p.gpu_session_bytes + (uint64_t)z.min_slots * z.slot;
-        for (int copied = 0; copied < 2; copied++) { /* misses staged by the device where they can be, then copied in */
+        /* misses staged by the device where they can be, then copied in, then read into the host's expert cache */
+        for (int copied = 0; copied < 3; copied++) {
             /* the staged run: room for a staging slot per layer and routed expert beside */
             const int extra = copied ? 3 : ns + 3;
             o.vram_budget = GPU_CTX_ALLOWANCE + least + (uint64_t)extra * z.slot;
             setenv("E0_GPU_STAGE", copied ? "0" : "1", 1);
+            if (copied == 2) setenv("E0_GPU_PIN", "0", 1), setenv("E0_GPU_HCACHE", "1000000000", 1);
             e0_engine *cached;
             if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
             e0_plan pc;
@@ -553,7 +583,9 @@ static void test_budgets(void **state) {
             const char *note = e0_engine_gpu_note(cached);
             printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots, misses %s (%llu hits, %llu misses, "
                    "%.1f MiB over PCIe): %s\n", files[fi][0], files[fi][1], NG, st.vram_slots,
-                   strstr(note, "staged by the device") ? "staged by the device" : "copied in", (unsigned long long)st.vram_hits,
+                   strstr(note, "staged by the device") ? "staged by the device"
+                   : copied == 2                        ? "read into the host expert cache"
+                                                        : "copied in", (unsigned long long)st.vram_hits,
                    (unsigned long long)st.vram_misses, (double)st.pcie_bytes / 1048576.0,
                    same ? "tokens and logits bit-identical to all resident" : "DIFFER");
             assert_true(same);
@@ -561,9 +593,14 @@ static void test_budgets(void **state) {
             /* GGUF stacks lie evenly strided: their decode steps are staged by the device */
             if (!copied && strstr(files[fi][1], ".gguf")) assert_non_null(strstr(note, "staged by the device"));
             assert_true(st.vram_misses > 0);
+            if (copied == 2) {
+                if (!strstr(note, "host expert cache")) fail_msg("%s: %s", path, note);
+                assert_true(st.host_cache_slots > 0 && st.host_cache_misses > 0 && st.disk_bytes > 0);
+                assert_true(st.host_cache_hits + st.host_cache_misses == st.vram_misses);
+            }
             e0_engine_free(cached);
         }
-        unsetenv("E0_GPU_STAGE");
+        unsetenv("E0_GPU_STAGE"), unsetenv("E0_GPU_PIN"), unsetenv("E0_GPU_HCACHE");
 
         o.vram_budget = GPU_CTX_ALLOWANCE + least - 1; /* one byte short: a named GPU fails open and says what it needs */
         e0_engine *none = NULL;

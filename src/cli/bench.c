@@ -447,6 +447,12 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
         cJSON_AddNumberToObject(o, "decode_pcie_bytes_per_token", per_tok(ph->d.pcie_bytes, ph->d.decode_tokens));
         cJSON_AddNumberToObject(o, "prefill_pcie_bytes", (double)ph->p.pcie_bytes);
         cJSON_AddNumberToObject(o, "pcie_gbs", ph->d.pcie_gbs);
+        if (ph->d.host_cache_slots) {
+            const uint64_t hk = ph->d.host_cache_hits + ph->d.host_cache_misses;
+            cJSON_AddNumberToObject(o, "decode_host_cache_hit_rate", hk ? (double)ph->d.host_cache_hits / (double)hk : 0);
+            cJSON_AddNumberToObject(o, "decode_disk_bytes_per_token", per_tok(ph->d.disk_bytes, ph->d.decode_tokens));
+            cJSON_AddNumberToObject(o, "prefill_disk_bytes", (double)ph->p.disk_bytes);
+        }
     }
     if (ph->d.gpu_token_bytes) {
         cJSON_AddNumberToObject(o, "decode_gpu_bytes_per_token", (double)ph->d.gpu_token_bytes);
@@ -493,6 +499,8 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         printf(", %llu whole-layer loads", (unsigned long long)ph->p.full_layers);
     if (ph->p.vram_slots)
         printf(", %.1f MiB copied into the VRAM expert cache", (double)ph->p.pcie_bytes / (1 << 20));
+    if (ph->p.host_cache_slots)
+        printf(", %.1f MiB read into the host expert cache", (double)ph->p.disk_bytes / (1 << 20));
     printf("\n  decode %d tokens: %.2f tok/s, %.0f ms/token\n", n_decode, dtok, 1e3 / dtok);
     if (ph->d.gpu_token_bytes) {
         const double tb = (double)ph->d.gpu_token_bytes;
@@ -524,6 +532,14 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                per_tok(ph->d.pcie_staged_bytes, ph->d.decode_tokens) / (1 << 20),
                pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
                ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
+    }
+    if (ph->d.host_cache_slots) {
+        const uint64_t hk = ph->d.host_cache_hits + ph->d.host_cache_misses;
+        const double db = per_tok(ph->d.disk_bytes, ph->d.decode_tokens);
+        printf("    host expert cache (%d slots, pinned): hit rate %.1f%%, read %.1f MiB/token from the checkpoint -> "
+               "%.2f GB/s = %.0f%% of disk bandwidth; reads %.2f s\n",
+               ph->d.host_cache_slots, hk ? 100.0 * (double)ph->d.host_cache_hits / (double)hk : 0.0, db / (1 << 20),
+               db * dtok / 1e9, disk > 0 ? 100 * db * dtok / disk : 0.0, ph->d.disk_read_s);
     }
     if (ph->d.pressure_shrinks || ph->d.pressure_grows)
         printf("    memory pressure: %d of %d cache slots usable at the decode's start, %d at its end "

@@ -550,5 +550,11 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                 pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes), mib(st.pcie_staged_bytes),
                 tokens ? mib(st.pcie_bytes) / (double)tokens : 0.0, st.pcie_gbs, st.vram_wait_s,
                 st.vram_copy_s);
+    if (st.host_cache_slots)
+        fprintf(f, "  host expert cache (pinned, for the GPU): %d slots, %llu hits, %llu misses (hit rate %.1f%%); "
+                   "read %.1f MiB from the checkpoint in %.3f s\n",
+                st.host_cache_slots, (unsigned long long)st.host_cache_hits,
+                (unsigned long long)st.host_cache_misses, pct(st.host_cache_hits, st.host_cache_hits + st.host_cache_misses),
+                mib(st.disk_bytes), st.disk_read_s);
     fprintf(f, "  peak RSS %.1f MiB\n", mib(st.peak_rss));
 }

@@ -72,6 +72,7 @@ typedef struct {
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
     uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
+    struct gpu_hcache *hc; /* the host's expert cache that misses come from, or NULL (gpu/hcache.c) */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -147,6 +148,26 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err);
  * expert a cache slot in place of the least recently used. */
 int vcache_prepare(gpu_model *g, char *err);
 int vcache_step(gpu_model *g, char *err);
+
+/* The host's expert cache (gpu/hcache.c says why): where the experts
+ * cannot all be pinned, the VRAM cache's misses come from bundles read by
+ * direct reads into a cache of `bytes` of pinned host memory (at least two
+ * layers' experts, else E0_ENOMEM) instead of from the mapping. hcache_get
+ * gives views of experts es[0..n) of layer li (n <= E; read where absent)
+ * that stay valid until the call after next; after issuing the copies from
+ * them, the caller calls hcache_mark on the stream that copies. */
+typedef struct gpu_hcache gpu_hcache;
+typedef struct {
+    int32_t slots;
+    uint64_t bytes, hits, misses, bytes_read;
+    double read_s;
+} gpu_hstats;
+int hcache_new(gpu_model *g, uint64_t bytes, char *err);
+void hcache_free(gpu_model *g);
+int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err);
+int hcache_mark(gpu_model *g, bool copy_stream, char *err);
+void hcache_stats(const gpu_model *g, gpu_hstats *out);
+void hcache_reset_stats(gpu_model *g);
 
 typedef struct gpu_sess gpu_sess;
 

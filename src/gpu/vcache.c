@@ -82,7 +82,7 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->slot_of = malloc(keys * sizeof *x->slot_of);
     x->prev = malloc((size_t)n_slots * sizeof *x->prev);
     x->next = malloc((size_t)n_slots * sizeof *x->next);
-    x->hx = malloc(2 * (size_t)E * sizeof *x->hx);
+    x->hx = malloc(4 * (size_t)E * sizeof *x->hx); /* active experts, their slots, the misses and theirs */
     if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
@@ -198,6 +198,7 @@ int vcache_pin_host(gpu_model *g, char *err) {
 void vcache_free(gpu_model *g) {
     gpu_vcache *x = g->vc;
     if (!x) return;
+    hcache_free(g);
     unpin(g);
     gpu_free(g->d, x->pool, x->slot_bytes * (uint64_t)x->n_slots);
     gpu_free(g->d, x->dslots, (size_t)x->E * sizeof(int32_t));
@@ -230,25 +231,42 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
     return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
-/* Expert e of layer li copied into slot i (given up by whatever it held),
- * on the stream or on the copy stream. */
-static int fill(gpu_model *g, int li, int e, int i, bool copy_stream, char *err) {
-    gpu_vcache *x = g->vc;
+/* Slot i given up by whatever it held, for expert e of layer li (filled by
+ * put; until then it holds nothing). */
+static void claim(gpu_vcache *x, int i) {
     const int old = x->key_of[i];
     if (old >= 0) x->slot_of[old] = -1;
     x->key_of[i] = -1;
     x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
-    const e0_expert *ex = &g->m->layers[li].experts[e];
+}
+
+/* Experts es[0..n) of layer li copied into slots sl[0..n) (claimed), on
+ * the stream or on the copy stream: from the host's expert cache where
+ * there is one, else from the checkpoint's mapping. */
+static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, int n, bool copy_stream, char *err) {
+    gpu_vcache *x = g->vc;
+    if (!n) return 0;
+    e0_expert *view = NULL;
+    int rc = 0;
+    if (x->hc) {
+        view = malloc((size_t)n * sizeof *view);
+        rc = view ? hcache_get(g, li, es, n, view, err) : e0_fail(err, E0_ENOMEM, "out of memory");
+    }
     const gpu_layer *gl = &g->L[li];
-    int rc = gpu_mat_put(g->d, &gl->xg, i, &ex->gate, copy_stream, err);
-    if (!rc) rc = gpu_mat_put(g->d, &gl->xu, i, &ex->up, copy_stream, err);
-    if (!rc) rc = gpu_mat_put(g->d, &gl->xd, i, &ex->down, copy_stream, err);
-    if (rc) return rc;
-    const int key = li * x->E + e;
-    x->key_of[i] = key;
-    x->slot_of[key] = i;
-    x->bytes_in += expert_bytes(g, li);
-    return 0;
+    for (int j = 0; !rc && j < n; j++) {
+        const e0_expert *ex = view ? &view[j] : &g->m->layers[li].experts[es[j]];
+        rc = gpu_mat_put(g->d, &gl->xg, sl[j], &ex->gate, copy_stream, err);
+        if (!rc) rc = gpu_mat_put(g->d, &gl->xu, sl[j], &ex->up, copy_stream, err);
+        if (!rc) rc = gpu_mat_put(g->d, &gl->xd, sl[j], &ex->down, copy_stream, err);
+        if (rc) break;
+        const int key = li * x->E + es[j];
+        x->key_of[sl[j]] = key;
+        x->slot_of[key] = sl[j];
+        x->bytes_in += expert_bytes(g, li);
+    }
+    if (!rc && view) rc = hcache_mark(g, copy_stream, err);
+    free(view);
+    return rc;
 }
 
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *err) {
@@ -260,7 +278,8 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
     if (!rc) rc = gpu_get(g->d, x->hx, exps, (size_t)n * sizeof *x->hx, err);
     const double t1 = now_s();
     x->wait_s += t1 - t0;
-    int32_t *slots = x->hx + x->E;
+    int32_t *slots = x->hx + x->E, *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E;
+    int nm = 0;
     for (int a = 0; !rc && a < n; a++) {
         const int e = x->hx[a];
         if (e < 0 || e >= x->E) {
@@ -273,11 +292,13 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
         } else {
             x->misses++;
             i = x->tail;
-            rc = fill(g, li, e, i, false, err);
+            claim(x, i);
+            mexp[nm] = e, mslot[nm++] = i;
         }
         touch(x, i);
         slots[a] = i;
     }
+    if (!rc) rc = put(g, li, mexp, mslot, nm, false, err);
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
     return rc;
@@ -310,8 +331,9 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     /* the layer's slots first, so that no victim is one of them */
     for (int e = 0; e < E; e++)
         if (so[e] >= 0) x->hits++, touch(x, so[e]);
-    int rc = 0, f = 0; /* f: the spare layer's next expert */
-    for (int e = 0; !rc && e < E; e++) {
+    int f = 0, nm = 0; /* f: the spare layer's next expert */
+    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E;
+    for (int e = 0; e < E; e++) {
         if (so[e] >= 0) continue;
         /* a free slot, else the spare layer's (a pass over more layers than the cache holds
          * gives up the layer it just finished with, not the one it will need first next time),
@@ -322,9 +344,11 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
             if (f < E) i = sp[f];
         }
         x->misses++;
-        rc = fill(g, li, e, i, true, err);
-        if (!rc) touch(x, i);
+        claim(x, i);
+        touch(x, i);
+        mexp[nm] = e, mslot[nm++] = i;
     }
+    int rc = put(g, li, mexp, mslot, nm, true, err);
     if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
                                (size_t)E * sizeof(int32_t), err);
     if (!rc) x->whole_layers++;

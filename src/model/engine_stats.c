@@ -69,6 +69,13 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->vram_wait_s = vc->wait_s;
         st->vram_copy_s = vc->copy_s;
         st->host_pinned = vc->pinned;
+        gpu_hstats h;
+        hcache_stats(e->gmodel, &h);
+        st->host_cache_slots = h.slots;
+        st->host_cache_hits = h.hits;
+        st->host_cache_misses = h.misses;
+        st->disk_bytes = h.bytes_read;
+        st->disk_read_s = h.read_s;
     }
 }
 
@@ -82,6 +89,7 @@ void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
     if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = 0, vc->wait_s = vc->copy_s = 0;
+    if (vc) hcache_reset_stats(e->gmodel);
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
     e->mtp_drafts = e->mtp_rejected = e->decode_bytes_read = 0;

@@ -128,23 +128,56 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     return 0;
 }
 
+/* The host's expert cache under a host budget that cannot pin every
+ * expert: what the budget leaves beside a reserve for the process and the
+ * driver (max(2.5 GiB, a sixth)), or $E0_GPU_HCACHE bytes (0: none, the
+ * misses copied from the mapping through the driver's staging). Says what
+ * happened in note. */
+static void host_cache(e0_engine *e, uint64_t host, char *note, size_t n) {
+    const uint64_t reserve = host / 6 > (5ull << 29) ? host / 6 : (5ull << 29);
+    const char *v = getenv("E0_GPU_HCACHE");
+    uint64_t want = host > reserve ? host - reserve : 0;
+    if (v && *v) want = strtoull(v, NULL, 10);
+    if (want > e->model.expert_bytes + (256ull << 20)) want = e->model.expert_bytes + (256ull << 20);
+    char why[E0_ERR_MAX];
+    if (!want)
+        snprintf(note, n, "misses copied from the checkpoint's mapping, staged by the driver (no host expert cache%s)",
+                 v && *v ? ": $E0_GPU_HCACHE=0" : "");
+    else if (hcache_new(e->gmodel, want, why))
+        snprintf(note, n, "misses copied from the checkpoint's mapping, staged by the driver (no host expert cache: %.300s)",
+                 why);
+    else {
+        gpu_hstats h;
+        hcache_stats(e->gmodel, &h);
+        int moe = 0;
+        for (int li = 0; li < e->model.cfg.n_layers; li++) moe += e->model.layers[li].moe && e->model.layers[li].experts;
+        snprintf(note, n, "misses read by direct reads into a host expert cache of %.2f GiB pinned for DMA (%d "
+                 "experts, %.0f%%)", gib(h.bytes), h.slots,
+                 moe ? 100.0 * h.slots / ((double)moe * e->model.cfg.n_experts) : 0.0);
+    }
+}
+
 /* With a VRAM expert cache: the experts' pages pinned for DMA when the
  * host's memory (the budget, else the cgroup's limit or what is available)
- * holds every expert with 2 GiB to spare; what happened, for the note.
- * $E0_GPU_PIN=0 leaves them unpinned (experiments). */
+ * holds every expert with 2 GiB to spare; else the host's expert cache
+ * (host_cache). What happened, for the note. $E0_GPU_PIN=0 pins nothing
+ * (experiments, tests). */
 static void pin_experts(e0_engine *e, char *note, size_t n) {
     const uint64_t cg = mem_cgroup_limit(), avail = mem_available();
     const uint64_t host = e->opts.mem_budget ? e->opts.mem_budget : cg && (!avail || cg < avail) ? cg : avail;
     const uint64_t need = e->model.expert_bytes + (2ull << 30);
-    char why[E0_ERR_MAX];
-    if (env_is("E0_GPU_PIN", "0"))
-        snprintf(note, n, "; experts not pinned ($E0_GPU_PIN=0): misses staged by the driver");
-    else if (host < need)
+    char why[E0_ERR_MAX], hc[400];
+    if (env_is("E0_GPU_PIN", "0")) {
+        host_cache(e, host, hc, sizeof hc);
+        snprintf(note, n, "; experts not pinned ($E0_GPU_PIN=0): %.399s", hc);
+    } else if (host < need) {
+        host_cache(e, host, hc, sizeof hc);
         snprintf(note, n, "; experts not pinned (%.1f GiB with room to spare needs more than the %.1f GiB of "
-                 "host memory): misses staged by the driver", gib(need), gib(host));
-    else if (vcache_pin_host(e->gmodel, why))
-        snprintf(note, n, "; experts not pinned (%.300s): misses staged by the driver", why);
-    else {
+                 "host memory): %.399s", gib(need), gib(host), hc);
+    } else if (vcache_pin_host(e->gmodel, why)) {
+        host_cache(e, host, hc, sizeof hc);
+        snprintf(note, n, "; experts not pinned (%.300s): %.399s", why, hc);
+    } else {
         /* device-staged decode: off by default, it loses on uniform routing
          * and wins on real-like routing (docs/experiments.md, session 30) */
         bool on = false;
@@ -172,13 +205,13 @@ int engine_gpu_open(e0_engine *e, char *err) {
         e->gpu_ordinal = E0_GPU_OFF;
         return 0;
     }
-    char pin[E0_ERR_MAX] = "";
+    char pin[900] = "";
     if (e->gmodel->vc) pin_experts(e, pin, sizeof pin);
     const size_t used = strlen(e->gpu_note);
     if (used < sizeof e->gpu_note &&
         snprintf(e->gpu_note + used, sizeof e->gpu_note - used,
                  "; uploaded in %.1f s; host-to-device %.1f GB/s, device memory %.0f GB/s (measured at "
-                 "start)%.200s",
+                 "start)%.800s",
                  (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
                  e->gpu->h2d_gbs, e->gpu->d2d_gbs, pin) >= (int)(sizeof e->gpu_note - used))
         memcpy(e->gpu_note + sizeof e->gpu_note - 4, "...", 4); /* said so when cut */

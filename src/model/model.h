@@ -73,7 +73,7 @@ struct e0_engine {
     uint64_t decode_bytes_read; /* expert bytes read by decode steps (e0_stats) */
     struct gpu_dev *gpu;
     struct gpu_model *gmodel;
-    char gpu_note[512];
+    char gpu_note[1024];
 };
 
 struct e0_session {

@@ -116,6 +116,11 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
     return 0;
 }
 
+uint8_t *xcache_mem(const xcache *c, size_t *bytes) {
+    *bytes = ((size_t)c->n_slots * c->bundle_bytes + 4095) & ~(size_t)4095;
+    return c->mem;
+}
+
 void xcache_free(xcache *c) {
     if (!c) return;
     if (c->e) {

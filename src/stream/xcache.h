@@ -72,6 +72,9 @@ void xcache_set_limit(xcache *c, int32_t n);
 int32_t xcache_limit(xcache *c);
 
 uint8_t *xentry_buf(xentry *e);
+/* The slots' memory: one block of *bytes (a GPU's host cache registers it
+ * with the driver: gpu/hcache.c). */
+uint8_t *xcache_mem(const xcache *c, size_t *bytes);
 
 int32_t xcache_slots(const xcache *c);
 /* Entries in use (LOADING or READY) and pinned entries, now. */
