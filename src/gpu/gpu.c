@@ -4,6 +4,7 @@
 #include "edge0.h"
 #include "quant/ggml.h"
 #include "util/err.h"
+#include "util/file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,17 @@ static int load_module(gpu_dev *d, char *err) {
     char log[4096] = "";
     int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+    /* $E0_GPU_PTX: another build of the kernels (experiments: two kernel sources A/B in one run) */
+    const char *pf = getenv("E0_GPU_PTX");
+    char *alt = NULL;
+    if (pf && *pf) {
+        size_t n = 0;
+        const int rc = e0_read_file(pf, &alt, &n, 64u << 20, err);
+        if (rc) return e0_wrap(err, rc, "$E0_GPU_PTX");
+    }
     const double t0 = now_s();
-    CUresult r = d->cu->ModuleLoadDataEx(&d->mod, e0_gpu_ptx, 2, opts, vals);
+    CUresult r = d->cu->ModuleLoadDataEx(&d->mod, alt ? alt : e0_gpu_ptx, 2, opts, vals);
+    free(alt);
     d->jit_s = now_s() - t0;
     if (r != CU_SUCCESS) {
         char b[200];
@@ -72,6 +82,7 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.route, "route"},           {&d->k.route_profile, "route_profile"},
         {&d->k.moe_sort, "moe_sort"},
         {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
+        {&d->k.moe_combine_norm, "moe_combine_norm"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
@@ -199,7 +210,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
                  cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
-    d->fuse = !(fv && *fv == '0');
+    d->fuse = fv && *fv >= '0' && *fv <= '1' ? *fv - '0' : 2;
     /* a decode token's attention in N blocks a head (attend_split), "auto": about one block an SM;
      * one block a head (attend_warps) until the split is measured on a card */
     const char *av = getenv("E0_GPU_SPLIT");

@@ -13,6 +13,14 @@ __device__ __forceinline__ void k4_sm(const uint8_t *s, int j, int &sc, int &m) 
     }
 }
 
+/* Small non-negative integers as floats without the int-to-float unit
+ * (16 conversions a clock on an SM against 128 additions): 2^23 + q as a
+ * float's bits, less 2^23 (less `bias` too), exact for q < 2^23 and
+ * |q - bias| < 2^24, so the same bits as (float)(q - bias). */
+__device__ __forceinline__ float u2f(uint32_t q, float bias = 0.0f) {
+    return __uint_as_float(0x4B000000u | q) - (8388608.0f + bias);
+}
+
 /* Values [32c, 32c + 32) of one row into v, in the CPU reference's
  * arithmetic (quant/ggml_quants.c, mat_dequant). row: the row's weights;
  * srow / brow: its scales and biases (mlx affine). */
@@ -50,7 +58,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             const uint32_t word = p[i];
 #pragma unroll
             for (int j = 0; j < per; j++)
-                v[i * per + j] = (float)((word >> (bits * j)) & mask) * sc + bi;
+                v[i * per + j] = u2f((word >> (bits * j)) & mask) * sc + bi;
         }
     } else if (F == F_Q4_0 || F == F_Q4_1 || F == F_IQ4_NL) {
         const int bsz = F == F_Q4_1 ? 20 : 18;
@@ -62,11 +70,11 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         for (int j = 0; j < 16; j++) {
             const int lo = qs[j] & 0x0f, hi = qs[j] >> 4;
             if (F == F_Q4_0) {
-                v[j] = (float)(lo - 8) * d;
-                v[j + 16] = (float)(hi - 8) * d;
+                v[j] = u2f(lo, 8.0f) * d;
+                v[j + 16] = u2f(hi, 8.0f) * d;
             } else if (F == F_Q4_1) {
-                v[j] = (float)lo * d + m;
-                v[j + 16] = (float)hi * d + m;
+                v[j] = u2f(lo) * d + m;
+                v[j + 16] = u2f(hi) * d + m;
             } else {
                 v[j] = d * (float)k_iq4nl[lo];
                 v[j + 16] = d * (float)k_iq4nl[hi];
@@ -86,19 +94,19 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             const int lo = (qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
             const int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             if (F == F_Q5_0) {
-                v[j] = (float)(lo - 16) * d;
-                v[j + 16] = (float)(hi - 16) * d;
+                v[j] = u2f(lo, 16.0f) * d;
+                v[j + 16] = u2f(hi, 16.0f) * d;
             } else {
-                v[j] = (float)lo * d + m;
-                v[j + 16] = (float)hi * d + m;
+                v[j] = u2f(lo) * d + m;
+                v[j + 16] = u2f(hi) * d + m;
             }
         }
     } else if (F == F_Q8_0) {
         const uint8_t *b = row + (size_t)c * 34;
         const float d = f16f(ld16(b));
-        const int8_t *qs = (const int8_t *)(b + 2);
+        const uint8_t *qs = b + 2; /* int8: q ^ 0x80 is q + 128 */
 #pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = (float)qs[j] * d;
+        for (int j = 0; j < 32; j++) v[j] = u2f(qs[j] ^ 0x80u, 128.0f) * d;
     } else if (F == F_Q2_K) {
         const uint8_t *b = row + (size_t)(c / 8) * 84;
         const int cc = c % 8, h = cc / 4, k = cc % 4;
@@ -150,9 +158,9 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             if (F == F_Q5_K) h4 = *(const uint32_t *)(qh + 4 * l4);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                int q = (int)((q4 >> (8 * j + sh)) & 0x0f);
-                if (F == F_Q5_K) q |= (int)((h4 >> (8 * j + s)) & 1) << 4;
-                v[4 * l4 + j] = d1 * (float)q - m1;
+                uint32_t q = (q4 >> (8 * j + sh)) & 0x0f;
+                if (F == F_Q5_K) q |= ((h4 >> (8 * j + s)) & 1) << 4;
+                v[4 * l4 + j] = d1 * u2f(q) - m1;
             }
         }
     } else if (F == F_Q6_K) {
@@ -161,12 +169,20 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         const float d = f16f(ld16(b + 208));
+        /* the chunk's two sub-blocks of 16 share a scale each */
+        const float ds0 = d * (float)sc[(128 * h + 32 * k) / 16], ds1 = d * (float)sc[(128 * h + 32 * k + 16) / 16];
+        /* 16-bit loads: a block is 210 bytes, so only 2-byte alignment holds */
+        const uint16_t *ql2 = (const uint16_t *)(ql + 64 * h + 32 * (k % 2));
+        const uint16_t *qh2 = (const uint16_t *)(qh + 32 * h);
 #pragma unroll
-        for (int l = 0; l < 32; l++) {
-            const int vi = 32 * k + l; /* index within the half */
-            const int q = ((ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0x0f) |
-                          ((qh[32 * h + l] >> (2 * k)) & 3) << 4;
-            v[l] = d * (float)sc[(128 * h + vi) / 16] * (float)(q - 32);
+        for (int l2 = 0; l2 < 16; l2++) {
+            const uint32_t lw = ql2[l2], hw = qh2[l2];
+#pragma unroll
+            for (int o = 0; o < 2; o++) {
+                const int l = 2 * l2 + o;
+                const uint32_t q = ((lw >> (8 * o + 4 * (k / 2))) & 0x0f) | ((hw >> (8 * o + 2 * k)) & 3) << 4;
+                v[l] = (l < 16 ? ds0 : ds1) * u2f(q, 32.0f);
+            }
         }
     } else if (F == F_IQ4_XS) {
         const uint8_t *b = row + (size_t)(c / 8) * 136;
