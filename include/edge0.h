@@ -308,6 +308,7 @@ typedef struct {
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
     int32_t host_cache_slots;        /* the GPU's host expert cache (pinned), where the experts are not all pinned */
     uint64_t host_cache_hits, host_cache_misses; /* its lookups for VRAM misses */
+    uint64_t host_cache_kept;        /* experts the VRAM gave up, copied back into it (exclusive caching) */
     uint64_t disk_bytes;             /* expert bytes it read from the checkpoint */
     double disk_read_s;              /* host time those reads took */
     /* speculative decoding with the MTP block (e0_session_verify): drafts

@@ -369,8 +369,9 @@ static double against(const float *got, const float *ref, int V, int *bad) {
     return worst;
 }
 
-/* Bytes of a host expert cache that holds two layers' experts and n more
- * (hcache_new's least and a few). */
+/* Bytes of a host expert cache that holds three layers' experts and n
+ * more (hcache_new's least and a few: the fixtures' four layers do not
+ * fit, so that it evicts). */
 static uint64_t host_cache_bytes(const e0_model *m, int n) {
     char err[E0_ERR_MAX];
     size_t bb = 0;
@@ -380,7 +381,7 @@ static uint64_t host_cache_bytes(const e0_model *m, int n) {
         if (xb_plan_expert(m, li, 0, XB_ORDER_MATH, &p, err)) fail_msg("%s", err);
         if (p.bytes > bb) bb = p.bytes;
     }
-    return (uint64_t)bb * (uint64_t)(2 * m->cfg.n_experts + n);
+    return (uint64_t)bb * (uint64_t)(3 * m->cfg.n_experts + n);
 }
 
 /* The model again with a VRAM expert cache of the least slots and of a few
@@ -396,10 +397,10 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
      * layers' experts, so that the prefill brings layers in whole on the copy stream (from
      * pageable pages, then from pinned ones with the decode staged); then both through the host's
      * expert cache */
-    enum { RUNS = 7 };
+    enum { RUNS = 8 };
     const int ns = e->model.cfg.n_layers * e->top_k; /* staging slots */
     const int slots[RUNS] = {z.min_slots, z.min_slots + 5, z.min_slots + ns + 5, 2 * z.min_slots + 5,
-                             2 * z.min_slots + ns + 5, z.min_slots + 5, 2 * z.min_slots + 5};
+                             2 * z.min_slots + ns + 5, z.min_slots + 5, 2 * z.min_slots + 5, z.min_slots + 5};
     const bool whole = (int64_t)NPRE * e->top_k >= 2 * (int64_t)e->model.cfg.n_experts;
     const bool whole_was = g_dev->whole;
     g_dev->whole = true;
@@ -413,8 +414,10 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
             if (vcache_pin_host(gc, err) || vcache_stage_on(gc, e->top_k, &staged, why, err)) fail_msg("%s: %s", name, err);
             if (!staged) printf("  %-39s (misses not staged by the device: %s)\n", "", why);
         }
-        const bool host = run >= 5;
+        const bool host = run >= 5; /* the last without exclusive caching */
+        if (run == 7) setenv("E0_GPU_HCACHE_EXCL", "0", 1);
         if (host && hcache_new(gc, host_cache_bytes(&e->model, 3), err)) fail_msg("%s: %s", name, err);
+        unsetenv("E0_GPU_HCACHE_EXCL");
         float *got = gpu_logits(gc, ids, V);
         const bool same = memcmp(got, want, (size_t)NIDS * (size_t)V * 4) == 0;
         gpu_hstats h;
@@ -426,13 +429,16 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
                (double)gc->vc->bytes_staged / 1048576.0, (unsigned long long)gc->vc->whole_layers,
                same ? "bit-identical" : "DIFFERS");
         if (host)
-            printf("  %-39s   through a host expert cache of %d bundles: %llu hits, %llu misses, %.1f MiB read\n", "",
-                   h.slots, (unsigned long long)h.hits, (unsigned long long)h.misses, (double)h.bytes_read / 1048576.0);
+            printf("  %-39s   through a host expert cache of %d bundles%s: %llu hits, %llu misses, %.1f MiB read, %llu "
+                   "given up by the VRAM kept\n", "", h.slots, h.exclusive ? " (exclusive)" : "", (unsigned long long)h.hits,
+                   (unsigned long long)h.misses, (double)h.bytes_read / 1048576.0, (unsigned long long)h.kept);
         assert_true(same);
         assert_true(gc->vc->misses > 0);
         if (staged) assert_true(gc->vc->bytes_staged > 0);
         /* every VRAM miss went through the host's cache, and it read what it lacked */
         if (host) assert_true(h.hits + h.misses == gc->vc->misses && h.misses > 0 && h.bytes_read > 0);
+        if (host) assert_int_equal(h.exclusive, run != 7);
+        if (host && run != 7) assert_true(h.kept > 0); /* slots the VRAM gave up went back */
         /* the prefill's layers come in whole exactly where the LRU list (the slots but the staging
          * ones) holds two layers' experts */
         const int listed = gc->vc->n_slots - (staged ? ns : 0);

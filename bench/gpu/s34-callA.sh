@@ -6,7 +6,8 @@
 # E0_GPU_SPLIT=1 against auto on q36 (alternated), Nsight Compute of a q36 decode step with the
 # winner, q30 the same; the winner goes to /tmp/split.choice for call B; then edge0 alone
 # in the capped condition (VRAM 8 GiB, 12 GiB cgroup, file on disk, pages dropped) with the host
-# expert cache and without it ($E0_GPU_HCACHE=0: session 33's path); Nsight Compute last. Pack:
+# expert cache (exclusive, then not: $E0_GPU_HCACHE_EXCL=0) and without it ($E0_GPU_HCACHE=0:
+# session 33's path); Nsight Compute last. Pack:
 #   rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
 #       gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf
 #   cp bench/gpu/s34-call[AB].sh .gpu/; rm .gpu/bin/bench_gpu; bash bench/gpu/s34-nou2f.sh > .gpu/nou2f.ptx
@@ -63,14 +64,15 @@ for v in new nou2f fuse1 new nou2f fuse1; do
     unset E0_GPU_PTX E0_GPU_FUSE
 done
 drop() { python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
-for hc in default 0; do
-    left 150 || break
+for hc in default excl0 0; do
+    left 130 || break
     drop /root/q36.gguf
-    echo "=== capped, edge0 alone: VRAM 8 GiB, 12 GiB cgroup, E0_GPU_HCACHE=$hc $(el)"
-    if [ $hc = 0 ]; then export E0_GPU_HCACHE=0; dec=8; else unset E0_GPU_HCACHE; dec=32; fi
+    echo "=== capped, edge0 alone: VRAM 8 GiB, 12 GiB cgroup, host cache: $hc $(el)"
+    dec=32
+    case $hc in excl0) export E0_GPU_HCACHE_EXCL=0;; 0) export E0_GPU_HCACHE=0; dec=8;; esac
     timeout $(( DL - 30 - ($(date +%s) - T0) )) bash scripts/memcap.sh 12G -- .gpu/bin/edge0 bench /root/q36.gguf --prefill 512 \
-        --decode $dec --skip-warm --vram-budget 8G --threads 16 2>&1 | grep -E "memcap|GPU 0|prefill [0-9]|decode [0-9]|cache|disk|rror" | cut -c1-700
-    unset E0_GPU_HCACHE
+        --decode $dec --skip-warm --vram-budget 8G --threads 16 2>&1 | grep -E "memcap|GPU 0|prefill [0-9]|decode [0-9]|cache|disk|rror" | cut -c1-900
+    unset E0_GPU_HCACHE E0_GPU_HCACHE_EXCL
 done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
 if left 120 && [ -n "$NCU" ]; then

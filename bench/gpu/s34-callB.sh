@@ -1,8 +1,8 @@
 #!/bin/bash
 # Session 34, call B (right after s34-callA.sh on the same warm machine): the GPU same runs of
 # the 35B shape (VRAM 8 and 16 GiB and all resident, scripts/gpu_same_run.sh) and the capped
-# condition (scripts/gpu_capped_run.sh: VRAM 8 GiB, 12 GiB cgroup, both engines), then the 30B
-# shape if time is left; E0_GPU_SPLIT as call A chose. carry [".peer"]:
+# condition (scripts/gpu_capped_run.sh: VRAM 8 GiB, 12 GiB cgroup, both engines) first;
+# E0_GPU_SPLIT as call A chose. carry [".peer"]:
 #   DL=570 bash .gpu/s34-callB.sh
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
@@ -18,7 +18,7 @@ echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep llama-bench) $(e
 [ -x /tmp/peer/repack/llama-bench ] || { tail -5 /tmp/peer.log; exit 1; }
 echo "=== capped: VRAM 8 GiB, host memory 12 GiB (the 35B shape's file on disk) $(el)"
 timeout 260 bash scripts/gpu_capped_run.sh .gpu/bin/edge0 /tmp/peer/repack /root/q36.gguf 8 12G 2>&1
-for m in q36 q30; do
+for m in q36; do
     left 150 || break
     f=/root/q36.gguf; [ $m = q30 ] && f=/dev/shm/q30.gguf
     [ -e /tmp/$m.done ] || continue

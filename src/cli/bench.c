@@ -537,9 +537,10 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
         const uint64_t hk = ph->d.host_cache_hits + ph->d.host_cache_misses;
         const double db = per_tok(ph->d.disk_bytes, ph->d.decode_tokens);
         printf("    host expert cache (%d slots, pinned): hit rate %.1f%%, read %.1f MiB/token from the checkpoint -> "
-               "%.2f GB/s = %.0f%% of disk bandwidth; reads %.2f s\n",
+               "%.2f GB/s = %.0f%% of disk bandwidth; reads %.2f s; %.1f experts/token given up by the VRAM kept\n",
                ph->d.host_cache_slots, hk ? 100.0 * (double)ph->d.host_cache_hits / (double)hk : 0.0, db / (1 << 20),
-               db * dtok / 1e9, disk > 0 ? 100 * db * dtok / disk : 0.0, ph->d.disk_read_s);
+               db * dtok / 1e9, disk > 0 ? 100 * db * dtok / disk : 0.0, ph->d.disk_read_s,
+               per_tok(ph->d.host_cache_kept, ph->d.decode_tokens));
     }
     if (ph->d.pressure_shrinks || ph->d.pressure_grows)
         printf("    memory pressure: %d of %d cache slots usable at the decode's start, %d at its end "

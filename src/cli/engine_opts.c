@@ -552,9 +552,9 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                 st.vram_copy_s);
     if (st.host_cache_slots)
         fprintf(f, "  host expert cache (pinned, for the GPU): %d slots, %llu hits, %llu misses (hit rate %.1f%%); "
-                   "read %.1f MiB from the checkpoint in %.3f s\n",
+                   "read %.1f MiB from the checkpoint in %.3f s; %llu given up by the VRAM kept\n",
                 st.host_cache_slots, (unsigned long long)st.host_cache_hits,
                 (unsigned long long)st.host_cache_misses, pct(st.host_cache_hits, st.host_cache_hits + st.host_cache_misses),
-                mib(st.disk_bytes), st.disk_read_s);
+                mib(st.disk_bytes), st.disk_read_s, (unsigned long long)st.host_cache_kept);
     fprintf(f, "  peak RSS %.1f MiB\n", mib(st.peak_rss));
 }

@@ -151,19 +151,25 @@ int vcache_step(gpu_model *g, char *err);
 
 /* The host's expert cache (gpu/hcache.c says why): where the experts
  * cannot all be pinned, the VRAM cache's misses come from bundles read by
- * direct reads into a cache of `bytes` of pinned host memory (at least two
- * layers' experts, else E0_ENOMEM) instead of from the mapping. hcache_get
- * gives views of experts es[0..n) of layer li (n <= E; read where absent)
- * that stay valid until the call after next; after issuing the copies from
- * them, the caller calls hcache_mark on the stream that copies. */
+ * direct reads into a cache of `bytes` of pinned host memory (at least three
+ * layers' experts, else E0_ENOMEM) instead of from the mapping, and the
+ * slots the VRAM gives up go back into it. A call that copies n experts
+ * in: hcache_begin; hcache_keep for each slot it gives up (expert e of layer
+ * li in slot `slot`, copied back where the host lacks it); hcache_get for
+ * views of experts es[0..n) of layer li (n <= E; read where absent), valid
+ * until the call after next; the copies from them; then hcache_mark on the
+ * stream that copies. */
 typedef struct gpu_hcache gpu_hcache;
 typedef struct {
     int32_t slots;
-    uint64_t bytes, hits, misses, bytes_read;
+    uint64_t bytes, hits, misses, bytes_read, kept;
     double read_s;
+    bool exclusive;
 } gpu_hstats;
 int hcache_new(gpu_model *g, uint64_t bytes, char *err);
 void hcache_free(gpu_model *g);
+int hcache_begin(gpu_model *g, int n, char *err);
+int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err);
 int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err);
 int hcache_mark(gpu_model *g, bool copy_stream, char *err);
 void hcache_stats(const gpu_model *g, gpu_hstats *out);

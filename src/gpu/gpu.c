@@ -464,6 +464,22 @@ int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool c
     return rc;
 }
 
+int gpu_mat_get(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err) {
+    CUstream st = copy_stream ? d->cs : d->st;
+    uint64_t wb, sb;
+    part_bytes(m, &wb, &sb);
+    /* m's memory is the caller's to write: a host cache slot that m views */
+    CU(d, d->cu->MemcpyDtoHAsync((void *)(uintptr_t)m->w, g->w + (uint64_t)i * (uint64_t)g->estride, wb, st),
+       "copy from the device");
+    if (sb) {
+        CU(d, d->cu->MemcpyDtoHAsync((void *)(uintptr_t)m->scales, g->s + (uint64_t)i * (uint64_t)g->sstride, sb, st),
+           "copy from the device");
+        CU(d, d->cu->MemcpyDtoHAsync((void *)(uintptr_t)m->biases, g->b + (uint64_t)i * (uint64_t)g->sstride, sb, st),
+           "copy from the device");
+    }
+    return 0;
+}
+
 int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, char *err) {
     const e0_mat *one[1] = {m};
     return gpu_mat_upload_stack(d, one, 1, out, what, err);

@@ -186,6 +186,10 @@ int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sby
  * copy_stream on the copy stream (gpu_put_copy: m's memory must stay as it
  * is until the copy is done, as a checkpoint's mapping does). */
 int gpu_mat_put(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err);
+/* The reverse, asynchronous on the stream (or the copy stream): stacked
+ * matrix i of g into the memory m views (pinned host memory, written when
+ * the stream gets there). */
+int gpu_mat_get(gpu_dev *d, const gpu_mat *g, int64_t i, const e0_mat *m, bool copy_stream, char *err);
 /* Frees what gpu_mat_upload (n = 1) or gpu_mat_upload_stack (n parts) made. */
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n);
 

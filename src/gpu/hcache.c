@@ -41,6 +41,7 @@ enum { GROUP = 10 }; /* bundles a read takes at once: 3 ranges each (GGUF), with
 
 typedef struct {
     xentry **ent; /* the entries a call holds */
+    bool *cold;   /* ent[i] goes back first in line for eviction (exclusive caching) */
     int n;
     CUevent ev;   /* recorded behind the copies from them */
     bool marked;
@@ -54,6 +55,10 @@ struct gpu_hcache {
     int E;
     hset set[2];
     int cur;        /* the set of the latest call */
+    bool exclusive; /* hcache_keep; $E0_GPU_HCACHE_EXCL=0 turns it off (experiments) */
+    int held;       /* entries the two sets hold */
+    int reserve;    /* gets this call will make (hcache_begin) */
+    uint64_t kept;  /* bundles the VRAM gave up, copied back */
     uint64_t hits, misses, bytes_read;
     double read_s;
     const xb_plan **want; /* [E] a call's bundles to read, their slots' buffers and entries */
@@ -67,9 +72,10 @@ void hcache_free(gpu_model *g) {
     const cu_api *cu = g->d->cu;
     for (int j = 0; j < 2; j++) {
         if (h->set[j].marked) cu->EventSynchronize(h->set[j].ev);
+        if (!h->set[j].ent) continue;
         for (int i = 0; i < h->set[j].n; i++) xcache_release(h->xc, h->set[j].ent[i]);
         if (h->set[j].ev) cu->EventDestroy(h->set[j].ev);
-        free(h->set[j].ent);
+        free(h->set[j].ent), free(h->set[j].cold);
     }
     if (h->mem) cu->MemHostUnregister(h->mem);
     xcache_free(h->xc);
@@ -87,6 +93,8 @@ int hcache_new(gpu_model *g, uint64_t bytes, char *err) {
     if (!h) return e0_fail(err, E0_ENOMEM, "out of memory");
     x->hc = h;
     h->E = E;
+    const char *xv = getenv("E0_GPU_HCACHE_EXCL");
+    h->exclusive = !(xv && *xv == '0');
     h->plan = calloc((size_t)L * (size_t)E, sizeof *h->plan);
     h->want = calloc((size_t)E, sizeof *h->want);
     h->buf = calloc((size_t)E, sizeof *h->buf);
@@ -101,15 +109,17 @@ int hcache_new(gpu_model *g, uint64_t bytes, char *err) {
             if (p->bytes > bb) bb = p->bytes;
         }
     }
-    /* two calls' sets, each up to a layer's every expert */
+    /* the last call's set (up to a layer's every expert and as many kept from the VRAM) and
+     * this call's gets; hcache_keep keeps only what leaves room for them */
     const int64_t n = bb ? (int64_t)(bytes / bb) : 0;
-    if (!rc && n < 2 * (int64_t)E)
+    if (!rc && n < 3 * (int64_t)E)
         rc = e0_fail(err, E0_ENOMEM, "a host expert cache of %.1f MiB holds %lld bundles of %.2f MiB; it needs %d",
-                     (double)bytes / 1048576.0, (long long)n, (double)bb / 1048576.0, 2 * E);
+                     (double)bytes / 1048576.0, (long long)n, (double)bb / 1048576.0, 3 * E);
     if (!rc) rc = xcache_new(&h->xc, (int32_t)(n < INT32_MAX ? n : INT32_MAX), bb, L, E, err);
     for (int j = 0; !rc && j < 2; j++) {
-        h->set[j].ent = calloc((size_t)E, sizeof *h->set[j].ent);
-        if (!h->set[j].ent) rc = e0_fail(err, E0_ENOMEM, "out of memory");
+        h->set[j].ent = calloc(2 * (size_t)E, sizeof *h->set[j].ent);
+        h->set[j].cold = calloc(2 * (size_t)E, sizeof *h->set[j].cold);
+        if (!h->set[j].ent || !h->set[j].cold) rc = e0_fail(err, E0_ENOMEM, "out of memory");
         else if (g->d->cu->EventCreate(&h->set[j].ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CU_SUCCESS)
             rc = e0_fail(err, E0_EIO, "creating an event for the host expert cache");
     }
@@ -182,17 +192,60 @@ static int read_all(const gpu_model *g, const xb_plan **p, uint8_t **buf, int n,
     return rc;
 }
 
-int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err) {
+int hcache_begin(gpu_model *g, int n, char *err) {
     gpu_hcache *h = g->vc->hc;
-    if (n > h->E) return e0_fail(err, E0_EINVAL, "%d experts asked of a layer of %d", n, h->E);
+    h->reserve = n;
     /* the set two calls back: its copies have run once its event has */
     h->cur ^= 1;
     hset *s = &h->set[h->cur];
     if (s->marked && g->d->cu->EventSynchronize(s->ev) != CU_SUCCESS)
         return e0_fail(err, E0_EIO, "waiting for the device's copies from the host expert cache");
     s->marked = false;
-    for (int i = 0; i < s->n; i++) xcache_release(h->xc, s->ent[i]);
+    for (int i = 0; i < s->n; i++) {
+        if (s->cold[i]) xcache_release_first(h->xc, s->ent[i]);
+        else xcache_release(h->xc, s->ent[i]);
+    }
+    h->held -= s->n;
     s->n = 0;
+    return 0;
+}
+
+/* Exclusive caching: the host cache holds what the VRAM gave up. A bundle
+ * read for a VRAM miss goes back first in line for eviction (the VRAM has
+ * it now), and a slot the VRAM gives up is copied back into the host cache
+ * (device to host: the link's other direction) unless it is there. Without
+ * it both would hold the same recent experts, and the two together no
+ * more than the larger. */
+int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err) {
+    gpu_hcache *h = g->vc->hc;
+    if (!h->exclusive) return 0;
+    hset *s = &h->set[h->cur];
+    if (h->held + h->reserve >= xcache_slots(h->xc)) return 0; /* the gets to come need the room */
+    bool load = false;
+    xentry *x = xcache_acquire(h->xc, li, e, false, &load);
+    if (!x) return 0; /* every slot held: nothing kept */
+    s->cold[s->n] = false; /* an entry present is released to the list's recent end */
+    s->ent[s->n++] = x;
+    h->held++;
+    if (!load) return 0;
+    e0_expert v;
+    xb_views(&h->plan[(size_t)li * (size_t)h->E + (size_t)e], xentry_buf(x), &v);
+    const gpu_layer *gl = &g->L[li];
+    int rc = gpu_mat_get(g->d, &gl->xg, slot, &v.gate, copy_stream, err);
+    if (!rc) rc = gpu_mat_get(g->d, &gl->xu, slot, &v.up, copy_stream, err);
+    if (!rc) rc = gpu_mat_get(g->d, &gl->xd, slot, &v.down, copy_stream, err);
+    /* READY now: the copies from it that may follow come after these in stream order, and the
+     * host never reads it; held in the set until this call's copies have run */
+    xcache_loaded(h->xc, x, !rc);
+    if (!rc) h->kept++;
+    return rc;
+}
+
+int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err) {
+    gpu_hcache *h = g->vc->hc;
+    hset *s = &h->set[h->cur];
+    if (n > h->E) return e0_fail(err, E0_EINVAL, "%d experts asked of a layer of %d", n, h->E);
+    const int s0 = s->n;
     const xb_plan **want = h->want;
     uint8_t **buf = h->buf;
     xentry **loading = h->loading;
@@ -200,11 +253,13 @@ int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views,
     for (int i = 0; i < n; i++) {
         bool load = false;
         xentry *x = xcache_acquire(h->xc, li, es[i], true, &load);
-        if (!x) { /* every slot held: cannot happen with 2E slots and at most E a set */
+        if (!x) { /* every slot held: cannot happen (3E slots; keeps leave room for the gets) */
             rc = e0_fail(err, E0_ENOMEM, "the host expert cache has no slot free");
             break;
         }
+        s->cold[s->n] = h->exclusive; /* the VRAM holds it from now on */
         s->ent[s->n++] = x;
+        h->held++;
         const xb_plan *p = &h->plan[(size_t)li * (size_t)h->E + (size_t)es[i]];
         if (load) {
             want[nl] = p, buf[nl] = xentry_buf(x), loading[nl++] = x;
@@ -219,12 +274,13 @@ int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views,
     if (!rc && nl) rc = read_all(g, want, buf, nl, err);
     h->read_s += now_s() - t0;
     for (int i = 0; i < nl; i++) xcache_loaded(h->xc, loading[i], !rc);
-    for (int i = 0; !rc && i < n; i++) /* entries another call loads (none: one caller) are ready */
+    for (int i = s0; !rc && i < s->n; i++) /* entries another call loads (none: one caller) are ready */
         if (xcache_wait(h->xc, s->ent[i]))
-            rc = e0_fail(err, E0_EIO, "layer %d expert %d: its read failed", li, es[i]);
+            rc = e0_fail(err, E0_EIO, "layer %d: an expert's read failed", li);
     if (rc) { /* a failed load is dropped; the rest go back */
-        for (int i = 0; i < s->n; i++) xcache_release(h->xc, s->ent[i]);
-        s->n = 0;
+        for (int i = s0; i < s->n; i++) xcache_release(h->xc, s->ent[i]);
+        h->held -= s->n - s0;
+        s->n = s0;
     }
     return rc;
 }
@@ -248,9 +304,11 @@ void hcache_stats(const gpu_model *g, gpu_hstats *out) {
     out->misses = h->misses;
     out->bytes_read = h->bytes_read;
     out->read_s = h->read_s;
+    out->kept = h->kept;
+    out->exclusive = h->exclusive;
 }
 
 void hcache_reset_stats(gpu_model *g) {
     gpu_hcache *h = g->vc ? g->vc->hc : NULL;
-    if (h) h->hits = h->misses = h->bytes_read = 0, h->read_s = 0;
+    if (h) h->hits = h->misses = h->bytes_read = h->kept = 0, h->read_s = 0;
 }

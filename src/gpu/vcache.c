@@ -82,7 +82,7 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->slot_of = malloc(keys * sizeof *x->slot_of);
     x->prev = malloc((size_t)n_slots * sizeof *x->prev);
     x->next = malloc((size_t)n_slots * sizeof *x->next);
-    x->hx = malloc(4 * (size_t)E * sizeof *x->hx); /* active experts, their slots, the misses and theirs */
+    x->hx = malloc(5 * (size_t)E * sizeof *x->hx); /* active experts, their slots; misses, their slots, what those held */
     if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
@@ -231,26 +231,32 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
     return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
-/* Slot i given up by whatever it held, for expert e of layer li (filled by
- * put; until then it holds nothing). */
-static void claim(gpu_vcache *x, int i) {
+/* Slot i given up by whatever it held, for an expert that put copies in
+ * (until then it holds nothing); what it held, or -1. */
+static int claim(gpu_vcache *x, int i) {
     const int old = x->key_of[i];
     if (old >= 0) x->slot_of[old] = -1;
     x->key_of[i] = -1;
     x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
+    return old;
 }
 
-/* Experts es[0..n) of layer li copied into slots sl[0..n) (claimed), on
- * the stream or on the copy stream: from the host's expert cache where
- * there is one, else from the checkpoint's mapping. */
-static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, int n, bool copy_stream, char *err) {
+/* Experts es[0..n) of layer li copied into slots sl[0..n) (claimed; they
+ * held keys old[0..n), or -1), on the stream or on the copy stream: from
+ * the host's expert cache where there is one (the slots' old experts go
+ * back into it), else from the checkpoint's mapping. */
+static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const int32_t *old, int n,
+               bool copy_stream, char *err) {
     gpu_vcache *x = g->vc;
     if (!n) return 0;
     e0_expert *view = NULL;
     int rc = 0;
     if (x->hc) {
         view = malloc((size_t)n * sizeof *view);
-        rc = view ? hcache_get(g, li, es, n, view, err) : e0_fail(err, E0_ENOMEM, "out of memory");
+        rc = view ? hcache_begin(g, n, err) : e0_fail(err, E0_ENOMEM, "out of memory");
+        for (int j = 0; !rc && j < n; j++)
+            if (old[j] >= 0) rc = hcache_keep(g, old[j] / x->E, old[j] % x->E, sl[j], copy_stream, err);
+        if (!rc) rc = hcache_get(g, li, es, n, view, err);
     }
     const gpu_layer *gl = &g->L[li];
     for (int j = 0; !rc && j < n; j++) {
@@ -278,7 +284,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
     if (!rc) rc = gpu_get(g->d, x->hx, exps, (size_t)n * sizeof *x->hx, err);
     const double t1 = now_s();
     x->wait_s += t1 - t0;
-    int32_t *slots = x->hx + x->E, *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E;
+    int32_t *slots = x->hx + x->E, *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
     int nm = 0;
     for (int a = 0; !rc && a < n; a++) {
         const int e = x->hx[a];
@@ -292,13 +298,13 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
         } else {
             x->misses++;
             i = x->tail;
-            claim(x, i);
+            mold[nm] = claim(x, i);
             mexp[nm] = e, mslot[nm++] = i;
         }
         touch(x, i);
         slots[a] = i;
     }
-    if (!rc) rc = put(g, li, mexp, mslot, nm, false, err);
+    if (!rc) rc = put(g, li, mexp, mslot, mold, nm, false, err);
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
     return rc;
@@ -332,7 +338,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     for (int e = 0; e < E; e++)
         if (so[e] >= 0) x->hits++, touch(x, so[e]);
     int f = 0, nm = 0; /* f: the spare layer's next expert */
-    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E;
+    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
     for (int e = 0; e < E; e++) {
         if (so[e] >= 0) continue;
         /* a free slot, else the spare layer's (a pass over more layers than the cache holds
@@ -344,11 +350,11 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
             if (f < E) i = sp[f];
         }
         x->misses++;
-        claim(x, i);
+        mold[nm] = claim(x, i);
         touch(x, i);
         mexp[nm] = e, mslot[nm++] = i;
     }
-    int rc = put(g, li, mexp, mslot, nm, true, err);
+    int rc = put(g, li, mexp, mslot, mold, nm, true, err);
     if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
                                (size_t)E * sizeof(int32_t), err);
     if (!rc) x->whole_layers++;

@@ -74,6 +74,7 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->host_cache_slots = h.slots;
         st->host_cache_hits = h.hits;
         st->host_cache_misses = h.misses;
+        st->host_cache_kept = h.kept;
         st->disk_bytes = h.bytes_read;
         st->disk_read_s = h.read_s;
     }

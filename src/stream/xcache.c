@@ -81,6 +81,17 @@ static void lru_push(xcache *c, xentry *e) { /* most recently released at the ta
     e->in_lru = true;
 }
 
+static void lru_push_head(xcache *c, xentry *e) { /* first in line for eviction */
+    e->prev = NULL;
+    e->next = c->lru_head;
+    if (c->lru_head)
+        c->lru_head->prev = e;
+    else
+        c->lru_tail = e;
+    c->lru_head = e;
+    e->in_lru = true;
+}
+
 int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_layers,
                int32_t n_experts, char *err) {
     *out = NULL;
@@ -292,13 +303,15 @@ static void retire(xcache *c, xentry *e) {
     e->state = ST_RETIRED;
 }
 
-void xcache_release(xcache *c, xentry *e) {
+static void release(xcache *c, xentry *e, bool first) {
     pthread_mutex_lock(&c->mu);
     if (--e->pins == 0) {
         const bool past = e - c->e >= c->limit;
         if (e->state == ST_READY && past) { /* the limit came down while it was in use */
             c->table[(size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert] = -1;
             retire(c, e);
+        } else if (e->state == ST_READY && first) {
+            lru_push_head(c, e);
         } else if (e->state == ST_READY) {
             lru_push(c, e);
         } else if (e->expert < 0 && past) {
@@ -310,6 +323,10 @@ void xcache_release(xcache *c, xentry *e) {
     }
     pthread_mutex_unlock(&c->mu);
 }
+
+void xcache_release(xcache *c, xentry *e) { release(c, e, false); }
+
+void xcache_release_first(xcache *c, xentry *e) { release(c, e, true); }
 
 void xcache_set_limit(xcache *c, int32_t n) {
     if (n < 0) n = 0;

@@ -62,6 +62,9 @@ void xcache_loaded(xcache *c, xentry *e, bool ok);
 /* Blocks until the entry is READY (0) or its load failed (-1). */
 int xcache_wait(xcache *c, xentry *e);
 void xcache_release(xcache *c, xentry *e);
+/* The same, but the entry, when READY and unpinned, goes first in line
+ * for eviction instead of last (a GPU's host cache: a bundle now in VRAM). */
+void xcache_release_first(xcache *c, xentry *e);
 
 /* Memory pressure: at most n slots in use from now on. Unpinned entries
  * past the limit are evicted at once, pinned ones on their last release;
