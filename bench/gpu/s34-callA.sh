@@ -54,7 +54,8 @@ if python3 -c "import sys; sys.exit(0 if float(sys.argv[2] or 0) > float(sys.arg
     echo auto > /tmp/split.choice; else echo 1 > /tmp/split.choice; fi
 export E0_GPU_SPLIT=$(cat /tmp/split.choice); echo "=> E0_GPU_SPLIT=$E0_GPU_SPLIT from here (and in call B)"
 # the dequantization's 2^23 conversions (against a PTX built from the same sources with the
-# conversions as before: .gpu/nou2f.ptx) and the two new fusions (against E0_GPU_FUSE=1)
+# conversions as before: .gpu/nou2f.ptx) and the new fusions (against E0_GPU_FUSE=1: no mixed-format
+# groups of projections, routing apart from the grouping, the experts' sum apart from the next norm)
 for v in new nou2f fuse1 new nou2f fuse1; do
     left 260 || break
     echo "=== q36 all resident: $v $(el)"

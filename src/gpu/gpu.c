@@ -635,15 +635,9 @@ static bool vector_form(const gpu_mat *W, int T) { return !tiles_for(T) && W->co
 
 static bool same_form(const gpu_mat *a, const gpu_mat *b) { return a->fmt == b->fmt && a->cols == b->cols; }
 
-int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
-                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
-    bool one = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T);
-    for (int i = 1; one && i < n; i++) one = same_form(W[i], W[0]);
-    if (!one) {
-        int rc = 0;
-        for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
-        return rc;
-    }
+/* One launch of the grouped form over W[0..n) (one format and width, n <= 4). */
+static int mm_group(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx, const CUdeviceptr *y,
+                    const int64_t *ldy, int T, char *err) {
     gpu_multi M;
     memset(&M, 0, sizeof M);
     M.n = n;
@@ -659,6 +653,36 @@ int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int6
     int g = staged_rows(W[0], &shmem);
     void *args[] = {&M, &x, &lx, &T, &g};
     return gpu_launch(d, d->k.mmm[W[0]->fmt], (unsigned)M.first[n], 1, 1, 256, shmem, args, "mm (grouped)", err);
+}
+
+int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
+                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
+    bool all = n <= 4;
+    for (int i = 1; all && i < n; i++) all = same_form(W[i], W[0]);
+    /* fuse 2: the matrices of one format and width together, one launch a group (a Q4_K_M mix
+     * gives a layer's projections two formats: q and k Q4_K, v Q6_K) */
+    const bool grouped = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T) && (all || d->fuse > 1);
+    int rc = 0;
+    if (!grouped) {
+        for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
+        return rc;
+    }
+    bool done[4] = {false};
+    for (int i = 0; !rc && i < n; i++) {
+        if (done[i]) continue;
+        const gpu_mat *gw[4];
+        CUdeviceptr gy[4];
+        int64_t gl[4];
+        int m = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && same_form(W[j], W[i])) {
+                gw[m] = W[j], gy[m] = y[j], gl[m++] = ldy[j];
+                done[j] = true;
+            }
+        /* each row summed as gpu_mm sums it, whichever launch computes it */
+        rc = m == 1 ? gpu_mm(d, gw[0], x, ldx, gy[0], gl[0], T, err) : mm_group(d, m, gw, x, ldx, gy, gl, T, err);
+    }
+    return rc;
 }
 
 int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, int64_t ldx,

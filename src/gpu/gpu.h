@@ -105,9 +105,10 @@ typedef struct gpu_dev {
     double d2d_gbs;        /* device memory copy bandwidth (read + write), measured at open */
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
-    int fuse;              /* 2: every fused form; 1: the fused matmul forms (gpu_mm_multi, gpu_mm_glu) but not
-                              the routing in the grouping nor the experts' sum with the next norm (gmodel.c);
-                              0: none. $E0_GPU_FUSE=0|1 (experiments) */
+    int fuse;              /* 2: every fused form; 1: the fused matmul forms (gpu_mm_multi over matrices of one
+                              format, gpu_mm_glu) but not gpu_mm_multi's groups of mixed formats, the routing
+                              in the grouping, or the experts' sum with the next norm (gmodel.c); 0: none.
+                              $E0_GPU_FUSE=0|1 (experiments) */
     int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then
                               attend_merge); 0: about one block an SM (gmodel.c attention); 1 (the
                               default until measured on a card): one block a head (attend_warps);
