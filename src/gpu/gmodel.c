@@ -484,9 +484,8 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     return rc;
 }
 
-/* The MoE block of layer li on h, its output added onto x; where nnorm is
- * not 0, then the next layer's input norm of x (weights nnorm) into h. */
-static int moe(gpu_sess *s, int li, int T, CUdeviceptr nnorm, char *err) {
+/* The MoE block of layer li on h, its output added onto x. */
+static int moe(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
     const e0_layer *ly = &s->g->m->layers[li];
     const gpu_layer *gl = &s->g->L[li];
@@ -523,13 +522,11 @@ static int moe(gpu_sess *s, int li, int T, CUdeviceptr nnorm, char *err) {
         rc = rc ? rc : gpu_wait_copy_mark(d, s->wait_mark, err);
         tab = vc->dtab + at;
     }
-    /* a few tokens are routed by the grouping kernel itself (a launch saved); a batch by blocks of 4 */
-    CUdeviceptr rlog = !config_route_on(c) && T <= 32 && d->fuse > 1 ? rl : 0;
-    if (!config_route_on(c) && !rlog) {
+    if (!config_route_on(c)) {
         void *a1[] = {&rl, &ridx, &rw, &T, &E, &k, &renorm};
         if (!rc) rc = gpu_launch(d, d->k.route, blocks(T, 4), 1, 1, 128, 0, a1, "routing", err);
     }
-    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog, &rlog, &rw, &k, &renorm};
+    void *a2[] = {&ridx, &P, &E, &cnt, &nact, &exps, &start, &order, &tab, &used, &stage, &slog};
     if (!rc) rc = gpu_launch(d, d->k.moe_sort, 1, 1, 1, 1024, 0, a2, "expert grouping", err);
     if (!rc && staged) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
@@ -545,12 +542,6 @@ static int moe(gpu_sess *s, int li, int T, CUdeviceptr nnorm, char *err) {
     if (!rc && shared) { /* the routed experts' hidden rows are done with: reuse g and u */
         rc = gpu_mm_glu(d, &gl->sh_gate, &gl->sh_up, h, H, gg, u, T, err);
         if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, c->shared_inter, ys, H, T, err);
-    }
-    if (nnorm) {
-        CUdeviceptr h2 = s->buf[B_H];
-        float eps = c->rms_eps;
-        void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared, &nnorm, &h2, &eps};
-        return rc ? rc : gpu_launch(d, d->k.moe_combine_norm, (unsigned)T, 1, 1, 512, 0, a3, "expert sum and norm", err);
     }
     void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared};
     if (!rc) rc = gpu_launch(d, d->k.moe_combine, blocks(H, 256), (unsigned)T, 1, 256, 0, a3, "expert sum", err);
@@ -598,7 +589,6 @@ static int layers(gpu_sess *s, int T, char *err) {
     s->whole = vcache_whole_ok(s->g, T);
     int ahead = s->whole ? next_moe(m, 0) : -1; /* the MoE layer brought in last */
     int done = -1;                              /* the MoE layer finished last, as the next is brought in */
-    bool normed = false;                        /* h holds this layer's input norm already */
     if (ahead >= 0) rc = bring_in(s, ahead, -1, mark, err);
     for (int li = 0; !rc && li < m->cfg.n_layers; li++) {
         const e0_layer *ly = &m->layers[li];
@@ -611,13 +601,10 @@ static int layers(gpu_sess *s, int T, char *err) {
             if (rc) break;
             done = li; /* by the next layer's bring_in, the stream has finished with it */
         }
-        if (!normed) rc = rmsnorm_rows(s, x, r, gl->in_norm, h, H, T, err);
+        rc = rmsnorm_rows(s, x, r, gl->in_norm, h, H, T, err);
         if (!rc) rc = ly->linear ? deltanet(s, li, T, err) : attention(s, li, T, err);
         if (!rc) rc = rmsnorm_rows(s, x, y, gl->post_norm, h, H, T, err);
-        /* a MoE layer's sum makes the next layer's input norm too */
-        const CUdeviceptr nnorm = ly->moe && li + 1 < m->cfg.n_layers && s->g->d->fuse > 1 ? s->g->L[li + 1].in_norm : 0;
-        if (!rc) rc = ly->moe ? moe(s, li, T, nnorm, err) : dense_mlp(s, li, T, err);
-        normed = nnorm != 0;
+        if (!rc) rc = ly->moe ? moe(s, li, T, err) : dense_mlp(s, li, T, err);
         r = ly->moe ? 0 : y;
     }
     if (!rc && r) rc = add_rows(s, x, r, (long long)T * H, err);

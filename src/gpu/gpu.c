@@ -82,7 +82,6 @@ static int load_module(gpu_dev *d, char *err) {
         {&d->k.route, "route"},           {&d->k.route_profile, "route_profile"},
         {&d->k.moe_sort, "moe_sort"},
         {&d->k.moe_stage, "moe_stage"},   {&d->k.moe_combine, "moe_combine"},
-        {&d->k.moe_combine_norm, "moe_combine_norm"},
     };
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         CU(d, d->cu->ModuleGetFunction(fs[i].f, d->mod, fs[i].name), fs[i].name);
@@ -210,12 +209,13 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
                  cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
-    d->fuse = fv && *fv >= '0' && *fv <= '1' ? *fv - '0' : 2;
-    /* a decode token's attention in N blocks a head (attend_split), "auto": about one block an SM;
-     * one block a head (attend_warps) until the split is measured on a card */
+    d->fuse = !(fv && *fv == '0');
+    /* a decode token's attention in N blocks a head (attend_split), "auto" (the default): about one
+     * block an SM (q36 on an H100: 169.7 / 175.7 -> 182.4 tok/s, session 34); 1: one block a head
+     * (attend_warps) */
     const char *av = getenv("E0_GPU_SPLIT");
-    d->attn_split = !av || !*av ? 1 : !strcmp(av, "auto") ? 0 : atoi(av);
-    if (d->attn_split < 0 || d->attn_split > GPU_ATT_SPLIT_MAX) d->attn_split = 1;
+    d->attn_split = !av || !*av || !strcmp(av, "auto") ? 0 : atoi(av);
+    if (d->attn_split < 0 || d->attn_split > GPU_ATT_SPLIT_MAX) d->attn_split = 0;
     const char *wv = getenv("E0_GPU_WHOLE");
     d->whole = !(wv && *wv == '0');
     *out = d;
@@ -635,9 +635,15 @@ static bool vector_form(const gpu_mat *W, int T) { return !tiles_for(T) && W->co
 
 static bool same_form(const gpu_mat *a, const gpu_mat *b) { return a->fmt == b->fmt && a->cols == b->cols; }
 
-/* One launch of the grouped form over W[0..n) (one format and width, n <= 4). */
-static int mm_group(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx, const CUdeviceptr *y,
-                    const int64_t *ldy, int T, char *err) {
+int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
+                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
+    bool one = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T);
+    for (int i = 1; one && i < n; i++) one = same_form(W[i], W[0]);
+    if (!one) {
+        int rc = 0;
+        for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
+        return rc;
+    }
     gpu_multi M;
     memset(&M, 0, sizeof M);
     M.n = n;
@@ -653,36 +659,6 @@ static int mm_group(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, i
     int g = staged_rows(W[0], &shmem);
     void *args[] = {&M, &x, &lx, &T, &g};
     return gpu_launch(d, d->k.mmm[W[0]->fmt], (unsigned)M.first[n], 1, 1, 256, shmem, args, "mm (grouped)", err);
-}
-
-int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
-                 const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
-    bool all = n <= 4;
-    for (int i = 1; all && i < n; i++) all = same_form(W[i], W[0]);
-    /* fuse 2: the matrices of one format and width together, one launch a group (a Q4_K_M mix
-     * gives a layer's projections two formats: q and k Q4_K, v Q6_K) */
-    const bool grouped = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T) && (all || d->fuse > 1);
-    int rc = 0;
-    if (!grouped) {
-        for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
-        return rc;
-    }
-    bool done[4] = {false};
-    for (int i = 0; !rc && i < n; i++) {
-        if (done[i]) continue;
-        const gpu_mat *gw[4];
-        CUdeviceptr gy[4];
-        int64_t gl[4];
-        int m = 0;
-        for (int j = i; j < n; j++)
-            if (!done[j] && same_form(W[j], W[i])) {
-                gw[m] = W[j], gy[m] = y[j], gl[m++] = ldy[j];
-                done[j] = true;
-            }
-        /* each row summed as gpu_mm sums it, whichever launch computes it */
-        rc = m == 1 ? gpu_mm(d, gw[0], x, ldx, gy[0], gl[0], T, err) : mm_group(d, m, gw, x, ldx, gy, gl, T, err);
-    }
-    return rc;
 }
 
 int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, int64_t ldx,

@@ -73,7 +73,7 @@ typedef struct {
     CUfunction mmt[GPU_F_COUNT], mmtx[GPU_F_COUNT]; /* tiled form: 64 rows x 64 tokens a block */
     CUfunction rmsnorm, add_inplace, swiglu, qk_norm_rope, kv_store, attend_warps, attend_split, attend_merge;
     CUfunction dn_unpack, dn_conv, dn_qknorm, dn_rec, dn_rec32, dn_rec64, dn_rec128;
-    CUfunction route, route_profile, moe_sort, moe_stage, moe_combine, moe_combine_norm;
+    CUfunction route, route_profile, moe_sort, moe_stage, moe_combine;
 } gpu_kernels;
 
 /* Per-kernel time under $E0_GPU_PROFILE=1: each launch is timed with
@@ -105,14 +105,10 @@ typedef struct gpu_dev {
     double d2d_gbs;        /* device memory copy bandwidth (read + write), measured at open */
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
-    int fuse;              /* 2: every fused form; 1: the fused matmul forms (gpu_mm_multi over matrices of one
-                              format, gpu_mm_glu) but not gpu_mm_multi's groups of mixed formats, the routing
-                              in the grouping, or the experts' sum with the next norm (gmodel.c); 0: none.
-                              $E0_GPU_FUSE=0|1 (experiments) */
+    bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then
-                              attend_merge); 0: about one block an SM (gmodel.c attention); 1 (the
-                              default until measured on a card): one block a head (attend_warps);
-                              $E0_GPU_SPLIT=N|auto */
+                              attend_merge); 0 (the default): about one block an SM (gmodel.c attention);
+                              1: one block a head (attend_warps); $E0_GPU_SPLIT=N|auto */
     bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
                               it off */
     CUevent pa, pb;

@@ -592,17 +592,11 @@ __device__ __forceinline__ int warp_scan_incl(int v) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-    moe_sort(int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
-             const int *tab, int *used, const int *stage, int *slog, const float *logits, float *rw, int k,
-             int renorm) {
+    moe_sort(const int *idx, int P, int E, int *count, int *nact, int *exps, int *start, int *order,
+             const int *tab, int *used, const int *stage, int *slog) {
     __shared__ int cnt[1024];
     __shared__ int wpairs[32], wact[32];
     const int e = threadIdx.x, lane = e & 31, w = e >> 5;
-    if (logits) { /* the routing first (a few tokens: a launch saved), warp w token w, as route computes it */
-        for (int t = w; t < P / k; t += 32)
-            route_warp(logits + (size_t)t * E, idx + (size_t)t * k, rw + (size_t)t * k, E, k, renorm);
-        __syncthreads(); /* the block's writes to idx are seen by the block after it */
-    }
     cnt[e] = 0;
     if (tab && stage && e < P) slog[e] = -1;
     __syncthreads();
@@ -682,28 +676,6 @@ extern "C" __global__ void moe_stage(const int *nact, const int *exps, const int
     stage_mat(G, slot, e);
     stage_mat(U, slot, e);
     stage_mat(D, slot, e);
-}
-
-/* moe_combine, then the next layer's input norm of x into y (weights nw),
- * each as its own kernel computes it (moe_combine's sum, then rmsnorm with
- * 512 threads): a launch saved, the same bits. grid T, block 512. */
-extern "C" __global__ void moe_combine_norm(const float *eo, const float *w, const float *shg, const float *ys,
-                                            float *x, int H, int k, int shared, const float *nw, float *y,
-                                            float eps) {
-    const int t = blockIdx.x;
-    float *xt = x + (size_t)t * H;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        float o = 0.0f;
-        for (int s = 0; s < k; s++) o += w[(size_t)t * k + s] * eo[((size_t)t * k + s) * H + i];
-        if (shared) o += sigm(shg[t]) * ys[(size_t)t * H + i];
-        xt[i] += o;
-    }
-    for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
-    ss = block_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / (float)H + eps);
-    float *yt = y + (size_t)t * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) yt[i] = nw[i] * (xt[i] * inv);
 }
 
 /* The MoE block's output added onto the residual: x[t] += the sum over
