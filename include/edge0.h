@@ -306,6 +306,7 @@ typedef struct {
     uint64_t gpu_token_bytes;        /* weight bytes a decoded token reads on the GPU (dense + top-k experts) */
     uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
+    uint64_t vram_prefetched, vram_prefetch_used; /* experts a decode step's guess of the next layer brought in; of them, routed to */
     int32_t host_cache_slots;        /* the GPU's host expert cache (pinned), where the experts are not all pinned */
     uint64_t host_cache_hits, host_cache_misses; /* its lookups for VRAM misses */
     uint64_t host_cache_kept;        /* experts the VRAM gave up, copied back into it (exclusive caching) */

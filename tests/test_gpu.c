@@ -407,7 +407,9 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
     for (int run = 0; run < RUNS; run++) {
         gpu_model *gc;
         const uint64_t held0 = g_dev->held;
+        if (run != 0) setenv("E0_GPU_PREFETCH", "1", 1); /* the first without the next layer's guesses */
         if (gpu_model_new(&gc, g_dev, &e->model, e->top_k, slots[run], err)) fail_msg("%s: %s", name, err);
+        unsetenv("E0_GPU_PREFETCH");
         bool staged = false;
         char why[E0_ERR_MAX] = "";
         if (run == 2 || run == 4) {
@@ -428,6 +430,9 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
                (unsigned long long)gc->vc->misses, (double)gc->vc->bytes_in / 1048576.0,
                (double)gc->vc->bytes_staged / 1048576.0, (unsigned long long)gc->vc->whole_layers,
                same ? "bit-identical" : "DIFFERS");
+        if (gc->vc->prefetched)
+            printf("  %-39s   the next layer's guesses: %llu copied ahead, %llu of them routed to\n", "",
+                   (unsigned long long)gc->vc->prefetched, (unsigned long long)gc->vc->prefetch_used);
         if (host)
             printf("  %-39s   through a host expert cache of %d bundles%s: %llu hits, %llu misses, %.1f MiB read, %llu "
                    "given up by the VRAM kept\n", "", h.slots, h.exclusive ? " (exclusive)" : "", (unsigned long long)h.hits,
@@ -435,6 +440,9 @@ static void check_cached(e0_engine *e, const int32_t *ids, int V, const float *w
         assert_true(same);
         assert_true(gc->vc->misses > 0);
         if (staged) assert_true(gc->vc->bytes_staged > 0);
+        /* decode steps off the device-staged path guess the next layer's experts, except run 0's */
+        assert_int_equal(gc->vc->prefetch, run != 0);
+        if (run == 0 || staged) assert_int_equal(gc->vc->prefetched, 0);
         /* every VRAM miss went through the host's cache, and it read what it lacked */
         if (host) assert_true(h.hits + h.misses == gc->vc->misses && h.misses > 0 && h.bytes_read > 0);
         if (host) assert_int_equal(h.exclusive, run != 7);

@@ -550,6 +550,10 @@ void cli_print_stats(e0_engine *e, FILE *f) {
                 pct(st.vram_hits, st.vram_hits + st.vram_misses), mib(st.pcie_bytes), mib(st.pcie_staged_bytes),
                 tokens ? mib(st.pcie_bytes) / (double)tokens : 0.0, st.pcie_gbs, st.vram_wait_s,
                 st.vram_copy_s);
+    if (st.vram_prefetched)
+        fprintf(f, "  VRAM expert cache, the next layer's experts guessed and copied ahead: %llu, %llu routed to (%.1f%%)\n",
+                (unsigned long long)st.vram_prefetched, (unsigned long long)st.vram_prefetch_used,
+                pct(st.vram_prefetch_used, st.vram_prefetched));
     if (st.host_cache_slots)
         fprintf(f, "  host expert cache (pinned, for the GPU): %d slots, %llu hits, %llu misses (hit rate %.1f%%); "
                    "read %.1f MiB from the checkpoint in %.3f s; %llu given up by the VRAM kept\n",

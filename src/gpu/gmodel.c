@@ -205,7 +205,7 @@ enum {
     B_X, B_H, B_Y, B_Q, B_K, B_V, B_ATT, B_PART,
     B_PROJ, B_BA, B_MIX, B_MIXO, B_ZZ, B_BB, B_AA, B_O,
     B_RL, B_RIDX, B_RW, B_COUNT, B_NACT, B_EXPS, B_START, B_ORDER,
-    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS, B_RHIST,
+    B_G, B_U, B_EO, B_SHG, B_YS, B_LOGITS, B_POS, B_RHIST, B_GRL, B_GIDX, B_GW,
     B_N
 };
 
@@ -260,6 +260,9 @@ static void sess_sizes(const e0_model *m, int k, int n_ctx, int B, size_t *sz, s
     sz[B_ZZ] = sz[B_O] = Bz * Vd * f;
     sz[B_BB] = sz[B_AA] = Bz * Hv * f;
     sz[B_RL] = Bz * E * f;
+    sz[B_GRL] = E * f; /* a decode step's guess of the next MoE layer's experts (moe) */
+    sz[B_GIDX] = (size_t)(k > 0 ? k : 1) * i4;
+    sz[B_GW] = (size_t)(k > 0 ? k : 1) * f;
     sz[B_RIDX] = pairs * i4;
     sz[B_RW] = pairs * f;
     sz[B_COUNT] = E * i4;
@@ -484,6 +487,13 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     return rc;
 }
 
+/* The first MoE layer from li on, or -1. */
+static int next_moe(const e0_model *m, int li) {
+    for (; li < m->cfg.n_layers; li++)
+        if (m->layers[li].moe && m->layers[li].experts) return li;
+    return -1;
+}
+
 /* The MoE block of layer li on h, its output added onto x. */
 static int moe(gpu_sess *s, int li, int T, char *err) {
     const e0_config *c = &s->g->m->cfg;
@@ -532,8 +542,21 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         void *a4[] = {&nact, &exps, &slog, (void *)&gl->xg, (void *)&gl->xu, (void *)&gl->xd};
         rc = gpu_launch(d, d->k.moe_stage, 32, (unsigned)k, 1, 256, 0, a4, "staging misses", err);
     }
+    /* a decode step over the VRAM cache: the next MoE layer's router on this layer's input guesses
+     * its experts, read back with this layer's, so that the missing ones are copied in while this
+     * layer computes (vcache_prefetch) */
+    const int nl = vc && !staged && !s->whole && T == 1 && vc->prefetch && !config_route_on(c) ? next_moe(s->g->m, li + 1) : -1;
+    CUdeviceptr gidx = 0;
+    if (!rc && nl >= 0) {
+        CUdeviceptr grl = s->buf[B_GRL], gw = s->buf[B_GW];
+        int one = 1;
+        gidx = s->buf[B_GIDX];
+        rc = gpu_mm(d, &s->g->L[nl].router, h, H, grl, E, 1, err);
+        void *ag[] = {&grl, &gidx, &gw, &one, &E, &k, &renorm};
+        if (!rc) rc = gpu_launch(d, d->k.route, 1, 1, 1, 128, 0, ag, "routing (the next layer's guess)", err);
+    }
     if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
-        rc = vcache_map(s->g, li, nact, exps, err);
+        rc = vcache_map(s->g, li, nact, exps, gidx, nl, err);
         exps = vc->dslots;
     }
     const int max_act = P < E ? P : E;
@@ -545,6 +568,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     }
     void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared};
     if (!rc) rc = gpu_launch(d, d->k.moe_combine, blocks(H, 256), (unsigned)T, 1, 256, 0, a3, "expert sum", err);
+    if (!rc && nl >= 0) rc = vcache_prefetch(s->g, err); /* while the device computes this layer */
     return rc;
 }
 
@@ -556,13 +580,6 @@ static int dense_mlp(gpu_sess *s, int li, int T, char *err) {
     int rc = gpu_mm_glu(d, &gl->mlp_gate, &gl->mlp_up, h, c->hidden, gg, u, T, err);
     if (!rc) rc = gpu_mm(d, &gl->mlp_down, gg, c->dense_inter, s->buf[B_Y], c->hidden, T, err);
     return rc;
-}
-
-/* The first MoE layer from li on, or -1. */
-static int next_moe(const e0_model *m, int li) {
-    for (; li < m->cfg.n_layers; li++)
-        if (m->layers[li].moe && m->layers[li].experts) return li;
-    return -1;
 }
 
 /* Whole-layer prefill: layer li's experts brought in on the copy stream

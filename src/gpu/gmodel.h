@@ -73,6 +73,12 @@ typedef struct {
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
     uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
     struct gpu_hcache *hc; /* the host's expert cache that misses come from, or NULL (gpu/hcache.c) */
+    bool prefetch;         /* decode guesses the next MoE layer's experts (vcache_prefetch) */
+    int32_t guess_layer;   /* the layer of the guess read back last, or -1 */
+    int32_t *guess;        /* [k] its experts */
+    int32_t *fetched;      /* [n_slots] the slot was brought in by a guess and not yet used: 1 */
+    bool guess_pending;    /* copies on the copy stream the next call must wait for */
+    uint64_t prefetched, prefetch_used; /* experts the guesses brought in; of them, routed to */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -116,7 +122,17 @@ void vcache_free(gpu_model *g);
  * experts into slots (least recently used first, never one this call
  * uses), and writes the slots in exps' order to x->dslots, which the
  * expert kernels then take as their experts. */
-int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *err);
+int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
+               char *err);
+/* Decode over the cache: vcache_map also reads back, where guess is not
+ * 0, top_k experts of MoE layer guess_layer that the device guessed (that
+ * layer's router on this layer's input); vcache_prefetch, called once this
+ * layer's kernels are launched, copies the guessed experts the cache lacks
+ * into slots on the copy stream, and the next vcache_map makes the stream
+ * wait for those copies. A wrong guess costs a copy and a slot, never a
+ * result: the slots a call uses are its routing's. Off until measured on
+ * a card: $E0_GPU_PREFETCH=1 turns it on (g->vc->prefetch). */
+int vcache_prefetch(gpu_model *g, char *err);
 /* Pins the routed experts' pages of the checkpoint's mapping for the
  * device (read-only host registration): misses are then copied by DMA at
  * the link's speed, asynchronously, instead of through the driver's

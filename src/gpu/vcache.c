@@ -83,7 +83,13 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->prev = malloc((size_t)n_slots * sizeof *x->prev);
     x->next = malloc((size_t)n_slots * sizeof *x->next);
     x->hx = malloc(5 * (size_t)E * sizeof *x->hx); /* active experts, their slots; misses, their slots, what those held */
-    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx))
+    x->guess = calloc((size_t)(g->top_k > 0 ? g->top_k : 1), sizeof *x->guess);
+    x->fetched = calloc((size_t)n_slots, sizeof *x->fetched);
+    x->guess_layer = -1;
+    /* off until measured on a card (written in session 34 when the device time was spent) */
+    const char *pv = getenv("E0_GPU_PREFETCH");
+    x->prefetch = pv && *pv == '1';
+    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->guess || !x->fetched))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dslots, (size_t)E * sizeof(int32_t), "the VRAM expert cache", err);
@@ -198,6 +204,7 @@ int vcache_pin_host(gpu_model *g, char *err) {
 void vcache_free(gpu_model *g) {
     gpu_vcache *x = g->vc;
     if (!x) return;
+    if (x->guess_pending) g->d->cu->StreamSynchronize(g->d->cs); /* a guess's copies into the pool */
     hcache_free(g);
     unpin(g);
     gpu_free(g->d, x->pool, x->slot_bytes * (uint64_t)x->n_slots);
@@ -207,7 +214,7 @@ void vcache_free(gpu_model *g) {
     if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
     if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx);
-    free(x->hused), free(x->stage), free(x->hlog);
+    free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched);
     free(x);
     g->vc = NULL;
 }
@@ -235,6 +242,7 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
  * (until then it holds nothing); what it held, or -1. */
 static int claim(gpu_vcache *x, int i) {
     const int old = x->key_of[i];
+    x->fetched[i] = 0;
     if (old >= 0) x->slot_of[old] = -1;
     x->key_of[i] = -1;
     x->tab_dirty = true; /* the device's table changes whether the copy fails or not */
@@ -275,13 +283,23 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
     return rc;
 }
 
-int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *err) {
+int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
+               char *err) {
     gpu_vcache *x = g->vc;
     const double t0 = now_s();
     int32_t n = 0;
     int rc = gpu_get(g->d, &n, nact, sizeof n, err);
     if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
     if (!rc) rc = gpu_get(g->d, x->hx, exps, (size_t)n * sizeof *x->hx, err);
+    x->guess_layer = -1;
+    if (!rc && guess) {
+        rc = gpu_get(g->d, x->guess, guess, (size_t)g->top_k * sizeof *x->guess, err);
+        if (!rc) x->guess_layer = guess_layer;
+    }
+    if (!rc && x->guess_pending) { /* the last guess's copies, before this call's kernels read its slots */
+        rc = gpu_wait_copy_mark(g->d, 0, err);
+        x->guess_pending = false;
+    }
     const double t1 = now_s();
     x->wait_s += t1 - t0;
     int32_t *slots = x->hx + x->E, *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
@@ -295,6 +313,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
             x->hits++;
+            if (x->fetched[i]) x->prefetch_used++, x->fetched[i] = 0;
         } else {
             x->misses++;
             i = x->tail;
@@ -308,6 +327,39 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, char *e
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
     return rc;
+}
+
+int vcache_prefetch(gpu_model *g, char *err) {
+    gpu_vcache *x = g->vc;
+    const int gl = x->guess_layer;
+    x->guess_layer = -1;
+    if (gl < 0) return 0;
+    /* the call's scratch: vcache_map is done with it */
+    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
+    int nm = 0;
+    for (int j = 0; j < g->top_k; j++) {
+        const int e = x->guess[j];
+        if (e < 0 || e >= x->E) continue; /* read back from the device: checked */
+        int i = x->slot_of[gl * x->E + e];
+        if (i >= 0) { /* held: kept out of the victims' way until its layer comes */
+            touch(x, i);
+            continue;
+        }
+        /* the tail is no slot of the layer in flight (vcache_map moved those to the head), and the
+         * work before it is done (vcache_map waited for the routing): the copy may start now */
+        i = x->tail;
+        mold[nm] = claim(x, i);
+        touch(x, i);
+        mexp[nm] = e, mslot[nm++] = i;
+    }
+    if (!nm) return 0;
+    int rc = put(g, gl, mexp, mslot, mold, nm, true, err);
+    if (!rc) rc = gpu_copy_mark(g->d, 0, err);
+    if (rc) return rc;
+    for (int j = 0; j < nm; j++) x->fetched[mslot[j]] = 1;
+    x->prefetched += (uint64_t)nm;
+    x->guess_pending = true;
+    return 0;
 }
 
 /* ---- whole-layer prefill ----------------------------------------------------

@@ -69,6 +69,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->vram_wait_s = vc->wait_s;
         st->vram_copy_s = vc->copy_s;
         st->host_pinned = vc->pinned;
+        st->vram_prefetched = vc->prefetched;
+        st->vram_prefetch_used = vc->prefetch_used;
         gpu_hstats h;
         hcache_stats(e->gmodel, &h);
         st->host_cache_slots = h.slots;
@@ -89,7 +91,8 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
-    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = 0, vc->wait_s = vc->copy_s = 0;
+    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = vc->prefetched = vc->prefetch_used = 0,
+            vc->wait_s = vc->copy_s = 0;
     if (vc) hcache_reset_stats(e->gmodel);
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
