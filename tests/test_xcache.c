@@ -64,6 +64,30 @@ static void test_eviction_order(void **state) {
     xcache_free(c);
 }
 
+/* xcache_release_first (a GPU's host cache giving back a bundle the VRAM
+ * now holds): the entry is the next victim, ahead of older ones, and the
+ * ones released the usual way keep their order behind it. */
+static void test_release_first(void **state) {
+    (void)state;
+    xcache *c = make(3);
+    touch(c, 0, 1);
+    touch(c, 0, 2);
+    bool need;
+    xentry *x = xcache_acquire(c, 1, 1, true, &need);
+    assert_non_null(x);
+    assert_true(need);
+    memset(xentry_buf(x), 1 * EXPERTS + 1, BUNDLE);
+    xcache_loaded(c, x, true);
+    xcache_release_first(c, x); /* order now 1.1, 0.1, 0.2: 1.1 first out although the latest */
+    touch(c, 2, 5);             /* evicts 1.1 */
+    assert_false(present(c, 1, 1));
+    assert_true(present(c, 0, 1)); /* the lookup refreshes 0.1: order 0.2, 2.5, 0.1 */
+    touch(c, 3, 3);                /* evicts 0.2, the least recently released */
+    assert_false(present(c, 0, 2));
+    assert_true(present(c, 0, 1) && present(c, 2, 5) && present(c, 3, 3));
+    xcache_free(c);
+}
+
 static void test_pinned_never_evicted(void **state) {
     (void)state;
     xcache *c = make(2);
@@ -356,7 +380,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eviction_order), cmocka_unit_test(test_pinned_never_evicted),
         cmocka_unit_test(test_failed_load),    cmocka_unit_test(test_capacity_random),
-        cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_limit),          cmocka_unit_test(test_release_first),
         cmocka_unit_test(test_concurrent),     cmocka_unit_test(test_iopool),
         cmocka_unit_test(test_lfu), cmocka_unit_test(test_router),
     };
