@@ -271,7 +271,7 @@ typedef struct {
     uint64_t gpu_slot_bytes;   /* one slot: an expert of the largest layer in device form */
     uint64_t gpu_session_bytes; /* one session's KV cache, states and scratch there */
     uint64_t vram_budget;      /* the budget they were held against (auto resolved) */
-    char gpu_note[512];        /* the GPU chosen, or why none ("" when E0_GPU_OFF) */
+    char gpu_note[1024];       /* the GPU chosen, or why none ("" when E0_GPU_OFF) */
 } e0_plan;
 int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, char *err);
 

@@ -38,6 +38,45 @@ __attribute__((format(printf, 5, 6))) static int cpu_because(e0_engine *e, bool 
     return 0;
 }
 
+/* The host's side of a VRAM expert cache: the experts' pages pinned for
+ * DMA when the host's memory (the budget, else the cgroup's limit or what
+ * is available) holds every expert with 2 GiB to spare; else a host
+ * expert cache of what that memory leaves beside a reserve for the process
+ * and the driver (max(2.5 GiB, a sixth)), or $E0_GPU_HCACHE bytes (0:
+ * none, the misses copied from the mapping through the driver's staging).
+ * $E0_GPU_PIN=0 pins nothing (experiments, tests). Writes the decision into
+ * e->gpu_host / gpu_host_cache and says it in note (n bytes). */
+static void host_plan(e0_engine *e, char *note, size_t n) {
+    const uint64_t cg = mem_cgroup_limit(), avail = mem_available();
+    const uint64_t host = e->opts.mem_budget ? e->opts.mem_budget : cg && (!avail || cg < avail) ? cg : avail;
+    const uint64_t need = e->model.expert_bytes + (2ull << 30);
+    const bool nopin = env_is("E0_GPU_PIN", "0");
+    e->gpu_host_cache = 0;
+    if (!nopin && host >= need) {
+        e->gpu_host = GPU_HOST_PIN;
+        snprintf(note, n, "; misses from the experts' pages, pinned in host memory for DMA (%.2f GiB)",
+                 gib(e->model.expert_bytes));
+        return;
+    }
+    char why[96];
+    if (nopin) snprintf(why, sizeof why, "$E0_GPU_PIN=0");
+    else snprintf(why, sizeof why, "%.1f GiB with room to spare needs more than the %.1f GiB of host memory",
+                  gib(need), gib(host));
+    const uint64_t reserve = host / 6 > (5ull << 29) ? host / 6 : (5ull << 29);
+    const char *v = getenv("E0_GPU_HCACHE");
+    uint64_t want = host > reserve ? host - reserve : 0;
+    if (v && *v) want = strtoull(v, NULL, 10);
+    if (want > e->model.expert_bytes + (256ull << 20)) want = e->model.expert_bytes + (256ull << 20);
+    e->gpu_host = want ? GPU_HOST_CACHE : GPU_HOST_MAP;
+    e->gpu_host_cache = want;
+    if (want)
+        snprintf(note, n, "; experts not pinned (%s): misses read by direct reads into a host expert cache of "
+                 "%.2f GiB, pinned for DMA", why, gib(want));
+    else
+        snprintf(note, n, "; experts not pinned (%s): misses copied from the checkpoint's mapping, staged by the "
+                 "driver%s", why, v && *v ? " ($E0_GPU_HCACHE=0)" : "");
+}
+
 int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
     e->gpu_ordinal = E0_GPU_OFF;
     e->gpu_note[0] = '\0';
@@ -122,71 +161,48 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
              "(%s%.2f GiB free)",
              ord, name, tier, gib(one), n_ctx, rooms, gib(budget),
              given ? "the given one less 0.75 GiB for the driver; " : "", free_gib);
+    if (e->gpu_slots) {
+        char hp[300];
+        host_plan(e, hp, sizeof hp);
+        const size_t used = strlen(e->gpu_note);
+        snprintf(e->gpu_note + used, sizeof e->gpu_note - used, "%s", hp);
+    }
     /* the device reads the checkpoint's own formats: through the mapping,
      * without loading it into memory or repacking it for the CPU kernels */
     if (e->opts.io == E0_IO_AUTO || e->opts.io == E0_IO_LOAD) e->opts.io = E0_IO_MMAP;
     return 0;
 }
 
-/* The host's expert cache under a host budget that cannot pin every
- * expert: what the budget leaves beside a reserve for the process and the
- * driver (max(2.5 GiB, a sixth)), or $E0_GPU_HCACHE bytes (0: none, the
- * misses copied from the mapping through the driver's staging). Says what
- * happened in note. */
-static void host_cache(e0_engine *e, uint64_t host, char *note, size_t n) {
-    const uint64_t reserve = host / 6 > (5ull << 29) ? host / 6 : (5ull << 29);
-    const char *v = getenv("E0_GPU_HCACHE");
-    uint64_t want = host > reserve ? host - reserve : 0;
-    if (v && *v) want = strtoull(v, NULL, 10);
-    if (want > e->model.expert_bytes + (256ull << 20)) want = e->model.expert_bytes + (256ull << 20);
+/* At open, what host_plan decided (the note says it already); where it
+ * cannot be done, what happened instead, for the note. */
+static void host_open(e0_engine *e, char *note, size_t n) {
     char why[E0_ERR_MAX];
-    if (!want)
-        snprintf(note, n, "misses copied from the checkpoint's mapping, staged by the driver (no host expert cache%s)",
-                 v && *v ? ": $E0_GPU_HCACHE=0" : "");
-    else if (hcache_new(e->gmodel, want, why))
-        snprintf(note, n, "misses copied from the checkpoint's mapping, staged by the driver (no host expert cache: %.300s)",
-                 why);
-    else {
-        gpu_hstats h;
-        hcache_stats(e->gmodel, &h);
-        int moe = 0;
-        for (int li = 0; li < e->model.cfg.n_layers; li++) moe += e->model.layers[li].moe && e->model.layers[li].experts;
-        snprintf(note, n, "misses read by direct reads into a host expert cache of %.2f GiB pinned for DMA (%d "
-                 "experts, %.0f%%)", gib(h.bytes), h.slots,
-                 moe ? 100.0 * h.slots / ((double)moe * e->model.cfg.n_experts) : 0.0);
-    }
-}
-
-/* With a VRAM expert cache: the experts' pages pinned for DMA when the
- * host's memory (the budget, else the cgroup's limit or what is available)
- * holds every expert with 2 GiB to spare; else the host's expert cache
- * (host_cache). What happened, for the note. $E0_GPU_PIN=0 pins nothing
- * (experiments, tests). */
-static void pin_experts(e0_engine *e, char *note, size_t n) {
-    const uint64_t cg = mem_cgroup_limit(), avail = mem_available();
-    const uint64_t host = e->opts.mem_budget ? e->opts.mem_budget : cg && (!avail || cg < avail) ? cg : avail;
-    const uint64_t need = e->model.expert_bytes + (2ull << 30);
-    char why[E0_ERR_MAX], hc[400];
-    if (env_is("E0_GPU_PIN", "0")) {
-        host_cache(e, host, hc, sizeof hc);
-        snprintf(note, n, "; experts not pinned ($E0_GPU_PIN=0): %.399s", hc);
-    } else if (host < need) {
-        host_cache(e, host, hc, sizeof hc);
-        snprintf(note, n, "; experts not pinned (%.1f GiB with room to spare needs more than the %.1f GiB of "
-                 "host memory): %.399s", gib(need), gib(host), hc);
-    } else if (vcache_pin_host(e->gmodel, why)) {
-        host_cache(e, host, hc, sizeof hc);
-        snprintf(note, n, "; experts not pinned (%.300s): %.399s", why, hc);
-    } else {
+    note[0] = '\0';
+    if (e->gpu_host == GPU_HOST_PIN) {
+        if (vcache_pin_host(e->gmodel, why)) {
+            snprintf(note, n, "; pinning failed (%.300s): misses staged by the driver", why);
+            return;
+        }
         /* device-staged decode: off by default, it loses on uniform routing
          * and wins on real-like routing (docs/experiments.md, session 30) */
         bool on = false;
         char no[E0_ERR_MAX] = "off by default; $E0_GPU_STAGE=1 turns it on";
         if (env_is("E0_GPU_STAGE", "1") && vcache_stage_on(e->gmodel, e->top_k, &on, no, why))
             snprintf(no, sizeof no, "%.300s", why);
-        snprintf(note, n, "; %.2f GiB of experts pinned in host memory for DMA; a decode step's misses %s%.300s%s",
-                 gib(e->gmodel->vc->pinned), on ? "staged by the device" : "copied in by the host (not staged by the device: ",
+        snprintf(note, n, "; a decode step's misses %s%.300s%s",
+                 on ? "staged by the device" : "copied in by the host (not staged by the device: ",
                  on ? "" : no, on ? "" : ")");
+    } else if (e->gpu_host == GPU_HOST_CACHE) {
+        if (hcache_new(e->gmodel, e->gpu_host_cache, why)) {
+            snprintf(note, n, "; no host expert cache (%.300s): misses staged by the driver", why);
+            return;
+        }
+        gpu_hstats h;
+        hcache_stats(e->gmodel, &h);
+        int moe = 0;
+        for (int li = 0; li < e->model.cfg.n_layers; li++) moe += e->model.layers[li].moe && e->model.layers[li].experts;
+        snprintf(note, n, "; the host expert cache holds %d experts (%.0f%%)", h.slots,
+                 moe ? 100.0 * h.slots / ((double)moe * e->model.cfg.n_experts) : 0.0);
     }
 }
 
@@ -206,7 +222,7 @@ int engine_gpu_open(e0_engine *e, char *err) {
         return 0;
     }
     char pin[900] = "";
-    if (e->gmodel->vc) pin_experts(e, pin, sizeof pin);
+    if (e->gmodel->vc) host_open(e, pin, sizeof pin);
     const size_t used = strlen(e->gpu_note);
     if (used < sizeof e->gpu_note &&
         snprintf(e->gpu_note + used, sizeof e->gpu_note - used,

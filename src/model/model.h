@@ -64,6 +64,10 @@ struct e0_engine {
     int32_t gpu_seqs;         /* the sessions the VRAM plan keeps room for */
     uint64_t gpu_weight_bytes, gpu_slot_bytes, gpu_session_bytes, gpu_budget; /* the plan's figures */
     uint64_t gpu_token_bytes; /* weights a decoded token reads there: dense and top-k experts a layer */
+    /* where the VRAM cache's misses come from (gpu_glue.c host_plan): the experts pinned for DMA,
+     * a host expert cache of gpu_host_cache bytes, or the mapping through the driver's staging */
+    enum { GPU_HOST_PIN, GPU_HOST_CACHE, GPU_HOST_MAP } gpu_host;
+    uint64_t gpu_host_cache;
     /* speculative decoding with the MTP block (model/mtp.c; e0_stats) */
     uint64_t mtp_drafts, mtp_rejected;
     double mtp_s; /* time in the block (drafts and the catch-up of its positions) */

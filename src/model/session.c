@@ -293,7 +293,7 @@ int e0_engine_plan(const char *model_dir, const e0_engine_opts *o, e0_plan *p, c
     snprintf(p->io_note, sizeof p->io_note, "%s", e->io_note);
     snprintf(p->budget_note, sizeof p->budget_note, "%s", e->budget_note);
     p->gpu = e->gpu_ordinal;
-    snprintf(p->gpu_note, sizeof p->gpu_note, "%.511s", e->gpu_note);
+    snprintf(p->gpu_note, sizeof p->gpu_note, "%s", e->gpu_note);
     if (e->gpu_ordinal >= 0) {
         p->gpu_weight_bytes = e->gpu_weight_bytes;
         p->gpu_session_bytes = e->gpu_session_bytes;
