@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GROUP = 10 }; /* bundles a read takes at once: 3 ranges each (GGUF), within io_uring's 32 */
+enum { RING = 32 }; /* ranges one io_uring submission takes (io/uring.c): a group's at most */
 
 typedef struct {
     xentry **ent; /* the entries a call holds */
@@ -145,20 +145,20 @@ typedef struct {
     const xb_plan **p;
     uint8_t **buf;
     int n;
+    int *first;   /* [groups + 1]: group i is bundles first[i] .. first[i + 1] */
     int *rc;      /* [groups] */
     char (*err)[E0_ERR_MAX];
     bool *direct; /* [groups] */
 } reads;
 
-/* Group gi: bundles [gi * GROUP, ...) with all their ranges in flight. */
+/* Group gi: its bundles with all their ranges in flight. */
 static void read_group(void *ctx, int64_t g0, int64_t g1, int tid) {
     (void)tid;
     reads *r = ctx;
     for (int64_t gi = g0; gi < g1; gi++) {
-        st_read rd[GROUP * XB_MAX_RANGES];
+        st_read rd[RING > XB_MAX_RANGES ? RING : XB_MAX_RANGES];
         int nr = 0;
-        const int b1 = (int)((gi + 1) * GROUP < r->n ? (gi + 1) * GROUP : r->n);
-        for (int b = (int)gi * GROUP; b < b1; b++)
+        for (int b = r->first[gi]; b < r->first[gi + 1]; b++)
             for (int i = 0; i < r->p[b]->nr; i++) {
                 const xb_range *x = &r->p[b]->r[i];
                 rd[nr++] = (st_read){x->file, x->off, x->len, r->buf[b] + x->at};
@@ -174,21 +174,26 @@ static void read_group(void *ctx, int64_t g0, int64_t g1, int tid) {
 }
 
 static int read_all(const gpu_model *g, const xb_plan **p, uint8_t **buf, int n, char *err) {
-    const int ng = (n + GROUP - 1) / GROUP;
-    int *rcs = calloc((size_t)ng, sizeof *rcs);
-    bool *direct = calloc((size_t)ng, sizeof *direct);
-    char (*errs)[E0_ERR_MAX] = calloc((size_t)ng, sizeof *errs);
+    int *first = malloc(((size_t)n + 1) * sizeof *first), ng = 0;
+    if (!first) return e0_fail(err, E0_ENOMEM, "out of memory");
+    /* groups of whole bundles, each within one submission's ranges (3 a GGUF bundle, up to 9 mlx) */
+    for (int b = 0, nr = RING; b < n; nr += p[b]->nr, b++)
+        if (nr + p[b]->nr > RING) first[ng++] = b, nr = 0;
+    first[ng] = n;
+    int *rcs = calloc((size_t)ng + 1, sizeof *rcs);
+    bool *direct = calloc((size_t)ng + 1, sizeof *direct);
+    char (*errs)[E0_ERR_MAX] = calloc((size_t)ng + 1, sizeof *errs);
     if (!rcs || !direct || !errs) {
-        free(rcs), free(direct), free(errs);
+        free(first), free(rcs), free(direct), free(errs);
         return e0_fail(err, E0_ENOMEM, "out of memory");
     }
-    reads r = {g->m->st, p, buf, n, rcs, errs, direct};
+    reads r = {g->m->st, p, buf, n, first, rcs, errs, direct};
     if (ng > 1) pool_for_each(ng, read_group, &r);
     else read_group(&r, 0, ng, 0);
     int rc = 0;
     for (int i = 0; i < ng && !rc; i++)
         if (rcs[i]) rc = e0_fail(err, rcs[i], "reading experts for the GPU's cache: %s", errs[i]);
-    free(rcs), free(direct), free(errs);
+    free(first), free(rcs), free(direct), free(errs);
     return rc;
 }
 
