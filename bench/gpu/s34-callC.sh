@@ -6,6 +6,8 @@
 # guesses ($E0_GPU_PREFETCH=1) and without, alternated; then all resident with the vector
 # products' chunk loop unrolled by 4 (.gpu/unroll.ptx) and with the gate-up rows' two matrices in
 # one loop (.gpu/unroll2.ptx) against the committed kernels, alternated.
+# The variants: bench/gpu/s34-unroll.patch and s34-unroll2.patch on src/gpu/kernels_mm.cuh, each
+# built to PTX as bench/gpu/s34-nou2f.sh builds its (nvcc -ptx -arch=compute_75 -O3), into .gpu/.
 #   tar -xJf .peer/gpu.tar.xz && DL=280 bash .gpu/s34-callC.sh
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
