@@ -41,12 +41,6 @@ MTP_HF = os.path.join(ROOT, "tests", "data", "mtp", "hf")
 MTP_GGUF = os.path.join(ROOT, "tests", "data", "mtp", "model-F32.gguf")
 
 
-def rel(out, ref):
-    out = np.asarray(out, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
-
-
 def bf16_round(t):
     return torch.as_tensor(st.bf16_to_f32(st.f32_to_bf16(t.numpy())))
 
@@ -131,7 +125,7 @@ def main():
                 ids = g["input_ids"].astype(np.int64)
                 mine = back(torch.as_tensor(ids))["logits"][0].numpy()
                 e0 = edge0_logits(a.edge0, dst, ids, prefill, os.path.join(tmp, "logits.safetensors"))
-                r_mine, r_gold, r_mg = rel(e0, mine), rel(e0, g["logits"]), rel(mine, g["logits"])
+                r_mine, r_gold, r_mg = st.rel(e0, mine), st.rel(e0, g["logits"]), st.rel(mine, g["logits"])
                 print(f"  {label}: edge0 vs qwen35.py {r_mine:.3e}, edge0 vs golden {r_gold:.3e}, "
                       f"qwen35.py vs golden {r_mg:.3e}")
                 bound(f"{dtype} {label} edge0 vs qwen35.py", r_mine, 1e-4)

@@ -30,12 +30,6 @@ DEFAULT = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "fixtu
 LOGITS_MAX, MOE_MAX = 1e-4, 1e-5
 
 
-def rel(out, ref):
-    out = np.asarray(out.detach() if torch.is_tensor(out) else out, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fixture", default=DEFAULT)
@@ -57,11 +51,11 @@ def main():
         trace = {}
         out = model(ids, deltanet=mode, trace=trace)
         runs[mode] = (out, trace)
-        r = rel(out["logits"][0], gold["logits"])
+        r = st.rel(out["logits"][0], gold["logits"])
         print(f"  logits ({mode} DeltaNet): {r:.3e}")
         bound(f"golden logits ({mode})", r, LOGITS_MAX)
     out_r, out_c = runs["recurrent"][0]["logits"], runs["chunked"][0]["logits"]
-    print(f"  chunked vs recurrent logits: {rel(out_c, out_r):.3e}")
+    print(f"  chunked vs recurrent logits: {st.rel(out_c, out_r):.3e}")
 
     out, trace = runs["chunked"]
     hs = gold["hidden_states"]
@@ -71,24 +65,24 @@ def main():
         # last, and the last layer's output after the final norm
         if i < n - 1:
             what = "embeddings" if i == 0 else f"layer {i - 1} output"
-            print(f"  hidden_states[{i}] ({what}): {rel(trace['hidden_states'][i][0], hs[i]):.3e}")
+            print(f"  hidden_states[{i}] ({what}): {st.rel(trace['hidden_states'][i][0], hs[i]):.3e}")
         else:
             print(f"  hidden_states[{i}] (layer {i - 1} output after the final norm): "
-                  f"{rel(out['hidden'][0], hs[i]):.3e}")
+                  f"{st.rel(out['hidden'][0], hs[i]):.3e}")
     for L, lt in enumerate(trace["layers"]):
         block = model.model.layers[L].mlp
         alone, router_alone = block(torch.as_tensor(gold[f"moe.{L}.in"]))
-        r_alone = rel(alone, gold[f"moe.{L}.out"])
-        print(f"  layer {L} ({model.cfg.layer_types[L]}): moe.in {rel(lt['moe_in'][0], gold[f'moe.{L}.in']):.3e}"
-              f"  moe.out {rel(lt['moe_out'][0], gold[f'moe.{L}.out']):.3e}"
-              f"  router_logits {rel(lt['router'], gold[f'router_logits.{L}']):.3e}"
-              f"  | block alone: out {r_alone:.3e}, router_logits {rel(router_alone, gold[f'router_logits.{L}']):.3e}")
+        r_alone = st.rel(alone, gold[f"moe.{L}.out"])
+        print(f"  layer {L} ({model.cfg.layer_types[L]}): moe.in {st.rel(lt['moe_in'][0], gold[f'moe.{L}.in']):.3e}"
+              f"  moe.out {st.rel(lt['moe_out'][0], gold[f'moe.{L}.out']):.3e}"
+              f"  router_logits {st.rel(lt['router'], gold[f'router_logits.{L}']):.3e}"
+              f"  | block alone: out {r_alone:.3e}, router_logits {st.rel(router_alone, gold[f'router_logits.{L}']):.3e}")
         bound(f"moe.{L} alone", r_alone, MOE_MAX)
 
     fused = os.path.join(a.fixture, "hf-fused")
     if os.path.isdir(fused):
         fm = qwen35.load_hf(fused)
-        r = rel(fm(ids)["logits"][0], gold["logits"])
+        r = st.rel(fm(ids)["logits"][0], gold["logits"])
         print(f"  hf-fused layout: logits {r:.3e}")
         bound("hf-fused logits", r, LOGITS_MAX)
 
@@ -101,7 +95,7 @@ def main():
             model.zero_grad()
             (model(ids, deltanet=mode)["logits"] * w).sum().backward()
             grads[mode] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        print(f"  chunked vs recurrent gradients (every parameter): {rel(grads['chunked'], grads['recurrent']):.3e}")
+        print(f"  chunked vs recurrent gradients (every parameter): {st.rel(grads['chunked'], grads['recurrent']):.3e}")
         model.zero_grad()
 
     gl, meta = st.read(os.path.join(a.fixture, "golden_long.safetensors"))
@@ -110,10 +104,10 @@ def main():
     long = {}
     for mode in ("recurrent", "chunked"):
         long[mode] = model(ids, deltanet=mode)["logits"][0]
-        r = rel(long[mode], gl["logits"])
+        r = st.rel(long[mode], gl["logits"])
         print(f"  logits ({mode} DeltaNet): {r:.3e}")
         bound(f"golden_long logits ({mode})", r, LOGITS_MAX)
-    print(f"  chunked vs recurrent logits: {rel(long['chunked'], long['recurrent']):.3e}")
+    print(f"  chunked vs recurrent logits: {st.rel(long['chunked'], long['recurrent']):.3e}")
 
     if fails:
         print("FAIL: " + "; ".join(fails))

@@ -42,6 +42,14 @@ def f32_to_bf16(x):
     return r
 
 
+def rel(out, ref):
+    """||out - ref|| / ||ref|| in float64 (numpy arrays or torch tensors)."""
+    def arr(x):
+        return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64)
+    out, ref = arr(out), arr(ref)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
 def read_header(path):
     """(header dict without __metadata__, metadata dict, data start offset)."""
     with open(path, "rb") as f:
