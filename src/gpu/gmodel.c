@@ -545,7 +545,9 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     /* a decode step over the VRAM cache: the next MoE layer's router on this layer's input guesses
      * its experts, read back with this layer's, so that the missing ones are copied in while this
      * layer computes (vcache_prefetch) */
-    const int nl = vc && !staged && !s->whole && T == 1 && vc->prefetch && !config_route_on(c) ? next_moe(s->g->m, li + 1) : -1;
+    const int nl = vc && !staged && !s->whole && T == 1 && !config_route_on(c) && vcache_guess_now(s->g)
+                       ? next_moe(s->g->m, li + 1)
+                       : -1;
     CUdeviceptr gidx = 0;
     if (!rc && nl >= 0) {
         CUdeviceptr grl = s->buf[B_GRL], gw = s->buf[B_GW];

@@ -79,6 +79,9 @@ typedef struct {
     int32_t *fetched;      /* [n_slots] the slot was brought in by a guess and not yet used: 1 */
     bool guess_pending;    /* copies on the copy stream the next call must wait for */
     uint64_t prefetched, prefetch_used; /* experts the guesses brought in; of them, routed to */
+    uint32_t win_fetched, win_used; /* the same over the current window (vcache_guess_now) */
+    uint32_t calls;        /* MoE calls asked vcache_guess_now */
+    bool sparse;           /* the last window's guesses were mostly wrong: guess one call in 32 */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -133,6 +136,13 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
  * result: the slots a call uses are its routing's. Off until measured on
  * a card: $E0_GPU_PREFETCH=1 turns it on (g->vc->prefetch). */
 int vcache_prefetch(gpu_model *g, char *err);
+/* Whether this decode MoE call should guess (g->vc->prefetch on): as the
+ * CPU path does with its guesses (stream/switchglu.c), a window of 128
+ * guessed experts of which fewer than a quarter were routed to makes the
+ * next window guess in one call of 32 only, to keep measuring (a real
+ * model's routing may follow its routers less closely than the synthetic
+ * checkpoints', where ~99% are). */
+bool vcache_guess_now(gpu_model *g);
 /* Pins the routed experts' pages of the checkpoint's mapping for the
  * device (read-only host registration): misses are then copied by DMA at
  * the link's speed, asynchronously, instead of through the driver's

@@ -313,7 +313,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
             x->hits++;
-            if (x->fetched[i]) x->prefetch_used++, x->fetched[i] = 0;
+            if (x->fetched[i]) x->prefetch_used++, x->win_used++, x->fetched[i] = 0;
         } else {
             x->misses++;
             i = x->tail;
@@ -327,6 +327,16 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
     return rc;
+}
+
+bool vcache_guess_now(gpu_model *g) {
+    gpu_vcache *x = g->vc;
+    if (!x->prefetch) return false;
+    if (x->win_fetched >= 128) { /* a window's verdict: the uses lag a call behind, near enough */
+        x->sparse = 4 * x->win_used < x->win_fetched;
+        x->win_fetched = x->win_used = 0;
+    }
+    return !x->sparse || x->calls++ % 32 == 0;
 }
 
 int vcache_prefetch(gpu_model *g, char *err) {
@@ -358,6 +368,7 @@ int vcache_prefetch(gpu_model *g, char *err) {
     if (rc) return rc;
     for (int j = 0; j < nm; j++) x->fetched[mslot[j]] = 1;
     x->prefetched += (uint64_t)nm;
+    x->win_fetched += (uint32_t)nm;
     x->guess_pending = true;
     return 0;
 }
