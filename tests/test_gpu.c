@@ -14,6 +14,7 @@
  * Without an NVIDIA driver or GPU (CI) every test is skipped and says why;
  * E0_REQUIRE_GPU=1 (make test-gpu) turns that into a failure. */
 #include "testutil.h"
+#include "srvutil.h"
 
 #include "gpu/gmodel.h"
 #include "gpu/gpu.h"
@@ -790,6 +791,109 @@ static void test_batch_decode(void **state) {
     assert_true(ran > 0);
 }
 
+/* Issue 38's clean failures: a device error in the middle of an
+ * evaluation ($E0_GPU_FAIL_LAUNCH's injected one, in a prefill's kernels and
+ * in a decode step's graph, all resident and over the VRAM cache) fails that
+ * evaluation with a message that says so; after the session's reset the
+ * same ids give the bits of a session that never failed. */
+static void test_device_error(void **state) {
+    (void)state;
+    NEED_GPU();
+    const char *path = fixture_here("gguf/tiny-qwen35moe", "model-Q4_K_M.gguf");
+    if (!path) path = fixture_here("qwen35moe", "mlx");
+    if (!path) skip();
+    enum { NP = 8, NG = 12 };
+    char err[E0_ERR_MAX];
+    for (int cached = 0; cached < 2; cached++) {
+        e0_engine_opts o;
+        e0_engine_opts_default(&o);
+        o.gpu = 0;
+        o.n_ctx = 128;
+        o.n_threads = 2;
+        if (cached) {
+            e0_plan p;
+            if (e0_engine_plan(path, &o, &p, err)) fail_msg("%s: %s", path, err);
+            gpu_sizes z;
+            e0_engine *tmp;
+            if (e0_engine_open(&tmp, path, &o, err)) fail_msg("%s: %s", path, err);
+            if (gpu_model_sizes(&tmp->model, &z, err)) fail_msg("%s", err);
+            e0_engine_free(tmp);
+            o.vram_budget = GPU_CTX_ALLOWANCE + z.dense + p.gpu_session_bytes + (uint64_t)(z.min_slots + 3) * z.slot;
+        }
+        e0_engine *e;
+        if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+        const int V = e->model.cfg.vocab;
+        int32_t prompt[NP], want[NG], got[NG];
+        for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(rnd_u32() % (uint32_t)V);
+        float *lw = malloc((size_t)NG * V * 4), *lg = malloc((size_t)NG * V * 4);
+        greedy(e, prompt, NP, NG, want, lw, V);
+        e0_session_opts so;
+        e0_session_opts_default(&so);
+        so.n_ctx = 128;
+        e0_session *s;
+        if (e0_session_new(e, &so, &s, err)) fail_msg("%s", err);
+        /* in the prefill's kernels, then in the third decode step */
+        for (int where = 0; where < 2; where++) {
+            e->gpu->fail_at = where ? 0 : 7;
+            int rc = e0_session_eval(s, prompt, NP, E0_LOGITS_LAST, lg, err);
+            for (int i = 0; !rc && i + 1 < NG; i++) {
+                got[i] = (int32_t)tu_argmax(lg + (size_t)i * V, (size_t)V);
+                if (where && i == 2) e->gpu->fail_at = 1;
+                rc = e0_session_eval(s, got + i, 1, E0_LOGITS_LAST, lg + (size_t)(i + 1) * V, err);
+            }
+            printf("  %-20s %s, injected in the %s: %s\n", cached ? "VRAM cache" : "all resident", path,
+                   where ? "third decode step" : "prefill", rc ? err : "NOT FAILED");
+            assert_int_not_equal(rc, 0);
+            assert_non_null(strstr(err, "injected device error"));
+            assert_int_equal(e->gpu->fail_at, 0); /* it fired once */
+            e0_session_reset(s);
+            /* the same ids again: the bits of a session that never failed */
+            if (e0_session_eval(s, prompt, NP, E0_LOGITS_LAST, lg, err)) fail_msg("%s", err);
+            for (int i = 0; i < NG; i++) {
+                got[i] = (int32_t)tu_argmax(lg + (size_t)i * V, (size_t)V);
+                if (i + 1 < NG && e0_session_eval(s, got + i, 1, E0_LOGITS_LAST, lg + (size_t)(i + 1) * V, err))
+                    fail_msg("%s", err);
+            }
+            const bool same = !memcmp(got, want, sizeof want) && !memcmp(lg, lw, (size_t)NG * V * 4);
+            printf("  %-20s then reset and again: %s\n", "", same ? "bit-identical to a session that never failed" : "DIFFERS");
+            assert_true(same);
+            e0_session_reset(s);
+        }
+        e0_session_free(s);
+        e0_engine_free(e);
+        free(lw), free(lg);
+    }
+}
+
+/* `serve` on the GPU keeps serving after a device error on one request:
+ * the injected error fails the first request with a server error that
+ * says so, and the next request is answered. */
+static void test_serve_device_error(void **state) {
+    (void)state;
+    NEED_GPU();
+    char *dir = tu_tmpdir();
+    const char *model = su_model(dir);
+    setenv("E0_GPU_FAIL_LAUNCH", "5", 1);
+    su_server srv;
+    su_start(&srv, dir, model, "serve", "--gpu 0 --parallel 1");
+    unsetenv("E0_GPU_FAIL_LAUNCH");
+    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":8}";
+    char *r1 = NULL, *r2 = NULL;
+    const int st1 = su_http(srv.port, dir, "POST", "/v1/chat/completions", body, "", &r1);
+    const int st2 = su_http(srv.port, dir, "POST", "/v1/chat/completions", body, "", &r2);
+    printf("  first request: %d %.200s\n  second request: %d %.200s\n", st1, r1 ? r1 : "", st2, r2 ? r2 : "");
+    assert_true(st1 >= 500);
+    assert_non_null(strstr(r1, "injected device error"));
+    assert_int_equal(st2, 200);
+    cJSON *j = su_json(r2, "the second answer");
+    assert_true(su_num(j, "usage.completion_tokens") > 0);
+    cJSON_Delete(j);
+    su_stop(&srv);
+    free(r1), free(r2);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_formats),
@@ -799,6 +903,8 @@ int main(void) {
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_route_profile),
         cmocka_unit_test(test_mtp_cpu_only),
+        cmocka_unit_test(test_device_error),
+        cmocka_unit_test(test_serve_device_error),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -21,7 +21,7 @@ f=/root/q36.gguf
 [ -s $f ] || { f=/dev/shm/q36.gguf; .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1 & }
 echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 60 .gpu/bin/test_gpu 2>&1 | grep -v "not here" > /tmp/test_gpu.log
-grep -E "^\[|host expert cache|guesses|block a head|DIFF|FAIL|rror" /tmp/test_gpu.log | head -70
+grep -E "^\[|host expert cache|guesses|block a head|injected|request:|DIFF|FAIL|rror" /tmp/test_gpu.log | head -80
 [ -n "${OUT:-}" ] && cp /tmp/test_gpu.log "$OUT/"
 wait
 run() { timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 64 --skip-cold --threads 16 "$@" 2>&1 |

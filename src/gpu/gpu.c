@@ -216,6 +216,8 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *av = getenv("E0_GPU_SPLIT");
     d->attn_split = !av || !*av || !strcmp(av, "auto") ? 0 : atoi(av);
     if (d->attn_split < 0 || d->attn_split > GPU_ATT_SPLIT_MAX) d->attn_split = 0;
+    const char *fl = getenv("E0_GPU_FAIL_LAUNCH");
+    d->fail_at = fl && *fl ? atol(fl) : 0;
     const char *wv = getenv("E0_GPU_WHOLE");
     d->whole = !(wv && *wv == '0');
     *out = d;
@@ -318,9 +320,17 @@ int gpu_sync(gpu_dev *d, char *err) {
     return 0;
 }
 
+/* The injected failure of fail_at (tests), when this launch is it. */
+static int injected(gpu_dev *d, const char *what, char *err) {
+    if (d->fail_at <= 0 || --d->fail_at > 0) return 0;
+    return e0_fail(err, E0_EIO, "GPU %d (%s): %s: an injected device error ($E0_GPU_FAIL_LAUNCH)", d->ordinal,
+                   d->name, what);
+}
+
 int gpu_launch(gpu_dev *d, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                unsigned shmem, void **args, const char *what, char *err) {
     if (!gx || !gy || !gz) return 0;
+    if (injected(d, what, err)) return E0_EIO;
     if (d->profile) d->cu->EventRecord(d->pa, d->st);
     CU(d, d->cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, shmem, d->st, args, NULL), what);
     if (d->profile) {
@@ -615,6 +625,7 @@ int gpu_capture_end(gpu_dev *d, bool keep, CUgraphExec *out, char *err) {
 }
 
 int gpu_graph_launch(gpu_dev *d, CUgraphExec g, char *err) {
+    if (injected(d, "a decode step's graph", err)) return E0_EIO;
     CU(d, d->cu->GraphLaunch(g, d->st), "launching a graph");
     return 0;
 }

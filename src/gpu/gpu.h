@@ -111,6 +111,9 @@ typedef struct gpu_dev {
                               1: one block a head (attend_warps); $E0_GPU_SPLIT=N|auto */
     bool whole;            /* the VRAM cache's whole-layer prefill (vcache_whole_ok); $E0_GPU_WHOLE=0 turns
                               it off */
+    long fail_at;          /* tests: the launch (kernel or graph) that many launches from now fails once, as a
+                              device error would, without reaching the device; 0: none
+                              ($E0_GPU_FAIL_LAUNCH=N at open) */
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;
