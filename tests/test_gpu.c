@@ -609,6 +609,14 @@ static void test_budgets(void **state) {
             /* GGUF stacks lie evenly strided: their decode steps are staged by the device */
             if (!copied && strstr(files[fi][1], ".gguf")) assert_non_null(strstr(note, "staged by the device"));
             assert_true(st.vram_misses > 0);
+            uint64_t lh = 0, lm = 0; /* --stats' per-layer figures are the VRAM cache's */
+            for (int l = 0; l < cached->model.cfg.n_layers; l++) {
+                uint64_t h, m;
+                e0_engine_layer_stats(cached, l, &h, &m);
+                lh += h, lm += m;
+            }
+            assert_int_equal(lh, st.vram_hits);
+            assert_int_equal(lm, st.vram_misses);
             if (copied == 2) {
                 if (!strstr(note, "host expert cache")) fail_msg("%s: %s", path, note);
                 assert_true(st.host_cache_slots > 0 && st.host_cache_misses > 0 && st.disk_bytes > 0);

@@ -49,6 +49,7 @@ typedef struct {
     int32_t *hx;           /* host: [E] active experts, then their slots */
     CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
     uint64_t hits, misses; /* expert lookups of MoE calls */
+    uint64_t *lhits, *lmisses; /* [n_layers]: the same per layer */
     uint64_t bytes_in;     /* copied in from the host */
     void **pin;            /* vcache_pin_host's ranges of the checkpoint's mapping */
     size_t *pin_len;

@@ -85,11 +85,13 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->hx = malloc(5 * (size_t)E * sizeof *x->hx); /* active experts, their slots; misses, their slots, what those held */
     x->guess = calloc((size_t)(g->top_k > 0 ? g->top_k : 1), sizeof *x->guess);
     x->fetched = calloc((size_t)n_slots, sizeof *x->fetched);
+    x->lhits = calloc((size_t)c->n_layers, sizeof *x->lhits);
+    x->lmisses = calloc((size_t)c->n_layers, sizeof *x->lmisses);
     x->guess_layer = -1;
     /* off until measured on a card (written in session 34 when the device time was spent) */
     const char *pv = getenv("E0_GPU_PREFETCH");
     x->prefetch = pv && *pv == '1';
-    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->guess || !x->fetched))
+    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->guess || !x->fetched || !x->lhits || !x->lmisses))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dslots, (size_t)E * sizeof(int32_t), "the VRAM expert cache", err);
@@ -214,7 +216,7 @@ void vcache_free(gpu_model *g) {
     if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
     if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx);
-    free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched);
+    free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched), free(x->lhits), free(x->lmisses);
     free(x);
     g->vc = NULL;
 }
@@ -312,10 +314,10 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         }
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
-            x->hits++;
+            x->hits++, x->lhits[li]++;
             if (x->fetched[i]) x->prefetch_used++, x->win_used++, x->fetched[i] = 0;
         } else {
-            x->misses++;
+            x->misses++, x->lmisses[li]++;
             i = x->tail;
             mold[nm] = claim(x, i);
             mexp[nm] = e, mslot[nm++] = i;
@@ -399,7 +401,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     const int32_t *sp = spare >= 0 ? x->slot_of + (size_t)spare * (size_t)E : NULL;
     /* the layer's slots first, so that no victim is one of them */
     for (int e = 0; e < E; e++)
-        if (so[e] >= 0) x->hits++, touch(x, so[e]);
+        if (so[e] >= 0) x->hits++, x->lhits[li]++, touch(x, so[e]);
     int f = 0, nm = 0; /* f: the spare layer's next expert */
     int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
     for (int e = 0; e < E; e++) {
@@ -412,7 +414,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
             while (f < E && sp[f] < 0) f++;
             if (f < E) i = sp[f];
         }
-        x->misses++;
+        x->misses++, x->lmisses[li]++;
         mold[nm] = claim(x, i);
         touch(x, i);
         mexp[nm] = e, mslot[nm++] = i;
@@ -548,7 +550,7 @@ int vcache_step(gpu_model *g, char *err) {
         for (int e = 0; e < E; e++) {
             if (!u[e]) continue;
             const int i = x->slot_of[li * E + e];
-            if (i >= 0) x->hits++, touch(x, i);
+            if (i >= 0) x->hits++, x->lhits[li]++, touch(x, i);
         }
         for (int a = 0; a < k; a++) { /* the staged: a slot each, for the least recently used */
             const int e = x->hlog[li * k + a];
@@ -556,7 +558,7 @@ int vcache_step(gpu_model *g, char *err) {
             if (e >= E || !u[e] || x->slot_of[li * E + e] >= 0)
                 return e0_fail(err, E0_EIO, "layer %d: expert %d staged, not a miss of the step", li, e);
             const int s = x->stage[li * k + a], v = x->tail, old = x->key_of[v];
-            x->misses++;
+            x->misses++, x->lmisses[li]++;
             x->bytes_staged += expert_bytes(g, li);
             unlink_slot(x, v);
             if (old >= 0) x->slot_of[old] = -1;

@@ -84,8 +84,13 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
 
 void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t *misses) {
     *hits = *misses = 0;
-    if (layer >= 0 && layer < e->model.cfg.n_layers)
-        stream_layer_stats(e->stream, layer, hits, misses);
+    if (layer < 0 || layer >= e->model.cfg.n_layers) return;
+    const gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
+    if (vc) { /* on the GPU under a VRAM budget: its cache's lookups */
+        *hits = vc->lhits[layer], *misses = vc->lmisses[layer];
+        return;
+    }
+    stream_layer_stats(e->stream, layer, hits, misses);
 }
 
 void e0_engine_stats_reset(e0_engine *e) {
@@ -94,6 +99,8 @@ void e0_engine_stats_reset(e0_engine *e) {
     if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = vc->prefetched = vc->prefetch_used = 0,
             vc->wait_s = vc->copy_s = 0;
     if (vc) hcache_reset_stats(e->gmodel);
+    if (vc)
+        for (int l = 0; l < vc->n_layers; l++) vc->lhits[l] = vc->lmisses[l] = 0;
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
     e->mtp_drafts = e->mtp_rejected = e->decode_bytes_read = 0;
