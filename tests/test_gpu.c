@@ -812,24 +812,24 @@ static void test_device_error(void **state) {
     if (!path) skip();
     enum { NP = 8, NG = 12 };
     char err[E0_ERR_MAX];
+    uint64_t cached_budget = 0; /* the VRAM cache's least slots and 3 more, from the all-resident engine */
     for (int cached = 0; cached < 2; cached++) {
         e0_engine_opts o;
         e0_engine_opts_default(&o);
         o.gpu = 0;
         o.n_ctx = 128;
         o.n_threads = 2;
-        if (cached) {
-            e0_plan p;
-            if (e0_engine_plan(path, &o, &p, err)) fail_msg("%s: %s", path, err);
-            gpu_sizes z;
-            e0_engine *tmp;
-            if (e0_engine_open(&tmp, path, &o, err)) fail_msg("%s: %s", path, err);
-            if (gpu_model_sizes(&tmp->model, &z, err)) fail_msg("%s", err);
-            e0_engine_free(tmp);
-            o.vram_budget = GPU_CTX_ALLOWANCE + z.dense + p.gpu_session_bytes + (uint64_t)(z.min_slots + 3) * z.slot;
-        }
+        o.vram_budget = cached_budget;
         e0_engine *e;
         if (e0_engine_open(&e, path, &o, err)) fail_msg("%s: %s", path, err);
+        if (!cached) {
+            gpu_sizes z;
+            if (gpu_model_sizes(&e->model, &z, err)) fail_msg("%s", err);
+            cached_budget =
+                GPU_CTX_ALLOWANCE + z.dense + e->gpu_session_bytes + (uint64_t)(z.min_slots + 3) * z.slot;
+        } else {
+            assert_true(e->gmodel->vc != NULL); /* the cached engine has a VRAM cache */
+        }
         const int V = e->model.cfg.vocab;
         int32_t prompt[NP], want[NG], got[NG];
         for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(rnd_u32() % (uint32_t)V);

@@ -46,7 +46,8 @@ typedef struct {
     int32_t *slot_of;      /* [n_layers * E]: its slot, or -1 */
     int32_t *prev, *next;  /* the LRU list over slots, head the latest used */
     int32_t head, tail;
-    int32_t *hx;           /* host: [E] active experts, then their slots */
+    int32_t *hx;           /* host: [E] active experts, then their slots, then a call's misses */
+    e0_expert *views;      /* [E] the host cache's views of a call's misses (put) */
     CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
     uint64_t hits, misses; /* expert lookups of MoE calls */
     uint64_t *lhits, *lmisses; /* [n_layers]: the same per layer */
@@ -188,7 +189,7 @@ int vcache_step(gpu_model *g, char *err);
  * stream that copies. */
 typedef struct gpu_hcache gpu_hcache;
 typedef struct {
-    int32_t slots;
+    int32_t slots, experts; /* bundles it holds; routed experts of the model */
     uint64_t bytes, hits, misses, bytes_read, kept;
     double read_s;
     bool exclusive;

@@ -53,6 +53,7 @@ struct gpu_hcache {
     size_t mem_bytes;
     xb_plan *plan;  /* [n_layers * E]: every MoE layer's experts */
     int E;
+    int experts;    /* planned: every MoE layer's */
     hset set[2];
     int cur;        /* the set of the latest call */
     bool exclusive; /* hcache_keep; $E0_GPU_HCACHE_EXCL=0 turns it off (experiments) */
@@ -107,6 +108,7 @@ int hcache_new(gpu_model *g, uint64_t bytes, char *err) {
             xb_plan *p = &h->plan[(size_t)li * (size_t)E + (size_t)e];
             rc = xb_plan_expert(m, li, e, XB_ORDER_MATH, p, err);
             if (p->bytes > bb) bb = p->bytes;
+            h->experts++;
         }
     }
     /* the last call's set (up to a layer's every expert and as many kept from the VRAM) and
@@ -304,6 +306,7 @@ void hcache_stats(const gpu_model *g, gpu_hstats *out) {
     const gpu_hcache *h = g->vc ? g->vc->hc : NULL;
     if (!h) return;
     out->slots = xcache_slots(h->xc);
+    out->experts = h->experts;
     out->bytes = h->mem_bytes;
     out->hits = h->hits;
     out->misses = h->misses;

@@ -82,7 +82,8 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->slot_of = malloc(keys * sizeof *x->slot_of);
     x->prev = malloc((size_t)n_slots * sizeof *x->prev);
     x->next = malloc((size_t)n_slots * sizeof *x->next);
-    x->hx = malloc(5 * (size_t)E * sizeof *x->hx); /* active experts, their slots; misses, their slots, what those held */
+    x->hx = malloc(5 * (size_t)E * sizeof *x->hx); /* active experts, their slots; misses (miss_scratch) */
+    x->views = malloc((size_t)E * sizeof *x->views);
     x->guess = calloc((size_t)(g->top_k > 0 ? g->top_k : 1), sizeof *x->guess);
     x->fetched = calloc((size_t)n_slots, sizeof *x->fetched);
     x->lhits = calloc((size_t)c->n_layers, sizeof *x->lhits);
@@ -91,7 +92,8 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     /* off until measured on a card (written in session 34 when the device time was spent) */
     const char *pv = getenv("E0_GPU_PREFETCH");
     x->prefetch = pv && *pv == '1';
-    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->guess || !x->fetched || !x->lhits || !x->lmisses))
+    if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->views || !x->guess ||
+                !x->fetched || !x->lhits || !x->lmisses))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
     if (!rc) rc = gpu_alloc(g->d, &x->dslots, (size_t)E * sizeof(int32_t), "the VRAM expert cache", err);
@@ -215,7 +217,7 @@ void vcache_free(gpu_model *g) {
     if (x->dused) gpu_free(g->d, x->dused, keys_bytes(x));
     if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
     if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
-    free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx);
+    free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx), free(x->views);
     free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched), free(x->lhits), free(x->lmisses);
     free(x);
     g->vc = NULL;
@@ -240,6 +242,12 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
     return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
+/* A call's misses in x->hx past its active experts and their slots: the
+ * experts, the slots they get, and what those slots held. */
+static void miss_scratch(gpu_vcache *x, int32_t **es, int32_t **slot, int32_t **old) {
+    *es = x->hx + 2 * x->E, *slot = x->hx + 3 * x->E, *old = x->hx + 4 * x->E;
+}
+
 /* Slot i given up by whatever it held, for an expert that put copies in
  * (until then it holds nothing); what it held, or -1. */
 static int claim(gpu_vcache *x, int i) {
@@ -259,11 +267,10 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
                bool copy_stream, char *err) {
     gpu_vcache *x = g->vc;
     if (!n) return 0;
-    e0_expert *view = NULL;
+    e0_expert *view = x->hc ? x->views : NULL;
     int rc = 0;
-    if (x->hc) {
-        view = malloc((size_t)n * sizeof *view);
-        rc = view ? hcache_begin(g, n, err) : e0_fail(err, E0_ENOMEM, "out of memory");
+    if (view) {
+        rc = hcache_begin(g, n, err);
         for (int j = 0; !rc && j < n; j++)
             if (old[j] >= 0) rc = hcache_keep(g, old[j] / x->E, old[j] % x->E, sl[j], copy_stream, err);
         if (!rc) rc = hcache_get(g, li, es, n, view, err);
@@ -281,7 +288,6 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
         x->bytes_in += expert_bytes(g, li);
     }
     if (!rc && view) rc = hcache_mark(g, copy_stream, err);
-    free(view);
     return rc;
 }
 
@@ -304,7 +310,8 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     }
     const double t1 = now_s();
     x->wait_s += t1 - t0;
-    int32_t *slots = x->hx + x->E, *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
+    int32_t *slots = x->hx + x->E, *mexp, *mslot, *mold;
+    miss_scratch(x, &mexp, &mslot, &mold);
     int nm = 0;
     for (int a = 0; !rc && a < n; a++) {
         const int e = x->hx[a];
@@ -346,8 +353,8 @@ int vcache_prefetch(gpu_model *g, char *err) {
     const int gl = x->guess_layer;
     x->guess_layer = -1;
     if (gl < 0) return 0;
-    /* the call's scratch: vcache_map is done with it */
-    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
+    int32_t *mexp, *mslot, *mold; /* the call's scratch: vcache_map is done with it */
+    miss_scratch(x, &mexp, &mslot, &mold);
     int nm = 0;
     for (int j = 0; j < g->top_k; j++) {
         const int e = x->guess[j];
@@ -403,7 +410,8 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     for (int e = 0; e < E; e++)
         if (so[e] >= 0) x->hits++, x->lhits[li]++, touch(x, so[e]);
     int f = 0, nm = 0; /* f: the spare layer's next expert */
-    int32_t *mexp = x->hx + 2 * x->E, *mslot = x->hx + 3 * x->E, *mold = x->hx + 4 * x->E;
+    int32_t *mexp, *mslot, *mold;
+    miss_scratch(x, &mexp, &mslot, &mold);
     for (int e = 0; e < E; e++) {
         if (so[e] >= 0) continue;
         /* a free slot, else the spare layer's (a pass over more layers than the cache holds

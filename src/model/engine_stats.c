@@ -96,11 +96,12 @@ void e0_engine_layer_stats(e0_engine *e, int32_t layer, uint64_t *hits, uint64_t
 void e0_engine_stats_reset(e0_engine *e) {
     stream_counters_reset(e->stream);
     gpu_vcache *vc = e->gmodel ? e->gmodel->vc : NULL;
-    if (vc) vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = vc->prefetched = vc->prefetch_used = 0,
-            vc->wait_s = vc->copy_s = 0;
-    if (vc) hcache_reset_stats(e->gmodel);
-    if (vc)
+    if (vc) {
+        vc->hits = vc->misses = vc->bytes_in = vc->bytes_staged = vc->prefetched = vc->prefetch_used = 0;
+        vc->wait_s = vc->copy_s = 0;
         for (int l = 0; l < vc->n_layers; l++) vc->lhits[l] = vc->lmisses[l] = 0;
+        hcache_reset_stats(e->gmodel);
+    }
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;
     e->mtp_drafts = e->mtp_rejected = e->decode_bytes_read = 0;

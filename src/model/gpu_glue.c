@@ -199,10 +199,8 @@ static void host_open(e0_engine *e, char *note, size_t n) {
         }
         gpu_hstats h;
         hcache_stats(e->gmodel, &h);
-        int moe = 0;
-        for (int li = 0; li < e->model.cfg.n_layers; li++) moe += e->model.layers[li].moe && e->model.layers[li].experts;
         snprintf(note, n, "; the host expert cache holds %d experts (%.0f%%)", h.slots,
-                 moe ? 100.0 * h.slots / ((double)moe * e->model.cfg.n_experts) : 0.0);
+                 h.experts ? 100.0 * h.slots / h.experts : 0.0);
     }
 }
 

@@ -33,6 +33,7 @@ struct xcache {
     size_t bundle_bytes;
     xentry *e;
     uint8_t *mem;
+    size_t mem_bytes; /* the slots' block, rounded up to pages */
     int32_t *table; /* [n_layers * n_experts]: entry index or -1 */
     xentry *lru_head, *lru_tail;
     int32_t limit;  /* slots [limit, n_slots) are retired or retire on release */
@@ -109,6 +110,7 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
      * is a multiple of the alignment, so every slot is aligned too) */
     const size_t A = 4096, total = ((size_t)n_slots * bundle_bytes + A - 1) & ~(A - 1);
     if (n_slots && bundle_bytes) c->mem = e0_big_alloc(total);
+    c->mem_bytes = c->mem ? total : 0;
     if (!c->e || !c->table || !c->hits || !c->misses || (n_slots && bundle_bytes && !c->mem)) {
         xcache_free(c);
         return e0_fail(err, E0_ENOMEM,
@@ -128,7 +130,7 @@ int xcache_new(xcache **out, int32_t n_slots, size_t bundle_bytes, int32_t n_lay
 }
 
 uint8_t *xcache_mem(const xcache *c, size_t *bytes) {
-    *bytes = ((size_t)c->n_slots * c->bundle_bytes + 4095) & ~(size_t)4095;
+    *bytes = c->mem_bytes;
     return c->mem;
 }
 
