@@ -53,7 +53,30 @@ __device__ __forceinline__ float sval(const uint8_t *p, int i, int stype) {
     const uint16_t v = ld16(p + 2 * i);
     return stype == 0 ? bf16f(v) : f16f(v);
 }
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+/* exp(x) in explicit round-to-nearest operations that the driver's compiler
+ * may not fuse or approximate (expf compiles to the hardware's ex2.approx,
+ * whose bits no other processor gives): range reduction by ln 2 in two
+ * parts (Cody and Waite), a degree-5 minimax polynomial (Cephes' expf
+ * coefficients), the power of two put in the exponent. Within 2 ulp of exp
+ * on [-87, 88] (the argument is clamped there). The host's replica of the
+ * expert products (gpu/replica.c) computes the same operations in the same
+ * order, so an expert it computes is the bits the card's would be. */
+__device__ __forceinline__ float exp_ieee(float x) {
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    const float n = rintf(__fmul_rn(x, 1.44269504088896341f));
+    float r = __fmaf_rn(n, -0.693359375f, x);
+    r = __fmaf_rn(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = __fmaf_rn(p, r, 1.3981999507e-3f);
+    p = __fmaf_rn(p, r, 8.3334519073e-3f);
+    p = __fmaf_rn(p, r, 4.1665795894e-2f);
+    p = __fmaf_rn(p, r, 1.6666665459e-1f);
+    p = __fmaf_rn(p, r, 5.0000001201e-1f);
+    const float y = __fadd_rn(__fmaf_rn(p, __fmul_rn(r, r), r), 1.0f);
+    return __fmul_rn(y, __int_as_float(((int)n + 127) << 23));
+}
+/* silu in the same explicit operations (the experts' SwiGLU: gpu/replica.c) */
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, exp_ieee(-x))); }
 __device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 __constant__ int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -123,7 +146,7 @@ extern "C" __global__ void add_inplace(float *x, const float *y, long long n) {
 /* g = silu(g) * u over n values. */
 extern "C" __global__ void swiglu(float *g, const float *u, long long n) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = silu(g[i]) * u[i];
+    if (i < n) g[i] = __fmul_rn(silu(g[i]), u[i]);
 }
 
 /* ---- full attention ---------------------------------------------------- */

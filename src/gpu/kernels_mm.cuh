@@ -18,7 +18,7 @@ __device__ __forceinline__ void k4_sm(const uint8_t *s, int j, int &sc, int &m) 
  * float's bits, less 2^23 (less `bias` too), exact for q < 2^23 and
  * |q - bias| < 2^24, so the same bits as (float)(q - bias). */
 __device__ __forceinline__ float u2f(uint32_t q, float bias = 0.0f) {
-    return __uint_as_float(0x4B000000u | q) - (8388608.0f + bias);
+    return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f + bias);
 }
 
 /* Values [32c, 32c + 32) of one row into v, in the CPU reference's
@@ -58,7 +58,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             const uint32_t word = p[i];
 #pragma unroll
             for (int j = 0; j < per; j++)
-                v[i * per + j] = u2f((word >> (bits * j)) & mask) * sc + bi;
+                v[i * per + j] = __fmaf_rn(u2f((word >> (bits * j)) & mask), sc, bi);
         }
     } else if (F == F_Q4_0 || F == F_Q4_1 || F == F_IQ4_NL) {
         const int bsz = F == F_Q4_1 ? 20 : 18;
@@ -70,14 +70,14 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         for (int j = 0; j < 16; j++) {
             const int lo = qs[j] & 0x0f, hi = qs[j] >> 4;
             if (F == F_Q4_0) {
-                v[j] = u2f(lo, 8.0f) * d;
-                v[j + 16] = u2f(hi, 8.0f) * d;
+                v[j] = __fmul_rn(u2f(lo, 8.0f), d);
+                v[j + 16] = __fmul_rn(u2f(hi, 8.0f), d);
             } else if (F == F_Q4_1) {
-                v[j] = u2f(lo) * d + m;
-                v[j + 16] = u2f(hi) * d + m;
+                v[j] = __fmaf_rn(u2f(lo), d, m);
+                v[j + 16] = __fmaf_rn(u2f(hi), d, m);
             } else {
-                v[j] = d * (float)k_iq4nl[lo];
-                v[j + 16] = d * (float)k_iq4nl[hi];
+                v[j] = __fmul_rn(d, (float)k_iq4nl[lo]);
+                v[j + 16] = __fmul_rn(d, (float)k_iq4nl[hi]);
             }
         }
     } else if (F == F_Q5_0 || F == F_Q5_1) {
@@ -94,11 +94,11 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             const int lo = (qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
             const int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             if (F == F_Q5_0) {
-                v[j] = u2f(lo, 16.0f) * d;
-                v[j + 16] = u2f(hi, 16.0f) * d;
+                v[j] = __fmul_rn(u2f(lo, 16.0f), d);
+                v[j + 16] = __fmul_rn(u2f(hi, 16.0f), d);
             } else {
-                v[j] = u2f(lo) * d + m;
-                v[j + 16] = u2f(hi) * d + m;
+                v[j] = __fmaf_rn(u2f(lo), d, m);
+                v[j + 16] = __fmaf_rn(u2f(hi), d, m);
             }
         }
     } else if (F == F_Q8_0) {
@@ -106,7 +106,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         const float d = f16f(ld16(b));
         const uint8_t *qs = b + 2; /* int8: q ^ 0x80 is q + 128 */
 #pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = u2f(qs[j] ^ 0x80u, 128.0f) * d;
+        for (int j = 0; j < 32; j++) v[j] = __fmul_rn(u2f(qs[j] ^ 0x80u, 128.0f), d);
     } else if (F == F_Q2_K) {
         const uint8_t *b = row + (size_t)(c / 8) * 84;
         const int cc = c % 8, h = cc / 4, k = cc % 4;
@@ -115,11 +115,11 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int s = 8 * h + 2 * k + half;
-            const float dl = d * (float)(sc[s] & 0x0f), ml = dmin * (float)(sc[s] >> 4);
+            const float dl = __fmul_rn(d, (float)(sc[s] & 0x0f)), ml = __fmul_rn(dmin, (float)(sc[s] >> 4));
 #pragma unroll
             for (int l = 0; l < 16; l++) {
                 const int q = (qs[32 * h + 16 * half + l] >> (2 * k)) & 3;
-                v[16 * half + l] = dl * (float)q - ml;
+                v[16 * half + l] = __fmaf_rn(dl, (float)q, -ml);
             }
         }
     } else if (F == F_Q3_K) {
@@ -132,12 +132,12 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             const int s = 8 * h + 2 * k + half;
             const int lo = (s < 8 ? scs[s] : scs[s - 8] >> 4) & 0x0f;
             const int hi = (scs[8 + s % 4] >> (2 * (s / 4))) & 3;
-            const float dl = d * (float)((lo | hi << 4) - 32);
+            const float dl = __fmul_rn(d, (float)((lo | hi << 4) - 32));
 #pragma unroll
             for (int l2 = 0; l2 < 16; l2++) {
                 const int l = 16 * half + l2;
                 const int q = ((qs[32 * h + l] >> (2 * k)) & 3) - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4);
-                v[l] = dl * (float)q;
+                v[l] = __fmul_rn(dl, (float)q);
             }
         }
     } else if (F == F_Q4_K || F == F_Q5_K) {
@@ -147,7 +147,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         const float d = f16f(ld16(b)), dmin = f16f(ld16(b + 2));
         int sc, m;
         k4_sm(b + 4, s, sc, m);
-        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        const float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)m);
         const uint8_t *qs = b + (F == F_Q4_K ? 16 : 48) + 32 * (s / 2);
         const uint8_t *qh = b + 16;
         const int sh = 4 * (s % 2);
@@ -160,7 +160,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             for (int j = 0; j < 4; j++) {
                 uint32_t q = (q4 >> (8 * j + sh)) & 0x0f;
                 if (F == F_Q5_K) q |= ((h4 >> (8 * j + s)) & 1) << 4;
-                v[4 * l4 + j] = d1 * u2f(q) - m1;
+                v[4 * l4 + j] = __fmaf_rn(d1, u2f(q), -m1);
             }
         }
     } else if (F == F_Q6_K) {
@@ -170,7 +170,8 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         const int8_t *sc = (const int8_t *)(b + 192);
         const float d = f16f(ld16(b + 208));
         /* the chunk's two sub-blocks of 16 share a scale each */
-        const float ds0 = d * (float)sc[(128 * h + 32 * k) / 16], ds1 = d * (float)sc[(128 * h + 32 * k + 16) / 16];
+        const float ds0 = __fmul_rn(d, (float)sc[(128 * h + 32 * k) / 16]),
+                    ds1 = __fmul_rn(d, (float)sc[(128 * h + 32 * k + 16) / 16]);
         /* 16-bit loads: a block is 210 bytes, so only 2-byte alignment holds */
         const uint16_t *ql2 = (const uint16_t *)(ql + 64 * h + 32 * (k % 2));
         const uint16_t *qh2 = (const uint16_t *)(qh + 32 * h);
@@ -181,7 +182,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
             for (int o = 0; o < 2; o++) {
                 const int l = 2 * l2 + o;
                 const uint32_t q = ((lw >> (8 * o + 4 * (k / 2))) & 0x0f) | ((hw >> (8 * o + 2 * k)) & 3) << 4;
-                v[l] = (l < 16 ? ds0 : ds1) * u2f(q, 32.0f);
+                v[l] = __fmul_rn(l < 16 ? ds0 : ds1, u2f(q, 32.0f));
             }
         }
     } else if (F == F_IQ4_XS) {
@@ -191,11 +192,11 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         const uint16_t sh = ld16(b + 2);
         const uint8_t *sl = b + 4, *qs = b + 8 + 16 * s;
         const int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0x0f) | ((sh >> (2 * s)) & 3) << 4;
-        const float dl = d * (float)(ls - 32);
+        const float dl = __fmul_rn(d, (float)(ls - 32));
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            v[j] = dl * (float)k_iq4nl[qs[j] & 0x0f];
-            v[j + 16] = dl * (float)k_iq4nl[qs[j] >> 4];
+            v[j] = __fmul_rn(dl, (float)k_iq4nl[qs[j] & 0x0f]);
+            v[j + 16] = __fmul_rn(dl, (float)k_iq4nl[qs[j] >> 4]);
         }
     }
 }
@@ -208,7 +209,7 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -219,6 +220,34 @@ __device__ __forceinline__ void stage_x(float *sx, const float *const *xs, int n
     for (int i = 0; i < n; i++)
         for (int v = threadIdx.x; v < cols; v += blockDim.x)
             sx[((size_t)i * nc + v / 32) * XS + v % 32] = xs[i][v];
+}
+
+/* The dot product of a chunk's 32 values with its 32 inputs, in the order
+ * the host's replica (gpu/replica.c) keeps with one 16-wide vector: 16
+ * products, the upper half's 16 fused in, then halves folded (8, 4, 2, 1).
+ * Explicit round-to-nearest operations, which the driver may not fuse. */
+__device__ __forceinline__ float chunk_dot(const float v[32], const float *xc) {
+    const float4 *x4 = (const float4 *)xc;
+    float p[16];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float4 q = x4[j];
+        p[4 * j] = __fmul_rn(v[4 * j], q.x), p[4 * j + 1] = __fmul_rn(v[4 * j + 1], q.y);
+        p[4 * j + 2] = __fmul_rn(v[4 * j + 2], q.z), p[4 * j + 3] = __fmul_rn(v[4 * j + 3], q.w);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float4 q = x4[4 + j];
+        p[4 * j] = __fmaf_rn(v[16 + 4 * j], q.x, p[4 * j]);
+        p[4 * j + 1] = __fmaf_rn(v[17 + 4 * j], q.y, p[4 * j + 1]);
+        p[4 * j + 2] = __fmaf_rn(v[18 + 4 * j], q.z, p[4 * j + 2]);
+        p[4 * j + 3] = __fmaf_rn(v[19 + 4 * j], q.w, p[4 * j + 3]);
+    }
+#pragma unroll
+    for (int h = 8; h > 0; h >>= 1)
+#pragma unroll
+        for (int k = 0; k < h; k++) p[k] = __fadd_rn(p[k], p[k + h]);
+    return p[0];
 }
 
 /* One row r of W against the n <= TT staged input rows: acc[i] = W[r] .
@@ -240,14 +269,8 @@ __device__ __forceinline__ void row_dot(const gmat &W, const uint8_t *wbase, con
 #pragma unroll
         for (int i = 0; i < TT; i++) {
             if (i >= n) break;
-            const float4 *x4 = (const float4 *)(sx + ((size_t)i * nc + c) * XS);
-            float a = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 q = x4[j];
-                a += v[4 * j] * q.x + v[4 * j + 1] * q.y + v[4 * j + 2] * q.z + v[4 * j + 3] * q.w;
-            }
-            acc[i] += a;
+            const float *xc = sx + ((size_t)i * nc + c) * XS;
+            acc[i] = __fadd_rn(acc[i], chunk_dot(v, xc));
         }
     }
 #pragma unroll
@@ -292,7 +315,7 @@ __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r0, in
             float a = pick(acc, lane);
             if (GLU) {
                 row_dot<F>(U, U.w, U.s, U.b, r, sx, n, acc);
-                a = silu(a) * pick(acc, lane);
+                a = __fmul_rn(silu(a), pick(acc, lane));
             }
             if (lane < n) y[(size_t)(t0 + lane) * ldy + r] = a;
         }
@@ -341,7 +364,8 @@ __device__ void mmm_body(const gmulti &M, const float *x, long long ldx, int T, 
 /* The MoE form: blockIdx.z = active expert a < *nact (expert exps[a]);
  * its pairs are order[start[a] .. start[a + 1]) (pair p = token p / k,
  * slot p % k); input row of pair p: x[p / k] (by_pair 0) or x[p]
- * (by_pair 1); output row: y[p]. GLU as mm_body. */
+ * (by_pair 1); output row: y[p]. GLU as mm_body. An expert of -1 is
+ * skipped: the host computes it (gpu/hostmiss.c). */
 template <int F, bool GLU>
 __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const int *exps,
                             const int *start, const int *order, int k, int by_pair, const float *x,
@@ -354,6 +378,7 @@ __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const
     const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
     const int e = exps[a], p0 = start[a], p1 = start[a + 1];
+    if (e < 0) return; /* the whole block: the host computes this expert (gpu/hostmiss.c) */
     const uint8_t *wb = W.w + (size_t)e * W.estride;
     const uint8_t *sb = W.s ? W.s + (size_t)e * W.sstride : nullptr;
     const uint8_t *bb = W.b ? W.b + (size_t)e * W.sstride : nullptr;
@@ -377,7 +402,7 @@ __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const
         float v = pick(acc, lane);
         if (GLU) {
             row_dot<F>(U, ub, usb, ubb, r, sx, n, acc);
-            v = silu(v) * pick(acc, lane);
+            v = __fmul_rn(silu(v), pick(acc, lane));
         }
         if (lane < n) y[(size_t)order[i0 + lane] * ldy + r] = v;
     }
@@ -470,6 +495,7 @@ __device__ void mmtx_body(const gmat W, const int *nact, const int *exps, const 
     const int a = blockIdx.z;
     if (a >= *nact) return;
     const int e = exps[a], p0 = start[a], p1 = start[a + 1], r0 = blockIdx.x * BM;
+    if (e < 0) return; /* the host computes this expert (gpu/hostmiss.c) */
     const uint8_t *wb = W.w + (size_t)e * W.estride;
     const uint8_t *sb = W.s ? W.s + (size_t)e * W.sstride : nullptr;
     const uint8_t *bb = W.b ? W.b + (size_t)e * W.sstride : nullptr;

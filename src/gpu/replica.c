@@ -1,0 +1,466 @@
+/* The GPU's expert products on the host, bit for bit (gpu/replica.h).
+ *
+ * Written by hand because it is a copy of edge0's own kernels' arithmetic:
+ * every line below has its twin in kernels_mm.cuh (dq32, chunk_dot,
+ * row_dot, warp_sum) or kernels.cu (exp_ieee, silu), and a change to one
+ * is a change to the other (test_gpu's test_replica compares the two on
+ * the card). fmaf is a fused multiply-add (glibc's is exact; -std=c11
+ * contracts nothing by itself), so each operation rounds as the card's
+ * __fmaf_rn / __fmul_rn / __fadd_rn does.
+ */
+#include "gpu/replica.h"
+
+#include "gpu/gpu.h"
+#include "util/err.h"
+#include "util/num.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+static bool g_scalar;
+
+void replica_force_scalar(bool on) { g_scalar = on; }
+
+int rmat_of(const e0_mat *m, rmat *out, char *err) {
+    gpu_mat g;
+    uint64_t wb, sb;
+    int rc = gpu_mat_shape(m, &g, &wb, &sb, err);
+    if (rc) return rc;
+    *out = (rmat){.w = m->w, .s = m->scales, .b = m->biases, .row_bytes = g.row_bytes,
+                  .srow_bytes = g.srow_bytes, .rows = g.rows, .cols = g.cols, .fmt = g.fmt,
+                  .group = g.group, .stype = g.stype};
+    return 0;
+}
+
+static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline float f16f(uint16_t v) { return e0_f16_to_f32(v); }
+static inline float sval(const uint8_t *p, int i, int stype) {
+    if (stype == E0_S_F32) return e0_ldf32(p, (size_t)i);
+    const uint16_t v = ld16(p + 2 * i);
+    return stype == E0_S_BF16 ? e0_bf16_to_f32(v) : f16f(v);
+}
+/* kernels_mm.cuh's u2f: q - bias, exact for the small integers it takes */
+static inline float u2f(uint32_t q, float bias) { return (float)q - bias; }
+
+/* Six-bit scale and min of sub-block j of a Q4_K / Q5_K block. */
+static inline void k4_sm(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* dq32 for the formats of 32-value blocks (Q4_0, Q4_1, IQ4_NL, Q5_0, Q5_1, Q8_0). */
+static inline void dq32_b32(const rmat *W, const uint8_t *row, int c, float v[32]) {
+    switch (W->fmt) {
+    case GPU_F_Q4_0:
+    case GPU_F_Q4_1:
+    case GPU_F_IQ4_NL: {
+        const int f = W->fmt, bsz = f == GPU_F_Q4_1 ? 20 : 18;
+        const uint8_t *b = row + (size_t)c * (size_t)bsz;
+        const float d = f16f(ld16(b)), m = f == GPU_F_Q4_1 ? f16f(ld16(b + 2)) : 0.0f;
+        const uint8_t *qs = b + (f == GPU_F_Q4_1 ? 4 : 2);
+        for (int j = 0; j < 16; j++) {
+            const uint32_t lo = qs[j] & 0x0f, hi = qs[j] >> 4;
+            if (f == GPU_F_Q4_0) {
+                v[j] = u2f(lo, 8.0f) * d;
+                v[j + 16] = u2f(hi, 8.0f) * d;
+            } else if (f == GPU_F_Q4_1) {
+                v[j] = fmaf(u2f(lo, 0), d, m);
+                v[j + 16] = fmaf(u2f(hi, 0), d, m);
+            } else {
+                v[j] = d * (float)k_iq4nl[lo];
+                v[j + 16] = d * (float)k_iq4nl[hi];
+            }
+        }
+        return;
+    }
+    case GPU_F_Q5_0:
+    case GPU_F_Q5_1: {
+        const int f = W->fmt, bsz = f == GPU_F_Q5_1 ? 24 : 22;
+        const uint8_t *b = row + (size_t)c * (size_t)bsz;
+        const float d = f16f(ld16(b)), m = f == GPU_F_Q5_1 ? f16f(ld16(b + 2)) : 0.0f;
+        const uint8_t *qhp = b + (f == GPU_F_Q5_1 ? 4 : 2);
+        const uint32_t qh = ld32(qhp);
+        const uint8_t *qs = qhp + 4;
+        for (int j = 0; j < 16; j++) {
+            const uint32_t lo = (qs[j] & 0x0fu) | ((qh >> j) & 1) << 4;
+            const uint32_t hi = (uint32_t)(qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+            if (f == GPU_F_Q5_0) {
+                v[j] = u2f(lo, 16.0f) * d;
+                v[j + 16] = u2f(hi, 16.0f) * d;
+            } else {
+                v[j] = fmaf(u2f(lo, 0), d, m);
+                v[j + 16] = fmaf(u2f(hi, 0), d, m);
+            }
+        }
+        return;
+    }
+    case GPU_F_Q8_0: {
+        const uint8_t *b = row + (size_t)c * 34;
+        const float d = f16f(ld16(b));
+        for (int j = 0; j < 32; j++) v[j] = u2f(b[2 + j] ^ 0x80u, 128.0f) * d;
+        return;
+    }
+    }
+}
+
+/* dq32 for the formats of 256-value super-blocks (the K-quants, IQ4_XS). */
+static inline void dq32_k(const rmat *W, const uint8_t *row, int c, float v[32]) {
+    switch (W->fmt) {
+    case GPU_F_Q2_K: {
+        const uint8_t *b = row + (size_t)(c / 8) * 84;
+        const int cc = c % 8, h = cc / 4, k = cc % 4;
+        const uint8_t *sc = b, *qs = b + 16;
+        const float d = f16f(ld16(b + 80)), dmin = f16f(ld16(b + 82));
+        for (int half = 0; half < 2; half++) {
+            const int s = 8 * h + 2 * k + half;
+            const float dl = d * (float)(sc[s] & 0x0f), ml = dmin * (float)(sc[s] >> 4);
+            for (int l = 0; l < 16; l++) {
+                const int q = (qs[32 * h + 16 * half + l] >> (2 * k)) & 3;
+                v[16 * half + l] = fmaf(dl, (float)q, -ml);
+            }
+        }
+        return;
+    }
+    case GPU_F_Q3_K: {
+        const uint8_t *b = row + (size_t)(c / 8) * 110;
+        const int cc = c % 8, h = cc / 4, k = cc % 4;
+        const uint8_t *hm = b, *qs = b + 32, *scs = b + 96;
+        const float d = f16f(ld16(b + 108));
+        for (int half = 0; half < 2; half++) {
+            const int s = 8 * h + 2 * k + half;
+            const int lo = (s < 8 ? scs[s] : scs[s - 8] >> 4) & 0x0f;
+            const int hi = (scs[8 + s % 4] >> (2 * (s / 4))) & 3;
+            const float dl = d * (float)((lo | hi << 4) - 32);
+            for (int l2 = 0; l2 < 16; l2++) {
+                const int l = 16 * half + l2;
+                const int q = ((qs[32 * h + l] >> (2 * k)) & 3) - ((hm[l] >> (4 * h + k)) & 1 ? 0 : 4);
+                v[l] = dl * (float)q;
+            }
+        }
+        return;
+    }
+    case GPU_F_Q4_K:
+    case GPU_F_Q5_K: {
+        const bool q5 = W->fmt == GPU_F_Q5_K;
+        const uint8_t *b = row + (size_t)(c / 8) * (q5 ? 176 : 144);
+        const int s = c % 8;
+        const float d = f16f(ld16(b)), dmin = f16f(ld16(b + 2));
+        int sc, m;
+        k4_sm(b + 4, s, &sc, &m);
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        const uint8_t *qs = b + (q5 ? 48 : 16) + 32 * (s / 2), *qh = b + 16;
+        const int sh = 4 * (s % 2);
+        for (int l4 = 0; l4 < 8; l4++) {
+            const uint32_t q4 = ld32(qs + 4 * l4), h4 = q5 ? ld32(qh + 4 * l4) : 0;
+            for (int j = 0; j < 4; j++) {
+                uint32_t q = (q4 >> (8 * j + sh)) & 0x0f;
+                if (q5) q |= ((h4 >> (8 * j + s)) & 1) << 4;
+                v[4 * l4 + j] = fmaf(d1, u2f(q, 0), -m1);
+            }
+        }
+        return;
+    }
+    case GPU_F_Q6_K: {
+        const uint8_t *b = row + (size_t)(c / 8) * 210;
+        const int cc = c % 8, h = cc / 4, k = cc % 4;
+        const uint8_t *ql = b + 64 * h + 32 * (k % 2), *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = f16f(ld16(b + 208));
+        const float ds0 = d * (float)sc[(128 * h + 32 * k) / 16], ds1 = d * (float)sc[(128 * h + 32 * k + 16) / 16];
+        for (int l = 0; l < 32; l++) {
+            const uint32_t q = (uint32_t)((ql[l] >> (4 * (k / 2))) & 0x0f) | (uint32_t)((qh[l] >> (2 * k)) & 3) << 4;
+            v[l] = (l < 16 ? ds0 : ds1) * u2f(q, 32.0f);
+        }
+        return;
+    }
+    case GPU_F_IQ4_XS: {
+        const uint8_t *b = row + (size_t)(c / 8) * 136;
+        const int s = c % 8;
+        const float d = f16f(ld16(b));
+        const uint16_t sh = ld16(b + 2);
+        const uint8_t *sl = b + 4, *qs = b + 8 + 16 * s;
+        const int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0x0f) | ((sh >> (2 * s)) & 3) << 4;
+        const float dl = d * (float)(ls - 32);
+        for (int j = 0; j < 16; j++) {
+            v[j] = dl * (float)k_iq4nl[qs[j] & 0x0f];
+            v[j + 16] = dl * (float)k_iq4nl[qs[j] >> 4];
+        }
+        return;
+    }
+    }
+}
+
+/* Values [32c, 32c + 32) of row r: dq32. */
+static inline void dq32(const rmat *W, int32_t r, int c, float v[32]) {
+    const uint8_t *row = W->w + (size_t)r * (size_t)W->row_bytes;
+    switch (W->fmt) {
+    case GPU_F_F32:
+        for (int i = 0; i < 32; i++) v[i] = e0_ldf32(row, (size_t)(32 * c + i));
+        return;
+    case GPU_F_BF16:
+        for (int i = 0; i < 32; i++) v[i] = e0_bf16_to_f32(ld16(row + 2 * (32 * c + i)));
+        return;
+    case GPU_F_F16:
+        for (int i = 0; i < 32; i++) v[i] = f16f(ld16(row + 2 * (32 * c + i)));
+        return;
+    case GPU_F_QA4:
+    case GPU_F_QA8: {
+        const uint8_t *srow = W->s + (size_t)r * (size_t)W->srow_bytes;
+        const uint8_t *brow = W->b + (size_t)r * (size_t)W->srow_bytes;
+        const int g = (32 * c) / W->group;
+        const float sc = sval(srow, g, W->stype), bi = sval(brow, g, W->stype);
+        const int bits = W->fmt == GPU_F_QA4 ? 4 : 8, per = 32 / bits;
+        const uint32_t mask = (1u << bits) - 1;
+        for (int i = 0; i < 32 / per; i++) {
+            const uint32_t word = ld32(row + 4 * ((size_t)c * (size_t)(32 / per) + (size_t)i));
+            for (int j = 0; j < per; j++) v[i * per + j] = fmaf(u2f((word >> (bits * j)) & mask, 0), sc, bi);
+        }
+        return;
+    }
+    case GPU_F_Q4_0: case GPU_F_Q4_1: case GPU_F_IQ4_NL: case GPU_F_Q5_0: case GPU_F_Q5_1: case GPU_F_Q8_0:
+        dq32_b32(W, row, c, v);
+        return;
+    default:
+        dq32_k(W, row, c, v);
+        return;
+    }
+}
+
+/* chunk_dot: 16 products, the upper 16 fused in, halves folded. */
+static float chunk_dot(const float v[32], const float *x) {
+    float p[16];
+    for (int k = 0; k < 16; k++) p[k] = v[k] * x[k];
+    for (int k = 0; k < 16; k++) p[k] = fmaf(v[16 + k], x[16 + k], p[k]);
+    for (int h = 8; h > 0; h >>= 1)
+        for (int k = 0; k < h; k++) p[k] = p[k] + p[k + h];
+    return p[0];
+}
+
+/* row_dot: lane l sums chunks l, l + 32, ... in turn; warp_sum folds the
+ * lanes by halves (lane l + lane l ^ o is the same sum either way round). */
+static float dot_scalar(const rmat *m, int32_t r, const float *x) {
+    float lane[32] = {0};
+    const int nc = m->cols / 32;
+    for (int c = 0; c < nc; c++) {
+        float v[32];
+        dq32(m, r, c, v);
+        lane[c % 32] = lane[c % 32] + chunk_dot(v, x + 32 * c);
+    }
+    for (int h = 16; h > 0; h >>= 1)
+        for (int l = 0; l < h; l++) lane[l] = lane[l] + lane[l + h];
+    return lane[0];
+}
+
+float replica_exp(float x) {
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    const float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    const float y = fmaf(p, r * r, r) + 1.0f;
+    const uint32_t bits = (uint32_t)((int)n + 127) << 23;
+    float s;
+    memcpy(&s, &bits, 4);
+    return y * s;
+}
+
+float replica_silu(float x) { return x / (1.0f + replica_exp(-x)); }
+
+/* The same sums with AVX-512: a chunk's 16 pairs in one register, folded
+ * by halves as chunk_dot folds them (256-bit halves, then 128, 64, 32);
+ * the lanes' sums likewise. dq32 is inlined here and compiled for this
+ * target, its fmaf a single instruction. */
+#define TGT __attribute__((target("avx512f,avx512dq,fma,f16c")))
+TGT static inline float fold16(__m512 p) {
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(p), _mm512_extractf32x8_ps(p, 1));
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+/* f16 to f32 by the F16C instruction (exact, as f16f) */
+TGT static inline float h16f(uint16_t v) { return _cvtsh_ss(v); }
+
+/* A chunk's 32 values as two registers (values 0-15, 16-31): the common
+ * formats dequantized in the registers, each value by dq32's operation;
+ * the rest through dq32 itself. */
+TGT static inline __attribute__((always_inline)) void dq32_v(const rmat *W, const int fmt, int32_t r, int c,
+                                                            __m512 *lo, __m512 *hi) {
+    const uint8_t *row = W->w + (size_t)r * (size_t)W->row_bytes;
+    switch (fmt) {
+    case GPU_F_Q4_K: {
+        const uint8_t *b = row + (size_t)(c / 8) * 144;
+        const int s = c % 8;
+        int sc, m;
+        k4_sm(b + 4, s, &sc, &m);
+        const __m512 d1 = _mm512_set1_ps(h16f(ld16(b)) * (float)sc);
+        const __m512 nm1 = _mm512_set1_ps(-(h16f(ld16(b + 2)) * (float)m));
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (s / 2)));
+        q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (s % 2)), _mm256_set1_epi8(0x0f));
+        *lo = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), nm1);
+        *hi = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), nm1);
+        return;
+    }
+    case GPU_F_Q6_K: {
+        const uint8_t *b = row + (size_t)(c / 8) * 210;
+        const int cc = c % 8, h = cc / 4, k = cc % 4;
+        const int8_t *scs = (const int8_t *)(b + 192);
+        const float d = h16f(ld16(b + 208));
+        const float ds0 = d * (float)scs[(128 * h + 32 * k) / 16], ds1 = d * (float)scs[(128 * h + 32 * k + 16) / 16];
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (k % 2)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        const __m256i q = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), _mm256_set1_epi8(0x0f)),
+            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4));
+        const __m512i c32 = _mm512_set1_epi32(32);
+        *lo = _mm512_mul_ps(_mm512_set1_ps(ds0),
+                            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), c32)));
+        *hi = _mm512_mul_ps(_mm512_set1_ps(ds1),
+                            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)), c32)));
+        return;
+    }
+    case GPU_F_Q8_0: {
+        const uint8_t *b = row + (size_t)c * 34;
+        const __m512 d = _mm512_set1_ps(h16f(ld16(b)));
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
+        return;
+    }
+    case GPU_F_Q4_0: {
+        const uint8_t *b = row + (size_t)c * 18;
+        const __m512 d = _mm512_set1_ps(h16f(ld16(b)));
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+        const __m512i f = _mm512_set1_epi32(0x0f), c8 = _mm512_set1_epi32(8);
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, f), c8)), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), c8)), d);
+        return;
+    }
+    case GPU_F_QA4:
+    case GPU_F_QA8: {
+        const uint8_t *srow = W->s + (size_t)r * (size_t)W->srow_bytes;
+        const uint8_t *brow = W->b + (size_t)r * (size_t)W->srow_bytes;
+        const int g = (32 * c) / W->group;
+        const __m512 sc = _mm512_set1_ps(sval(srow, g, W->stype)), bi = _mm512_set1_ps(sval(brow, g, W->stype));
+        __m512i q0, q1;
+        if (fmt == GPU_F_QA8) {
+            q0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 32 * (size_t)c)));
+            q1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 32 * (size_t)c + 16)));
+        } else { /* value 2i is byte i's low nibble, 2i + 1 its high one */
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)(row + 16 * (size_t)c));
+            const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+            const __m512i f = _mm512_set1_epi32(0x0f);
+            const __m128i i0 = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            const __m128i i1 = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+            q0 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, i0)), sh), f);
+            q1 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, i1)), sh), f);
+        }
+        *lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), sc, bi);
+        *hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), sc, bi);
+        return;
+    }
+    default: {
+        float v[32];
+        dq32(W, r, c, v);
+        *lo = _mm512_loadu_ps(v);
+        *hi = _mm512_loadu_ps(v + 16);
+        return;
+    }
+    }
+}
+
+/* Sixteen chunks' pair vectors p[0..15] folded by halves (each as fold16
+ * folds one), transposed: one add a step for two, four, eight, then
+ * sixteen chunks at once. Returns chunk j's value in element j. */
+TGT static inline __m512 fold16x16(const __m512 p[16]) {
+    __m512 s1[8], s2[4], s3[2];
+    for (int i = 0; i < 8; i++) /* k + 8: [chunk 2i | chunk 2i + 1], 8 values each */
+        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int j = 0; j < 4; j++) /* k + 4: quarter q holds chunk 4j + q */
+        s2[j] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * j], s1[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(s1[2 * j], s1[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int m = 0; m < 2; m++) /* k + 2: quarter q holds chunks 8m + q and 8m + 4 + q, 2 values each */
+        s3[m] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* k + 1: element 4q + t is chunk q + 4t */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i back = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(back, r);
+}
+
+/* dot_avx512 for one format: inlined with fmt a constant, so that each
+ * format's loop is its own code, with no switch inside. */
+TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, const int fmt, int32_t r,
+                                                               const float *x) {
+    __m512 lanes[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    const int nc = m->cols / 32;
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        const int n = nc - c0 < 16 ? nc - c0 : 16;
+        __m512 p[16];
+        for (int j = 0; j < 16; j++) {
+            if (j >= n) {
+                p[j] = _mm512_setzero_ps();
+                continue;
+            }
+            __m512 lo, hi;
+            dq32_v(m, fmt, r, c0 + j, &lo, &hi);
+            const float *xc = x + 32 * (c0 + j);
+            p[j] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xc + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xc)));
+        }
+        /* lane l takes chunks l, l + 32, ...: these 16 go to lanes c0 % 32 .. + 15 */
+        __m512 *L = &lanes[(c0 / 16) % 2];
+        *L = _mm512_mask_add_ps(*L, (__mmask16)((1u << n) - 1), *L, fold16x16(p));
+    }
+    return fold16(_mm512_add_ps(lanes[0], lanes[1]));
+}
+
+TGT static float dot_avx512(const rmat *m, int32_t r, const float *x) {
+    switch (m->fmt) {
+    case GPU_F_Q4_K: return dot_fmt(m, GPU_F_Q4_K, r, x);
+    case GPU_F_Q6_K: return dot_fmt(m, GPU_F_Q6_K, r, x);
+    case GPU_F_Q8_0: return dot_fmt(m, GPU_F_Q8_0, r, x);
+    case GPU_F_Q4_0: return dot_fmt(m, GPU_F_Q4_0, r, x);
+    case GPU_F_QA4: return dot_fmt(m, GPU_F_QA4, r, x);
+    case GPU_F_QA8: return dot_fmt(m, GPU_F_QA8, r, x);
+    default: return dot_fmt(m, -1, r, x);
+    }
+}
+
+static bool have_avx512(void) {
+    static int have = -1;
+    if (have < 0) have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return have;
+}
+
+float replica_dot(const rmat *m, int32_t r, const float *x) {
+    return !g_scalar && have_avx512() ? dot_avx512(m, r, x) : dot_scalar(m, r, x);
+}
+
+void replica_mv(const rmat *W, const float *x, int32_t r0, int32_t r1, float *y) {
+    for (int32_t r = r0; r < r1; r++) y[r] = replica_dot(W, r, x);
+}
+
+void replica_glu(const rmat *G, const rmat *U, const float *x, int32_t r0, int32_t r1, float *h) {
+    for (int32_t r = r0; r < r1; r++) h[r] = replica_silu(replica_dot(G, r, x)) * replica_dot(U, r, x);
+}
