@@ -307,6 +307,8 @@ typedef struct {
     uint64_t host_pinned;            /* checkpoint bytes pinned in host memory for the GPU's DMA */
     double vram_wait_s, vram_copy_s; /* host time reading the routing back / copying misses in */
     uint64_t vram_prefetched, vram_prefetch_used; /* experts a decode step's guess of the next layer brought in; of them, routed to */
+    uint64_t vram_host_experts;      /* misses the host computed itself (the card's bits), not copied in */
+    double vram_host_s;              /* host time computing them */
     int32_t host_cache_slots;        /* the GPU's host expert cache (pinned), where the experts are not all pinned */
     uint64_t host_cache_hits, host_cache_misses; /* its lookups for VRAM misses */
     uint64_t host_cache_kept;        /* experts the VRAM gave up, copied back into it (exclusive caching) */

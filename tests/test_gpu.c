@@ -18,6 +18,7 @@
 
 #include "gpu/gmodel.h"
 #include "gpu/gpu.h"
+#include "gpu/replica.h"
 #include "model/model.h"
 #include "quant/ggml.h"
 #include "quant/mat.h"
@@ -305,6 +306,129 @@ static void test_mm_fused(void **state) {
            NCASES);
 }
 
+/* The replica on the host alone (no card needed; runs in CI): its exp
+ * within 2 ulp of exp over the range the SwiGLU sees, silu beside it; every
+ * format's products within 1e-5 relative L2 of mat_matmul_ref (the sums'
+ * order differs, nothing else), and its fast form the scalar form's bits. */
+static float ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4), memcpy(&ib, &b, 4);
+    if (ia < 0) ia = INT32_MIN - ia;
+    if (ib < 0) ib = INT32_MIN - ib;
+    return fabsf((float)((int64_t)ia - (int64_t)ib));
+}
+
+static void test_replica_host(void **state) {
+    (void)state;
+    float worst_ulp = 0;
+    for (int i = 0; i <= 200000; i++) {
+        const float x = -87.0f + 175.0f * (float)i / 200000.0f;
+        const float u = ulps(replica_exp(x), (float)exp((double)x));
+        worst_ulp = u > worst_ulp ? u : worst_ulp;
+    }
+    printf("  exp: worst %.0f ulp over [-87, 88]\n", worst_ulp);
+    assert_true(worst_ulp <= 2);
+    assert_true(fabsf(replica_silu(3.0f) - 3.0f / (1.0f + expf(-3.0f))) < 1e-6f);
+    assert_true(replica_silu(-200.0f) <= 0 && replica_silu(-200.0f) > -1e-30f);
+    assert_true(isnan(replica_silu(NAN)));
+    char err[E0_ERR_MAX];
+    const int64_t rows = 24, cols = 2560;
+    float *x = malloc((size_t)cols * 4), ref[24], a[24], b[24];
+    for (int64_t i = 0; i < cols; i++) x[i] = rnd_f();
+    for (int ci = 0; ci < NCASES; ci++) {
+        const fmt_case *c = &CASES[ci];
+        void *buf;
+        const e0_mat m = make_mat(c, rows, cols, &buf);
+        rmat r;
+        if (rmat_of(&m, &r, err)) fail_msg("%s: %s", c->name, err);
+        mat_matmul_ref(&m, x, cols, 1, ref, rows);
+        replica_force_scalar(true);
+        replica_mv(&r, x, 0, (int32_t)rows, a);
+        replica_force_scalar(false);
+        replica_mv(&r, x, 0, (int32_t)rows, b);
+        const double e = tu_rel_l2(a, ref, (size_t)rows);
+        printf("  %-10s relative L2 %.2e against mat_matmul_ref\n", c->name, e);
+        assert_true(e < 1e-5);
+        assert_memory_equal(a, b, sizeof a);
+        free(buf);
+    }
+    free(x);
+}
+
+/* The host's replica of the expert products (gpu/replica.h) gives the
+ * card's bits: every format, the experts' down product over a MoE call's
+ * pairs (gpu_mmx, by pair) and their gate-up with the SwiGLU
+ * (gpu_mmx_glu), at a width whose lanes take 2 and 3 chunks each. */
+static void test_replica(void **state) {
+    (void)state;
+    NEED_GPU();
+    char err[E0_ERR_MAX];
+    const int64_t rows = 40, cols = 2560, T = 3, k = 2, P = T * k;
+    int mismatched = 0;
+    for (int ci = 0; ci < NCASES; ci++) {
+        const fmt_case *c = &CASES[ci];
+        void *bufs[6];
+        e0_mat ms[6];
+        for (int e = 0; e < 6; e++) ms[e] = make_mat(c, rows, cols, &bufs[e]);
+        gpu_mat st[2];
+        const e0_mat *pg[3] = {&ms[0], &ms[1], &ms[2]}, *pu[3] = {&ms[3], &ms[4], &ms[5]};
+        if (gpu_mat_upload_stack(g_dev, pg, 3, &st[0], "test", err) ||
+            gpu_mat_upload_stack(g_dev, pu, 3, &st[1], "test", err))
+            fail_msg("%s: %s", c->name, err);
+        float *x = malloc((size_t)(P * cols) * 4), *got = malloc((size_t)(P * rows) * 4),
+              *want = malloc((size_t)rows * 4);
+        /* wide inputs: the SwiGLU's exp sees large and small arguments */
+        for (int64_t i = 0; i < P * cols; i++) x[i] = rnd_f() * (i % 7 == 0 ? 8.0f : 1.0f);
+        CUdeviceptr dx = dev_floats(x, (size_t)(P * cols)), dg, du;
+        /* pairs: token t to experts t % 3 and 2 - t % 3, grouped by expert */
+        int exps[3] = {0, 1, 2}, start[4] = {0, 2, 4, 6}, order[6] = {0, 5, 2, 3, 1, 4}, na = 3;
+        CUdeviceptr dn = dev_floats((const float *)&na, 1), de = dev_floats((const float *)exps, 3);
+        CUdeviceptr ds = dev_floats((const float *)start, 4), dor = dev_floats((const float *)order, 6);
+        if (gpu_alloc(g_dev, &dg, (size_t)(P * rows) * 4, "test", err) ||
+            gpu_alloc(g_dev, &du, (size_t)(P * rows) * 4, "test", err))
+            fail_msg("%s", err);
+        for (int glu = 0; glu < 2; glu++) {
+            if (glu ? gpu_mmx_glu(g_dev, &st[0], &st[1], 3, dn, de, ds, dor, (int)k, dx, cols, dg, du, (int)T, err)
+                    : gpu_mmx(g_dev, &st[0], 3, dn, de, ds, dor, (int)k, true, dx, cols, dg, rows, (int)T, err))
+                fail_msg("%s: %s", c->name, err);
+            if (gpu_get(g_dev, got, dg, (size_t)(P * rows) * 4, err)) fail_msg("%s", err);
+            for (int scalar = 0; scalar < 2; scalar++) {
+                replica_force_scalar(scalar);
+                for (int p = 0; p < P; p++) {
+                    int ex = 0; /* the expert pair p went to */
+                    for (int a = 0; a < 3; a++)
+                        for (int q = start[a]; q < start[a + 1]; q++)
+                            if (order[q] == p) ex = exps[a];
+                    rmat G, U;
+                    if (rmat_of(&ms[ex], &G, err) || rmat_of(&ms[3 + ex], &U, err)) fail_msg("%s", err);
+                    const float *xp = x + (size_t)(glu ? p / k : p) * (size_t)cols;
+                    if (glu) replica_glu(&G, &U, xp, 0, (int32_t)rows, want);
+                    else replica_mv(&G, xp, 0, (int32_t)rows, want);
+                    if (memcmp(want, got + (size_t)p * (size_t)rows, (size_t)rows * 4)) {
+                        int r = 0;
+                        while (want[r] == got[(size_t)p * (size_t)rows + (size_t)r]) r++;
+                        printf("  %-10s %s %s: pair %d row %d: host %.9g, card %.9g\n", c->name,
+                               glu ? "gate-up" : "down", scalar ? "scalar" : "fast", p, r, want[r],
+                               got[(size_t)p * (size_t)rows + (size_t)r]);
+                        mismatched++;
+                        break;
+                    }
+                }
+            }
+            replica_force_scalar(false);
+        }
+        gpu_free(g_dev, dx, (size_t)(P * cols) * 4), gpu_free(g_dev, dg, (size_t)(P * rows) * 4);
+        gpu_free(g_dev, du, (size_t)(P * rows) * 4), gpu_free(g_dev, dn, 4), gpu_free(g_dev, de, 12);
+        gpu_free(g_dev, ds, 16), gpu_free(g_dev, dor, 24);
+        gpu_mat_free(g_dev, &st[0], 3), gpu_mat_free(g_dev, &st[1], 3);
+        for (int e = 0; e < 6; e++) free(bufs[e]);
+        free(x), free(got), free(want);
+    }
+    if (!mismatched)
+        printf("  %d formats: the host's replica of the expert products bit-identical to the card's\n", NCASES);
+    assert_int_equal(mismatched, 0);
+}
+
 /* ---- whole models ------------------------------------------------------- */
 
 static const char *const MODELS[][2] = {
@@ -580,13 +704,15 @@ static void test_budgets(void **state) {
         e0_engine_free(all);
 
         const uint64_t least = z.dense + p.gpu_session_bytes + (uint64_t)z.min_slots * z.slot;
-        /* misses staged by the device where they can be, then copied in, then read into the host's expert cache */
-        for (int copied = 0; copied < 3; copied++) {
+        /* misses staged by the device where they can be, then copied in, then read into the host's
+         * expert cache, then copied in with up to 3 a MoE call computed by the host */
+        for (int copied = 0; copied < 4; copied++) {
             /* the staged run: room for a staging slot per layer and routed expert beside */
             const int extra = copied ? 3 : ns + 3;
             o.vram_budget = GPU_CTX_ALLOWANCE + least + (uint64_t)extra * z.slot;
             setenv("E0_GPU_STAGE", copied ? "0" : "1", 1);
             if (copied == 2) setenv("E0_GPU_PIN", "0", 1), setenv("E0_GPU_HCACHE", "1000000000", 1);
+            if (copied == 3) unsetenv("E0_GPU_PIN"), unsetenv("E0_GPU_HCACHE"), setenv("E0_GPU_HOST_MISS", "3", 1);
             e0_engine *cached;
             if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
             e0_plan pc;
@@ -601,6 +727,7 @@ static void test_budgets(void **state) {
                    "%.1f MiB over PCIe): %s\n", files[fi][0], files[fi][1], NG, st.vram_slots,
                    strstr(note, "staged by the device") ? "staged by the device"
                    : copied == 2                        ? "read into the host expert cache"
+                   : copied == 3                        ? "computed by the host or copied in"
                                                         : "copied in", (unsigned long long)st.vram_hits,
                    (unsigned long long)st.vram_misses, (double)st.pcie_bytes / 1048576.0,
                    same ? "tokens and logits bit-identical to all resident" : "DIFFER");
@@ -622,9 +749,15 @@ static void test_budgets(void **state) {
                 assert_true(st.host_cache_slots > 0 && st.host_cache_misses > 0 && st.disk_bytes > 0);
                 assert_true(st.host_cache_hits + st.host_cache_misses == st.vram_misses);
             }
+            if (copied == 3) {
+                if (!strstr(note, "computed by the host")) fail_msg("%s: %s", path, note);
+                printf("  %-20s %-18s of the misses, %llu computed by the host\n", "", "",
+                       (unsigned long long)st.vram_host_experts);
+                assert_true(st.vram_host_experts > 0 && st.vram_host_experts <= st.vram_misses);
+            }
             e0_engine_free(cached);
         }
-        unsetenv("E0_GPU_STAGE"), unsetenv("E0_GPU_PIN"), unsetenv("E0_GPU_HCACHE");
+        unsetenv("E0_GPU_STAGE"), unsetenv("E0_GPU_PIN"), unsetenv("E0_GPU_HCACHE"), unsetenv("E0_GPU_HOST_MISS");
 
         o.vram_budget = GPU_CTX_ALLOWANCE + least - 1; /* one byte short: a named GPU fails open and says what it needs */
         e0_engine *none = NULL;
@@ -906,6 +1039,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_formats),
         cmocka_unit_test(test_mm_fused),
+        cmocka_unit_test(test_replica_host),
+        cmocka_unit_test(test_replica),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_batch_decode),

@@ -7,6 +7,7 @@
 # call before it, e.g. bench/gpu/s34-callA.sh, starts one) and the synth files that call leaves
 # (/root/q36.gguf, /dev/shm/q30.gguf; made here if absent). carry [".peer"]:
 #   tar -xJf .peer/gpu.tar.xz && DL=570 bash bench/cpu16/scaling-call.sh
+# FILES="/root/q36.gguf" (or /dev/shm/q30.gguf) runs one shape, for a call of its own.
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
 T0=$(date +%s)
@@ -18,9 +19,10 @@ lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; free -g | head -2
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 300; do sleep 5; done
 [ -x /tmp/peer/repack/llama-bench ] || { echo "no llama.cpp build in /tmp/peer"; tail -5 /tmp/peer.log; exit 1; }
 [ -s /root/q36.gguf ] || .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf /root/q36.gguf > /dev/null 2>&1
-[ -s /dev/shm/q30.gguf ] || .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /dev/null 2>&1
-cat /root/q36.gguf /dev/shm/q30.gguf > /dev/null # warm: both files in the page cache
-for f in /root/q36.gguf /dev/shm/q30.gguf; do
+FILES=${FILES:-/root/q36.gguf /dev/shm/q30.gguf}
+[[ $FILES != *q30* || -s /dev/shm/q30.gguf ]] || .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf /dev/shm/q30.gguf > /dev/null 2>&1
+cat $FILES > /dev/null # warm: both files in the page cache
+for f in $FILES; do
     for t in 2 4 8 16; do
         left 60 || break 2
         echo "=== $(basename $f) $t threads: edge0 $(el)"

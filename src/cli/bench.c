@@ -448,6 +448,7 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
         cJSON_AddNumberToObject(o, "prefill_pcie_bytes", (double)ph->p.pcie_bytes);
         cJSON_AddNumberToObject(o, "pcie_gbs", ph->d.pcie_gbs);
         cJSON_AddNumberToObject(o, "decode_prefetched_per_token", per_tok(ph->d.vram_prefetched, ph->d.decode_tokens));
+        cJSON_AddNumberToObject(o, "decode_host_experts_per_token", per_tok(ph->d.vram_host_experts, ph->d.decode_tokens));
         cJSON_AddNumberToObject(o, "decode_prefetch_used", ph->d.vram_prefetched ? (double)ph->d.vram_prefetch_used / (double)ph->d.vram_prefetched : 0);
         if (ph->d.host_cache_slots) {
             const uint64_t hk = ph->d.host_cache_hits + ph->d.host_cache_misses;
@@ -534,6 +535,9 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                per_tok(ph->d.pcie_staged_bytes, ph->d.decode_tokens) / (1 << 20),
                pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
                ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
+        if (ph->d.vram_host_experts)
+            printf("    misses computed by the host instead of copied in: %.1f/token, %.2f s\n",
+                   per_tok(ph->d.vram_host_experts, ph->d.decode_tokens), ph->d.vram_host_s);
         if (ph->d.vram_prefetched)
             printf("    next layer's experts guessed and copied ahead: %.1f/token, %.0f%% of them routed to\n",
                    per_tok(ph->d.vram_prefetched, ph->d.decode_tokens),

@@ -558,7 +558,8 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         if (!rc) rc = gpu_launch(d, d->k.route, 1, 1, 1, 128, 0, ag, "routing (the next layer's guess)", err);
     }
     if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
-        rc = vcache_map(s->g, li, nact, exps, gidx, nl, err);
+        const bool hm = vc->hm && T == 1; /* decode: the host may compute some misses */
+        rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, err);
         exps = vc->dslots;
     }
     const int max_act = P < E ? P : E;
@@ -568,6 +569,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         rc = gpu_mm_glu(d, &gl->sh_gate, &gl->sh_up, h, H, gg, u, T, err);
         if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, c->shared_inter, ys, H, T, err);
     }
+    if (!rc && vc && vc->hm) rc = hostmiss_run(s->g, eo, err); /* while the card computes the rest */
     void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared};
     if (!rc) rc = gpu_launch(d, d->k.moe_combine, blocks(H, 256), (unsigned)T, 1, 256, 0, a3, "expert sum", err);
     if (!rc && nl >= 0) rc = vcache_prefetch(s->g, err); /* while the device computes this layer */

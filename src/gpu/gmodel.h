@@ -24,6 +24,7 @@
 #define E0_GPU_GMODEL_H
 
 #include "gpu/gpu.h"
+#include "gpu/replica.h"
 #include "weights/weights.h"
 
 typedef struct {
@@ -34,6 +35,21 @@ typedef struct {
     gpu_mat xg, xu, xd; /* the routed experts, stacked: gate, up, down */
     CUdeviceptr in_norm, post_norm, q_norm, k_norm, conv_w, A, dt_bias, lin_norm;
 } gpu_layer;
+
+/* The host's share of a decode step's misses (gpu/hostmiss.c). */
+typedef struct gpu_hostmiss {
+    int max;             /* a MoE call's misses the host takes, at most */
+    int H, I, k;         /* hidden, expert width, top-k */
+    float *x;            /* [H] the call's input row, read back with its routing */
+    int32_t *ridx;       /* [k] its pairs' experts */
+    int n;               /* the call's experts the host computes */
+    int32_t *exp, *pair; /* [k] each one's expert and pair */
+    rmat *m;             /* [3k] each one's gate, up and down in host memory */
+    float *mid;          /* [k * I] their SwiGLU rows */
+    float *out;          /* [k * H] their output rows, pinned, copied to the card */
+    uint64_t experts;    /* experts the host computed */
+    double s;            /* host time computing them */
+} gpu_hostmiss;
 
 /* The VRAM expert cache: n_slots slots of slot_bytes in one pool, each
  * holding one expert's gate, up and down (at the offsets of its layer's
@@ -84,6 +100,7 @@ typedef struct {
     uint32_t win_fetched, win_used; /* the same over the current window (vcache_guess_now) */
     uint32_t calls;        /* MoE calls asked vcache_guess_now */
     bool sparse;           /* the last window's guesses were mostly wrong: guess one call in 32 */
+    gpu_hostmiss *hm;      /* the host computes some misses (hostmiss_new), or NULL */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -128,7 +145,21 @@ void vcache_free(gpu_model *g);
  * uses), and writes the slots in exps' order to x->dslots, which the
  * expert kernels then take as their experts. */
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
-               char *err);
+               CUdeviceptr in, CUdeviceptr ridx, char *err);
+/* The host's share of the misses (gpu/hostmiss.c): hostmiss_new sets up
+ * the host to compute up to max misses of each decode MoE call (the
+ * experts must be in host memory: after vcache_pin_host); vcache_map, given
+ * the call's input row `in` and its pairs' experts `ridx` (decode, T = 1),
+ * reads them back (hostmiss_read) and offers each miss to hostmiss_take,
+ * which takes it (slot -1: the expert kernels skip it) while the host has
+ * room; hostmiss_run, once the card's expert kernels are launched,
+ * computes the taken experts (the card's bits: gpu/replica.h) and copies
+ * their rows into the experts' output eo in stream order. */
+int hostmiss_new(gpu_model *g, int max, char *err);
+void hostmiss_free(gpu_model *g);
+int hostmiss_read(gpu_model *g, CUdeviceptr in, CUdeviceptr ridx, char *err);
+bool hostmiss_take(gpu_model *g, int li, int e, char *err, int *rc);
+int hostmiss_run(gpu_model *g, CUdeviceptr eo, char *err);
 /* Decode over the cache: vcache_map also reads back, where guess is not
  * 0, top_k experts of MoE layer guess_layer that the device guessed (that
  * layer's router on this layer's input); vcache_prefetch, called once this

@@ -210,6 +210,7 @@ void vcache_free(gpu_model *g) {
     if (!x) return;
     if (x->guess_pending) g->d->cu->StreamSynchronize(g->d->cs); /* a guess's copies into the pool */
     hcache_free(g);
+    hostmiss_free(g);
     unpin(g);
     gpu_free(g->d, x->pool, x->slot_bytes * (uint64_t)x->n_slots);
     gpu_free(g->d, x->dslots, (size_t)x->E * sizeof(int32_t));
@@ -292,7 +293,7 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
 }
 
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
-               char *err) {
+               CUdeviceptr in, CUdeviceptr ridx, char *err) {
     gpu_vcache *x = g->vc;
     const double t0 = now_s();
     int32_t n = 0;
@@ -304,6 +305,8 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         rc = gpu_get(g->d, x->guess, guess, (size_t)g->top_k * sizeof *x->guess, err);
         if (!rc) x->guess_layer = guess_layer;
     }
+    const bool host = x->hm && in;
+    if (!rc && host) rc = hostmiss_read(g, in, ridx, err);
     if (!rc && x->guess_pending) { /* the last guess's copies, before this call's kernels read its slots */
         rc = gpu_wait_copy_mark(g->d, 0, err);
         x->guess_pending = false;
@@ -325,6 +328,11 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
             if (x->fetched[i]) x->prefetch_used++, x->win_used++, x->fetched[i] = 0;
         } else {
             x->misses++, x->lmisses[li]++;
+            if (host && hostmiss_take(g, li, e, err, &rc)) { /* not admitted: the host computes it */
+                slots[a] = -1;
+                continue;
+            }
+            if (rc) break;
             i = x->tail;
             mold[nm] = claim(x, i);
             mexp[nm] = e, mslot[nm++] = i;

@@ -71,6 +71,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->host_pinned = vc->pinned;
         st->vram_prefetched = vc->prefetched;
         st->vram_prefetch_used = vc->prefetch_used;
+        st->vram_host_experts = vc->hm ? vc->hm->experts : 0;
+        st->vram_host_s = vc->hm ? vc->hm->s : 0;
         gpu_hstats h;
         hcache_stats(e->gmodel, &h);
         st->host_cache_slots = h.slots;

@@ -189,9 +189,19 @@ static void host_open(e0_engine *e, char *note, size_t n) {
         char no[E0_ERR_MAX] = "off by default; $E0_GPU_STAGE=1 turns it on";
         if (env_is("E0_GPU_STAGE", "1") && vcache_stage_on(e->gmodel, e->top_k, &on, no, why))
             snprintf(no, sizeof no, "%.300s", why);
-        snprintf(note, n, "; a decode step's misses %s%.300s%s",
+        /* the host computing some misses itself: off until measured on a card;
+         * $E0_GPU_HOST_MISS=N lets it take up to N of each decode MoE call's */
+        const char *hmv = getenv("E0_GPU_HOST_MISS");
+        const int hmax = !on && hmv ? atoi(hmv) : 0;
+        if (hmax > 0 && hostmiss_new(e->gmodel, hmax, why)) {
+            snprintf(note, n, "; the host computing misses failed (%.300s)", why);
+            return;
+        }
+        char hnote[64] = "";
+        if (hmax > 0) snprintf(hnote, sizeof hnote, ", up to %d a MoE call computed by the host", e->gmodel->vc->hm->max);
+        snprintf(note, n, "; a decode step's misses %s%.300s%s%s",
                  on ? "staged by the device" : "copied in by the host (not staged by the device: ",
-                 on ? "" : no, on ? "" : ")");
+                 on ? "" : no, on ? "" : ")", hnote);
     } else if (e->gpu_host == GPU_HOST_CACHE) {
         if (hcache_new(e->gmodel, e->gpu_host_cache, why)) {
             snprintf(note, n, "; no host expert cache (%.300s): misses staged by the driver", why);
