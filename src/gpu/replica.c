@@ -307,19 +307,6 @@ TGT static inline __attribute__((always_inline)) void dq32_v(const rmat *W, cons
                                                             __m512 *lo, __m512 *hi) {
     const uint8_t *row = W->w + (size_t)r * (size_t)W->row_bytes;
     switch (fmt) {
-    case GPU_F_Q4_K: {
-        const uint8_t *b = row + (size_t)(c / 8) * 144;
-        const int s = c % 8;
-        int sc, m;
-        k4_sm(b + 4, s, &sc, &m);
-        const __m512 d1 = _mm512_set1_ps(h16f(ld16(b)) * (float)sc);
-        const __m512 nm1 = _mm512_set1_ps(-(h16f(ld16(b + 2)) * (float)m));
-        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (s / 2)));
-        q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (s % 2)), _mm256_set1_epi8(0x0f));
-        *lo = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), nm1);
-        *hi = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), nm1);
-        return;
-    }
     case GPU_F_Q6_K: {
         const uint8_t *b = row + (size_t)(c / 8) * 210;
         const int cc = c % 8, h = cc / 4, k = cc % 4;
@@ -408,6 +395,34 @@ TGT static inline __m512 fold16x16(const __m512 p[16]) {
     return _mm512_permutexvar_ps(back, r);
 }
 
+/* Q4_K's chunk scales d1 = d * sc and mins -(dmin * m) (dq32's), for chunks
+ * c0 .. c0 + n - 1 of row r: a super-block's d and dmin read once. */
+TGT static inline void k4_scales(const rmat *W, int32_t r, int c0, int n, float *d1, float *m1) {
+    const uint8_t *row = W->w + (size_t)r * (size_t)W->row_bytes;
+    for (int j = 0; j < n;) {
+        const int c = c0 + j;
+        const uint8_t *b = row + (size_t)(c / 8) * 144;
+        const float d = h16f(ld16(b)), dmin = h16f(ld16(b + 2));
+        for (int s = c % 8; s < 8 && j < n; s++, j++) {
+            int sc, mn;
+            k4_sm(b + 4, s, &sc, &mn);
+            d1[j] = d * (float)sc;
+            m1[j] = -(dmin * (float)mn);
+        }
+    }
+}
+
+/* Q4_K's chunk c given its scale and negated min. */
+TGT static inline void dq32_q4k(const rmat *W, int32_t r, int c, float d1, float nm1, __m512 *lo, __m512 *hi) {
+    const uint8_t *b = W->w + (size_t)r * (size_t)W->row_bytes + (size_t)(c / 8) * 144;
+    const int s = c % 8;
+    const __m512 vd = _mm512_set1_ps(d1), vm = _mm512_set1_ps(nm1);
+    __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (s / 2)));
+    q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (s % 2)), _mm256_set1_epi8(0x0f));
+    *lo = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), vm);
+    *hi = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), vm);
+}
+
 /* dot_avx512 for one format: inlined with fmt a constant, so that each
  * format's loop is its own code, with no switch inside. */
 TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, const int fmt, int32_t r,
@@ -417,13 +432,16 @@ TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, co
     for (int c0 = 0; c0 < nc; c0 += 16) {
         const int n = nc - c0 < 16 ? nc - c0 : 16;
         __m512 p[16];
+        float d1[16], m1[16]; /* Q4_K: each chunk's scale and min, dq32's d1 and -m1 */
+        if (fmt == GPU_F_Q4_K) k4_scales(m, r, c0, n, d1, m1);
         for (int j = 0; j < 16; j++) {
             if (j >= n) {
                 p[j] = _mm512_setzero_ps();
                 continue;
             }
             __m512 lo, hi;
-            dq32_v(m, fmt, r, c0 + j, &lo, &hi);
+            if (fmt == GPU_F_Q4_K) dq32_q4k(m, r, c0 + j, d1[j], m1[j], &lo, &hi);
+            else dq32_v(m, fmt, r, c0 + j, &lo, &hi);
             const float *xc = x + 32 * (c0 + j);
             p[j] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xc + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xc)));
         }
