@@ -3,7 +3,8 @@
 # host replica (test_replica: the host's bits against the card's, every format; test_budgets:
 # the host computing up to 3 misses a MoE call, bit-identical to all resident); the 35B shape
 # all resident with these kernels against the committed ones before them (.gpu/old.ptx through
-# $E0_GPU_PTX), alternated; VRAM 8 and 16 GiB with the host computing up to N misses a MoE call
+# $E0_GPU_PTX) and with the products' chunk loop unrolled by 4 (.gpu/unroll.ptx:
+# bench/gpu/s35-unroll.patch, the same sums), alternated; VRAM 8 and 16 GiB with the host computing up to N misses a MoE call
 # ($E0_GPU_HOST_MISS=N) against none; then session 34's next-layer guesses ($E0_GPU_PREFETCH=1);
 # last, the llama.cpp CPU build for the 16-core scaling call in the background.
 #   tar -xJf .peer/gpu.tar.xz && DL=400 bash .gpu/s35-callA.sh      carry [".peer"]
@@ -25,10 +26,10 @@ grep -E "^\[|replica|host|bit-identical|worst|DIFF|FAIL|rror" /tmp/test_gpu.log 
 wait
 run() { timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 64 --skip-cold --threads 16 "$@" 2>&1 |
     grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache|guessed|computed by the host"; }
-for v in new old new old; do
+for v in new unroll old new unroll old; do
     left 40 || break
     echo "=== q36 all resident: $v kernels $(el)"
-    [ $v = old ] && export E0_GPU_PTX=.gpu/old.ptx
+    [ $v != new ] && export E0_GPU_PTX=.gpu/$v.ptx
     run
     unset E0_GPU_PTX
 done
