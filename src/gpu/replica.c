@@ -300,6 +300,18 @@ TGT static inline float fold16(__m512 p) {
 /* f16 to f32 by the F16C instruction (exact, as f16f) */
 TGT static inline float h16f(uint16_t v) { return _cvtsh_ss(v); }
 
+/* IQ4_NL's and IQ4_XS's 16 bytes of nibbles as the table's values times dl:
+ * low nibbles values 0-15, high ones 16-31 (dq32's). */
+TGT static inline void iq4_v(const uint8_t *qs, float dl, __m512 *lo, __m512 *hi) {
+    const __m128i tab = _mm_loadu_si128((const __m128i *)k_iq4nl);
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), f = _mm_set1_epi8(0x0f);
+    const __m128i a = _mm_shuffle_epi8(tab, _mm_and_si128(q, f));
+    const __m128i b = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(q, 4), f));
+    const __m512 d = _mm512_set1_ps(dl);
+    *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a)));
+    *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+}
+
 /* A chunk's 32 values as two registers (values 0-15, 16-31): the common
  * formats dequantized in the registers, each value by dq32's operation;
  * the rest through dq32 itself. */
@@ -323,6 +335,19 @@ TGT static inline __attribute__((always_inline)) void dq32_v(const rmat *W, cons
                             _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), c32)));
         *hi = _mm512_mul_ps(_mm512_set1_ps(ds1),
                             _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)), c32)));
+        return;
+    }
+    case GPU_F_IQ4_NL: {
+        const uint8_t *b = row + (size_t)c * 18;
+        iq4_v(b + 2, h16f(ld16(b)), lo, hi);
+        return;
+    }
+    case GPU_F_IQ4_XS: {
+        const uint8_t *b = row + (size_t)(c / 8) * 136;
+        const int s = c % 8;
+        const uint16_t sh = ld16(b + 2);
+        const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | ((sh >> (2 * s)) & 3) << 4;
+        iq4_v(b + 8 + 16 * s, h16f(ld16(b)) * (float)(ls - 32), lo, hi);
         return;
     }
     case GPU_F_Q8_0: {
@@ -395,13 +420,13 @@ TGT static inline __m512 fold16x16(const __m512 p[16]) {
     return _mm512_permutexvar_ps(back, r);
 }
 
-/* Q4_K's chunk scales d1 = d * sc and mins -(dmin * m) (dq32's), for chunks
- * c0 .. c0 + n - 1 of row r: a super-block's d and dmin read once. */
-TGT static inline void k4_scales(const rmat *W, int32_t r, int c0, int n, float *d1, float *m1) {
+/* Q4_K's and Q5_K's chunk scales d1 = d * sc and mins -(dmin * m) (dq32's),
+ * for chunks c0 .. c0 + n - 1 of row r: a super-block's d and dmin read once. */
+TGT static inline void k4_scales(const rmat *W, const int fmt, int32_t r, int c0, int n, float *d1, float *m1) {
     const uint8_t *row = W->w + (size_t)r * (size_t)W->row_bytes;
     for (int j = 0; j < n;) {
         const int c = c0 + j;
-        const uint8_t *b = row + (size_t)(c / 8) * 144;
+        const uint8_t *b = row + (size_t)(c / 8) * (fmt == GPU_F_Q5_K ? 176 : 144);
         const float d = h16f(ld16(b)), dmin = h16f(ld16(b + 2));
         for (int s = c % 8; s < 8 && j < n; s++, j++) {
             int sc, mn;
@@ -412,13 +437,19 @@ TGT static inline void k4_scales(const rmat *W, int32_t r, int c0, int n, float 
     }
 }
 
-/* Q4_K's chunk c given its scale and negated min. */
-TGT static inline void dq32_q4k(const rmat *W, int32_t r, int c, float d1, float nm1, __m512 *lo, __m512 *hi) {
-    const uint8_t *b = W->w + (size_t)r * (size_t)W->row_bytes + (size_t)(c / 8) * 144;
+/* Q4_K's or Q5_K's chunk c given its scale and negated min. */
+TGT static inline __attribute__((always_inline)) void dq32_k45(const rmat *W, const int fmt, int32_t r, int c,
+                                                              float d1, float nm1, __m512 *lo, __m512 *hi) {
+    const bool q5 = fmt == GPU_F_Q5_K;
+    const uint8_t *b = W->w + (size_t)r * (size_t)W->row_bytes + (size_t)(c / 8) * (q5 ? 176 : 144);
     const int s = c % 8;
     const __m512 vd = _mm512_set1_ps(d1), vm = _mm512_set1_ps(nm1);
-    __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (s / 2)));
+    __m256i q = _mm256_loadu_si256((const __m256i *)(b + (q5 ? 48 : 16) + 32 * (s / 2)));
     q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (s % 2)), _mm256_set1_epi8(0x0f));
+    if (q5) { /* bit s of each of the 32 high-bit bytes, as bit 4 */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b + 16));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, s), _mm256_set1_epi8(1)), 4));
+    }
     *lo = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), vm);
     *hi = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), vm);
 }
@@ -432,15 +463,16 @@ TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, co
     for (int c0 = 0; c0 < nc; c0 += 16) {
         const int n = nc - c0 < 16 ? nc - c0 : 16;
         __m512 p[16];
-        float d1[16], m1[16]; /* Q4_K: each chunk's scale and min, dq32's d1 and -m1 */
-        if (fmt == GPU_F_Q4_K) k4_scales(m, r, c0, n, d1, m1);
+        float d1[16], m1[16]; /* Q4_K, Q5_K: each chunk's scale and min, dq32's d1 and -m1 */
+        const bool k45 = fmt == GPU_F_Q4_K || fmt == GPU_F_Q5_K;
+        if (k45) k4_scales(m, fmt, r, c0, n, d1, m1);
         for (int j = 0; j < 16; j++) {
             if (j >= n) {
                 p[j] = _mm512_setzero_ps();
                 continue;
             }
             __m512 lo, hi;
-            if (fmt == GPU_F_Q4_K) dq32_q4k(m, r, c0 + j, d1[j], m1[j], &lo, &hi);
+            if (k45) dq32_k45(m, fmt, r, c0 + j, d1[j], m1[j], &lo, &hi);
             else dq32_v(m, fmt, r, c0 + j, &lo, &hi);
             const float *xc = x + 32 * (c0 + j);
             p[j] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xc + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xc)));
@@ -455,7 +487,10 @@ TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, co
 TGT static float dot_avx512(const rmat *m, int32_t r, const float *x) {
     switch (m->fmt) {
     case GPU_F_Q4_K: return dot_fmt(m, GPU_F_Q4_K, r, x);
+    case GPU_F_Q5_K: return dot_fmt(m, GPU_F_Q5_K, r, x);
     case GPU_F_Q6_K: return dot_fmt(m, GPU_F_Q6_K, r, x);
+    case GPU_F_IQ4_XS: return dot_fmt(m, GPU_F_IQ4_XS, r, x);
+    case GPU_F_IQ4_NL: return dot_fmt(m, GPU_F_IQ4_NL, r, x);
     case GPU_F_Q8_0: return dot_fmt(m, GPU_F_Q8_0, r, x);
     case GPU_F_Q4_0: return dot_fmt(m, GPU_F_Q4_0, r, x);
     case GPU_F_QA4: return dot_fmt(m, GPU_F_QA4, r, x);
