@@ -223,31 +223,24 @@ __device__ __forceinline__ void stage_x(float *sx, const float *const *xs, int n
 }
 
 /* The dot product of a chunk's 32 values with its 32 inputs, in the order
- * the host's replica (gpu/replica.c) keeps with one 16-wide vector: 16
- * products, the upper half's 16 fused in, then halves folded (8, 4, 2, 1).
- * Explicit round-to-nearest operations, which the driver may not fuse. */
+ * the host's replica (gpu/replica.c) keeps: eight groups of four, each
+ * (v1 x1, then v0 x0, v2 x2, v3 x3 fused in), summed in turn from 0.
+ * Explicit round-to-nearest operations, which the driver may not fuse.
+ * (Session 35: 16 pairs folded by halves instead cost 25% of a resident
+ * decode step; this is the order nvcc gave the plain expression before.) */
 __device__ __forceinline__ float chunk_dot(const float v[32], const float *xc) {
     const float4 *x4 = (const float4 *)xc;
-    float p[16];
+    float a = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < 8; j++) {
         const float4 q = x4[j];
-        p[4 * j] = __fmul_rn(v[4 * j], q.x), p[4 * j + 1] = __fmul_rn(v[4 * j + 1], q.y);
-        p[4 * j + 2] = __fmul_rn(v[4 * j + 2], q.z), p[4 * j + 3] = __fmul_rn(v[4 * j + 3], q.w);
+        float t = __fmul_rn(v[4 * j + 1], q.y);
+        t = __fmaf_rn(v[4 * j], q.x, t);
+        t = __fmaf_rn(v[4 * j + 2], q.z, t);
+        t = __fmaf_rn(v[4 * j + 3], q.w, t);
+        a = __fadd_rn(a, t);
     }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float4 q = x4[4 + j];
-        p[4 * j] = __fmaf_rn(v[16 + 4 * j], q.x, p[4 * j]);
-        p[4 * j + 1] = __fmaf_rn(v[17 + 4 * j], q.y, p[4 * j + 1]);
-        p[4 * j + 2] = __fmaf_rn(v[18 + 4 * j], q.z, p[4 * j + 2]);
-        p[4 * j + 3] = __fmaf_rn(v[19 + 4 * j], q.w, p[4 * j + 3]);
-    }
-#pragma unroll
-    for (int h = 8; h > 0; h >>= 1)
-#pragma unroll
-        for (int k = 0; k < h; k++) p[k] = __fadd_rn(p[k], p[k + h]);
-    return p[0];
+    return a;
 }
 
 /* One row r of W against the n <= TT staged input rows: acc[i] = W[r] .

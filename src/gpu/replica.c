@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool g_scalar;
@@ -240,14 +241,18 @@ static inline void dq32(const rmat *W, int32_t r, int c, float v[32]) {
     }
 }
 
-/* chunk_dot: 16 products, the upper 16 fused in, halves folded. */
+/* chunk_dot: eight groups of four (v1 x1, then v0 x0, v2 x2, v3 x3 fused
+ * in), summed in turn from 0. */
 static float chunk_dot(const float v[32], const float *x) {
-    float p[16];
-    for (int k = 0; k < 16; k++) p[k] = v[k] * x[k];
-    for (int k = 0; k < 16; k++) p[k] = fmaf(v[16 + k], x[16 + k], p[k]);
-    for (int h = 8; h > 0; h >>= 1)
-        for (int k = 0; k < h; k++) p[k] = p[k] + p[k + h];
-    return p[0];
+    float a = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float t = v[4 * j + 1] * x[4 * j + 1];
+        t = fmaf(v[4 * j], x[4 * j], t);
+        t = fmaf(v[4 * j + 2], x[4 * j + 2], t);
+        t = fmaf(v[4 * j + 3], x[4 * j + 3], t);
+        a = a + t;
+    }
+    return a;
 }
 
 /* row_dot: lane l sums chunks l, l + 32, ... in turn; warp_sum folds the
@@ -399,25 +404,29 @@ TGT static inline __attribute__((always_inline)) void dq32_v(const rmat *W, cons
     }
 }
 
-/* Sixteen chunks' pair vectors p[0..15] folded by halves (each as fold16
- * folds one), transposed: one add a step for two, four, eight, then
- * sixteen chunks at once. Returns chunk j's value in element j. */
-TGT static inline __m512 fold16x16(const __m512 p[16]) {
-    __m512 s1[8], s2[4], s3[2];
-    for (int i = 0; i < 8; i++) /* k + 8: [chunk 2i | chunk 2i + 1], 8 values each */
-        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int j = 0; j < 4; j++) /* k + 4: quarter q holds chunk 4j + q */
-        s2[j] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * j], s1[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_f32x4(s1[2 * j], s1[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int m = 0; m < 2; m++) /* k + 2: quarter q holds chunks 8m + q and 8m + 4 + q, 2 values each */
-        s3[m] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* k + 1: element 4q + t is chunk q + 4t */
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i back = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(back, r);
+/* The groups' sums of sixteen chunks, t[i] = [chunk 2i's 8 groups | chunk
+ * 2i + 1's], transposed to one register a group (chunk c in element c),
+ * then summed in chunk_dot's order: 0 + group 0, + group 1, ... + group 7.
+ * Three steps of two-source permutes (4, then 2, then 1 groups a register). */
+TGT static inline __m512 groups16(const __m512 t[8]) {
+    const __m512i s1[2] = {_mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0),
+                           _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7, 6, 5, 4)};
+    const __m512i s2[2] = {_mm512_set_epi32(29, 28, 25, 24, 21, 20, 17, 16, 13, 12, 9, 8, 5, 4, 1, 0),
+                           _mm512_set_epi32(31, 30, 27, 26, 23, 22, 19, 18, 15, 14, 11, 10, 7, 6, 3, 2)};
+    const __m512i s3[2] = {_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0),
+                           _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)};
+    __m512 u[4][2], v[2][2][2];
+    for (int k = 0; k < 4; k++) /* chunks 4k .. 4k + 3, groups 4h .. 4h + 3 */
+        for (int h = 0; h < 2; h++) u[k][h] = _mm512_permutex2var_ps(t[2 * k], s1[h], t[2 * k + 1]);
+    for (int m = 0; m < 2; m++) /* chunks 8m .. 8m + 7, groups 4h + 2q, + 1 */
+        for (int h = 0; h < 2; h++)
+            for (int q = 0; q < 2; q++) v[m][h][q] = _mm512_permutex2var_ps(u[2 * m][h], s2[q], u[2 * m + 1][h]);
+    __m512 a = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j++) {
+        const int h = j / 4, q = (j / 2) % 2, r = j % 2;
+        a = _mm512_add_ps(a, _mm512_permutex2var_ps(v[0][h][q], s3[r], v[1][h][q]));
+    }
+    return a;
 }
 
 /* Q4_K's and Q5_K's chunk scales d1 = d * sc and mins -(dmin * m) (dq32's),
@@ -457,29 +466,40 @@ TGT static inline __attribute__((always_inline)) void dq32_k45(const rmat *W, co
 /* dot_avx512 for one format: inlined with fmt a constant, so that each
  * format's loop is its own code, with no switch inside. */
 TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, const int fmt, int32_t r,
-                                                               const float *x) {
+                                                               const float *xp) {
+    /* a chunk's values 4g + k as [k = 0 | k = 1] and [k = 2 | k = 3], 8 groups g each */
+    const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
     __m512 lanes[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int nc = m->cols / 32;
     for (int c0 = 0; c0 < nc; c0 += 16) {
         const int n = nc - c0 < 16 ? nc - c0 : 16;
-        __m512 p[16];
+        __m512 t2[8];
         float d1[16], m1[16]; /* Q4_K, Q5_K: each chunk's scale and min, dq32's d1 and -m1 */
         const bool k45 = fmt == GPU_F_Q4_K || fmt == GPU_F_Q5_K;
         if (k45) k4_scales(m, fmt, r, c0, n, d1, m1);
-        for (int j = 0; j < 16; j++) {
-            if (j >= n) {
-                p[j] = _mm512_setzero_ps();
-                continue;
+        for (int j = 0; j < 16; j += 2) {
+            __m256 t[2];
+            for (int o = 0; o < 2; o++) {
+                if (j + o >= n) {
+                    t[o] = _mm256_setzero_ps();
+                    continue;
+                }
+                __m512 lo, hi;
+                if (k45) dq32_k45(m, fmt, r, c0 + j + o, d1[j + o], m1[j + o], &lo, &hi);
+                else dq32_v(m, fmt, r, c0 + j + o, &lo, &hi);
+                const __m512 z0 = _mm512_permutex2var_ps(lo, ia, hi), z1 = _mm512_permutex2var_ps(lo, ib, hi);
+                const float *x = xp + 32 * (size_t)(c0 + j + o); /* x's chunk in the same order */
+                __m256 s = _mm256_mul_ps(_mm512_extractf32x8_ps(z0, 1), _mm256_loadu_ps(x + 8));
+                s = _mm256_fmadd_ps(_mm512_castps512_ps256(z0), _mm256_loadu_ps(x), s);
+                s = _mm256_fmadd_ps(_mm512_castps512_ps256(z1), _mm256_loadu_ps(x + 16), s);
+                t[o] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(z1, 1), _mm256_loadu_ps(x + 24), s);
             }
-            __m512 lo, hi;
-            if (k45) dq32_k45(m, fmt, r, c0 + j, d1[j], m1[j], &lo, &hi);
-            else dq32_v(m, fmt, r, c0 + j, &lo, &hi);
-            const float *xc = x + 32 * (c0 + j);
-            p[j] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xc + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xc)));
+            t2[j / 2] = _mm512_insertf32x8(_mm512_castps256_ps512(t[0]), t[1], 1);
         }
         /* lane l takes chunks l, l + 32, ...: these 16 go to lanes c0 % 32 .. + 15 */
         __m512 *L = &lanes[(c0 / 16) % 2];
-        *L = _mm512_mask_add_ps(*L, (__mmask16)((1u << n) - 1), *L, fold16x16(p));
+        *L = _mm512_mask_add_ps(*L, (__mmask16)((1u << n) - 1), *L, groups16(t2));
     }
     return fold16(_mm512_add_ps(lanes[0], lanes[1]));
 }
@@ -506,14 +526,58 @@ static bool have_avx512(void) {
     return have;
 }
 
+/* x in dot_fmt's order: chunk c's values 4g + k at 32c + 8k + g. */
+TGT static void permute_x(const float *x, int cols, float *xp) {
+    const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+    for (int c = 0; c < cols / 32; c++) {
+        const __m512 lo = _mm512_loadu_ps(x + 32 * c), hi = _mm512_loadu_ps(x + 32 * c + 16);
+        _mm512_storeu_ps(xp + 32 * c, _mm512_permutex2var_ps(lo, ia, hi));
+        _mm512_storeu_ps(xp + 32 * c + 16, _mm512_permutex2var_ps(lo, ib, hi));
+    }
+}
+
+/* Rows [r0, r1) of W, and of U if not NULL, against x: y[r - r0] = W[r] . x
+ * and u[r - r0] = U[r] . x. */
+static void dots(const rmat *W, const rmat *U, const float *x, int32_t r0, int32_t r1, float *y, float *u) {
+    if (g_scalar || !have_avx512()) {
+        for (int32_t r = r0; r < r1; r++) {
+            y[r - r0] = dot_scalar(W, r, x);
+            if (U) u[r - r0] = dot_scalar(U, r, x);
+        }
+        return;
+    }
+    float stack[4096], *xp = W->cols <= 4096 ? stack : malloc((size_t)W->cols * sizeof *xp);
+    if (!xp) { /* out of memory: the scalar form needs none */
+        for (int32_t r = r0; r < r1; r++) {
+            y[r - r0] = dot_scalar(W, r, x);
+            if (U) u[r - r0] = dot_scalar(U, r, x);
+        }
+        return;
+    }
+    permute_x(x, W->cols, xp);
+    for (int32_t r = r0; r < r1; r++) {
+        y[r - r0] = dot_avx512(W, r, xp);
+        if (U) u[r - r0] = dot_avx512(U, r, xp);
+    }
+    if (xp != stack) free(xp);
+}
+
 float replica_dot(const rmat *m, int32_t r, const float *x) {
-    return !g_scalar && have_avx512() ? dot_avx512(m, r, x) : dot_scalar(m, r, x);
+    float y[1];
+    dots(m, NULL, x, r, r + 1, y, NULL);
+    return y[0];
 }
 
 void replica_mv(const rmat *W, const float *x, int32_t r0, int32_t r1, float *y) {
-    for (int32_t r = r0; r < r1; r++) y[r] = replica_dot(W, r, x);
+    dots(W, NULL, x, r0, r1, y + r0, NULL);
 }
 
 void replica_glu(const rmat *G, const rmat *U, const float *x, int32_t r0, int32_t r1, float *h) {
-    for (int32_t r = r0; r < r1; r++) h[r] = replica_silu(replica_dot(G, r, x)) * replica_dot(U, r, x);
+    float gs[64], us[64];
+    for (int32_t a = r0; a < r1; a += 64) {
+        const int32_t b = r1 - a < 64 ? r1 : a + 64;
+        dots(G, U, x, a, b, gs, us);
+        for (int32_t r = a; r < b; r++) h[r] = replica_silu(gs[r - a]) * us[r - a];
+    }
 }
