@@ -290,10 +290,10 @@ float replica_exp(float x) {
 
 float replica_silu(float x) { return x / (1.0f + replica_exp(-x)); }
 
-/* The same sums with AVX-512: a chunk's 16 pairs in one register, folded
- * by halves as chunk_dot folds them (256-bit halves, then 128, 64, 32);
- * the lanes' sums likewise. dq32 is inlined here and compiled for this
- * target, its fmaf a single instruction. */
+/* The same sums with AVX-512 (dot_fmt below): the lanes' sums folded by
+ * halves as warp_sum folds them (256-bit halves, then 128, 64, 32). dq32 is
+ * inlined here and compiled for this target, its fmaf a single
+ * instruction. */
 #define TGT __attribute__((target("avx512f,avx512dq,fma,f16c")))
 TGT static inline float fold16(__m512 p) {
     const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(p), _mm512_extractf32x8_ps(p, 1));

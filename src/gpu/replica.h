@@ -8,8 +8,8 @@
  * give the all-resident run's bits; so the host here computes what the
  * card's vector kernels compute (kernels_mm.cuh: dq32, chunk_dot, row_dot,
  * the SwiGLU) in the same IEEE operations and the same order: a lane's
- * chunks in turn, a chunk's 32 products as 16 pairs folded by halves, the
- * warp's 32 lanes folded by halves, exp by the same polynomial. An expert
+ * chunks in turn, a chunk's 32 products as eight groups of four summed in
+ * turn, the warp's 32 lanes folded by halves, exp by the same polynomial. An expert
  * computed here is the bits the card's would be.
  *
  * Every weight format the card reads (gpu_fmt); the scalar form is the
