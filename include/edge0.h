@@ -309,6 +309,8 @@ typedef struct {
     uint64_t vram_prefetched, vram_prefetch_used; /* experts a decode step's guess of the next layer brought in; of them, routed to */
     uint64_t vram_host_experts;      /* misses the host computed itself (the card's bits), not copied in */
     double vram_host_s;              /* host time computing them */
+    int32_t vram_host_max;           /* a MoE call's misses the host takes, at most (now) */
+    bool vram_host_timed;            /* that number chosen by timing decode steps ($E0_GPU_HOST_MISS=auto) */
     int32_t host_cache_slots;        /* the GPU's host expert cache (pinned), where the experts are not all pinned */
     uint64_t host_cache_hits, host_cache_misses; /* its lookups for VRAM misses */
     uint64_t host_cache_kept;        /* experts the VRAM gave up, copied back into it (exclusive caching) */

@@ -5,7 +5,7 @@
 # all resident with these kernels against session 34's (.gpu/old.ptx, $E0_GPU_PTX), alternated:
 # they should now be equal; VRAM 8 GiB with the host computing up to N = 0, 1, 2, 3 misses a MoE
 # call ($E0_GPU_HOST_MISS), then with the next layer's guesses ($E0_GPU_PREFETCH=1) alone and with
-# N = 2; 16 GiB with N = 0, 1, 2. Session 35's call A hung on a bare `wait` (bash waits for the
+# N = 2; 16 GiB with N = 0, 1, 2; then N timed while decoding (=auto) against 0, 256 tokens. Session 35's call A hung on a bare `wait` (bash waits for the
 # `exec > >(tee)` process substitution too): this one waits for the synth's pid only.
 #   pack as in s35-callA.sh (.gpu/old.ptx: git show 162e753:src/gpu/kernels.ptx), then
 #   tar -xJf .peer/gpu.tar.xz && DL=420 bash .gpu/s36-callA.sh      carry [".peer"]
@@ -40,5 +40,11 @@ for v in 8:0:0 8:1:0 8:2:0 8:3:0 8:0:1 8:2:1 8:0:0 16:0:0 16:1:0 16:2:0; do
     IFS=: read -r b n p <<< "$v"
     echo "=== q36 VRAM $b GiB, host misses up to $n, guesses $p $(el)"
     E0_GPU_HOST_MISS=$n E0_GPU_PREFETCH=$p run --vram-budget ${b}G
+done
+# the number timed while decoding (5 settings x 10 steps of measuring, then kept): 256 tokens
+for v in 8:auto 8:0 16:auto 16:0; do
+    left 30 || break
+    echo "=== q36 VRAM ${v%:*} GiB, host misses ${v#*:}, decode 256 $(el)"
+    E0_GPU_HOST_MISS=${v#*:} run --vram-budget ${v%:*}G --decode 256
 done
 echo "=== end $(el)"

@@ -535,9 +535,10 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
                per_tok(ph->d.pcie_staged_bytes, ph->d.decode_tokens) / (1 << 20),
                pb * dtok / 1e9, ph->d.pcie_gbs > 0 ? 100 * pb * dtok / 1e9 / ph->d.pcie_gbs : 0.0,
                ph->d.pcie_gbs, ph->d.vram_wait_s, ph->d.vram_copy_s);
-        if (ph->d.vram_host_experts)
-            printf("    misses computed by the host instead of copied in: %.1f/token, %.2f s\n",
-                   per_tok(ph->d.vram_host_experts, ph->d.decode_tokens), ph->d.vram_host_s);
+        if (ph->d.vram_host_experts || ph->d.vram_host_timed)
+            printf("    misses computed by the host instead of copied in: %.1f/token, %.2f s; up to %d a MoE call%s\n",
+                   per_tok(ph->d.vram_host_experts, ph->d.decode_tokens), ph->d.vram_host_s, ph->d.vram_host_max,
+                   ph->d.vram_host_timed ? " (timed while decoding)" : "");
         if (ph->d.vram_prefetched)
             printf("    next layer's experts guessed and copied ahead: %.1f/token, %.0f%% of them routed to\n",
                    per_tok(ph->d.vram_prefetched, ph->d.decode_tokens),

@@ -554,9 +554,11 @@ void cli_print_stats(e0_engine *e, FILE *f) {
         fprintf(f, "  VRAM expert cache, the next layer's experts guessed and copied ahead: %llu, %llu routed to (%.1f%%)\n",
                 (unsigned long long)st.vram_prefetched, (unsigned long long)st.vram_prefetch_used,
                 pct(st.vram_prefetch_used, st.vram_prefetched));
-    if (st.vram_host_experts)
-        fprintf(f, "  VRAM expert cache, misses computed by the host instead of copied in: %llu (%.3f s)\n",
-                (unsigned long long)st.vram_host_experts, st.vram_host_s);
+    if (st.vram_host_experts || st.vram_host_timed)
+        fprintf(f, "  VRAM expert cache, misses computed by the host instead of copied in: %llu (%.3f s), up to %d a "
+                   "MoE call%s\n",
+                (unsigned long long)st.vram_host_experts, st.vram_host_s, st.vram_host_max,
+                st.vram_host_timed ? " (the fastest so far, timed while decoding)" : "");
     if (st.host_cache_slots)
         fprintf(f, "  host expert cache (pinned, for the GPU): %d slots, %llu hits, %llu misses (hit rate %.1f%%); "
                    "read %.1f MiB from the checkpoint in %.3f s; %llu given up by the VRAM kept\n",

@@ -25,6 +25,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/replica.h"
+#include "util/tune.h"
 #include "weights/weights.h"
 
 typedef struct {
@@ -49,6 +50,10 @@ typedef struct gpu_hostmiss {
     float *out;          /* [k * H] their output rows, pinned, copied to the card */
     uint64_t experts;    /* experts the host computed */
     double s;            /* host time computing them */
+    bool tuning;         /* max chosen by timing decode steps under each of 0 .. top (util/tune.h) */
+    tune tune;
+    int first;           /* the first MoE layer: its calls mark the steps */
+    double t_last;       /* when the last step's first call came */
 } gpu_hostmiss;
 
 /* The VRAM expert cache: n_slots slots of slot_bytes in one pool, each
@@ -155,9 +160,10 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
  * room; hostmiss_run, once the card's expert kernels are launched,
  * computes the taken experts (the card's bits: gpu/replica.h) and copies
  * their rows into the experts' output eo in stream order. */
+/* max < 0: chosen while decoding, the fastest of 0 .. min(top_k, -max). */
 int hostmiss_new(gpu_model *g, int max, char *err);
 void hostmiss_free(gpu_model *g);
-int hostmiss_read(gpu_model *g, CUdeviceptr in, CUdeviceptr ridx, char *err);
+int hostmiss_read(gpu_model *g, int li, CUdeviceptr in, CUdeviceptr ridx, char *err);
 bool hostmiss_take(gpu_model *g, int li, int e, char *err, int *rc);
 int hostmiss_run(gpu_model *g, CUdeviceptr eo, char *err);
 /* Decode over the cache: vcache_map also reads back, where guess is not

@@ -36,11 +36,19 @@
 int hostmiss_new(gpu_model *g, int max, char *err) {
     const e0_config *c = &g->m->cfg;
     gpu_vcache *x = g->vc;
-    if (!x || max <= 0) return 0;
+    if (!x || !max) return 0;
     gpu_hostmiss *h = calloc(1, sizeof *h);
     if (!h) return e0_fail(err, E0_ENOMEM, "out of memory");
     const int k = g->top_k;
+    h->tuning = max < 0;
+    if (h->tuning) max = -max;
     h->max = max < k ? max : k;
+    if (h->tuning) { /* settings 0 .. max, from 0 */
+        tune_init(&h->tune, h->max + 1 < TUNE_MAX_ARMS ? h->max + 1 : TUNE_MAX_ARMS);
+        h->max = tune_arm(&h->tune);
+    }
+    for (h->first = 0; h->first < c->n_layers; h->first++)
+        if (g->m->layers[h->first].moe && g->m->layers[h->first].experts) break;
     h->H = c->hidden, h->I = c->moe_inter, h->k = k;
     h->x = malloc((size_t)h->H * sizeof *h->x);
     h->ridx = malloc((size_t)k * sizeof *h->ridx);
@@ -68,9 +76,15 @@ void hostmiss_free(gpu_model *g) {
     g->vc->hm = NULL;
 }
 
-int hostmiss_read(gpu_model *g, CUdeviceptr in, CUdeviceptr ridx, char *err) {
+int hostmiss_read(gpu_model *g, int li, CUdeviceptr in, CUdeviceptr ridx, char *err) {
     gpu_hostmiss *h = g->vc->hm;
     h->n = 0;
+    if (h->tuning && li == h->first) { /* a decode step begins: time the last one under its setting */
+        const double t = now_s();
+        if (h->t_last > 0) tune_step(&h->tune, t - h->t_last);
+        h->t_last = t;
+        h->max = tune_arm(&h->tune);
+    }
     int rc = gpu_get(g->d, h->x, in, (size_t)h->H * sizeof *h->x, err);
     if (!rc) rc = gpu_get(g->d, h->ridx, ridx, (size_t)h->k * sizeof *h->ridx, err);
     return rc;

@@ -306,7 +306,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         if (!rc) x->guess_layer = guess_layer;
     }
     const bool host = x->hm && in;
-    if (!rc && host) rc = hostmiss_read(g, in, ridx, err);
+    if (!rc && host) rc = hostmiss_read(g, li, in, ridx, err);
     if (!rc && x->guess_pending) { /* the last guess's copies, before this call's kernels read its slots */
         rc = gpu_wait_copy_mark(g->d, 0, err);
         x->guess_pending = false;

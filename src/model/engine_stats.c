@@ -73,6 +73,8 @@ void e0_engine_stats(e0_engine *e, e0_stats *st) {
         st->vram_prefetch_used = vc->prefetch_used;
         st->vram_host_experts = vc->hm ? vc->hm->experts : 0;
         st->vram_host_s = vc->hm ? vc->hm->s : 0;
+        st->vram_host_max = vc->hm ? vc->hm->max : 0;
+        st->vram_host_timed = vc->hm && vc->hm->tuning;
         gpu_hstats h;
         hcache_stats(e->gmodel, &h);
         st->host_cache_slots = h.slots;
@@ -103,6 +105,7 @@ void e0_engine_stats_reset(e0_engine *e) {
         vc->wait_s = vc->copy_s = 0;
         for (int l = 0; l < vc->n_layers; l++) vc->lhits[l] = vc->lmisses[l] = 0;
         hcache_reset_stats(e->gmodel);
+        if (vc->hm) vc->hm->experts = 0, vc->hm->s = 0;
     }
     e->prefill_tokens = e->decode_tokens = 0;
     e->prefill_s = e->decode_s = 0;

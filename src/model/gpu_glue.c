@@ -190,15 +190,17 @@ static void host_open(e0_engine *e, char *note, size_t n) {
         if (env_is("E0_GPU_STAGE", "1") && vcache_stage_on(e->gmodel, e->top_k, &on, no, why))
             snprintf(no, sizeof no, "%.300s", why);
         /* the host computing some misses itself: off until measured on a card;
-         * $E0_GPU_HOST_MISS=N lets it take up to N of each decode MoE call's */
+         * $E0_GPU_HOST_MISS=N lets it take up to N of each decode MoE call's,
+         * =auto the fastest of 0 .. 4, timed while decoding */
         const char *hmv = getenv("E0_GPU_HOST_MISS");
-        const int hmax = !on && hmv ? atoi(hmv) : 0;
-        if (hmax > 0 && hostmiss_new(e->gmodel, hmax, why)) {
+        const int hmax = on || !hmv ? 0 : strcmp(hmv, "auto") == 0 ? -4 : atoi(hmv);
+        if (hmax && hostmiss_new(e->gmodel, hmax, why)) {
             snprintf(note, n, "; the host computing misses failed (%.300s)", why);
             return;
         }
         char hnote[64] = "";
         if (hmax > 0) snprintf(hnote, sizeof hnote, ", up to %d a MoE call computed by the host", e->gmodel->vc->hm->max);
+        if (hmax < 0) snprintf(hnote, sizeof hnote, ", up to 0-%d a MoE call computed by the host (timed)", -hmax);
         snprintf(note, n, "; a decode step's misses %s%.300s%s%s",
                  on ? "staged by the device" : "copied in by the host (not staged by the device: ",
                  on ? "" : no, on ? "" : ")", hnote);
