@@ -12,9 +12,9 @@ set -eu
 cd "$(dirname "$0")/.."
 shared=${SHARED:-../shared}
 limit=${LIMIT_MB:-62}
-make -j2 build/edge0 build/tests/test_gpu build/bench/bench_gpu >/dev/null
+make -j2 build/edge0 build/tests/test_gpu build/bench/bench_gpu build/bench/bench_replica >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/shared
-for b in build/edge0 build/tests/test_gpu build/bench/bench_gpu; do strip -o .gpu/bin/"$(basename "$b")" "$b"; done
+for b in build/edge0 build/tests/test_gpu build/bench/bench_gpu build/bench/bench_replica; do strip -o .gpu/bin/"$(basename "$b")" "$b"; done
 for b in .gpu/bin/*; do
     ldd "$b" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true
 done | sort -u | while read -r l; do cp -L "$l" .gpu/lib/; done

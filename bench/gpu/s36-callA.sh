@@ -21,6 +21,8 @@ lscpu | grep -E "Model name|^CPU\(s\)|MHz"; grep -o "avx512[a-z]*" /proc/cpuinfo
 f=/root/q36.gguf
 sp=
 [ -s $f ] || { .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1 & sp=$!; }
+echo "=== the host's replica of the expert products, 1 and 16 threads, against DRAM $(el)"
+timeout 60 .gpu/bin/bench_replica 16
 echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 100 .gpu/bin/test_gpu 2>&1 | grep -v "not here" > /tmp/test_gpu.log
 grep -E "^\[|replica|host|bit-identical|DIFF|FAIL|rror" /tmp/test_gpu.log | grep -v "relative L2" | head -90
