@@ -7,6 +7,10 @@
 # call ($E0_GPU_HOST_MISS), then with the next layer's guesses ($E0_GPU_PREFETCH=1) alone and with
 # N = 2; 16 GiB with N = 0, 1, 2; then N timed while decoding (=auto) against 0, 256 tokens. Session 35's call A hung on a bare `wait` (bash waits for the
 # `exec > >(tee)` process substitution too): this one waits for the synth's pid only.
+# All resident also with the products summed "vertically" (.gpu/vertical.ptx: each lane's 16 partial
+# sums elementwise across its chunks, folded once a row: an order the host could keep at its own
+# kernels' speed; bench/gpu/s36-vertical.patch on src/gpu/kernels_mm.cuh, built as s34-nou2f.sh
+# builds its PTX: nvcc -ptx -arch=compute_75 -O3).
 #   pack as in s35-callA.sh (.gpu/old.ptx: git show 162e753:src/gpu/kernels.ptx), then
 #   tar -xJf .peer/gpu.tar.xz && DL=420 bash .gpu/s36-callA.sh      carry [".peer"]
 cd "$(dirname "$0")/.."
@@ -30,10 +34,10 @@ grep -E "^\[|replica|host|bit-identical|DIFF|FAIL|rror" /tmp/test_gpu.log | grep
 [ -n "$sp" ] && wait $sp
 run() { timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 64 --skip-cold --threads 16 "$@" 2>&1 |
     grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache \(|guessed|computed by the host"; }
-for v in new old new old; do
+for v in new old vertical new old vertical; do
     left 40 || break
     echo "=== q36 all resident: $v kernels $(el)"
-    [ $v = old ] && export E0_GPU_PTX=.gpu/old.ptx
+    [ $v != new ] && export E0_GPU_PTX=.gpu/$v.ptx
     run
     unset E0_GPU_PTX
 done
