@@ -51,7 +51,7 @@ async function tool(typed) {
       required: ['summary'], additionalProperties: false };
     const agent = new agents.Agent({
       name: 'Weather', instructions: 'Answer with the weather tool.', model, tools: [getWeather],
-      modelSettings: { toolChoice: 'required', maxTokens: 400 },
+      modelSettings: { toolChoice: 'required', parallelToolCalls: false, maxTokens: 2000 },
       ...(typed ? { outputType: z.object({ summary: z.string().max(24) }) } : {}),
     });
     const result = await agents.run(agent, 'What is the weather in Zürich?', { maxTurns: 3 });

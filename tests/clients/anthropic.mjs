@@ -34,7 +34,7 @@ function checkUse(m, schema, what) {
 
 async function forced(schema) {
   const tools = [{ name: 'lookup', description: 'Look a record up', input_schema: schema }];
-  const req = { model, messages, tools, max_tokens: 600, thinking: { type: 'disabled' } };
+  const req = { model, messages, tools, max_tokens: 2000, thinking: { type: 'disabled' } };
   let n = 0, last;
   for (const tool_choice of [{ type: 'tool', name: 'lookup' }, { type: 'any' }]) {
     last = await client.messages.create({ ...req, tool_choice });

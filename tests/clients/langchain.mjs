@@ -12,7 +12,7 @@ const { z } = load('zod');
 
 async function structured(schema) {
   const json = z.toJSONSchema(schema, { target: 'draft-7' });
-  const llm = new ChatOpenAI({ model, apiKey: key, configuration: { baseURL: base + '/v1' }, maxTokens: 600,
+  const llm = new ChatOpenAI({ model, apiKey: key, configuration: { baseURL: base + '/v1' }, maxTokens: 2000,
     maxRetries: 0, timeout: 60000 });
   const said = [];
   for (const method of [undefined, 'functionCalling']) {

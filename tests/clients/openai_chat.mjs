@@ -56,7 +56,9 @@ function checkCalls(msg, finish, schema, name, what) {
 async function forced(schema) {
   const tools = [{ type: 'function', function: { name: 'lookup', description: 'Look a record up', parameters: schema } },
     { type: 'function', function: { name: 'noop', parameters: { type: 'object', properties: {}, additionalProperties: false } } }];
-  const req = { model, messages, tools, max_tokens: 600, chat_template_kwargs: { enable_thinking: false } };
+  // max_tokens above the longest call the grammar allows (up to 33 characters of whitespace between
+  // any two JSON tokens: ~600 tokens for these schemas), one call a reply: a sampled call always ends
+  const req = { model, messages, tools, max_tokens: 2000, chat_template_kwargs: { enable_thinking: false } };
   let n = 0;
   let r = await client.chat.completions.create({ ...req, tool_choice: 'required', parallel_tool_calls: false });
   // required: either tool may come; validate against the one named
@@ -70,9 +72,9 @@ async function forced(schema) {
   }
   check(n === 1, 'required, parallel_tool_calls false: calls ' + n);
   const named = { type: 'function', function: { name: 'lookup' } };
-  r = await client.chat.completions.create({ ...req, tool_choice: named, temperature: 0.9, seed: 3 });
+  r = await client.chat.completions.create({ ...req, tool_choice: named, parallel_tool_calls: false, temperature: 0.9, seed: 3 });
   n += checkCalls(r.choices[0].message, r.choices[0].finish_reason, schema, 'lookup', 'named');
-  const s = client.chat.completions.stream({ ...req, tool_choice: named, stream: true });
+  const s = client.chat.completions.stream({ ...req, tool_choice: named, parallel_tool_calls: false, stream: true });
   const fin = await s.finalChatCompletion();
   n += checkCalls(fin.choices[0].message, fin.choices[0].finish_reason, schema, 'lookup', 'named, streamed');
   const args = JSON.parse(fin.choices[0].message.tool_calls[0].function.arguments);
@@ -80,7 +82,7 @@ async function forced(schema) {
 }
 
 async function jsonSchema(schema) {
-  const req = { model, messages, max_tokens: 600, chat_template_kwargs: { enable_thinking: false },
+  const req = { model, messages, max_tokens: 2000, chat_template_kwargs: { enable_thinking: false },
     response_format: { type: 'json_schema', json_schema: { name: 'record', schema, strict: true } } };
   const r = await client.chat.completions.create(req);
   check(r.choices[0].finish_reason === 'stop', 'finish_reason ' + r.choices[0].finish_reason);

@@ -68,7 +68,7 @@ async function stream() {
 async function tool() {
   const tools = [{ type: 'function', name: 'get_weather', description: 'Current weather', parameters: plainSchema,
     strict: true }];
-  const r = await client.responses.create({ model, input, tools, tool_choice: 'required', max_output_tokens: 600,
+  const r = await client.responses.create({ model, input, tools, tool_choice: 'required', max_output_tokens: 2000,
     store: false, parallel_tool_calls: false });
   checkResponse(r, 600, 'tool');
   const calls = r.output.filter((o) => o.type === 'function_call');
@@ -84,7 +84,7 @@ async function tool() {
 }
 
 async function jsonSchemaKeywords() {
-  const r = await client.responses.create({ model, input, max_output_tokens: 600, store: false,
+  const r = await client.responses.create({ model, input, max_output_tokens: 2000, store: false,
     text: { format: { type: 'json_schema', name: 'record', schema: keywordSchema, strict: true } } });
   checkResponse(r, 600, 'json_schema');
   check(r.status === 'completed', 'json_schema: status ' + r.status);
