@@ -1,4 +1,6 @@
 #!/bin/bash
+# (Hung in session 35 at its bare `wait`, which waits for the `exec > >(tee)` process substitution too;
+# bench/gpu/s36-callA.sh waits for the synth's pid only.)
 # Session 35, call A: test_gpu with the expert products in explicit IEEE operations and their
 # host replica (test_replica: the host's bits against the card's, every format; test_budgets:
 # the host computing up to 3 misses a MoE call, bit-identical to all resident); the 35B shape
