@@ -350,6 +350,16 @@ static void test_replica_host(void **state) {
         printf("  %-10s relative L2 %.2e against mat_matmul_ref\n", c->name, e);
         assert_true(e < 1e-5);
         assert_memory_equal(a, b, sizeof a);
+        /* the SwiGLU rows (this matrix as gate and up): the two forms agree, each row silu(g) * u */
+        replica_force_scalar(true);
+        replica_glu(&r, &r, x, 0, (int32_t)rows, a);
+        replica_force_scalar(false);
+        replica_glu(&r, &r, x, 0, (int32_t)rows, b);
+        assert_memory_equal(a, b, sizeof a);
+        for (int64_t i = 0; i < rows; i++) {
+            const float want = replica_silu(ref[i]) * ref[i];
+            assert_true(fabsf(a[i] - want) <= 1e-4f * (1.0f + fabsf(want)));
+        }
         free(buf);
     }
     free(x);

@@ -44,7 +44,8 @@ typedef struct gpu_hostmiss {
     float *x;            /* [H] the call's input row, read back with its routing */
     int32_t *ridx;       /* [k] its pairs' experts */
     int n;               /* the call's experts the host computes */
-    int32_t *exp, *pair; /* [k] each one's expert and pair */
+    int32_t *pair;       /* [k] each one's pair (its output row) */
+    bool down;           /* hostmiss_run's pool job: the down rows, else the SwiGLU rows */
     rmat *m;             /* [3k] each one's gate, up and down in host memory */
     float *mid;          /* [k * I] their SwiGLU rows */
     float *out;          /* [k * H] their output rows, pinned, copied to the card */

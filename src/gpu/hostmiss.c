@@ -52,12 +52,11 @@ int hostmiss_new(gpu_model *g, int max, char *err) {
     h->H = c->hidden, h->I = c->moe_inter, h->k = k;
     h->x = malloc((size_t)h->H * sizeof *h->x);
     h->ridx = malloc((size_t)k * sizeof *h->ridx);
-    h->exp = malloc((size_t)k * sizeof *h->exp);
     h->pair = malloc((size_t)k * sizeof *h->pair);
     h->mid = malloc((size_t)k * (size_t)h->I * sizeof *h->mid);
     h->m = malloc((size_t)k * 3 * sizeof *h->m);
     int rc = 0;
-    if (!h->x || !h->ridx || !h->exp || !h->pair || !h->mid || !h->m)
+    if (!h->x || !h->ridx || !h->pair || !h->mid || !h->m)
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     /* the rows copied to the card: pinned, so the copies are DMA in stream order */
     if (!rc && g->d->cu->MemHostAlloc((void **)&h->out, (size_t)k * (size_t)h->H * sizeof *h->out, 0) != CU_SUCCESS)
@@ -71,7 +70,7 @@ void hostmiss_free(gpu_model *g) {
     gpu_hostmiss *h = g->vc ? g->vc->hm : NULL;
     if (!h) return;
     if (h->out) g->d->cu->MemFreeHost(h->out);
-    free(h->x), free(h->ridx), free(h->exp), free(h->pair), free(h->mid), free(h->m);
+    free(h->x), free(h->ridx), free(h->pair), free(h->mid), free(h->m);
     free(h);
     g->vc->hm = NULL;
 }
@@ -103,29 +102,23 @@ bool hostmiss_take(gpu_model *g, int li, int e, char *err, int *rc) {
     if ((*rc = rmat_of(&ex->gate, &m[0], err)) || (*rc = rmat_of(&ex->up, &m[1], err)) ||
         (*rc = rmat_of(&ex->down, &m[2], err)))
         return false;
-    h->exp[h->n] = e, h->pair[h->n] = p;
-    h->n++;
+    h->pair[h->n++] = p;
     return true;
 }
 
-/* pool jobs: items are (expert j, row r) as j * rows + r */
-static void glu_job(void *ctx, int64_t i0, int64_t i1, int tid) {
-    gpu_hostmiss *h = ctx;
+/* A pool job over the taken experts' rows, item j * rows + r for expert j's
+ * row r: their SwiGLU rows (h->down false, rows I), then their output rows
+ * (h->down, rows H). */
+static void rows_job(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const gpu_hostmiss *h = ctx;
+    const int rows = h->down ? h->H : h->I;
     for (int64_t i = i0; i < i1;) {
-        const int j = (int)(i / h->I), r0 = (int)(i % h->I);
-        const int r1 = i1 - (int64_t)j * h->I < h->I ? (int)(i1 - (int64_t)j * h->I) : h->I;
+        const int j = (int)(i / rows), r0 = (int)(i % rows);
+        const int r1 = i1 - (int64_t)j * rows < rows ? (int)(i1 - (int64_t)j * rows) : rows;
         const rmat *m = h->m + 3 * j;
-        replica_glu(&m[0], &m[1], h->x, r0, r1, h->mid + (size_t)j * (size_t)h->I);
-        i += r1 - r0;
-    }
-}
-
-static void down_job(void *ctx, int64_t i0, int64_t i1, int tid) {
-    gpu_hostmiss *h = ctx;
-    for (int64_t i = i0; i < i1;) {
-        const int j = (int)(i / h->H), r0 = (int)(i % h->H);
-        const int r1 = i1 - (int64_t)j * h->H < h->H ? (int)(i1 - (int64_t)j * h->H) : h->H;
-        replica_mv(&h->m[3 * j + 2], h->mid + (size_t)j * (size_t)h->I, r0, r1, h->out + (size_t)j * (size_t)h->H);
+        float *mid = h->mid + (size_t)j * (size_t)h->I;
+        if (h->down) replica_mv(&m[2], mid, r0, r1, h->out + (size_t)j * (size_t)h->H);
+        else replica_glu(&m[0], &m[1], h->x, r0, r1, mid);
         i += r1 - r0;
     }
 }
@@ -134,8 +127,10 @@ int hostmiss_run(gpu_model *g, CUdeviceptr eo, char *err) {
     gpu_hostmiss *h = g->vc->hm;
     if (!h || !h->n) return 0;
     const double t0 = now_s();
-    pool_for((int64_t)h->n * h->I, 16, glu_job, h);
-    pool_for((int64_t)h->n * h->H, 16, down_job, h);
+    h->down = false;
+    pool_for((int64_t)h->n * h->I, 16, rows_job, h);
+    h->down = true;
+    pool_for((int64_t)h->n * h->H, 16, rows_job, h);
     int rc = 0;
     for (int j = 0; !rc && j < h->n; j++)
         rc = gpu_put(g->d, eo + (CUdeviceptr)((size_t)h->pair[j] * (size_t)h->H * sizeof(float)),

@@ -463,13 +463,19 @@ TGT static inline __attribute__((always_inline)) void dq32_k45(const rmat *W, co
     *hi = _mm512_fmadd_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), vm);
 }
 
+/* A chunk's 32 values (lo: 0-15, hi: 16-31) in dot_fmt's order: values
+ * 4g + k as [k = 0 | k = 1] (*z0) and [k = 2 | k = 3] (*z1), 8 groups g each. */
+TGT static inline void by_k(__m512 lo, __m512 hi, __m512 *z0, __m512 *z1) {
+    const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+    *z0 = _mm512_permutex2var_ps(lo, ia, hi);
+    *z1 = _mm512_permutex2var_ps(lo, ib, hi);
+}
+
 /* dot_avx512 for one format: inlined with fmt a constant, so that each
  * format's loop is its own code, with no switch inside. */
 TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, const int fmt, int32_t r,
                                                                const float *xp) {
-    /* a chunk's values 4g + k as [k = 0 | k = 1] and [k = 2 | k = 3], 8 groups g each */
-    const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
-    const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
     __m512 lanes[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int nc = m->cols / 32;
     for (int c0 = 0; c0 < nc; c0 += 16) {
@@ -488,7 +494,8 @@ TGT static inline __attribute__((always_inline)) float dot_fmt(const rmat *m, co
                 __m512 lo, hi;
                 if (k45) dq32_k45(m, fmt, r, c0 + j + o, d1[j + o], m1[j + o], &lo, &hi);
                 else dq32_v(m, fmt, r, c0 + j + o, &lo, &hi);
-                const __m512 z0 = _mm512_permutex2var_ps(lo, ia, hi), z1 = _mm512_permutex2var_ps(lo, ib, hi);
+                __m512 z0, z1;
+                by_k(lo, hi, &z0, &z1);
                 const float *x = xp + 32 * (size_t)(c0 + j + o); /* x's chunk in the same order */
                 __m256 s = _mm256_mul_ps(_mm512_extractf32x8_ps(z0, 1), _mm256_loadu_ps(x + 8));
                 s = _mm256_fmadd_ps(_mm512_castps512_ps256(z0), _mm256_loadu_ps(x), s);
@@ -519,65 +526,33 @@ TGT static float dot_avx512(const rmat *m, int32_t r, const float *x) {
     }
 }
 
-static bool have_avx512(void) {
-    static int have = -1;
-    if (have < 0) have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return have;
-}
-
 /* x in dot_fmt's order: chunk c's values 4g + k at 32c + 8k + g. */
 TGT static void permute_x(const float *x, int cols, float *xp) {
-    const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
-    const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
     for (int c = 0; c < cols / 32; c++) {
-        const __m512 lo = _mm512_loadu_ps(x + 32 * c), hi = _mm512_loadu_ps(x + 32 * c + 16);
-        _mm512_storeu_ps(xp + 32 * c, _mm512_permutex2var_ps(lo, ia, hi));
-        _mm512_storeu_ps(xp + 32 * c + 16, _mm512_permutex2var_ps(lo, ib, hi));
+        __m512 z0, z1;
+        by_k(_mm512_loadu_ps(x + 32 * c), _mm512_loadu_ps(x + 32 * c + 16), &z0, &z1);
+        _mm512_storeu_ps(xp + 32 * c, z0);
+        _mm512_storeu_ps(xp + 32 * c + 16, z1);
     }
 }
 
-/* Rows [r0, r1) of W, and of U if not NULL, against x: y[r - r0] = W[r] . x
- * and u[r - r0] = U[r] . x. */
-static void dots(const rmat *W, const rmat *U, const float *x, int32_t r0, int32_t r1, float *y, float *u) {
-    if (g_scalar || !have_avx512()) {
-        for (int32_t r = r0; r < r1; r++) {
-            y[r - r0] = dot_scalar(W, r, x);
-            if (U) u[r - r0] = dot_scalar(U, r, x);
-        }
-        return;
-    }
-    float stack[4096], *xp = W->cols <= 4096 ? stack : malloc((size_t)W->cols * sizeof *xp);
-    if (!xp) { /* out of memory: the scalar form needs none */
-        for (int32_t r = r0; r < r1; r++) {
-            y[r - r0] = dot_scalar(W, r, x);
-            if (U) u[r - r0] = dot_scalar(U, r, x);
-        }
-        return;
-    }
-    permute_x(x, W->cols, xp);
+/* Rows [r0, r1) of W against x into y[r0 .. r1): W[r] . x, or with U
+ * silu(W[r] . x) * (U[r] . x) (the SwiGLU as the gate-up kernels form it).
+ * x is put in the AVX-512 form's order once for all the rows. */
+static void rows(const rmat *W, const rmat *U, const float *x, int32_t r0, int32_t r1, float *y) {
+    const bool fast = !g_scalar && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    float stack[4096], *xp = !fast ? NULL : W->cols <= 4096 ? stack : malloc((size_t)W->cols * sizeof *xp);
+    if (xp) permute_x(x, W->cols, xp); /* else the scalar form, which needs no memory */
     for (int32_t r = r0; r < r1; r++) {
-        y[r - r0] = dot_avx512(W, r, xp);
-        if (U) u[r - r0] = dot_avx512(U, r, xp);
+        const float w = xp ? dot_avx512(W, r, xp) : dot_scalar(W, r, x);
+        y[r] = !U ? w : replica_silu(w) * (xp ? dot_avx512(U, r, xp) : dot_scalar(U, r, x));
     }
     if (xp != stack) free(xp);
 }
 
-float replica_dot(const rmat *m, int32_t r, const float *x) {
-    float y[1];
-    dots(m, NULL, x, r, r + 1, y, NULL);
-    return y[0];
-}
-
-void replica_mv(const rmat *W, const float *x, int32_t r0, int32_t r1, float *y) {
-    dots(W, NULL, x, r0, r1, y + r0, NULL);
-}
+void replica_mv(const rmat *W, const float *x, int32_t r0, int32_t r1, float *y) { rows(W, NULL, x, r0, r1, y); }
 
 void replica_glu(const rmat *G, const rmat *U, const float *x, int32_t r0, int32_t r1, float *h) {
-    float gs[64], us[64];
-    for (int32_t a = r0; a < r1; a += 64) {
-        const int32_t b = r1 - a < 64 ? r1 : a + 64;
-        dots(G, U, x, a, b, gs, us);
-        for (int32_t r = a; r < b; r++) h[r] = replica_silu(gs[r - a]) * us[r - a];
-    }
+    rows(G, U, x, r0, r1, h);
 }

@@ -40,12 +40,10 @@ int rmat_of(const e0_mat *m, rmat *out, char *err);
 float replica_exp(float x);
 float replica_silu(float x);
 
-/* Row r of m against x (m->cols floats), as row_dot sums it. */
-float replica_dot(const rmat *m, int32_t r, const float *x);
 /* Rows [r0, r1) of silu(G x) * (U x), as the gate-up kernels (mm_glu,
  * mmx_glu) form them, into h[r0 .. r1). */
 void replica_glu(const rmat *G, const rmat *U, const float *x, int32_t r0, int32_t r1, float *h);
-/* Rows [r0, r1) of W x into y[r0 .. r1). */
+/* Rows [r0, r1) of W x into y[r0 .. r1), each as row_dot sums it. */
 void replica_mv(const rmat *W, const float *x, int32_t r0, int32_t r1, float *y);
 
 /* Tests: the scalar reference even where AVX-512 is there. */

@@ -243,6 +243,13 @@ static uint64_t expert_bytes(const gpu_model *g, int li) {
     return gpu_mat_bytes(&x->gate) + gpu_mat_bytes(&x->up) + gpu_mat_bytes(&x->down);
 }
 
+/* A lookup of layer li's counted as a hit or a miss, in all and for the
+ * layer (--stats' per-layer figures). */
+static void count(gpu_vcache *x, int li, bool hit) {
+    if (hit) x->hits++, x->lhits[li]++;
+    else x->misses++, x->lmisses[li]++;
+}
+
 /* A call's misses in x->hx past its active experts and their slots: the
  * experts, the slots they get, and what those slots held. */
 static void miss_scratch(gpu_vcache *x, int32_t **es, int32_t **slot, int32_t **old) {
@@ -324,10 +331,10 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         }
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
-            x->hits++, x->lhits[li]++;
+            count(x, li, true);
             if (x->fetched[i]) x->prefetch_used++, x->win_used++, x->fetched[i] = 0;
         } else {
-            x->misses++, x->lmisses[li]++;
+            count(x, li, false);
             if (host && hostmiss_take(g, li, e, err, &rc)) { /* not admitted: the host computes it */
                 slots[a] = -1;
                 continue;
@@ -416,7 +423,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
     const int32_t *sp = spare >= 0 ? x->slot_of + (size_t)spare * (size_t)E : NULL;
     /* the layer's slots first, so that no victim is one of them */
     for (int e = 0; e < E; e++)
-        if (so[e] >= 0) x->hits++, x->lhits[li]++, touch(x, so[e]);
+        if (so[e] >= 0) count(x, li, true), touch(x, so[e]);
     int f = 0, nm = 0; /* f: the spare layer's next expert */
     int32_t *mexp, *mslot, *mold;
     miss_scratch(x, &mexp, &mslot, &mold);
@@ -430,7 +437,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
             while (f < E && sp[f] < 0) f++;
             if (f < E) i = sp[f];
         }
-        x->misses++, x->lmisses[li]++;
+        count(x, li, false);
         mold[nm] = claim(x, i);
         touch(x, i);
         mexp[nm] = e, mslot[nm++] = i;
@@ -566,7 +573,7 @@ int vcache_step(gpu_model *g, char *err) {
         for (int e = 0; e < E; e++) {
             if (!u[e]) continue;
             const int i = x->slot_of[li * E + e];
-            if (i >= 0) x->hits++, x->lhits[li]++, touch(x, i);
+            if (i >= 0) count(x, li, true), touch(x, i);
         }
         for (int a = 0; a < k; a++) { /* the staged: a slot each, for the least recently used */
             const int e = x->hlog[li * k + a];
@@ -574,7 +581,7 @@ int vcache_step(gpu_model *g, char *err) {
             if (e >= E || !u[e] || x->slot_of[li * E + e] >= 0)
                 return e0_fail(err, E0_EIO, "layer %d: expert %d staged, not a miss of the step", li, e);
             const int s = x->stage[li * k + a], v = x->tail, old = x->key_of[v];
-            x->misses++, x->lmisses[li]++;
+            count(x, li, false);
             x->bytes_staged += expert_bytes(g, li);
             unlink_slot(x, v);
             if (old >= 0) x->slot_of[old] = -1;

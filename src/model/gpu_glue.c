@@ -200,7 +200,9 @@ static void host_open(e0_engine *e, char *note, size_t n) {
         }
         char hnote[64] = "";
         if (hmax > 0) snprintf(hnote, sizeof hnote, ", up to %d a MoE call computed by the host", e->gmodel->vc->hm->max);
-        if (hmax < 0) snprintf(hnote, sizeof hnote, ", up to 0-%d a MoE call computed by the host (timed)", -hmax);
+        if (hmax < 0)
+            snprintf(hnote, sizeof hnote, ", up to 0-%d a MoE call computed by the host (timed)",
+                     e->gmodel->vc->hm->tune.n_arms - 1);
         snprintf(note, n, "; a decode step's misses %s%.300s%s%s",
                  on ? "staged by the device" : "copied in by the host (not staged by the device: ",
                  on ? "" : no, on ? "" : ")", hnote);
