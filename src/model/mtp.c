@@ -32,6 +32,7 @@
 #include "stream/switchglu.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "util/tune.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -224,16 +225,6 @@ static bool auto_wants_plain(const e0_mtp_auto *a) {
     return a->state == MTP_AUTO_ON && a->np < MTP_AUTO_BLOCK * (a->nd / MTP_AUTO_EVERY);
 }
 
-static int cmp_double(const void *x, const void *y) {
-    const double u = *(const double *)x, v = *(const double *)y;
-    return u < v ? -1 : u > v;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 bool mtp_auto_drafts(e0_engine *e) {
     e0_mtp_auto *a = &e->mtp_auto;
     if (!e->mtp_auto_on) return true;
@@ -242,7 +233,7 @@ bool mtp_auto_drafts(e0_engine *e) {
                               : a->state == MTP_AUTO_ON && a->nd >= MTP_AUTO_WINDOW &&
                                     a->np >= MTP_AUTO_BLOCK * (MTP_AUTO_WINDOW / MTP_AUTO_EVERY);
     if (measured) {
-        const double p = median(a->tp, a->np), d = median(a->td, a->nd);
+        const double p = tune_median(a->tp, a->np), d = tune_median(a->td, a->nd);
         a->plain_tps = p > 0 ? 1.0 / p : 0;
         a->draft_tps = d > 0 ? (double)a->tokens / a->nd / d : 0;
         const double need = a->state == MTP_AUTO_MEASURE ? MTP_AUTO_MARGIN * a->plain_tps : a->plain_tps;

@@ -15,11 +15,9 @@ static int cmp_double(const void *x, const void *y) {
     return u < v ? -1 : u > v;
 }
 
-static double median(const double *v, int n) {
-    double s[TUNE_SAMPLES];
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+double tune_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void tune_step(tune *t, double s) {
@@ -44,7 +42,7 @@ void tune_step(tune *t, double s) {
     }
     int best = 0;
     for (int a = 0; a < t->n_arms; a++) {
-        t->med[a] = median(t->t[a], t->nt[a]);
+        t->med[a] = tune_median(t->t[a], t->nt[a]); /* the samples are done with */
         if (t->med[a] < t->med[best]) best = a;
     }
     t->arm = best;

@@ -32,5 +32,7 @@ void tune_init(tune *t, int n_arms);
 static inline int tune_arm(const tune *t) { return t->arm; }
 /* A step under the setting in force took s seconds. */
 void tune_step(tune *t, double s);
+/* The median of v[0 .. n) (n > 0), sorting v in place (--mtp auto's too). */
+double tune_median(double *v, int n);
 
 #endif
