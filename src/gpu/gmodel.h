@@ -69,6 +69,9 @@ typedef struct {
     int32_t *prev, *next;  /* the LRU list over slots, head the latest used */
     int32_t head, tail;
     int32_t *hx;           /* host: [E] active experts, then their slots, then a call's misses */
+    int32_t *rb;           /* pinned host memory, or NULL: a decode call's routing read back in one round
+                              trip ([1] active count, [E] experts, [top_k] the guess), then [E] the slots
+                              it sends (vcache_map) */
     e0_expert *views;      /* [E] the host cache's views of a call's misses (put) */
     CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
     uint64_t hits, misses; /* expert lookups of MoE calls */
@@ -173,8 +176,8 @@ int hostmiss_run(gpu_model *g, CUdeviceptr eo, char *err);
  * layer's kernels are launched, copies the guessed experts the cache lacks
  * into slots on the copy stream, and the next vcache_map makes the stream
  * wait for those copies. A wrong guess costs a copy and a slot, never a
- * result: the slots a call uses are its routing's. Off until measured on
- * a card: $E0_GPU_PREFETCH=1 turns it on (g->vc->prefetch). */
+ * result: the slots a call uses are its routing's. On by default
+ * (g->vc->prefetch); $E0_GPU_PREFETCH=0 turns it off. */
 int vcache_prefetch(gpu_model *g, char *err);
 /* Whether this decode MoE call should guess (g->vc->prefetch on): as the
  * CPU path does with its guesses (stream/switchglu.c), a window of 128

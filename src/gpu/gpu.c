@@ -286,6 +286,26 @@ int gpu_get(gpu_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err) {
     return 0;
 }
 
+int gpu_get_n(gpu_dev *d, int n, void *const *dst, const CUdeviceptr *src, const size_t *bytes, char *err) {
+    for (int i = 0; i < n; i++)
+        if (bytes[i]) CU(d, d->cu->MemcpyDtoHAsync(dst[i], src[i], bytes[i], d->st), "copy from the device");
+    CU(d, d->cu->StreamSynchronize(d->st), "waiting for the device");
+    return 0;
+}
+
+int gpu_host_alloc(gpu_dev *d, void **p, size_t bytes, const char *what, char *err) {
+    *p = NULL;
+    if (d->cu->MemHostAlloc(p, bytes ? bytes : 1, 0) != CU_SUCCESS) {
+        *p = NULL;
+        return e0_fail(err, E0_ENOMEM, "%zu bytes of pinned host memory for %s", bytes, what);
+    }
+    return 0;
+}
+
+void gpu_host_free(gpu_dev *d, void *p) {
+    if (p) d->cu->MemFreeHost(p);
+}
+
 int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err) {
     if (!bytes) return 0;
     CU(d, d->cu->MemsetD8Async(p, 0, bytes, d->st), "clearing device memory");

@@ -133,6 +133,13 @@ void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes);
  * all work before it). src of gpu_put may be reused when it returns. */
 int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err);
 int gpu_get(gpu_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err);
+/* n copies from the device, then one wait: into pinned memory (gpu_host_alloc)
+ * they are queued together, one round trip to the device for all of them;
+ * into pageable memory the driver waits for each. */
+int gpu_get_n(gpu_dev *d, int n, void *const *dst, const CUdeviceptr *src, const size_t *bytes, char *err);
+/* Pinned (page-locked) host memory that copies reach by DMA in stream order. */
+int gpu_host_alloc(gpu_dev *d, void **p, size_t bytes, const char *what, char *err);
+void gpu_host_free(gpu_dev *d, void *p);
 int gpu_zero(gpu_dev *d, CUdeviceptr p, size_t bytes, char *err);
 /* Waits for the streams' work; a kernel's fault shows here. */
 int gpu_sync(gpu_dev *d, char *err);

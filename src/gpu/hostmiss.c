@@ -59,8 +59,9 @@ int hostmiss_new(gpu_model *g, int max, char *err) {
     if (!h->x || !h->ridx || !h->pair || !h->mid || !h->m)
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     /* the rows copied to the card: pinned, so the copies are DMA in stream order */
-    if (!rc && g->d->cu->MemHostAlloc((void **)&h->out, (size_t)k * (size_t)h->H * sizeof *h->out, 0) != CU_SUCCESS)
-        h->out = NULL, rc = e0_fail(err, E0_ENOMEM, "pinned host memory for the host's expert rows");
+    if (!rc)
+        rc = gpu_host_alloc(g->d, (void **)&h->out, (size_t)k * (size_t)h->H * sizeof *h->out,
+                            "the host's expert rows", err);
     x->hm = h;
     if (rc) hostmiss_free(g);
     return rc;
@@ -69,7 +70,7 @@ int hostmiss_new(gpu_model *g, int max, char *err) {
 void hostmiss_free(gpu_model *g) {
     gpu_hostmiss *h = g->vc ? g->vc->hm : NULL;
     if (!h) return;
-    if (h->out) g->d->cu->MemFreeHost(h->out);
+    gpu_host_free(g->d, h->out);
     free(h->x), free(h->ridx), free(h->pair), free(h->mid), free(h->m);
     free(h);
     g->vc->hm = NULL;
