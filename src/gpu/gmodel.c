@@ -578,6 +578,10 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         const bool hm = vc->hm && T == 1; /* decode: the host may compute some misses */
         rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, err);
         exps = vc->dslots;
+        /* from pinned pages the guessed copies start now, beside this layer's kernels and the
+         * next layer's mixer (vcache_map has moved this layer's slots out of the victims' way);
+         * through the host cache they may wait for the disk, so after this layer's launches */
+        if (!rc && nl >= 0 && !vc->hc) rc = vcache_prefetch(s->g, err);
     }
     const int max_act = P < E ? P : E;
     if (!rc) rc = gpu_mmx_glu(d, &gl->xg, &gl->xu, max_act, nact, exps, start, order, k, h, H, gg, u, T, err);
@@ -589,7 +593,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     if (!rc && vc && vc->hm) rc = hostmiss_run(s->g, eo, err); /* while the card computes the rest */
     void *a3[] = {&eo, &rw, &shg, &ys, &x, &H, &k, &shared};
     if (!rc) rc = gpu_launch(d, d->k.moe_combine, blocks(H, 256), (unsigned)T, 1, 256, 0, a3, "expert sum", err);
-    if (!rc && nl >= 0) rc = vcache_prefetch(s->g, err); /* while the device computes this layer */
+    if (!rc && nl >= 0 && vc->hc) rc = vcache_prefetch(s->g, err); /* while the device computes this layer */
     return rc;
 }
 

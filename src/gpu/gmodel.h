@@ -172,8 +172,10 @@ bool hostmiss_take(gpu_model *g, int li, int e, char *err, int *rc);
 int hostmiss_run(gpu_model *g, CUdeviceptr eo, char *err);
 /* Decode over the cache: vcache_map also reads back, where guess is not
  * 0, top_k experts of MoE layer guess_layer that the device guessed (that
- * layer's router on this layer's input); vcache_prefetch, called once this
- * layer's kernels are launched, copies the guessed experts the cache lacks
+ * layer's router on this layer's input); vcache_prefetch, called right
+ * after vcache_map (from pinned pages) or once this layer's kernels are
+ * launched (through the host cache, whose reads may wait for the disk),
+ * copies the guessed experts the cache lacks
  * into slots on the copy stream, and the next vcache_map makes the stream
  * wait for those copies. A wrong guess costs a copy and a slot, never a
  * result: the slots a call uses are its routing's. On by default

@@ -499,23 +499,39 @@ DN_REC(dn_rec128, 128)
  * lanes take experts lane, lane + 32, ...; each pick is a warp-wide
  * argmax. grid ceil(T / 4), block 128. */
 /* One token's top-k of E logits l, by one warp (every lane calls it):
- * ids into id, weights into wt (renormalised over the k when renorm). */
-__device__ void route_warp(const float *l, int *id, float *wt, int E, int k, int renorm) {
+ * ids into id, weights into wt (renormalised over the k when renorm).
+ * N > 0: E <= 32 N, each lane's logits held in registers, read once
+ * (a decode step's top-8 of 256 re-read them from memory for each pick);
+ * N = 0: any E <= 1024, read from memory each time. The same operations in
+ * the same order either way, so the same bits. */
+template <int N>
+__device__ __forceinline__ void route_warp_n(const float *l, int *id, float *wt, int E, int k, int renorm) {
+    constexpr int Q = N > 0 ? N : 32; /* a lane's experts lane + 32 q, q < Q, while below E */
     const int lane = threadIdx.x & 31;
+    float r[N > 0 ? N : 1];
+#pragma unroll
+    for (int q = 0; q < N; q++) r[q] = lane + 32 * q < E ? l[lane + 32 * q] : -INFINITY;
+#define LOGIT(q) (N > 0 ? r[(q) < N ? (q) : 0] : l[lane + 32 * (q)])
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int q = 0; q < Q && lane + 32 * q < E; q++) mx = fmaxf(mx, LOGIT(q));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+#pragma unroll
+    for (int q = 0; q < Q && lane + 32 * q < E; q++) sum += expf(LOGIT(q) - mx);
     sum = warp_sum(sum);
     unsigned taken = 0; /* bit q: this lane's expert lane + 32 q is picked (E <= 1024) */
     float tot = 0.0f;
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int be = 0x7fffffff;
-        for (int e = lane, q = 0; e < E; e += 32, q++)
-            if (!(taken >> q & 1) && (l[e] > bv || (l[e] == bv && e < be))) bv = l[e], be = e;
+#pragma unroll
+        for (int q = 0; q < Q && lane + 32 * q < E; q++) {
+            const int e = lane + 32 * q;
+            const float v = LOGIT(q);
+            if (!(taken >> q & 1) && (v > bv || (v == bv && e < be))) bv = v, be = e;
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -527,8 +543,14 @@ __device__ void route_warp(const float *l, int *id, float *wt, int E, int k, int
         if (lane == 0) id[j] = be, wt[j] = p;
         tot += p;
     }
+#undef LOGIT
     if (renorm && lane == 0)
         for (int j = 0; j < k; j++) wt[j] /= tot;
+}
+
+__device__ void route_warp(const float *l, int *id, float *wt, int E, int k, int renorm) {
+    if (E <= 256) route_warp_n<8>(l, id, wt, E, k, renorm);
+    else route_warp_n<0>(l, id, wt, E, k, renorm);
 }
 
 extern "C" __global__ void route(const float *logits, int *idx, float *w, int T, int E, int k,

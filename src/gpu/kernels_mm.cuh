@@ -172,12 +172,24 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
         /* the chunk's two sub-blocks of 16 share a scale each */
         const float ds0 = __fmul_rn(d, (float)sc[(128 * h + 32 * k) / 16]),
                     ds1 = __fmul_rn(d, (float)sc[(128 * h + 32 * k + 16) / 16]);
-        /* 16-bit loads: a block is 210 bytes, so only 2-byte alignment holds */
-        const uint16_t *ql2 = (const uint16_t *)(ql + 64 * h + 32 * (k % 2));
-        const uint16_t *qh2 = (const uint16_t *)(qh + 32 * h);
+        /* A block is 210 bytes, so only 2-byte alignment holds: the chunk's 32 bytes of low
+         * and of high bits each as nine aligned words (eight when the block is 4-aligned),
+         * shifted by half a word where it is not (a funnel shift by 0 is the word itself),
+         * instead of sixteen 16-bit loads each */
+        const uint8_t *qlp = ql + 64 * h + 32 * (k % 2), *qhp = qh + 32 * h;
+        const int odd = (int)((unsigned long long)qlp & 2); /* qhp's is the same: both lie 4k from b */
+        const uint32_t *la = (const uint32_t *)(qlp - odd), *ha = (const uint32_t *)(qhp - odd);
+        uint32_t lws[9], hws[9];
+#pragma unroll
+        for (int i = 0; i < 8; i++) lws[i] = la[i], hws[i] = ha[i];
+        lws[8] = odd ? la[8] : 0u; /* within the block: the segments end 17 or more bytes before it */
+        hws[8] = odd ? ha[8] : 0u;
+        const unsigned fs = 8u * (unsigned)odd;
 #pragma unroll
         for (int l2 = 0; l2 < 16; l2++) {
-            const uint32_t lw = ql2[l2], hw = qh2[l2];
+            const int wi = l2 / 2, sh = 16 * (l2 % 2);
+            const uint32_t lw = (__funnelshift_r(lws[wi], lws[wi + 1], fs) >> sh) & 0xffffu;
+            const uint32_t hw = (__funnelshift_r(hws[wi], hws[wi + 1], fs) >> sh) & 0xffffu;
 #pragma unroll
             for (int o = 0; o < 2; o++) {
                 const int l = 2 * l2 + o;
@@ -214,12 +226,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /* n <= TT input rows xs[i] (cols floats each) into shared memory, chunk c
- * of row i at sx + (i * nc + c) * XS. The whole block takes part. */
+ * of row i at sx + (i * nc + c) * XS. The whole block takes part: four
+ * floats a load where the row is 16-byte aligned (a chunk's XS floats keep
+ * each four in one float4 of shared memory). */
 __device__ __forceinline__ void stage_x(float *sx, const float *const *xs, int n, int cols) {
     const int nc = cols / 32;
-    for (int i = 0; i < n; i++)
-        for (int v = threadIdx.x; v < cols; v += blockDim.x)
-            sx[((size_t)i * nc + v / 32) * XS + v % 32] = xs[i][v];
+    for (int i = 0; i < n; i++) {
+        if (((unsigned long long)xs[i] & 15) == 0) {
+            const float4 *x4 = (const float4 *)xs[i];
+            for (int v = threadIdx.x; v < cols / 4; v += blockDim.x)
+                *(float4 *)(sx + ((size_t)i * nc + v / 8) * XS + 4 * (v % 8)) = x4[v];
+        } else {
+            for (int v = threadIdx.x; v < cols; v += blockDim.x)
+                sx[((size_t)i * nc + v / 32) * XS + v % 32] = xs[i][v];
+        }
+    }
 }
 
 /* The dot product of a chunk's 32 values with its 32 inputs, in the order

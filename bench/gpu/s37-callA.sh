@@ -1,0 +1,63 @@
+#!/bin/bash
+# For session 37 (written in 36, not run): test_gpu on this build (kernels: the routing's logits in
+# registers, x staged four floats a load, Q6_K's bits as aligned words; host: the guessed copies
+# issued right after the routing readback; a session in one allocation); then
+#  - all resident, 35B shape, decode 128: this build's PTX against 8cd44cc's (.gpu/old.ptx via
+#    $E0_GPU_PTX) and against this one with Q6_K's loads as before (.gpu/nq6.ptx: the sources with
+#    bench/gpu/s37-nq6.patch applied, nvcc -ptx -arch=compute_75 -O3; ptxas gives mm_q6_k 72
+#    registers with the aligned words, 64 without), alternated: the kernels alone;
+#  - VRAM 8 and 16 GiB: this binary against 8cd44cc's (.gpu/bin/edge0-old), both with this PTX,
+#    alternated: the early guessed copies (and the session's one allocation);
+#  - the 30B shape at 8 and 16 GiB: edge0's peak device memory (nvidia-smi, 100 ms), which went 43
+#    and 45 MiB over those budgets in session 36 (callE-same-run-q30.log).
+# Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
+#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh .gpu/;
+#   git show 8cd44cc:src/gpu/kernels.ptx > .gpu/old.ptx; build 8cd44cc's edge0 in a worktree and
+#   strip -o .gpu/bin/edge0-old it; the nq6 PTX into .gpu/nq6.ptx; rm .gpu/bin/bench_gpu; XZ_OPT=-1 tar -cJf .peer/gpu.tar.xz .gpu
+#   tar -xJf .peer/gpu.tar.xz && DL=540 bash .gpu/s37-callA.sh      carry [".peer"]
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
+T0=$(date +%s)
+exec > >(tee "${OUT:-/tmp}/run.log") 2>&1
+DL=${DL:-540}
+el() { echo "($(( $(date +%s) - T0 )) s)"; }
+left() { [ $(( $(date +%s) - T0 )) -lt $((DL - $1)) ]; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+f=/root/q36.gguf f30=/root/q30.gguf
+sp=
+[ -s $f ] || { { .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1;
+                 .gpu/bin/edge0 synth --shape qwen3-30b-a3b --format gguf $f30 > /tmp/synth30.log 2>&1; } & sp=$!; }
+echo "=== test_gpu $(el)"
+E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 | grep -v "not here" > /tmp/test_gpu.log
+grep -E "^\[|replica|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu.log | grep -v "relative L2" | grep -vE "^ +VRAM cache|through a host|64 greedy|batched steps" | head -40
+[ -n "${OUT:-}" ] && cp /tmp/test_gpu.log "$OUT/"
+[ -n "$sp" ] && wait $sp
+run() { timeout 40 $bin bench $1 --prefill 512 --decode ${D:-64} --skip-cold --threads 16 "${@:2}" 2>&1 |
+    grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache \(|guessed"; }
+for v in new nq6 old new nq6 old; do
+    left 40 || break
+    echo "=== q36 all resident, decode 128: $v PTX $(el)"
+    bin=.gpu/bin/edge0
+    [ $v != new ] && export E0_GPU_PTX=.gpu/$v.ptx
+    D=128 run $f
+    unset E0_GPU_PTX
+done
+for v in 8:new 8:old 8:new 8:old 16:new 16:old 16:new 16:old; do
+    left 40 || break
+    b=${v%:*} w=${v#*:}
+    bin=.gpu/bin/edge0
+    [ $w = old ] && bin=.gpu/bin/edge0-old
+    echo "=== q36 VRAM $b GiB: $w binary $(el)"
+    run $f --vram-budget ${b}G
+done
+for b in 8 16; do
+    left 40 || break
+    echo "=== q30 VRAM $b GiB: peak device memory $(el)"
+    base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > /tmp/smi.$b &
+    s=$!
+    bin=.gpu/bin/edge0 run $f30 --vram-budget ${b}G
+    kill $s; wait $s 2>/dev/null
+    echo "peak $(( $(sort -n /tmp/smi.$b | tail -1) - base )) MiB over the $base in use before; budget $((b * 1024)) MiB"
+done
+echo "=== end $(el)"
