@@ -217,6 +217,8 @@ int e0_opts_set(e0_engine_opts *o, const char *field, const char *value, char *e
 int e0_opts_format(const e0_engine_opts *o, char *buf, size_t len);
 /* The preset names, comma-separated. */
 const char *e0_opts_presets(void);
+/* An E0_CACHE_* policy's name as `--opt cache_policy=` takes it ("lru" for an unknown one). */
+const char *e0_cache_policy_name(int policy);
 
 /* Opens a model directory (config.json + safetensors, any layout). */
 int e0_engine_open(e0_engine **out, const char *model_dir, const e0_engine_opts *o, char *err);

@@ -726,6 +726,10 @@ static void test_budgets(void **state) {
             if (copied == 2) setenv("E0_GPU_PIN", "0", 1), setenv("E0_GPU_HCACHE", "1000000000", 1);
             if (copied == 3) unsetenv("E0_GPU_PIN"), unsetenv("E0_GPU_HCACHE"), setenv("E0_GPU_HOST_MISS", "3", 1);
             if (copied == 4) setenv("E0_GPU_HOST_MISS", "auto", 1);
+            /* each eviction policy of the VRAM cache in one of the runs (test_models': LRU too) */
+            static const int policy[5] = {E0_CACHE_RECENT, E0_CACHE_LRU, E0_CACHE_RECENT, E0_CACHE_ROUTER,
+                                          E0_CACHE_LFU};
+            o.layer.cache_policy = policy[copied];
             e0_engine *cached;
             if (e0_engine_open(&cached, path, &o, err)) fail_msg("%s: %s", path, err);
             e0_plan pc;
@@ -736,8 +740,9 @@ static void test_budgets(void **state) {
             e0_engine_stats(cached, &st);
             const bool same = memcmp(ta, tc, sizeof ta) == 0 && memcmp(la, lc, (size_t)NG * V * 4) == 0;
             const char *note = e0_engine_gpu_note(cached);
-            printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots, misses %s (%llu hits, %llu misses, "
-                   "%.1f MiB over PCIe): %s\n", files[fi][0], files[fi][1], NG, st.vram_slots,
+            printf("  %-20s %-18s %d greedy tokens, VRAM cache of %d slots (%s), misses %s (%llu hits, %llu "
+                   "misses, %.1f MiB over PCIe): %s\n", files[fi][0], files[fi][1], NG, st.vram_slots,
+                   e0_cache_policy_name(o.layer.cache_policy),
                    strstr(note, "misses staged by the device") ? "staged by the device"
                    : copied == 2                        ? "read into the host expert cache"
                    : copied >= 3                        ? "computed by the host or copied in"

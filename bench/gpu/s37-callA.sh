@@ -6,10 +6,12 @@
 #    $E0_GPU_PTX) and against this one with Q6_K's loads as before (.gpu/nq6.ptx: the sources with
 #    bench/gpu/s37-nq6.patch applied, nvcc -ptx -arch=compute_75 -O3; ptxas gives mm_q6_k 72
 #    registers with the aligned words, 64 without), alternated: the kernels alone;
-#  - VRAM 8 and 16 GiB: this binary against 8cd44cc's (.gpu/bin/edge0-old), both with this PTX,
-#    alternated: the early guessed copies (and the session's one allocation);
+#  - VRAM 8 and 16 GiB: this binary (the recent policy, the CPU cache's default, now the VRAM
+#    cache's too), the same with --opt cache_policy=lru, and 8cd44cc's (.gpu/bin/edge0-old: LRU, the
+#    guessed copies after the layer's launches), all with this PTX, alternated;
 #  - the 30B shape at 8 and 16 GiB: edge0's peak device memory (nvidia-smi, 100 ms), which went 43
-#    and 45 MiB over those budgets in session 36 (callE-same-run-q30.log).
+#    and 45 MiB over those budgets in session 36 (callE-same-run-q30.log);
+#  - the policies on a checkpoint with Qwen3.6's measured routing, 8 GiB.
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
 #   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh .gpu/;
 #   git show 8cd44cc:src/gpu/kernels.ptx > .gpu/old.ptx; build 8cd44cc's edge0 in a worktree and
@@ -42,13 +44,14 @@ for v in new nq6 old new nq6 old; do
     D=128 run $f
     unset E0_GPU_PTX
 done
-for v in 8:new 8:old 8:new 8:old 16:new 16:old 16:new 16:old; do
+for v in 8:new 8:lru 8:old 8:new 8:lru 8:old 16:new 16:lru 16:old 16:new 16:lru 16:old; do
     left 40 || break
     b=${v%:*} w=${v#*:}
-    bin=.gpu/bin/edge0
+    bin=.gpu/bin/edge0 opt=
     [ $w = old ] && bin=.gpu/bin/edge0-old
-    echo "=== q36 VRAM $b GiB: $w binary $(el)"
-    run $f --vram-budget ${b}G
+    [ $w = lru ] && opt="--opt cache_policy=lru"
+    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
+    run $f --vram-budget ${b}G $opt --stats
 done
 for b in 8 16; do
     left 40 || break
@@ -59,5 +62,15 @@ for b in 8 16; do
     bin=.gpu/bin/edge0 run $f30 --vram-budget ${b}G
     kill $s; wait $s 2>/dev/null
     echo "peak $(( $(sort -n /tmp/smi.$b | tail -1) - base )) MiB over the $base in use before; budget $((b * 1024)) MiB"
+done
+# the VRAM cache's policies on the 35B shape with Qwen3.6's measured routing (synth --route-profile
+# qwen36; no next-layer guesses there): recent (the default) against lru and lfu, decode 128
+left 120 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf \
+    > /tmp/synth36p.log 2>&1
+for v in recent lru lfu recent lru lfu; do
+    left 40 || break
+    [ -s /root/q36p.gguf ] || break
+    echo "=== q36, Qwen3.6's routing, VRAM 8 GiB, policy $v $(el)"
+    bin=.gpu/bin/edge0 D=128 run /root/q36p.gguf --vram-budget 8G --opt cache_policy=$v
 done
 echo "=== end $(el)"

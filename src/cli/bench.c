@@ -391,13 +391,6 @@ out:
     return rc;
 }
 
-static const char *cache_policy_name(int policy) {
-    return policy == E0_CACHE_LFU      ? "lfu"
-           : policy == E0_CACHE_ROUTER ? "router"
-           : policy == E0_CACHE_RECENT ? "recent"
-                                       : "lru";
-}
-
 static double per_tok(uint64_t bytes, uint64_t tokens) {
     return tokens ? (double)bytes / (double)tokens : 0;
 }
@@ -464,7 +457,7 @@ static void report_json(cJSON *root, const char *name, const phase *ph, int n_pr
                                 ph->d.hbm_gbs > 0 ? (double)ph->d.gpu_token_bytes * dtok / 1e9 / ph->d.hbm_gbs : 0);
     }
     if (ph->traced) {
-        cJSON_AddStringToObject(o, "cache_policy", cache_policy_name(ph->policy));
+        cJSON_AddStringToObject(o, "cache_policy", e0_cache_policy_name(ph->policy));
         cJSON *a = cJSON_AddArrayToObject(o, "cache_policy_study");
         for (int i = 0; i < 3; i++) {
             const e0_cache_study *cs = &ph->study[i];
@@ -578,7 +571,7 @@ static void report(const char *name, const phase *ph, int n_prefill, int n_decod
     if (ph->traced) {
         printf("    cache policies on this decode's %llu requests (simulated, the prefill warms each; "
                "hit rates; this run's cache: %s):\n",
-               (unsigned long long)ph->study[0].requests, cache_policy_name(ph->policy));
+               (unsigned long long)ph->study[0].requests, e0_cache_policy_name(ph->policy));
         for (int i = 0; i < 3; i++) {
             const e0_cache_study *cs = &ph->study[i];
             printf("      %2.0f%% of experts (%5d slots):", 100 * STUDY_SHARES[i], cs->slots);

@@ -576,7 +576,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     }
     if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
         const bool hm = vc->hm && T == 1; /* decode: the host may compute some misses */
-        rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, err);
+        rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, rl, T, err);
         exps = vc->dslots;
         /* from pinned pages the guessed copies start now, beside this layer's kernels and the
          * next layer's mixer (vcache_map has moved this layer's slots out of the victims' way);

@@ -25,6 +25,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/replica.h"
+#include "stream/routecount.h"
 #include "util/tune.h"
 #include "weights/weights.h"
 
@@ -71,7 +72,7 @@ typedef struct {
     int32_t *hx;           /* host: [E] active experts, then their slots, then a call's misses */
     int32_t *rb;           /* pinned host memory, or NULL: a decode call's routing read back in one round
                               trip ([1] active count, [E] experts, [top_k] the guess), then [E] the slots
-                              it sends (vcache_map) */
+                              it sends, then [E] floats: its router logits (vcache_map) */
     e0_expert *views;      /* [E] the host cache's views of a call's misses (put) */
     CUdeviceptr dslots;    /* [E] the slots of a call's active experts */
     uint64_t hits, misses; /* expert lookups of MoE calls */
@@ -110,6 +111,17 @@ typedef struct {
     uint32_t calls;        /* MoE calls asked vcache_guess_now */
     bool sparse;           /* the last window's guesses were mostly wrong: guess one call in 32 */
     gpu_hostmiss *hm;      /* the host computes some misses (hostmiss_new), or NULL */
+    /* The eviction policy (vcache_set_policy), the CPU cache's (stream/xcache.h): which slot a
+     * miss or a guess takes, among those this call does not use */
+    int32_t policy;        /* E0_CACHE_LRU (until set), _LFU, _ROUTER or _RECENT */
+    double half_life;      /* LFU: counts halve every this many requests */
+    double *score;         /* LFU: [n_layers * E] log2 of the decayed request counts */
+    uint64_t clock;        /* LFU: requests so far */
+    routecount rc;         /* ROUTER, RECENT: router popularity and recent uses (rc.pop NULL: off) */
+    float *rl;             /* ROUTER, RECENT: a prefill call's router logits [rl_rows, E], read back */
+    int32_t rl_rows;
+    int32_t *stamp;        /* [n_slots] the MoE call that last used the slot */
+    int32_t call;          /* MoE calls mapped so far */
 } gpu_vcache;
 
 typedef struct gpu_model {
@@ -150,11 +162,22 @@ int vcache_new(gpu_model *g, int n_slots, char *err);
 void vcache_free(gpu_model *g);
 /* For a MoE call of layer li whose active experts the device holds (nact,
  * exps: moe_sort's), in stream order: waits for them, copies the missing
- * experts into slots (least recently used first, never one this call
- * uses), and writes the slots in exps' order to x->dslots, which the
+ * experts into slots (the policy's victims, never one this call uses),
+ * and writes the slots in exps' order to x->dslots, which the
  * expert kernels then take as their experts. */
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
-               CUdeviceptr in, CUdeviceptr ridx, char *err);
+               CUdeviceptr in, CUdeviceptr ridx, CUdeviceptr rl, int T, char *err);
+/* The slots a miss or a guess takes: policy E0_CACHE_LRU (the default
+ * until this is called) the least recently used that the call does not
+ * use; _LFU, _ROUTER and _RECENT the lowest score, as stream/xcache.c
+ * scores (LFU's counts halve every cache_half_life x slots requests; the
+ * router's popularity every router_half_life steps), among the
+ * VICTIM_WINDOW least recently used (a miss costs a copy of ~30 us, not a
+ * disk read: a scan of every slot would cost more than it saves). Those
+ * two read the call's router logits back with its routing (rl: [T, E]).
+ * A whole-layer prefill and the device-staged decode keep the list's
+ * order. */
+int vcache_set_policy(gpu_model *g, int policy, double cache_half_life, double router_half_life, char *err);
 /* The host's share of the misses (gpu/hostmiss.c): hostmiss_new sets up
  * the host to compute up to max misses of each decode MoE call (the
  * experts must be in host memory: after vcache_pin_host); vcache_map, given

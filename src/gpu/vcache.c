@@ -15,19 +15,29 @@
  * order (the driver stages pageable pages), and writes the slots back. A
  * call may need every expert of its layer at once (prefill), so the pool
  * has at least E slots and a slot the current call uses is never the one
- * given up: the call's slots move to the head of the list as they are
- * looked up, the victim comes from the tail, and fewer than n_slots
- * experts are ever looked up in one call.
+ * given up: the call's slots are stamped with it before any miss is
+ * served, and a victim is never a stamped slot (fewer than n_slots experts
+ * are ever looked up in one call). Which unstamped slot goes is the
+ * policy's (vcache_set_policy): the least recently used, or the lowest
+ * score of the CPU cache's LFU, router or recent policies among the
+ * least recently used few.
  */
 #include "gpu/gmodel.h"
+#include "stream/cachesim.h"
 
 #include "util/clock.h"
 #include "util/err.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Slots a scoring policy looks at for each victim, from the least
+ * recently used on: a miss costs a copy of ~30 us, so the scan must cost
+ * far less (64 scores: ~1 us). */
+enum { VICTIM_WINDOW = 64 };
 
 /* Lays the three matrices of layer li's experts out in a slot from offset
  * 0: their device form in *xg / *xu / *xd (w, s, b as offsets), and the
@@ -88,16 +98,18 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->fetched = calloc((size_t)n_slots, sizeof *x->fetched);
     x->lhits = calloc((size_t)c->n_layers, sizeof *x->lhits);
     x->lmisses = calloc((size_t)c->n_layers, sizeof *x->lmisses);
+    x->stamp = calloc((size_t)n_slots, sizeof *x->stamp);
+    x->policy = E0_CACHE_LRU;
     x->guess_layer = -1;
     /* on by default: the 35B shape at 8 GiB decoded 64.9 tok/s with it, 56.5 without (session 36,
      * H100); $E0_GPU_PREFETCH=0 turns it off for experiments */
     const char *pv = getenv("E0_GPU_PREFETCH");
     x->prefetch = !(pv && *pv == '0');
     if (!rc && (!x->key_of || !x->slot_of || !x->prev || !x->next || !x->hx || !x->views || !x->guess ||
-                !x->fetched || !x->lhits || !x->lmisses))
+                !x->fetched || !x->lhits || !x->lmisses || !x->stamp))
         rc = e0_fail(err, E0_ENOMEM, "out of memory");
     /* without pinned memory each readback waits by itself: slower, the same results */
-    if (!rc && gpu_host_alloc(g->d, (void **)&x->rb, (2 * (size_t)E + 1 + (size_t)g->top_k) * sizeof *x->rb,
+    if (!rc && gpu_host_alloc(g->d, (void **)&x->rb, (3 * (size_t)E + 1 + (size_t)g->top_k) * sizeof *x->rb,
                               "the routing read back", err))
         x->rb = NULL, err[0] = 0;
     if (!rc) rc = gpu_alloc(g->d, &x->pool, x->slot_bytes * (uint64_t)n_slots, "the VRAM expert cache", err);
@@ -224,6 +236,8 @@ void vcache_free(gpu_model *g) {
     if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
     if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
     gpu_host_free(g->d, x->rb);
+    routecount_free(&x->rc);
+    free(x->score), free(x->rl), free(x->stamp);
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx), free(x->views);
     free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched), free(x->lhits), free(x->lmisses);
     free(x);
@@ -260,6 +274,39 @@ static void count(gpu_vcache *x, int li, bool hit) {
  * experts, the slots they get, and what those slots held. */
 static void miss_scratch(gpu_vcache *x, int32_t **es, int32_t **slot, int32_t **old) {
     *es = x->hx + 2 * x->E, *slot = x->hx + 3 * x->E, *old = x->hx + 4 * x->E;
+}
+
+/* A key's score under a scoring policy, as stream/xcache.c's key_score. */
+static double key_score(const gpu_vcache *x, int key) {
+    if (x->score) return x->score[key];
+    return x->rc.use ? routecount_recent_score(&x->rc, (uint32_t)key, CACHESIM_RECENT_POP_WEIGHT)
+                     : routecount_score(&x->rc, (uint32_t)key);
+}
+
+/* One request of key (a lookup, or a guess that brings it in), for the
+ * scoring policies' counts. */
+static void request(gpu_vcache *x, int key) {
+    if (x->score) x->score[key] = cachesim_log2_add(x->score[key], (double)x->clock++ / x->half_life);
+    if (x->rc.pop) routecount_request(&x->rc, (uint32_t)key);
+}
+
+/* The slot a miss or a guess of this call takes: one the call has not
+ * stamped, from the least recently used on; LRU the first, a scoring
+ * policy the lowest score of the first VICTIM_WINDOW (an empty slot at
+ * once; the least recently used on ties). Some slot is always unstamped:
+ * a call stamps fewer than n_slots. */
+static int victim(const gpu_vcache *x) {
+    const int window = x->policy == E0_CACHE_LRU ? 1 : VICTIM_WINDOW;
+    int best = -1, seen = 0;
+    double low = INFINITY;
+    for (int i = x->tail; i >= 0 && seen < window; i = x->prev[i]) {
+        if (x->stamp[i] == x->call) continue;
+        if (x->key_of[i] < 0 || window == 1) return i;
+        seen++;
+        const double sc = key_score(x, x->key_of[i]);
+        if (best < 0 || sc < low) low = sc, best = i;
+    }
+    return best;
 }
 
 /* Slot i given up by whatever it held, for an expert that put copies in
@@ -306,18 +353,29 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
 }
 
 int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdeviceptr guess, int guess_layer,
-               CUdeviceptr in, CUdeviceptr ridx, char *err) {
+               CUdeviceptr in, CUdeviceptr ridx, CUdeviceptr rl, int T, char *err) {
     gpu_vcache *x = g->vc;
     const double t0 = now_s();
     int32_t n = 0;
     int rc = 0;
     x->guess_layer = -1;
-    if (x->rb) { /* the count, all E entries (those past it unread) and the guess in one round trip */
+    /* the router logits, for the router and recent policies' counts: a decode call's into the pinned
+     * readback, a prefill's into host memory of their own */
+    const bool obs = x->rc.pop && rl && T > 0;
+    float *rlh = obs && T == 1 && x->rb ? (float *)(x->rb + 2 * x->E + 1 + g->top_k) : x->rl;
+    if (obs && rlh == x->rl && T > x->rl_rows) {
+        float *r = realloc(x->rl, (size_t)T * (size_t)x->E * sizeof *r);
+        if (!r) return e0_fail(err, E0_ENOMEM, "out of memory for the router logits");
+        x->rl = rlh = r, x->rl_rows = T;
+    }
+    if (x->rb) { /* the count, all E entries (those past it unread), the guess and, where the policy
+                  * reads them, the router logits in one round trip */
         int32_t *rb = x->rb;
-        void *dst[3] = {rb, rb + 1, rb + 1 + x->E};
-        const CUdeviceptr src[3] = {nact, exps, guess};
-        const size_t bytes[3] = {sizeof *rb, (size_t)x->E * sizeof *rb, guess ? (size_t)g->top_k * sizeof *rb : 0};
-        rc = gpu_get_n(g->d, 3, dst, src, bytes, err);
+        void *dst[4] = {rb, rb + 1, rb + 1 + x->E, rlh};
+        const CUdeviceptr src[4] = {nact, exps, guess, rl};
+        const size_t bytes[4] = {sizeof *rb, (size_t)x->E * sizeof *rb, guess ? (size_t)g->top_k * sizeof *rb : 0,
+                                 obs ? (size_t)T * (size_t)x->E * sizeof(float) : 0};
+        rc = gpu_get_n(g->d, 4, dst, src, bytes, err);
         n = rb[0];
         if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
         if (!rc) memcpy(x->hx, rb + 1, (size_t)n * sizeof *x->hx);
@@ -327,7 +385,9 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
         if (!rc) rc = gpu_get(g->d, x->hx, exps, (size_t)n * sizeof *x->hx, err);
         if (!rc && guess) rc = gpu_get(g->d, x->guess, guess, (size_t)g->top_k * sizeof *x->guess, err);
+        if (!rc && obs) rc = gpu_get(g->d, rlh, rl, (size_t)T * (size_t)x->E * sizeof(float), err);
     }
+    if (!rc && obs) routecount_observe(&x->rc, li, rlh, T);
     if (!rc && guess) x->guess_layer = guess_layer;
     const bool host = x->hm && in;
     if (!rc && host) rc = hostmiss_read(g, li, in, ridx, err);
@@ -340,12 +400,18 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     int32_t *slots = x->hx + x->E, *mexp, *mslot, *mold;
     miss_scratch(x, &mexp, &mslot, &mold);
     int nm = 0;
+    x->call++; /* this call's slots first, so that no miss takes one */
     for (int a = 0; !rc && a < n; a++) {
         const int e = x->hx[a];
         if (e < 0 || e >= x->E) {
             rc = e0_fail(err, E0_EIO, "layer %d: expert %d read back", li, e);
             break;
         }
+        if (x->slot_of[li * x->E + e] >= 0) x->stamp[x->slot_of[li * x->E + e]] = x->call;
+    }
+    for (int a = 0; !rc && a < n; a++) {
+        const int e = x->hx[a];
+        request(x, li * x->E + e);
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
             count(x, li, true);
@@ -357,9 +423,13 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
                 continue;
             }
             if (rc) break;
-            i = x->tail;
+            if ((i = victim(x)) < 0) { /* a call stamps fewer than n_slots: not reached */
+                rc = e0_fail(err, E0_EIO, "layer %d: no slot of the VRAM cache for expert %d", li, e);
+                break;
+            }
             mold[nm] = claim(x, i);
             mexp[nm] = e, mslot[nm++] = i;
+            x->stamp[i] = x->call;
         }
         touch(x, i);
         slots[a] = i;
@@ -367,13 +437,39 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     if (!rc) rc = put(g, li, mexp, mslot, mold, nm, false, err);
     if (!rc && x->rb) { /* from pinned memory the copy is queued, not staged; the next call writes
                            * there only after its readback, which the stream orders after this copy */
-        int32_t *ps = x->rb + 1 + x->E + g->top_k;
+        int32_t *ps = x->rb + 1 + x->E + g->top_k; /* the logits lie past its E */
         memcpy(ps, slots, (size_t)n * sizeof *slots);
         slots = ps;
     }
     if (!rc) rc = gpu_put(g->d, x->dslots, slots, (size_t)n * sizeof *slots, err);
     x->copy_s += now_s() - t1;
     return rc;
+}
+
+int vcache_set_policy(gpu_model *g, int policy, double cache_half_life, double router_half_life, char *err) {
+    gpu_vcache *x = g->vc;
+    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER && policy != E0_CACHE_RECENT)
+        return e0_fail(err, E0_EINVAL, "unknown cache policy %d", policy);
+    const double h = policy == E0_CACHE_LFU ? cache_half_life * x->n_slots : router_half_life;
+    if (policy != E0_CACHE_LRU && !(h > 0)) return e0_fail(err, E0_EINVAL, "cache half-life %g must be positive", h);
+    free(x->score);
+    x->score = NULL;
+    routecount_free(&x->rc);
+    const size_t keys = (size_t)x->n_layers * (size_t)x->E;
+    int rc = 0;
+    if (policy == E0_CACHE_ROUTER || policy == E0_CACHE_RECENT) {
+        rc = routecount_init(&x->rc, x->n_layers, x->E, h, err);
+        if (!rc && policy == E0_CACHE_RECENT) rc = routecount_track_use(&x->rc, CACHESIM_RECENT_HALF_LIFE, err);
+    } else if (policy == E0_CACHE_LFU) {
+        if (!(x->score = malloc(keys * sizeof *x->score)))
+            return e0_fail(err, E0_ENOMEM, "out of memory for the VRAM cache's request counts");
+        for (size_t i = 0; i < keys; i++) x->score[i] = -INFINITY;
+    }
+    if (rc) return rc;
+    x->policy = policy;
+    x->half_life = h;
+    x->clock = 0;
+    return 0;
 }
 
 bool vcache_guess_now(gpu_model *g) {
@@ -402,11 +498,13 @@ int vcache_prefetch(gpu_model *g, char *err) {
             touch(x, i);
             continue;
         }
-        /* the tail is no slot of the layer in flight (vcache_map moved those to the head), and the
-         * work before it is done (vcache_map waited for the routing): the copy may start now */
-        i = x->tail;
+        /* the victim is no slot of the layer in flight (vcache_map stamped those), and the work
+         * before it is done (vcache_map waited for the routing): the copy may start now */
+        if ((i = victim(x)) < 0) break;
         mold[nm] = claim(x, i);
         touch(x, i);
+        x->stamp[i] = x->call;
+        request(x, gl * x->E + e);
         mexp[nm] = e, mslot[nm++] = i;
     }
     if (!nm) return 0;

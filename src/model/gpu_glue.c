@@ -147,11 +147,12 @@ int engine_gpu_plan(e0_engine *e, int32_t n_ctx, char *err) {
                     "computed on the CPU only", ord, name);
 #undef CPU_BECAUSE
     e->gpu_ordinal = ord;
-    char tier[160];
+    char tier[200];
     if (e->gpu_slots)
         snprintf(tier, sizeof tier, "%.2f GiB of dense weights and a VRAM expert cache of %d slots (%.2f GiB, "
-                 "%.0f%% of the experts)", gib(z.dense), e->gpu_slots, gib((uint64_t)e->gpu_slots * z.slot),
-                 100.0 * (double)e->gpu_slots * (double)z.slot / (double)z.experts);
+                 "%.0f%% of the experts, %s policy)", gib(z.dense), e->gpu_slots,
+                 gib((uint64_t)e->gpu_slots * z.slot), 100.0 * (double)e->gpu_slots * (double)z.slot / (double)z.experts,
+                 e0_cache_policy_name(e->opts.layer.cache_policy));
     else
         snprintf(tier, sizeof tier, "%.2f GiB of weights, every expert resident", gib(z.dense + z.experts));
     char rooms[48] = "";
@@ -234,6 +235,12 @@ int engine_gpu_open(e0_engine *e, char *err) {
         return 0;
     }
     char pin[900] = "";
+    const e0_layer_opts *lo = &e->opts.layer;
+    if (e->gmodel->vc &&
+        (rc = vcache_set_policy(e->gmodel, lo->cache_policy, lo->cache_half_life, lo->router_half_life, why))) {
+        engine_gpu_close(e);
+        return e0_fail(err, rc, "%s", why);
+    }
     if (e->gmodel->vc) host_open(e, pin, sizeof pin);
     const size_t used = strlen(e->gpu_note);
     if (used < sizeof e->gpu_note &&

@@ -64,6 +64,8 @@ void e0_engine_opts_default(e0_engine_opts *o) {
 
 const char *e0_opts_presets(void) { return "staged_k4, prod_k8, staged_k8"; }
 
+const char *e0_cache_policy_name(int policy) { return POLICY_NAMES[policy >= 0 && policy < NPOLICIES ? policy : 0]; }
+
 int e0_opts_preset(e0_engine_opts *o, const char *name, char *err) {
     e0_layer_opts *l = &o->layer;
     if (strcmp(name, "staged_k4") == 0) {
@@ -143,7 +145,7 @@ int e0_opts_format(const e0_engine_opts *o, char *buf, size_t len) {
         } else {
             int32_t v;
             memcpy(&v, p, sizeof v);
-            if (FIELDS[i].type == F_POLICY) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, POLICY_NAMES[v >= 0 && v < NPOLICIES ? v : 0]);
+            if (FIELDS[i].type == F_POLICY) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, e0_cache_policy_name(v));
             else if (FIELDS[i].type == F_BOOL) w = snprintf(buf + n, n < len ? len - n : 0, "%s=%s\n", FIELDS[i].name, v ? "true" : "false");
             else w = snprintf(buf + n, n < len ? len - n : 0, "%s=%d\n", FIELDS[i].name, v);
         }
