@@ -13,18 +13,11 @@
 #    and 45 MiB over those budgets in session 36 (callE-same-run-q30.log);
 #  - the policies on a checkpoint with Qwen3.6's measured routing, 8 GiB.
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
-#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh .gpu/;
+#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh bench/gpu/prologue.sh .gpu/;
 #   git show 8cd44cc:src/gpu/kernels.ptx > .gpu/old.ptx; build 8cd44cc's edge0 in a worktree and
 #   strip -o .gpu/bin/edge0-old it; the nq6 PTX into .gpu/nq6.ptx; rm .gpu/bin/bench_gpu; XZ_OPT=-1 tar -cJf .peer/gpu.tar.xz .gpu
 #   tar -xJf .peer/gpu.tar.xz && DL=540 bash .gpu/s37-callA.sh      carry [".peer"]
-cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=$PWD/.gpu/lib E0_ASSETS=$PWD/assets
-T0=$(date +%s)
-exec > >(tee "${OUT:-/tmp}/run.log") 2>&1
-DL=${DL:-540}
-el() { echo "($(( $(date +%s) - T0 )) s)"; }
-left() { [ $(( $(date +%s) - T0 )) -lt $((DL - $1)) ]; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+. "$(dirname "$0")/prologue.sh" 540
 f=/root/q36.gguf f30=/root/q30.gguf
 sp=
 [ -s $f ] || { { .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1;
