@@ -91,6 +91,7 @@ for B in budgets:
         if fits and (best is None or tg[0] > best[1]): best = (pp[0], tg[0], n)
     if e:
         r = f"prefill {e[0]/best[0]:.2f}x, decode {e[1]/best[1]:.2f}x (against -ncmoe {best[2]})" if best else "no llama.cpp run fit"
-        print(f"| {B} | edge0 | --vram-budget {'auto' if B == 'resident' else B + 'G'} | {peak('e0-' + B):.0f} | {e[0]:.1f} | {e[1]:.1f} | | {r} |")
+        over = B != "resident" and peak('e0-' + B) > float(B) * 1024
+        print(f"| {B} | edge0 | --vram-budget {'auto' if B == 'resident' else B + 'G'}{' (over the budget)' if over else ''} | {peak('e0-' + B):.0f} | {e[0]:.1f} | {e[1]:.1f} | | {r} |")
 EOF
 rm -rf "$out"
