@@ -1,5 +1,5 @@
 /* The VRAM expert cache (gpu/gmodel.h): the routed experts of every layer
- * in one pool of slots, least recently used out first, filled from the
+ * in one pool of slots, evicted by the CPU cache's policy, filled from the
  * checkpoint's pages when a MoE call routes to an expert not in it.
  *
  * A slot holds one expert's gate, up and down, each as its layer's format
