@@ -11,7 +11,8 @@
 #    guessed copies after the layer's launches), all with this PTX, alternated;
 #  - the 30B shape at 8 and 16 GiB: edge0's peak device memory (nvidia-smi, 100 ms), which went 43
 #    and 45 MiB over those budgets in session 36 (callE-same-run-q30.log);
-#  - the policies on a checkpoint with Qwen3.6's measured routing, 8 GiB.
+#  - the policies on a checkpoint with Qwen3.6's measured routing, 8 GiB;
+#  - one decode step's timeline at 8 GiB ($E0_GPU_TRACE, gpu/trace.c): where the 15 ms go.
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
 #   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh bench/gpu/prologue.sh .gpu/;
 #   git show 8cd44cc:src/gpu/kernels.ptx > .gpu/old.ptx; build 8cd44cc's edge0 in a worktree and
@@ -46,6 +47,15 @@ for v in 8:new 8:lru 8:old 8:new 8:lru 8:old 16:new 16:lru 16:old 16:new 16:lru 
     echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
     run $f --vram-budget ${b}G $opt --stats
 done
+# one decode step's timeline at 8 GiB ($E0_GPU_TRACE: device and host times of each layer's points)
+if left 60; then
+    echo "=== q36 VRAM 8 GiB: the 20th decode step's timeline $(el)"
+    E0_GPU_TRACE=20 timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 32 --skip-cold --threads 16 \
+        --vram-budget 8G > /tmp/trace8.txt 2>&1
+    [ -n "${OUT:-}" ] && cp /tmp/trace8.txt "$OUT/"
+    grep -E "trace|logits" /tmp/trace8.txt | head -3
+    grep -E " layer +(0|1|2|3) " /tmp/trace8.txt | head -24
+fi
 for b in 8 16; do
     left 40 || break
     echo "=== q30 VRAM $b GiB: peak device memory $(el)"

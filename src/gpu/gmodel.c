@@ -574,6 +574,7 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
         void *ag[] = {&grl, &gidx, &gw, &one, &E, &k, &renorm};
         if (!rc) rc = gpu_launch(d, d->k.route, 1, 1, 1, 128, 0, ag, "routing (the next layer's guess)", err);
     }
+    gpu_trace(d, false, "routed", li);
     if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
         const bool hm = vc->hm && T == 1; /* decode: the host may compute some misses */
         rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, rl, T, err);
@@ -582,10 +583,13 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
          * next layer's mixer (vcache_map has moved this layer's slots out of the victims' way);
          * through the host cache they may wait for the disk, so after this layer's launches */
         if (!rc && nl >= 0 && !vc->hc) rc = vcache_prefetch(s->g, err);
+        gpu_trace(d, false, "misses in", li);
+        if (nl >= 0) gpu_trace(d, true, "guesses in", nl);
     }
     const int max_act = P < E ? P : E;
     if (!rc) rc = gpu_mmx_glu(d, &gl->xg, &gl->xu, max_act, nact, exps, start, order, k, h, H, gg, u, T, err);
     if (!rc) rc = gpu_mmx(d, &gl->xd, max_act, nact, exps, start, order, k, true, gg, I, eo, H, T, err);
+    gpu_trace(d, false, "experts", li);
     if (!rc && shared) { /* the routed experts' hidden rows are done with: reuse g and u */
         rc = gpu_mm_glu(d, &gl->sh_gate, &gl->sh_up, h, H, gg, u, T, err);
         if (!rc) rc = gpu_mm(d, &gl->sh_down, gg, c->shared_inter, ys, H, T, err);
@@ -633,6 +637,7 @@ static int layers(gpu_sess *s, int T, char *err) {
     int done = -1;                              /* the MoE layer finished last, as the next is brought in */
     if (ahead >= 0) rc = bring_in(s, ahead, -1, mark, err);
     for (int li = 0; !rc && li < m->cfg.n_layers; li++) {
+        gpu_trace(s->g->d, false, "layer", li);
         const e0_layer *ly = &m->layers[li];
         const gpu_layer *gl = &s->g->L[li];
         if (s->whole && li == ahead) { /* its copies are under `mark`: the next layer's under the other */
@@ -747,7 +752,9 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
     const bool staged = s->g->vc && s->g->vc->staged && T == 1;
     if (!rc && staged) rc = vcache_prepare(s->g, err);
     /* a step whose launches never change: where the host decides nothing between layers */
-    if (!rc && T == 1 && logits && (!s->g->vc || staged) && gpu_graphs_on(d)) {
+    const bool graph = T == 1 && logits && (!s->g->vc || staged) && gpu_graphs_on(d);
+    if (!rc && !graph) gpu_trace_begin(d, T); /* $E0_GPU_TRACE: a pass with the host between layers */
+    if (!rc && graph) {
         rc = decode_graph(s, err);
         if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)V * sizeof(float), err);
         if (!rc && staged) rc = vcache_step(s->g, err);
@@ -763,7 +770,9 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
             if (!rc) rc = gpu_get(d, dst, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
         }
     }
+    gpu_trace(d, false, "logits", -1);
     if (!rc) rc = gpu_sync(d, err);
+    gpu_trace_end(d);
     if (!rc && staged) rc = vcache_step(s->g, err);
     return rc;
 }

@@ -207,6 +207,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *pv = getenv("E0_GPU_PROFILE");
     d->profile = pv && *pv == '1' && cu->EventCreate(&d->pa, CU_EVENT_DEFAULT) == CU_SUCCESS &&
                  cu->EventCreate(&d->pb, CU_EVENT_DEFAULT) == CU_SUCCESS;
+    gpu_trace_open(d);
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
@@ -227,6 +228,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
 void gpu_close(gpu_dev *d) {
     if (!d) return;
     d->cu->CtxSetCurrent(d->ctx);
+    gpu_trace_close(d);
     if (d->profile) {
         double total = 0;
         for (int i = 0; i < d->nprof; i++) total += d->prof[i].ms;

@@ -85,6 +85,20 @@ typedef struct {
     double ms;
 } gpu_prof;
 
+/* One decode pass's timeline under $E0_GPU_TRACE=N (gpu/trace.c). */
+enum { GPU_TRACE_MAX = 640 };
+typedef struct {
+    int at;          /* trace the at-th pass of one id (1-based); 0: off */
+    int passes;      /* passes of one id so far */
+    bool on;         /* this pass is traced */
+    int n;           /* points so far */
+    CUevent ev[GPU_TRACE_MAX];
+    const char *what[GPU_TRACE_MAX];
+    int layer[GPU_TRACE_MAX];
+    bool copy[GPU_TRACE_MAX]; /* recorded on the copy stream */
+    double host[GPU_TRACE_MAX]; /* the host's clock when it recorded the point */
+} gpu_trace_t;
+
 typedef struct gpu_dev {
     const cu_api *cu;
     int ordinal;
@@ -117,11 +131,24 @@ typedef struct gpu_dev {
     CUevent pa, pb;
     gpu_prof prof[GPU_PROF_MAX];
     int nprof;
+    gpu_trace_t *trace; /* $E0_GPU_TRACE, or NULL */
 } gpu_dev;
 
 /* Devices the driver sees: 0 with *n set, or the reason none can be used
  * in err (no driver, no device: E0_EUNSUPPORTED). */
 int gpu_count(int *n, char *err);
+/* A pass's timeline (gpu/trace.c): with $E0_GPU_TRACE=N, the N-th pass of
+ * one id (a decode step; passes with the host between layers: a VRAM
+ * cache's) records an event at each gpu_trace point, on the stream or the
+ * copy stream, with the host's clock beside it, and prints them to stderr
+ * when gpu_trace_end is reached: when the device got to each point (from
+ * the pass's start) against when the host asked for it. gpu_trace_begin
+ * returns whether this pass is traced. No-ops otherwise. */
+void gpu_trace_open(gpu_dev *d);
+void gpu_trace_close(gpu_dev *d);
+bool gpu_trace_begin(gpu_dev *d, int T);
+void gpu_trace(gpu_dev *d, bool copy_stream, const char *what, int layer);
+void gpu_trace_end(gpu_dev *d);
 /* Opens device `ordinal` (0-based): its primary context, the kernels, a
  * stream. */
 int gpu_open(gpu_dev **out, int ordinal, char *err);
