@@ -25,7 +25,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/replica.h"
-#include "stream/routecount.h"
+#include "stream/xpolicy.h"
 #include "util/tune.h"
 #include "weights/weights.h"
 
@@ -113,11 +113,7 @@ typedef struct {
     gpu_hostmiss *hm;      /* the host computes some misses (hostmiss_new), or NULL */
     /* The eviction policy (vcache_set_policy), the CPU cache's (stream/xcache.h): which slot a
      * miss or a guess takes, among those this call does not use */
-    int32_t policy;        /* E0_CACHE_LRU (until set), _LFU, _ROUTER or _RECENT */
-    double half_life;      /* LFU: counts halve every this many requests */
-    double *score;         /* LFU: [n_layers * E] log2 of the decayed request counts */
-    uint64_t clock;        /* LFU: requests so far */
-    routecount rc;         /* ROUTER, RECENT: router popularity and recent uses (rc.pop NULL: off) */
+    xpolicy pol;           /* its scores (stream/xpolicy.h); LRU until set */
     float *rl;             /* ROUTER, RECENT: a prefill call's router logits [rl_rows, E], read back */
     int32_t rl_rows;
     int32_t *stamp;        /* [n_slots] the MoE call that last used the slot */
@@ -169,9 +165,10 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
                CUdeviceptr in, CUdeviceptr ridx, CUdeviceptr rl, int T, char *err);
 /* The slots a miss or a guess takes: policy E0_CACHE_LRU (the default
  * until this is called) the least recently used that the call does not
- * use; _LFU, _ROUTER and _RECENT the lowest score, as stream/xcache.c
- * scores (LFU's counts halve every cache_half_life x slots requests; the
- * router's popularity every router_half_life steps), among the
+ * use; _LFU, _ROUTER and _RECENT the lowest score, the CPU cache's
+ * scores (stream/xpolicy.h; LFU's counts halve every cache_half_life x
+ * slots requests, the router's popularity every router_half_life steps),
+ * among the
  * VICTIM_WINDOW least recently used (a miss costs a copy of ~30 us, not a
  * disk read: a scan of every slot would cost more than it saves). Those
  * two read the call's router logits back with its routing (rl: [T, E]).

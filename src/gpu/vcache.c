@@ -23,7 +23,6 @@
  * least recently used few.
  */
 #include "gpu/gmodel.h"
-#include "stream/cachesim.h"
 
 #include "util/clock.h"
 #include "util/err.h"
@@ -99,7 +98,6 @@ int vcache_new(gpu_model *g, int n_slots, char *err) {
     x->lhits = calloc((size_t)c->n_layers, sizeof *x->lhits);
     x->lmisses = calloc((size_t)c->n_layers, sizeof *x->lmisses);
     x->stamp = calloc((size_t)n_slots, sizeof *x->stamp);
-    x->policy = E0_CACHE_LRU;
     x->guess_layer = -1;
     /* on by default: the 35B shape at 8 GiB decoded 64.9 tok/s with it, 56.5 without (session 36,
      * H100); $E0_GPU_PREFETCH=0 turns it off for experiments */
@@ -236,8 +234,8 @@ void vcache_free(gpu_model *g) {
     if (x->dstage) gpu_free(g->d, x->dstage, stage_bytes(x));
     if (x->dlog) gpu_free(g->d, x->dlog, stage_bytes(x));
     gpu_host_free(g->d, x->rb);
-    routecount_free(&x->rc);
-    free(x->score), free(x->rl), free(x->stamp);
+    xpolicy_free(&x->pol);
+    free(x->rl), free(x->stamp);
     free(x->key_of), free(x->slot_of), free(x->prev), free(x->next), free(x->hx), free(x->views);
     free(x->hused), free(x->stage), free(x->hlog), free(x->guess), free(x->fetched), free(x->lhits), free(x->lmisses);
     free(x);
@@ -276,34 +274,20 @@ static void miss_scratch(gpu_vcache *x, int32_t **es, int32_t **slot, int32_t **
     *es = x->hx + 2 * x->E, *slot = x->hx + 3 * x->E, *old = x->hx + 4 * x->E;
 }
 
-/* A key's score under a scoring policy, as stream/xcache.c's key_score. */
-static double key_score(const gpu_vcache *x, int key) {
-    if (x->score) return x->score[key];
-    return x->rc.use ? routecount_recent_score(&x->rc, (uint32_t)key, CACHESIM_RECENT_POP_WEIGHT)
-                     : routecount_score(&x->rc, (uint32_t)key);
-}
-
-/* One request of key (a lookup, or a guess that brings it in), for the
- * scoring policies' counts. */
-static void request(gpu_vcache *x, int key) {
-    if (x->score) x->score[key] = cachesim_log2_add(x->score[key], (double)x->clock++ / x->half_life);
-    if (x->rc.pop) routecount_request(&x->rc, (uint32_t)key);
-}
-
 /* The slot a miss or a guess of this call takes: one the call has not
  * stamped, from the least recently used on; LRU the first, a scoring
  * policy the lowest score of the first VICTIM_WINDOW (an empty slot at
  * once; the least recently used on ties). Some slot is always unstamped:
  * a call stamps fewer than n_slots. */
 static int victim(const gpu_vcache *x) {
-    const int window = x->policy == E0_CACHE_LRU ? 1 : VICTIM_WINDOW;
+    const int window = x->pol.policy == E0_CACHE_LRU ? 1 : VICTIM_WINDOW;
     int best = -1, seen = 0;
     double low = INFINITY;
     for (int i = x->tail; i >= 0 && seen < window; i = x->prev[i]) {
         if (x->stamp[i] == x->call) continue;
         if (x->key_of[i] < 0 || window == 1) return i;
         seen++;
-        const double sc = key_score(x, x->key_of[i]);
+        const double sc = xpolicy_score(&x->pol, (size_t)x->key_of[i]);
         if (best < 0 || sc < low) low = sc, best = i;
     }
     return best;
@@ -361,7 +345,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     x->guess_layer = -1;
     /* the router logits, for the router and recent policies' counts: a decode call's into the pinned
      * readback, a prefill's into host memory of their own */
-    const bool obs = x->rc.pop && rl && T > 0;
+    const bool obs = xpolicy_wants_logits(&x->pol) && rl && T > 0;
     float *rlh = obs && T == 1 && x->rb ? (float *)(x->rb + 2 * x->E + 1 + g->top_k) : x->rl;
     if (obs && rlh == x->rl && T > x->rl_rows) {
         float *r = realloc(x->rl, (size_t)T * (size_t)x->E * sizeof *r);
@@ -387,7 +371,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         if (!rc && guess) rc = gpu_get(g->d, x->guess, guess, (size_t)g->top_k * sizeof *x->guess, err);
         if (!rc && obs) rc = gpu_get(g->d, rlh, rl, (size_t)T * (size_t)x->E * sizeof(float), err);
     }
-    if (!rc && obs) routecount_observe(&x->rc, li, rlh, T);
+    if (!rc && obs) xpolicy_observe(&x->pol, li, rlh, T);
     if (!rc && guess) x->guess_layer = guess_layer;
     const bool host = x->hm && in;
     if (!rc && host) rc = hostmiss_read(g, li, in, ridx, err);
@@ -411,7 +395,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     }
     for (int a = 0; !rc && a < n; a++) {
         const int e = x->hx[a];
-        request(x, li * x->E + e);
+        xpolicy_request(&x->pol, (size_t)li * (size_t)x->E + (size_t)e, true);
         int i = x->slot_of[li * x->E + e];
         if (i >= 0) {
             count(x, li, true);
@@ -448,28 +432,9 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
 
 int vcache_set_policy(gpu_model *g, int policy, double cache_half_life, double router_half_life, char *err) {
     gpu_vcache *x = g->vc;
-    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER && policy != E0_CACHE_RECENT)
-        return e0_fail(err, E0_EINVAL, "unknown cache policy %d", policy);
+    /* as stream/setup.c gives the CPU cache its half-life: LFU's in requests, the others' in steps */
     const double h = policy == E0_CACHE_LFU ? cache_half_life * x->n_slots : router_half_life;
-    if (policy != E0_CACHE_LRU && !(h > 0)) return e0_fail(err, E0_EINVAL, "cache half-life %g must be positive", h);
-    free(x->score);
-    x->score = NULL;
-    routecount_free(&x->rc);
-    const size_t keys = (size_t)x->n_layers * (size_t)x->E;
-    int rc = 0;
-    if (policy == E0_CACHE_ROUTER || policy == E0_CACHE_RECENT) {
-        rc = routecount_init(&x->rc, x->n_layers, x->E, h, err);
-        if (!rc && policy == E0_CACHE_RECENT) rc = routecount_track_use(&x->rc, CACHESIM_RECENT_HALF_LIFE, err);
-    } else if (policy == E0_CACHE_LFU) {
-        if (!(x->score = malloc(keys * sizeof *x->score)))
-            return e0_fail(err, E0_ENOMEM, "out of memory for the VRAM cache's request counts");
-        for (size_t i = 0; i < keys; i++) x->score[i] = -INFINITY;
-    }
-    if (rc) return rc;
-    x->policy = policy;
-    x->half_life = h;
-    x->clock = 0;
-    return 0;
+    return xpolicy_set(&x->pol, policy, h, x->n_layers, x->E, "the VRAM cache", err);
 }
 
 bool vcache_guess_now(gpu_model *g) {
@@ -504,7 +469,7 @@ int vcache_prefetch(gpu_model *g, char *err) {
         mold[nm] = claim(x, i);
         touch(x, i);
         x->stamp[i] = x->call;
-        request(x, gl * x->E + e);
+        xpolicy_request(&x->pol, (size_t)gl * (size_t)x->E + (size_t)e, false); /* a prefetch that loads */
         mexp[nm] = e, mslot[nm++] = i;
     }
     if (!nm) return 0;

@@ -1,7 +1,7 @@
 #include "stream/xcache.h"
 
 #include "stream/cachesim.h"
-#include "stream/routecount.h"
+#include "stream/xpolicy.h"
 
 #include "util/bigbuf.h"
 
@@ -40,11 +40,7 @@ struct xcache {
     int32_t n_free; /* FREE entries are found by scanning from `free_hint` */
     int32_t free_hint;
     uint64_t *hits, *misses; /* per layer */
-    int policy;              /* E0_CACHE_LRU / _LFU / _ROUTER / _RECENT */
-    double half_life;        /* LFU: in demand requests */
-    double *score;           /* LFU: [n_layers * n_experts] log2 of the decayed count */
-    uint64_t clock;          /* LFU: demand requests so far */
-    routecount rc;           /* ROUTER, RECENT: the router's probabilities and requests */
+    xpolicy pol;             /* the eviction policy's scores (stream/xpolicy.h) */
     uint32_t *trace;         /* [trace_cap] demand requests, in order */
     size_t trace_cap, trace_n;
     uint64_t trace_dropped;
@@ -150,44 +146,12 @@ void xcache_free(xcache *c) {
     free(c->obs_layer);
     free(c->obs_tokens);
     free(c->obs_logits);
-    free(c->score);
-    routecount_free(&c->rc);
+    xpolicy_free(&c->pol);
     free(c);
 }
 
 int xcache_set_policy(xcache *c, int policy, double half_life, char *err) {
-    if (policy != E0_CACHE_LRU && policy != E0_CACHE_LFU && policy != E0_CACHE_ROUTER &&
-        policy != E0_CACHE_RECENT)
-        return e0_fail(err, E0_EINVAL, "unknown cache policy %d", policy);
-    if (policy != E0_CACHE_LRU && !(half_life > 0))
-        return e0_fail(err, E0_EINVAL, "cache half-life %g must be positive", half_life);
-    free(c->score);
-    c->score = NULL;
-    routecount_free(&c->rc);
-    const size_t n = (size_t)c->n_layers * (size_t)c->n_experts;
-    if (policy == E0_CACHE_ROUTER || policy == E0_CACHE_RECENT) {
-        int rc = routecount_init(&c->rc, c->n_layers, c->n_experts, half_life, err);
-        if (!rc && policy == E0_CACHE_RECENT)
-            rc = routecount_track_use(&c->rc, CACHESIM_RECENT_HALF_LIFE, err);
-        if (rc) return rc;
-    } else if (policy == E0_CACHE_LFU) {
-        if (!(c->score = malloc((n ? n : 1) * sizeof *c->score)))
-            return e0_fail(err, E0_ENOMEM, "out of memory for the cache's request counts");
-        for (size_t i = 0; i < n; i++)
-            c->score[i] = -INFINITY;
-    }
-    c->policy = policy;
-    c->half_life = half_life;
-    c->clock = 0;
-    return 0;
-}
-
-/* A key's score under a scoring policy: LFU's log2 decayed count, the
- * router policy's score or the recent policy's (routecount.h). */
-static double key_score(const xcache *c, size_t key) {
-    if (c->score) return c->score[key];
-    return c->rc.use ? routecount_recent_score(&c->rc, (uint32_t)key, CACHESIM_RECENT_POP_WEIGHT)
-                     : routecount_score(&c->rc, (uint32_t)key);
+    return xpolicy_set(&c->pol, policy, half_life, c->n_layers, c->n_experts, "the cache", err);
 }
 
 /* The unpinned READY entry LFU, ROUTER or RECENT evicts: the lowest score, the
@@ -198,7 +162,7 @@ static xentry *lowest_victim(xcache *c) {
     xentry *v = c->lru_head;
     double best = INFINITY;
     for (xentry *e = c->lru_head; e; e = e->next) {
-        const double s = key_score(c, (size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert);
+        const double s = xpolicy_score(&c->pol, (size_t)e->layer * (size_t)c->n_experts + (size_t)e->expert);
         if (s < best) best = s, v = e;
     }
     return v;
@@ -215,7 +179,7 @@ static xentry *take_slot(xcache *c) {
                 return &c->e[i];
             }
         }
-    xentry *v = c->policy == E0_CACHE_LRU ? c->lru_head : lowest_victim(c);
+    xentry *v = c->pol.policy == E0_CACHE_LRU ? c->lru_head : lowest_victim(c);
     if (!v) return NULL;
     lru_unlink(c, v);
     c->table[(size_t)v->layer * (size_t)c->n_experts + (size_t)v->expert] = -1;
@@ -227,9 +191,7 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
     pthread_mutex_lock(&c->mu);
     const size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
     xentry *e = NULL;
-    if (demand && c->score)
-        c->score[key] = cachesim_log2_add(c->score[key], (double)c->clock++ / c->half_life);
-    if (demand && c->rc.pop) routecount_request(&c->rc, (uint32_t)key);
+    if (demand) xpolicy_request(&c->pol, key, true);
     if (demand && c->trace) {
         if (c->trace_n < c->trace_cap)
             c->trace[c->trace_n++] = (uint32_t)key;
@@ -244,12 +206,9 @@ xentry *xcache_acquire(xcache *c, int32_t layer, int32_t expert, bool demand, bo
     } else {
         if (demand) c->misses[layer]++;
         if ((e = take_slot(c))) {
-            /* LFU: a prefetch (the next layer's predicted experts, ~99% routed to) is
-             * counted as a request now, else its fresh entry would have the lowest
-             * count in the cache and be the next victim before its demand arrives */
-            if (!demand && c->score)
-                c->score[key] = cachesim_log2_add(c->score[key], (double)c->clock / c->half_life);
-            if (!demand && c->rc.pop) routecount_request(&c->rc, (uint32_t)key); /* likewise */
+            /* a prefetch (the next layer's predicted experts, ~99% routed to) that loads is
+             * a request now (xpolicy_request) */
+            if (!demand) xpolicy_request(&c->pol, key, false);
             e->layer = layer;
             e->expert = expert;
             e->state = ST_LOADING;
@@ -441,7 +400,7 @@ int xcache_trace_start(xcache *c, size_t cap, size_t obs_floats, char *err) {
 void xcache_observe(xcache *c, int32_t layer, const float *logits, int32_t T) {
     if (layer < 0 || layer >= c->n_layers || T < 1) return;
     pthread_mutex_lock(&c->mu);
-    if (c->rc.pop) routecount_observe(&c->rc, layer, logits, T);
+    xpolicy_observe(&c->pol, layer, logits, T);
     if (c->obs_calls) {
         const size_t f = (size_t)T * (size_t)c->n_experts;
         if (c->obs_n < c->obs_calls && f <= c->obs_cap - c->obs_used) {
