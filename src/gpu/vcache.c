@@ -341,7 +341,6 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
     gpu_vcache *x = g->vc;
     const double t0 = now_s();
     int32_t n = 0;
-    int rc = 0;
     x->guess_layer = -1;
     /* the router logits, for the router and recent policies' counts: a decode call's into the pinned
      * readback, a prefill's into host memory of their own */
@@ -352,25 +351,19 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         if (!r) return e0_fail(err, E0_ENOMEM, "out of memory for the router logits");
         x->rl = rlh = r, x->rl_rows = T;
     }
-    if (x->rb) { /* the count, all E entries (those past it unread), the guess and, where the policy
-                  * reads them, the router logits in one round trip */
-        int32_t *rb = x->rb;
-        void *dst[4] = {rb, rb + 1, rb + 1 + x->E, rlh};
-        const CUdeviceptr src[4] = {nact, exps, guess, rl};
-        const size_t bytes[4] = {sizeof *rb, (size_t)x->E * sizeof *rb, guess ? (size_t)g->top_k * sizeof *rb : 0,
-                                 obs ? (size_t)T * (size_t)x->E * sizeof(float) : 0};
-        rc = gpu_get_n(g->d, 4, dst, src, bytes, err);
-        n = rb[0];
-        if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
-        if (!rc) memcpy(x->hx, rb + 1, (size_t)n * sizeof *x->hx);
-        if (!rc && guess) memcpy(x->guess, rb + 1 + x->E, (size_t)g->top_k * sizeof *x->guess);
-    } else {
-        rc = gpu_get(g->d, &n, nact, sizeof n, err);
-        if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
-        if (!rc) rc = gpu_get(g->d, x->hx, exps, (size_t)n * sizeof *x->hx, err);
-        if (!rc && guess) rc = gpu_get(g->d, x->guess, guess, (size_t)g->top_k * sizeof *x->guess, err);
-        if (!rc && obs) rc = gpu_get(g->d, rlh, rl, (size_t)T * (size_t)x->E * sizeof(float), err);
-    }
+    /* the count, all E entries (those past it unread), the guess and, where the policy reads them, the
+     * router logits: into the pinned buffer, one round trip; else straight where they go, one wait
+     * each (gpu_get_n) */
+    int32_t *rb = x->rb;
+    void *dst[4] = {rb ? rb : &n, rb ? rb + 1 : x->hx, rb ? rb + 1 + x->E : x->guess, rlh};
+    const CUdeviceptr src[4] = {nact, exps, guess, rl};
+    const size_t bytes[4] = {sizeof n, (size_t)x->E * sizeof *x->hx, guess ? (size_t)g->top_k * sizeof *x->guess : 0,
+                             obs ? (size_t)T * (size_t)x->E * sizeof(float) : 0};
+    int rc = gpu_get_n(g->d, 4, dst, src, bytes, err);
+    if (!rc && rb) n = rb[0];
+    if (!rc && (n < 0 || n > x->E)) rc = e0_fail(err, E0_EIO, "layer %d: %d active experts read back", li, n);
+    if (!rc && rb) memcpy(x->hx, rb + 1, (size_t)n * sizeof *x->hx);
+    if (!rc && rb && guess) memcpy(x->guess, rb + 1 + x->E, (size_t)g->top_k * sizeof *x->guess);
     if (!rc && obs) xpolicy_observe(&x->pol, li, rlh, T);
     if (!rc && guess) x->guess_layer = guess_layer;
     const bool host = x->hm && in;
