@@ -15,6 +15,7 @@ typedef enum { F_BOOL, F_INT, F_FLOAT, F_POLICY } ftype;
 
 static const char *const POLICY_NAMES[] = {"lru", "lfu", "router", "recent"}; /* E0_CACHE_* */
 enum { NPOLICIES = sizeof POLICY_NAMES / sizeof *POLICY_NAMES };
+_Static_assert(NPOLICIES == 4, "the unknown-policy message names every policy");
 
 static const struct {
     const char *name;
@@ -109,8 +110,8 @@ int e0_opts_set(e0_engine_opts *o, const char *field, const char *value, char *e
                     memcpy(p, &v, sizeof v);
                     return 0;
                 }
-            return e0_fail(err, E0_EINVAL, "option %s: '%s' is not lru, lfu or router", field,
-                           value);
+            return e0_fail(err, E0_EINVAL, "option %s: '%s' is not %s, %s, %s or %s", field, value, POLICY_NAMES[0],
+                           POLICY_NAMES[1], POLICY_NAMES[2], POLICY_NAMES[3]);
         }
         double d = strtod(value, &end);
         if (errno || end == value || *end || !(d >= FIELDS[i].lo && d <= FIELDS[i].hi) ||
