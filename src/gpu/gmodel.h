@@ -42,7 +42,7 @@ typedef struct {
 typedef struct gpu_hostmiss {
     int max;             /* a MoE call's misses the host takes, at most */
     int H, I, k;         /* hidden, expert width, top-k */
-    float *x;            /* [H] the call's input row, read back with its routing */
+    float *x;            /* [H] the call's input row, then ridx: pinned, read back in one round trip */
     int32_t *ridx;       /* [k] its pairs' experts */
     int n;               /* the call's experts the host computes */
     int32_t *pair;       /* [k] each one's pair (its output row) */

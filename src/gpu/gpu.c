@@ -670,28 +670,42 @@ static bool same_form(const gpu_mat *a, const gpu_mat *b) { return a->fmt == b->
 
 int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
                  const CUdeviceptr *y, const int64_t *ldy, int T, char *err) {
-    bool one = d->fuse && n > 1 && n <= 4 && vector_form(W[0], T);
-    for (int i = 1; one && i < n; i++) one = same_form(W[i], W[0]);
-    if (!one) {
+    if (!d->fuse || n < 2 || n > 4 || !vector_form(W[0], T)) {
         int rc = 0;
         for (int i = 0; !rc && i < n; i++) rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
         return rc;
     }
-    gpu_multi M;
-    memset(&M, 0, sizeof M);
-    M.n = n;
-    for (int i = 0; i < n; i++) {
-        M.W[i] = *W[i];
-        M.y[i] = y[i];
-        M.ldy[i] = ldy[i];
-        M.first[i + 1] = M.first[i] + (W[i]->rows + 7) / 8;
+    /* the matrices of one form in one launch each (a Q4_K_M mix gives a layer's q and k one
+     * format and its v another, or its DeltaNet qkv Q6_K beside a Q4_K z, b and a: two launches,
+     * not three or four); a form held by one matrix alone as gpu_mm */
+    bool done[4] = {false, false, false, false};
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        if (done[i]) continue;
+        gpu_multi M;
+        memset(&M, 0, sizeof M);
+        for (int j = i; j < n; j++) {
+            if (done[j] || !same_form(W[j], W[i])) continue;
+            done[j] = true;
+            M.W[M.n] = *W[j];
+            M.y[M.n] = y[j];
+            M.ldy[M.n] = ldy[j];
+            M.first[M.n + 1] = M.first[M.n] + (W[j]->rows + 7) / 8;
+            M.n++;
+        }
+        if (M.n == 1) {
+            rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
+            continue;
+        }
+        for (int j = M.n + 1; j < 5; j++) M.first[j] = M.first[M.n];
+        long long lx = ldx;
+        unsigned shmem;
+        int g = staged_rows(W[i], &shmem);
+        void *args[] = {&M, &x, &lx, &T, &g};
+        rc = gpu_launch(d, d->k.mmm[W[i]->fmt], (unsigned)M.first[M.n], 1, 1, 256, shmem, args, "mm (grouped)",
+                        err);
     }
-    for (int i = n + 1; i < 5; i++) M.first[i] = M.first[n];
-    long long lx = ldx;
-    unsigned shmem;
-    int g = staged_rows(W[0], &shmem);
-    void *args[] = {&M, &x, &lx, &T, &g};
-    return gpu_launch(d, d->k.mmm[W[0]->fmt], (unsigned)M.first[n], 1, 1, 256, shmem, args, "mm (grouped)", err);
+    return rc;
 }
 
 int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, int64_t ldx,

@@ -248,7 +248,7 @@ int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdevic
  * for (the same sums in the same order), so a model computes the same
  * whether they are on or not; they fall back to the separate calls where
  * they do not apply (tiles, formats that differ, fusion off). */
-/* y[i] = W[i] x for i < n <= 4 (gpu_mm each). */
+/* y[i] = W[i] x for i < n <= 4 (gpu_mm each): one launch for each format among them. */
 int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int64_t ldx,
                  const CUdeviceptr *y, const int64_t *ldy, int T, char *err);
 /* g[t] = silu(G x[t]) * (U x[t]): [T, G->rows] rows; u [T, U->rows] is

@@ -50,18 +50,20 @@ int hostmiss_new(gpu_model *g, int max, char *err) {
     for (h->first = 0; h->first < c->n_layers; h->first++)
         if (g->m->layers[h->first].moe && g->m->layers[h->first].experts) break;
     h->H = c->hidden, h->I = c->moe_inter, h->k = k;
-    h->x = malloc((size_t)h->H * sizeof *h->x);
-    h->ridx = malloc((size_t)k * sizeof *h->ridx);
     h->pair = malloc((size_t)k * sizeof *h->pair);
     h->mid = malloc((size_t)k * (size_t)h->I * sizeof *h->mid);
     h->m = malloc((size_t)k * 3 * sizeof *h->m);
     int rc = 0;
-    if (!h->x || !h->ridx || !h->pair || !h->mid || !h->m)
-        rc = e0_fail(err, E0_ENOMEM, "out of memory");
-    /* the rows copied to the card: pinned, so the copies are DMA in stream order */
+    if (!h->pair || !h->mid || !h->m) rc = e0_fail(err, E0_ENOMEM, "out of memory");
+    /* the rows copied to the card, and the call's input row with its routing
+     * read back in one round trip: pinned, so the copies are DMA in stream order */
     if (!rc)
         rc = gpu_host_alloc(g->d, (void **)&h->out, (size_t)k * (size_t)h->H * sizeof *h->out,
                             "the host's expert rows", err);
+    if (!rc)
+        rc = gpu_host_alloc(g->d, (void **)&h->x, (size_t)h->H * sizeof *h->x + (size_t)k * sizeof *h->ridx,
+                            "the host's expert inputs", err);
+    if (!rc) h->ridx = (int32_t *)(h->x + h->H);
     x->hm = h;
     if (rc) hostmiss_free(g);
     return rc;
@@ -71,7 +73,8 @@ void hostmiss_free(gpu_model *g) {
     gpu_hostmiss *h = g->vc ? g->vc->hm : NULL;
     if (!h) return;
     gpu_host_free(g->d, h->out);
-    free(h->x), free(h->ridx), free(h->pair), free(h->mid), free(h->m);
+    gpu_host_free(g->d, h->x); /* ridx lies in it */
+    free(h->pair), free(h->mid), free(h->m);
     free(h);
     g->vc->hm = NULL;
 }
@@ -85,9 +88,10 @@ int hostmiss_read(gpu_model *g, int li, CUdeviceptr in, CUdeviceptr ridx, char *
         h->t_last = t;
         h->max = tune_arm(&h->tune);
     }
-    int rc = gpu_get(g->d, h->x, in, (size_t)h->H * sizeof *h->x, err);
-    if (!rc) rc = gpu_get(g->d, h->ridx, ridx, (size_t)h->k * sizeof *h->ridx, err);
-    return rc;
+    void *const dst[2] = {h->x, h->ridx};
+    const CUdeviceptr src[2] = {in, ridx};
+    const size_t bytes[2] = {(size_t)h->H * sizeof *h->x, (size_t)h->k * sizeof *h->ridx};
+    return gpu_get_n(g->d, 2, dst, src, bytes, err);
 }
 
 bool hostmiss_take(gpu_model *g, int li, int e, char *err, int *rc) {
