@@ -211,6 +211,11 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     const char *gv = getenv("E0_GPU_GRAPH"), *fv = getenv("E0_GPU_FUSE");
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
+    /* $E0_GPU_VEC_WARPS=N (1, 2 or 4): a vector product of too few rows to give every SM two blocks of
+     * 8 warps takes blocks of as few as N warps instead (kernels that read the warps a block from
+     * blockDim, bench/gpu/s37-v8.patch; the committed ones take 8) */
+    const char *vw = getenv("E0_GPU_VEC_WARPS");
+    d->vec_warps_min = vw && (*vw == '1' || *vw == '2' || *vw == '4') ? *vw - '0' : 8;
     /* a decode token's attention in N blocks a head (attend_split), "auto" (the default): about one
      * block an SM (q36 on an H100: 169.7 / 175.7 -> 182.4 tok/s, session 34); 1: one block a head
      * (attend_warps) */
@@ -568,12 +573,22 @@ static int too_wide(const gpu_mat *W, char *err) {
     return e0_fail(err, E0_EUNSUPPORTED, "a matrix of %d columns (the GPU kernels take %d)", W->cols, VEC_MAX_COLS);
 }
 
-/* Blocks of the vector forms' plain and gate-up products: one a MM_WARPS
- * rows, at most 8 an SM (a full SM of 256-thread blocks); a taller matrix
- * (the lm_head) has each warp take every grid's-worth row after its first,
- * with its input staged once. */
-static unsigned vec_blocks(const gpu_dev *d, int rows) {
-    const unsigned want = (unsigned)((rows + 7) / 8), most = 8u * (unsigned)(d->sms > 0 ? d->sms : 1);
+/* Warps (rows) a block of the vector forms for a launch of `rows` rows in
+ * all: 8, or fewer (down to $E0_GPU_VEC_WARPS) while that leaves fewer than
+ * two blocks an SM. */
+static int vec_warps(const gpu_dev *d, int64_t rows) {
+    const int64_t sms = d->sms > 0 ? d->sms : 1;
+    int w = 8;
+    while (w > d->vec_warps_min && rows / w < 2 * sms) w /= 2;
+    return w;
+}
+
+/* Blocks of w warps of the vector forms' plain and gate-up products: one
+ * a w rows, at most 64 warps an SM; a taller matrix (the lm_head) has each
+ * warp take every grid's-worth row after its first, with its input staged
+ * once. */
+static unsigned vec_blocks(const gpu_dev *d, int rows, int w) {
+    const unsigned want = (unsigned)((rows + w - 1) / w), most = (64u / (unsigned)w) * (unsigned)(d->sms > 0 ? d->sms : 1);
     return want < most ? want : most;
 }
 
@@ -590,7 +605,8 @@ int gpu_mm(gpu_dev *d, const gpu_mat *W, CUdeviceptr x, int64_t ldx, CUdeviceptr
     unsigned shmem;
     int g = staged_rows(W, &shmem);
     void *args[] = {(void *)W, &x, &lx, &y, &ly, &T, &g};
-    return gpu_launch(d, d->k.mm[W->fmt], vec_blocks(d, W->rows), 1, 1, 256, shmem, args, "mm", err);
+    const int w = vec_warps(d, W->rows);
+    return gpu_launch(d, d->k.mm[W->fmt], vec_blocks(d, W->rows, w), 1, 1, 32u * (unsigned)w, shmem, args, "mm", err);
 }
 
 int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdeviceptr exps,
@@ -609,7 +625,8 @@ int gpu_mmx(gpu_dev *d, const gpu_mat *W, int max_act, CUdeviceptr nact, CUdevic
     unsigned shmem;
     int g = staged_rows(W, &shmem);
     void *args[] = {(void *)W, &nact, &exps, &start, &order, &k, &bp, &x, &lx, &y, &ly, &g};
-    return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + 7) / 8), 1, (unsigned)max_act, 256,
+    const int w = vec_warps(d, (int64_t)W->rows * k);
+    return gpu_launch(d, d->k.mmx[W->fmt], (unsigned)((W->rows + w - 1) / w), 1, (unsigned)max_act, 32u * (unsigned)w,
                       shmem, args, "mm (experts)", err);
 }
 
@@ -684,13 +701,17 @@ int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int6
         if (done[i]) continue;
         gpu_multi M;
         memset(&M, 0, sizeof M);
+        int64_t rows = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && same_form(W[j], W[i])) rows += W[j]->rows;
+        const int w = vec_warps(d, rows);
         for (int j = i; j < n; j++) {
             if (done[j] || !same_form(W[j], W[i])) continue;
             done[j] = true;
             M.W[M.n] = *W[j];
             M.y[M.n] = y[j];
             M.ldy[M.n] = ldy[j];
-            M.first[M.n + 1] = M.first[M.n] + (W[j]->rows + 7) / 8;
+            M.first[M.n + 1] = M.first[M.n] + (W[j]->rows + w - 1) / w;
             M.n++;
         }
         if (M.n == 1) {
@@ -702,8 +723,8 @@ int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int6
         unsigned shmem;
         int g = staged_rows(W[i], &shmem);
         void *args[] = {&M, &x, &lx, &T, &g};
-        rc = gpu_launch(d, d->k.mmm[W[i]->fmt], (unsigned)M.first[M.n], 1, 1, 256, shmem, args, "mm (grouped)",
-                        err);
+        rc = gpu_launch(d, d->k.mmm[W[i]->fmt], (unsigned)M.first[M.n], 1, 1, 32u * (unsigned)w, shmem, args,
+                        "mm (grouped)", err);
     }
     return rc;
 }
@@ -720,7 +741,8 @@ int gpu_mm_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, CUdeviceptr x, in
     unsigned shmem;
     int gs = staged_rows(G, &shmem);
     void *args[] = {(void *)G, (void *)U, &x, &lx, &g, &ly, &T, &gs};
-    return gpu_launch(d, d->k.mmg[G->fmt], vec_blocks(d, G->rows), 1, 1, 256, shmem, args,
+    const int w = vec_warps(d, G->rows);
+    return gpu_launch(d, d->k.mmg[G->fmt], vec_blocks(d, G->rows, w), 1, 1, 32u * (unsigned)w, shmem, args,
                       "mm (gate, up)", err);
 }
 
@@ -738,6 +760,7 @@ int gpu_mmx_glu(gpu_dev *d, const gpu_mat *G, const gpu_mat *U, int max_act, CUd
     unsigned shmem;
     int gs = staged_rows(G, &shmem);
     void *args[] = {(void *)G, (void *)U, &nact, &exps, &start, &order, &k, &x, &lx, &g, &ly, &gs};
-    return gpu_launch(d, d->k.mmxg[G->fmt], (unsigned)((G->rows + 7) / 8), 1, (unsigned)max_act, 256,
+    const int w = vec_warps(d, (int64_t)G->rows * k);
+    return gpu_launch(d, d->k.mmxg[G->fmt], (unsigned)((G->rows + w - 1) / w), 1, (unsigned)max_act, 32u * (unsigned)w,
                       shmem, args, "mm (experts' gate, up)", err);
 }

@@ -52,7 +52,7 @@ _Static_assert(sizeof(gpu_mat) == 120, "gpu_mat mirrors struct gmat");
 
 /* Up to four matrices of one format and width that take the same input,
  * for one launch (struct gmulti in kernels.cu, field for field): blocks
- * first[i] .. first[i + 1] (of 8 rows) compute W[i] into y[i]. */
+ * first[i] .. first[i + 1] (of a block's warps' rows) compute W[i] into y[i]. */
 typedef struct {
     gpu_mat W[4];
     CUdeviceptr y[4];
@@ -120,6 +120,7 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
+    int vec_warps_min;     /* the vector products' fewest warps a block ($E0_GPU_VEC_WARPS, experiments: 8) */
     int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then
                               attend_merge); 0 (the default): about one block an SM (gmodel.c attention);
                               1: one block a head (attend_warps); $E0_GPU_SPLIT=N|auto */
