@@ -214,7 +214,9 @@ __device__ __forceinline__ void dq32(const gmat &W, const uint8_t *row, const ui
 }
 
 #define TT 4          /* tokens a warp carries through one pass over a row */
-#define MM_WARPS 8    /* rows (one a warp) a block of 256 threads computes */
+/* The vector forms' blocks: one row a warp, blockDim.x / 32 warps (the host
+ * chooses: 8, or fewer where a matrix has too few rows to fill the card). */
+__device__ __forceinline__ int mm_warps() { return (int)(blockDim.x >> 5); }
 #define XS 36         /* floats per 32-value chunk of x in shared memory: 4 of padding, so
                          that the 8 lanes of a quarter-warp reading their chunks' float4s at
                          once hit different banks */
@@ -337,13 +339,13 @@ __device__ __forceinline__ void mm_rows(const gmat &W, const gmat &U, int r0, in
 }
 
 /* y[t, r] = W[r] . x[t] (GLU: silu(W[r] . x[t]) * (U[r] . x[t])):
- * grid (up to ceil(rows / MM_WARPS)), block 256; a grid with fewer blocks
+ * grid (up to ceil(rows / warps)), block 32 * warps (mm_warps); a grid with fewer blocks
  * walks the rows in steps of the grid (the lm_head's 248k rows: x staged
  * once a block, not once every 8 rows). */
 template <int F, bool GLU>
 __device__ void mm_body(const gmat &W, const gmat &U, const float *x, long long ldx, float *y,
                         long long ldy, int T, int g) {
-    mm_rows<F, GLU>(W, U, blockIdx.x * MM_WARPS + (threadIdx.x >> 5), gridDim.x * MM_WARPS, x, ldx, y,
+    mm_rows<F, GLU>(W, U, blockIdx.x * mm_warps() + (threadIdx.x >> 5), gridDim.x * mm_warps(), x, ldx, y,
                     ldy, T, g);
 }
 
@@ -372,7 +374,7 @@ __device__ void mmm_body(const gmulti &M, const float *x, long long ldx, int T, 
     float *y = i == 0 ? M.y[0] : i == 1 ? M.y[1] : i == 2 ? M.y[2] : M.y[3];
     const long long ldy = i == 0 ? M.ldy[0] : i == 1 ? M.ldy[1] : i == 2 ? M.ldy[2] : M.ldy[3];
     const int first = i == 0 ? M.first[0] : i == 1 ? M.first[1] : i == 2 ? M.first[2] : M.first[3];
-    mm_rows<F, false>(W, W, (b - first) * MM_WARPS + (threadIdx.x >> 5), W.rows, x, ldx, y, ldy, T, g);
+    mm_rows<F, false>(W, W, (b - first) * mm_warps() + (threadIdx.x >> 5), W.rows, x, ldx, y, ldy, T, g);
 }
 
 /* The MoE form: blockIdx.z = active expert a < *nact (expert exps[a]);
@@ -388,7 +390,7 @@ __device__ void mm_moe_body(const gmat &W, const gmat &U, const int *nact, const
     float *sx = (float *)smem4;
     const int a = blockIdx.z;
     if (a >= *nact) return; /* the whole block */
-    const int r = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    const int r = blockIdx.x * mm_warps() + (threadIdx.x >> 5);
     const bool live = r < W.rows;
     const int lane = threadIdx.x & 31;
     const int e = exps[a], p0 = start[a], p1 = start[a + 1];
