@@ -212,8 +212,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     gpu_set_graphs(d, !(gv && *gv == '0'));
     d->fuse = !(fv && *fv == '0');
     /* $E0_GPU_VEC_WARPS=N (1, 2 or 4): a vector product of too few rows to give every SM two blocks of
-     * 8 warps takes blocks of as few as N warps instead (kernels that read the warps a block from
-     * blockDim, bench/gpu/s37-v8.patch; the committed ones take 8) */
+     * 8 warps takes blocks of as few as N warps instead (experiments: not yet measured on a card) */
     const char *vw = getenv("E0_GPU_VEC_WARPS");
     d->vec_warps_min = vw && (*vw == '1' || *vw == '2' || *vw == '4') ? *vw - '0' : 8;
     /* a decode token's attention in N blocks a head (attend_split), "auto" (the default): about one
