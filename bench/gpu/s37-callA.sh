@@ -1,5 +1,5 @@
 #!/bin/bash
-# For session 37 (written in 36, not run): test_gpu on this build (kernels: the routing's logits in
+# For session 37 (written in 36; run in 37 on 196340c's build): test_gpu on this build (kernels: the routing's logits in
 # registers, x staged four floats a load, Q6_K's bits as aligned words; host: the guessed copies
 # issued right after the routing readback; a session in one allocation); then
 #  - all resident, 35B shape, decode 128: this build's PTX against 8cd44cc's (.gpu/old.ptx via
@@ -27,25 +27,29 @@ echo "=== test_gpu $(el)"
 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 | grep -v "not here" > /tmp/test_gpu.log
 grep -E "^\[|replica|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu.log | grep -v "relative L2" | grep -vE "^ +VRAM cache|through a host|64 greedy|batched steps" | head -40
 [ -n "${OUT:-}" ] && cp /tmp/test_gpu.log "$OUT/"
+# Session 37's variants: v7 (bench/gpu/s37-v7.patch): Q4_K rows' chunks loaded as vectors before any
+# is used, a gate-up pair's two rows together (ptxas sm_90: 100-125 registers); v7c the same with one
+# chunk at a time in the plain forms (74-80 plain, 100-104 gate-up); wN: $E0_GPU_VEC_WARPS=N, blocks
+# of as few as N warps for the products of few rows (router, shared expert, out projections)
+echo "=== test_gpu, v7c PTX, E0_GPU_VEC_WARPS=2 $(el)"
+E0_GPU_VEC_WARPS=2 E0_GPU_PTX=.gpu/v7c.ptx E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 |
+    grep -v "not here" > /tmp/test_gpu_v7c.log
+grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu_v7c.log | grep -v "relative L2" | grep -vE "^ +VRAM cache|through a host|64 greedy|batched steps" | head -20
+[ -n "${OUT:-}" ] && cp /tmp/test_gpu_v7c.log "$OUT/"
 [ -n "$sp" ] && wait $sp
 run() { timeout 40 $bin bench $1 --prefill 512 --decode ${D:-64} --skip-cold --threads 16 "${@:2}" 2>&1 |
     grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache \(|guessed"; }
-for v in new nq6 old new nq6 old; do
+for v in new neww2 neww4 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2 nq6 old; do
     left 40 || break
     echo "=== q36 all resident, decode 128: $v PTX $(el)"
     bin=.gpu/bin/edge0
-    [ $v != new ] && export E0_GPU_PTX=.gpu/$v.ptx
+    case $v in
+    *w[124]) export E0_GPU_VEC_WARPS=${v##*w} ;;
+    esac
+    p=${v%w[124]}
+    [ $p != new ] && export E0_GPU_PTX=.gpu/$p.ptx
     D=128 run $f
-    unset E0_GPU_PTX
-done
-for v in 8:new 8:lru 8:old 8:new 8:lru 8:old 16:new 16:lru 16:old 16:new 16:lru 16:old; do
-    left 40 || break
-    b=${v%:*} w=${v#*:}
-    bin=.gpu/bin/edge0 opt=
-    [ $w = old ] && bin=.gpu/bin/edge0-old
-    [ $w = lru ] && opt="--opt cache_policy=lru"
-    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
-    run $f --vram-budget ${b}G $opt --stats
+    unset E0_GPU_PTX E0_GPU_VEC_WARPS
 done
 # one decode step's timeline at 8 GiB ($E0_GPU_TRACE: device and host times of each layer's points)
 if left 60; then
@@ -65,6 +69,15 @@ for b in 8 16; do
     bin=.gpu/bin/edge0 run $f30 --vram-budget ${b}G
     kill $s; wait $s 2>/dev/null
     echo "peak $(( $(sort -n /tmp/smi.$b | tail -1) - base )) MiB over the $base in use before; budget $((b * 1024)) MiB"
+done
+for v in 8:new 8:lru 8:old 8:new 8:lru 8:old 16:new 16:lru 16:old 16:new 16:lru 16:old; do
+    left 40 || break
+    b=${v%:*} w=${v#*:}
+    bin=.gpu/bin/edge0 opt=
+    [ $w = old ] && bin=.gpu/bin/edge0-old
+    [ $w = lru ] && opt="--opt cache_policy=lru"
+    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
+    run $f --vram-budget ${b}G $opt --stats
 done
 # the VRAM cache's policies on the 35B shape with Qwen3.6's measured routing (synth --route-profile
 # qwen36; no next-layer guesses there): recent (the default) against lru and lfu, decode 128

@@ -11,6 +11,10 @@ if [ ! -e /tmp/peer.started ]; then
     mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
     CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
 fi
+# on a fresh machine (call A's files gone) the two checkpoints are made while llama.cpp builds
+for m in q36:qwen3.6-35b-a3b q30:qwen3-30b-a3b; do
+    [ -s /root/${m%%:*}.gguf ] || .gpu/bin/edge0 synth --shape ${m#*:} --format gguf /root/${m%%:*}.gguf > /tmp/synth-${m%%:*}.log 2>&1
+done
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 240; do sleep 5; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep -c llama-bench) $(tail -1 /tmp/peer.log | cut -c1-150) $(el)"
 [ -x /tmp/peer/repack/llama-bench ] || exit 0
