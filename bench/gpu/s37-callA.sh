@@ -30,7 +30,14 @@ grep -E "^\[|replica|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu.log | gre
 # Session 37's variants: v7 (bench/gpu/s37-v7.patch): Q4_K rows' chunks loaded as vectors before any
 # is used, a gate-up pair's two rows together (ptxas sm_90: 100-125 registers); v7c the same with one
 # chunk at a time in the plain forms (74-80 plain, 100-104 gate-up); wN: $E0_GPU_VEC_WARPS=N, blocks
-# of as few as N warps for the products of few rows (router, shared expert, out projections)
+# of as few as N warps for the products of few rows (router, shared expert, out projections);
+# seg: $E0_GPU_SEGMENTS=1, a budgeted decode step's launches between two routing readbacks as one
+# graph each (captured at the first step, replayed after)
+echo "=== test_gpu, E0_GPU_SEGMENTS=1 (a budgeted decode step in graphs between the readbacks) $(el)"
+E0_GPU_SEGMENTS=1 E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 |
+    grep -v "not here" > /tmp/test_gpu_seg.log
+grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu_seg.log | grep -v "relative L2" | grep -vE "^ +VRAM cache|through a host|64 greedy|batched steps" | head -20
+[ -n "${OUT:-}" ] && cp /tmp/test_gpu_seg.log "$OUT/"
 echo "=== test_gpu, v7c PTX, E0_GPU_VEC_WARPS=2 $(el)"
 E0_GPU_VEC_WARPS=2 E0_GPU_PTX=.gpu/v7c.ptx E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 |
     grep -v "not here" > /tmp/test_gpu_v7c.log
@@ -39,7 +46,7 @@ grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu_v7c.log | grep -v
 [ -n "$sp" ] && wait $sp
 run() { timeout 40 $bin bench $1 --prefill 512 --decode ${D:-64} --skip-cold --threads 16 "${@:2}" 2>&1 |
     grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache \(|guessed"; }
-for v in new neww2 neww4 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2 nq6 old; do
+for v in new neww2 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2; do
     left 40 || break
     echo "=== q36 all resident, decode 128: $v PTX $(el)"
     bin=.gpu/bin/edge0
@@ -51,15 +58,17 @@ for v in new neww2 neww4 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2 nq6 old; do
     D=128 run $f
     unset E0_GPU_PTX E0_GPU_VEC_WARPS
 done
-# one decode step's timeline at 8 GiB ($E0_GPU_TRACE: device and host times of each layer's points)
-if left 60; then
-    echo "=== q36 VRAM 8 GiB: the 20th decode step's timeline $(el)"
-    E0_GPU_TRACE=20 timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 32 --skip-cold --threads 16 \
-        --vram-budget 8G > /tmp/trace8.txt 2>&1
-    [ -n "${OUT:-}" ] && cp /tmp/trace8.txt "$OUT/"
-    grep -E "trace|logits" /tmp/trace8.txt | head -3
-    grep -E " layer +(0|1|2|3) " /tmp/trace8.txt | head -24
-fi
+for v in 8:new 8:seg 8:old 16:new 16:seg 16:old 8:new 8:seg 16:new 16:seg 8:lru 16:lru 8:old 16:old; do
+    left 40 || break
+    b=${v%:*} w=${v#*:}
+    bin=.gpu/bin/edge0 opt=
+    [ $w = old ] && bin=.gpu/bin/edge0-old
+    [ $w = lru ] && opt="--opt cache_policy=lru"
+    [ $w = seg ] && export E0_GPU_SEGMENTS=1
+    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
+    run $f --vram-budget ${b}G $opt --stats
+    unset E0_GPU_SEGMENTS
+done
 for b in 8 16; do
     left 40 || break
     echo "=== q30 VRAM $b GiB: peak device memory $(el)"
@@ -70,15 +79,15 @@ for b in 8 16; do
     kill $s; wait $s 2>/dev/null
     echo "peak $(( $(sort -n /tmp/smi.$b | tail -1) - base )) MiB over the $base in use before; budget $((b * 1024)) MiB"
 done
-for v in 8:new 8:lru 8:old 8:new 8:lru 8:old 16:new 16:lru 16:old 16:new 16:lru 16:old; do
-    left 40 || break
-    b=${v%:*} w=${v#*:}
-    bin=.gpu/bin/edge0 opt=
-    [ $w = old ] && bin=.gpu/bin/edge0-old
-    [ $w = lru ] && opt="--opt cache_policy=lru"
-    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
-    run $f --vram-budget ${b}G $opt --stats
-done
+# one decode step's timeline at 8 GiB ($E0_GPU_TRACE: device and host times of each layer's points)
+if left 60; then
+    echo "=== q36 VRAM 8 GiB: the 20th decode step's timeline $(el)"
+    E0_GPU_TRACE=20 timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 32 --skip-cold --threads 16 \
+        --vram-budget 8G > /tmp/trace8.txt 2>&1
+    [ -n "${OUT:-}" ] && cp /tmp/trace8.txt "$OUT/"
+    grep -E "trace|logits" /tmp/trace8.txt | head -3
+    grep -E " layer +(0|1|2|3) " /tmp/trace8.txt | head -24
+fi
 # the VRAM cache's policies on the 35B shape with Qwen3.6's measured routing (synth --route-profile
 # qwen36; no next-layer guesses there): recent (the default) against lru and lfu, decode 128
 left 120 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf \

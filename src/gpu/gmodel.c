@@ -230,7 +230,18 @@ struct gpu_sess {
      * token t is the next id of session bs[t]; NULL otherwise */
     gpu_sess *const *bs;
     int wait_mark;    /* then: the copy stream's mark the current MoE layer waits for */
+    /* a decode step over the VRAM cache in segments (seg_begin): the launches between two MoE
+     * layers' routing readbacks as one graph each, captured at the first such step */
+    CUgraphExec *seg; /* [n_layers + 1] */
+    int n_seg;        /* segments captured (0: none yet) */
+    int seg_at;       /* the segment this step is in */
+    int seg_mode;     /* SEG_OFF, SEG_CAPTURE, SEG_REPLAY */
+    bool seg_guess;   /* this step guesses each next MoE layer's experts (the same at every step of the graphs) */
+    bool seg_guessed; /* what the captured graphs did */
+    int seg_tile;     /* gpu_tile_min_t() when they were captured */
 };
+
+enum { SEG_OFF, SEG_CAPTURE, SEG_REPLAY };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -324,6 +335,8 @@ void gpu_sess_free(gpu_sess *s) {
     if (!s) return;
     gpu_dev *d = s->g->d;
     gpu_graph_free(d, s->step);
+    for (int i = 0; s->seg && i < s->n_seg; i++) gpu_graph_free(d, s->seg[i]);
+    free(s->seg);
     gpu_free(d, s->mem, s->mem_bytes);
     free(s->kc);
     free(s->vc);
@@ -358,7 +371,8 @@ int gpu_sess_new(gpu_sess **out, gpu_model *g, int n_ctx, int n_batch, bool kv_f
     s->conv = calloc((size_t)nl, sizeof *s->conv);
     s->rec = calloc((size_t)nl, sizeof *s->rec);
     s->xh = malloc((size_t)n_batch * (size_t)m->cfg.hidden * sizeof *s->xh);
-    int rc = s->kc && s->vc && s->conv && s->rec && s->xh ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
+    s->seg = calloc((size_t)nl + 1, sizeof *s->seg);
+    int rc = s->kc && s->vc && s->conv && s->rec && s->xh && s->seg ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
     s->mem_bytes = sess_layout(m, 0, s->size, s->kv_bytes, s->conv_bytes, s->rec_bytes, NULL, NULL, NULL, NULL,
                                NULL);
     if (!rc) rc = gpu_alloc(g->d, &s->mem, s->mem_bytes, "a session's buffers, KV cache and DeltaNet states", err);
@@ -504,6 +518,89 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
     return rc;
 }
 
+/* ---- a decode step over the VRAM cache in segments --------------------------
+ * The host reads each MoE layer's routing back (vcache_map), so such a step
+ * cannot be one graph. Its launches between two readbacks are: each
+ * segment is captured as a graph at the first step and replayed at the
+ * next ones, where gpu_launch does nothing (d->launch_off) and the host
+ * walks the same code for its own part (the readback, the copies, the
+ * guesses). A segment is launched as soon as the one before has been read
+ * back, so the card has its next ~15 kernels in one call instead of the
+ * host issuing them one by one behind the readback. $E0_GPU_SEGMENTS=1
+ * (until measured on a card). */
+
+/* The start of a segment: the pass's start, and after each MoE layer's map. */
+static int seg_start(gpu_sess *s, char *err) {
+    gpu_dev *d = s->g->d;
+    if (s->seg_mode == SEG_CAPTURE) return gpu_capture_begin(d, err);
+    if (s->seg_mode != SEG_REPLAY) return 0;
+    if (s->seg_at >= s->n_seg)
+        return e0_fail(err, E0_EIO, "a decode step's segment %d of the %d captured", s->seg_at + 1, s->n_seg);
+    return gpu_graph_launch(d, s->seg[s->seg_at], err);
+}
+
+/* The end of a segment: before each MoE layer's map, and after the logits. */
+static int seg_end(gpu_sess *s, char *err) {
+    gpu_dev *d = s->g->d;
+    if (s->seg_mode == SEG_REPLAY) s->seg_at++;
+    if (s->seg_mode != SEG_CAPTURE) return 0;
+    CUgraphExec ge = NULL;
+    int rc = gpu_capture_end(d, true, &ge, err);
+    if (rc) return rc;
+    s->seg[s->seg_at++] = ge;
+    s->n_seg = s->seg_at;
+    return gpu_graph_launch(d, ge, err);
+}
+
+static void seg_drop(gpu_sess *s) {
+    for (int i = 0; i < s->n_seg; i++) gpu_graph_free(s->g->d, s->seg[i]), s->seg[i] = NULL;
+    s->n_seg = 0;
+}
+
+/* Whether a decode step of this session goes in segments, and how: the
+ * graphs captured again where the step's launches changed. */
+static void seg_plan(gpu_sess *s, int T, bool logits) {
+    gpu_model *g = s->g;
+    gpu_dev *d = g->d;
+    const gpu_vcache *vc = g->vc;
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("E0_GPU_SEGMENTS");
+        on = v && *v == '1';
+    }
+    s->seg_mode = SEG_OFF;
+    s->seg_at = 0;
+    /* the host's part must stay out of the captured stream: no host cache (its guesses go after the
+     * layer's launches), no host misses (their rows go in before the sum), no trace; and a
+     * guessing policy that is the same at every step */
+    if (!on || T != 1 || !logits || !vc || vc->staged || vc->hc || vc->hm || d->trace || !gpu_graphs_on(d) ||
+        (vc->prefetch && vc->sparse))
+        return;
+    s->seg_guess = vc->prefetch && !config_route_on(&g->m->cfg);
+    if (s->n_seg && (s->seg_guessed != s->seg_guess || s->seg_tile != gpu_tile_min_t())) seg_drop(s);
+    s->seg_mode = s->n_seg ? SEG_REPLAY : SEG_CAPTURE;
+    d->launch_off = s->seg_mode == SEG_REPLAY;
+    s->seg_guessed = s->seg_guess;
+    s->seg_tile = gpu_tile_min_t();
+}
+
+/* The step's end, or its failure: a capture in progress discarded (and
+ * what was captured with it), launches on again. */
+static int seg_finish(gpu_sess *s, int rc, char *err) {
+    gpu_dev *d = s->g->d;
+    if (s->seg_mode == SEG_OFF) return rc;
+    if (!rc) rc = seg_end(s, err);
+    if (rc && s->seg_mode == SEG_CAPTURE) {
+        CUgraphExec ge = NULL;
+        char e2[E0_ERR_MAX];
+        gpu_capture_end(d, false, &ge, e2); /* the stream out of capture mode, if it still was */
+    }
+    if (rc) seg_drop(s);
+    d->launch_off = false;
+    s->seg_mode = SEG_OFF;
+    return rc;
+}
+
 /* The first MoE layer from li on, or -1. */
 static int next_moe(const e0_model *m, int li) {
     for (; li < m->cfg.n_layers; li++)
@@ -562,9 +659,9 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     /* a decode step over the VRAM cache: the next MoE layer's router on this layer's input guesses
      * its experts, read back with this layer's, so that the missing ones are copied in while this
      * layer computes (vcache_prefetch) */
-    const int nl = vc && !staged && !s->whole && T == 1 && !config_route_on(c) && vcache_guess_now(s->g)
-                       ? next_moe(s->g->m, li + 1)
-                       : -1;
+    bool guess = vc && !staged && !s->whole && T == 1 && !config_route_on(c) && vcache_guess_now(s->g);
+    if (s->seg_mode != SEG_OFF) guess = s->seg_guess; /* as the captured graphs do */
+    const int nl = guess ? next_moe(s->g->m, li + 1) : -1;
     CUdeviceptr gidx = 0;
     if (!rc && nl >= 0) {
         CUdeviceptr grl = s->buf[B_GRL], gw = s->buf[B_GW];
@@ -577,12 +674,14 @@ static int moe(gpu_sess *s, int li, int T, char *err) {
     gpu_trace(d, false, "routed", li);
     if (!rc && vc && !staged && !s->whole) { /* the experts in the cache's slots: the kernels take slots for experts */
         const bool hm = vc->hm && T == 1; /* decode: the host may compute some misses */
-        rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, rl, T, err);
+        if (!rc) rc = seg_end(s, err);
+        if (!rc) rc = vcache_map(s->g, li, nact, exps, gidx, nl, hm ? h : 0, hm ? ridx : 0, rl, T, err);
         exps = vc->dslots;
         /* from pinned pages the guessed copies start now, beside this layer's kernels and the
          * next layer's mixer (vcache_map has moved this layer's slots out of the victims' way);
          * through the host cache they may wait for the disk, so after this layer's launches */
         if (!rc && nl >= 0 && !vc->hc) rc = vcache_prefetch(s->g, err);
+        if (!rc) rc = seg_start(s, err);
         gpu_trace(d, false, "misses in", li);
         if (nl >= 0) gpu_trace(d, true, "guesses in", nl);
     }
@@ -754,6 +853,8 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
     /* a step whose launches never change: where the host decides nothing between layers */
     const bool graph = T == 1 && logits && (!s->g->vc || staged) && gpu_graphs_on(d);
     if (!rc && !graph) gpu_trace_begin(d, T); /* $E0_GPU_TRACE: a pass with the host between layers */
+    if (!rc && !graph) seg_plan(s, T, logits != NULL);
+    if (!rc) rc = seg_start(s, err);
     if (!rc && graph) {
         rc = decode_graph(s, err);
         if (!rc) rc = gpu_get(d, logits, s->buf[B_LOGITS], (size_t)V * sizeof(float), err);
@@ -766,10 +867,12 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
         for (int t0 = first; !rc && t0 < T; t0 += LOGIT_ROWS) {
             const int n = T - t0 < LOGIT_ROWS ? T - t0 : LOGIT_ROWS;
             rc = head(s, t0, n, err);
+            if (s->seg_mode != SEG_OFF) rc = seg_finish(s, rc, err); /* one row: the last segment ends here */
             float *dst = logits + (size_t)(t0 - first) * V;
             if (!rc) rc = gpu_get(d, dst, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
         }
     }
+    rc = seg_finish(s, rc, err); /* a failure before the head's */
     gpu_trace(d, false, "logits", -1);
     if (!rc) rc = gpu_sync(d, err);
     gpu_trace_end(d);

@@ -120,6 +120,7 @@ typedef struct gpu_dev {
     bool profile;          /* $E0_GPU_PROFILE */
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
+    bool launch_off;       /* gpu_launch does nothing: a segment's graph holds the launches (gmodel.c) */
     int vec_warps_min;     /* the vector products' fewest warps a block ($E0_GPU_VEC_WARPS, experiments: 8) */
     int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then
                               attend_merge); 0 (the default): about one block an SM (gmodel.c attention);
