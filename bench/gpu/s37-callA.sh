@@ -1,5 +1,5 @@
 #!/bin/bash
-# For session 37 (written in 36; run in 37 on 196340c's build): test_gpu on this build (kernels: the routing's logits in
+# For session 37 (written in 36; run in 37 on a9c28bb's build): test_gpu on this build (kernels: the routing's logits in
 # registers, x staged four floats a load, Q6_K's bits as aligned words; host: the guessed copies
 # issued right after the routing readback; a session in one allocation); then
 #  - all resident, 35B shape, decode 128: this build's PTX against 8cd44cc's (.gpu/old.ptx via
