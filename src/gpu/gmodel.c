@@ -230,7 +230,7 @@ struct gpu_sess {
      * token t is the next id of session bs[t]; NULL otherwise */
     gpu_sess *const *bs;
     int wait_mark;    /* then: the copy stream's mark the current MoE layer waits for */
-    /* a decode step over the VRAM cache in segments (seg_begin): the launches between two MoE
+    /* a decode step over the VRAM cache in segments (seg_plan): the launches between two MoE
      * layers' routing readbacks as one graph each, captured at the first such step */
     CUgraphExec *seg; /* [n_layers + 1] */
     int n_seg;        /* segments captured (0: none yet) */
