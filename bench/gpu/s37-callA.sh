@@ -46,7 +46,18 @@ grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE" /tmp/test_gpu_v7c.log | grep -v
 [ -n "$sp" ] && wait $sp
 run() { timeout 40 $bin bench $1 --prefill 512 --decode ${D:-64} --skip-cold --threads 16 "${@:2}" 2>&1 |
     grep -E "prefill [0-9]|decode [0-9]|VRAM expert cache \(|guessed"; }
-for v in new neww2 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2; do
+for v in 8:new 8:seg 16:new 16:seg 8:old 16:old 8:new 8:seg 16:new 16:seg 8:lru 16:lru; do
+    left 40 || break
+    b=${v%:*} w=${v#*:}
+    bin=.gpu/bin/edge0 opt=
+    [ $w = old ] && bin=.gpu/bin/edge0-old
+    [ $w = lru ] && opt="--opt cache_policy=lru"
+    [ $w = seg ] && export E0_GPU_SEGMENTS=1
+    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
+    run $f --vram-budget ${b}G $opt --stats
+    unset E0_GPU_SEGMENTS
+done
+for v in new neww2 v7 v7c v7cw2 nq6 new neww2 v7 v7c v7cw2 old; do
     left 40 || break
     echo "=== q36 all resident, decode 128: $v PTX $(el)"
     bin=.gpu/bin/edge0
@@ -57,17 +68,6 @@ for v in new neww2 v7 v7c v7cw2 nq6 old new neww2 v7 v7c v7cw2; do
     [ $p != new ] && export E0_GPU_PTX=.gpu/$p.ptx
     D=128 run $f
     unset E0_GPU_PTX E0_GPU_VEC_WARPS
-done
-for v in 8:new 8:seg 8:old 16:new 16:seg 16:old 8:new 8:seg 16:new 16:seg 8:lru 16:lru 8:old 16:old; do
-    left 40 || break
-    b=${v%:*} w=${v#*:}
-    bin=.gpu/bin/edge0 opt=
-    [ $w = old ] && bin=.gpu/bin/edge0-old
-    [ $w = lru ] && opt="--opt cache_policy=lru"
-    [ $w = seg ] && export E0_GPU_SEGMENTS=1
-    echo "=== q36 VRAM $b GiB: $w binary $opt $(el)"
-    run $f --vram-budget ${b}G $opt --stats
-    unset E0_GPU_SEGMENTS
 done
 for b in 8 16; do
     left 40 || break
