@@ -80,14 +80,15 @@ for b in 8 16; do
     echo "peak $(( $(sort -n /tmp/smi.$b | tail -1) - base )) MiB over the $base in use before; budget $((b * 1024)) MiB"
 done
 # one decode step's timeline at 8 GiB ($E0_GPU_TRACE: device and host times of each layer's points)
-if left 60; then
-    echo "=== q36 VRAM 8 GiB: the 20th decode step's timeline $(el)"
+for b in 8 16; do
+    left 60 || break
+    echo "=== q36 VRAM $b GiB: the 20th decode step's timeline $(el)"
     E0_GPU_TRACE=20 timeout 40 .gpu/bin/edge0 bench $f --prefill 512 --decode 32 --skip-cold --threads 16 \
-        --vram-budget 8G > /tmp/trace8.txt 2>&1
-    [ -n "${OUT:-}" ] && cp /tmp/trace8.txt "$OUT/"
-    grep -E "trace|logits" /tmp/trace8.txt | head -3
-    grep -E " layer +(0|1|2|3) " /tmp/trace8.txt | head -24
-fi
+        --vram-budget ${b}G > /tmp/trace$b.txt 2>&1
+    [ -n "${OUT:-}" ] && cp /tmp/trace$b.txt "$OUT/"
+    grep -E "trace|logits" /tmp/trace$b.txt | head -3
+    grep -E " layer +(0|1|2|3) " /tmp/trace$b.txt | head -24
+done
 # the VRAM cache's policies on the 35B shape with Qwen3.6's measured routing (synth --route-profile
 # qwen36; no next-layer guesses there): recent (the default) against lru and lfu, decode 128
 left 120 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf \
