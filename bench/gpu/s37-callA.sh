@@ -16,7 +16,11 @@
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
 #   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s37-callA.sh bench/gpu/prologue.sh .gpu/;
 #   git show 8cd44cc:src/gpu/kernels.ptx > .gpu/old.ptx; build 8cd44cc's edge0 in a worktree and
-#   strip -o .gpu/bin/edge0-old it; the nq6 PTX into .gpu/nq6.ptx; rm .gpu/bin/bench_gpu; XZ_OPT=-1 tar -cJf .peer/gpu.tar.xz .gpu
+#   strip -o .gpu/bin/edge0-old it; the nq6 PTX into .gpu/nq6.ptx; v7 and v7c: git apply
+#   bench/gpu/s37-v7.patch, nvcc -ptx -arch=compute_75 -O3 [-DMM_RU=1] -o .gpu/v7[c].ptx src/gpu/kernels.cu,
+#   git checkout src/gpu/kernels_mm.cuh; rm .gpu/bin/bench_gpu .gpu/bin/bench_replica;
+#   XZ_OPT=-1 tar -cJf .peer/gpu.tar.xz .gpu; move .peer/llama-src.tar.xz and train-data.tar.xz out
+#   (the tree and .peer must stay under 64 MiB), then
 #   tar -xJf .peer/gpu.tar.xz && DL=540 bash .gpu/s37-callA.sh      carry [".peer"]
 . "$(dirname "$0")/prologue.sh" 540
 f=/root/q36.gguf f30=/root/q30.gguf
