@@ -236,8 +236,7 @@ struct gpu_sess {
     int n_seg;        /* segments captured (0: none yet) */
     int seg_at;       /* the segment this step is in */
     int seg_mode;     /* SEG_OFF, SEG_CAPTURE, SEG_REPLAY */
-    bool seg_guess;   /* this step guesses each next MoE layer's experts (the same at every step of the graphs) */
-    bool seg_guessed; /* what the captured graphs did */
+    bool seg_guess;   /* the captured graphs guess each next MoE layer's experts */
     int seg_tile;     /* gpu_tile_min_t() when they were captured */
 };
 
@@ -526,8 +525,7 @@ static int deltanet(gpu_sess *s, int li, int T, char *err) {
  * walks the same code for its own part (the readback, the copies, the
  * guesses). A segment is launched as soon as the one before has been read
  * back, so the card has its next ~15 kernels in one call instead of the
- * host issuing them one by one behind the readback. $E0_GPU_SEGMENTS=1
- * (until measured on a card). */
+ * host issuing them one by one behind the readback (d->segments). */
 
 /* The start of a segment: the pass's start, and after each MoE layer's map. */
 static int seg_start(gpu_sess *s, char *err) {
@@ -563,24 +561,19 @@ static void seg_plan(gpu_sess *s, int T, bool logits) {
     gpu_model *g = s->g;
     gpu_dev *d = g->d;
     const gpu_vcache *vc = g->vc;
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("E0_GPU_SEGMENTS");
-        on = v && *v == '1';
-    }
     s->seg_mode = SEG_OFF;
     s->seg_at = 0;
     /* the host's part must stay out of the captured stream: no host cache (its guesses go after the
      * layer's launches), no host misses (their rows go in before the sum), no trace; and a
      * guessing policy that is the same at every step */
-    if (!on || T != 1 || !logits || !vc || vc->staged || vc->hc || vc->hm || d->trace || !gpu_graphs_on(d) ||
+    if (!d->segments || T != 1 || !logits || !vc || vc->staged || vc->hc || vc->hm || d->trace || !gpu_graphs_on(d) ||
         (vc->prefetch && vc->sparse))
         return;
-    s->seg_guess = vc->prefetch && !config_route_on(&g->m->cfg);
-    if (s->n_seg && (s->seg_guessed != s->seg_guess || s->seg_tile != gpu_tile_min_t())) seg_drop(s);
+    const bool guess = vc->prefetch && !config_route_on(&g->m->cfg);
+    if (s->n_seg && (s->seg_guess != guess || s->seg_tile != gpu_tile_min_t())) seg_drop(s);
     s->seg_mode = s->n_seg ? SEG_REPLAY : SEG_CAPTURE;
     d->launch_off = s->seg_mode == SEG_REPLAY;
-    s->seg_guessed = s->seg_guess;
+    s->seg_guess = guess;
     s->seg_tile = gpu_tile_min_t();
 }
 
@@ -867,7 +860,7 @@ int gpu_sess_eval(gpu_sess *s, int pos, const int32_t *ids, int T, bool all, flo
         for (int t0 = first; !rc && t0 < T; t0 += LOGIT_ROWS) {
             const int n = T - t0 < LOGIT_ROWS ? T - t0 : LOGIT_ROWS;
             rc = head(s, t0, n, err);
-            if (s->seg_mode != SEG_OFF) rc = seg_finish(s, rc, err); /* one row: the last segment ends here */
+            rc = seg_finish(s, rc, err); /* in segments (one row): the last one ends here */
             float *dst = logits + (size_t)(t0 - first) * V;
             if (!rc) rc = gpu_get(d, dst, s->buf[B_LOGITS], (size_t)n * V * sizeof(float), err);
         }

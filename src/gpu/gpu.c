@@ -223,8 +223,9 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     if (d->attn_split < 0 || d->attn_split > GPU_ATT_SPLIT_MAX) d->attn_split = 0;
     const char *fl = getenv("E0_GPU_FAIL_LAUNCH");
     d->fail_at = fl && *fl ? atol(fl) : 0;
-    const char *wv = getenv("E0_GPU_WHOLE");
+    const char *wv = getenv("E0_GPU_WHOLE"), *sv = getenv("E0_GPU_SEGMENTS");
     d->whole = !(wv && *wv == '0');
+    d->segments = sv && *sv == '1';
     *out = d;
     return 0;
 }
@@ -698,20 +699,19 @@ int gpu_mm_multi(gpu_dev *d, int n, const gpu_mat *const *W, CUdeviceptr x, int6
     int rc = 0;
     for (int i = 0; !rc && i < n; i++) {
         if (done[i]) continue;
-        gpu_multi M;
-        memset(&M, 0, sizeof M);
+        int in[4], m = 0; /* the matrices of W[i]'s form not yet launched */
         int64_t rows = 0;
         for (int j = i; j < n; j++)
-            if (!done[j] && same_form(W[j], W[i])) rows += W[j]->rows;
+            if (!done[j] && same_form(W[j], W[i])) done[j] = true, in[m++] = j, rows += W[j]->rows;
         const int w = vec_warps(d, rows);
-        for (int j = i; j < n; j++) {
-            if (done[j] || !same_form(W[j], W[i])) continue;
-            done[j] = true;
+        gpu_multi M;
+        memset(&M, 0, sizeof M);
+        for (; M.n < m; M.n++) {
+            const int j = in[M.n];
             M.W[M.n] = *W[j];
             M.y[M.n] = y[j];
             M.ldy[M.n] = ldy[j];
             M.first[M.n + 1] = M.first[M.n] + (W[j]->rows + w - 1) / w;
-            M.n++;
         }
         if (M.n == 1) {
             rc = gpu_mm(d, W[i], x, ldx, y[i], ldy[i], T, err);
