@@ -4,8 +4,9 @@
 #
 #   scripts/gpu_same_run.sh EDGE0 LLAMA_BIN_DIR MODEL.gguf [BUDGET_GIB ...]   (default: 8 16)
 #
-# For each budget B: `edge0 bench --vram-budget BG` (decode 64 after the
-# 512-id prefill), then llama.cpp's
+# For each budget B: `edge0 bench --vram-budget BG --warm-up` (decode 64
+# after the 512-id prefill, each timed after an untimed pass of other ids, as
+# llama-bench warms up before its runs), then llama.cpp's
 # configuration for a card of that size, `llama-bench -ngl 99 -ncmoe N`
 # (attention, dense weights and KV on the card, the experts of the first N
 # layers computed by the CPU from RAM), for three N around the estimate
@@ -54,7 +55,7 @@ for B in $budgets resident; do
         ns=$(for n in $((n0 - 2)) $n0 $((n0 + 2)); do [ $n -ge 0 ] && [ $n -le "$L" ] && echo $n; done | sort -un | paste -sd' ')
     fi
     echo "=== budget $B: edge0 --vram-budget $vb"
-    sampled "e0-$B" "$E0" bench "$M" --prefill 512 --decode 64 --skip-cold --vram-budget "$vb" --threads "$T" --json
+    sampled "e0-$B" "$E0" bench "$M" --prefill 512 --decode 64 --skip-cold --warm-up --vram-budget "$vb" --threads "$T" --json
     for n in $ns; do
         echo "=== budget $B: llama-bench -ngl 99 -ncmoe $n"
         sampled "ll-$B-$n" "$LB/llama-bench" -m "$M" -ngl 99 -ncmoe "$n" -p 512 -n 64 -d 0,512 -r 2 -t "$T" -o csv

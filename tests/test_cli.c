@@ -182,6 +182,36 @@ static void test_bench_budget(void **state) {
     says("bench --json under a budget", "\"pressure_shrinks\":\t0,");
 }
 
+/* bench --warm-up: a cold run under --mem-budget first makes an untimed pass
+ * of other ids (as llama-bench warms up), so its timed prefill finds some
+ * experts in the cache and reads fewer bytes than the same run without it;
+ * the figures still count the timed pass alone (4 experts a decode token). */
+static long prefill_read(const char *buf) {
+    const char *p = strstr(buf, "\"prefill_bytes_read\":");
+    long v = -1;
+    if (!p || sscanf(p, "\"prefill_bytes_read\": %ld", &v) != 1) fail_msg("no prefill_bytes_read in:\n%s", buf);
+    return v;
+}
+
+static void test_bench_warm_up(void **state) {
+    (void)state;
+    char args[4400];
+    const char *m = tu_shared("fixtures/qwen35moe/mlx");
+    const char *common = "--skip-warm --prefill 3 --decode 1 --threads 1 --mem-budget 128M --json";
+    snprintf(args, sizeof args, "bench %s %s", m, common);
+    assert_int_equal(run(args), 0);
+    says("bench without --warm-up", "\"warm_up_every_run\":\tfalse,");
+    const long cold = prefill_read(out_txt());
+    snprintf(args, sizeof args, "bench %s %s --warm-up", m, common);
+    assert_int_equal(run(args), 0);
+    says("bench --warm-up", "\"warm_up_every_run\":\ttrue,");
+    says("bench --warm-up", "\"decode_distinct_experts_per_layer\":\t4,");
+    const long warmed = prefill_read(out_txt());
+    printf("  cold prefill read %ld bytes, after a warm-up pass %ld\n", cold, warmed);
+    assert_true(cold > 0);
+    assert_true(warmed < cold);
+}
+
 /* bench's warm run under --io load: an untimed warm-up pass in the session
  * first (HELP), then the timed pass alone in the figures: one decode token
  * touches exactly top-k = 4 of the fixture's 32 experts per layer (the
@@ -339,7 +369,7 @@ int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
-        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm), cmocka_unit_test(test_bench_warm_up),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
         cmocka_unit_test(test_demo_words),

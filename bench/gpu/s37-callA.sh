@@ -1,5 +1,5 @@
 #!/bin/bash
-# For session 37 (written in 36; run in 38 on 29e5765's build): test_gpu on this build (kernels: the routing's logits in
+# For session 37 (written in 36; run in 37 on a9c28bb's build): test_gpu on this build (kernels: the routing's logits in
 # registers, x staged four floats a load, Q6_K's bits as aligned words; host: the guessed copies
 # issued right after the routing readback; a session in one allocation); then
 #  - all resident, 35B shape, decode 128: this build's PTX against 8cd44cc's (.gpu/old.ptx via
@@ -23,13 +23,6 @@
 #   (the tree and .peer must stay under 64 MiB), then
 #   tar -xJf .peer/gpu.tar.xz && DL=540 bash .gpu/s37-callA.sh      carry [".peer"]
 . "$(dirname "$0")/prologue.sh" 540
-# (session 38) llama.cpp's CUDA build started at once, niced, for the same runs of the next calls on
-# this warm machine (bench/gpu/s38-callB.sh): the figures below ran beside it
-if [ -s .peer/llama-src.tar.xz ] && [ ! -e /tmp/peer.started ]; then
-    touch /tmp/peer.started
-    mkdir -p /tmp/llama && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
-    CUDA=1 setsid nohup nice -n 19 bash .peer/build_llama.sh /tmp/llama /tmp/peer > /tmp/peer.log 2>&1 < /dev/null &
-fi
 f=/root/q36.gguf f30=/root/q30.gguf
 sp=
 [ -s $f ] || { { .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1;
@@ -102,7 +95,6 @@ for b in 8 16; do
 done
 # the VRAM cache's policies on the 35B shape with Qwen3.6's measured routing (synth --route-profile
 # qwen36; no next-layer guesses there): recent (the default) against lru and lfu, decode 128
-rm -f $f30   # (session 38) the disk holds 64 GiB: the 30B shape goes before the profiled 35B comes
 left 120 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf \
     > /tmp/synth36p.log 2>&1
 for v in recent lru lfu recent lru lfu; do

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 static const char *HELP =
-    "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--json]\n"
+    "usage: edge0 bench MODEL [--prefill N] [--decode N] [--skip-cold] [--skip-warm] [--warm-up] [--json]\n"
     "                         [--stats] [--trace FILE] [--replay FILE] [--batch LIST]\n"
     "                         [--mtp-accept P]\n"
     "\n"
@@ -39,7 +39,11 @@ static const char *HELP =
     "load or mmap), the warm run first makes one untimed pass of the same lengths\n"
     "in its session and resets it, as llama-bench warms up: a process's and a\n"
     "session's first pass pay allocations and page faults that a running server\n"
-    "does not. The cold run and runs through the expert cache have no warm-up.\n"
+    "does not. The cold run and runs through the expert cache have no warm-up,\n"
+    "unless --warm-up: then every timed run, cold or warm, first makes that\n"
+    "untimed pass (other ids than the timed ones), as llama-bench does before\n"
+    "each test; a cold run then times the second pass after the pages were\n"
+    "dropped, with whatever the expert caches (RAM, VRAM) kept from the first.\n"
     "Its sessions hold --prefill + --decode + 1 positions, as llama-bench sizes\n"
     "its context, and a --mem-budget plans for sessions of that size, not for\n"
     "the 4096 positions of chat's default.\n"
@@ -822,7 +826,7 @@ static void print_json(const cJSON *root) {
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *trace_path = NULL, *replay_path = NULL, *accept_arg = NULL;
     long n_prefill = 512, n_decode = 64;
-    bool json = false, skip_cold = false, skip_warm = false;
+    bool json = false, skip_cold = false, skip_warm = false, warm_up_all = false;
     int levels[BATCH_LEVELS], n_levels = 0;
     cli_engine ce;
     cli_engine_init(&ce);
@@ -836,6 +840,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_OPT("--json", CLI_SET, &json),
         CLI_OPT("--skip-cold", CLI_SET, &skip_cold),
         CLI_OPT("--skip-warm", CLI_SET, &skip_warm),
+        CLI_OPT("--warm-up", CLI_SET, &warm_up_all),
         CLI_OPT("--mtp-accept", CLI_STR, &accept_arg, .need = "a probability in [0, 1]"),
         {0},
     };
@@ -874,6 +879,10 @@ int cmd_bench(int argc, char **argv) {
     const bool mmap_io = loaded || strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
     cJSON *root = cJSON_CreateObject();
     report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
+    if (json)
+        cJSON_AddBoolToObject(root, "warm_up_every_run", warm_up_all);
+    else if (warm_up_all)
+        printf("each timed run after an untimed pass of other ids in its session (--warm-up)\n");
     int status = 0;
     phase ph = {.accept = accept};
     if (replay_path && load_replay(e, replay_path, &ph.routes, json, root, err)) goto fail;
@@ -890,7 +899,7 @@ int cmd_bench(int argc, char **argv) {
             if (!json) printf("cold: %s\n", e0_engine_io_note(e));
         }
         fprintf(stderr, "edge0 bench: cold run (checkpoint pages dropped)...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, false, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, warm_up_all, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, &ph, err)) goto fail;
         report("cold", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
@@ -910,7 +919,7 @@ int cmd_bench(int argc, char **argv) {
             }
         }
         fprintf(stderr, "edge0 bench: warm run...\n");
-        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, mmap_io, &ph, err)) goto fail;
+        if (run_phase(e, (int)n_prefill, (int)n_decode, trace, mmap_io || warm_up_all, &ph, err)) goto fail;
         if (trace_path && ph.traced && write_trace(e, trace_path, &ph, err)) goto fail;
         report("warm", &ph, (int)n_prefill, (int)n_decode, dram, disk, dense_touched, mmap_io, json,
                root);
