@@ -19,6 +19,9 @@
 # edge0 figures come with their limits (device memory and PCIe bandwidth,
 # measured by bench at start); the table gives the ratios, edge0 over
 # llama.cpp. Threads: all cores for both. Needs python3 for the table.
+# A rerun may name llama.cpp's -ncmoe per budget (NCMOE="8:30 16:12", found
+# by an earlier full run on the same card and shape) and leave out the
+# all-resident pair (RESIDENT=0).
 set -eu
 E0=$1 LB=$2 M=$3
 shift 3
@@ -46,13 +49,15 @@ info=$("$E0" info "$M" --json --gpu off 2>/dev/null)
 read -r L X D < <(python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["moe_layers"], j["expert_bytes"], j["non_expert_bytes"])' "$info")
 echo "model $M: $L MoE layers, $((X >> 20)) MiB of experts, $((D >> 20)) MiB of the rest; $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $T threads"
 echo "edge0 $("$E0" --version | head -1); llama.cpp $("$LB/llama-bench" --version 2>&1 | head -1 || true)"
-for B in $budgets resident; do
+[ "${RESIDENT:-1}" = 0 ] || budgets_all="$budgets resident"
+for B in ${budgets_all:-$budgets}; do
     if [ "$B" = resident ]; then vb=auto; ns=0; else
         vb=${B}G
         # layers whose experts fit beside the rest and ~1.5 GiB of KV and buffers
         fit=$(python3 -c "import sys; L,X,D,B=map(float,sys.argv[1:]); print(max(0,min(int(L),int((B*2**30-D-1.5*2**30)/(X/L)))))" "$L" "$X" "$D" "$B")
         n0=$((L - fit))
         ns=$(for n in $((n0 - 2)) $n0 $((n0 + 2)); do [ $n -ge 0 ] && [ $n -le "$L" ] && echo $n; done | sort -un | paste -sd' ')
+        for bn in ${NCMOE:-}; do [ "${bn%%:*}" = "$B" ] && ns=${bn#*:}; done
     fi
     echo "=== budget $B: edge0 --vram-budget $vb"
     sampled "e0-$B" "$E0" bench "$M" --prefill 512 --decode 64 --skip-cold --warm-up --vram-budget "$vb" --threads "$T" --json
@@ -61,9 +66,9 @@ for B in $budgets resident; do
         sampled "ll-$B-$n" "$LB/llama-bench" -m "$M" -ngl 99 -ncmoe "$n" -p 512 -n 64 -d 0,512 -r 2 -t "$T" -o csv
     done
 done
-python3 - "$out" "$budgets" <<'EOF'
+python3 - "$out" "${budgets_all:-$budgets}" <<'EOF'
 import csv, glob, io, json, os, sys
-out, budgets = sys.argv[1], sys.argv[2].split() + ["resident"]
+out, budgets = sys.argv[1], sys.argv[2].split()
 def peak(tag):
     try: return float(open(f"{out}/{tag}.peak").read())
     except Exception: return float("nan")

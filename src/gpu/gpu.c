@@ -225,7 +225,7 @@ int gpu_open(gpu_dev **out, int ordinal, char *err) {
     d->fail_at = fl && *fl ? atol(fl) : 0;
     const char *wv = getenv("E0_GPU_WHOLE"), *sv = getenv("E0_GPU_SEGMENTS");
     d->whole = !(wv && *wv == '0');
-    d->segments = sv && *sv == '1';
+    d->segments = !(sv && *sv == '0');
     *out = d;
     return 0;
 }

@@ -121,7 +121,7 @@ typedef struct gpu_dev {
     bool graphs;           /* decode steps replayed as CUDA graphs (gpu_graphs_on) */
     bool fuse;             /* the fused matmul forms (gpu_mm_multi, gpu_mm_glu); $E0_GPU_FUSE=0 turns them off */
     bool segments;         /* a budgeted decode step in graphs between its readbacks (gmodel.c seg_plan);
-                              $E0_GPU_SEGMENTS=1, off until measured on a card */
+                              on by default (session 38: +6% at 16 GiB); $E0_GPU_SEGMENTS=0 turns it off */
     bool launch_off;       /* gpu_launch does nothing: a segment's graph holds the launches (gmodel.c) */
     int vec_warps_min;     /* the vector products' fewest warps a block ($E0_GPU_VEC_WARPS, experiments: 8) */
     int attn_split;        /* a decode token's attention in this many blocks a head (attend_split, then

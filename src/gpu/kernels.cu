@@ -567,12 +567,29 @@ extern "C" __global__ void route(const float *logits, int *idx, float *w, int T,
  * popularity bias and, for an expert last chosen d tokens back (its
  * nearest use), recent (d = 1) or window * decay^(d - 2) (d <= W); its
  * choice goes into hist [position][layer][k] (n_layers L). Positions from
- * *posp. grid 1, block 32. */
+ * *posp. grid 1, block 32.
+ * An expert gets one bonus, its nearest use's, so the window's W * k
+ * entries are read all at once (the lanes' loads in flight together; read
+ * one d after another they were W dependent round trips, ~60 us a layer at
+ * W = 128: session 38) and each expert's nearest d kept by atomicMin; the
+ * bonus of each d is profile_apply's running product, made once. */
+#define ROUTE_WINDOW_MAX 4096 /* io/config_route.c WINDOW_MAX */
 extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int T, int E, int k, int renorm,
                                          const int *posp, int layer, int L, const float *bias, int *hist,
                                          double recent, double window, double decay, int W) {
-    __shared__ unsigned seen[32]; /* E <= 1024 */
+    __shared__ unsigned near[1024]; /* E <= 1024: each expert's nearest use, d */
+    __shared__ double bon[ROUTE_WINDOW_MAX + 1];
     const int lane = threadIdx.x & 31;
+    if (W > ROUTE_WINDOW_MAX) W = ROUTE_WINDOW_MAX;
+    if (lane == 0) {
+        double b = recent;
+        for (int d = 1; d <= W; d++) {
+            if (d == 2) b = window;
+            else if (d > 2) b *= decay;
+            bon[d] = b;
+        }
+    }
+    __syncwarp();
     for (int t = 0; t < T; t++) {
         float *l = logits + (size_t)t * E;
         const int p = *posp + t;
@@ -588,22 +605,16 @@ extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int 
         if (sd > 0.0f) {
             if (bias)
                 for (int e = lane; e < E; e += 32) l[e] += sd * bias[(size_t)layer * E + e];
-            seen[lane] = 0;
+            for (int e = lane; e < E; e += 32) near[e] = 0xffffffffu;
             __syncwarp();
-            double bonus = recent;
-            for (int d = 1; d <= W && d <= p; d++) {
-                if (d == 2) bonus = window;
-                else if (d > 2) bonus *= decay;
-                if (lane < k) {
-                    const int e = hist[((size_t)(p - d) * L + layer) * k + lane];
-                    /* a row's k experts are distinct: one lane an expert */
-                    if (!(seen[e >> 5] >> (e & 31) & 1)) {
-                        atomicOr(&seen[e >> 5], 1u << (e & 31));
-                        l[e] += sd * (float)bonus;
-                    }
-                }
-                __syncwarp();
+            const int D = W < p ? W : p;
+            for (int i = lane; i < D * k; i += 32) {
+                const int d = i / k + 1;
+                atomicMin(&near[hist[((size_t)(p - d) * L + layer) * k + i % k]], (unsigned)d);
             }
+            __syncwarp();
+            for (int e = lane; e < E; e += 32)
+                if (near[e] <= (unsigned)D) l[e] += sd * (float)bon[near[e]];
         }
         __syncwarp();
         route_warp(l, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
