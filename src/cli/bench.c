@@ -823,6 +823,14 @@ static void print_json(const cJSON *root) {
     free(s);
 }
 
+/* --warm-up, said beside the machine's figures */
+static void report_warm_up(bool on, bool json, cJSON *root) {
+    if (json)
+        cJSON_AddBoolToObject(root, "warm_up_every_run", on);
+    else if (on)
+        printf("each timed run after an untimed pass of other ids in its session (--warm-up)\n");
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *trace_path = NULL, *replay_path = NULL, *accept_arg = NULL;
     long n_prefill = 512, n_decode = 64;
@@ -879,10 +887,7 @@ int cmd_bench(int argc, char **argv) {
     const bool mmap_io = loaded || strncmp(e0_engine_io_note(e), "io mmap", 7) == 0;
     cJSON *root = cJSON_CreateObject();
     report_setup(e, model, &info, threads, ce.eo.kv_type, dram, disk, json, root);
-    if (json)
-        cJSON_AddBoolToObject(root, "warm_up_every_run", warm_up_all);
-    else if (warm_up_all)
-        printf("each timed run after an untimed pass of other ids in its session (--warm-up)\n");
+    report_warm_up(warm_up_all, json, root);
     int status = 0;
     phase ph = {.accept = accept};
     if (replay_path && load_replay(e, replay_path, &ph.routes, json, root, err)) goto fail;
