@@ -100,6 +100,7 @@ typedef struct {
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
     uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
+    bool whole_in;         /* in vcache_layer_in's copies: hcache_keep follows the prefill's rule */
     struct gpu_hcache *hc; /* the host's expert cache that misses come from, or NULL (gpu/hcache.c) */
     bool prefetch;         /* decode guesses the next MoE layer's experts (vcache_prefetch) */
     int32_t guess_layer;   /* the layer of the guess read back last, or -1 */

@@ -521,7 +521,9 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
         touch(x, i);
         mexp[nm] = e, mslot[nm++] = i;
     }
+    x->whole_in = true;
     int rc = put(g, li, mexp, mslot, mold, nm, true, err);
+    x->whole_in = false;
     if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
                                (size_t)E * sizeof(int32_t), err);
     if (!rc) x->whole_layers++;
