@@ -17,11 +17,11 @@ grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE|profile" /tmp/test_gpu.log | gre
 [ -n "${OUT:-}" ] && cp /tmp/test_gpu.log "$OUT/"
 while [ ! -e /tmp/q36.done ] && left 200; do sleep 2; done
 drop() { python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
-for k in 0 1; do
-    left 120 || break
+for k in 0 1; do # 0 first: the new rule
+    left 55 || break
     drop /root/q36.gguf
     echo "=== capped q36 (VRAM 8 GiB, 12 GiB cgroup, pages dropped), --warm-up, E0_GPU_HCACHE_PREFILL_KEEP=$k $(el)"
-    E0_GPU_HCACHE_PREFILL_KEEP=$k timeout 100 scripts/memcap.sh 12G -- .gpu/bin/edge0 bench /root/q36.gguf --prefill 512 \
+    E0_GPU_HCACHE_PREFILL_KEEP=$k timeout 75 scripts/memcap.sh 12G -- .gpu/bin/edge0 bench /root/q36.gguf --prefill 512 \
         --decode 32 --skip-warm --warm-up --vram-budget 8G --threads 16 --stats 2>&1 |
         grep -E "memcap|prefill [0-9]|decode [0-9]|cache \(|host expert cache|from disk"
 done
