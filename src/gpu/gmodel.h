@@ -100,7 +100,7 @@ typedef struct {
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
     uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
-    bool whole_in;         /* in vcache_layer_in's copies: hcache_keep follows the prefill's rule */
+    bool whole_in;         /* in vcache_layer_in's copies: the host cache follows the prefill's rule */
     struct gpu_hcache *hc; /* the host's expert cache that misses come from, or NULL (gpu/hcache.c) */
     bool prefetch;         /* decode guesses the next MoE layer's experts (vcache_prefetch) */
     int32_t guess_layer;   /* the layer of the guess read back last, or -1 */
@@ -249,8 +249,10 @@ int vcache_step(gpu_model *g, char *err);
  * in: hcache_begin; hcache_keep for each slot it gives up (expert e of layer
  * li in slot `slot`, copied back where the host lacks it); hcache_get for
  * views of experts es[0..n) of layer li (n <= E; read where absent), valid
- * until the call after next; the copies from them; then hcache_mark on the
- * stream that copies. */
+ * until the call after next, old[i] the expert whose VRAM slot es[i] takes
+ * (layer * E + expert, or -1 for a free slot; NULL: unknown); the copies
+ * from them; then hcache_mark on the stream that copies. A whole-layer
+ * prefill's pass starts with hcache_pass (whole_in set around its calls). */
 typedef struct gpu_hcache gpu_hcache;
 typedef struct {
     int32_t slots, experts; /* bundles it holds; routed experts of the model */
@@ -262,7 +264,9 @@ int hcache_new(gpu_model *g, uint64_t bytes, char *err);
 void hcache_free(gpu_model *g);
 int hcache_begin(gpu_model *g, int n, char *err);
 int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err);
-int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err);
+int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, e0_expert *views,
+               char *err);
+void hcache_pass(gpu_model *g);
 int hcache_mark(gpu_model *g, bool copy_stream, char *err);
 void hcache_stats(const gpu_model *g, gpu_hstats *out);
 void hcache_reset_stats(gpu_model *g);

@@ -57,7 +57,8 @@ struct gpu_hcache {
     hset set[2];
     int cur;        /* the set of the latest call */
     bool exclusive; /* hcache_keep; $E0_GPU_HCACHE_EXCL=0 turns it off (experiments) */
-    bool prefill_keep; /* a whole-layer prefill's VRAM victims kept too (hcache_new says when) */
+    enum { PF_KEEP, PF_NOKEEP, PF_HOLD } prefill; /* a whole-layer prefill's rule (hcache_new) */
+    int hold, hold_max; /* PF_HOLD: entries this pass held, at most */
     int held;       /* entries the two sets hold */
     int reserve;    /* gets this call will make (hcache_begin) */
     uint64_t kept;  /* bundles the VRAM gave up, copied back */
@@ -119,16 +120,19 @@ int hcache_new(gpu_model *g, uint64_t bytes, char *err) {
         rc = e0_fail(err, E0_ENOMEM, "a host expert cache of %.1f MiB holds %lld bundles of %.2f MiB; it needs %d",
                      (double)bytes / 1048576.0, (long long)n, (double)bb / 1048576.0, 3 * E);
     if (!rc) rc = xcache_new(&h->xc, (int32_t)(n < INT32_MAX ? n : INT32_MAX), bb, L, E, err);
-    /* A whole-layer prefill passes over the layers in order, and copying each layer the VRAM gives
-     * up back into this cache makes it an LRU over a cyclic scan: where the two caches cannot hold
-     * every expert, it evicts exactly the layers the next pass needs first (a model of the two
-     * caches, bench/gpu/hcache_sim.py: 0% host hits on the 35B shape at 8 GiB of VRAM and ~9.5 GiB
-     * here; without the keeps the disk reads kept in first stay, 23%). $E0_GPU_HCACHE_PREFILL_KEEP:
-     * 1 keeps always (the default until measured on a card), 0 never, auto only where the two
-     * caches hold every expert. */
-    const char *kv = getenv("E0_GPU_HCACHE_PREFILL_KEEP");
-    h->prefill_keep = !kv || !*kv || *kv == '1' ||
-                      (!strcmp(kv, "auto") && (int64_t)x->n_slots + n >= (int64_t)h->experts + 3 * (int64_t)E);
+    /* A whole-layer prefill passes over the layers in order; the VRAM keeps its first layers (a
+     * layer's missing experts take the slots of the layer finished last). Copying each layer it
+     * gives up back into this cache (keep) makes the host an LRU over a cyclic scan: where the
+     * two caches cannot hold every expert it evicts exactly what the next pass needs first (a
+     * model of the two caches, bench/gpu/hcache_sim.py: 0% host hits on the 35B shape with 8 GiB
+     * of VRAM in a 12 GiB cgroup; the card read 65% of the experts from disk in a warmed pass).
+     * hold: no copies back, and an expert entering a VRAM slot taken from another expert (which
+     * the VRAM gives up again soon) stays here while the pass has held fewer than slots - 3E,
+     * the rest first in line (model: disk 26% of the experts). $E0_GPU_HCACHE_PREFILL=keep (the
+     * default until measured on a card) | nokeep | hold. */
+    const char *pv = getenv("E0_GPU_HCACHE_PREFILL");
+    h->prefill = pv && !strcmp(pv, "hold") ? PF_HOLD : pv && !strcmp(pv, "nokeep") ? PF_NOKEEP : PF_KEEP;
+    h->hold_max = (int)(n - 3 * (int64_t)E);
     for (int j = 0; !rc && j < 2; j++) {
         h->set[j].ent = calloc(2 * (size_t)E, sizeof *h->set[j].ent);
         h->set[j].cold = calloc(2 * (size_t)E, sizeof *h->set[j].cold);
@@ -236,7 +240,7 @@ int hcache_begin(gpu_model *g, int n, char *err) {
  * more than the larger. */
 int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err) {
     gpu_hcache *h = g->vc->hc;
-    if (!h->exclusive || (g->vc->whole_in && !h->prefill_keep)) return 0;
+    if (!h->exclusive || (g->vc->whole_in && h->prefill != PF_KEEP)) return 0;
     hset *s = &h->set[h->cur];
     if (h->held + h->reserve >= xcache_slots(h->xc)) return 0; /* the gets to come need the room */
     bool load = false;
@@ -259,7 +263,20 @@ int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *e
     return rc;
 }
 
-int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views, char *err) {
+void hcache_pass(gpu_model *g) { g->vc->hc->hold = 0; }
+
+/* Whether es[i]'s entry goes first in line for eviction once released: with exclusive caching
+ * (the VRAM holds it from now on), unless a prefill's hold rule keeps it (hcache_new). */
+static bool goes_first(gpu_hcache *h, const gpu_vcache *x, const int32_t *old, int i) {
+    if (x->whole_in && h->prefill == PF_HOLD && old && old[i] >= 0 && h->hold < h->hold_max) {
+        h->hold++;
+        return false;
+    }
+    return h->exclusive;
+}
+
+int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, e0_expert *views,
+               char *err) {
     gpu_hcache *h = g->vc->hc;
     hset *s = &h->set[h->cur];
     if (n > h->E) return e0_fail(err, E0_EINVAL, "%d experts asked of a layer of %d", n, h->E);
@@ -275,7 +292,7 @@ int hcache_get(gpu_model *g, int li, const int32_t *es, int n, e0_expert *views,
             rc = e0_fail(err, E0_ENOMEM, "the host expert cache has no slot free");
             break;
         }
-        s->cold[s->n] = h->exclusive; /* the VRAM holds it from now on */
+        s->cold[s->n] = goes_first(h, g->vc, old, i);
         s->ent[s->n++] = x;
         h->held++;
         const xb_plan *p = &h->plan[(size_t)li * (size_t)h->E + (size_t)es[i]];

@@ -318,7 +318,7 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
         rc = hcache_begin(g, n, err);
         for (int j = 0; !rc && j < n; j++)
             if (old[j] >= 0) rc = hcache_keep(g, old[j] / x->E, old[j] % x->E, sl[j], copy_stream, err);
-        if (!rc) rc = hcache_get(g, li, es, n, view, err);
+        if (!rc) rc = hcache_get(g, li, es, old, n, view, err);
     }
     const gpu_layer *gl = &g->L[li];
     for (int j = 0; !rc && j < n; j++) {
@@ -521,6 +521,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
         touch(x, i);
         mexp[nm] = e, mslot[nm++] = i;
     }
+    if (spare < 0 && x->hc) hcache_pass(g); /* the first layer of a prefill's pass */
     x->whole_in = true;
     int rc = put(g, li, mexp, mslot, mold, nm, true, err);
     x->whole_in = false;
