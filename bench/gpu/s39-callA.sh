@@ -1,0 +1,49 @@
+#!/bin/bash
+# For session 39 (written in 38): llama.cpp's llama-bench built at once (setsid, niced; its
+# llama-server target failed in session 38, so llama-bench alone), for call B on this warm machine;
+# the uniform 35B file made and synced before anything reads it; test_gpu on this build; then the
+# capped condition (VRAM 8 GiB, a 12 GiB cgroup, pages dropped, --warm-up) with the host cache's
+# prefill rules alternated: keep (the default) against hold (docs/experiments.md session 38:
+# bench/gpu/hcache_sim.py predicts 65% -> ~27% of the experts read from disk in the timed
+# prefill); then the profiled 35B file made for call B.
+# Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
+#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s39-call*.sh
+#   bench/gpu/prologue.sh .gpu/; rm .gpu/bin/bench_gpu .gpu/bin/bench_replica;
+#   XZ_OPT=-6 tar -cJf .peer/gpu.tar.xz .gpu; .peer also holds llama-src.tar.xz (the peer kit's
+#   pack_llama_src.sh of erm14254/llama.cpp-minimax-m3-combined, fetched) -- under 64 MiB with the tree
+#   tar -xJf .peer/gpu.tar.xz && DL=540 bash .gpu/s39-callA.sh      carry [".peer"]
+. "$(dirname "$0")/prologue.sh" 540
+if [ -s .peer/llama-src.tar.xz ] && [ ! -e /tmp/peer.started ]; then
+    touch /tmp/peer.started
+    mkdir -p /tmp/llama /tmp/peer && tar -xJf .peer/llama-src.tar.xz -C /tmp/llama
+    setsid nohup nice -n 10 bash -c 'cmake -S /tmp/llama -B /tmp/peer/build-repack -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > /tmp/peer.log 2>&1 &&
+      cmake --build /tmp/peer/build-repack -j16 --target llama-bench >> /tmp/peer.log 2>&1 &&
+      cp -a /tmp/peer/build-repack/bin /tmp/peer/repack' < /dev/null > /dev/null 2>&1 &
+fi
+f=/root/q36.gguf
+[ -s $f ] || { .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf $f > /tmp/synth36.log 2>&1; sync; } &
+sp=$!
+echo "=== test_gpu $(el)"
+E0_SHARED=.gpu/shared E0_REQUIRE_GPU=1 E0_BIN=.gpu/bin/edge0 timeout 150 .gpu/bin/test_gpu 2>&1 | grep -v "not here" > /tmp/test_gpu.log
+grep -E "^\[|bit-identical|DIFF|FAIL|ERROR|LINE|profile" /tmp/test_gpu.log | grep -v "relative L2" |
+    grep -vE "^ +VRAM cache|through a host|64 greedy|batched steps" | head -30
+[ -n "${OUT:-}" ] && cp /tmp/test_gpu.log "$OUT/"
+wait $sp
+sync
+echo "q36: $(tail -1 /tmp/synth36.log | cut -c1-160) $(el)"
+drop() { python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
+for r in keep hold keep hold; do
+    left 80 || break
+    drop $f
+    echo "=== capped q36 (VRAM 8 GiB, 12 GiB cgroup, pages dropped), --warm-up, E0_GPU_HCACHE_PREFILL=$r $(el)"
+    E0_GPU_HCACHE_PREFILL=$r timeout 90 scripts/memcap.sh 12G -- .gpu/bin/edge0 bench $f --prefill 512 \
+        --decode 32 --skip-warm --warm-up --vram-budget 8G --threads 16 --stats 2>&1 |
+        grep -E "memcap|prefill [0-9]|decode [0-9]|cache \(|checkpoint read"
+done
+echo "=== the profiled 35B file for call B, and llama.cpp's build $(el)"
+left 40 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf 2>&1 | tail -1
+sync
+echo "llama build: $(ls /tmp/peer/repack 2>/dev/null | grep -c llama-bench) $(tail -1 /tmp/peer.log 2>/dev/null | cut -c1-150)"
+echo "=== end $(el)"
