@@ -189,7 +189,8 @@ static void test_bench_budget(void **state) {
 static long prefill_read(const char *buf) {
     const char *p = strstr(buf, "\"prefill_bytes_read\":");
     long v = -1;
-    if (!p || sscanf(p, "\"prefill_bytes_read\": %ld", &v) != 1) fail_msg("no prefill_bytes_read in:\n%s", buf);
+    if (!p || sscanf(p, "\"prefill_bytes_read\": %ld", &v) != 1)
+        fail_msg("no prefill_bytes_read in:\n%s", buf);
     return v;
 }
 
@@ -369,7 +370,8 @@ int main(void) {
     dir = tu_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags_before_model), cmocka_unit_test(test_model_messages),
-        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm), cmocka_unit_test(test_bench_warm_up),
+        cmocka_unit_test(test_sizes_and_threads),  cmocka_unit_test(test_bench_batch), cmocka_unit_test(test_bench_budget), cmocka_unit_test(test_bench_warm),
+        cmocka_unit_test(test_bench_warm_up),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_demo_prompt_file),  cmocka_unit_test(test_port_in_use),
         cmocka_unit_test(test_demo_words),
