@@ -5,7 +5,8 @@
 # capped condition (VRAM 8 GiB, a 12 GiB cgroup, pages dropped, --warm-up) with the host cache's
 # prefill rules alternated: keep (the default) against hold (docs/experiments.md session 38:
 # bench/gpu/hcache_sim.py predicts 65% -> ~27% of the experts read from disk in the timed
-# prefill); then the profiled 35B file made for call B.
+# prefill); batched decode all resident with and without $E0_GPU_BATCH=1; then the profiled 35B
+# file made for call B.
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
 #   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s39-call*.sh
 #   bench/gpu/prologue.sh .gpu/; rm .gpu/bin/bench_gpu .gpu/bin/bench_replica;
@@ -41,6 +42,15 @@ for r in keep hold keep hold; do
     E0_GPU_HCACHE_PREFILL=$r timeout 90 scripts/memcap.sh 12G -- .gpu/bin/edge0 bench $f --prefill 512 \
         --decode 32 --skip-warm --warm-up --vram-budget 8G --threads 16 --stats 2>&1 |
         grep -E "memcap|prefill [0-9]|decode [0-9]|cache \(|checkpoint read"
+done
+# batched decode on the card (serve --parallel's path), all resident: the slots one after another
+# (the default) against $E0_GPU_BATCH=1 (one pass of up to 8 sequences; bit-identical since
+# session 34, never timed)
+for b in 0 1; do
+    left 100 || break
+    echo "=== q36 all resident, bench --batch 1,4,8, E0_GPU_BATCH=$b $(el)"
+    E0_GPU_BATCH=$b timeout 60 .gpu/bin/edge0 bench $f --skip-cold --skip-warm --batch 1,4,8 --prefill 64 \
+        --decode 32 --threads 16 2>&1 | grep -vE "^edge0 bench|^$" | tail -6
 done
 echo "=== the profiled 35B file for call B, and llama.cpp's build $(el)"
 left 40 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf 2>&1 | tail -1
