@@ -568,16 +568,17 @@ extern "C" __global__ void route(const float *logits, int *idx, float *w, int T,
  * nearest use), recent (d = 1) or window * decay^(d - 2) (d <= W); its
  * choice goes into hist [position][layer][k] (n_layers L). Positions from
  * *posp. grid 1, block 32.
- * An expert gets one bonus, its nearest use's, so the window's W * k
- * entries are read all at once (the lanes' loads in flight together; read
- * one d after another they were W dependent round trips, ~60 us a layer at
- * W = 128: session 38) and each expert's nearest d kept by atomicMin; the
- * bonus of each d is profile_apply's running product, made once. */
+ * An expert gets one bonus, its nearest use's: the warp keeps each
+ * expert's last position (the window before the call read at once, each
+ * lane a share of its W x k entries, by atomicMax; then each token's k
+ * choices), so a token costs a pass over the experts instead of W
+ * dependent loads (~60 us a layer at W = 128: session 38). The bonus of
+ * each distance is profile_apply's running product, made once. */
 #define ROUTE_WINDOW_MAX 4096 /* io/config_route.c WINDOW_MAX */
 extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int T, int E, int k, int renorm,
                                          const int *posp, int layer, int L, const float *bias, int *hist,
                                          double recent, double window, double decay, int W) {
-    __shared__ unsigned near[1024]; /* E <= 1024: each expert's nearest use, d */
+    __shared__ int last[1024]; /* E <= 1024: each expert's last position at this layer */
     __shared__ double bon[ROUTE_WINDOW_MAX + 1];
     const int lane = threadIdx.x & 31;
     if (W > ROUTE_WINDOW_MAX) W = ROUTE_WINDOW_MAX;
@@ -589,10 +590,17 @@ extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int 
             bon[d] = b;
         }
     }
+    const int p0 = *posp, D0 = W < p0 ? W : p0;
+    for (int e = lane; e < E; e += 32) last[e] = -(1 << 30); /* none within any window */
+    __syncwarp();
+    for (int i = lane; i < D0 * k; i += 32) {
+        const int d = i / k + 1;
+        atomicMax(&last[hist[((size_t)(p0 - d) * L + layer) * k + i % k]], p0 - d);
+    }
     __syncwarp();
     for (int t = 0; t < T; t++) {
         float *l = logits + (size_t)t * E;
-        const int p = *posp + t;
+        const int p = p0 + t;
         double m = 0.0, v = 0.0;
         for (int e = lane; e < E; e += 32) m += l[e];
 #pragma unroll
@@ -605,21 +613,19 @@ extern "C" __global__ void route_profile(float *logits, int *idx, float *w, int 
         if (sd > 0.0f) {
             if (bias)
                 for (int e = lane; e < E; e += 32) l[e] += sd * bias[(size_t)layer * E + e];
-            for (int e = lane; e < E; e += 32) near[e] = 0xffffffffu;
-            __syncwarp();
-            const int D = W < p ? W : p;
-            for (int i = lane; i < D * k; i += 32) {
-                const int d = i / k + 1;
-                atomicMin(&near[hist[((size_t)(p - d) * L + layer) * k + i % k]], (unsigned)d);
+            for (int e = lane; e < E; e += 32) {
+                const int d = p - last[e]; /* >= 1: every use recorded is before p */
+                if (d <= W) l[e] += sd * (float)bon[d];
             }
-            __syncwarp();
-            for (int e = lane; e < E; e += 32)
-                if (near[e] <= (unsigned)D) l[e] += sd * (float)bon[near[e]];
         }
         __syncwarp();
         route_warp(l, idx + (size_t)t * k, w + (size_t)t * k, E, k, renorm);
         __syncwarp();
-        if (lane < k) hist[((size_t)p * L + layer) * k + lane] = idx[(size_t)t * k + lane];
+        if (lane < k) {
+            const int e = idx[(size_t)t * k + lane];
+            hist[((size_t)p * L + layer) * k + lane] = e;
+            last[e] = p; /* a row's k experts are distinct: one lane an expert */
+        }
         __syncwarp();
     }
 }
