@@ -49,8 +49,9 @@ info=$("$E0" info "$M" --json --gpu off 2>/dev/null)
 read -r L X D < <(python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["moe_layers"], j["expert_bytes"], j["non_expert_bytes"])' "$info")
 echo "model $M: $L MoE layers, $((X >> 20)) MiB of experts, $((D >> 20)) MiB of the rest; $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $T threads"
 echo "edge0 $("$E0" --version | head -1); llama.cpp $("$LB/llama-bench" --version 2>&1 | head -1 || true)"
-[ "${RESIDENT:-1}" = 0 ] || budgets_all="$budgets resident"
-for B in ${budgets_all:-$budgets}; do
+runs=$budgets
+[ "${RESIDENT:-1}" = 0 ] || runs="$runs resident"
+for B in $runs; do
     if [ "$B" = resident ]; then vb=auto; ns=0; else
         vb=${B}G
         # layers whose experts fit beside the rest and ~1.5 GiB of KV and buffers
@@ -66,7 +67,7 @@ for B in ${budgets_all:-$budgets}; do
         sampled "ll-$B-$n" "$LB/llama-bench" -m "$M" -ngl 99 -ncmoe "$n" -p 512 -n 64 -d 0,512 -r 2 -t "$T" -o csv
     done
 done
-python3 - "$out" "${budgets_all:-$budgets}" <<'EOF'
+python3 - "$out" "$runs" <<'EOF'
 import csv, glob, io, json, os, sys
 out, budgets = sys.argv[1], sys.argv[2].split()
 def peak(tag):

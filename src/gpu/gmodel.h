@@ -250,7 +250,7 @@ int vcache_step(gpu_model *g, char *err);
  * li in slot `slot`, copied back where the host lacks it); hcache_get for
  * views of experts es[0..n) of layer li (n <= E; read where absent), valid
  * until the call after next, old[i] the expert whose VRAM slot es[i] takes
- * (layer * E + expert, or -1 for a free slot; NULL: unknown); the copies
+ * (layer * E + expert, or -1 for a free slot); the copies
  * from them; then hcache_mark on the stream that copies. A whole-layer
  * prefill's pass starts with hcache_pass (whole_in set around its calls). */
 typedef struct gpu_hcache gpu_hcache;

@@ -268,7 +268,7 @@ void hcache_pass(gpu_model *g) { g->vc->hc->hold = 0; }
 /* Whether es[i]'s entry goes first in line for eviction once released: with exclusive caching
  * (the VRAM holds it from now on), unless a prefill's hold rule keeps it (hcache_new). */
 static bool goes_first(gpu_hcache *h, const gpu_vcache *x, const int32_t *old, int i) {
-    if (x->whole_in && h->prefill == PF_HOLD && old && old[i] >= 0 && h->hold < h->hold_max) {
+    if (x->whole_in && h->prefill == PF_HOLD && old[i] >= 0 && h->hold < h->hold_max) {
         h->hold++;
         return false;
     }
