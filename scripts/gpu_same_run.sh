@@ -19,7 +19,7 @@
 # edge0 figures come with their limits (device memory and PCIe bandwidth,
 # measured by bench at start); the table gives the ratios, edge0 over
 # llama.cpp. Threads: all cores for both. Needs python3 for the table.
-# A rerun may name llama.cpp's -ncmoe per budget (NCMOE="8:30 16:12", found
+# A rerun may name llama.cpp's -ncmoe per budget (NCMOE="8:30 16:12,14", found
 # by an earlier full run on the same card and shape) and leave out the
 # all-resident pair (RESIDENT=0).
 set -eu
@@ -58,7 +58,7 @@ for B in $runs; do
         fit=$(python3 -c "import sys; L,X,D,B=map(float,sys.argv[1:]); print(max(0,min(int(L),int((B*2**30-D-1.5*2**30)/(X/L)))))" "$L" "$X" "$D" "$B")
         n0=$((L - fit))
         ns=$(for n in $((n0 - 2)) $n0 $((n0 + 2)); do [ $n -ge 0 ] && [ $n -le "$L" ] && echo $n; done | sort -un | paste -sd' ')
-        for bn in ${NCMOE:-}; do [ "${bn%%:*}" = "$B" ] && ns=${bn#*:}; done
+        for bn in ${NCMOE:-}; do [ "${bn%%:*}" = "$B" ] && ns=${bn#*:} && ns=${ns//,/ }; done
     fi
     echo "=== budget $B: edge0 --vram-budget $vb"
     sampled "e0-$B" "$E0" bench "$M" --prefill 512 --decode 64 --skip-cold --warm-up --vram-budget "$vb" --threads "$T" --json

@@ -52,6 +52,19 @@ for b in 0 1; do
     E0_GPU_BATCH=$b timeout 60 .gpu/bin/edge0 bench $f --skip-cold --skip-warm --batch 1,4,8 --prefill 64 \
         --decode 32 --threads 16 2>&1 | grep -vE "^edge0 bench|^$" | tail -6
 done
+# the device-staged decode ($E0_GPU_STAGE=1: routing never leaves the card, misses staged from the
+# pinned pages by moe_stage) against the host's copies (the default), uniform routing, the file in the
+# page cache: session 38's trace says a 16 GiB layer (94% VRAM hits) waits ~0.1 ms on the host's round
+# trip, which the staged step does not make; session 30 measured it -6% at 8 GiB and +1% at 16 GiB
+# when the kernels were twice as slow
+for b in 16 8; do
+    for s in 0 1 1 0; do
+        left 70 || break 2
+        echo "=== q36 VRAM $b GiB, E0_GPU_STAGE=$s $(el)"
+        E0_GPU_STAGE=$s timeout 40 .gpu/bin/edge0 bench $f --skip-cold --prefill 512 --decode 64 --vram-budget ${b}G \
+            --threads 16 --stats 2>&1 | grep -oE "decode [0-9].*|VRAM expert cache \(.*|a decode step.s misses [a-z ]+" | cut -c1-200
+    done
+done
 echo "=== the profiled 35B file for call B, and llama.cpp's build $(el)"
 left 40 && .gpu/bin/edge0 synth --shape qwen3.6-35b-a3b --format gguf --route-profile qwen36 /root/q36p.gguf 2>&1 | tail -1
 sync
