@@ -100,7 +100,6 @@ typedef struct {
     CUdeviceptr dlog;      /* [n_layers * k] the expert staged in each staging slot, or -1 */
     uint64_t bytes_staged; /* expert bytes the device staged over the link */
     uint64_t whole_layers; /* layers a prefill brought in whole (vcache_layer_in) */
-    bool whole_in;         /* in vcache_layer_in's copies: the host cache follows the prefill's rule */
     struct gpu_hcache *hc; /* the host's expert cache that misses come from, or NULL (gpu/hcache.c) */
     bool prefetch;         /* decode guesses the next MoE layer's experts (vcache_prefetch) */
     int32_t guess_layer;   /* the layer of the guess read back last, or -1 */
@@ -251,8 +250,10 @@ int vcache_step(gpu_model *g, char *err);
  * views of experts es[0..n) of layer li (n <= E; read where absent), valid
  * until the call after next, old[i] the expert whose VRAM slot es[i] takes
  * (layer * E + expert, or -1 for a free slot); the copies
- * from them; then hcache_mark on the stream that copies. A whole-layer
- * prefill's pass starts with hcache_pass (whole_in set around its calls). */
+ * from them; then hcache_mark on the stream that copies. `whole`: the
+ * call brings a layer in whole for a prefill (vcache_layer_in), whose
+ * rule the host cache follows (hcache_new); each of the prefill's passes
+ * starts with hcache_pass. */
 typedef struct gpu_hcache gpu_hcache;
 typedef struct {
     int32_t slots, experts; /* bundles it holds; routed experts of the model */
@@ -263,9 +264,9 @@ typedef struct {
 int hcache_new(gpu_model *g, uint64_t bytes, char *err);
 void hcache_free(gpu_model *g);
 int hcache_begin(gpu_model *g, int n, char *err);
-int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err);
-int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, e0_expert *views,
-               char *err);
+int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, bool whole, char *err);
+int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, bool whole,
+               e0_expert *views, char *err);
 void hcache_pass(gpu_model *g);
 int hcache_mark(gpu_model *g, bool copy_stream, char *err);
 void hcache_stats(const gpu_model *g, gpu_hstats *out);

@@ -238,9 +238,9 @@ int hcache_begin(gpu_model *g, int n, char *err) {
  * (device to host: the link's other direction) unless it is there. Without
  * it both would hold the same recent experts, and the two together no
  * more than the larger. */
-int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, char *err) {
+int hcache_keep(gpu_model *g, int li, int e, int slot, bool copy_stream, bool whole, char *err) {
     gpu_hcache *h = g->vc->hc;
-    if (!h->exclusive || (g->vc->whole_in && h->prefill != PF_KEEP)) return 0;
+    if (!h->exclusive || (whole && h->prefill != PF_KEEP)) return 0;
     hset *s = &h->set[h->cur];
     if (h->held + h->reserve >= xcache_slots(h->xc)) return 0; /* the gets to come need the room */
     bool load = false;
@@ -267,16 +267,16 @@ void hcache_pass(gpu_model *g) { g->vc->hc->hold = 0; }
 
 /* Whether es[i]'s entry goes first in line for eviction once released: with exclusive caching
  * (the VRAM holds it from now on), unless a prefill's hold rule keeps it (hcache_new). */
-static bool goes_first(gpu_hcache *h, const gpu_vcache *x, const int32_t *old, int i) {
-    if (x->whole_in && h->prefill == PF_HOLD && old[i] >= 0 && h->hold < h->hold_max) {
+static bool goes_first(gpu_hcache *h, bool whole, const int32_t *old, int i) {
+    if (whole && h->prefill == PF_HOLD && old[i] >= 0 && h->hold < h->hold_max) {
         h->hold++;
         return false;
     }
     return h->exclusive;
 }
 
-int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, e0_expert *views,
-               char *err) {
+int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int n, bool whole,
+               e0_expert *views, char *err) {
     gpu_hcache *h = g->vc->hc;
     hset *s = &h->set[h->cur];
     if (n > h->E) return e0_fail(err, E0_EINVAL, "%d experts asked of a layer of %d", n, h->E);
@@ -292,7 +292,7 @@ int hcache_get(gpu_model *g, int li, const int32_t *es, const int32_t *old, int 
             rc = e0_fail(err, E0_ENOMEM, "the host expert cache has no slot free");
             break;
         }
-        s->cold[s->n] = goes_first(h, g->vc, old, i);
+        s->cold[s->n] = goes_first(h, whole, old, i);
         s->ent[s->n++] = x;
         h->held++;
         const xb_plan *p = &h->plan[(size_t)li * (size_t)h->E + (size_t)es[i]];

@@ -307,9 +307,10 @@ static int claim(gpu_vcache *x, int i) {
 /* Experts es[0..n) of layer li copied into slots sl[0..n) (claimed; they
  * held keys old[0..n), or -1), on the stream or on the copy stream: from
  * the host's expert cache where there is one (the slots' old experts go
- * back into it), else from the checkpoint's mapping. */
+ * back into it, as a prefill's rule says where `whole`: vcache_layer_in),
+ * else from the checkpoint's mapping. */
 static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const int32_t *old, int n,
-               bool copy_stream, char *err) {
+               bool copy_stream, bool whole, char *err) {
     gpu_vcache *x = g->vc;
     if (!n) return 0;
     e0_expert *view = x->hc ? x->views : NULL;
@@ -317,8 +318,8 @@ static int put(gpu_model *g, int li, const int32_t *es, const int32_t *sl, const
     if (view) {
         rc = hcache_begin(g, n, err);
         for (int j = 0; !rc && j < n; j++)
-            if (old[j] >= 0) rc = hcache_keep(g, old[j] / x->E, old[j] % x->E, sl[j], copy_stream, err);
-        if (!rc) rc = hcache_get(g, li, es, old, n, view, err);
+            if (old[j] >= 0) rc = hcache_keep(g, old[j] / x->E, old[j] % x->E, sl[j], copy_stream, whole, err);
+        if (!rc) rc = hcache_get(g, li, es, old, n, whole, view, err);
     }
     const gpu_layer *gl = &g->L[li];
     for (int j = 0; !rc && j < n; j++) {
@@ -411,7 +412,7 @@ int vcache_map(gpu_model *g, int li, CUdeviceptr nact, CUdeviceptr exps, CUdevic
         touch(x, i);
         slots[a] = i;
     }
-    if (!rc) rc = put(g, li, mexp, mslot, mold, nm, false, err);
+    if (!rc) rc = put(g, li, mexp, mslot, mold, nm, false, false, err);
     if (!rc && x->rb) { /* from pinned memory the copy is queued, not staged; the next call writes
                            * there only after its readback, which the stream orders after this copy */
         int32_t *ps = x->rb + 1 + x->E + g->top_k; /* the logits lie past its E */
@@ -466,7 +467,7 @@ int vcache_prefetch(gpu_model *g, char *err) {
         mexp[nm] = e, mslot[nm++] = i;
     }
     if (!nm) return 0;
-    int rc = put(g, gl, mexp, mslot, mold, nm, true, err);
+    int rc = put(g, gl, mexp, mslot, mold, nm, true, false, err);
     if (!rc) rc = gpu_copy_mark(g->d, 0, err);
     if (rc) return rc;
     for (int j = 0; j < nm; j++) x->fetched[mslot[j]] = 1;
@@ -522,9 +523,7 @@ int vcache_layer_in(gpu_model *g, int li, int spare, char *err) {
         mexp[nm] = e, mslot[nm++] = i;
     }
     if (spare < 0 && x->hc) hcache_pass(g); /* the first layer of a prefill's pass */
-    x->whole_in = true;
-    int rc = put(g, li, mexp, mslot, mold, nm, true, err);
-    x->whole_in = false;
+    int rc = put(g, li, mexp, mslot, mold, nm, true, true, err);
     if (!rc) rc = gpu_put_copy(g->d, x->dtab + (CUdeviceptr)((size_t)li * (size_t)E * sizeof(int32_t)), so,
                                (size_t)E * sizeof(int32_t), err);
     if (!rc) x->whole_layers++;
