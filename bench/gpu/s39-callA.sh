@@ -62,6 +62,14 @@ for r in keep hold hold keep; do
 done
 wait $sp30
 echo "q30: $(tail -1 /tmp/synth30.log | cut -c1-160) $(el)"
+# where the 30B shape's all-resident decode step goes (session 36: 0.65x llama.cpp against the 35B
+# shape's 0.74x then): each kernel's time with E0_GPU_PROFILE=1 (no graphs), both shapes
+for g in $f30 $f; do
+    left 260 || break
+    echo "=== $(basename $g) all resident, E0_GPU_PROFILE=1, decode 64 after 16 $(el)"
+    E0_GPU_PROFILE=1 timeout 60 .gpu/bin/edge0 bench $g --skip-cold --prefill 16 --decode 64 --threads 16 2>&1 |
+        grep -E "decode [0-9]|profile|launches" | cut -c1-150
+done
 while [ ! -x /tmp/peer/repack/llama-bench ] && left 200; do sleep 3; done
 echo "=== llama build: $(ls /tmp/peer/repack 2>/dev/null | grep -c llama-bench) $(tail -1 /tmp/peer.log 2>/dev/null | cut -c1-150) $(el)"
 if [ -x /tmp/peer/repack/llama-bench ] && left 230; then
