@@ -1,19 +1,19 @@
 #!/bin/bash
-# For session 39 (written in 38, made one call in 39 after an hour of refused starts): llama.cpp's
-# llama-bench built at once (setsid, niced; its llama-server target failed in session 38, so
-# llama-bench alone); the uniform 35B file made and synced before anything reads it, the 30B
+# For session 40 (written in 38 for 39 and made one call there after an hour of refused starts;
+# session 39 was lent no machine): llama.cpp's llama-bench built at once (setsid, niced; its
+# llama-server target failed in session 38, so llama-bench alone); the uniform 35B file made and synced before anything reads it, the 30B
 # shape's in /dev/shm beside it; test_gpu on this build (the profiled routing kernel's shared-memory
 # form, unverified); the device-staged decode against the host's copies at 16 GiB; the capped
 # condition (VRAM 8 GiB, a 12 GiB cgroup, pages dropped, --warm-up) with the host cache's prefill
 # rules alternated: keep (the default) against hold (docs/experiments.md session 38:
 # bench/gpu/hcache_sim.py predicts 65% -> ~27% of the experts read from disk in the timed
-# prefill); then the 30B shape's same run (s39-callC.sh's) once llama-bench is built.
+# prefill); then the 30B shape's same run (s40-callC.sh's) once llama-bench is built.
 # Pack: rm -rf .gpu && LIMIT_MB=85 SHARED=/work/shared scripts/gpu_pack.sh fixtures/qwen35moe/mlx \
-#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s39-call*.sh
+#   gguf/qwen3moe/model-Q4_0.gguf gguf/tiny-qwen35moe/model-Q4_K_M.gguf; cp bench/gpu/s40-call*.sh
 #   bench/gpu/prologue.sh .gpu/; rm .gpu/bin/bench_gpu .gpu/bin/bench_replica;
 #   XZ_OPT=-6 tar -cJf .peer/gpu.tar.xz .gpu; .peer also holds llama-src.tar.xz (the peer kit's
 #   pack_llama_src.sh of erm14254/llama.cpp-minimax-m3-combined, fetched) -- under 64 MiB with the tree
-#   tar -xJf .peer/gpu.tar.xz && DL=560 bash .gpu/s39-callA.sh      carry [".peer"]
+#   tar -xJf .peer/gpu.tar.xz && DL=560 bash .gpu/s40-callA.sh      carry [".peer"]
 . "$(dirname "$0")/prologue.sh" 560
 if [ -s .peer/llama-src.tar.xz ] && [ ! -e /tmp/peer.started ]; then
     touch /tmp/peer.started

@@ -1,10 +1,10 @@
 #!/bin/bash
-# For session 39, right after s39-callA.sh on the same warm machine (llama-bench built or building
-# in /tmp/peer; /root/q36.gguf and /root/q36p.gguf made): the GPU same run on the 35B shape with
+# For session 40 (written in 38 for 39; session 39 was lent no machine), right after s40-callA.sh
+# on the same warm machine (llama-bench built or building in /tmp/peer; /root/q36.gguf and /root/q36p.gguf made): the GPU same run on the 35B shape with
 # Qwen3.6's measured routing (the profile kernel with its window read at once: session 38's call
 # D), then the capped same run (scripts/gpu_capped_run.sh) with the host cache's prefill rule that
 # call A found faster (RULE=keep|hold).
-#   tar -xJf .peer/gpu.tar.xz && DL=560 RULE=? bash .gpu/s39-callB.sh      carry [".peer"]
+#   tar -xJf .peer/gpu.tar.xz && DL=560 RULE=? bash .gpu/s40-callB.sh      carry [".peer"]
 . "$(dirname "$0")/prologue.sh" 560
 export E0_GPU_HCACHE_PREFILL=${RULE:-keep}
 echo "E0_GPU_HCACHE_PREFILL=$E0_GPU_HCACHE_PREFILL"
