@@ -100,6 +100,15 @@ static void test_sizes_and_threads(void **state) {
              tu_shared("fixtures/qwen3moe/mlx"), dir);
     assert_int_equal(run(args), 0);
     says("--threads 999", "--threads 999 is more than this machine's");
+    /* a GPU's option where the engine computes on the CPU is said, not dropped (test_gpu's
+     * test_cpu_options_on_gpu: the converse) */
+    snprintf(args, sizeof args, "logits %s --ids 1 --out %s/o.st --gpu off --vram-budget 8G",
+             tu_shared("fixtures/qwen3moe/mlx"), dir);
+    assert_int_equal(run(args), 0);
+    says("--vram-budget on the CPU", "warning: --vram-budget sizes what a GPU holds, and the engine computes on the CPU");
+    snprintf(args, sizeof args, "logits %s --ids 1 --out %s/o.st --gpu off", tu_shared("fixtures/qwen3moe/mlx"), dir);
+    assert_int_equal(run(args), 0);
+    if (strstr(out_txt(), "warning")) fail_msg("a warning without --vram-budget:\n%s", out_txt());
 }
 
 /* bench --batch: each level's batched decode reported (on an f16 KV cache,

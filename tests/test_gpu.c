@@ -864,6 +864,37 @@ static void test_mtp_cpu_only(void **state) {
     e0_engine_free(e);
 }
 
+/* The CPU's options where the engine computes on a GPU are said at open,
+ * not dropped: --path, --kernels and LayerOptions other than the expert
+ * cache's policy and top_k (test_cli's test_sizes_and_threads: the
+ * converse). */
+static void test_cpu_options_on_gpu(void **state) {
+    (void)state;
+    NEED_GPU();
+    char *dir = tu_tmpdir();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s logits %s --ids 1,2 --out %s/o.st --gpu 0 --path hot --kernels avx2 --opt staged_n=4 "
+             "--opt cache_policy=lru > %s/out.txt 2>&1",
+             tu_bin(), tu_shared("fixtures/qwen35moe/mlx"), dir, dir);
+    assert_int_equal(tu_run(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/out.txt", dir);
+    FILE *f = fopen(cmd, "rb");
+    assert_non_null(f);
+    char out[1 << 14];
+    const size_t n = fread(out, 1, sizeof out - 1, f);
+    fclose(f);
+    out[n] = 0;
+    printf("%s", out);
+    const char *w = strstr(out, "warning: --path, --kernels, --opt staged_n=4 are for the CPU, and the engine computes on GPU 0");
+    if (!w) fail_msg("no warning naming --path, --kernels and --opt staged_n=4 in:\n%s", out);
+    const char *eol = strchr(w, '\n');
+    const char *cp = strstr(w, "cache_policy");
+    assert_true(!cp || (eol && cp > eol)); /* the VRAM cache reads its policy: not in the list */
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Batched decode on the GPU (E0_GPU_BATCH=1): three sessions of different
  * lengths decoded together through e0_session_eval_batch, all resident
  * and through a VRAM cache of the least slots, give each session's logits
@@ -1066,6 +1097,7 @@ int main(void) {
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_route_profile),
         cmocka_unit_test(test_mtp_cpu_only),
+        cmocka_unit_test(test_cpu_options_on_gpu),
         cmocka_unit_test(test_device_error),
         cmocka_unit_test(test_serve_device_error),
     };

@@ -97,7 +97,7 @@ typedef struct {
     e0_path path;
     e0_io_mode io;
     e0_kv_type kv_type;
-    bool path_set, io_set, ondemand, stats;
+    bool path_set, io_set, kernels_set, ondemand, stats;
     bool sampling; /* the command samples tokens: the sampling options are its own */
     unsigned long long mem_budget;
     bool budget_off; /* --mem-budget off */

@@ -336,6 +336,7 @@ int cli_engine_arg(cli_engine *c, int argc, char **argv, int *i, const char *hel
             return -1;
         }
         e0_set_kernels(k);
+        c->kernels_set = true;
     } else if (!strcmp(a, "--prefill-ondemand")) {
         c->ondemand = true;
         return 1;
@@ -441,6 +442,45 @@ int cli_engine_finish(cli_engine *c) {
     return 0;
 }
 
+/* The options the engine does not read where it computes, said once at
+ * open instead of dropped in silence: on a GPU the CPU's streaming paths,
+ * kernels and LayerOptions (the expert cache's policy and top_k excepted:
+ * the VRAM cache and the router read them), --io load (the device reads
+ * the checkpoint through its mapping); on the CPU, --vram-budget. */
+static void say_unread(const cli_engine *c, e0_engine *e) {
+    static const char *gpu_reads[] = {"cache_policy", "cache_half_life", "router_half_life", "top_k"};
+    const int gpu = e0_engine_gpu(e);
+    if (gpu < 0) {
+        if (c->vram_budget)
+            fprintf(stderr, "edge0: warning: --vram-budget sizes what a GPU holds, and the engine computes on the "
+                            "CPU (--gpu 0 requires the GPU and says why it cannot be used)\n");
+        return;
+    }
+    char list[1024] = "";
+    size_t n = 0;
+    const char *what[4 + CLI_MAX_OPTS];
+    int k = 0;
+    if (c->path_set) what[k++] = "--path";
+    if (c->kernels_set) what[k++] = "--kernels";
+    if (c->ondemand) what[k++] = "--prefill-ondemand";
+    if (c->io_set && c->io == E0_IO_LOAD) what[k++] = "--io load";
+    if (c->preset) what[k++] = "--preset";
+    for (int i = 0; i < c->n_opts; i++) {
+        const size_t len = (size_t)(strchr(c->opts[i], '=') - c->opts[i]);
+        bool read = false;
+        for (size_t j = 0; j < sizeof gpu_reads / sizeof *gpu_reads; j++)
+            read |= strlen(gpu_reads[j]) == len && !strncmp(c->opts[i], gpu_reads[j], len);
+        if (!read) what[k++] = c->opts[i];
+    }
+    for (int i = 0; i < k && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s%s", i ? ", " : "",
+                              what[i][0] == '-' ? "" : "--opt ", what[i]);
+    if (k)
+        fprintf(stderr, "edge0: warning: %s %s for the CPU, and the engine computes on GPU %d, which does not "
+                        "read %s (--gpu off computes on the CPU)\n",
+                list, k > 1 ? "are" : "is", gpu, k > 1 ? "them" : "it");
+}
+
 void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     const char *note = e0_engine_budget_note(e);
     /* the plan, in one line: what memory there is, what was chosen, why */
@@ -450,6 +490,7 @@ void cli_engine_opened(const cli_engine *c, e0_engine *e) {
     /* where it computes; quiet on machines with no NVIDIA driver at all */
     if (*gpu && (c->gpu >= 0 || strncmp(gpu, "CPU: no NVIDIA driver", 21)))
         fprintf(stderr, "edge0: %s\n", gpu);
+    say_unread(c, e);
 }
 
 double cli_tokens_per_pass(const e0_stats *st) {
