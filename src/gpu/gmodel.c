@@ -37,6 +37,17 @@ static int layer_mats(const e0_layer *ly, const e0_mat **mats, gpu_mat **slots, 
     return n;
 }
 
+/* n floats on the device, as gpu_alloc cuts them from the arena */
+static uint64_t f32s(int64_t n) { return ((uint64_t)n * 4 + 255) & ~(uint64_t)255; }
+
+/* Device bytes of layer ly's norms and DeltaNet vectors (upload_layer's put_floats). */
+static uint64_t layer_floats(const e0_config *c, const e0_layer *ly) {
+    uint64_t b = 2 * f32s(c->hidden);
+    if (!ly->linear) return b + 2 * f32s(c->head_dim);
+    const int64_t C = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim + (int64_t)c->lin_v_heads * c->lin_v_dim;
+    return b + f32s(C * c->conv_kernel) + 2 * f32s(c->lin_v_heads) + f32s(c->lin_v_dim);
+}
+
 int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
     const e0_config *c = &m->cfg;
     memset(z, 0, sizeof *z);
@@ -65,8 +76,10 @@ int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
             if (one > z->slot) z->slot = one;
             z->min_slots = c->n_experts;
         }
-        z->dense += 64 * 1024; /* norms, conv, A, dt_bias: far less */
+        z->dense += layer_floats(c, ly);
     }
+    z->dense += f32s(c->hidden) + f32s(c->rotary_dim / 2); /* the final norm, RoPE's frequencies */
+    if (config_route_on(c) && c->route.bias) z->dense += f32s((int64_t)c->n_layers * c->n_experts);
     return 0;
 }
 
@@ -144,8 +157,12 @@ int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, int
     g->top_k = top_k;
     g->L = calloc((size_t)c->n_layers, sizeof *g->L);
     const uint64_t held0 = d->held;
+    gpu_sizes z;
     int rc = g->L ? 0 : e0_fail(err, E0_ENOMEM, "out of memory");
     if (!rc && n_slots > 0) rc = vcache_new(g, n_slots, err);
+    /* the weights that follow in one allocation, the VRAM cache's slots beside it (gpu_arena_open) */
+    if (!rc) rc = gpu_model_sizes(m, &z, err);
+    if (!rc) rc = gpu_arena_open(d, z.dense + (g->vc ? 0 : z.experts), &g->arena, err);
     for (int li = 0; !rc && li < c->n_layers; li++) rc = upload_layer(g, li, err);
     if (!rc) rc = gpu_mat_upload(d, &m->lm_head, &g->lm_head, "lm_head", err);
     if (!rc) rc = put_floats(d, &g->final_norm, m->final_norm, (size_t)c->hidden, "final norm", err);
@@ -153,6 +170,7 @@ int gpu_model_new(gpu_model **out, gpu_dev *d, const e0_model *m, int top_k, int
     if (!rc && config_route_on(c) && c->route.bias)
         rc = put_floats(d, &g->rbias, c->route.bias, (size_t)c->n_layers * (size_t)c->n_experts,
                         "the routing profile", err);
+    if (g->arena) gpu_arena_stop(d);
     if (!rc) rc = gpu_sync(d, err);
     g->bytes = d->held - held0;
     if (rc) {
@@ -193,6 +211,7 @@ void gpu_model_free(gpu_model *g) {
     gpu_free(d, g->final_norm, (size_t)c->hidden * 4);
     gpu_free(d, g->inv_freq, (size_t)(c->rotary_dim / 2) * 4);
     if (g->rbias) gpu_free(d, g->rbias, (size_t)c->n_layers * (size_t)c->n_experts * 4);
+    if (g->arena) gpu_arena_free(d);
     free(g->L);
     free(g);
 }

@@ -129,6 +129,7 @@ typedef struct gpu_model {
     CUdeviceptr final_norm, inv_freq;
     CUdeviceptr rbias; /* a routing profile's popularity offsets [n_layers x E] (io/config.h), or 0 */
     uint64_t bytes;  /* device memory the weights take (the cache's pool included) */
+    bool arena;      /* the weights are cut from the device's arena, opened by gpu_model_new */
     gpu_vcache *vc;  /* the VRAM expert cache, or NULL: every expert resident */
 } gpu_model;
 

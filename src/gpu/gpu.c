@@ -255,9 +255,16 @@ void gpu_close(gpu_dev *d) {
     free(d);
 }
 
+static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+
 int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *err) {
     *p = 0;
     if (!bytes) bytes = 1;
+    if (d->arena_cuts && d->arena_used + up256(bytes) <= d->arena_bytes) {
+        *p = d->arena + d->arena_used;
+        d->arena_used += up256(bytes);
+        return 0;
+    }
     CUresult r = d->cu->MemAlloc(p, bytes);
     if (r == CU_ERROR_OUT_OF_MEMORY) {
         size_t fr = 0, tot = 0;
@@ -274,9 +281,28 @@ int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *
 }
 
 void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes) {
-    if (!p) return;
+    if (!p || (d->arena && p >= d->arena && p < d->arena + d->arena_bytes)) return;
     d->cu->MemFree(p);
     d->held -= bytes ? bytes : 1;
+}
+
+int gpu_arena_open(gpu_dev *d, size_t bytes, bool *opened, char *err) {
+    *opened = false;
+    if (d->arena) return 0;
+    int rc = gpu_alloc(d, &d->arena, bytes, "the model's weights", err);
+    if (rc) return rc;
+    d->arena_bytes = bytes, d->arena_used = 0, d->arena_cuts = *opened = true;
+    return 0;
+}
+
+void gpu_arena_stop(gpu_dev *d) { d->arena_cuts = false; }
+
+void gpu_arena_free(gpu_dev *d) {
+    const CUdeviceptr a = d->arena;
+    if (!a) return;
+    d->arena = 0, d->arena_cuts = false;
+    gpu_free(d, a, d->arena_bytes);
+    d->arena_bytes = d->arena_used = 0;
 }
 
 int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err) {
@@ -422,7 +448,6 @@ static void part_bytes(const e0_mat *m, uint64_t *wb, uint64_t *sb) {
 }
 
 /* Rounded up so every stacked part starts 256-byte aligned. */
-static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
 
 uint64_t gpu_mat_bytes(const e0_mat *m) {
     uint64_t wb, sb;

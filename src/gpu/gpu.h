@@ -114,6 +114,9 @@ typedef struct gpu_dev {
     size_t total;          /* device memory */
     size_t free_at_open;   /* what the driver reported free at open */
     uint64_t held;         /* bytes gpu_alloc'd and not freed */
+    CUdeviceptr arena;     /* gpu_arena_open's allocation, or 0 */
+    size_t arena_bytes, arena_used;
+    bool arena_cuts;       /* gpu_alloc cuts from the arena while it has room */
     double jit_s;          /* seconds the PTX took to load */
     double h2d_gbs;        /* host-to-device bandwidth from pinned memory, measured at open */
     double d2d_gbs;        /* device memory copy bandwidth (read + write), measured at open */
@@ -160,6 +163,17 @@ void gpu_close(gpu_dev *d);
 
 int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *err);
 void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes);
+/* One allocation of `bytes` that gpu_alloc cuts its buffers from (256-byte
+ * aligned, as the driver's own) until gpu_arena_stop; gpu_free of a buffer
+ * in it does nothing, gpu_arena_free frees it whole. Why: the driver gives
+ * an allocation of a MiB or more whole 2 MiB pages, so a model's hundreds
+ * of few-MiB matrices took up to ~1.5 MiB each beyond their bytes, which
+ * no plan counted (the 30B shape peaked over its budget in session 36).
+ * A buffer that does not fit is allocated by itself. One arena a device:
+ * 0 (and nothing opened) if one is open already. */
+int gpu_arena_open(gpu_dev *d, size_t bytes, bool *opened, char *err);
+void gpu_arena_stop(gpu_dev *d);
+void gpu_arena_free(gpu_dev *d);
 /* Copies in launch order on the stream; gpu_get waits for the copy (and
  * all work before it). src of gpu_put may be reused when it returns. */
 int gpu_put(gpu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, char *err);
