@@ -540,8 +540,9 @@ TGT static void permute_x(const float *x, int cols, float *xp) {
  * silu(W[r] . x) * (U[r] . x) (the SwiGLU as the gate-up kernels form it).
  * x is put in the AVX-512 form's order once for all the rows. */
 static void rows(const rmat *W, const rmat *U, const float *x, int32_t r0, int32_t r1, float *y) {
-    const bool fast = !g_scalar && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* the CPU kernels' AVX-512 check (quant/dispatch.c: F16C by cpuid, which clang's
+     * __builtin_cpu_supports does not know): BW and VL beside what TGT asks, on every such CPU */
+    const bool fast = !g_scalar && e0_kernels_supported(E0_KERNELS_AVX512);
     float stack[4096], *xp = !fast ? NULL : W->cols <= 4096 ? stack : malloc((size_t)W->cols * sizeof *xp);
     if (xp) permute_x(x, W->cols, xp); /* else the scalar form, which needs no memory */
     for (int32_t r = r0; r < r1; r++) {
