@@ -458,7 +458,7 @@ static void say_unread(const cli_engine *c, e0_engine *e) {
     }
     char list[1024] = "";
     size_t n = 0;
-    const char *what[4 + CLI_MAX_OPTS];
+    const char *what[5 + CLI_MAX_OPTS]; /* the five flags below and every --opt */
     int k = 0;
     if (c->path_set) what[k++] = "--path";
     if (c->kernels_set) what[k++] = "--kernels";
