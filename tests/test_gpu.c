@@ -879,18 +879,14 @@ static void test_cpu_options_on_gpu(void **state) {
              tu_bin(), tu_shared("fixtures/qwen35moe/mlx"), dir, dir);
     assert_int_equal(tu_run(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s/out.txt", dir);
-    FILE *f = fopen(cmd, "rb");
-    assert_non_null(f);
-    char out[1 << 14];
-    const size_t n = fread(out, 1, sizeof out - 1, f);
-    fclose(f);
-    out[n] = 0;
+    char *out = su_slurp(cmd);
     printf("%s", out);
     const char *w = strstr(out, "warning: --path, --kernels, --opt staged_n=4 are for the CPU, and the engine computes on GPU 0");
     if (!w) fail_msg("no warning naming --path, --kernels and --opt staged_n=4 in:\n%s", out);
     const char *eol = strchr(w, '\n');
     const char *cp = strstr(w, "cache_policy");
     assert_true(!cp || (eol && cp > eol)); /* the VRAM cache reads its policy: not in the list */
+    free(out);
     tu_rmtree(dir);
     free(dir);
 }

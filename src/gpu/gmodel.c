@@ -37,16 +37,31 @@ static int layer_mats(const e0_layer *ly, const e0_mat **mats, gpu_mat **slots, 
     return n;
 }
 
-/* n floats on the device, as gpu_alloc cuts them from the arena */
-static uint64_t f32s(int64_t n) { return ((uint64_t)n * 4 + 255) & ~(uint64_t)255; }
-
-/* Device bytes of layer ly's norms and DeltaNet vectors (upload_layer's put_floats). */
-static uint64_t layer_floats(const e0_config *c, const e0_layer *ly) {
-    uint64_t b = 2 * f32s(c->hidden);
-    if (!ly->linear) return b + 2 * f32s(c->head_dim);
-    const int64_t C = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim + (int64_t)c->lin_v_heads * c->lin_v_dim;
-    return b + f32s(C * c->conv_kernel) + 2 * f32s(c->lin_v_heads) + f32s(c->lin_v_dim);
+/* Layer ly's vectors (norms; DeltaNet's conv weights, A, dt_bias and
+ * norm), as layer_mats lists its matrices: src[i] of n[i] floats, uploaded
+ * to *dst[i] (gl's field; gl NULL: dst is not written). Returns how many. */
+static int layer_vecs(const e0_config *c, const e0_layer *ly, gpu_layer *gl, const float **src, size_t *n,
+                      CUdeviceptr **dst) {
+    int k = 0;
+#define V(f, count) (src[k] = ly->f, n[k] = (size_t)(count), gl ? (void)(dst[k] = &gl->f) : (void)0, k++)
+    V(in_norm, c->hidden);
+    V(post_norm, c->hidden);
+    if (!ly->linear) {
+        V(q_norm, c->head_dim);
+        V(k_norm, c->head_dim);
+    } else {
+        const int64_t C = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim + (int64_t)c->lin_v_heads * c->lin_v_dim;
+        V(conv_w, C * c->conv_kernel);
+        V(A, c->lin_v_heads);
+        V(dt_bias, c->lin_v_heads);
+        V(lin_norm, c->lin_v_dim);
+    }
+#undef V
+    return k;
 }
+
+/* n floats on the device, as gpu_alloc takes them */
+static uint64_t f32s(size_t n) { return gpu_up256((uint64_t)n * 4); }
 
 int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
     const e0_config *c = &m->cfg;
@@ -76,10 +91,14 @@ int gpu_model_sizes(const e0_model *m, gpu_sizes *z, char *err) {
             if (one > z->slot) z->slot = one;
             z->min_slots = c->n_experts;
         }
-        z->dense += layer_floats(c, ly);
+        const float *src[8];
+        size_t nv[8];
+        const int k = layer_vecs(c, ly, NULL, src, nv, NULL);
+        for (int i = 0; i < k; i++)
+            if (src[i]) z->dense += f32s(nv[i]);
     }
-    z->dense += f32s(c->hidden) + f32s(c->rotary_dim / 2); /* the final norm, RoPE's frequencies */
-    if (config_route_on(c) && c->route.bias) z->dense += f32s((int64_t)c->n_layers * c->n_experts);
+    z->dense += f32s((size_t)c->hidden) + f32s((size_t)c->rotary_dim / 2); /* the final norm, RoPE's frequencies */
+    if (config_route_on(c) && c->route.bias) z->dense += f32s((size_t)c->n_layers * (size_t)c->n_experts);
     return 0;
 }
 
@@ -105,18 +124,11 @@ static int upload_layer(gpu_model *g, int li, char *err) {
     const int n = layer_mats(ly, mats, slots, gl);
     int rc = 0;
     for (int i = 0; !rc && i < n; i++) rc = gpu_mat_upload(d, mats[i], slots[i], what, err);
-    const int H = c->hidden, hd = c->head_dim;
-    if (!rc) rc = put_floats(d, &gl->in_norm, ly->in_norm, (size_t)H, what, err);
-    if (!rc) rc = put_floats(d, &gl->post_norm, ly->post_norm, (size_t)H, what, err);
-    if (!rc && !ly->linear) rc = put_floats(d, &gl->q_norm, ly->q_norm, (size_t)hd, what, err);
-    if (!rc && !ly->linear) rc = put_floats(d, &gl->k_norm, ly->k_norm, (size_t)hd, what, err);
-    if (!rc && ly->linear) {
-        const int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-        rc = put_floats(d, &gl->conv_w, ly->conv_w, (size_t)C * c->conv_kernel, what, err);
-        if (!rc) rc = put_floats(d, &gl->A, ly->A, (size_t)c->lin_v_heads, what, err);
-        if (!rc) rc = put_floats(d, &gl->dt_bias, ly->dt_bias, (size_t)c->lin_v_heads, what, err);
-        if (!rc) rc = put_floats(d, &gl->lin_norm, ly->lin_norm, (size_t)c->lin_v_dim, what, err);
-    }
+    const float *src[8];
+    size_t nv[8];
+    CUdeviceptr *dst[8];
+    const int k = layer_vecs(c, ly, gl, src, nv, dst);
+    for (int i = 0; !rc && i < k; i++) rc = put_floats(d, dst[i], src[i], nv[i], what, err);
     if (!rc && ly->moe && ly->experts && !g->vc) {
         const int E = c->n_experts;
         const e0_mat **gs = malloc(3 * (size_t)E * sizeof *gs);
@@ -196,15 +208,11 @@ void gpu_model_free(gpu_model *g) {
             gpu_mat_free(d, &gl->xu, c->n_experts);
             gpu_mat_free(d, &gl->xd, c->n_experts);
         }
-        const int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-        gpu_free(d, gl->in_norm, (size_t)c->hidden * 4);
-        gpu_free(d, gl->post_norm, (size_t)c->hidden * 4);
-        gpu_free(d, gl->q_norm, (size_t)c->head_dim * 4);
-        gpu_free(d, gl->k_norm, (size_t)c->head_dim * 4);
-        gpu_free(d, gl->conv_w, (size_t)C * c->conv_kernel * 4);
-        gpu_free(d, gl->A, (size_t)c->lin_v_heads * 4);
-        gpu_free(d, gl->dt_bias, (size_t)c->lin_v_heads * 4);
-        gpu_free(d, gl->lin_norm, (size_t)c->lin_v_dim * 4);
+        const float *src[8];
+        size_t nv[8];
+        CUdeviceptr *dst[8];
+        const int k = layer_vecs(c, &g->m->layers[li], gl, src, nv, dst);
+        for (int i = 0; i < k; i++) gpu_free(d, *dst[i], nv[i] * 4);
     }
     vcache_free(g);
     gpu_mat_free(d, &g->lm_head, 1);

@@ -255,14 +255,12 @@ void gpu_close(gpu_dev *d) {
     free(d);
 }
 
-static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
-
 int gpu_alloc(gpu_dev *d, CUdeviceptr *p, size_t bytes, const char *what, char *err) {
     *p = 0;
     if (!bytes) bytes = 1;
-    if (d->arena_cuts && d->arena_used + up256(bytes) <= d->arena_bytes) {
+    if (d->arena_cuts && d->arena_used + gpu_up256(bytes) <= d->arena_bytes) {
         *p = d->arena + d->arena_used;
-        d->arena_used += up256(bytes);
+        d->arena_used += gpu_up256(bytes);
         return 0;
     }
     CUresult r = d->cu->MemAlloc(p, bytes);
@@ -452,7 +450,7 @@ static void part_bytes(const e0_mat *m, uint64_t *wb, uint64_t *sb) {
 uint64_t gpu_mat_bytes(const e0_mat *m) {
     uint64_t wb, sb;
     part_bytes(m, &wb, &sb);
-    return up256(wb) + 2 * up256(sb);
+    return gpu_up256(wb) + 2 * gpu_up256(sb);
 }
 
 static void mat_fill(gpu_mat *g, const e0_mat *m, gpu_fmt f) {
@@ -480,7 +478,7 @@ int gpu_mat_upload_stack(gpu_dev *d, const e0_mat *const *ms, int n, gpu_mat *ou
             return e0_fail(err, E0_EFORMAT, "%s: part %d differs in shape or format from part 0", what, i);
     uint64_t wb, sb;
     part_bytes(ms[0], &wb, &sb);
-    const uint64_t ew = up256(wb), es = up256(sb);
+    const uint64_t ew = gpu_up256(wb), es = gpu_up256(sb);
     gpu_mat g;
     mat_fill(&g, ms[0], f);
     g.estride = (int64_t)ew;
@@ -511,8 +509,8 @@ int gpu_mat_shape(const e0_mat *m, gpu_mat *out, uint64_t *wbytes, uint64_t *sby
     uint64_t wb, sb;
     part_bytes(m, &wb, &sb);
     mat_fill(out, m, f);
-    *wbytes = up256(wb);
-    *sbytes = up256(sb);
+    *wbytes = gpu_up256(wb);
+    *sbytes = gpu_up256(sb);
     return 0;
 }
 
@@ -549,8 +547,8 @@ int gpu_mat_upload(gpu_dev *d, const e0_mat *m, gpu_mat *out, const char *what, 
 
 void gpu_mat_free(gpu_dev *d, gpu_mat *m, int n) {
     const uint64_t rows = (uint64_t)(m->rows > 0 ? m->rows : 0);
-    const uint64_t ew = m->estride ? (uint64_t)m->estride : up256((uint64_t)m->row_bytes * rows);
-    const uint64_t es = m->sstride ? (uint64_t)m->sstride : up256((uint64_t)m->srow_bytes * rows);
+    const uint64_t ew = m->estride ? (uint64_t)m->estride : gpu_up256((uint64_t)m->row_bytes * rows);
+    const uint64_t es = m->sstride ? (uint64_t)m->sstride : gpu_up256((uint64_t)m->srow_bytes * rows);
     gpu_free(d, m->w, ew * (uint64_t)n);
     gpu_free(d, m->s, es * (uint64_t)n);
     gpu_free(d, m->b, es * (uint64_t)n);

@@ -172,6 +172,8 @@ void gpu_free(gpu_dev *d, CUdeviceptr p, size_t bytes);
  * A buffer that does not fit is allocated by itself. One arena a device:
  * 0 (and nothing opened) if one is open already. */
 int gpu_arena_open(gpu_dev *d, size_t bytes, bool *opened, char *err);
+/* n bytes as gpu_alloc takes them from the arena (and gpu_mat_bytes counts them) */
+static inline uint64_t gpu_up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
 void gpu_arena_stop(gpu_dev *d);
 void gpu_arena_free(gpu_dev *d);
 /* Copies in launch order on the stream; gpu_get waits for the copy (and
